@@ -1,0 +1,13 @@
+#pragma once
+// File helpers. Every output tessera writes goes through write_file_atomic so that an interrupted
+// run never leaves a truncated file under the final name.
+#include <string>
+
+namespace tessera {
+
+// Reads a whole file; throws InputError naming the path when it cannot.
+std::string read_file(const std::string& path);
+// Writes to "<path>.tmp.<pid>" then renames over `path`; creates parent directories.
+void write_file_atomic(const std::string& path, const std::string& contents);
+
+}  // namespace tessera

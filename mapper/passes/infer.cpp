@@ -1,0 +1,226 @@
+#include "isa/error.hpp"
+#include "mapper/passes/passes.hpp"
+#include "mapper/reference/kernels.hpp"
+
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/breadth_first_search.hpp>
+#include <boost/graph/reverse_graph.hpp>
+#include <set>
+
+namespace tessera::passes {
+
+using graph::Graph;
+using graph::Node;
+
+namespace {
+
+// Inputs that decide an op's output shape: they must be constants (tessera compiles static shapes).
+std::vector<size_t> shape_inputs(const std::string& op) {
+  if (op == "Reshape" || op == "Expand" || op == "Split" || op == "Squeeze" || op == "Unsqueeze" ||
+      op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax" || op == "ConstantOfShape")
+    return {1};
+  if (op == "Slice") return {1, 2, 3, 4};
+  return {};
+}
+
+bool is_unary_same(const std::string& op) {
+  static const std::set<std::string> ops = {"Sqrt", "Exp", "Log", "Erf", "Neg", "Abs", "Reciprocal", "Relu",
+                                            "LeakyRelu", "Sigmoid", "Tanh", "Gelu", "Identity", "Softmax",
+                                            "LogSoftmax", "BatchNormalization"};
+  return ops.count(op) != 0;
+}
+
+bool is_binary_broadcast(const std::string& op) {
+  static const std::set<std::string> ops = {"Add", "Sub", "Mul", "Div", "Pow"};
+  return ops.count(op) != 0;
+}
+
+Shape broadcast(const Shape& a, const Shape& b, const Graph& g, const Node& n) {
+  Shape r(std::max(a.size(), b.size()));
+  for (size_t i = 0; i < r.size(); ++i) {
+    const int64_t da = i < r.size() - a.size() ? 1 : a[i - (r.size() - a.size())];
+    const int64_t db = i < r.size() - b.size() ? 1 : b[i - (r.size() - b.size())];
+    if (da != db && da != 1 && db != 1)
+      throw InputError(g.where(n), "shapes " + shape_str(a) + " and " + shape_str(b) + " do not broadcast",
+                       "numpy broadcasting needs equal dimensions or 1, aligned from the right");
+    r[i] = da == 1 ? db : da;
+  }
+  return r;
+}
+
+// Fast rules for the ops whose execution would be expensive; returns false when there is none.
+bool infer_fast(Graph& g, const Node& n) {
+  auto in = [&](size_t i) -> const graph::Value& { return g.value(n.inputs[i]); };
+  auto set = [&](size_t i, DType t, Shape s) {
+    auto& v = g.value(n.outputs[i]);
+    v.dtype = t;
+    v.shape = std::move(s);
+    v.shape_known = true;
+  };
+  if (is_unary_same(n.op) && n.outputs.size() == 1) {
+    set(0, in(0).dtype, in(0).shape);
+    return true;
+  }
+  if (is_binary_broadcast(n.op)) {
+    if (in(0).dtype != in(1).dtype && n.op != "Pow")
+      throw InputError(g.where(n), std::string("input dtypes differ: ") + std::string(dtype_name(in(0).dtype)) +
+                                       " and " + std::string(dtype_name(in(1).dtype)));
+    set(0, in(0).dtype, broadcast(in(0).shape, in(1).shape, g, n));
+    return true;
+  }
+  if (n.op == "MatMul") {
+    Shape a = in(0).shape, b = in(1).shape;
+    if (a.empty() || b.empty()) return false;
+    const bool a1 = a.size() == 1, b1 = b.size() == 1;
+    if (a1) a.insert(a.begin(), 1);
+    if (b1) b.push_back(1);
+    if (a.back() != b[b.size() - 2])
+      throw InputError(g.where(n), "MatMul inner dimensions differ: " + shape_str(in(0).shape) + " @ " +
+                                       shape_str(in(1).shape));
+    Shape batch = broadcast(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2), g, n);
+    if (!a1) batch.push_back(a[a.size() - 2]);
+    if (!b1) batch.push_back(b.back());
+    set(0, in(0).dtype, batch);
+    return true;
+  }
+  if (n.op == "Gemm") {
+    const Shape& a = in(0).shape;
+    const Shape& b = in(1).shape;
+    if (a.size() != 2 || b.size() != 2)
+      throw InputError(g.where(n), "Gemm needs 2-D A and B, got " + shape_str(a) + " and " + shape_str(b));
+    const bool ta = n.attrs.get_int("transA", 0) != 0, tb = n.attrs.get_int("transB", 0) != 0;
+    const int64_t M = ta ? a[1] : a[0], K = ta ? a[0] : a[1], Kb = tb ? b[1] : b[0], N = tb ? b[0] : b[1];
+    if (K != Kb)
+      throw InputError(g.where(n), "Gemm inner dimensions differ: A " + shape_str(a) + (ta ? "^T" : "") + ", B " +
+                                       shape_str(b) + (tb ? "^T" : ""));
+    set(0, in(0).dtype, {M, N});
+    return true;
+  }
+  return false;
+}
+
+// Runs a node on its inputs (constants with their data; other inputs as zeros of the right shape).
+std::vector<Tensor> run_node(const Graph& g, const Node& n, bool zeros_for_unknown) {
+  std::vector<Tensor> zeros;
+  zeros.reserve(n.inputs.size());
+  reference::OpCall call;
+  call.op = n.op;
+  call.node = n.name;
+  call.opset = g.opset;
+  call.attrs = &n.attrs;
+  call.num_outputs = n.outputs.size();
+  for (const auto& i : n.inputs) {
+    if (i.empty()) {
+      call.inputs.push_back(nullptr);
+      continue;
+    }
+    const auto& v = g.value(i);
+    if (v.data) {
+      call.inputs.push_back(&*v.data);
+    } else {
+      if (!zeros_for_unknown || !v.shape_known) throw std::logic_error("run_node: input without data");
+      zeros.emplace_back(v.dtype, v.shape);
+      call.inputs.push_back(&zeros.back());
+    }
+  }
+  return reference::run_op(call);
+}
+
+}  // namespace
+
+void infer_and_fold(Graph& g) {
+  const auto order = g.topo_order();
+  std::vector<bool> folded(g.nodes.size(), false);
+  for (size_t idx : order) {
+    const Node& n = g.nodes[idx];
+    bool all_const = true;
+    for (const auto& i : n.inputs) {
+      if (i.empty()) continue;
+      const auto& v = g.value(i);
+      if (!v.shape_known && !v.data)
+        throw InputError(g.where(n), "the shape of input '" + i + "' is unknown", "give the graph input a static shape");
+      all_const = all_const && v.data.has_value();
+    }
+    if (n.op == "Shape" && !g.value(n.inputs[0]).data) {
+      // Shape needs only the input's shape: execute it on a zero tensor of that shape.
+      all_const = true;
+    }
+    if (all_const) {
+      auto outs = run_node(g, n, /*zeros_for_unknown=*/true);
+      bool from_weights = false;
+      for (const auto& i : n.inputs)
+        if (!i.empty() && g.value(i).is_initializer) from_weights = true;
+      for (size_t k = 0; k < n.outputs.size() && k < outs.size(); ++k) {
+        if (n.outputs[k].empty()) continue;
+        auto& v = g.value(n.outputs[k]);
+        v.dtype = outs[k].dtype();
+        v.shape = outs[k].shape();
+        v.shape_known = true;
+        v.is_initializer = from_weights && is_float(v.dtype);
+        v.data = std::move(outs[k]);
+      }
+      folded[idx] = true;
+      continue;
+    }
+    for (size_t k : shape_inputs(n.op)) {
+      if (k < n.inputs.size() && !n.inputs[k].empty() && !g.value(n.inputs[k]).data)
+        throw InputError(g.where(n), "input '" + n.inputs[k] + "' decides the output shape but is not a constant",
+                         "tessera compiles static shapes; export the model with fixed shapes");
+    }
+    if (infer_fast(g, n)) continue;
+    // Everything else is cheap to run: execute on zeros of the input shapes to learn the outputs.
+    auto outs = run_node(g, n, /*zeros_for_unknown=*/true);
+    for (size_t k = 0; k < n.outputs.size() && k < outs.size(); ++k) {
+      if (n.outputs[k].empty()) continue;
+      auto& v = g.value(n.outputs[k]);
+      v.dtype = outs[k].dtype();
+      v.shape = outs[k].shape();
+      v.shape_known = true;
+    }
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!folded[i]) kept.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(kept);
+}
+
+void remove_dead(Graph& g) {
+  using BGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS>;
+  const auto prod = g.producers();
+  // Vertex i < N: node i; vertex N: a sink that every graph-output producer feeds.
+  const size_t N = g.nodes.size();
+  BGraph b(N + 1);
+  for (size_t i = 0; i < N; ++i)
+    for (const auto& in : g.nodes[i].inputs) {
+      auto it = prod.find(in);
+      if (!in.empty() && it != prod.end()) boost::add_edge(it->second, i, b);
+    }
+  for (const auto& o : g.outputs) {
+    auto it = prod.find(o);
+    if (it != prod.end()) boost::add_edge(it->second, N, b);
+  }
+  std::vector<boost::default_color_type> color(N + 1, boost::white_color);
+  auto rev = boost::make_reverse_graph(b);
+  boost::breadth_first_search(rev, N, boost::visitor(boost::default_bfs_visitor()).color_map(color.data()));
+  std::vector<Node> kept;
+  for (size_t i = 0; i < N; ++i)
+    if (color[i] != boost::white_color) kept.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(kept);
+  std::set<std::string> used(g.outputs.begin(), g.outputs.end());
+  used.insert(g.inputs.begin(), g.inputs.end());
+  for (const auto& n : g.nodes) {
+    used.insert(n.inputs.begin(), n.inputs.end());
+    used.insert(n.outputs.begin(), n.outputs.end());
+  }
+  for (auto it = g.values.begin(); it != g.values.end();)
+    it = used.count(it->first) ? std::next(it) : g.values.erase(it);
+}
+
+void prepare(Graph& g) {
+  graph::verify(g);
+  infer_and_fold(g);
+  remove_dead(g);
+  graph::verify(g);
+}
+
+}  // namespace tessera::passes

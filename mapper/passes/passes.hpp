@@ -1,0 +1,18 @@
+#pragma once
+// Graph passes. None changes what the graph computes.
+//   infer_and_fold: one pass in topological order. A node whose inputs are all constants is
+//     executed by the reference executor and replaced by its results (constant folding, which
+//     removes the Shape/Gather/Slice/Concat/Reshape chains PyTorch emits for static shapes); Shape
+//     of a value with a known shape folds too. Every other node gets its outputs' dtype and shape.
+//   remove_dead: drops nodes no graph output depends on (Boost breadth-first search on the
+//     reversed graph) and values nobody uses.
+//   prepare: verify, infer_and_fold, remove_dead, verify.
+#include "mapper/graph/graph.hpp"
+
+namespace tessera::passes {
+
+void infer_and_fold(graph::Graph& g);
+void remove_dead(graph::Graph& g);
+void prepare(graph::Graph& g);
+
+}  // namespace tessera::passes

@@ -1,0 +1,65 @@
+#pragma once
+// Private helpers shared by the reference executor's operator files (not part of the interface):
+// error reporting in the "node 'x' (Op, opset n)" form, input/attribute access, axis
+// normalisation, numpy broadcasting, and float <-> compute-buffer conversions.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "isa/error.hpp"
+#include "isa/tensor.hpp"
+#include "mapper/reference/kernels.hpp"
+
+namespace tessera::reference {
+
+using OpFn = std::vector<Tensor> (*)(const OpCall&);
+
+// Registration tables, one per operator file; kernels.cpp merges them.
+struct OpEntry {
+  const char* name;
+  OpFn fn;
+};
+std::vector<OpEntry> elementwise_ops();
+std::vector<OpEntry> linalg_ops();
+std::vector<OpEntry> nn_ops();
+std::vector<OpEntry> shape_ops();
+
+namespace detail {
+
+// "node 'fc1' (Gemm, opset 17)"
+std::string where(const OpCall& c);
+[[noreturn]] void fail(const OpCall& c, const std::string& message, const std::string& hint = {});
+
+const graph::Attributes& attrs(const OpCall& c);
+// Input i, which must be present.
+const Tensor& in(const OpCall& c, size_t i);
+// Input i or nullptr when absent (index past the end, or an empty optional slot).
+const Tensor* opt_in(const OpCall& c, size_t i);
+// Integer values of a 1-D (or scalar) integer tensor such as axes, shape, starts.
+std::vector<int64_t> int_values(const OpCall& c, const Tensor& t, const char* what);
+
+// Axis in [-rank, rank) -> [0, rank); otherwise InputError naming the attribute.
+int64_t norm_axis(const OpCall& c, int64_t axis, int64_t rank, const char* what = "axis");
+// Normalises and checks for duplicates.
+std::vector<int64_t> norm_axes(const OpCall& c, const std::vector<int64_t>& axes, int64_t rank,
+                               const char* what = "axes");
+
+std::vector<int64_t> strides_of(const Shape& s);  // row-major element strides
+
+// Multidirectional (numpy) broadcast of shapes; InputError naming both shapes on mismatch.
+Shape broadcast_shapes(const OpCall& c, const Shape& a, const Shape& b);
+// For every element of `out` (row-major), the flat index of the element of `in` it reads under
+// broadcasting (in must be broadcastable to out).
+std::vector<int64_t> broadcast_map(const Shape& in, const Shape& out);
+
+// Float dtype checks: floats compute in fp64 and write back in their own dtype.
+bool is_floating(DType t);
+void require_float(const OpCall& c, const Tensor& t, const char* what = "input");
+void require_same_dtype(const OpCall& c, const Tensor& a, const Tensor& b);
+// fp64 values -> a tensor of dtype `to` (any float dtype; rounds once to fp32 then to narrow formats).
+Tensor from_f64(DType to, Shape shape, const std::vector<double>& v);
+// int64 values -> a tensor of integer/bool dtype `to` (wrapping like a C cast).
+Tensor from_i64_as(DType to, Shape shape, const std::vector<int64_t>& v);
+
+}  // namespace detail
+}  // namespace tessera::reference

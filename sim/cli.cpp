@@ -1,0 +1,261 @@
+#include "sim/cli.hpp"
+
+#include <csignal>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "isa/error.hpp"
+#include "isa/params.hpp"
+#include "mapper/graph/summary.hpp"
+#include "sim/conformance.hpp"
+#include "sim/console.hpp"
+#include "sim/model.hpp"
+#include "sim/params_table.hpp"
+#include "sim/run.hpp"
+#include "sim/scenario.hpp"
+#include "sim/version.hpp"
+
+namespace tessera::sim {
+
+namespace {
+
+struct Options {
+  std::string verb;
+  std::vector<std::string> positional;
+  std::vector<std::string> sets;
+  std::string out_dir;
+  bool help = false;
+  bool no_numerics = false;
+  std::map<std::string, std::string> verb_opts;  // --exclusions, --pass-list, --write-pass-list, --format
+  Verbosity verbosity = Verbosity::normal;
+};
+
+struct Verb {
+  const char* name;
+  const char* usage;
+  const char* summary;
+  const char* details;
+  int (*handler)(const Options&);
+};
+
+int cmd_run(const Options&);
+int cmd_validate(const Options&);
+int cmd_params(const Options&);
+int cmd_version(const Options&);
+int cmd_graph(const Options&);
+int cmd_conformance(const Options&);
+
+const Verb kVerbs[] = {
+    {"run", "tessera run [SCENARIO] [--out DIR] [--set key.path=value]... [--no-numerics]",
+     "compile and run a scenario, check its outputs, write report.json",
+     "SCENARIO is a scenario JSON file (or a report.json, to re-run the scenario it records).\n"
+     "Without SCENARIO, runs scenarios/quickstart.json. Results go to --out DIR\n"
+     "(default out/<scenario name>/).",
+     cmd_run},
+    {"validate", "tessera validate SCENARIO [--set key.path=value]...",
+     "check a scenario without running it; print every mistake at once",
+     "Exit 0 when the scenario is valid, 2 otherwise. --verbose prints the resolved scenario\n"
+     "(defaults filled in, units normalised to SI base units).",
+     cmd_validate},
+    {"params", "tessera params [TARGET|PRESET]",
+     "list hardware parameters: name, value, unit, range, description, source",
+     "TARGET is neuroncore or wafer (shows the declarations and their defaults); PRESET is\n"
+     "trn1, trn2, wse2 or wse3 (shows the preset's values). Without an argument, lists targets\n"
+     "and presets. Override any parameter in a scenario under target.params.",
+     cmd_params},
+    {"graph", "tessera graph SCENARIO",
+     "print the model's graph after shape inference and folding: nodes, shapes, dtypes, parameter bytes, FLOPs",
+     "FLOPs count a multiply-add as 2 (docs/graph.md has the convention per op).", cmd_graph},
+    {"onnx-conformance",
+     "tessera onnx-conformance DIR [--exclusions FILE] [--pass-list FILE] [--write-pass-list FILE] [--format table|summary]",
+     "run the reference executor over ONNX backend tests (e.g. /usr/share/libonnx-testdata/data/node)",
+     "Prints one row per test: pass, FAIL (values differ; max abs error), ERROR (a supported op\n"
+     "rejected an attribute or dtype), unsupported (an op outside the supported set). Exit 1 when a\n"
+     "test whose ops are all supported fails without a line in --exclusions, or when a test named\n"
+     "in --pass-list does not pass.",
+     cmd_conformance},
+    {"version", "tessera version", "print the version of tessera and of the libraries it uses", "", cmd_version},
+};
+
+const Verb* find_verb(const std::string& name) {
+  for (const auto& v : kVerbs)
+    if (name == v.name) return &v;
+  return nullptr;
+}
+
+void print_usage(std::ostream& os) {
+  os << "tessera " << version_string() << " -- cycle-approximate simulator for dataflow ML accelerators\n\n"
+     << "usage: tessera VERB [options]\n\nverbs:\n";
+  for (const auto& v : kVerbs) {
+    std::string n = v.name;
+    n.resize(10, ' ');
+    os << "  " << n << v.summary << "\n";
+  }
+  os << "\noptions:\n"
+        "  --out DIR             output directory (default out/<scenario name>/)\n"
+        "  --set key.path=value  override one scenario field (validated like the file)\n"
+        "  --no-numerics         timing only: compute no tensor values\n"
+        "  -q, --quiet           print only results and errors\n"
+        "  -v, --verbose         print more detail\n"
+        "  -h, --help            help (also: tessera VERB --help)\n\n"
+        "exit codes: 0 ok, 1 a check failed, 2 bad input or usage, 3 internal error, 130 interrupted\n";
+}
+
+void print_verb_help(const Verb& v) {
+  std::cout << "usage: " << v.usage << "\n\n" << v.summary << "\n";
+  if (std::strlen(v.details)) std::cout << "\n" << v.details << "\n";
+}
+
+// Parses argv; throws InputError on a usage mistake.
+Options parse_args(int argc, char** argv) {
+  Options o;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](const std::string& opt) -> std::string {
+      const auto eq = a.find('=');
+      if (eq != std::string::npos) return a.substr(eq + 1);
+      if (i + 1 >= args.size()) throw InputError("command line", opt + " needs a value", "see tessera --help");
+      return args[++i];
+    };
+    if (a == "-h" || a == "--help") o.help = true;
+    else if (a == "-q" || a == "--quiet") o.verbosity = Verbosity::quiet;
+    else if (a == "-v" || a == "--verbose") o.verbosity = Verbosity::verbose;
+    else if (a == "--no-numerics") o.no_numerics = true;
+    else if (a == "--out" || a.rfind("--out=", 0) == 0) o.out_dir = value("--out");
+    else if (a == "--set" || a.rfind("--set=", 0) == 0) o.sets.push_back(value("--set"));
+    else if (a == "--exclusions" || a == "--pass-list" || a == "--write-pass-list" || a == "--format" ||
+             a.rfind("--exclusions=", 0) == 0 || a.rfind("--pass-list=", 0) == 0 ||
+             a.rfind("--write-pass-list=", 0) == 0 || a.rfind("--format=", 0) == 0) {
+      const std::string key = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
+      o.verb_opts[key] = value("--" + key);
+    } else if (a.size() > 1 && a[0] == '-') {
+      std::vector<std::string> known = {"--help", "--quiet", "--verbose", "--out", "--set", "--no-numerics",
+                                        "--exclusions", "--pass-list", "--write-pass-list", "--format"};
+      std::string hint = did_you_mean(a, known);
+      throw InputError("command line", "unknown option '" + a + "'",
+                       hint.empty() ? "see tessera --help" : "did you mean '" + hint + "'?");
+    } else if (o.verb.empty()) o.verb = a;
+    else o.positional.push_back(a);
+  }
+  return o;
+}
+
+void report_input_error(const InputError& e) {
+  auto& c = Console::get();
+  const auto& diags = e.diagnostics();
+  if (diags.size() > 1) c.error(std::to_string(diags.size()) + " problems:");
+  for (const auto& d : diags) c.error(d.str());
+}
+
+std::string one_scenario(const Options& o, bool default_quickstart) {
+  if (o.positional.size() > 1)
+    throw InputError("command line", "expected one scenario, got " + std::to_string(o.positional.size()),
+                     "run one scenario at a time");
+  if (!o.positional.empty()) return o.positional[0];
+  if (!default_quickstart) throw InputError("command line", "missing SCENARIO", "e.g. tessera validate scenarios/quickstart.json");
+  return default_scenario_path();
+}
+
+int cmd_validate(const Options& o) {
+  Scenario s = load_scenario(one_scenario(o, false), o.sets);
+  auto& c = Console::get();
+  for (const auto& w : s.warnings) c.warn(w);
+  c.result("ok: " + s.name + " (" + s.kind + (s.preset.empty() ? "" : "/" + s.preset) + ") is a valid " +
+           kScenarioSchema + " scenario");
+  if (c.verbosity() == Verbosity::verbose) std::cout << s.resolved.dump(2) << "\n";
+  return kExitOk;
+}
+
+int cmd_run(const Options& o) {
+  std::vector<std::string> sets = o.sets;
+  if (o.no_numerics) sets.push_back("run.numerics=false");
+  Scenario s = load_scenario(one_scenario(o, true), sets);
+  RunOptions ro;
+  ro.out_dir = o.out_dir.empty() ? (std::filesystem::path("out") / s.name).string() : o.out_dir;
+  return run_scenario(s, ro);
+}
+
+int cmd_params(const Options& o) {
+  if (o.positional.size() > 1) throw InputError("command line", "params takes at most one TARGET or PRESET");
+  if (o.positional.empty()) {
+    print_targets(std::cout);
+    return kExitOk;
+  }
+  print_params(std::cout, o.positional[0]);
+  return kExitOk;
+}
+
+int cmd_graph(const Options& o) {
+  Scenario s = load_scenario(one_scenario(o, false), o.sets);
+  graph::Graph g = load_model(s);
+  graph::print_graph(std::cout, g);
+  return kExitOk;
+}
+
+int cmd_conformance(const Options& o) {
+  if (o.positional.size() != 1)
+    throw InputError("command line", "onnx-conformance takes one DIR", "e.g. tessera onnx-conformance /usr/share/libonnx-testdata/data/node");
+  ConformanceOptions c;
+  c.dir = o.positional[0];
+  auto get = [&](const char* k) { auto it = o.verb_opts.find(k); return it == o.verb_opts.end() ? std::string() : it->second; };
+  c.exclusions_file = get("exclusions");
+  c.pass_list_file = get("pass-list");
+  c.write_pass_list = get("write-pass-list");
+  if (!get("format").empty()) c.format = get("format");
+  if (c.format != "table" && c.format != "summary")
+    throw InputError("--format", "'" + c.format + "' is not a format of onnx-conformance", "use table or summary");
+  return run_conformance(c);
+}
+
+int cmd_version(const Options&) {
+  std::cout << version_report();
+  return kExitOk;
+}
+
+}  // namespace
+
+int cli_main(int argc, char** argv) {
+  auto& c = Console::get();
+  try {
+    Options o = parse_args(argc, argv);
+    c.set_verbosity(o.verbosity);
+    if (o.verb.empty()) {
+      print_usage(o.help ? std::cout : std::cerr);
+      return o.help ? kExitOk : kExitBadInput;
+    }
+    const Verb* v = find_verb(o.verb);
+    if (!v) {
+      std::vector<std::string> names;
+      for (const auto& vb : kVerbs) names.push_back(vb.name);
+      std::string hint = did_you_mean(o.verb, names);
+      throw InputError("command line", "unknown verb '" + o.verb + "'",
+                       hint.empty() ? "verbs: run, validate, graph, params, onnx-conformance, version" : "did you mean '" + hint + "'?");
+    }
+    if (o.help) {
+      print_verb_help(*v);
+      return kExitOk;
+    }
+    return v->handler(o);
+  } catch (const InputError& e) {
+    report_input_error(e);
+    return kExitBadInput;
+  } catch (const Interrupted&) {
+    c.error("interrupted; no partial outputs were left under their final names");
+    return kExitInterrupted;
+  } catch (const CheckFailed& e) {
+    c.error(e.what());
+    return kExitCheckFailed;
+  } catch (const std::exception& e) {
+    c.error(std::string("internal error: ") + e.what() + " (please report this with the scenario)");
+    return kExitInternal;
+  }
+}
+
+}  // namespace tessera::sim

@@ -1,0 +1,10 @@
+#pragma once
+#include <ostream>
+#include <string>
+
+namespace tessera::sim {
+// `tessera params`: the targets and their presets.
+void print_targets(std::ostream& os);
+// `tessera params TARGET|PRESET`: one row per parameter. Throws InputError for an unknown name.
+void print_params(std::ostream& os, const std::string& target_or_preset);
+}  // namespace tessera::sim

@@ -1,0 +1,78 @@
+#include "sim/report.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "isa/fileio.hpp"
+
+namespace tessera::sim {
+
+using json = nlohmann::json;
+
+namespace {
+// JSON has no inf/NaN: write them as strings.
+json number_or_string(double v) {
+  if (std::isfinite(v)) return v;
+  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+}
+}  // namespace
+
+json new_report(const Scenario& s) {
+  json r;
+  r["schema"] = kReportSchema;
+  r["scenario_file"] = s.file;
+  r["scenario"] = s.resolved;
+  json target = {{"kind", s.kind}};
+  if (!s.preset.empty()) target["preset"] = s.preset;
+  r["target"] = target;
+  const json& ref = s.resolved["expect"].value("reference_latency", json());
+  r["latency"] = {{"predicted_s", nullptr},
+                  {"simulated_s", nullptr},
+                  {"error_pct", nullptr},
+                  {"published_s", ref.is_null() ? json() : ref["value"]},
+                  {"published_source", ref.is_null() ? json() : ref["source"]}};
+  r["kernels"] = json::array();
+  r["outputs"] = json::array();
+  r["steps"] = json::array();
+  r["stats"] = json::object();
+  r["checks"] = json::array();
+  r["host"] = {{"file", "host.json"}};
+  return r;
+}
+
+json output_record(const std::string& name, const std::string& file, const Comparison* c, double rtol, double atol) {
+  json o = {{"name", name}, {"file", file}};
+  if (!c) {
+    o["checked"] = false;
+    return o;
+  }
+  o["checked"] = true;
+  o["shapes_match"] = c->shapes_match;
+  o["max_abs_error"] = number_or_string(c->max_abs_error);
+  o["max_rel_error"] = number_or_string(c->max_rel_error);
+  o["max_ulp"] = c->max_ulp == UINT64_MAX ? json("inf") : json(c->max_ulp);
+  o["mismatches"] = c->mismatches;
+  o["worst_index"] = c->worst_index;
+  o["tolerance"] = {{"rtol", rtol}, {"atol", atol}};
+  o["pass"] = c->pass;
+  return o;
+}
+
+long long peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return -1;
+}
+
+void write_report(const std::string& out_dir, const json& report, double wall_s) {
+  const std::string dir = out_dir.empty() ? "." : out_dir;
+  write_file_atomic(dir + "/host.json",
+                    json({{"wall_s", wall_s}, {"peak_rss_bytes", peak_rss_bytes()}}).dump(2) + "\n");
+  write_file_atomic(dir + "/report.json", report.dump(2) + "\n");
+}
+
+}  // namespace tessera::sim

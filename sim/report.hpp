@@ -1,0 +1,27 @@
+#pragma once
+// report.json (schema tessera.report/1, docs/report.md) and the human summary.
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "isa/compare.hpp"
+#include "sim/scenario.hpp"
+
+namespace tessera::sim {
+
+inline constexpr const char* kReportSchema = "tessera.report/1";
+
+// The skeleton every run fills: schema, resolved scenario, target, empty latency/kernels/outputs.
+nlohmann::json new_report(const Scenario& s);
+
+// One output's check record.
+nlohmann::json output_record(const std::string& name, const std::string& file, const Comparison* c, double rtol,
+                             double atol);
+
+// Writes report.json atomically. Host measurements (wall time, peak RSS) go to host.json so that
+// report.json is byte-identical for the same scenario and seed.
+void write_report(const std::string& out_dir, const nlohmann::json& report, double wall_s);
+
+// Peak resident set size of this process, in bytes (from /proc/self/status).
+long long peak_rss_bytes();
+
+}  // namespace tessera::sim

@@ -1,0 +1,145 @@
+#include "sim/run.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+
+#include "isa/compare.hpp"
+#include "isa/npy.hpp"
+#include "mapper/graph/summary.hpp"
+#include "mapper/reference/executor.hpp"
+#include "sim/console.hpp"
+#include "sim/model.hpp"
+#include "sim/report.hpp"
+
+namespace tessera::sim {
+
+using json = nlohmann::json;
+
+namespace {
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_sigint(int) { g_interrupted.store(true); }
+
+std::string safe_file_name(const std::string& name) {
+  std::string s;
+  for (char c : name) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+  return s.empty() ? "output" : s;
+}
+
+std::string fmt(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", v);
+  return b;
+}
+
+// The reference target: the golden interpreter runs the graph; no timing model.
+int run_reference(const Scenario& s, const RunOptions& opt) {
+  auto& con = Console::get();
+  const auto t0 = std::chrono::steady_clock::now();
+  graph::Graph g = load_model(s);
+  check_expect_names(s, g);
+  auto inputs = load_inputs(s, g);
+  const auto tot = graph::totals(g);
+  con.info("model: " + g.source + " (" + std::to_string(g.nodes.size()) + " nodes, " + std::to_string(tot.params) +
+           " parameters, " + std::to_string(tot.flops) + " FLOPs)");
+  if (!s.resolved["run"]["numerics"].get<bool>())
+    throw InputError("/run/numerics", "the reference target computes values only; timing-only runs need a machine target",
+                     "remove --no-numerics or choose target.kind neuroncore or wafer");
+  if (s.resolved["run"]["steps"].get<int64_t>() != 1)
+    throw InputError("/run/steps", "multi-step runs are not supported by this build yet", "set run.steps to 1");
+  if (!s.resolved["step_closures"].empty())
+    throw InputError("/step_closures", "step closures are not supported by this build yet", "remove /step_closures");
+  if (s.resolved.contains("trace"))
+    con.warn("/trace: the reference target has no timeline; no trace is written");
+
+  Progress progress("reference executor", static_cast<double>(g.nodes.size()));
+  auto outputs = reference::execute(g, inputs, [&](size_t done, size_t) {
+    throw_if_interrupted();
+    progress.update(static_cast<double>(done));
+  });
+  progress.finish();
+
+  json report = new_report(s);
+  report["graph"] = {{"nodes", g.nodes.size()}, {"parameters", tot.params}, {"parameter_bytes", tot.param_bytes},
+                     {"flops", tot.flops}};
+  report["latency"]["note"] = "the reference target has no timing model";
+  const json& out_cfg = s.resolved["outputs"];
+  const std::string out_sub = out_cfg["dir"].get<std::string>();
+  const json& expect = s.resolved["expect"];
+  bool all_pass = true;
+  std::vector<std::string> failures;
+  con.out(con.bold("outputs") + " (reference executor, fp32):");
+  for (const auto& name : g.outputs) {
+    const Tensor& t = outputs.at(name);
+    std::string file;
+    if (out_cfg["save"].get<bool>()) {
+      file = out_sub + "/" + safe_file_name(name) + ".npy";
+      write_npy((std::filesystem::path(opt.out_dir) / file).string(), t);
+    }
+    std::string line = "  " + name + " " + std::string(dtype_name(t.dtype())) + shape_str(t.shape());
+    if (expect["outputs"].contains(name)) {
+      const json& e = expect["outputs"][name];
+      const Tensor want = read_npy(e["file"].get<std::string>());
+      const double rtol = e["rtol"].get<double>(), atol = e["atol"].get<double>();
+      Comparison c = compare(t, want, rtol, atol);
+      if (c.pass && expect.contains("max_rel_error") && c.max_rel_error > expect["max_rel_error"].get<double>()) {
+        c.pass = false;
+        failures.push_back(name + ": max relative error " + fmt(c.max_rel_error) + " exceeds expect.max_rel_error " +
+                           fmt(expect["max_rel_error"].get<double>()));
+      } else if (!c.pass) {
+        failures.push_back(name + (c.shapes_match ? ": " + std::to_string(c.mismatches) + " elements outside rtol " +
+                                                        fmt(rtol) + " atol " + fmt(atol) + " (max abs error " +
+                                                        fmt(c.max_abs_error) + ")"
+                                                  : ": shape " + shape_str(t.shape()) + " differs from expected " +
+                                                        shape_str(want.shape())));
+      }
+      all_pass = all_pass && c.pass;
+      report["outputs"].push_back(output_record(name, file, &c, rtol, atol));
+      line += "  max abs err " + fmt(c.max_abs_error) + "  max rel err " + fmt(c.max_rel_error) + "  " +
+              (c.pass ? con.green("PASS") : con.red("FAIL"));
+    } else {
+      report["outputs"].push_back(output_record(name, file, nullptr, 0, 0));
+      line += "  (no expected values given)";
+    }
+    con.out(line);
+  }
+  if (expect.contains("latency_error_pct"))
+    con.warn("/expect/latency_error_pct: the reference target has no latency; the check is skipped");
+  for (const auto& f : failures) report["checks"].push_back({{"check", "outputs"}, {"pass", false}, {"detail", f}});
+  report["pass"] = all_pass;
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  throw_if_interrupted();
+  write_report(opt.out_dir, report, wall);
+  con.out("report: " + (std::filesystem::path(opt.out_dir) / "report.json").string());
+  if (!all_pass) {
+    for (const auto& f : failures) con.error("check failed: " + f);
+    return 1;
+  }
+  return 0;
+}
+}  // namespace
+
+void install_interrupt_handler() {
+  static bool installed = false;
+  if (installed) return;
+  installed = true;
+  std::signal(SIGINT, on_sigint);
+}
+
+void throw_if_interrupted() {
+  if (g_interrupted.load(std::memory_order_relaxed)) throw Interrupted();
+}
+
+int run_scenario(const Scenario& s, const RunOptions& opt) {
+  install_interrupt_handler();
+  auto& con = Console::get();
+  con.info("scenario " + s.name + ": target " + s.kind + (s.preset.empty() ? "" : "/" + s.preset));
+  if (s.kind == "reference") return run_reference(s, opt);
+  // The NeuronCore and wafer engines land with their issues; nothing is pretended here.
+  throw InputError("/target/kind", "target kind '" + s.kind + "' cannot run in this build yet",
+                   "'tessera validate' checks the scenario; use target.kind \"reference\" to run the model on the golden interpreter");
+}
+
+}  // namespace tessera::sim

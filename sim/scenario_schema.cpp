@@ -1,0 +1,160 @@
+// The schema of tessera.scenario/1. Later capabilities add fields here; nothing is ignored.
+#include <nlohmann/json.hpp>
+
+#include "sim/scenario.hpp"
+
+namespace tessera::sim {
+
+using namespace tessera::schema;
+using json = nlohmann::json;
+
+namespace {
+
+bool valid_name(const std::string& s) {
+  if (s.empty() || s.size() > 128) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) return false;
+  return s != "." && s != "..";
+}
+
+NodePtr name_node(std::string description) {
+  auto n = string(std::move(description));
+  n->check = [](const json& v, const std::string& p, DiagnosticList& d) {
+    if (v.is_string() && !valid_name(v.get<std::string>()))
+      d.add(p, "name " + v.dump() + " is not usable as a directory name",
+            "use letters, digits, '_', '-' and '.' (at most 128 characters)");
+  };
+  return n;
+}
+
+NodePtr build() {
+  const double inf = 1e300;
+  auto param_value = any("a parameter value: a number, a quantity string such as \"410GB/s\", true/false, or a list of integers");
+  auto params = with_default(map_of(param_value, "hardware parameter overrides (see 'tessera params TARGET')"), json::object());
+  params->dotted_keys = true;
+
+  auto target = object({
+      req("kind", enumeration({"reference", "neuroncore", "wafer"},
+                              "reference = the golden interpreter on the CPU; neuroncore, wafer = the simulated machines")),
+      opt("preset", string("hardware preset: trn1 | trn2 for neuroncore, wse2 | wse3 for wafer (default: the first)")),
+      opt("params", params),
+  }, "which machine to run on");
+
+  auto dims = array_of(integer(0, 1e12, "a dimension"), "a shape, e.g. [8, 64]");
+  auto dtype = with_default(enumeration({"fp32", "fp64", "fp16", "bf16", "int64", "int32", "bool"}, "element type"), "fp32");
+  auto graph_input = object({req("shape", dims), opt("dtype", dtype)}, "a graph input");
+  auto init_random = object({
+      opt("seed", with_default(integer(0, 9.0e15, "random seed"), 0)),
+      opt("dist", with_default(enumeration({"normal", "uniform"}, "distribution"), "normal")),
+      opt("scale", with_default(number(0, inf, "standard deviation or half-width"), 1.0)),
+  }, "seeded random values");
+  auto initializer = object({
+      opt("shape", dims),
+      opt("dtype", dtype),
+      opt("values", array_of(number(-inf, inf), "the values, row-major")),
+      opt("file", path("a .npy file")),
+      opt("random", init_random),
+  }, "a weight: inline values, a .npy file, or seeded random values");
+  initializer->exactly_one_of = {"values", "file", "random"};
+  auto graph_node = object({
+      opt("name", string("node name (default: <op>_<index>)")),
+      req("op", string("ONNX op type, e.g. MatMul")),
+      req("inputs", array_of(string(), "input tensor names (\"\" for an absent optional input)")),
+      req("outputs", array_of(string(), "output tensor names")),
+      opt("attrs", with_default(map_of(any("an attribute: integer, number, string or a list of one of those"), "ONNX attributes"), json::object())),
+  }, "one op");
+  auto graph = object({
+      opt("opset", with_default(integer(7, 18, "ai.onnx opset whose semantics the nodes follow"), 17)),
+      req("inputs", map_of(graph_input, "runtime inputs by name")),
+      req("outputs", array_of(string(), "output tensor names")),
+      opt("initializers", with_default(map_of(initializer, "weights by name"), json::object())),
+      req("nodes", array_of(graph_node, "ops in any order")),
+  }, "an inline dataflow graph with ONNX op semantics");
+  auto model = object({
+      opt("onnx", path("an ONNX model file")),
+      opt("graph", graph),
+  }, "the model: an ONNX file or an inline graph");
+  model->exactly_one_of = {"onnx", "graph"};
+
+  auto random = object({
+      opt("seed", with_default(integer(0, 9.0e15, "random seed"), 0)),
+      opt("dist", with_default(enumeration({"normal", "uniform"}, "normal(0, scale) or uniform(-scale, scale)"), "normal")),
+      opt("scale", with_default(number(0, inf, "standard deviation (normal) or half-width (uniform)"), 1.0)),
+  }, "seeded random values");
+  auto input = object({
+      opt("file", path("a .npy file")),
+      opt("random", random),
+  }, "one model input: a .npy file or seeded random values");
+  input->exactly_one_of = {"file", "random"};
+
+  auto precision = with_default(object({
+      opt("compute", with_default(enumeration({"fp32", "bf16", "fp16", "cbf16", "fp8_e4m3", "fp8_e5m2"},
+                                              "format of the multiplicands on the machine"), "fp32")),
+      opt("accumulate", with_default(enumeration({"fp32"}, "format of accumulations (PSUM, fmacs)"), "fp32")),
+  }, "numeric precision"), json::object());
+
+  auto mapping = with_default(object({
+      opt("mode", with_default(enumeration({"auto", "weight_streaming", "pipelined"},
+                                           "how weights reach the compute: streamed layer by layer, or resident"), "auto")),
+  }, "compiler choices"), json::object());
+
+  auto run = with_default(object({
+      opt("steps", with_default(integer(1, 1e9, "number of steps to run"), 1)),
+      opt("numerics", with_default(boolean("false = timing only (no tensor values computed)"), true)),
+  }, "how to run"), json::object());
+
+  auto expect_output = object({
+      req("file", path("expected values as .npy")),
+      opt("rtol", with_default(number(0, inf, "relative tolerance"), 1e-4)),
+      opt("atol", with_default(number(0, inf, "absolute tolerance"), 1e-5)),
+  }, "expected values of one output: pass when |actual - expected| <= atol + rtol*|expected|");
+  auto reference_latency = object({
+      req("value", quantity(UnitKind::time, 0, inf, "published latency, e.g. \"0.943ms\"")),
+      req("source", string("where the figure comes from")),
+  }, "a published latency to print next to the simulated one");
+  auto expect = with_default(object({
+      opt("outputs", with_default(map_of(expect_output, "expected outputs by name"), json::object())),
+      opt("max_rel_error", number(0, inf, "fail when any output's max relative error exceeds this")),
+      opt("latency_error_pct", number(0, inf, "fail when |predicted - simulated| / simulated exceeds this percentage")),
+      opt("reference_latency", reference_latency),
+  }, "checks that turn into pass/fail (exit 1 on failure)"), json::object());
+
+  auto trace = object({
+      opt("file", with_default(string("trace file name inside the output directory"), "trace.pftrace")),
+      opt("detail", with_default(enumeration({"kernel", "instruction", "pe"}, "how much to record"), "kernel")),
+      opt("format", with_default(enumeration({"perfetto", "json"}, "Perfetto protobuf or Chrome JSON"), "perfetto")),
+  }, "trace output");
+
+  auto outputs = with_default(object({
+      opt("dir", with_default(string("directory for output .npy files, inside the output directory"), "outputs")),
+      opt("save", with_default(boolean("write the model outputs as .npy"), true)),
+  }, "what to write"), json::object());
+
+  auto closure = any("a step closure");
+
+  auto root = object({
+      req("schema", enumeration({kScenarioSchema}, "the scenario format version")),
+      opt("name", name_node("scenario name; the default output directory is out/<name>/ (default: the file name)")),
+      opt("description", with_default(string("free text"), "")),
+      req("target", target),
+      opt("model", model),
+      opt("inputs", with_default(map_of(input, "model inputs by name"), json::object())),
+      opt("precision", precision),
+      opt("mapping", mapping),
+      opt("run", run),
+      opt("step_closures", with_default(array_of(closure, "callbacks at step ends"), json::array())),
+      opt("expect", expect),
+      opt("trace", trace),
+      opt("outputs", outputs),
+  }, "a tessera scenario");
+  return root;
+}
+
+}  // namespace
+
+const Node& scenario_schema() {
+  static const NodePtr root = build();
+  return *root;
+}
+
+}  // namespace tessera::sim

@@ -1,0 +1,116 @@
+#include <catch2/catch.hpp>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "isa/error.hpp"
+#include "mapper/frontend/onnx.hpp"
+#include "mapper/graph/summary.hpp"
+#include "mapper/passes/passes.hpp"
+#include "mapper/reference/executor.hpp"
+#include "sim/model.hpp"
+#include "sim/scenario.hpp"
+
+using namespace tessera;
+using json = nlohmann::json;
+
+namespace {
+const std::string kRoot = TESSERA_SOURCE_DIR;
+
+graph::Graph inline_graph(const json& g) {
+  json doc = {{"schema", "tessera.scenario/1"}, {"name", "t"}, {"target", {{"kind", "reference"}}}, {"model", {{"graph", g}}}};
+  return sim::load_model(sim::load_scenario_json(doc, ""));
+}
+}  // namespace
+
+// Hand count in scenarios/models/README.md (B=1, S=16, D=64, H=4, dh=16, F=128, T=B*S=16).
+TEST_CASE("graph: transformer layer shapes, parameter bytes and FLOPs match the hand count", "[graph]") {
+  graph::Graph g = frontend::load_onnx(kRoot + "/scenarios/models/transformer_layer.onnx");
+  passes::prepare(g);
+  const int64_t T = 16, D = 64, F = 128, B = 1, H = 4, S = 16, dh = 16;
+  std::map<std::string, int64_t> by_op;
+  for (const auto& n : g.nodes) by_op[n.op] += graph::node_flops(g, n);
+  CHECK(by_op["MatMul"] == 6 * T * D * D + 4 * B * H * S * S * dh + 4 * T * D * F);  // 983,040
+  CHECK(by_op["Gemm"] == 2 * T * D * D + T * D);                                     // 132,096
+  CHECK(by_op["Add"] == 8 * T * D + 2 * T * F + 2 * T);                              // 12,320
+  CHECK(by_op["Div"] == 3 * T * D + T * F);
+  CHECK(by_op["Mul"] == 2 * T * D + 2 * T * F);
+  CHECK(by_op["Sub"] == 2 * T * D);
+  CHECK(by_op["Pow"] == 2 * T * D);
+  CHECK(by_op["Sqrt"] == 2 * T);
+  CHECK(by_op["Erf"] == T * F);
+  CHECK(by_op["ReduceMean"] == 4 * T * D);
+  CHECK(by_op["Softmax"] == 5 * B * H * S * S);
+  const auto t = graph::totals(g);
+  CHECK(t.flops == 1154112);
+  CHECK(t.param_bytes == 4 * (4 * D * D + 2 * D * F + 9 * D + F));  // 133,888
+  CHECK(t.params == 33472);
+  // Folding removed the Constant nodes and the shape arithmetic.
+  for (const auto& n : g.nodes) CHECK(n.op != "Constant");
+  CHECK(g.value(g.outputs[0]).shape == Shape{1, 16, 64});
+}
+
+TEST_CASE("graph: Shape/Gather/Concat/Reshape chains fold to constants", "[graph]") {
+  graph::Graph g = inline_graph(json::parse(R"({
+    "inputs": {"x": {"shape": [2, 3, 4]}},
+    "outputs": ["y"],
+    "initializers": {"i0": {"values": [0], "dtype": "int64", "shape": []},
+                     "m1": {"values": [-1], "dtype": "int64", "shape": [1]}},
+    "nodes": [
+      {"name": "shape", "op": "Shape", "inputs": ["x"], "outputs": ["s"]},
+      {"name": "first", "op": "Gather", "inputs": ["s", "i0"], "outputs": ["d0"], "attrs": {"axis": 0}},
+      {"name": "unsq", "op": "Unsqueeze", "inputs": ["d0"], "outputs": ["d0v"], "attrs": {"axes": [0]}},
+      {"name": "cat", "op": "Concat", "inputs": ["d0v", "m1"], "outputs": ["newshape"], "attrs": {"axis": 0}},
+      {"name": "reshape", "op": "Reshape", "inputs": ["x", "newshape"], "outputs": ["y"]},
+      {"name": "unused", "op": "Relu", "inputs": ["x"], "outputs": ["dead"]}]})"));
+  REQUIRE(g.nodes.size() == 1);  // only the Reshape is left; the dead Relu is gone
+  CHECK(g.nodes[0].op == "Reshape");
+  CHECK(g.value("newshape").data->to_i64() == std::vector<int64_t>{2, -1});
+  CHECK(g.value("y").shape == Shape{2, 12});
+  CHECK_FALSE(g.has_value("dead"));
+}
+
+TEST_CASE("graph: folding and execution agree with the unfolded graph", "[graph]") {
+  // y = (x @ (w1 * 2)) + b : w1*2 folds, the rest runs.
+  graph::Graph g = inline_graph(json::parse(R"({
+    "inputs": {"x": {"shape": [2, 2]}},
+    "outputs": ["y"],
+    "initializers": {"w1": {"values": [1, 2, 3, 4], "shape": [2, 2]},
+                     "two": {"values": [2], "shape": []},
+                     "b": {"values": [0.5, -0.5], "shape": [2]}},
+    "nodes": [
+      {"op": "Mul", "inputs": ["w1", "two"], "outputs": ["w2"]},
+      {"op": "MatMul", "inputs": ["x", "w2"], "outputs": ["h"]},
+      {"op": "Add", "inputs": ["h", "b"], "outputs": ["y"]}]})"));
+  CHECK(g.nodes.size() == 2);
+  auto out = reference::execute(g, {{"x", Tensor::from_f32({2, 2}, {1, 0, 0, 1})}});
+  CHECK(out.at("y").to_f32() == std::vector<float>{2.5f, 3.5f, 6.5f, 7.5f});
+}
+
+TEST_CASE("graph: a non-constant shape operand is rejected with the node named", "[graph]") {
+  try {
+    inline_graph(json::parse(R"({
+      "inputs": {"x": {"shape": [2, 3]}, "s": {"shape": [2], "dtype": "int64"}},
+      "outputs": ["y"],
+      "nodes": [{"name": "dyn", "op": "Reshape", "inputs": ["x", "s"], "outputs": ["y"]}]})"));
+    FAIL("expected an InputError");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("node 'dyn' (Reshape") != std::string::npos);
+    CHECK(std::string(e.what()).find("not a constant") != std::string::npos);
+  }
+}
+
+TEST_CASE("graph: undefined inputs and duplicate outputs are all reported", "[graph]") {
+  try {
+    inline_graph(json::parse(R"({
+      "inputs": {"x": {"shape": [2]}},
+      "outputs": ["y", "z"],
+      "nodes": [{"name": "a", "op": "Relu", "inputs": ["nope"], "outputs": ["y"]},
+                {"name": "b", "op": "Relu", "inputs": ["x"], "outputs": ["y"]}]})"));
+    FAIL("expected an InputError");
+  } catch (const InputError& e) {
+    const std::string w = e.what();
+    CHECK(w.find("input 'nope' is not defined") != std::string::npos);
+    CHECK(w.find("output 'y' is already defined") != std::string::npos);
+    CHECK(w.find("graph output 'z' is not produced") != std::string::npos);
+  }
+}
