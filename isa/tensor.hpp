@@ -43,7 +43,8 @@ class Tensor {
   std::vector<float> to_f32() const;
   std::vector<double> to_f64() const;
   std::vector<int64_t> to_i64() const;
-  // Conversion to another dtype; floats round to nearest even.
+  // Conversion to another dtype; floats round to nearest even. Float -> integer truncates toward
+  // zero and saturates to the target's range (NaN -> 0); integer -> integer wraps as in C++.
   Tensor cast(DType to) const;
   // Same data, new shape (numel must match).
   Tensor reshaped(Shape s) const;

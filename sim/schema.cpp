@@ -1,5 +1,6 @@
 #include "sim/schema.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -253,6 +254,57 @@ json validate(const Node& n, const json& v, const std::string& p, const Context&
       break;
   }
   if (n.check) n.check(out, p, d);
+  return out;
+}
+
+namespace {
+std::string type_text(const Node& n) {
+  switch (n.kind) {
+    case Kind::object: return "object";
+    case Kind::map: return "map of name -> " + type_text(*n.element);
+    case Kind::array: return "array of " + type_text(*n.element);
+    case Kind::string: return "string";
+    case Kind::enumeration: {
+      std::string s;
+      for (const auto& c : n.choices) s += (s.empty() ? "" : " \\| ") + ("`" + c + "`");
+      return s;
+    }
+    case Kind::integer: return "integer" + (range_text(n).empty() ? "" : " " + range_text(n));
+    case Kind::number: return "number" + (range_text(n).empty() ? "" : " " + range_text(n));
+    case Kind::boolean: return "boolean";
+    case Kind::quantity: return std::string(unit_kind_name(n.unit)) + " (e.g. \"" + format_quantity(n.min > 0 ? n.min : 1, n.unit) + "\")";
+    case Kind::path: return "file path";
+    case Kind::any: return "any";
+  }
+  return "?";
+}
+
+void table_rows(const Node& n, const std::string& p, std::string& out) {
+  const Node* walk = &n;
+  std::string prefix = p;
+  if (n.kind == Kind::map && n.element->kind == Kind::object) {
+    walk = n.element.get();
+    prefix = p + "/NAME";
+  } else if (n.kind == Kind::array && n.element->kind == Kind::object) {
+    walk = n.element.get();
+    prefix = p + "/N";
+  }
+  if (walk->kind != Kind::object) return;
+  for (const auto& f : walk->fields) {
+    const std::string fp = prefix + "/" + f.name;
+    std::string def = f.required ? "required" : (f.node->default_value ? "`" + f.node->default_value->dump() + "`" : "optional");
+    if (!walk->exactly_one_of.empty() &&
+        std::find(walk->exactly_one_of.begin(), walk->exactly_one_of.end(), f.name) != walk->exactly_one_of.end())
+      def = "one of " + join(walk->exactly_one_of);
+    out += "| `" + fp + "` | " + type_text(*f.node) + " | " + def + " | " + f.node->description + " |\n";
+    table_rows(*f.node, fp, out);
+  }
+}
+}  // namespace
+
+std::string markdown_table(const Node& root) {
+  std::string out = "| field | type | default | description |\n| --- | --- | --- | --- |\n";
+  table_rows(root, "", out);
   return out;
 }
 

@@ -70,6 +70,10 @@ Field opt(std::string name, NodePtr node);
 json validate(const Node& node, const json& value, const std::string& pointer, const Context& ctx,
               DiagnosticList& diags);
 
+// A Markdown table of every field: pointer, type, default, description (docs/scenario-fields.md is
+// this output, kept in sync by a test).
+std::string markdown_table(const Node& root);
+
 // JSON pointer escaping of one reference token ('~' -> "~0", '/' -> "~1").
 std::string pointer_token(const std::string& key);
 // "number 5", "string \"x\"", "object", ... for error messages.

@@ -85,6 +85,14 @@ Shape broadcast_shapes(const OpCall& c, const Shape& a, const Shape& b) {
   return out;
 }
 
+bool broadcastable_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  const size_t off = to.size() - from.size();
+  for (size_t i = 0; i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[i + off]) return false;
+  return true;
+}
+
 std::vector<int64_t> broadcast_map(const Shape& in_shape, const Shape& out) {
   const size_t r = out.size();
   const size_t off = r - in_shape.size();
@@ -130,6 +138,7 @@ void require_same_dtype(const OpCall& c, const Tensor& a, const Tensor& b) {
 
 Tensor from_f64(DType to, Shape shape, const std::vector<double>& v) {
   Tensor t(to == DType::f64 ? DType::f64 : DType::f32, std::move(shape));
+  if (v.empty()) return to == DType::f64 || to == DType::f32 ? t : t.cast(to);
   if (to == DType::f64) {
     std::memcpy(t.data(), v.data(), v.size() * sizeof(double));
     return t;
@@ -140,6 +149,7 @@ Tensor from_f64(DType to, Shape shape, const std::vector<double>& v) {
 }
 
 Tensor from_i64_as(DType to, Shape shape, const std::vector<int64_t>& v) {
+  if (v.empty()) return Tensor(to, std::move(shape));
   Tensor t = Tensor::from_i64(std::move(shape), v);
   return to == DType::i64 ? t : t.cast(to);
 }

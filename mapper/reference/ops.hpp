@@ -48,6 +48,8 @@ std::vector<int64_t> strides_of(const Shape& s);  // row-major element strides
 
 // Multidirectional (numpy) broadcast of shapes; InputError naming both shapes on mismatch.
 Shape broadcast_shapes(const OpCall& c, const Shape& a, const Shape& b);
+// Whether `from` broadcasts unidirectionally to `to` (numpy rules, `to` unchanged).
+bool broadcastable_to(const Shape& from, const Shape& to);
 // For every element of `out` (row-major), the flat index of the element of `in` it reads under
 // broadcasting (in must be broadcastable to out).
 std::vector<int64_t> broadcast_map(const Shape& in, const Shape& out);

@@ -100,8 +100,7 @@ std::vector<Tensor> op_gemm(const OpCall& c) {
   for (double& e : r) e *= alpha;
   const Shape out{M, N};
   if (cc) {
-    const Shape bs = broadcast_shapes(c, cc->shape(), out);
-    if (bs != out)
+    if (!broadcastable_to(cc->shape(), out))
       fail(c, "C of shape " + shape_str(cc->shape()) + " cannot be broadcast to the output shape " + shape_str(out));
     const auto map = broadcast_map(cc->shape(), out);
     const auto cv = cc->to_f64();

@@ -81,7 +81,7 @@ std::vector<Tensor> op_layer_norm(const OpCall& c) {
   const int64_t outer = shape_numel(outer_shape), n = shape_numel(norm_shape);
   auto param = [&](const Tensor* t, const char* what) {
     if (!t) return std::vector<double>{};
-    if (broadcast_shapes(c, t->shape(), norm_shape) != norm_shape)
+    if (!broadcastable_to(t->shape(), norm_shape))
       fail(c, std::string(what) + " of shape " + shape_str(t->shape()) + " does not broadcast to the normalized shape " +
                   shape_str(norm_shape) + " of input X " + shape_str(s));
     const auto map = broadcast_map(t->shape(), norm_shape);

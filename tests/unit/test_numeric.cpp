@@ -545,7 +545,7 @@ TEST_CASE("numeric: fp8_e5m2 rounding matches the brute-force oracle", "[numeric
   check_against_oracle(kE5m2, 105);
 }
 
-TEST_CASE("numeric: fast paths, round_to and fp32 arrays agree with the generic conversions", "[numeric]") {
+TEST_CASE("numeric: fast paths and round_to and fp32 arrays agree with the generic conversions", "[numeric]") {
   const auto in = random_inputs(300000, 7, 0, 254);
   Mismatches m;
   for (float x : in) {

@@ -84,7 +84,7 @@ bool same_float(float a, float b) {
 
 // ---------------------------------------------------------------------------------------- npy
 
-TEST_CASE("npy: round trip for every supported dtype in 0-d, 1-d, 3-d and empty shapes", "[npy]") {
+TEST_CASE("npy: round trip for every supported dtype in 0-d 1-d 3-d and empty shapes", "[npy]") {
   const DType dtypes[] = {DType::f32, DType::f64, DType::f16, DType::i64, DType::i32,
                           DType::i16, DType::i8,  DType::u8,  DType::boolean};
   const char* descrs[] = {"<f4", "<f8", "<f2", "<i8", "<i4", "<i2", "|i1", "|u1", "|b1"};
@@ -144,7 +144,7 @@ TEST_CASE("npy: formats NumPy lacks are written widened to <f4", "[npy]") {
   }
 }
 
-TEST_CASE("npy: reads hand-built v1.0, v2.0 and v3.0 files", "[npy]") {
+TEST_CASE("npy: reads hand-built v1.0 v2.0 and v3.0 files", "[npy]") {
   const std::vector<float> f = {1.5f, -2.0f, 0.25f, 1e-3f, -0.0f, 65504.0f};
   const std::string data = raw_bytes(f);
   for (int major : {1, 2, 3}) {
@@ -262,7 +262,7 @@ TEST_CASE("npy: reads arrays written by NumPy", "[npy]") {
 
 // ------------------------------------------------------------------------------------- tensor
 
-TEST_CASE("tensor: construction, views, reshape and shape helpers", "[tensor]") {
+TEST_CASE("tensor: construction views reshape and shape helpers", "[tensor]") {
   CHECK(shape_numel({}) == 1);
   CHECK(shape_numel({2, 3, 4}) == 24);
   CHECK(shape_numel({2, 0}) == 0);
@@ -360,7 +360,7 @@ TEST_CASE("tensor: cast fp32 -> bf16 -> fp32 and other float formats round to ne
   CHECK(b.cast(DType::bf16) == b);
 }
 
-TEST_CASE("tensor: cast from floats to integers truncates and saturates, NaN -> 0", "[tensor]") {
+TEST_CASE("tensor: cast from floats to integers truncates and saturates with NaN -> 0", "[tensor]") {
   const std::vector<float> x = {2.7f, -2.7f, 127.9f, -128.9f, 300.5f, -300.5f, 1e30f, -1e30f, INFINITY, -INFINITY, NAN, -0.0f};
   for (DType src : {DType::f32, DType::f64, DType::bf16}) {
     INFO("from " << dtype_name(src));
@@ -442,7 +442,7 @@ TEST_CASE("tensor: ulp_distance counts representable fp32 values", "[tensor][com
   CHECK(ulp_distance(NAN, -NAN) == 0);
 }
 
-TEST_CASE("tensor: compare reports max abs/rel error, ULPs and the worst element", "[tensor][compare]") {
+TEST_CASE("tensor: compare reports max abs/rel error and ULPs and the worst element", "[tensor][compare]") {
   const std::vector<float> e = {1.0f, 2.0f, 0.0f, -4.0f, 100.0f};
   const std::vector<float> a = {1.0f, 2.5f, 0.125f, -4.0f, 101.0f};
   const Comparison c = compare(std::span<const float>(a), std::span<const float>(e), 0.0, 0.0);
@@ -467,7 +467,7 @@ TEST_CASE("tensor: compare reports max abs/rel error, ULPs and the worst element
   CHECK(same.max_ulp == 0);
 }
 
-TEST_CASE("tensor: compare follows numpy.allclose, including NaN, inf and shape mismatch", "[tensor][compare]") {
+TEST_CASE("tensor: compare follows numpy.allclose incl NaN and inf and shape mismatch", "[tensor][compare]") {
   auto cmp = [](std::vector<float> a, std::vector<float> e, double rtol, double atol) {
     return compare(std::span<const float>(a), std::span<const float>(e), rtol, atol);
   };
