@@ -212,7 +212,7 @@ Tensor npy_decode(const std::string& b, const std::string& name) {
                            descr + " needs " + (fits ? std::to_string(need) : std::string("more")),
         "the file is truncated or its header is wrong");
   Tensor t(row->dtype, shape);
-  std::memcpy(t.data(), b.data() + data_start, t.nbytes());
+  if (t.nbytes() > 0) std::memcpy(t.data(), b.data() + data_start, t.nbytes());
   return t;
 }
 

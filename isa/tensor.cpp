@@ -46,7 +46,7 @@ Tensor Tensor::from_f32(Shape shape, std::vector<float> values) {
   if (values.size() != static_cast<size_t>(t.numel()))
     throw std::logic_error("Tensor::from_f32: " + std::to_string(values.size()) + " values for shape " +
                            shape_str(t.shape_));
-  std::memcpy(t.data(), values.data(), values.size() * 4);
+  if (!values.empty()) std::memcpy(t.data(), values.data(), values.size() * 4);
   return t;
 }
 
@@ -54,7 +54,7 @@ Tensor Tensor::from_i64(Shape shape, std::vector<int64_t> values) {
   Tensor t(DType::i64, std::move(shape));
   if (values.size() != static_cast<size_t>(t.numel()))
     throw std::logic_error("Tensor::from_i64: value count does not match shape " + shape_str(t.shape_));
-  std::memcpy(t.data(), values.data(), values.size() * 8);
+  if (!values.empty()) std::memcpy(t.data(), values.data(), values.size() * 8);
   return t;
 }
 
