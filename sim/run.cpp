@@ -13,6 +13,7 @@
 #include "sim/console.hpp"
 #include "sim/model.hpp"
 #include "sim/report.hpp"
+#include "sim/run_engines.hpp"
 
 namespace tessera::sim {
 
@@ -33,6 +34,8 @@ std::string fmt(double v) {
   std::snprintf(b, sizeof b, "%.3g", v);
   return b;
 }
+
+}  // namespace
 
 // The reference target: the golden interpreter runs the graph; no timing model.
 int run_reference(const Scenario& s, const RunOptions& opt) {
@@ -81,6 +84,9 @@ int run_reference(const Scenario& s, const RunOptions& opt) {
     std::string line = "  " + name + " " + std::string(dtype_name(t.dtype())) + shape_str(t.shape());
     if (expect["outputs"].contains(name)) {
       const json& e = expect["outputs"][name];
+      if (!e.contains("file"))
+        throw InputError("/expect/outputs/" + name, "the reference target needs expected values from a file",
+                         "add \"file\": \"expected.npy\"");
       const Tensor want = read_npy(e["file"].get<std::string>());
       const double rtol = e["rtol"].get<double>(), atol = e["atol"].get<double>();
       Comparison c = compare(t, want, rtol, atol);
@@ -119,7 +125,6 @@ int run_reference(const Scenario& s, const RunOptions& opt) {
   }
   return 0;
 }
-}  // namespace
 
 void install_interrupt_handler() {
   static bool installed = false;
@@ -137,6 +142,7 @@ int run_scenario(const Scenario& s, const RunOptions& opt) {
   auto& con = Console::get();
   con.info("scenario " + s.name + ": target " + s.kind + (s.preset.empty() ? "" : "/" + s.preset));
   if (s.kind == "reference") return run_reference(s, opt);
+  if (s.kind == "neuroncore") return run_neuroncore(s, opt);
   // The NeuronCore and wafer engines land with their issues; nothing is pretended here.
   throw InputError("/target/kind", "target kind '" + s.kind + "' cannot run in this build yet",
                    "'tessera validate' checks the scenario; use target.kind \"reference\" to run the model on the golden interpreter");

@@ -73,8 +73,14 @@ NodePtr build() {
   auto model = object({
       opt("onnx", path("an ONNX model file")),
       opt("graph", graph),
-  }, "the model: an ONNX file or an inline graph");
-  model->exactly_one_of = {"onnx", "graph"};
+      opt("program", path("a hand-written NeuronCore assembly program (docs/neuroncore-asm.md); with onnx or graph, that model is the reference its outputs are checked against")),
+  }, "the model: an ONNX file or an inline graph, or a hand-written program");
+  model->check = [](const json& v, const std::string& p, DiagnosticList& d) {
+    if (!v.is_object()) return;
+    const bool has_onnx = v.contains("onnx"), has_graph = v.contains("graph"), has_program = v.contains("program");
+    if (has_onnx && has_graph) d.add(p, "gives onnx and graph; give one of them", "a model is an ONNX file or an inline graph");
+    if (!has_onnx && !has_graph && !has_program) d.add(p, "needs one of: onnx, graph, program");
+  };
 
   auto random = object({
       opt("seed", with_default(integer(0, 9.0e15, "random seed"), 0)),
@@ -101,10 +107,11 @@ NodePtr build() {
   auto run = with_default(object({
       opt("steps", with_default(integer(1, 1e9, "number of steps to run"), 1)),
       opt("numerics", with_default(boolean("false = timing only (no tensor values computed)"), true)),
+      opt("max_time", with_default(quantity(UnitKind::time, 1e-9, 1e6, "watchdog: stop a machine run that has not finished after this much simulated time"), "10s")),
   }, "how to run"), json::object());
 
   auto expect_output = object({
-      req("file", path("expected values as .npy")),
+      opt("file", path("expected values as .npy; without it the tolerance applies to the check against the reference model")),
       opt("rtol", with_default(number(0, inf, "relative tolerance"), 1e-4)),
       opt("atol", with_default(number(0, inf, "absolute tolerance"), 1e-5)),
   }, "expected values of one output: pass when |actual - expected| <= atol + rtol*|expected|");

@@ -39,7 +39,7 @@ struct AccessPattern {
   Space space = Space::sbuf;
   DType dtype = DType::f32;
   int32_t part_start = 0;
-  int32_t parts = 1;
+  int32_t parts = 0;         // 0 = operand not used
   int64_t part_stride = 0;   // HBM rows, in elements
   int64_t offset = 0;        // bytes
   int8_t offset_reg = -1;    // dynamic addressing: offset += reg[offset_reg] * reg_scale (bytes)
@@ -120,7 +120,7 @@ struct Instr {
   bool negate = false;      // tensor_reduce: negate the result
   int8_t reg = -1;          // control register
   int8_t sem = -1;          // sync semaphore; dma: semaphore to signal on completion
-  int8_t queue = 0;         // dma queue
+  int16_t queue = 0;        // dma queue
   int32_t target = -1;      // control: bundle index to jump to
   int32_t line = 0;         // assembly source line (for errors and traces)
 };

@@ -94,12 +94,12 @@ TEST_CASE("scenario: --set overrides are validated like the file", "[scenario]")
   CHECK(e[0].where.find("(from --set)") != std::string::npos);
 }
 
-TEST_CASE("scenario: model needs exactly one of onnx and graph; schema is required", "[scenario]") {
+TEST_CASE("scenario: model needs onnx, graph or program; schema is required", "[scenario]") {
   json doc = base();
   doc["model"] = json::object();
   auto e = errors_of(doc);
   REQUIRE(e.size() == 1);
-  CHECK(e[0].message.find("exactly one of") != std::string::npos);
+  CHECK(e[0].message.find("needs one of: onnx, graph, program") != std::string::npos);
   json noschema = base();
   noschema.erase("schema");
   e = errors_of(noschema);

@@ -1,0 +1,143 @@
+#pragma once
+// One NeuronCore as a SystemC module.
+//
+// The issue process (an SC_THREAD) fetches 8-lane bundles in order. A bundle issues when every one
+// of its instructions can start: its unit is free, its operands' pending writes have completed
+// and pending accesses to its destination are done (a scoreboard on memory regions), semaphore
+// waits are satisfied, and (v2) no port conflict blocks it. Each instruction then occupies its
+// unit for its cost-table cycles in that unit's clock domain. DMA instructions hand a descriptor to
+// a DMA engine and do not hold the bundle: the transfer starts when its engine and queue are free
+// and its operands are ready, and runs at the engine's bandwidth, sharing HBM bandwidth in issue
+// order. Numerics run in program order when an instruction issues; with the full scoreboard that
+// is the same result as running at the timed start.
+//
+// The issue process runs ahead of SystemC time by at most a quantum (temporal decoupling) and
+// schedules each instruction's retirement on its lane's retire process (an SC_METHOD per lane) at
+// the instruction's end time, so observers in SystemC time see completions exactly when they
+// happen. One elaborated core runs many programs: load() a program, run, load the next.
+#include <array>
+#include <optional>
+#include <string>
+#include <systemc>
+#include <vector>
+
+#include "isa/neuroncore/cost_table.hpp"
+#include "isa/neuroncore/isa.hpp"
+#include "models/common/clock.hpp"
+#include "models/neuroncore/execute.hpp"
+#include "models/neuroncore/memory.hpp"
+
+namespace tessera::neuroncore {
+
+using models::ClockDomain;
+using models::Femtos;
+
+struct InstrRecord {
+  int32_t bundle;        // bundle index
+  int32_t instr;         // index into Program::instrs
+  Lane lane;
+  Femtos issue;          // when its bundle issued
+  Femtos start, end;     // unit busy interval (DMA: the transfer)
+  int64_t cycles;        // cost-table cycles (DMA: 0)
+};
+
+enum class Stall : uint8_t { unit_busy, dependency, semaphore, port_conflict, count };
+std::string_view stall_name(Stall s);
+
+struct CoreStats {
+  int64_t bundles = 0;
+  std::array<int64_t, kLanes> instructions{};
+  std::array<int64_t, kLanes> busy_cycles{};              // in each lane's clock
+  std::array<Femtos, static_cast<size_t>(Stall::count)> stall_fs{};  // bundle issue delay by cause
+  std::vector<int64_t> dma_queue_bytes;                   // per DMA queue
+  std::vector<int64_t> dma_queue_transfers;
+  int64_t hbm_read_bytes = 0, hbm_write_bytes = 0;
+  int64_t sbuf_high_water = 0, psum_high_water = 0;       // highest byte written in a partition
+  Femtos end_time = 0;                                    // last instruction or transfer done
+};
+
+struct CoreOptions {
+  bool numerics = true;
+  bool record = true;                  // keep a per-instruction event record (traces, kernels)
+  Femtos quantum = 10'000'000'000;     // 10 us of run-ahead
+  Femtos max_time = 0;                 // watchdog (0 = none)
+};
+
+class NeuronCore : public sc_core::sc_module {
+ public:
+  NeuronCore(sc_core::sc_module_name name, const CoreConfig& cfg, CoreOptions opt);
+
+  // Starts `p` at the current SystemC time (the previous program must have finished). The
+  // program must outlive the run. Memory keeps its contents across programs.
+  void load(const Program& p);
+  bool finished() const { return finished_; }
+  sc_core::sc_event& finished_event() { return finished_ev_; }
+  // A runtime failure (deadlock on a semaphore, watchdog, a numerics fault), with where.
+  const std::optional<std::string>& error() const { return error_; }
+
+  CoreMemory& memory() { return mem_; }
+  const CoreStats& stats() const { return stats_; }
+  const std::vector<InstrRecord>& records() const { return records_; }
+  int64_t retired(Lane l) const { return retired_[static_cast<size_t>(l)]; }
+  const CoreConfig& config() const { return cfg_; }
+  const ClockDomain& clock(Lane l) const { return clocks_[static_cast<size_t>(l)]; }
+  const RegFile& regs() const { return regs_; }
+  Femtos start_time() const { return t_start_; }
+
+ private:
+  struct Region {
+    Space space;
+    int32_t p_lo, p_hi;
+    int64_t b_lo, b_hi;
+  };
+  struct Pending {
+    Region r;
+    Femtos end;
+    bool write;
+    Lane lane;
+  };
+
+  void issue_thread();
+  void run_program();
+  void retire(int lane);
+  Region region(const AccessPattern& ap) const;
+  static bool overlap(const Region& a, const Region& b);
+  // When `in` may start with respect to pending accesses; sets `raw` if the latest constraint is
+  // a pending write of one of its operands (read after write).
+  Femtos ready_time(const Instr& in, Lane lane, bool& raw) const;
+  Femtos semaphore_time(int sem, int64_t value, int32_t bundle);
+  void add_pending(const Instr& in, Lane lane, Femtos end);
+  void prune(Femtos t);
+  void sync_to(Femtos t);
+  [[noreturn]] void fail(int32_t bundle, Lane lane, const std::string& msg);
+
+  CoreConfig cfg_;
+  CoreOptions opt_;
+  CoreMemory mem_;
+  TensorEngineState te_;
+  RegFile regs_{};
+  std::array<ClockDomain, kLanes> clocks_;
+  const Program* prog_ = nullptr;
+
+  // Timing state (fs).
+  Femtos t_start_ = 0, next_issue_ = 0;
+  std::array<Femtos, kLanes> unit_free_{};
+  Femtos loader_free_ = 0;           // the tensor engine loads stationaries in the background
+  std::vector<Femtos> queue_free_, engine_free_;
+  Femtos hbm_free_ = 0;
+  std::vector<Pending> pending_;
+  std::array<std::vector<std::pair<Femtos, int64_t>>, kSemaphores> sem_signals_;
+  // Port users (v2): until when the gpsimd engine holds the SBUF port, the scalar engine the PSUM port.
+  Femtos gpsimd_sbuf_until_ = 0, scalar_psum_until_ = 0, vector_sbuf_until_ = 0, vector_psum_until_ = 0;
+
+  CoreStats stats_;
+  std::vector<InstrRecord> records_;
+  std::array<int64_t, kLanes> retired_{};
+  std::array<sc_core::sc_event_queue*, kLanes> retire_q_{};
+  bool finished_ = true;
+  bool start_pending_ = false;
+  std::optional<std::string> error_;
+  sc_core::sc_event start_ev_, finished_ev_;
+};
+
+}  // namespace tessera::neuroncore

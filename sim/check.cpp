@@ -1,0 +1,44 @@
+#include "sim/check.hpp"
+
+#include <cstdio>
+
+namespace tessera::sim {
+
+namespace {
+std::string fmt(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", v);
+  return b;
+}
+}  // namespace
+
+Tolerance default_tolerance(const std::string& compute) {
+  if (compute == "fp32") return {1e-4, 1e-5};
+  if (compute == "fp8_e4m3" || compute == "fp8_e5m2") return {1.5e-1, 5e-2};
+  return {2e-2, 1e-2};
+}
+
+OutputCheck check_output(const std::string& name, const Tensor& actual, const Tensor& expected, Tolerance tol,
+                         const std::string& against, const nlohmann::json& expect, std::vector<std::string>& failures) {
+  OutputCheck oc;
+  oc.name = name;
+  oc.checked = true;
+  oc.against = against;
+  oc.tol = tol;
+  oc.cmp = compare(actual, expected, tol.rtol, tol.atol);
+  if (!oc.cmp.shapes_match) {
+    failures.push_back(name + ": shape " + shape_str(actual.shape()) + " differs from the " + against + "'s " +
+                       shape_str(expected.shape()));
+  } else if (!oc.cmp.pass) {
+    failures.push_back(name + ": " + std::to_string(oc.cmp.mismatches) + " elements outside rtol " + fmt(tol.rtol) +
+                       " atol " + fmt(tol.atol) + " against the " + against + " (max abs error " +
+                       fmt(oc.cmp.max_abs_error) + ", max rel error " + fmt(oc.cmp.max_rel_error) + ")");
+  } else if (expect.contains("max_rel_error") && oc.cmp.max_rel_error > expect["max_rel_error"].get<double>()) {
+    oc.cmp.pass = false;
+    failures.push_back(name + ": max relative error " + fmt(oc.cmp.max_rel_error) + " against the " + against +
+                       " exceeds expect.max_rel_error " + fmt(expect["max_rel_error"].get<double>()));
+  }
+  return oc;
+}
+
+}  // namespace tessera::sim

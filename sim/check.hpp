@@ -1,0 +1,34 @@
+#pragma once
+// Checking machine outputs against expected values (files or the reference executor).
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "isa/compare.hpp"
+#include "isa/tensor.hpp"
+
+namespace tessera::sim {
+
+struct Tolerance {
+  double rtol, atol;
+};
+// Default tolerance for outputs computed in `compute` precision (scenario /precision/compute)
+// against an fp32 reference: fp32 1e-4/1e-5; bf16, fp16, cbf16 2e-2/1e-2 (8-11 mantissa bits plus
+// fp32 accumulation); fp8 1.5e-1/5e-2.
+Tolerance default_tolerance(const std::string& compute);
+
+struct OutputCheck {
+  std::string name;
+  std::string file;          // saved .npy, relative to the output directory ("" if not saved)
+  bool checked = false;
+  std::string against;       // "file" or "reference"
+  Comparison cmp;
+  Tolerance tol{0, 0};
+};
+
+// Compares `actual` with `expected`, applying expect.max_rel_error when given; appends a failure
+// description to `failures` when the check fails.
+OutputCheck check_output(const std::string& name, const Tensor& actual, const Tensor& expected, Tolerance tol,
+                         const std::string& against, const nlohmann::json& expect, std::vector<std::string>& failures);
+
+}  // namespace tessera::sim
