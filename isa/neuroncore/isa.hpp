@@ -82,7 +82,7 @@ enum class Op : uint8_t {
   memset,            // dst = imm0
   select,            // dst = src0 != 0 ? src1 : aux
   // scalar
-  activation,        // dst = func(src0 * imm0 + (src1 [P,1] if present else imm1)); aux [P,1] += sum(dst)
+  activation,        // dst = func(src0 * imm0 + (src1 [P,1] if present else imm1)); aux [P,1] = fp32 sum of the results
   // gpsimd
   iota,              // dst[p, i] = imm0 + imm1 * p + imm2 * i (i = flat free index)
   affine_select,     // dst[p, i] = (imm0 + imm1*p + imm2*i) alu 0 ? src0 : imm3

@@ -143,6 +143,24 @@ void NeuronCore::add_pending(const Instr& in, Lane lane, Femtos end) {
   }
 }
 
+int32_t NeuronCore::track_dma_flow(const Instr& in, bool is_dma, int32_t record_index) {
+  int32_t from = -1;
+  for (const AccessPattern* ap : {&in.src0, &in.src1}) {
+    if (!ap->present()) continue;
+    const Region r = region(*ap);
+    for (const auto& [w, idx] : dma_writes_)
+      if (overlap(w, r)) from = std::max(from, idx);
+  }
+  if (in.dst.present()) {
+    const Region d = region(in.dst);
+    dma_writes_.erase(std::remove_if(dma_writes_.begin(), dma_writes_.end(),
+                                     [&](const auto& e) { return overlap(e.first, d); }),
+                      dma_writes_.end());
+    if (is_dma) dma_writes_.push_back({d, record_index});
+  }
+  return from;
+}
+
 void NeuronCore::prune(Femtos t) {
   pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [t](const Pending& p) { return p.end <= t; }),
                  pending_.end());
@@ -173,6 +191,7 @@ void NeuronCore::run_program() {
   std::fill(engine_free_.begin(), engine_free_.end(), now);
   hbm_free_ = now;
   pending_.clear();
+  dma_writes_.clear();
   for (auto& s : sem_signals_) s.clear();
   gpsimd_sbuf_until_ = scalar_psum_until_ = vector_sbuf_until_ = vector_psum_until_ = now;
   stats_ = CoreStats{};
@@ -263,7 +282,10 @@ void NeuronCore::run_program() {
         if (in.sem >= 0) sem_signals_[static_cast<size_t>(in.sem)].push_back({te, 1});
         add_pending(in, lane, te);
         unit_free_[static_cast<size_t>(l)] = issued;
-        if (opt_.record) records_.push_back({pc, idx, lane, T, ts, te, 0});
+        if (opt_.record) {
+          const auto ri = static_cast<int32_t>(records_.size());
+          records_.push_back({pc, idx, lane, T, ts, te, 0, track_dma_flow(in, true, ri)});
+        }
         retire_q_[static_cast<size_t>(l)]->notify(sc_time::from_value(static_cast<uint64_t>(te - static_cast<Femtos>(sc_core::sc_time_stamp().value()))));
         last_end = std::max(last_end, te);
         if (opt_.numerics) {
@@ -287,7 +309,7 @@ void NeuronCore::run_program() {
         if (lane == Lane::vector && touches(in, Space::psum)) vector_psum_until_ = end;
       }
       add_pending(in, lane, end);
-      if (opt_.record) records_.push_back({pc, idx, lane, T, start, end, cycles});
+      if (opt_.record) records_.push_back({pc, idx, lane, T, start, end, cycles, track_dma_flow(in, false, -1)});
       retire_q_[static_cast<size_t>(l)]->notify(sc_time::from_value(static_cast<uint64_t>(end - static_cast<Femtos>(sc_core::sc_time_stamp().value()))));
       last_end = std::max(last_end, end);
       switch (in.op) {

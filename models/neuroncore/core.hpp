@@ -39,6 +39,7 @@ struct InstrRecord {
   Femtos issue;          // when its bundle issued
   Femtos start, end;     // unit busy interval (DMA: the transfer)
   int64_t cycles;        // cost-table cycles (DMA: 0)
+  int32_t flow_from;     // record index of the DMA whose data this instruction reads (-1: none)
 };
 
 enum class Stall : uint8_t { unit_busy, dependency, semaphore, port_conflict, count };
@@ -108,6 +109,8 @@ class NeuronCore : public sc_core::sc_module {
   Femtos semaphore_time(int sem, int64_t value, int32_t bundle);
   void add_pending(const Instr& in, Lane lane, Femtos end);
   void prune(Femtos t);
+  // Record index of the latest DMA that wrote data `in` reads; forgets DMA writes `in` overwrites.
+  int32_t track_dma_flow(const Instr& in, bool is_dma, int32_t record_index);
   void sync_to(Femtos t);
   [[noreturn]] void fail(int32_t bundle, Lane lane, const std::string& msg);
 
@@ -126,6 +129,8 @@ class NeuronCore : public sc_core::sc_module {
   std::vector<Femtos> queue_free_, engine_free_;
   Femtos hbm_free_ = 0;
   std::vector<Pending> pending_;
+  // The latest DMA write of each live region, for data-flow arrows in traces (record indices).
+  std::vector<std::pair<Region, int32_t>> dma_writes_;
   std::array<std::vector<std::pair<Femtos, int64_t>>, kSemaphores> sem_signals_;
   // Port users (v2): until when the gpsimd engine holds the SBUF port, the scalar engine the PSUM port.
   Femtos gpsimd_sbuf_until_ = 0, scalar_psum_until_ = 0, vector_sbuf_until_ = 0, vector_psum_until_ = 0;
