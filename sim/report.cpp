@@ -68,10 +68,11 @@ long long peak_rss_bytes() {
   return -1;
 }
 
-void write_report(const std::string& out_dir, const json& report, double wall_s) {
+void write_report(const std::string& out_dir, const json& report, double wall_s, const json& host_extra) {
   const std::string dir = out_dir.empty() ? "." : out_dir;
-  write_file_atomic(dir + "/host.json",
-                    json({{"wall_s", wall_s}, {"peak_rss_bytes", peak_rss_bytes()}}).dump(2) + "\n");
+  json host = {{"wall_s", wall_s}, {"peak_rss_bytes", peak_rss_bytes()}};
+  host.update(host_extra);
+  write_file_atomic(dir + "/host.json", host.dump(2) + "\n");
   write_file_atomic(dir + "/report.json", report.dump(2) + "\n");
 }
 

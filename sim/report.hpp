@@ -19,7 +19,8 @@ nlohmann::json output_record(const std::string& name, const std::string& file, c
 
 // Writes report.json atomically. Host measurements (wall time, peak RSS) go to host.json so that
 // report.json is byte-identical for the same scenario and seed.
-void write_report(const std::string& out_dir, const nlohmann::json& report, double wall_s);
+void write_report(const std::string& out_dir, const nlohmann::json& report, double wall_s,
+                  const nlohmann::json& host_extra = nlohmann::json::object());
 
 // Peak resident set size of this process, in bytes (from /proc/self/status).
 long long peak_rss_bytes();

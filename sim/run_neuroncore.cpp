@@ -1,13 +1,17 @@
-// `tessera run` on target.kind = "neuroncore" with a hand-written program (model.program).
+// `tessera run` on target.kind = "neuroncore": a hand-written program (model.program, with an
+// optional reference model next to it) or a graph compiled by mapper/neuroncore.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <systemc>
 
+#include "isa/fileio.hpp"
 #include "isa/neuroncore/asm.hpp"
 #include "isa/neuroncore/validate.hpp"
 #include "isa/npy.hpp"
+#include "mapper/neuroncore/compile.hpp"
 #include "mapper/reference/executor.hpp"
 #include "models/common/clock.hpp"
 #include "models/neuroncore/core.hpp"
@@ -31,11 +35,45 @@ std::string fmt(double v, const char* f = "%.4g") {
   return b;
 }
 
-Tensor input_tensor(const json& spec, const HbmTensor& t) {
+Tensor input_tensor(const json& spec, const Shape& shape) {
   if (spec.contains("file")) return read_npy(spec["file"].get<std::string>());
   const json& r = spec["random"];
-  return random_tensor(DType::f32, t.shape, r["seed"].get<uint64_t>(), r["dist"] == "normal", r["scale"].get<double>());
+  return random_tensor(DType::f32, shape, r["seed"].get<uint64_t>(), r["dist"] == "normal", r["scale"].get<double>());
 }
+
+Tensor transpose2d(const Tensor& t) {
+  const int64_t r = t.shape()[0], c = t.shape()[1];
+  const auto v = t.to_f32();
+  std::vector<float> o(v.size());
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) o[static_cast<size_t>(j * r + i)] = v[static_cast<size_t>(i * c + j)];
+  return Tensor::from_f32({c, r}, std::move(o));
+}
+
+// A graph value as a [rows, cols] matrix (leading dims folded), the compiler's storage view.
+Shape matrix_shape(const Shape& s) {
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < s.size(); ++i) rows *= s[i];
+  return {rows, s.empty() ? 1 : s.back()};
+}
+
+// What runs on the core and how graph values map to HBM.
+struct Binding {
+  std::string name;        // scenario input / output name
+  const HbmTensor* hbm;
+  bool transposed;         // stored as the transpose of its [rows, cols] matrix view
+  Shape shape;             // the value's own shape
+};
+
+struct Job {
+  Program prog;
+  std::vector<Binding> inputs, outputs;
+  std::vector<std::pair<std::string, Tensor>> init;  // HBM tensor name -> data
+  std::optional<Compiled> compiled;
+  double compile_s = 0;
+};
+
+DType compute_dtype(const std::string& p) { return *parse_dtype(p); }
 
 }  // namespace
 
@@ -43,9 +81,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
   auto& con = Console::get();
   const auto wall0 = std::chrono::steady_clock::now();
   const json& model = s.resolved.value("model", json());
-  if (model.is_null() || !model.contains("program"))
-    throw InputError("/model", "the NeuronCore compiler is not in this build yet: give a hand-written program",
-                     "set /model/program to an assembly file (docs/neuroncore-asm.md)");
+  if (model.is_null()) throw InputError("/model", "the scenario has no model", "give /model/onnx, /model/graph or /model/program");
   if (s.resolved["run"]["steps"].get<int64_t>() != 1)
     throw InputError("/run/steps", "multi-step runs are not supported by this build yet", "set run.steps to 1");
   if (!s.resolved["step_closures"].empty())
@@ -53,84 +89,195 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
   if (s.resolved.contains("trace")) con.warn("/trace: traces are not written by this build yet");
 
   const CoreConfig cfg = CoreConfig::from(s.params);
-  const std::string program_path = model["program"].get<std::string>();
-  Program prog = assemble_file(program_path);
-  validate(prog, cfg);
   const bool numerics = s.resolved["run"]["numerics"].get<bool>();
-
-  // Bind scenario inputs to the program's HBM tensors.
+  const bool has_graph = model.contains("onnx") || model.contains("graph");
+  std::optional<graph::Graph> graph;
+  if (has_graph) graph = load_model(s);
+  Job job;
+  std::map<std::string, Tensor> given;  // scenario inputs as given (fp32)
   DiagnosticList d;
-  std::map<std::string, Tensor> inputs;  // fp32 values as given (the reference executor's inputs)
-  std::vector<std::string> hbm_names;
-  for (const auto& t : prog.hbm) hbm_names.push_back(t.name);
-  for (const auto& [name, spec] : s.resolved["inputs"].items()) {
-    const HbmTensor* t = prog.find_hbm(name);
-    const std::string where = "/inputs/" + schema::pointer_token(name);
-    if (!t) {
-      const std::string hint = did_you_mean(name, hbm_names);
-      d.add(where, "the program declares no HBM tensor '" + name + "'",
-            hint.empty() ? "declare it with .hbm in " + program_path : "did you mean '" + hint + "'?");
+
+  if (model.contains("program")) {
+    const std::string path = model["program"].get<std::string>();
+    job.prog = assemble_file(path);
+    validate(job.prog, cfg);
+    std::vector<std::string> names;
+    for (const auto& t : job.prog.hbm) names.push_back(t.name);
+    for (const auto& [name, spec] : s.resolved["inputs"].items()) {
+      const HbmTensor* t = job.prog.find_hbm(name);
+      if (!t) {
+        const std::string hint = did_you_mean(name, names);
+        d.add("/inputs/" + schema::pointer_token(name), "the program declares no HBM tensor '" + name + "'",
+              hint.empty() ? "declare it with .hbm in " + path : "did you mean '" + hint + "'?");
+        continue;
+      }
+      job.inputs.push_back({name, t, false, t->shape});
+    }
+    for (const auto& t : job.prog.hbm)
+      if (!s.resolved["inputs"].contains(t.name)) job.outputs.push_back({t.name, &t, false, t.shape});
+  } else {
+    check_expect_names(s, *graph);
+    MappingOptions mo;
+    mo.compute = compute_dtype(s.resolved["precision"]["compute"].get<std::string>());
+    const json& m = s.resolved["mapping"];
+    mo.tile_m = m.value("tile_m", 0);
+    mo.tile_n = m.value("tile_n", 0);
+    mo.buffers = m.value("buffers", 0);
+    const auto c0 = std::chrono::steady_clock::now();
+    job.compiled = compile(*graph, cfg, mo);
+    job.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+    job.prog = job.compiled->program;
+    try {
+      validate(job.prog, cfg);
+    } catch (const InputError& e) {
+      throw std::runtime_error(std::string("the compiler produced an invalid program: ") + e.what());
+    }
+    for (const auto& b : job.compiled->inputs)
+      job.inputs.push_back({b.name, job.prog.find_hbm(b.hbm), b.transposed, graph->value(b.name).shape});
+    for (const auto& b : job.compiled->outputs)
+      job.outputs.push_back({b.name, job.prog.find_hbm(b.hbm), b.transposed, graph->value(b.name).shape});
+    job.init = job.compiled->hbm_init;
+    con.out(con.bold("predicted") + " " + fmt(job.compiled->predicted_s * 1e6, "%.3f") + " us (compiled " +
+            std::to_string(job.prog.kernels.size()) + " kernels, " + std::to_string(job.prog.instrs.size()) +
+            " instructions in " + std::to_string(job.prog.bundles.size()) + " bundles, " + fmt(job.compile_s * 1e3, "%.1f") +
+            " ms)");
+    write_file_atomic((std::filesystem::path(opt.out_dir) / "compile_report.txt").string(), compile_report(*job.compiled, cfg));
+  }
+  for (const auto& b : job.inputs) {
+    if (!s.resolved["inputs"].contains(b.name)) {
+      d.add("/inputs", "model input '" + b.name + "' has no value", "add /inputs/" + b.name);
       continue;
     }
-    Tensor v = input_tensor(spec, *t);
-    if (v.shape() != t->shape) {
-      d.add(where, "shape " + shape_str(v.shape()) + " does not match the program's " + shape_str(t->shape));
+    Tensor v = input_tensor(s.resolved["inputs"][b.name], b.shape);
+    if (v.shape() != b.shape) {
+      d.add("/inputs/" + schema::pointer_token(b.name), "shape " + shape_str(v.shape()) + " does not match " + shape_str(b.shape));
       continue;
     }
-    inputs[name] = std::move(v);
+    given[b.name] = std::move(v);
   }
   d.throw_if_any();
 
-  // The reference: a model given next to the program, run on the same (unrounded) inputs.
+  // The reference: the model (alone, or next to a program) on the values the machine holds:
+  // inputs rounded to the dtype they are stored in.
   std::map<std::string, Tensor> reference;
-  if (model.contains("onnx") || model.contains("graph")) {
-    graph::Graph g = load_model(s);
+  if (graph && numerics) {
     std::map<std::string, Tensor> ref_in;
-    for (const auto& i : g.inputs) {
-      auto it = inputs.find(i);
-      if (it == inputs.end())
-        throw InputError("/inputs", "the reference model's input '" + i + "' has no value", "add /inputs/" + i);
-      // The reference computes on the values the machine holds: inputs rounded to their HBM dtype.
-      const HbmTensor* t = prog.find_hbm(i);
-      ref_in[i] = t && t->dtype != it->second.dtype() ? it->second.cast(t->dtype).cast(DType::f32) : it->second;
+    for (const auto& i : graph->inputs) {
+      auto it = given.find(i);
+      if (it == given.end()) throw InputError("/inputs", "the reference model's input '" + i + "' has no value", "add /inputs/" + i);
+      const Binding* b = nullptr;
+      for (const auto& x : job.inputs)
+        if (x.name == i) b = &x;
+      ref_in[i] = b && b->hbm->dtype != it->second.dtype() ? it->second.cast(b->hbm->dtype).cast(DType::f32) : it->second;
     }
-    reference = reference::execute(g, ref_in);
+    reference = reference::execute(*graph, ref_in);
   }
 
-  // Elaborate one core, load HBM, run.
+  // Elaborate one core, preload HBM, run.
   models::set_fs_resolution();
   CoreOptions copt;
   copt.numerics = numerics;
   copt.max_time = static_cast<models::Femtos>(s.resolved["run"]["max_time"].get<double>() * 1e15);
   NeuronCore core("core", cfg, copt);
-  if (numerics)
-    for (const auto& [name, v] : inputs) {
-      const HbmTensor* t = prog.find_hbm(name);
-      const Tensor cast = v.dtype() == t->dtype ? v : v.cast(t->dtype);
-      core.memory().hbm_write(t->offset, cast.data(), cast.nbytes());
+  if (numerics) {
+    for (const auto& [name, data] : job.init) {
+      const HbmTensor* t = job.prog.find_hbm(name);
+      core.memory().hbm_write(t->offset, data.data(), data.nbytes());
     }
-  core.load(prog);
+    for (const auto& b : job.inputs) {
+      // Host-side placement: the value in the program's layout and dtype (data movement only).
+      Tensor v = given.at(b.name);
+      if (b.transposed) v = transpose2d(v.reshaped(matrix_shape(v.shape())));
+      const Tensor cast = v.dtype() == b.hbm->dtype ? v : v.cast(b.hbm->dtype);
+      core.memory().hbm_write(b.hbm->offset, cast.data(), cast.nbytes());
+    }
+  }
+  core.load(job.prog);
   install_interrupt_handler();
   sc_core::sc_start();
   throw_if_interrupted();
   if (!core.finished()) throw std::runtime_error("the NeuronCore did not finish (SystemC ran out of events)");
-  if (core.error()) throw InputError(program_path, *core.error(), "fix the program");
+  if (core.error()) throw InputError(job.prog.source, *core.error(), "fix the program");
 
   const CoreStats& st = core.stats();
   const double sim_s = static_cast<double>(st.end_time - core.start_time()) / 1e15;
   const ClockDomain& tclk = core.clock(Lane::tensor);
-
   json report = new_report(s);
   report["latency"]["simulated_s"] = sim_s;
-  report["latency"]["note"] = "hand-written program: no compiler prediction";
-  report["kernels"].push_back({{"name", std::filesystem::path(program_path).stem().string()},
-                               {"op", "program"},
-                               {"predicted_cycles", nullptr},
-                               {"simulated_cycles", tclk.cycle_at_or_after(st.end_time) - tclk.cycle_at_or_after(core.start_time())},
-                               {"clock_hz", tclk.hz()},
-                               {"predicted_s", nullptr},
-                               {"simulated_s", sim_s},
-                               {"error_pct", nullptr}});
+  const json& expect = s.resolved["expect"];
+  std::vector<std::string> failures;
+  bool all_pass = true;
+
+  // Kernels: predicted by the estimator, simulated as the span of their instructions.
+  if (job.compiled) {
+    const Compiled& cp = *job.compiled;
+    // Kernels overlap (the scheduler starts a kernel's loads while the previous one computes), so
+    // a kernel's simulated time is from the previous kernel's end to its own: the kernel times
+    // partition the run and add up to the total, like the estimator's.
+    std::vector<models::Femtos> k1(cp.kernels.size(), core.start_time());
+    for (const auto& r : core.records()) {
+      const int16_t k = job.prog.instrs[static_cast<size_t>(r.instr)].kernel;
+      if (k >= 0) k1[static_cast<size_t>(k)] = std::max(k1[static_cast<size_t>(k)], r.end);
+    }
+    std::vector<models::Femtos> k0(cp.kernels.size(), core.start_time());
+    for (size_t k = 1; k < k1.size(); ++k) {
+      k1[k] = std::max(k1[k], k1[k - 1]);
+      k0[k] = k1[k - 1];
+    }
+    con.out(std::string("\n") + "kernel                        predicted      simulated    error   PE util  bound");
+    for (size_t k = 0; k < cp.kernels.size(); ++k) {
+      const auto& e = cp.kernels[k];
+      const double simk = k1[k] > k0[k] ? static_cast<double>(k1[k] - k0[k]) / 1e15 : 0.0;
+      const double err = simk > 0 ? (e.seconds - simk) / simk * 100 : 0.0;
+      report["kernels"].push_back({{"name", e.name},
+                                   {"op", e.op},
+                                   {"predicted_cycles", tclk.cycle_at_or_after(static_cast<models::Femtos>(e.seconds * 1e15))},
+                                   {"simulated_cycles", tclk.cycle_at_or_after(k1[k]) - tclk.cycle_at_or_after(k0[k])},
+                                   {"clock_hz", tclk.hz()},
+                                   {"predicted_s", e.seconds},
+                                   {"simulated_s", simk},
+                                   {"error_pct", err},
+                                   {"flops", e.flops},
+                                   {"bytes", e.bytes},
+                                   {"predicted_tensor_utilisation", e.tensor_utilisation},
+                                   {"bound", e.bound}});
+      char line[200];
+      std::snprintf(line, sizeof line, "%-28.28s %9.3f us %11.3f us %+7.1f%% %7.1f%%  %s", e.name.c_str(), e.seconds * 1e6,
+                    simk * 1e6, err, e.tensor_utilisation * 100, e.bound.c_str());
+      con.out(line);
+    }
+    const double err = (cp.predicted_s - sim_s) / sim_s * 100;
+    report["latency"]["predicted_s"] = cp.predicted_s;
+    report["latency"]["error_pct"] = err;
+    report["compile"] = {{"kernels", cp.kernels.size()},
+                         {"instructions", job.prog.instrs.size()},
+                         {"bundles", job.prog.bundles.size()},
+                         {"sbuf_high_water_bytes_per_partition", cp.sbuf_high_water},
+                         {"hbm_bytes", cp.hbm_bytes}};
+    char line[200];
+    std::snprintf(line, sizeof line, "%-28s %9.3f us %11.3f us %+7.1f%%", "total", cp.predicted_s * 1e6, sim_s * 1e6, err);
+    con.out(line);
+    if (expect.contains("latency_error_pct")) {
+      const double lim = expect["latency_error_pct"].get<double>();
+      const bool ok = std::abs(err) <= lim;
+      report["checks"].push_back({{"check", "latency_error_pct"}, {"pass", ok}, {"value", err}, {"limit", lim}});
+      if (!ok) {
+        all_pass = false;
+        failures.push_back("predicted vs simulated latency error " + fmt(err, "%+.1f") + "% exceeds expect.latency_error_pct " + fmt(lim));
+      }
+    }
+  } else {
+    report["latency"]["note"] = "hand-written program: no compiler prediction";
+    report["kernels"].push_back({{"name", std::filesystem::path(job.prog.source).stem().string()},
+                                 {"op", "program"},
+                                 {"predicted_cycles", nullptr},
+                                 {"simulated_cycles", tclk.cycle_at_or_after(st.end_time) - tclk.cycle_at_or_after(core.start_time())},
+                                 {"clock_hz", tclk.hz()},
+                                 {"predicted_s", nullptr},
+                                 {"simulated_s", sim_s},
+                                 {"error_pct", nullptr}});
+  }
+
   json lanes = json::object();
   for (int l = 0; l < kLanes; ++l) {
     const Lane lane = static_cast<Lane>(l);
@@ -159,41 +306,40 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
                      {"psum_high_water_bytes_per_partition", st.psum_high_water},
                      {"numerics", numerics}};
 
-  // Outputs: every HBM tensor the scenario did not bind as an input.
-  const json& expect = s.resolved["expect"];
+  // Outputs.
   const Tolerance deftol = default_tolerance(s.resolved["precision"]["compute"].get<std::string>());
-  std::vector<std::string> failures;
-  bool all_pass = true;
-  for (const auto& t : prog.hbm) {
-    if (inputs.count(t.name)) continue;
-    json rec = {{"name", t.name}};
+  if (!job.outputs.empty()) con.out("");
+  for (const auto& b : job.outputs) {
+    json rec = {{"name", b.name}};
     if (!numerics) {
       rec["checked"] = false;
       rec["note"] = "timing-only run: no values";
       report["outputs"].push_back(rec);
       continue;
     }
-    Tensor out(t.dtype, t.shape);
-    core.memory().hbm_read(t.offset, out.data(), out.nbytes());
+    Tensor raw(b.hbm->dtype, b.hbm->shape);
+    core.memory().hbm_read(b.hbm->offset, raw.data(), raw.nbytes());
+    Tensor out = b.transposed ? transpose2d(raw).reshaped(b.shape) : raw.reshaped(b.shape);
+    if (out.dtype() != DType::f32 && is_float(out.dtype())) out = out.cast(DType::f32);
     std::string file;
     if (s.resolved["outputs"]["save"].get<bool>()) {
-      file = s.resolved["outputs"]["dir"].get<std::string>() + "/" + t.name + ".npy";
+      file = s.resolved["outputs"]["dir"].get<std::string>() + "/" + b.name + ".npy";
       write_npy((std::filesystem::path(opt.out_dir) / file).string(), out);
     }
-    std::string line = "  " + t.name + " " + std::string(dtype_name(t.dtype)) + shape_str(t.shape);
+    std::string line = "  " + b.name + " " + std::string(dtype_name(out.dtype())) + shape_str(out.shape());
     std::vector<OutputCheck> checks;
     Tolerance ref_tol = deftol;
-    if (expect["outputs"].contains(t.name)) {
-      const json& e = expect["outputs"][t.name];
+    if (expect["outputs"].contains(b.name)) {
+      const json& e = expect["outputs"][b.name];
       const Tolerance tol{e["rtol"].get<double>(), e["atol"].get<double>()};
       if (e.contains("file"))
-        checks.push_back(check_output(t.name, out, read_npy(e["file"].get<std::string>()), tol, "file", expect, failures));
+        checks.push_back(check_output(b.name, out, read_npy(e["file"].get<std::string>()), tol, "file", expect, failures));
       else
         ref_tol = tol;
     }
-    if (reference.count(t.name)) checks.push_back(check_output(t.name, out, reference.at(t.name), ref_tol, "reference", expect, failures));
+    if (reference.count(b.name)) checks.push_back(check_output(b.name, out, reference.at(b.name), ref_tol, "reference", expect, failures));
     for (const auto& c : checks) {
-      json r = output_record(t.name, file, &c.cmp, c.tol.rtol, c.tol.atol);
+      json r = output_record(b.name, file, &c.cmp, c.tol.rtol, c.tol.atol);
       r["against"] = c.against;
       report["outputs"].push_back(r);
       all_pass = all_pass && c.cmp.pass;
@@ -201,7 +347,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
               fmt(c.cmp.max_rel_error, "%.3g") + " " + (c.cmp.pass ? con.green("PASS") : con.red("FAIL"));
     }
     if (checks.empty()) {
-      report["outputs"].push_back(output_record(t.name, file, nullptr, 0, 0));
+      report["outputs"].push_back(output_record(b.name, file, nullptr, 0, 0));
       line += "  (no expected values)";
     }
     con.out(line);
@@ -225,7 +371,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
   for (const auto& f : failures) report["checks"].push_back({{"check", "outputs"}, {"pass", false}, {"detail", f}});
   report["pass"] = all_pass;
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  write_report(opt.out_dir, report, wall);
+  write_report(opt.out_dir, report, wall, {{"compile_s", job.compile_s}});
   con.out("report: " + (std::filesystem::path(opt.out_dir) / "report.json").string());
   if (!all_pass) {
     for (const auto& f : failures) con.error("check failed: " + f);

@@ -102,6 +102,9 @@ NodePtr build() {
   auto mapping = with_default(object({
       opt("mode", with_default(enumeration({"auto", "weight_streaming", "pipelined"},
                                            "how weights reach the compute: streamed layer by layer, or resident"), "auto")),
+      opt("tile_m", integer(1, 128, "NeuronCore: partitions of a matmul output tile (default: the array's 128 columns)")),
+      opt("tile_n", integer(1, 512, "NeuronCore: free size of a matmul output tile (default: one PSUM bank, 512 fp32)")),
+      opt("buffers", integer(1, 16, "NeuronCore: buffers per streamed weight tile (default 3)")),
   }, "compiler choices"), json::object());
 
   auto run = with_default(object({

@@ -123,6 +123,7 @@ struct Instr {
   int16_t queue = 0;        // dma queue
   int32_t target = -1;      // control: bundle index to jump to
   int32_t line = 0;         // assembly source line (for errors and traces)
+  int16_t kernel = -1;      // compiled programs: index into Program::kernels (-1: none)
 };
 
 // A bundle: one instruction index (into Program::instrs) per lane, -1 = nop.
@@ -145,6 +146,7 @@ struct Program {
   std::vector<Bundle> bundles;
   std::map<std::string, int32_t> labels; // label -> bundle index
   std::vector<HbmTensor> hbm;            // declared HBM tensors
+  std::vector<std::string> kernels;      // compiled programs: kernel names (Instr::kernel indexes them)
   const HbmTensor* find_hbm(std::string_view name) const;
 };
 

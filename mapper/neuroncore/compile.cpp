@@ -1,0 +1,548 @@
+#include "mapper/neuroncore/compile.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "isa/error.hpp"
+#include "mapper/neuroncore/emit.hpp"
+#include "mapper/neuroncore/estimate.hpp"
+
+namespace tessera::neuroncore {
+
+using graph::Graph;
+using graph::Node;
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Unary ops the scalar engine computes as func(in * scale + bias).
+bool unary_func(const std::string& op, Func& f) {
+  static const std::pair<const char*, Func> table[] = {
+      {"Relu", Func::relu},   {"Sigmoid", Func::sigmoid}, {"Tanh", Func::tanh},           {"Exp", Func::exp},
+      {"Log", Func::log},     {"Sqrt", Func::sqrt},       {"Reciprocal", Func::reciprocal}, {"Identity", Func::identity},
+      {"Gelu", Func::gelu}};
+  for (const auto& [name, fn] : table)
+    if (op == name) {
+      f = fn;
+      return true;
+    }
+  return false;
+}
+
+bool binary_alu(const std::string& op, Alu& a) {
+  if (op == "Add") a = Alu::add;
+  else if (op == "Sub") a = Alu::subtract;
+  else if (op == "Mul") a = Alu::multiply;
+  else if (op == "Div") a = Alu::divide;
+  else return false;
+  return true;
+}
+
+struct MatmulPlan {
+  const Node* node = nullptr;
+  std::string a, w, out;        // operands (graph values) and final output value after fusion
+  std::string bias;             // constant bias [N] (fused Add or Gemm C), "" if none
+  Func func = Func::identity;   // fused activation
+  bool has_func = false;
+  bool w_transposed = false;    // Gemm transB: the weight value is [N, K]
+  std::vector<std::string> fused;  // names of fused nodes
+};
+
+class Compiler {
+ public:
+  Compiler(const Graph& g, const CoreConfig& cfg, const MappingOptions& opt) : g_(g), cfg_(cfg), opt_(opt), em_(c_.program) {
+    c_.program.source = g.source + " (compiled)";
+  }
+
+  Compiled run() {
+    check_supported();
+    plan_fusion();
+    assign_layouts();
+    allocate_io();
+    const auto order = g_.topo_order();
+    for (size_t idx : order) {
+      const Node& n = g_.nodes[idx];
+      if (fused_.count(n.name)) continue;
+      if (n.op == "MatMul" || n.op == "Gemm") emit_matmul(plans_.at(n.name));
+      else if (is_alias(n)) continue;
+      else emit_elementwise(n);
+    }
+    em_.schedule();
+    finish_outputs();
+    estimate_kernels(c_, cfg_);
+    return std::move(c_);
+  }
+
+ private:
+  // ---- analysis ------------------------------------------------------------------------------
+  bool is_alias(const Node& n) const {
+    return n.op == "Reshape" || n.op == "Flatten" || n.op == "Squeeze" || n.op == "Unsqueeze" || n.op == "Identity" ||
+           n.op == "Transpose";
+  }
+
+  std::vector<const Node*> consumers(const std::string& v) const {
+    std::vector<const Node*> r;
+    for (const auto& n : g_.nodes)
+      for (const auto& i : n.inputs)
+        if (i == v) {
+          r.push_back(&n);
+          break;
+        }
+    return r;
+  }
+
+  bool is_output(const std::string& v) const { return std::find(g_.outputs.begin(), g_.outputs.end(), v) != g_.outputs.end(); }
+
+  void unsupported(const Node& n, const std::string& why) const {
+    throw InputError(g_.where(n), "the NeuronCore compiler does not handle this yet: " + why,
+                     "run the model on target.kind \"reference\", or see docs/neuroncore-compiler.md for the op set");
+  }
+
+  void check_supported() const {
+    DiagnosticList d;
+    for (const auto& n : g_.nodes) {
+      Func f = Func::identity;
+      Alu a = Alu::add;
+      const auto& out = g_.value(n.outputs[0]);
+      if (n.op == "MatMul" || n.op == "Gemm") {
+        const auto& A = g_.value(n.inputs[0]).shape;
+        const auto& B = g_.value(n.inputs[1]).shape;
+        if (A.size() < 2 || B.size() != 2)
+          d.add(g_.where(n), "the NeuronCore compiler handles 2-D matmuls only, got " + shape_str(A) + " @ " + shape_str(B),
+                "batched matmuls (attention) are not compiled yet; run on target.kind \"reference\"");
+        if (n.op == "Gemm" && (n.attrs.get_float("alpha", 1.0) != 1.0 || n.attrs.get_float("beta", 1.0) != 1.0))
+          d.add(g_.where(n), "Gemm with alpha or beta other than 1 is not compiled yet");
+        if (n.op == "Gemm" && n.attrs.get_int("transA", 0))
+          d.add(g_.where(n), "Gemm with transA is not compiled yet");
+      } else if (unary_func(n.op, f) || is_alias(n)) {
+        if (n.op == "Transpose" && g_.value(n.inputs[0]).shape.size() != 2)
+          d.add(g_.where(n), "only 2-D transposes are compiled (as a layout change)");
+        if ((n.op == "Reshape" || n.op == "Flatten" || n.op == "Squeeze" || n.op == "Unsqueeze") &&
+            layout_free_shape(g_.value(n.inputs[0]).shape) != layout_free_shape(out.shape))
+          d.add(g_.where(n), "a reshape that changes the 2-D matrix view is not compiled yet");
+      } else if (binary_alu(n.op, a)) {
+        const auto& A = g_.value(n.inputs[0]);
+        const auto& B = g_.value(n.inputs[1]);
+        const bool bias_like = B.data && shape_numel(B.shape) == out.shape.back();
+        if (A.shape != B.shape && !bias_like)
+          d.add(g_.where(n), "elementwise ops with broadcasting other than a bias along the last axis are not compiled yet (" +
+                                 shape_str(A.shape) + " and " + shape_str(B.shape) + ")");
+      } else {
+        d.add(g_.where(n), "op " + n.op + " is not in the NeuronCore compiler's op set yet",
+              "run the model on target.kind \"reference\"; docs/neuroncore-compiler.md lists the compiled ops");
+      }
+    }
+    d.throw_if_any();
+  }
+
+  // A shape as the [rows, cols] matrix the compiler stores: leading dims folded into rows.
+  static std::pair<int64_t, int64_t> layout_free_shape(const Shape& s) {
+    if (s.empty()) return {1, 1};
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < s.size(); ++i) rows *= s[i];
+    return {rows, s.back()};
+  }
+
+  // Follows aliases (reshape-like) to the value that owns the storage.
+  std::string storage(const std::string& v) const {
+    auto it = alias_of_.find(v);
+    return it == alias_of_.end() ? v : storage(it->second);
+  }
+
+  void plan_fusion() {
+    for (const auto& n : g_.nodes) {
+      if (n.op != "MatMul" && n.op != "Gemm") continue;
+      MatmulPlan p;
+      p.node = &n;
+      p.a = n.inputs[0];
+      p.w = n.inputs[1];
+      p.w_transposed = n.op == "Gemm" && n.attrs.get_int("transB", 0) != 0;
+      p.out = n.outputs[0];
+      if (n.op == "Gemm" && n.inputs.size() > 2 && !n.inputs[2].empty()) {
+        const auto& c = g_.value(n.inputs[2]);
+        if (!c.data || shape_numel(c.shape) != g_.value(p.out).shape.back())
+          unsupported(n, "Gemm's C must be a constant bias of the output's last dimension");
+        p.bias = n.inputs[2];
+      }
+      // Absorb a following bias Add and one activation, each the only consumer.
+      for (int step = 0; step < 2; ++step) {
+        auto cons = consumers(p.out);
+        if (cons.size() != 1 || is_output(p.out)) break;
+        const Node& next = *cons[0];
+        Func f;
+        if (step == 0 && p.bias.empty() && next.op == "Add") {
+          const std::string other = next.inputs[0] == p.out ? next.inputs[1] : next.inputs[0];
+          const auto& ov = g_.value(other);
+          if (ov.data && shape_numel(ov.shape) == g_.value(p.out).shape.back()) {
+            p.bias = other;
+            p.fused.push_back(next.name);
+            p.out = next.outputs[0];
+            continue;
+          }
+          break;
+        }
+        if (!p.has_func && unary_func(next.op, f) && next.op != "Identity") {
+          p.func = f;
+          p.has_func = true;
+          p.fused.push_back(next.name);
+          p.out = next.outputs[0];
+          break;
+        }
+        break;
+      }
+      for (const auto& f : p.fused) fused_.insert(f);
+      plans_[n.name] = p;
+    }
+    for (const auto& n : g_.nodes)
+      if (is_alias(n) && n.op != "Transpose") alias_of_[n.outputs[0]] = n.inputs[0];
+  }
+
+  // Layout per stored value: true = transposed. A matmul's A operand wants T, its weight N; a
+  // Transpose node flips the layout of the same storage; elementwise ops keep their input's.
+  void assign_layouts() {
+    // Transposes are views too: value -> (source, flipped).
+    for (const auto& n : g_.nodes)
+      if (n.op == "Transpose") transpose_of_[n.outputs[0]] = n.inputs[0];
+    // Requirements from matmul operands, pushed back through transposes and aliases.
+    // Constants get the layout their consumer needs too: they are transposed at compile time.
+    for (const auto& [name, p] : plans_) {
+      require(p.a, true, *p.node);
+      require(p.w, p.w_transposed, *p.node);
+    }
+  }
+
+  // Resolves a graph value to its stored value and whether the view is transposed w.r.t. it.
+  std::pair<std::string, bool> view(const std::string& v) const {
+    auto t = transpose_of_.find(v);
+    if (t != transpose_of_.end()) {
+      auto [s, flip] = view(t->second);
+      return {s, !flip};
+    }
+    auto a = alias_of_.find(v);
+    if (a != alias_of_.end()) return view(a->second);
+    return {v, false};
+  }
+
+  void require(const std::string& v, bool transposed, const Node& at) {
+    auto [s, flip] = view(v);
+    const bool want = transposed != flip;
+    auto it = layout_.find(s);
+    if (it != layout_.end() && it->second != want)
+      unsupported(at, "tensor '" + s + "' is needed both transposed and not; a transpose kernel is not compiled yet");
+    layout_[s] = want;
+  }
+
+  bool transposed(const std::string& stored) const {
+    auto it = layout_.find(stored);
+    return it != layout_.end() && it->second;
+  }
+
+  // ---- HBM ----------------------------------------------------------------------------------
+  int64_t hbm_alloc(const std::string& name, DType t, Shape shape) {
+    const int64_t bytes = shape_numel(shape) * static_cast<int64_t>(dtype_size(t));
+    HbmTensor h{name, t, std::move(shape), hbm_next_};
+    hbm_next_ += (bytes + 4095) / 4096 * 4096;
+    if (hbm_next_ > static_cast<int64_t>(cfg_.hbm_capacity))
+      throw InputError(g_.source, "the model needs " + std::to_string(hbm_next_) + " bytes of HBM; the core has " +
+                                      std::to_string(static_cast<int64_t>(cfg_.hbm_capacity)));
+    c_.program.hbm.push_back(h);
+    c_.hbm_bytes = hbm_next_;
+    return h.offset;
+  }
+
+  // Stored matrix of a value: [rows, cols] as it lies in HBM (transposed layout swaps them).
+  struct Stored {
+    int64_t offset;
+    DType dtype;
+    int64_t rows, cols;
+  };
+
+  Stored stored(const std::string& v) {
+    auto [s, flip] = view(v);
+    auto it = stored_.find(s);
+    if (it != stored_.end()) return it->second;
+    const auto& val = g_.value(s);
+    auto [r, c] = layout_free_shape(val.shape);
+    const bool t = transposed(s);
+    if (val.data) {
+      // Constants: converted to the layout and dtype the kernels read, at compile time.
+      Tensor data = val.data->cast(DType::f32);
+      if (t) data = transpose2d(data.reshaped({r, c}));
+      const DType dt = opt_.compute;
+      const Shape shape = t ? Shape{c, r} : Shape{r, c};
+      const int64_t off = hbm_alloc(s, dt, shape);
+      c_.hbm_init.push_back({s, data.reshaped(shape).cast(dt)});
+      return stored_[s] = Stored{off, dt, shape[0], shape[1]};
+    }
+    const bool is_out = is_output(s);
+    const DType dt = is_out ? DType::f32 : opt_.compute;
+    const Shape shape = t ? Shape{c, r} : Shape{r, c};
+    const int64_t off = hbm_alloc(s, dt, shape);
+    return stored_[s] = Stored{off, dt, shape[0], shape[1]};
+  }
+
+  static Tensor transpose2d(const Tensor& t) {
+    const int64_t r = t.shape()[0], c = t.shape()[1];
+    auto v = t.to_f32();
+    std::vector<float> o(v.size());
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < c; ++j) o[static_cast<size_t>(j * r + i)] = v[static_cast<size_t>(i * c + j)];
+    return Tensor::from_f32({c, r}, std::move(o));
+  }
+
+  void allocate_io() {
+    for (const auto& i : g_.inputs) {
+      auto [s, flip] = view(i);
+      stored(i);
+      c_.inputs.push_back({i, s, transposed(s) != flip});
+    }
+  }
+
+  void finish_outputs() {
+    for (const auto& o : g_.outputs) {
+      auto [s, flip] = view(o);
+      stored(o);
+      c_.outputs.push_back({o, s, transposed(s) != flip});
+    }
+  }
+
+  // ---- SBUF ---------------------------------------------------------------------------------
+  struct Sbuf {
+    int64_t next = 0;
+    int64_t limit;
+    std::string kernel;
+    int64_t take(int64_t bytes) {
+      const int64_t off = next;
+      next += (bytes + 63) / 64 * 64;
+      if (next > limit)
+        throw InputError("kernel '" + kernel + "'", "needs " + std::to_string(next) + " bytes of SBUF per partition; a partition has " +
+                                                     std::to_string(limit),
+                         "use a smaller tile (mapping.tile_n / tile_m) or fewer buffers (mapping.buffers)");
+      return off;
+    }
+  };
+
+  // ---- kernels ------------------------------------------------------------------------------
+  void emit_matmul(const MatmulPlan& p) {
+    const Node& n = *p.node;
+    em_.begin_kernel(n.name);
+    const auto [M, K] = layout_free_shape(g_.value(p.a).shape);
+    int64_t N = g_.value(p.out).shape.back();
+    const Stored A = stored(p.a);            // stored transposed: [K, M]
+    const Stored O = stored(p.out);
+    const bool out_t = transposed(view(p.out).first);
+    // The weight as [K, N]: a constant is stored so; an activation per its layout.
+    Stored W = stored(p.w);
+    if (A.rows != K) throw std::logic_error("matmul operand A is not stored with K rows");
+    if (W.rows != K) throw std::logic_error("matmul weight is not stored as [K, N]");
+    const int64_t es_c = static_cast<int64_t>(dtype_size(opt_.compute));
+    Sbuf sb{0, cfg_.sbuf_partition_bytes, n.name};
+    const int64_t KT = ceil_div(K, cfg_.tensor_rows);
+    const int64_t nbuf = opt_.buffers > 0 ? opt_.buffers : 3;
+    // Output tiles: T layout puts N on partitions (<=128) and M free (<=512); N layout the reverse.
+    const int64_t part_max = cfg_.tensor_cols;
+    const int64_t free_max = std::min<int64_t>(cfg_.max_moving_free, cfg_.psum_bank_bytes() / 4);
+    const int64_t tp = opt_.tile_m > 0 ? opt_.tile_m : part_max;  // partitions of an output tile
+    const int64_t tf = opt_.tile_n > 0 ? opt_.tile_n : free_max;  // free size of an output tile
+    if (tp > part_max || tf > free_max || tp < 1 || tf < 1)
+      throw InputError("/mapping", "tile " + std::to_string(tp) + "x" + std::to_string(tf) + " does not fit the tensor engine",
+                       "tile_m <= " + std::to_string(part_max) + " (output partitions), tile_n <= " + std::to_string(free_max) +
+                           " (one PSUM bank of fp32)");
+    const int64_t P_total = out_t ? N : M;  // along output partitions
+    const int64_t F_total = out_t ? M : N;  // along output free dim
+    // Operand that supplies the stationary (output partitions) and the moving (output free) side.
+    const Stored& stat = out_t ? W : A;     // [K, P_total]
+    const Stored& mov = out_t ? A : W;      // [K, F_total]
+    const int64_t stat_buf = sb.take(nbuf * tp * es_c);
+    // The moving operand's column block [K, tf] stays in SBUF across the stationary tiles.
+    const int64_t mov_blk = sb.take(KT * tf * es_c);
+    const int64_t out_buf = sb.take(2 * tf * 4);
+    // Bias: per partition (T layout, fused into the activation) or replicated along partitions.
+    int64_t bias_off = -1;
+    Stored B{};
+    if (!p.bias.empty()) {
+      B = stored_bias(p.bias, out_t, N);
+      bias_off = sb.take(out_t ? ceil_div(N, tp) * 4 : tf * 4);
+    }
+    c_.sbuf_high_water = std::max(c_.sbuf_high_water, sb.next);
+    c_.psum_high_water = std::max(c_.psum_high_water, cfg_.psum_bank_bytes() * std::min<int64_t>(cfg_.psum_banks, 8));
+    const DType ct = opt_.compute;
+    int64_t stat_count = 0, tile_count = 0;
+    if (bias_off >= 0 && out_t) {
+      // All bias tiles once: tile j holds bias[j*tp .. j*tp+tp) on its partitions.
+      for (int64_t j = 0; j < ceil_div(N, tp); ++j) {
+        const int64_t pn = std::min(tp, N - j * tp);
+        em_.dma(on_chip(Space::sbuf, DType::f32, 0, static_cast<int32_t>(pn), bias_off + j * 4, {{1, 1}}),
+                in_hbm(DType::f32, static_cast<int32_t>(pn), 1, B.offset + j * tp * 4, {{1, 1}}));
+      }
+    }
+    for (int64_t f0 = 0; f0 < F_total; f0 += tf) {
+      const int64_t fn = std::min(tf, F_total - f0);
+      // Moving block: K rows (one k tile per partition group), columns f0..f0+fn.
+      for (int64_t kt = 0; kt < KT; ++kt) {
+        const int64_t kn = std::min<int64_t>(cfg_.tensor_rows, K - kt * cfg_.tensor_rows);
+        em_.dma(on_chip(Space::sbuf, ct, 0, static_cast<int32_t>(kn), mov_blk + kt * tf * es_c, {{static_cast<int32_t>(fn), 1}}),
+                in_hbm(mov.dtype, static_cast<int32_t>(kn), mov.cols, mov.offset + (kt * cfg_.tensor_rows * mov.cols + f0) * es_c,
+                       {{static_cast<int32_t>(fn), 1}}));
+      }
+      if (bias_off >= 0 && !out_t)
+        em_.dma(on_chip(Space::sbuf, DType::f32, 0, static_cast<int32_t>(std::min(tp, P_total)), bias_off, {{static_cast<int32_t>(fn), 1}}),
+                in_hbm(DType::f32, static_cast<int32_t>(std::min(tp, P_total)), 0, B.offset + f0 * 4, {{static_cast<int32_t>(fn), 1}}));
+      for (int64_t p0 = 0; p0 < P_total; p0 += tp) {
+        const int64_t pn = std::min(tp, P_total - p0);
+        const int64_t bank = tile_count % std::min<int64_t>(cfg_.psum_banks, 8);
+        const AccessPattern ps = on_chip(Space::psum, DType::f32, 0, static_cast<int32_t>(pn), bank * cfg_.psum_bank_bytes(),
+                                         {{static_cast<int32_t>(fn), 1}});
+        for (int64_t kt = 0; kt < KT; ++kt) {
+          const int64_t kn = std::min<int64_t>(cfg_.tensor_rows, K - kt * cfg_.tensor_rows);
+          // Stream the stationary tile (weights in T layout) through rotating buffers.
+          const int64_t sbuf_off = stat_buf + (stat_count++ % nbuf) * tp * es_c;
+          const AccessPattern st = on_chip(Space::sbuf, ct, 0, static_cast<int32_t>(kn), sbuf_off, {{static_cast<int32_t>(pn), 1}});
+          em_.dma(st, in_hbm(stat.dtype, static_cast<int32_t>(kn), stat.cols, stat.offset + (kt * cfg_.tensor_rows * stat.cols + p0) * es_c,
+                             {{static_cast<int32_t>(pn), 1}}));
+          Instr ls;
+          ls.op = Op::load_stationary;
+          ls.src0 = st;
+          em_.emit(ls, Lane::tensor);
+          Instr mm;
+          mm.op = Op::multiply_moving;
+          mm.dst = ps;
+          mm.src0 = on_chip(Space::sbuf, ct, 0, static_cast<int32_t>(kn), mov_blk + kt * tf * es_c, {{static_cast<int32_t>(fn), 1}});
+          mm.start = kt == 0;
+          mm.stop = kt == KT - 1;
+          em_.emit(mm, Lane::tensor);
+        }
+        // Evacuate PSUM -> SBUF (bias, activation), then SBUF -> HBM.
+        const int64_t ob = out_buf + (tile_count % 2) * tf * 4;
+        const AccessPattern out_sb = on_chip(Space::sbuf, O.dtype, 0, static_cast<int32_t>(pn), ob, {{static_cast<int32_t>(fn), 1}});
+        if (out_t || p.bias.empty()) {
+          Instr act;
+          act.op = Op::activation;
+          act.dst = out_sb;
+          act.src0 = ps;
+          act.func = p.has_func ? p.func : Func::identity;
+          act.imm[0] = 1.0;
+          if (bias_off >= 0)
+            act.src1 = on_chip(Space::sbuf, DType::f32, 0, static_cast<int32_t>(pn), bias_off + (p0 / tp) * 4, {{1, 1}});
+          em_.emit(act, Lane::scalar);
+        } else {
+          Instr add;
+          add.op = Op::tensor_tensor;
+          add.alu = Alu::add;
+          add.dst = out_sb;
+          add.src0 = ps;
+          add.src1 = on_chip(Space::sbuf, DType::f32, 0, static_cast<int32_t>(pn), bias_off, {{static_cast<int32_t>(fn), 1}});
+          em_.emit(add, Lane::vector);
+          if (p.has_func) {
+            Instr act;
+            act.op = Op::activation;
+            act.dst = out_sb;
+            act.src0 = out_sb;
+            act.func = p.func;
+            act.imm[0] = 1.0;
+            em_.emit(act, Lane::scalar);
+          }
+        }
+        const int64_t oes = static_cast<int64_t>(dtype_size(O.dtype));
+        em_.dma(in_hbm(O.dtype, static_cast<int32_t>(pn), O.cols, O.offset + (p0 * O.cols + f0) * oes, {{static_cast<int32_t>(fn), 1}}),
+                out_sb);
+        ++tile_count;
+      }
+    }
+    (void)M;
+  }
+
+  // The bias as fp32 [N] in HBM (per output column).
+  Stored stored_bias(const std::string& v, bool, int64_t N) {
+    auto it = stored_.find("bias:" + v);
+    if (it != stored_.end()) return it->second;
+    const auto& val = g_.value(v);
+    Tensor data = val.data->cast(DType::f32).reshaped({N});
+    const int64_t off = hbm_alloc(v, DType::f32, {N});
+    c_.hbm_init.push_back({v, data});
+    return stored_["bias:" + v] = Stored{off, DType::f32, 1, N};
+  }
+
+  void emit_elementwise(const Node& n) {
+    em_.begin_kernel(n.name);
+    const std::string out = n.outputs[0];
+    const Stored O = stored(out);
+    const Stored X = stored(n.inputs[0]);
+    if (transposed(view(out).first) != transposed(view(n.inputs[0]).first))
+      unsupported(n, "operands in different layouts");
+    Func f = Func::identity;
+    Alu a = Alu::add;
+    const int64_t total = O.rows * O.cols;
+    // View the matrix as [P, F] with P the largest divisor of the element count up to 128.
+    int64_t P = std::min<int64_t>(cfg_.partitions, total);
+    while (total % P) --P;
+    const int64_t F_all = total / P;
+    const int64_t chunk = std::min<int64_t>(F_all, 2048);
+    Sbuf sb{0, cfg_.sbuf_partition_bytes, n.name};
+    const int64_t xin = sb.take(2 * chunk * 4), yout = sb.take(2 * chunk * 4);
+    int64_t bin = -1;
+    Stored Bs{};
+    const bool binary = binary_alu(n.op, a);
+    if (binary) {
+      const auto& bv = g_.value(n.inputs[1]);
+      if (bv.shape != g_.value(n.inputs[0]).shape) unsupported(n, "a standalone broadcast is not compiled yet");
+      Bs = stored(n.inputs[1]);
+      bin = sb.take(2 * chunk * 4);
+    } else if (!unary_func(n.op, f)) {
+      unsupported(n, "op " + n.op);
+    }
+    c_.sbuf_high_water = std::max(c_.sbuf_high_water, sb.next);
+    int64_t i = 0;
+    for (int64_t f0 = 0; f0 < F_all; f0 += chunk, ++i) {
+      const int64_t fn = std::min(chunk, F_all - f0);
+      const int32_t pp = static_cast<int32_t>(P);
+      const int32_t fi = static_cast<int32_t>(fn);
+      auto hbm_of = [&](const Stored& s) {
+        return in_hbm(s.dtype, pp, F_all, s.offset + f0 * static_cast<int64_t>(dtype_size(s.dtype)), {{fi, 1}});
+      };
+      const AccessPattern x = on_chip(Space::sbuf, X.dtype, 0, pp, xin + (i % 2) * chunk * 4, {{fi, 1}});
+      const AccessPattern y = on_chip(Space::sbuf, O.dtype, 0, pp, yout + (i % 2) * chunk * 4, {{fi, 1}});
+      em_.dma(x, hbm_of(X));
+      Instr in;
+      in.dst = y;
+      in.src0 = x;
+      if (binary) {
+        const AccessPattern b = on_chip(Space::sbuf, Bs.dtype, 0, pp, bin + (i % 2) * chunk * 4, {{fi, 1}});
+        em_.dma(b, hbm_of(Bs));
+        in.op = Op::tensor_tensor;
+        in.alu = a;
+        in.src1 = b;
+        em_.emit(in, Lane::vector);
+      } else {
+        in.op = Op::activation;
+        in.func = f;
+        in.imm[0] = 1.0;
+        em_.emit(in, Lane::scalar);
+      }
+      em_.dma(hbm_of(O), y);
+    }
+  }
+
+  const Graph& g_;
+  const CoreConfig& cfg_;
+  MappingOptions opt_;
+  Compiled c_;
+  Emitter em_;
+  std::map<std::string, MatmulPlan> plans_;
+  std::set<std::string> fused_;
+  std::map<std::string, std::string> alias_of_, transpose_of_;
+  std::map<std::string, bool> layout_;
+  std::map<std::string, Stored> stored_;
+  int64_t hbm_next_ = 0;
+};
+
+}  // namespace
+
+Compiled compile(const Graph& g, const CoreConfig& cfg, const MappingOptions& opt) {
+  Compiler c(g, cfg, opt);
+  return c.run();
+}
+
+}  // namespace tessera::neuroncore

@@ -1,0 +1,64 @@
+#pragma once
+// The NeuronCore compiler: graph IR -> VLIW program, plus the analytical estimate.
+//
+// Activations live in HBM between kernels; each kernel streams its operands into SBUF through the
+// DMA lanes (weights tile by tile, multi-buffered so transfers overlap compute), computes, and
+// streams its result back. 2-D tensors are kept in one of two layouts: row-major as in the graph
+// ("N"), or transposed ("T", the contraction dimension first) -- a matmul's operands must have the
+// contraction dimension on the partitions, and a matmul can write its result either way, so the
+// layout pass chooses per tensor what its consumers need and inserts transposes only where the
+// choice cannot be made (constants are transposed at compile time, for free).
+#include <map>
+#include <string>
+#include <vector>
+
+#include "isa/neuroncore/cost_table.hpp"
+#include "isa/neuroncore/isa.hpp"
+#include "isa/tensor.hpp"
+#include "mapper/graph/graph.hpp"
+
+namespace tessera::neuroncore {
+
+struct MappingOptions {
+  DType compute = DType::bf16;   // matmul operand and activation dtype (accumulation is fp32)
+  int64_t tile_m = 0;            // rows of a matmul output tile on the partitions (0: automatic)
+  int64_t tile_n = 0;            // free size of a matmul output tile (0: automatic, <= 512)
+  int64_t buffers = 0;           // buffers per streamed operand (0: automatic)
+};
+
+// How a graph input or output sits in HBM.
+struct IoBinding {
+  std::string name;              // graph value
+  std::string hbm;               // Program::hbm tensor
+  bool transposed = false;       // 2-D tensor stored as its transpose
+};
+
+struct KernelEstimate {
+  std::string name, op;
+  double seconds = 0;            // predicted
+  double flops = 0, bytes = 0;   // moved between HBM and SBUF
+  double tensor_utilisation = 0; // predicted tensor-engine busy fraction of the kernel time
+  std::string bound;             // "compute" or "memory"
+  // Predicted busy seconds per engine, for the compile report.
+  double tensor_s = 0, vector_s = 0, scalar_s = 0, gpsimd_s = 0, dma_s = 0, hbm_s = 0;
+};
+
+struct Compiled {
+  Program program;
+  std::vector<IoBinding> inputs, outputs;
+  std::vector<std::pair<std::string, Tensor>> hbm_init;  // constants to preload (HBM tensor name, data)
+  std::vector<KernelEstimate> kernels;                   // one per Program::kernels entry
+  double predicted_s = 0;
+  int64_t sbuf_high_water = 0;   // bytes per partition
+  int64_t psum_high_water = 0;
+  int64_t hbm_bytes = 0;
+};
+
+// Throws InputError naming the node for an op or shape the compiler does not handle, an invalid
+// mapping option (with the reason), or an SBUF overflow (kernel and bytes).
+Compiled compile(const graph::Graph& g, const CoreConfig& cfg, const MappingOptions& opt);
+
+// The compile_report.txt table.
+std::string compile_report(const Compiled& c, const CoreConfig& cfg);
+
+}  // namespace tessera::neuroncore

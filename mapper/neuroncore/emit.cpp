@@ -1,0 +1,168 @@
+#include "mapper/neuroncore/emit.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace tessera::neuroncore {
+
+namespace {
+void fill_dims(AccessPattern& ap, std::vector<Dim> dims) {
+  if (dims.empty() || dims.size() > 4) throw std::logic_error("access pattern needs 1-4 free dims");
+  int64_t dense = 1;
+  for (size_t i = dims.size(); i-- > 0;) {
+    if (dims[i].stride == 0) dims[i].stride = static_cast<int32_t>(dense);
+    dense *= dims[i].num;
+  }
+  ap.ndims = static_cast<uint8_t>(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) ap.dims[i] = dims[i];
+}
+
+struct Span {
+  Space space;
+  int64_t p_lo, p_hi, b_lo, b_hi;
+};
+
+Span span_of(const AccessPattern& ap) {
+  const auto [lo, hi] = ap.free_byte_range();
+  if (ap.space == Space::hbm) {
+    const int64_t es = static_cast<int64_t>(dtype_size(ap.dtype));
+    return {ap.space, 0, 1, lo, hi + static_cast<int64_t>(ap.parts - 1) * ap.part_stride * es};
+  }
+  return {ap.space, ap.part_start, ap.part_start + ap.parts, lo, hi};
+}
+
+bool overlap(const Span& a, const Span& b) {
+  return a.space == b.space && a.p_lo < b.p_hi && b.p_lo < a.p_hi && a.b_lo < b.b_hi && b.b_lo < a.b_hi;
+}
+
+// Whether b must stay after a: any overlap where one of them writes.
+bool depends(const Instr& a, const Instr& b) {
+  auto spans = [](const Instr& in, std::vector<std::pair<Span, bool>>& out) {
+    out.clear();
+    for (const AccessPattern* ap : {&in.src0, &in.src1})
+      if (ap->present()) out.push_back({span_of(*ap), false});
+    if (in.aux.present()) out.push_back({span_of(in.aux), in.op == Op::activation});
+    if (in.dst.present()) out.push_back({span_of(in.dst), true});
+  };
+  static thread_local std::vector<std::pair<Span, bool>> sa, sb;
+  spans(a, sa);
+  spans(b, sb);
+  for (const auto& [x, wx] : sa)
+    for (const auto& [y, wy] : sb)
+      if ((wx || wy) && overlap(x, y)) return true;
+  return false;
+}
+
+bool is_dma(Lane l) { return l == Lane::dma0 || l == Lane::dma1; }
+}  // namespace
+
+AccessPattern on_chip(Space s, DType t, int32_t p0, int32_t parts, int64_t offset, std::vector<Dim> dims) {
+  AccessPattern ap;
+  ap.space = s;
+  ap.dtype = t;
+  ap.part_start = p0;
+  ap.parts = parts;
+  ap.offset = offset;
+  fill_dims(ap, std::move(dims));
+  return ap;
+}
+
+AccessPattern in_hbm(DType t, int32_t rows, int64_t row_stride, int64_t offset, std::vector<Dim> dims) {
+  AccessPattern ap;
+  ap.space = Space::hbm;
+  ap.dtype = t;
+  ap.parts = rows;
+  ap.part_stride = row_stride;
+  ap.offset = offset;
+  fill_dims(ap, std::move(dims));
+  return ap;
+}
+
+int16_t Emitter::begin_kernel(const std::string& name) {
+  p_.kernels.push_back(name);
+  kernel_ = static_cast<int16_t>(p_.kernels.size() - 1);
+  return kernel_;
+}
+
+void Emitter::emit(Instr in, Lane lane) {
+  in.kernel = kernel_;
+  stream_.push_back({in, lane});
+}
+
+void Emitter::dma(const AccessPattern& dst, const AccessPattern& src) {
+  Instr in;
+  in.op = Op::dma;
+  in.dst = dst;
+  in.src0 = src;
+  in.queue = static_cast<int16_t>(next_queue_);
+  next_queue_ = (next_queue_ + 1) % queues_;
+  emit(in, Lane::dma0);
+}
+
+void Emitter::schedule(int32_t window) {
+  // bundle_of[i]: where stream item i went.
+  std::vector<int32_t> bundle_of(stream_.size());
+  std::vector<std::array<int32_t, kLanes>> bundles;  // stream item per lane slot, -1 free
+  // The last bundle holding an instruction of each in-order unit: a unit runs its instructions in
+  // program order, so a later one may not be placed before it.
+  std::array<int32_t, kLanes> last_on_lane;
+  last_on_lane.fill(-1);
+  int32_t last_dma = -1;
+  for (size_t i = 0; i < stream_.size(); ++i) {
+    const Item& it = stream_[i];
+    const bool dma = is_dma(it.lane);
+    int32_t lo = dma ? last_dma : last_on_lane[static_cast<size_t>(it.lane)];
+    lo = std::max(lo, static_cast<int32_t>(bundles.size()) - window - 1);
+    // Latest dependency among the stream items placed in bundles after `lo`.
+    for (int32_t b = static_cast<int32_t>(bundles.size()) - 1; b > lo; --b) {
+      bool dep = false;
+      for (int32_t s : bundles[static_cast<size_t>(b)])
+        if (s >= 0 && depends(stream_[static_cast<size_t>(s)].in, it.in)) dep = true;
+      if (dep) {
+        lo = b;
+        break;
+      }
+    }
+    int32_t placed = -1;
+    for (int32_t b = lo + 1; b < static_cast<int32_t>(bundles.size()) && placed < 0; ++b) {
+      auto& slots = bundles[static_cast<size_t>(b)];
+      if (dma) {
+        for (Lane l : {Lane::dma0, Lane::dma1})
+          if (slots[static_cast<size_t>(l)] < 0) {
+            slots[static_cast<size_t>(l)] = static_cast<int32_t>(i);
+            placed = b;
+            break;
+          }
+      } else if (slots[static_cast<size_t>(it.lane)] < 0) {
+        slots[static_cast<size_t>(it.lane)] = static_cast<int32_t>(i);
+        placed = b;
+      }
+    }
+    if (placed < 0) {
+      bundles.emplace_back();
+      bundles.back().fill(-1);
+      bundles.back()[static_cast<size_t>(dma ? Lane::dma0 : it.lane)] = static_cast<int32_t>(i);
+      placed = static_cast<int32_t>(bundles.size()) - 1;
+    }
+    bundle_of[i] = placed;
+    if (dma) last_dma = std::max(last_dma, placed);
+    else last_on_lane[static_cast<size_t>(it.lane)] = std::max(last_on_lane[static_cast<size_t>(it.lane)], placed);
+  }
+  const int32_t base = static_cast<int32_t>(p_.instrs.size());
+  for (const auto& it : stream_) p_.instrs.push_back(it.in);
+  for (const auto& slots : bundles) {
+    Bundle b;
+    for (int l = 0; l < kLanes; ++l)
+      b.slot[static_cast<size_t>(l)] = slots[static_cast<size_t>(l)] < 0 ? -1 : base + slots[static_cast<size_t>(l)];
+    p_.bundles.push_back(b);
+  }
+  Instr halt;
+  halt.op = Op::halt;
+  p_.instrs.push_back(halt);
+  Bundle hb;
+  hb.slot[static_cast<size_t>(Lane::control)] = static_cast<int32_t>(p_.instrs.size()) - 1;
+  p_.bundles.push_back(hb);
+  stream_.clear();
+}
+
+}  // namespace tessera::neuroncore

@@ -1,0 +1,120 @@
+#include "mapper/neuroncore/estimate.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+namespace tessera::neuroncore {
+
+void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
+  const Program& p = c.program;
+  const size_t nk = p.kernels.size();
+  c.kernels.assign(nk, KernelEstimate{});
+  struct Acc {
+    std::array<double, kLanes> lane_s{};
+    std::map<int64_t, double> engine_s;
+    double hbm_bytes = 0, flops = 0;
+    bool computing = false;              // a compute instruction has been seen
+    double prologue_s = 0;               // the longest load before the first compute instruction
+    bool prologue_dependent = false;     // one of those loads reads an earlier kernel's output
+    double last_tail_s = 0, last_store_s = 0;
+    std::string op;
+  };
+  std::vector<Acc> acc(nk);
+  std::vector<std::pair<int64_t, int64_t>> stored_ranges;  // HBM bytes written by earlier kernels
+  auto hbm_range = [](const AccessPattern& ap) {
+    const auto [lo, hi] = ap.free_byte_range();
+    return std::pair<int64_t, int64_t>{lo, hi + static_cast<int64_t>(ap.parts - 1) * ap.part_stride *
+                                                  static_cast<int64_t>(dtype_size(ap.dtype))};
+  };
+  int16_t current = -1;
+  std::vector<std::pair<int64_t, int64_t>> pending_ranges;
+  for (const Instr& in : p.instrs) {
+    if (in.kernel < 0) continue;
+    if (in.kernel != current) {
+      stored_ranges.insert(stored_ranges.end(), pending_ranges.begin(), pending_ranges.end());
+      pending_ranges.clear();
+      current = in.kernel;
+    }
+    Acc& a = acc[static_cast<size_t>(in.kernel)];
+    if (in.op == Op::dma) {
+      int64_t bytes = 0, chunks = 0;
+      dma_shape(in, bytes, chunks);
+      const double t = dma_transfer_seconds(bytes, chunks, cfg);
+      a.engine_s[in.queue % cfg.dma_engines] += t;
+      if (in.src0.space == Space::hbm || in.dst.space == Space::hbm) a.hbm_bytes += static_cast<double>(bytes);
+      if (!a.computing && in.src0.space == Space::hbm) {
+        a.prologue_s = std::max(a.prologue_s, t);
+        const auto r = hbm_range(in.src0);
+        for (const auto& w : stored_ranges)
+          if (r.first < w.second && w.first < r.second) a.prologue_dependent = true;
+      }
+      if (in.dst.space == Space::hbm) {
+        a.last_store_s = t;  // the store of the last tile
+        pending_ranges.push_back(hbm_range(in.dst));
+      }
+      continue;
+    }
+    a.computing = true;
+    const Lane lane = op_lane(in.op);
+    const double s = static_cast<double>(instr_cycles(in, cfg)) / lane_clock_hz(lane, cfg);
+    a.lane_s[static_cast<size_t>(lane)] += s;
+    if (in.op == Op::multiply_moving) {
+      a.flops += 2.0 * in.src0.parts * in.dst.parts * static_cast<double>(in.src0.free_elems());
+      a.op = "matmul";
+    }
+    if (in.op == Op::activation || in.op == Op::tensor_tensor) a.last_tail_s = s;
+  }
+  double total = 0;
+  for (size_t k = 0; k < nk; ++k) {
+    Acc& a = acc[k];
+    KernelEstimate& e = c.kernels[k];
+    e.name = p.kernels[k];
+    e.op = a.op.empty() ? "elementwise" : a.op;
+    e.tensor_s = a.lane_s[static_cast<size_t>(Lane::tensor)];
+    e.vector_s = a.lane_s[static_cast<size_t>(Lane::vector)];
+    e.scalar_s = a.lane_s[static_cast<size_t>(Lane::scalar)];
+    e.gpsimd_s = a.lane_s[static_cast<size_t>(Lane::gpsimd)];
+    for (const auto& [eng, t] : a.engine_s) e.dma_s = std::max(e.dma_s, t);
+    e.hbm_s = a.hbm_bytes / cfg.hbm_bandwidth;
+    const double compute = std::max({e.tensor_s, e.vector_s, e.scalar_s, e.gpsimd_s});
+    const double memory = std::max(e.dma_s, e.hbm_s);
+    e.bound = compute >= memory ? "compute" : "memory";
+    // The overlapped middle runs at the slowest engine's pace, but not faster than the loads before
+    // the first compute instruction (in parallel: the longest); then the last evacuation and store
+    // drain. A DMA that waits on another
+    // engine (the last store on the evacuation; a first load on an earlier kernel's store) costs
+    // dma.trigger_latency ([DMA] ~1300 ns semaphore to start) on top of its transfer.
+    const double prologue = a.prologue_s + (a.prologue_dependent ? cfg.dma_trigger_latency : 0.0);
+    e.seconds = std::max({compute, memory, prologue}) + a.last_tail_s + a.last_store_s + cfg.dma_trigger_latency;
+    e.flops = a.flops;
+    e.bytes = a.hbm_bytes;
+    e.tensor_utilisation = e.seconds > 0 ? e.tensor_s / e.seconds : 0;
+    total += e.seconds;
+  }
+  c.predicted_s = total;
+}
+
+std::string compile_report(const Compiled& c, const CoreConfig& cfg) {
+  std::ostringstream os;
+  char line[256];
+  os << "tessera NeuronCore compile report (predicted by the analytical estimator)\n";
+  std::snprintf(line, sizeof line, "tensor %.3g GHz, HBM %.4g GB/s, %lld DMA engines at %.4g GB/s\n\n", cfg.tensor_hz / 1e9,
+                cfg.hbm_bandwidth / 1e9, static_cast<long long>(cfg.dma_engines), cfg.dma_engine_bandwidth / 1e9);
+  os << line;
+  std::snprintf(line, sizeof line, "%-28s %-12s %12s %14s %12s %8s %-8s\n", "kernel", "op", "predicted", "FLOPs", "HBM bytes",
+                "PE util", "bound");
+  os << line;
+  for (const auto& k : c.kernels) {
+    std::snprintf(line, sizeof line, "%-28.28s %-12s %10.3f us %14.4g %12.4g %7.1f%% %-8s\n", k.name.c_str(), k.op.c_str(),
+                  k.seconds * 1e6, k.flops, k.bytes, k.tensor_utilisation * 100, k.bound.c_str());
+    os << line;
+  }
+  std::snprintf(line, sizeof line, "\ntotal predicted %.3f us; SBUF high-water %lld bytes/partition; HBM %lld bytes\n",
+                c.predicted_s * 1e6, static_cast<long long>(c.sbuf_high_water), static_cast<long long>(c.hbm_bytes));
+  os << line;
+  return os.str();
+}
+
+}  // namespace tessera::neuroncore
