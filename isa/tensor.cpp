@@ -194,3 +194,15 @@ Tensor random_tensor(DType dtype, Shape shape, uint64_t seed, bool normal, doubl
   return dtype == DType::f32 ? t : t.cast(dtype);
 }
 }  // namespace tessera
+
+namespace tessera {
+Tensor transpose2d(const Tensor& t) {
+  if (t.rank() != 2) throw std::logic_error("transpose2d: rank " + std::to_string(t.rank()));
+  const int64_t r = t.shape()[0], c = t.shape()[1];
+  const auto v = t.to_f32();
+  std::vector<float> o(v.size());
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) o[static_cast<size_t>(j * r + i)] = v[static_cast<size_t>(i * c + j)];
+  return Tensor::from_f32({c, r}, std::move(o));
+}
+}  // namespace tessera

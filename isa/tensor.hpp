@@ -79,6 +79,9 @@ std::span<const T> Tensor::as() const {
 }  // namespace tessera
 
 namespace tessera {
+// The transpose of a 2-D tensor, as fp32.
+Tensor transpose2d(const Tensor& t);
+
 // Seeded random values (mt19937_64; normal(0, scale) or uniform(-scale, scale)), generated in fp32
 // and rounded to `dtype`. Deterministic for a given seed with the same standard library.
 Tensor random_tensor(DType dtype, Shape shape, uint64_t seed, bool normal, double scale);

@@ -84,6 +84,16 @@ std::pair<int64_t, int64_t> AccessPattern::free_byte_range() const {
   return {offset, offset + (hi + 1) * es};
 }
 
+Footprint footprint(const AccessPattern& ap, int64_t base) {
+  const auto [lo, hi] = ap.free_byte_range();
+  const int64_t extent = hi - lo;
+  if (ap.space == Space::hbm) {
+    const int64_t es = static_cast<int64_t>(dtype_size(ap.dtype));
+    return {ap.space, 0, 1, base, base + static_cast<int64_t>(ap.parts - 1) * ap.part_stride * es + extent};
+  }
+  return {ap.space, ap.part_start, ap.part_start + ap.parts, base, base + extent};
+}
+
 bool AccessPattern::contiguous() const {
   int64_t expect = 1;
   for (int i = ndims - 1; i >= 0; --i) {

@@ -56,6 +56,19 @@ struct AccessPattern {
   bool operator==(const AccessPattern&) const = default;
 };
 
+// The memory an operand touches: partitions [p_lo, p_hi) x bytes [b_lo, b_hi) within a partition
+// (SBUF/PSUM), or bytes [b_lo, b_hi) of HBM (p_lo = 0, p_hi = 1). `base` is the effective byte
+// offset (offset plus any dynamic part).
+struct Footprint {
+  Space space;
+  int64_t p_lo, p_hi, b_lo, b_hi;
+  bool overlaps(const Footprint& o) const {
+    return space == o.space && p_lo < o.p_hi && o.p_lo < p_hi && b_lo < o.b_hi && o.b_lo < b_hi;
+  }
+};
+Footprint footprint(const AccessPattern& ap, int64_t base);
+inline Footprint footprint(const AccessPattern& ap) { return footprint(ap, ap.offset); }
+
 // ALU operations of the vector and gpsimd engines (tensor_tensor, tensor_scalar, tensor_reduce,
 // partition all-reduce, affine_select comparison).
 enum class Alu : uint8_t { add, subtract, multiply, divide, max, min, pow, bypass, is_equal, is_gt, is_ge, is_lt, is_le };

@@ -283,15 +283,6 @@ class Compiler {
     return stored_[s] = Stored{off, dt, shape[0], shape[1]};
   }
 
-  static Tensor transpose2d(const Tensor& t) {
-    const int64_t r = t.shape()[0], c = t.shape()[1];
-    auto v = t.to_f32();
-    std::vector<float> o(v.size());
-    for (int64_t i = 0; i < r; ++i)
-      for (int64_t j = 0; j < c; ++j) o[static_cast<size_t>(j * r + i)] = v[static_cast<size_t>(i * c + j)];
-    return Tensor::from_f32({c, r}, std::move(o));
-  }
-
   void allocate_io() {
     for (const auto& i : g_.inputs) {
       auto [s, flip] = view(i);

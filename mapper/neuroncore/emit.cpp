@@ -17,39 +17,21 @@ void fill_dims(AccessPattern& ap, std::vector<Dim> dims) {
   for (size_t i = 0; i < dims.size(); ++i) ap.dims[i] = dims[i];
 }
 
-struct Span {
-  Space space;
-  int64_t p_lo, p_hi, b_lo, b_hi;
-};
-
-Span span_of(const AccessPattern& ap) {
-  const auto [lo, hi] = ap.free_byte_range();
-  if (ap.space == Space::hbm) {
-    const int64_t es = static_cast<int64_t>(dtype_size(ap.dtype));
-    return {ap.space, 0, 1, lo, hi + static_cast<int64_t>(ap.parts - 1) * ap.part_stride * es};
-  }
-  return {ap.space, ap.part_start, ap.part_start + ap.parts, lo, hi};
-}
-
-bool overlap(const Span& a, const Span& b) {
-  return a.space == b.space && a.p_lo < b.p_hi && b.p_lo < a.p_hi && a.b_lo < b.b_hi && b.b_lo < a.b_hi;
-}
-
 // Whether b must stay after a: any overlap where one of them writes.
 bool depends(const Instr& a, const Instr& b) {
-  auto spans = [](const Instr& in, std::vector<std::pair<Span, bool>>& out) {
+  auto spans = [](const Instr& in, std::vector<std::pair<Footprint, bool>>& out) {
     out.clear();
     for (const AccessPattern* ap : {&in.src0, &in.src1})
-      if (ap->present()) out.push_back({span_of(*ap), false});
-    if (in.aux.present()) out.push_back({span_of(in.aux), in.op == Op::activation});
-    if (in.dst.present()) out.push_back({span_of(in.dst), true});
+      if (ap->present()) out.push_back({footprint(*ap), false});
+    if (in.aux.present()) out.push_back({footprint(in.aux), in.op == Op::activation});
+    if (in.dst.present()) out.push_back({footprint(in.dst), true});
   };
-  static thread_local std::vector<std::pair<Span, bool>> sa, sb;
+  static thread_local std::vector<std::pair<Footprint, bool>> sa, sb;
   spans(a, sa);
   spans(b, sb);
   for (const auto& [x, wx] : sa)
     for (const auto& [y, wy] : sb)
-      if ((wx || wy) && overlap(x, y)) return true;
+      if ((wx || wy) && x.overlaps(y)) return true;
   return false;
 }
 

@@ -24,9 +24,8 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
   std::vector<Acc> acc(nk);
   std::vector<std::pair<int64_t, int64_t>> stored_ranges;  // HBM bytes written by earlier kernels
   auto hbm_range = [](const AccessPattern& ap) {
-    const auto [lo, hi] = ap.free_byte_range();
-    return std::pair<int64_t, int64_t>{lo, hi + static_cast<int64_t>(ap.parts - 1) * ap.part_stride *
-                                                  static_cast<int64_t>(dtype_size(ap.dtype))};
+    const Footprint f = footprint(ap);
+    return std::pair<int64_t, int64_t>{f.b_lo, f.b_hi};
   };
   int16_t current = -1;
   std::vector<std::pair<int64_t, int64_t>> pending_ranges;

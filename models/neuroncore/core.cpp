@@ -95,28 +95,15 @@ void NeuronCore::sync_to(Femtos t) {
   if (t > now) sc_core::wait(sc_time::from_value(static_cast<uint64_t>(t - now)));
 }
 
-NeuronCore::Region NeuronCore::region(const AccessPattern& ap) const {
-  const int64_t base = CoreMemory::base_offset(ap, regs_);
-  const auto [lo, hi] = ap.free_byte_range();
-  const int64_t extent = hi - lo;
-  if (ap.space == Space::hbm) {
-    const int64_t es = static_cast<int64_t>(dtype_size(ap.dtype));
-    return {ap.space, 0, 1, base, base + static_cast<int64_t>(ap.parts - 1) * ap.part_stride * es + extent};
-  }
-  return {ap.space, ap.part_start, ap.part_start + ap.parts, base, base + extent};
-}
-
-bool NeuronCore::overlap(const Region& a, const Region& b) {
-  return a.space == b.space && a.p_lo < b.p_hi && b.p_lo < a.p_hi && a.b_lo < b.b_hi && b.b_lo < a.b_hi;
-}
+Footprint NeuronCore::region(const AccessPattern& ap) const { return footprint(ap, CoreMemory::base_offset(ap, regs_)); }
 
 Femtos NeuronCore::ready_time(const Instr& in, Lane, bool& raw) const {
   Femtos t = 0;
   raw = false;
-  auto consider = [&](const Region& r, bool is_write) {
+  auto consider = [&](const Footprint& r, bool is_write) {
     for (const auto& p : pending_) {
       // Reads wait for pending writes (RAW); writes wait for pending reads and writes (WAR, WAW).
-      if (!(p.write || is_write) || !overlap(p.r, r)) continue;
+      if (!(p.write || is_write) || !p.r.overlaps(r)) continue;
       if (p.end > t) {
         t = p.end;
         raw = p.write && !is_write;
@@ -136,7 +123,7 @@ void NeuronCore::add_pending(const Instr& in, Lane lane, Femtos end) {
     if (ap->present()) pending_.push_back({region(*ap), end, false, lane});
   if (in.aux.present()) pending_.push_back({region(in.aux), end, in.op == Op::activation, lane});
   if (in.dst.present()) {
-    const Region r = region(in.dst);
+    const Footprint r = region(in.dst);
     pending_.push_back({r, end, true, lane});
     if (r.space == Space::sbuf) stats_.sbuf_high_water = std::max(stats_.sbuf_high_water, r.b_hi);
     if (r.space == Space::psum) stats_.psum_high_water = std::max(stats_.psum_high_water, r.b_hi);
@@ -147,14 +134,14 @@ int32_t NeuronCore::track_dma_flow(const Instr& in, bool is_dma, int32_t record_
   int32_t from = -1;
   for (const AccessPattern* ap : {&in.src0, &in.src1}) {
     if (!ap->present()) continue;
-    const Region r = region(*ap);
+    const Footprint r = region(*ap);
     for (const auto& [w, idx] : dma_writes_)
-      if (overlap(w, r)) from = std::max(from, idx);
+      if (w.overlaps(r)) from = std::max(from, idx);
   }
   if (in.dst.present()) {
-    const Region d = region(in.dst);
+    const Footprint d = region(in.dst);
     dma_writes_.erase(std::remove_if(dma_writes_.begin(), dma_writes_.end(),
-                                     [&](const auto& e) { return overlap(e.first, d); }),
+                                     [&](const auto& e) { return e.first.overlaps(d); }),
                       dma_writes_.end());
     if (is_dma) dma_writes_.push_back({d, record_index});
   }

@@ -86,11 +86,7 @@ class NeuronCore : public sc_core::sc_module {
   Femtos start_time() const { return t_start_; }
 
  private:
-  struct Region {
-    Space space;
-    int32_t p_lo, p_hi;
-    int64_t b_lo, b_hi;
-  };
+  using Region = Footprint;
   struct Pending {
     Region r;
     Femtos end;
@@ -102,7 +98,6 @@ class NeuronCore : public sc_core::sc_module {
   void run_program();
   void retire(int lane);
   Region region(const AccessPattern& ap) const;
-  static bool overlap(const Region& a, const Region& b);
   // When `in` may start with respect to pending accesses; sets `raw` if the latest constraint is
   // a pending write of one of its operands (read after write).
   Femtos ready_time(const Instr& in, Lane lane, bool& raw) const;
