@@ -13,6 +13,7 @@
 #include "isa/error.hpp"
 #include "isa/params.hpp"
 #include "mapper/graph/summary.hpp"
+#include "sim/compare.hpp"
 #include "sim/conformance.hpp"
 #include "sim/console.hpp"
 #include "sim/model.hpp"
@@ -32,7 +33,7 @@ struct Options {
   std::string out_dir;
   bool help = false;
   bool no_numerics = false;
-  std::map<std::string, std::string> verb_opts;  // --exclusions, --pass-list, --write-pass-list, --format
+  std::map<std::string, std::string> verb_opts;  // --exclusions, --pass-list, --write-pass-list, --format, --jobs, --plot, --rerun
   Verbosity verbosity = Verbosity::normal;
 };
 
@@ -51,6 +52,7 @@ int cmd_version(const Options&);
 int cmd_graph(const Options&);
 int cmd_schema(const Options&);
 int cmd_conformance(const Options&);
+int cmd_compare(const Options&);
 
 const Verb kVerbs[] = {
     {"run", "tessera run [SCENARIO] [--out DIR] [--set key.path=value]... [--no-numerics]",
@@ -81,6 +83,25 @@ const Verb kVerbs[] = {
      "test whose ops are all supported fails without a line in --exclusions, or when a test named\n"
      "in --pass-list does not pass.",
      cmd_conformance},
+    {"compare",
+     "tessera compare SCENARIO|REPORT|DIR... [--jobs N] [--out DIR] [--format table|csv|json|markdown] [--plot FILE.svg] [--rerun] [--set key.path=value]... [--no-numerics]",
+     "predicted vs simulated (vs published) latency per scenario and kernel, with MAPE and worst case",
+     "Arguments are scenario files, report.json files, or directories searched recursively for\n"
+     "them (other JSON files, and build/, out/, tests/ and hidden directories below a DIR, are\n"
+     "skipped). Each scenario runs as `tessera run SCENARIO --out OUT/NAME --quiet` in a child\n"
+     "process, --jobs N at once (default 1), OUT being --out DIR (default out/compare); a\n"
+     "report.json already there is reused when it is newer than the scenario, the files it names\n"
+     "and the tessera binary, and records the same scenario (--rerun runs it anyway). --set and\n"
+     "--no-numerics apply to every run. A run's stderr is kept in OUT/NAME/run.log.\n\n"
+     "Prints per scenario and kernel: predicted, simulated, error = (predicted - simulated) /\n"
+     "simulated, the published reference (expect.reference_latency) and simulated vs published;\n"
+     "then the mean absolute percentage error and the worst case of each. Missing figures show\n"
+     "'-' and are left out of the statistics. --format csv|json|markdown for other tools (json:\n"
+     "schema tessera.compare/1; csv: the summary goes to stderr). --plot FILE.svg writes a log-log\n"
+     "scatter of predicted against simulated, one point per kernel, with y = x and +-10% lines.\n"
+     "Exit 1 when a scenario failed a check or could not run (it is listed as ERROR with the\n"
+     "first line of its error).",
+     cmd_compare},
     {"schema", "tessera schema", "print every scenario field (pointer, type, default, description) as Markdown",
      "docs/scenario-fields.md is this output.", cmd_schema},
     {"version", "tessera version", "print the version of tessera and of the libraries it uses", "", cmd_version},
@@ -97,7 +118,7 @@ void print_usage(std::ostream& os) {
      << "usage: tessera VERB [options]\n\nverbs:\n";
   for (const auto& v : kVerbs) {
     std::string n = v.name;
-    n.resize(10, ' ');
+    n.resize(std::max<size_t>(n.size() + 2, 18), ' ');
     os << "  " << n << v.summary << "\n";
   }
   os << "\noptions:\n"
@@ -131,16 +152,19 @@ Options parse_args(int argc, char** argv) {
     else if (a == "-q" || a == "--quiet") o.verbosity = Verbosity::quiet;
     else if (a == "-v" || a == "--verbose") o.verbosity = Verbosity::verbose;
     else if (a == "--no-numerics") o.no_numerics = true;
+    else if (a == "--rerun") o.verb_opts["rerun"] = "1";
     else if (a == "--out" || a.rfind("--out=", 0) == 0) o.out_dir = value("--out");
     else if (a == "--set" || a.rfind("--set=", 0) == 0) o.sets.push_back(value("--set"));
     else if (a == "--exclusions" || a == "--pass-list" || a == "--write-pass-list" || a == "--format" ||
-             a.rfind("--exclusions=", 0) == 0 || a.rfind("--pass-list=", 0) == 0 ||
-             a.rfind("--write-pass-list=", 0) == 0 || a.rfind("--format=", 0) == 0) {
+             a == "--jobs" || a == "--plot" || a.rfind("--exclusions=", 0) == 0 || a.rfind("--pass-list=", 0) == 0 ||
+             a.rfind("--write-pass-list=", 0) == 0 || a.rfind("--format=", 0) == 0 || a.rfind("--jobs=", 0) == 0 ||
+             a.rfind("--plot=", 0) == 0) {
       const std::string key = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
       o.verb_opts[key] = value("--" + key);
     } else if (a.size() > 1 && a[0] == '-') {
       std::vector<std::string> known = {"--help", "--quiet", "--verbose", "--out", "--set", "--no-numerics",
-                                        "--exclusions", "--pass-list", "--write-pass-list", "--format"};
+                                        "--exclusions", "--pass-list", "--write-pass-list", "--format",
+                                        "--jobs", "--plot", "--rerun"};
       std::string hint = did_you_mean(a, known);
       throw InputError("command line", "unknown option '" + a + "'",
                        hint.empty() ? "see tessera --help" : "did you mean '" + hint + "'?");
@@ -217,6 +241,31 @@ int cmd_conformance(const Options& o) {
   return run_conformance(c);
 }
 
+int cmd_compare(const Options& o) {
+  CompareOptions c;
+  c.inputs = o.positional;
+  c.out_dir = o.out_dir;
+  c.no_numerics = o.no_numerics;
+  c.sets = o.sets;
+  auto get = [&](const char* k) { auto it = o.verb_opts.find(k); return it == o.verb_opts.end() ? std::string() : it->second; };
+  if (!get("format").empty()) c.format = get("format");
+  c.plot_file = get("plot");
+  c.rerun = !get("rerun").empty();
+  if (const std::string j = get("jobs"); !j.empty()) {
+    size_t used = 0;
+    long n = 0;
+    try {
+      n = std::stol(j, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != j.size() || n < 1 || n > 256)
+      throw InputError("--jobs", "'" + j + "' is not a number of jobs", "give a whole number from 1 to 256, e.g. --jobs 2");
+    c.jobs = static_cast<int>(n);
+  }
+  return run_compare(c);
+}
+
 int cmd_schema(const Options&) {
   std::cout << "# Scenario fields (" << kScenarioSchema << ")\n\nGenerated by `tessera schema`; a test keeps it in sync.\n"
             << "NAME stands for a name you choose, N for an array index.\n\n"
@@ -246,7 +295,7 @@ int cli_main(int argc, char** argv) {
       for (const auto& vb : kVerbs) names.push_back(vb.name);
       std::string hint = did_you_mean(o.verb, names);
       throw InputError("command line", "unknown verb '" + o.verb + "'",
-                       hint.empty() ? "verbs: run, validate, graph, params, schema, onnx-conformance, version" : "did you mean '" + hint + "'?");
+                       hint.empty() ? "verbs: run, validate, graph, params, compare, schema, onnx-conformance, version" : "did you mean '" + hint + "'?");
     }
     if (o.help) {
       print_verb_help(*v);

@@ -52,6 +52,11 @@ std::optional<double> number(const json& j, const char* key) {
   return d;
 }
 
+// A string member, or "" (reports given by hand may have anything).
+std::string str(const json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+}
+
 std::optional<double> rel_error_pct(std::optional<double> value, std::optional<double> base) {
   if (!value || !base || !(*base > 0)) return std::nullopt;
   return (*value - *base) / *base * 100.0;
@@ -163,11 +168,14 @@ std::string xml_escape(const std::string& s) {
   return o;
 }
 
-std::string stat_line(const char* what, const ErrorStat& st, const char* unit, bool kernel_names) {
-  if (st.count == 0) return std::string(what) + ": none";
-  std::string worst = st.worst_scenario + (kernel_names && !st.worst_kernel.empty() ? "/" + st.worst_kernel : "");
-  return std::string(what) + ": MAPE " + printf_str("%.2f%%", st.mape_pct) + " over " + std::to_string(st.count) + " " +
-         unit + (st.count == 1 ? "" : "s") + ", worst " + format_pct(st.worst_pct) + " (" + worst + ")";
+// "NAME: MAPE 4.20% over 3 of 8 kernels, worst +9.1% (scenario, kernel k)"
+std::string stat_line(const char* what, const ErrorStat& st, size_t of, const char* unit, bool kernel_names) {
+  const std::string units = std::string(unit) + (of == 1 ? "" : "s");
+  if (st.count == 0) return std::string(what) + ": none of " + std::to_string(of) + " " + units + " has both";
+  const std::string worst =
+      st.worst_scenario + (kernel_names && !st.worst_kernel.empty() ? ", kernel " + st.worst_kernel : "");
+  return std::string(what) + ": MAPE " + printf_str("%.2f%%", st.mape_pct) + " over " + std::to_string(st.count) +
+         " of " + std::to_string(of) + " " + units + ", worst " + format_pct(st.worst_pct) + " (" + worst + ")";
 }
 
 }  // namespace
@@ -181,33 +189,38 @@ std::optional<double> CompareResult::published_error_pct() const { return rel_er
 CompareResult result_from_report(const json& report, const std::string& report_file) {
   CompareResult r;
   r.report_file = report_file;
-  const json& sc = report.value("scenario", json::object());
-  r.name = sc.is_object() ? sc.value("name", std::string()) : std::string();
-  r.scenario_file = report.value("scenario_file", std::string());
+  const json none = json::object();
+  auto member = [&](const json& j, const char* key) -> const json& {
+    return j.is_object() && j.contains(key) ? j[key] : none;
+  };
+  r.name = str(member(report, "scenario"), "name");
+  r.scenario_file = str(report, "scenario_file");
   if (r.name.empty()) r.name = fs::path(r.scenario_file.empty() ? report_file : r.scenario_file).stem().string();
-  const json& target = report.value("target", json::object());
-  r.target = target.value("kind", std::string());
-  if (target.contains("preset") && target["preset"].is_string()) r.target += "/" + target["preset"].get<std::string>();
-  const json& lat = report.value("latency", json::object());
+  const json& target = member(report, "target");
+  r.target = str(target, "kind");
+  if (!str(target, "preset").empty()) r.target += "/" + str(target, "preset");
+  const json& lat = member(report, "latency");
   r.predicted_s = number(lat, "predicted_s");
   r.simulated_s = number(lat, "simulated_s");
   r.published_s = number(lat, "published_s");
-  if (lat.contains("published_source") && lat["published_source"].is_string())
-    r.published_source = lat["published_source"].get<std::string>();
-  for (const auto& k : report.value("kernels", json::array())) {
+  r.published_source = str(lat, "published_source");
+  const json& kernels = member(report, "kernels");
+  for (const auto& k : kernels.is_array() ? kernels : json::array()) {
     CompareKernel ck;
-    ck.name = k.value("name", std::string("?"));
-    ck.op = k.value("op", std::string());
+    ck.name = str(k, "name");
+    if (ck.name.empty()) ck.name = "?";
+    ck.op = str(k, "op");
     ck.predicted_s = number(k, "predicted_s");
     ck.simulated_s = number(k, "simulated_s");
     r.kernels.push_back(ck);
   }
-  const json& pass = report.value("pass", json(true));
+  const json& pass = member(report, "pass");
   if (pass.is_boolean() && !pass.get<bool>()) {
     r.status = CompareStatus::check_failed;
-    for (const auto& c : report.value("checks", json::array()))
-      if (c.is_object() && c.contains("detail") && c["detail"].is_string()) {
-        r.detail = c["detail"].get<std::string>();
+    const json& checks = member(report, "checks");
+    for (const auto& c : checks.is_array() ? checks : json::array())
+      if (!str(c, "detail").empty()) {
+        r.detail = str(c, "detail");
         break;
       }
   }
@@ -266,9 +279,8 @@ std::string summary_lines(const CompareSummary& s) {
     o += "predicted vs simulated: no kernel has both a prediction and a simulation (" + std::to_string(s.kernels) +
          " kernel" + (s.kernels == 1 ? "" : "s") + ")\n";
   else
-    o += stat_line("predicted vs simulated", s.predicted_vs_simulated, "kernel", true) + " of " +
-         std::to_string(s.kernels) + "\n";
-  o += stat_line("simulated vs published", s.simulated_vs_published, "scenario", false) + "\n";
+    o += stat_line("predicted vs simulated", s.predicted_vs_simulated, s.kernels, "kernel", true) + "\n";
+  o += stat_line("simulated vs published", s.simulated_vs_published, s.scenarios, "scenario", false) + "\n";
   o += std::to_string(s.scenarios) + " scenario" + (s.scenarios == 1 ? "" : "s") + ": " + std::to_string(s.passed) +
        " ok, " + std::to_string(s.check_failed) + " check failed, " + std::to_string(s.errors) + " could not run\n";
   return o;
@@ -465,6 +477,15 @@ std::string plot_svg(const std::vector<CompareResult>& results, size_t* points) 
       << "<text x=\"" << L - 10 << "\" y=\"" << f(Y(v) + 4) << "\" text-anchor=\"end\">10<tspan dy=\"-6\" "
       << "font-size=\"9\">" << d << "</tspan></text>\n";
   }
+  if (hi - lo <= 2)  // few decades: label 2x and 5x too
+    for (int d = lo; d < hi; ++d)
+      for (int m : {2, 5}) {
+        const double v = m * std::pow(10.0, d);
+        o << "<text x=\"" << f(X(v)) << "\" y=\"" << T + S + 22 << "\" text-anchor=\"middle\" font-size=\"10\">" << m
+          << "\xC3\x97" "10<tspan dy=\"-5\" font-size=\"8\">" << d << "</tspan></text>\n"
+          << "<text x=\"" << L - 10 << "\" y=\"" << f(Y(v) + 4) << "\" text-anchor=\"end\" font-size=\"10\">" << m
+          << "\xC3\x97" "10<tspan dy=\"-5\" font-size=\"8\">" << d << "</tspan></text>\n";
+      }
   o << "</g>\n"
     << "<text x=\"" << L + S / 2 << "\" y=\"" << T + S + 50 << "\" text-anchor=\"middle\" font-size=\"13\">"
     << "simulated (s)</text>\n"
@@ -505,7 +526,7 @@ std::string plot_svg(const std::vector<CompareResult>& results, size_t* points) 
     << "<text x=\"" << lx + 32 << "\" y=\"" << ly + 40 << "\">kernel (red: outside \xC2\xB1" "10%)</text>\n</g>\n";
   if (pts.empty())
     o << "<text class=\"note\" x=\"" << L + S / 2 << "\" y=\"" << T + S / 2 << "\" text-anchor=\"middle\" "
-      << "font-size=\"14\" fill=\"#a00\">no kernel has both a prediction and a simulation</text>\n";
+      << "font-size=\"14\" fill=\"#a00\" stroke=\"white\" stroke-width=\"5\" paint-order=\"stroke\">no kernel has both a prediction and a simulation</text>\n";
   o << "</svg>\n";
   return o.str();
 }
@@ -519,6 +540,7 @@ struct Job {
   std::string name;
   std::string dir;
   std::string log;
+  std::string target;
   json resolved;
 };
 
@@ -532,8 +554,7 @@ std::string schema_of(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   if (!f) return "";
   json j = json::parse(f, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("schema") || !j["schema"].is_string()) return "";
-  return j["schema"].get<std::string>();
+  return j.is_discarded() ? std::string() : str(j, "schema");
 }
 
 std::string safe_dir_name(const std::string& name) {
@@ -543,7 +564,7 @@ std::string safe_dir_name(const std::string& name) {
 }
 
 // The form load_scenario records in Scenario::file and reports in scenario_file.
-std::string canonical(const fs::path& p) { return fs::absolute(p).lexically_normal().string(); }
+std::string abs_path(const fs::path& p) { return fs::absolute(p).lexically_normal().string(); }
 
 bool interrupt_requested() {
   try {
@@ -585,11 +606,11 @@ std::optional<json> reusable_report(const Job& job, const std::string& exe, std:
   }
   std::ifstream f(rp, std::ios::binary);
   json r = json::parse(f, nullptr, false);
-  if (r.is_discarded() || !r.is_object() || r.value("schema", std::string()) != kReportSchema) {
+  if (r.is_discarded() || str(r, "schema") != kReportSchema) {
     why_not = "the report is not a " + std::string(kReportSchema) + " document";
     return std::nullopt;
   }
-  if (r.value("scenario_file", std::string()) != job.scenario_file || r.value("scenario", json()) != job.resolved) {
+  if (str(r, "scenario_file") != job.scenario_file || !r.contains("scenario") || r["scenario"] != job.resolved) {
     why_not = "the report records another scenario";
     return std::nullopt;
   }
@@ -651,16 +672,16 @@ int run_compare(const CompareOptions& opt) {
         }
         if (it->path().extension() != ".json" || !it->is_regular_file(ec)) continue;
         const std::string sch = schema_of(it->path());
-        if (sch == kScenarioSchema) scenario_files.insert(canonical(it->path())), ++found;
-        else if (sch == kReportSchema) report_files.insert(canonical(it->path())), ++found;
+        if (sch == kScenarioSchema) scenario_files.insert(abs_path(it->path())), ++found;
+        else if (sch == kReportSchema) report_files.insert(abs_path(it->path())), ++found;
         else con.detail("compare: skipping " + it->path().string() + " (not a scenario or a report)");
       }
       if (!found) con.warn(in + ": no scenario or report files found");
     } else if (fs::is_regular_file(p, ec)) {
       const json j = parse_json_file(in);  // a syntax error names the file, line and column
-      const std::string sch = j.is_object() ? j.value("schema", std::string()) : std::string();
-      if (sch == kReportSchema) report_files.insert(canonical(p));
-      else if (sch == kScenarioSchema) scenario_files.insert(canonical(p));
+      const std::string sch = str(j, "schema");
+      if (sch == kReportSchema) report_files.insert(abs_path(p));
+      else if (sch == kScenarioSchema) scenario_files.insert(abs_path(p));
       else
         throw InputError(in, "neither a scenario (" + std::string(kScenarioSchema) + ") nor a report (" +
                                  kReportSchema + ")",
@@ -687,7 +708,7 @@ int run_compare(const CompareOptions& opt) {
 
   // 3. Scenarios: load (to name their output directory), reuse an up-to-date report or queue a run.
   const fs::path out_root = opt.out_dir.empty() ? fs::path("out") / "compare" : fs::path(opt.out_dir);
-  std::vector<std::string> sets;
+  std::vector<std::string> sets = opt.sets;
   if (opt.no_numerics) sets.push_back("run.numerics=false");
   std::vector<Job> queue;
   std::map<std::string, int> dir_uses;
@@ -700,7 +721,7 @@ int run_compare(const CompareOptions& opt) {
       std::string name = fs::path(sf).stem().string();
       try {
         const json raw = parse_json_file(sf);
-        if (raw.contains("name") && raw["name"].is_string()) name = raw["name"].get<std::string>();
+        if (!str(raw, "name").empty()) name = str(raw, "name");
       } catch (const std::exception&) {
       }
       results.push_back(error_row(name, sf, d.empty() ? e.what() : d[0].str()));
@@ -714,6 +735,7 @@ int run_compare(const CompareOptions& opt) {
     job.dir = (out_root / dn).string();
     job.log = (fs::path(job.dir) / "run.log").string();
     job.resolved = s.resolved;
+    job.target = s.kind + (s.preset.empty() ? "" : "/" + s.preset);
     if (!opt.rerun) {
       std::string why_not;
       if (auto r = reusable_report(job, opt.exe, why_not)) {
@@ -750,6 +772,7 @@ int run_compare(const CompareOptions& opt) {
       if (r.is_discarded() || !r.is_object()) {
         cr = error_row(job.name, job.scenario_file, "exit " + std::to_string(WEXITSTATUS(status)) +
                                                         " but no readable report.json in " + job.dir);
+        cr.target = job.target;
       } else {
         cr = result_from_report(r, rp.string());
         cr.origin = "ran";
@@ -765,6 +788,7 @@ int run_compare(const CompareOptions& opt) {
       if (WIFSIGNALED(status)) detail = "killed by signal " + std::to_string(WTERMSIG(status));
       if (detail.empty()) detail = "exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
       cr = error_row(job.name, job.scenario_file, detail + " (log: " + job.log + ")");
+      cr.target = job.target;
       what = "could not run: " + detail;
     }
     con.info("[" + std::to_string(done) + "/" + std::to_string(queue.size()) + "] " + job.name + ": " + what + ", " +
@@ -782,8 +806,12 @@ int run_compare(const CompareOptions& opt) {
     if (!interrupted && next < queue.size() && running.size() < static_cast<size_t>(opt.jobs)) {
       const Job& job = queue[next];
       fs::create_directories(job.dir);
+      // A stale report must not pass for this run's (a run that fails early writes none).
+      std::error_code rm_ec;
+      fs::remove(fs::path(job.dir) / "report.json", rm_ec);
       std::vector<std::string> args = {"tessera", "run", job.scenario_file, "--out", job.dir, "--quiet"};
       if (opt.no_numerics) args.push_back("--no-numerics");
+      for (const auto& st : opt.sets) args.insert(args.end(), {"--set", st});
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);

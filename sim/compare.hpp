@@ -24,6 +24,7 @@ struct CompareOptions {
   std::string plot_file;            // predicted-vs-simulated scatter (SVG); empty: none
   bool rerun = false;               // run even when an up-to-date report exists
   bool no_numerics = false;         // pass --no-numerics to the runs
+  std::vector<std::string> sets;    // --set key.path=value, passed to every run
   std::string exe = "/proc/self/exe";  // the tessera binary the runs use
 };
 

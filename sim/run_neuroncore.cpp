@@ -41,15 +41,6 @@ Tensor input_tensor(const json& spec, const Shape& shape) {
   return random_tensor(DType::f32, shape, r["seed"].get<uint64_t>(), r["dist"] == "normal", r["scale"].get<double>());
 }
 
-Tensor transpose2d(const Tensor& t) {
-  const int64_t r = t.shape()[0], c = t.shape()[1];
-  const auto v = t.to_f32();
-  std::vector<float> o(v.size());
-  for (int64_t i = 0; i < r; ++i)
-    for (int64_t j = 0; j < c; ++j) o[static_cast<size_t>(j * r + i)] = v[static_cast<size_t>(i * c + j)];
-  return Tensor::from_f32({c, r}, std::move(o));
-}
-
 // A graph value as a [rows, cols] matrix (leading dims folded), the compiler's storage view.
 Shape matrix_shape(const Shape& s) {
   int64_t rows = 1;
@@ -194,8 +185,24 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
   }
   core.load(job.prog);
   install_interrupt_handler();
-  sc_core::sc_start();
-  throw_if_interrupted();
+  // Run to starvation like a plain sc_start(), but in slices of simulated time so that a SIGINT is
+  // seen while the model runs (the model knows nothing of it). A slice is resized to take roughly
+  // 10-80 ms of wall time; slicing does not change the simulated result (reports are identical).
+  {
+    using sc_core::sc_time;
+    sc_time slice(10, sc_core::SC_US);
+    const sc_time min_slice(1, sc_core::SC_US), max_slice(1, sc_core::SC_SEC);
+    do {
+      const auto w0 = std::chrono::steady_clock::now();
+      // At least up to the next event: a slice that ends before it would not move time at all.
+      const sc_time next = sc_core::sc_time_to_pending_activity();
+      sc_core::sc_start(next > slice ? next : slice, sc_core::SC_EXIT_ON_STARVATION);
+      throw_if_interrupted();
+      const double w = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+      if (w < 0.01 && slice < max_slice) slice = slice * 2.0;
+      else if (w > 0.08 && slice > min_slice) slice = slice / 2.0;
+    } while (sc_core::sc_pending_activity());
+  }
   if (!core.finished()) throw std::runtime_error("the NeuronCore did not finish (SystemC ran out of events)");
   if (core.error()) throw InputError(job.prog.source, *core.error(), "fix the program");
 

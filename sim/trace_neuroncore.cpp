@@ -5,11 +5,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "isa/error.hpp"
 #include "isa/fileio.hpp"
 #include "isa/neuroncore/asm.hpp"
 #include "isa/neuroncore/cost_table.hpp"
+#include "isa/units.hpp"
 #include "models/neuroncore/core.hpp"
 #include "models/neuroncore/memory.hpp"
 #include "sim/console.hpp"
@@ -26,19 +28,20 @@ namespace {
 constexpr size_t kDefaultBudget = size_t{256} << 20;
 constexpr int32_t kMeasuredPid = 1, kPredictedPid = 2;
 
-// Thread ids: the display order of the lanes' tracks.
+// Thread ids, unique in the trace (Perfetto identifies threads by tid): pid * 1000 + the track's
+// place in the display order; overflow tracks (see Lanes) get tid * 100 + n.
 int32_t lane_tid(Lane l) {
   switch (l) {
-    case Lane::tensor: return 10;
-    case Lane::vector: return 20;
-    case Lane::scalar: return 30;
-    case Lane::gpsimd: return 40;
-    case Lane::sync: return 60;
-    case Lane::control: return 70;
-    default: return 50;  // dma lanes: tracks are per queue (50 + queue, see below)
+    case Lane::tensor: return 1010;
+    case Lane::vector: return 1020;
+    case Lane::scalar: return 1030;
+    case Lane::gpsimd: return 1040;
+    case Lane::sync: return 1060;
+    case Lane::control: return 1070;
+    default: return 1050;  // dma lanes: tracks are per queue (kDmaTidBase + queue)
   }
 }
-constexpr int32_t kLoaderTid = 11, kKernelsTid = 1, kDmaTidBase = 100;
+constexpr int32_t kLoaderTid = 1011, kKernelsTid = 1001, kPredictedKernelsTid = 2001, kDmaTidBase = 1100;
 
 // A logical track that spills onto "<name> #2", "#3", ... when slices would overlap (they should
 // not: units are busy one instruction at a time; this only keeps a surprise from breaking nesting).
@@ -61,7 +64,7 @@ class Lanes {
         return uuid;
       }
     const int n = static_cast<int>(l.subs.size()) + 1;
-    l.subs.push_back({b_.thread(process_, l.name + " #" + std::to_string(n), l.tid * 1000 + n), end});
+    l.subs.push_back({b_.thread(process_, l.name + " #" + std::to_string(n), l.tid * 100 + n), end});
     return l.subs.back().first;
   }
 
@@ -120,7 +123,20 @@ TraceBuilder build_neuroncore_trace(const json& cfg, const Program& prog, const 
   const bool per_instruction = detail != "kernel";
   const int64_t sample = cfg.value("sample", int64_t{1});
   if (sample < 1) throw InputError("/trace/sample", "sample must be at least 1 (keep 1 in N instruction slices)");
-  const auto budget = static_cast<size_t>(cfg.value("max_bytes", static_cast<double>(kDefaultBudget)));
+  size_t budget = kDefaultBudget;
+  if (cfg.contains("max_bytes")) {
+    const json& m = cfg["max_bytes"];
+    std::optional<double> v;
+    std::string why = "give a size such as 64MiB";
+    if (m.is_number()) v = m.get<double>();
+    else if (m.is_string()) {
+      const QuantityParse q = parse_quantity(m.get<std::string>(), UnitKind::bytes);
+      v = q.value;
+      if (!q.error.empty()) why = q.error;
+    }
+    if (!v || *v < 0) throw InputError("/trace/max_bytes", "not a byte budget: " + m.dump(), why);
+    budget = static_cast<size_t>(*v);
+  }
 
   const auto& recs = core.records();
   const CoreStats& st = core.stats();
@@ -168,7 +184,7 @@ TraceBuilder build_neuroncore_trace(const json& cfg, const Program& prog, const 
   if (!predicted.empty()) {
     const uint64_t pp = b.process("predicted (compiler)", kPredictedPid);
     Lanes plan(b, pp);
-    plan.declare(0, "kernels", kKernelsTid);
+    plan.declare(0, "kernels", kPredictedKernelsTid);
     for (const auto& k : predicted) {
       const int64_t kb = std::llround(k.start_s * 1e9), ke = std::max(kb, static_cast<int64_t>(std::llround(k.end_s * 1e9)));
       b.slice(plan.place(0, kb, ke), k.name, kb, ke, {{"predicted_s", k.end_s - k.start_s}});

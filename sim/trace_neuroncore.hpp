@@ -21,8 +21,8 @@
 // trace.detail: "instruction" and "pe" (the same on a NeuronCore): every instruction and transfer;
 // "kernel": one summary slice per lane and DMA queue (args: instructions, busy cycles,
 // utilisation) plus the counters. Optional trace keys: "sample" (keep 1 in N instruction slices
-// per track; default 1) and "max_bytes" (byte budget; default 256 MiB; past it slices are dropped
-// and a warning says how many).
+// per track; default 1) and "max_bytes" (byte budget, a number or a size like "64MiB"; default
+// 256 MiB; past it slices are dropped and a warning says how many).
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>

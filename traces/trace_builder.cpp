@@ -4,7 +4,6 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <map>
 #include <stdexcept>
 
 #include "traces/wire.hpp"
@@ -53,20 +52,26 @@ struct Emit {
   size_t index;        // into slices_ or counters_
 };
 
-// Interning tables of the single packet sequence; iids in first-use order of the output.
+// One interning table of the single packet sequence (keyed by the builder's string index); iids
+// in first-use order of the output.
 struct Interner {
-  std::map<std::string, uint64_t, std::less<>> table;
-  uint64_t get(const std::string& s, uint32_t field, wire::Writer& interned) {
-    auto it = table.find(s);
-    if (it != table.end()) return it->second;
-    const uint64_t iid = table.size() + 1;
-    table.emplace(s, iid);
-    wire::Writer e;
-    e.varint(f::kIidIid, iid);
-    e.bytes(f::kIidName, s);
-    interned.message(field, e);
-    return iid;
+  Interner(const std::vector<std::string>& strings, uint32_t field) : strings_(strings), iid_(strings.size(), 0), field_(field) {}
+  uint64_t get(uint32_t s, wire::Writer& interned) {
+    if (iid_[s]) return iid_[s];
+    iid_[s] = ++next_;
+    entry_.clear();
+    entry_.varint(f::kIidIid, iid_[s]);
+    entry_.bytes(f::kIidName, strings_[s]);
+    interned.message(field_, entry_);
+    return iid_[s];
   }
+
+ private:
+  const std::vector<std::string>& strings_;
+  std::vector<uint64_t> iid_;
+  uint64_t next_ = 0;
+  uint32_t field_;
+  wire::Writer entry_;
 };
 
 void append_json_string(std::string& out, std::string_view s) {
@@ -117,19 +122,6 @@ void append_us(std::string& out, int64_t ns) {
   }
 }
 
-void append_args(std::string& out, const std::vector<Arg>& args) {
-  out += "{";
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (i) out += ",";
-    append_json_string(out, args[i].name);
-    out += ":";
-    if (const auto* iv = std::get_if<int64_t>(&args[i].value)) out += std::to_string(*iv);
-    else if (const auto* dv = std::get_if<double>(&args[i].value)) append_double(out, *dv);
-    else append_json_string(out, std::get<std::string>(args[i].value));
-  }
-  out += "}";
-}
-
 }  // namespace
 
 uint64_t TraceBuilder::add_track(Track t) {
@@ -146,12 +138,19 @@ const TraceBuilder::Track& TraceBuilder::track(uint64_t uuid, const char* what) 
 }
 
 uint64_t TraceBuilder::process(const std::string& name, int32_t pid) {
+  for (const Track& t : tracks_)
+    if (t.kind == Kind::process && t.pid == pid)
+      throw std::invalid_argument("TraceBuilder::process: pid " + std::to_string(pid) + " of '" + name + "' is already used by '" + t.name + "'");
   return add_track({0, 0, name, {}, Kind::process, pid, 0});
 }
 
 uint64_t TraceBuilder::thread(uint64_t process_uuid, const std::string& name, int32_t tid) {
   const Track& p = track(process_uuid, "thread");
   if (p.kind != Kind::process) throw std::invalid_argument("TraceBuilder::thread: the parent of '" + name + "' is not a process track");
+  for (const Track& t : tracks_)
+    if (t.kind == Kind::thread && t.tid == tid)
+      throw std::invalid_argument("TraceBuilder::thread: tid " + std::to_string(tid) + " of '" + name + "' is already used by '" +
+                                  t.name + "' (Perfetto identifies threads by tid across processes)");
   return add_track({0, process_uuid, name, {}, Kind::thread, p.pid, tid});
 }
 
@@ -161,13 +160,34 @@ uint64_t TraceBuilder::counter(uint64_t parent_uuid, const std::string& name, co
   return add_track({0, parent_uuid, name, unit, Kind::counter, p.pid, p.tid});
 }
 
-uint32_t TraceBuilder::intern(const std::string& name) {
-  auto [it, inserted] = name_index_.try_emplace(name, static_cast<uint32_t>(names_.size()));
+uint32_t TraceBuilder::intern(const std::string& s) {
+  auto [it, inserted] = string_index_.try_emplace(s, static_cast<uint32_t>(strings_.size()));
   if (inserted) {
-    names_.push_back(name);
-    estimate_ += name.size() + 4;
+    strings_.push_back(s);
+    estimate_ += s.size() + 6;  // its InternedData entry, written once
   }
   return it->second;
+}
+
+std::vector<TraceBuilder::StoredArg> TraceBuilder::store(std::vector<Arg>& args, size_t& bytes) {
+  std::vector<StoredArg> out;
+  out.reserve(args.size());
+  for (Arg& a : args) {
+    bytes += 6;  // DebugAnnotation key, length, name_iid
+    StoredArg sa{intern(a.name), int64_t{0}};
+    if (const auto* iv = std::get_if<int64_t>(&a.value)) {
+      sa.value = *iv;
+      bytes += 1 + wire::Writer::varint_size(static_cast<uint64_t>(*iv));
+    } else if (const auto* dv = std::get_if<double>(&a.value)) {
+      sa.value = *dv;
+      bytes += 9;
+    } else {
+      sa.value = intern(std::get<std::string>(a.value));
+      bytes += 4;
+    }
+    out.push_back(std::move(sa));
+  }
+  return out;
 }
 
 bool TraceBuilder::admit(size_t bytes) {
@@ -178,22 +198,6 @@ bool TraceBuilder::admit(size_t bytes) {
   estimate_ += bytes;
   return true;
 }
-
-namespace {
-size_t args_estimate(const std::vector<Arg>& args, std::unordered_set<std::string>& seen) {
-  size_t n = 0;
-  for (const auto& a : args) {
-    n += 6;  // DebugAnnotation key, length, name_iid
-    if (const auto* s = std::get_if<std::string>(&a.value)) {
-      n += 3;
-      if (seen.insert(*s).second) n += s->size() + 6;  // first use: the interned string itself
-    } else {
-      n += 9;
-    }
-  }
-  return n;
-}
-}  // namespace
 
 void TraceBuilder::slice(uint64_t track_uuid, const std::string& name, int64_t begin_ns, int64_t end_ns,
                          std::vector<Arg> args, std::vector<uint64_t> flow_out, std::vector<uint64_t> flow_in) {
@@ -206,9 +210,11 @@ void TraceBuilder::slice(uint64_t track_uuid, const std::string& name, int64_t b
     ++dropped_;
     return;
   }
-  const size_t bytes = 44 + args_estimate(args, seen_strings_) + 10 * (flow_out.size() + flow_in.size());
+  size_t bytes = 52 + 10 * (flow_out.size() + flow_in.size());  // begin + end packets, timestamps up to ~2^35 ns
+  const uint32_t n = intern(name);
+  std::vector<StoredArg> stored = store(args, bytes);
   if (!admit(bytes)) return;
-  slices_.push_back({track_uuid, intern(name), false, begin_ns, end_ns, std::move(args), std::move(flow_out), std::move(flow_in)});
+  slices_.push_back({track_uuid, n, false, begin_ns, end_ns, std::move(stored), std::move(flow_out), std::move(flow_in)});
 }
 
 void TraceBuilder::instant(uint64_t track_uuid, const std::string& name, int64_t ts_ns, std::vector<Arg> args) {
@@ -218,8 +224,11 @@ void TraceBuilder::instant(uint64_t track_uuid, const std::string& name, int64_t
     ++dropped_;
     return;
   }
-  if (!admit(24 + args_estimate(args, seen_strings_))) return;
-  slices_.push_back({track_uuid, intern(name), true, ts_ns, ts_ns, std::move(args), {}, {}});
+  size_t bytes = 24;
+  const uint32_t n = intern(name);
+  std::vector<StoredArg> stored = store(args, bytes);
+  if (!admit(bytes)) return;
+  slices_.push_back({track_uuid, n, true, ts_ns, ts_ns, std::move(stored), {}, {}});
 }
 
 void TraceBuilder::counter_value(uint64_t counter_track, int64_t ts_ns, double value) {
@@ -262,8 +271,8 @@ std::string TraceBuilder::perfetto_bytes() const {
       }
       if (!stack.empty() && e.end > slices_[stack.back()].end) {
         const Event& p = slices_[stack.back()];
-        throw std::logic_error("trace: slices on track '" + tracks_[t].name + "' do not nest: '" + names_[e.name] + "' [" +
-                               std::to_string(e.begin) + ", " + std::to_string(e.end) + "] ns overlaps '" + names_[p.name] +
+        throw std::logic_error("trace: slices on track '" + tracks_[t].name + "' do not nest: '" + strings_[e.name] + "' [" +
+                               std::to_string(e.begin) + ", " + std::to_string(e.end) + "] ns overlaps '" + strings_[p.name] +
                                "' [" + std::to_string(p.begin) + ", " + std::to_string(p.end) + "] ns");
       }
       emits.push_back({e.begin, t, seq++, static_cast<uint8_t>(e.instant ? kInstant : kSliceBegin), i});
@@ -330,7 +339,8 @@ std::string TraceBuilder::perfetto_bytes() const {
     flush();
   }
 
-  Interner event_names, arg_names, string_values;
+  Interner event_names(strings_, f::kIdEventNames), arg_names(strings_, f::kIdAnnotationNames),
+      string_values(strings_, f::kIdStringValues);
   wire::Writer ann;
   for (const Emit& e : emits) {
     body.clear();
@@ -344,13 +354,13 @@ std::string TraceBuilder::perfetto_bytes() const {
       const Event& s = slices_[e.index];
       body.varint(f::kTeTrack, s.track);
       if (e.type != kSliceEnd) {
-        body.varint(f::kTeNameIid, event_names.get(names_[s.name], f::kIdEventNames, interned));
-        for (const Arg& a : s.args) {
+        body.varint(f::kTeNameIid, event_names.get(s.name, interned));
+        for (const StoredArg& a : s.args) {
           ann.clear();
-          ann.varint(f::kDaNameIid, arg_names.get(a.name, f::kIdAnnotationNames, interned));
+          ann.varint(f::kDaNameIid, arg_names.get(a.name, interned));
           if (const auto* iv = std::get_if<int64_t>(&a.value)) ann.int64(f::kDaInt, *iv);
           else if (const auto* dv = std::get_if<double>(&a.value)) ann.dbl(f::kDaDouble, *dv);
-          else ann.varint(f::kDaStringIid, string_values.get(std::get<std::string>(a.value), f::kIdStringValues, interned));
+          else ann.varint(f::kDaStringIid, string_values.get(std::get<uint32_t>(a.value), interned));
           body.message(f::kTeAnnotations, ann);
         }
         for (const uint64_t id : s.flow_out) body.fixed64(f::kTeFlowIds, id);
@@ -401,7 +411,7 @@ std::string TraceBuilder::chrome_json() const {
     out += "{\"ph\":\"";
     out += e.instant ? "i\",\"s\":\"t\"" : "X\"";
     out += ",\"name\":";
-    append_json_string(out, names_[e.name]);
+    append_json_string(out, strings_[e.name]);
     pid_tid(t);
     out += ",\"ts\":";
     append_us(out, e.begin);
@@ -410,8 +420,17 @@ std::string TraceBuilder::chrome_json() const {
       append_us(out, e.end - e.begin);
     }
     if (!e.args.empty()) {
-      out += ",\"args\":";
-      append_args(out, e.args);
+      out += ",\"args\":{";
+      for (size_t k = 0; k < e.args.size(); ++k) {
+        const StoredArg& a = e.args[k];
+        if (k) out += ",";
+        append_json_string(out, strings_[a.name]);
+        out += ":";
+        if (const auto* iv = std::get_if<int64_t>(&a.value)) out += std::to_string(*iv);
+        else if (const auto* dv = std::get_if<double>(&a.value)) append_double(out, *dv);
+        else append_json_string(out, strings_[std::get<uint32_t>(a.value)]);
+      }
+      out += "}";
     }
     out += "}";
     // Flows bind to the enclosing slice: the source at its start, the destination at its start.

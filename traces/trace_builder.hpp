@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -25,9 +24,10 @@ struct Arg {
 
 class TraceBuilder {
  public:
-  // A process track; returns its uuid.
+  // A process track; returns its uuid. Pids are unique in a trace.
   uint64_t process(const std::string& name, int32_t pid);
-  // A thread track under a process track.
+  // A thread track under a process track. Tids are unique across the whole trace: Perfetto
+  // identifies a thread by its tid, and the same tid under two pids reads as tid reuse.
   uint64_t thread(uint64_t process_uuid, const std::string& name, int32_t tid);
   // A counter track under a process (or thread) track. `unit` is free text ("GB/s", "bytes"):
   // "bytes", "ns" and "count" map onto Perfetto's unit enum; any unit is kept in the Chrome JSON.
@@ -61,12 +61,16 @@ class TraceBuilder {
     Kind kind;
     int32_t pid, tid;
   };
+  struct StoredArg {  // strings as indices into strings_ (loops repeat them a lot)
+    uint32_t name;
+    std::variant<int64_t, double, uint32_t> value;
+  };
   struct Event {  // a slice (end >= begin) or an instant
     uint64_t track;
-    uint32_t name;  // index into names_
+    uint32_t name;  // index into strings_
     bool instant;
     int64_t begin, end;
-    std::vector<Arg> args;
+    std::vector<StoredArg> args;
     std::vector<uint64_t> flow_out, flow_in;
   };
   struct CounterPoint {
@@ -76,13 +80,13 @@ class TraceBuilder {
   };
   uint64_t add_track(Track t);
   const Track& track(uint64_t uuid, const char* what) const;
-  uint32_t intern(const std::string& name);
+  uint32_t intern(const std::string& s);
+  std::vector<StoredArg> store(std::vector<Arg>& args, size_t& bytes);
   bool admit(size_t bytes);
 
   std::vector<Track> tracks_;  // uuid = index + 1
-  std::vector<std::string> names_;
-  std::unordered_map<std::string, uint32_t> name_index_;
-  std::unordered_set<std::string> seen_strings_;  // for the size estimate (interned string args)
+  std::vector<std::string> strings_;  // event names, arg names and string values, each once
+  std::unordered_map<std::string, uint32_t> string_index_;
   std::vector<Event> slices_;
   std::vector<CounterPoint> counters_;
   size_t budget_ = 0, dropped_ = 0, estimate_ = 0;
