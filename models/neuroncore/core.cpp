@@ -157,6 +157,7 @@ Femtos NeuronCore::semaphore_time(int sem, int64_t value, int32_t bundle) {
   auto signals = sem_signals_[static_cast<size_t>(sem)];
   std::sort(signals.begin(), signals.end());
   int64_t v = 0;
+  if (value <= 0) return 0;
   for (const auto& [t, d] : signals) {
     v += d;
     if (v >= value) return t;

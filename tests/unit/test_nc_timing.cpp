@@ -142,9 +142,19 @@ TEST_CASE("nc-timing: gather takes 150 + N on gpsimd", "[nc-timing]") {
 TEST_CASE("nc-timing: partition_all_reduce over 128 partitions takes 150 + 7N", "[nc-timing]") {
   contract("gpsimd: partition_all_reduce sb.fp32[0:128]@0{10}, sb.fp32[0:128]@4096{10} op=add", Lane::gpsimd, 220);
 }
-TEST_CASE("nc-timing: sync and control instructions take one cycle", "[nc-timing]") {
-  contract("sync: sem_signal s0 value=1", Lane::sync, 1);
+TEST_CASE("nc-timing: sem_signal takes one cycle", "[nc-timing]") { contract("sync: sem_signal s0 value=1", Lane::sync, 1); }
+TEST_CASE("nc-timing: a satisfied sem_wait takes one cycle", "[nc-timing]") { contract("sync: sem_wait s0 value=0", Lane::sync, 1); }
+TEST_CASE("nc-timing: step_marker takes one cycle", "[nc-timing]") { contract("sync: step_marker step=0", Lane::sync, 1); }
+TEST_CASE("nc-timing: set_reg takes one cycle", "[nc-timing]") { contract("control: set_reg r3 value=7", Lane::control, 1); }
+TEST_CASE("nc-timing: add_reg takes one cycle", "[nc-timing]") { contract("control: add_reg r3 value=7", Lane::control, 1); }
+TEST_CASE("nc-timing: dec_branch_nz takes one cycle", "[nc-timing]") {
+  contract("control: dec_branch_nz r0 next\nnext:\nnop\n", Lane::control, 1);
 }
+TEST_CASE("nc-timing: branch_nz takes one cycle", "[nc-timing]") {
+  contract("control: branch_nz r0 next\nnext:\nnop\n", Lane::control, 1);
+}
+TEST_CASE("nc-timing: jump takes one cycle", "[nc-timing]") { contract("control: jump next\nnext:\nnop\n", Lane::control, 1); }
+TEST_CASE("nc-timing: halt takes one cycle", "[nc-timing]") { contract("control: halt", Lane::control, 1); }
 TEST_CASE("nc-timing: trn2 vector engine moves 512 bf16 elements per cycle", "[nc-timing]") {
   // v3: 4x the v2 width for 16-bit operands, so N=2048 costs max(MIN_II, 2048/4) = 512.
   contract("vector: tensor_copy sb.bf16[0:128]@0{2048}, sb.bf16[0:128]@8192{2048}", Lane::vector, 512, "trn2");
