@@ -21,6 +21,7 @@
 #include "sim/report.hpp"
 #include "sim/run.hpp"
 #include "sim/run_engines.hpp"
+#include "sim/trace_neuroncore.hpp"
 
 namespace tessera::sim {
 
@@ -77,7 +78,6 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
     throw InputError("/run/steps", "multi-step runs are not supported by this build yet", "set run.steps to 1");
   if (!s.resolved["step_closures"].empty())
     throw InputError("/step_closures", "step closures are not supported by this build yet", "remove /step_closures");
-  if (s.resolved.contains("trace")) con.warn("/trace: traces are not written by this build yet");
 
   const CoreConfig cfg = CoreConfig::from(s.params);
   const bool numerics = s.resolved["run"]["numerics"].get<bool>();
@@ -374,6 +374,20 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
     if (!st.instructions[i]) continue;
     con.detail("  lane " + std::string(lane_name(static_cast<Lane>(l))) + ": " + std::to_string(st.instructions[i]) +
                " instructions, " + std::to_string(st.busy_cycles[i]) + " busy cycles");
+  }
+  if (s.resolved.contains("trace")) {
+    // The estimator's kernels laid end to end, above the simulated timeline.
+    std::vector<PredictedKernel> predicted;
+    if (job.compiled) {
+      double t = 0;
+      for (const auto& k : job.compiled->kernels) {
+        predicted.push_back({k.name, t, t + k.seconds});
+        t += k.seconds;
+      }
+    }
+    const std::string note = write_neuroncore_trace(s.resolved["trace"], job.prog, core, predicted, opt.out_dir);
+    report["trace"] = {{"file", s.resolved["trace"]["file"]}};
+    con.out(note);
   }
   for (const auto& f : failures) report["checks"].push_back({{"check", "outputs"}, {"pass", false}, {"detail", f}});
   report["pass"] = all_pass;

@@ -133,6 +133,8 @@ NodePtr build() {
       opt("file", with_default(string("trace file name inside the output directory"), "trace.pftrace")),
       opt("detail", with_default(enumeration({"kernel", "instruction", "pe"}, "how much to record"), "kernel")),
       opt("format", with_default(enumeration({"perfetto", "json"}, "Perfetto protobuf or Chrome JSON"), "perfetto")),
+      opt("sample", with_default(integer(1, 1e9, "keep 1 in N instruction slices per track (counters and flows stay exact)"), 1)),
+      opt("max_bytes", with_default(quantity(UnitKind::bytes, 4096, 1e12, "byte budget: past it slices are dropped with a warning, so the trace stays openable"), "256MiB")),
   }, "trace output");
 
   auto outputs = with_default(object({

@@ -193,23 +193,37 @@ TraceBuilder build_neuroncore_trace(const json& cfg, const Program& prog, const 
 
   // Counters. Register values at each issue are replayed from the control instructions (records
   // come in issue order, the control lane last in its bundle) to place dynamic operands exactly.
+  // Registers keep their values across programs: one the program never sets starts at the value
+  // that makes the replay end on the core's final register file.
   {
-    RegFile regs{};
     std::vector<std::pair<Femtos, int64_t>> sbuf_w, psum_w;
-    for (const auto& r : recs) {
-      const Instr& in = prog.instrs[static_cast<size_t>(r.instr)];
-      if (in.dst.present() && in.dst.space != Space::hbm) {
-        const auto [lo, hi] = in.dst.free_byte_range();
-        const int64_t top = CoreMemory::base_offset(in.dst, regs) + (hi - lo);
-        (in.dst.space == Space::sbuf ? sbuf_w : psum_w).push_back({r.start, top});
+    auto replay = [&](RegFile regs, bool collect, std::array<bool, kRegs>& set) {
+      for (const auto& r : recs) {
+        const Instr& in = prog.instrs[static_cast<size_t>(r.instr)];
+        if (collect && in.dst.present() && in.dst.space != Space::hbm) {
+          const auto [lo, hi] = in.dst.free_byte_range();
+          const int64_t top = CoreMemory::base_offset(in.dst, regs) + (hi - lo);
+          (in.dst.space == Space::sbuf ? sbuf_w : psum_w).push_back({r.start, top});
+        }
+        const auto reg = static_cast<size_t>(std::max<int8_t>(in.reg, 0));
+        switch (in.op) {
+          case Op::set_reg:
+            regs[reg] = static_cast<int64_t>(in.imm[0]);
+            set[reg] = true;
+            break;
+          case Op::add_reg: regs[reg] += static_cast<int64_t>(in.imm[0]); break;
+          case Op::dec_branch_nz: --regs[reg]; break;
+          default: break;
+        }
       }
-      switch (in.op) {
-        case Op::set_reg: regs[static_cast<size_t>(in.reg)] = static_cast<int64_t>(in.imm[0]); break;
-        case Op::add_reg: regs[static_cast<size_t>(in.reg)] += static_cast<int64_t>(in.imm[0]); break;
-        case Op::dec_branch_nz: --regs[static_cast<size_t>(in.reg)]; break;
-        default: break;
-      }
-    }
+      return regs;
+    };
+    std::array<bool, kRegs> set{};
+    const RegFile from_zero = replay(RegFile{}, false, set);
+    RegFile initial{};
+    for (size_t i = 0; i < initial.size(); ++i)
+      if (!set[i]) initial[i] = core.regs()[i] - from_zero[i];
+    replay(initial, true, set);
     for (auto [writes, track] : {std::pair{&sbuf_w, c_sbuf}, std::pair{&psum_w, c_psum}}) {
       std::stable_sort(writes->begin(), writes->end(), [](const auto& x, const auto& y) { return x.first < y.first; });
       int64_t hw = 0;
