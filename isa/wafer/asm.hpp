@@ -45,7 +45,12 @@ void validate(const Program& p, const WaferConfig& c);  // throws InputError
 // Integer expression over px, py, width, height (the rectangle's size) and numbers, with
 // + - * / % ( ) and the comparisons == != < <= > >= (1 or 0); compiled once, evaluated per PE.
 struct ParamExpr {
-  std::vector<int64_t> code;  // RPN: operands and operators encoded (see asm.cpp)
+  struct Tok {
+    char kind;  // 'n' number, 'x' px, 'y' py, 'w' width, 'h' height, 'u' unary minus, or an operator:
+                // + - * / % and '=' (==) '!' (!=) '<' 'l' (<=) '>' 'g' (>=)
+    int64_t value;
+  };
+  std::vector<Tok> code;  // reverse Polish
   // Compiles `text`; returns an error message or "".
   static std::string compile(std::string_view text, ParamExpr& out);
   // Evaluates; false on a division by zero.
@@ -91,9 +96,9 @@ Layout parse_layout(std::string_view json_text, const std::string& file_name, co
 
 // Route consistency (docs/wafer-asm.md): regions of one color do not overlap; colors routable;
 // every tx leads to a neighbour inside the fabric whose route for that color receives from the
-// opposite direction; tx RAMP only where a program runs (`has_program(x, y)`). Where = "PE (x,y)".
-template <typename F>
-void check_routes(const Layout& l, const WaferConfig& c, F has_program, DiagnosticList& d);
+// opposite direction; tx RAMP only where a rectangle with a program lies. Where = "PE (x,y)", one
+// diagnostic per region, direction and problem (naming its first PE and how many more).
+void check_routes(const Layout& l, const WaferConfig& c, DiagnosticList& d);
 
 inline constexpr uint32_t kNoProgram = std::numeric_limits<uint32_t>::max();
 

@@ -319,6 +319,7 @@ class Compiler {
   void emit_matmul(const MatmulPlan& p) {
     const Node& n = *p.node;
     em_.begin_kernel(n.name);
+    c_.stream_buffers.push_back(0);
     const auto [M, K] = layout_free_shape(g_.value(p.a).shape);
     int64_t N = g_.value(p.out).shape.back();
     const Stored A = stored(p.a);            // stored transposed: [K, M]
@@ -331,7 +332,6 @@ class Compiler {
     const int64_t es_c = static_cast<int64_t>(dtype_size(opt_.compute));
     Sbuf sb{0, cfg_.sbuf_partition_bytes, n.name};
     const int64_t KT = ceil_div(K, cfg_.tensor_rows);
-    const int64_t nbuf = opt_.buffers > 0 ? opt_.buffers : 3;
     // Output tiles: T layout puts N on partitions (<=128) and M free (<=512); N layout the reverse.
     const int64_t part_max = cfg_.tensor_cols;
     const int64_t free_max = std::min<int64_t>(cfg_.max_moving_free, cfg_.psum_bank_bytes() / 4);
@@ -341,6 +341,24 @@ class Compiler {
       throw InputError("/mapping", "tile " + std::to_string(tp) + "x" + std::to_string(tf) + " does not fit the tensor engine",
                        "tile_m <= " + std::to_string(part_max) + " (output partitions), tile_n <= " + std::to_string(free_max) +
                            " (one PSUM bank of fp32)");
+    // Enough stationary buffers that the DMAs in flight cover a tile's transfer time with the
+    // matmuls of the tiles before it (each buffer is one DMA in flight).
+    int64_t nbuf = opt_.buffers;
+    if (nbuf <= 0) {
+      const int64_t tpk = std::min<int64_t>(cfg_.tensor_rows, K);
+      const double t_dma = dma_transfer_seconds(tpk * tp * es_c, tpk, cfg_);
+      Instr probe;
+      probe.op = Op::multiply_moving;
+      probe.dst.parts = static_cast<int32_t>(tp);
+      probe.src0.parts = static_cast<int32_t>(tpk);
+      probe.src0.ndims = 1;
+      probe.src0.dims[0] = {static_cast<int32_t>(std::min(tf, out_t ? M : N)), 1};
+      probe.src0.dtype = opt_.compute;
+      const double t_mm = static_cast<double>(instr_cycles(probe, cfg_)) / cfg_.tensor_hz;
+      // A buffer's refill waits for the matmul that read it, so it pays dma.trigger_latency too.
+      nbuf = std::clamp<int64_t>(static_cast<int64_t>(std::ceil((t_dma + cfg_.dma_trigger_latency) / t_mm)) + 2, 3, 64);
+    }
+    c_.stream_buffers.back() = nbuf;
     const int64_t P_total = out_t ? N : M;  // along output partitions
     const int64_t F_total = out_t ? M : N;  // along output free dim
     // Operand that supplies the stationary (output partitions) and the moving (output free) side.
@@ -376,7 +394,8 @@ class Compiler {
         const int64_t kn = std::min<int64_t>(cfg_.tensor_rows, K - kt * cfg_.tensor_rows);
         em_.dma(on_chip(Space::sbuf, ct, 0, static_cast<int32_t>(kn), mov_blk + kt * tf * es_c, {{static_cast<int32_t>(fn), 1}}),
                 in_hbm(mov.dtype, static_cast<int32_t>(kn), mov.cols, mov.offset + (kt * cfg_.tensor_rows * mov.cols + f0) * es_c,
-                       {{static_cast<int32_t>(fn), 1}}));
+                       {{static_cast<int32_t>(fn), 1}}),
+                Emitter::DmaClass::bulk);
       }
       if (bias_off >= 0 && !out_t)
         em_.dma(on_chip(Space::sbuf, DType::f32, 0, static_cast<int32_t>(std::min(tp, P_total)), bias_off, {{static_cast<int32_t>(fn), 1}}),
@@ -438,7 +457,7 @@ class Compiler {
         }
         const int64_t oes = static_cast<int64_t>(dtype_size(O.dtype));
         em_.dma(in_hbm(O.dtype, static_cast<int32_t>(pn), O.cols, O.offset + (p0 * O.cols + f0) * oes, {{static_cast<int32_t>(fn), 1}}),
-                out_sb);
+                out_sb, Emitter::DmaClass::bulk);
         ++tile_count;
       }
     }
@@ -458,6 +477,7 @@ class Compiler {
 
   void emit_elementwise(const Node& n) {
     em_.begin_kernel(n.name);
+    c_.stream_buffers.push_back(2);
     const std::string out = n.outputs[0];
     const Stored O = stored(out);
     const Stored X = stored(n.inputs[0]);

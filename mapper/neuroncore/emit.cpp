@@ -1,6 +1,7 @@
 #include "mapper/neuroncore/emit.hpp"
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
 
 namespace tessera::neuroncore {
@@ -71,14 +72,33 @@ void Emitter::emit(Instr in, Lane lane) {
   stream_.push_back({in, lane});
 }
 
-void Emitter::dma(const AccessPattern& dst, const AccessPattern& src) {
+void Emitter::dma(const AccessPattern& dst, const AccessPattern& src, DmaClass cls) {
   Instr in;
   in.op = Op::dma;
   in.dst = dst;
   in.src0 = src;
-  in.queue = static_cast<int16_t>(next_queue_);
-  next_queue_ = (next_queue_ + 1) % queues_;
-  emit(in, Lane::dma0);
+  if (cls == DmaClass::stream) {
+    in.queue = static_cast<int16_t>(next_stream_);
+    next_stream_ = (next_stream_ + 1) % stream_queues_;
+    emit(in, Lane::dma0);
+    return;
+  }
+  // Bulk: split the rows into one group per bulk queue (when there are enough rows).
+  const int32_t rows = src.parts;
+  const int32_t groups = std::max(1, std::min(bulk_queues_, rows / 8));
+  const int32_t per = (rows + groups - 1) / groups;
+  for (int32_t r0 = 0; r0 < rows; r0 += per) {
+    const int32_t rn = std::min(per, rows - r0);
+    Instr part = in;
+    for (AccessPattern* ap : {&part.dst, &part.src0}) {
+      ap->parts = rn;
+      if (ap->space == Space::hbm) ap->offset += static_cast<int64_t>(r0) * ap->part_stride * static_cast<int64_t>(dtype_size(ap->dtype));
+      else ap->part_start += r0;
+    }
+    part.queue = static_cast<int16_t>(stream_queues_ + next_bulk_);
+    next_bulk_ = (next_bulk_ + 1) % bulk_queues_;
+    emit(part, Lane::dma0);
+  }
 }
 
 void Emitter::schedule(int32_t window) {
@@ -89,11 +109,19 @@ void Emitter::schedule(int32_t window) {
   // program order, so a later one may not be placed before it.
   std::array<int32_t, kLanes> last_on_lane;
   last_on_lane.fill(-1);
-  int32_t last_dma = -1;
+  // DMA queues are in order: a DMA stays after the previous one of its queue (other queues are
+  // free to pass it; memory dependencies are checked like any other instruction's).
+  std::map<int32_t, int32_t> last_on_queue;
   for (size_t i = 0; i < stream_.size(); ++i) {
     const Item& it = stream_[i];
     const bool dma = is_dma(it.lane);
-    int32_t lo = dma ? last_dma : last_on_lane[static_cast<size_t>(it.lane)];
+    int32_t lo = -1;
+    if (dma) {
+      auto q = last_on_queue.find(it.in.queue);
+      lo = q == last_on_queue.end() ? -1 : q->second;
+    } else {
+      lo = last_on_lane[static_cast<size_t>(it.lane)];
+    }
     lo = std::max(lo, static_cast<int32_t>(bundles.size()) - window - 1);
     // Latest dependency among the stream items placed in bundles after `lo`.
     for (int32_t b = static_cast<int32_t>(bundles.size()) - 1; b > lo; --b) {
@@ -127,7 +155,7 @@ void Emitter::schedule(int32_t window) {
       placed = static_cast<int32_t>(bundles.size()) - 1;
     }
     bundle_of[i] = placed;
-    if (dma) last_dma = std::max(last_dma, placed);
+    if (dma) last_on_queue[it.in.queue] = std::max(last_on_queue[it.in.queue], placed);
     else last_on_lane[static_cast<size_t>(it.lane)] = std::max(last_on_lane[static_cast<size_t>(it.lane)], placed);
   }
   const int32_t base = static_cast<int32_t>(p_.instrs.size());

@@ -21,9 +21,16 @@ class Emitter {
   int16_t begin_kernel(const std::string& name);
   // Appends an instruction for `lane` (dma: either DMA lane, chosen by the scheduler).
   void emit(Instr in, Lane lane);
-  // DMA helper: alternates the queues over `queues` so transfers spread over engines.
-  void dma(const AccessPattern& dst, const AccessPattern& src);
-  void set_dma_queues(int32_t q) { queues_ = q; }
+  // DMA helpers. Streamed tiles (weights, per-tile operands) rotate over the stream queues; bulk
+  // transfers (operand blocks, result stores) over separate bulk queues, split by partition groups
+  // over several of them, so a long store never sits in front of a tile the tensor engine waits
+  // for (queues are in order, one engine each).
+  enum class DmaClass { stream, bulk };
+  void dma(const AccessPattern& dst, const AccessPattern& src, DmaClass cls = DmaClass::stream);
+  void set_dma_queues(int32_t stream_queues, int32_t bulk_queues) {
+    stream_queues_ = stream_queues;
+    bulk_queues_ = bulk_queues;
+  }
   // Packs everything emitted into bundles: each instruction goes into the earliest bundle after the
   // last one holding an instruction it depends on (overlapping memory, or the same unit for
   // in-order units), within a look-back window, in a free slot of its lane. Appends a halt.
@@ -38,7 +45,7 @@ class Emitter {
   Program& p_;
   std::vector<Item> stream_;
   int16_t kernel_ = -1;
-  int32_t queues_ = 16, next_queue_ = 0;
+  int32_t stream_queues_ = 12, bulk_queues_ = 4, next_stream_ = 0, next_bulk_ = 0;
 };
 
 }  // namespace tessera::neuroncore

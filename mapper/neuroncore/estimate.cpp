@@ -15,6 +15,7 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
     std::array<double, kLanes> lane_s{};
     std::map<int64_t, double> engine_s;
     double hbm_bytes = 0, flops = 0;
+    int64_t dma_count = 0;
     bool computing = false;              // a compute instruction has been seen
     double prologue_s = 0;               // the longest load before the first compute instruction
     bool prologue_dependent = false;     // one of those loads reads an earlier kernel's output
@@ -42,6 +43,7 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
       dma_shape(in, bytes, chunks);
       const double t = dma_transfer_seconds(bytes, chunks, cfg);
       a.engine_s[in.queue % cfg.dma_engines] += t;
+      ++a.dma_count;
       if (in.src0.space == Space::hbm || in.dst.space == Space::hbm) a.hbm_bytes += static_cast<double>(bytes);
       if (!a.computing && in.src0.space == Space::hbm) {
         a.prologue_s = std::max(a.prologue_s, t);
@@ -75,7 +77,18 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
     e.vector_s = a.lane_s[static_cast<size_t>(Lane::vector)];
     e.scalar_s = a.lane_s[static_cast<size_t>(Lane::scalar)];
     e.gpsimd_s = a.lane_s[static_cast<size_t>(Lane::gpsimd)];
-    for (const auto& [eng, t] : a.engine_s) e.dma_s = std::max(e.dma_s, t);
+    // DMA engines work in parallel, but no more transfers are in flight than the kernel has
+    // buffers for its streamed tiles.
+    // Each refill of a buffer waits for the instruction that read it and pays the trigger latency.
+    double dma_total = 0;
+    for (const auto& [eng, t] : a.engine_s) {
+      e.dma_s = std::max(e.dma_s, t);
+      dma_total += t;
+    }
+    const int64_t inflight = k < c.stream_buffers.size() ? c.stream_buffers[k] : 1;
+    const double latency_bound = (dma_total + static_cast<double>(a.dma_count) * cfg.dma_trigger_latency) /
+                                 static_cast<double>(std::max<int64_t>(1, inflight));
+    e.dma_s = std::max(e.dma_s, latency_bound);
     e.hbm_s = a.hbm_bytes / cfg.hbm_bandwidth;
     const double compute = std::max({e.tensor_s, e.vector_s, e.scalar_s, e.gpsimd_s});
     const double memory = std::max(e.dma_s, e.hbm_s);

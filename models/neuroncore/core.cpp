@@ -148,6 +148,26 @@ int32_t NeuronCore::track_dma_flow(const Instr& in, bool is_dma, int32_t record_
   return from;
 }
 
+Femtos NeuronCore::reserve_hbm(Femtos from, Femtos duration) {
+  // Forget reservations that ended long before anything still to come can start.
+  if (hbm_busy_.size() > 256) {
+    const Femtos horizon = next_issue_;
+    hbm_busy_.erase(std::remove_if(hbm_busy_.begin(), hbm_busy_.end(), [&](const auto& r) { return r.second <= horizon; }),
+                    hbm_busy_.end());
+  }
+  Femtos t = from;
+  auto it = hbm_busy_.begin();
+  for (; it != hbm_busy_.end(); ++it) {
+    if (it->second <= t) continue;          // ends before we start
+    if (it->first >= t + duration) break;   // the gap before it fits
+    t = it->second;                         // overlaps: try after it
+  }
+  // Keep the list sorted by start.
+  auto pos = std::lower_bound(hbm_busy_.begin(), hbm_busy_.end(), std::make_pair(t, t + duration));
+  hbm_busy_.insert(pos, {t, t + duration});
+  return t + duration;
+}
+
 void NeuronCore::prune(Femtos t) {
   pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [t](const Pending& p) { return p.end <= t; }),
                  pending_.end());
@@ -177,7 +197,7 @@ void NeuronCore::run_program() {
   loader_free_ = now;
   std::fill(queue_free_.begin(), queue_free_.end(), now);
   std::fill(engine_free_.begin(), engine_free_.end(), now);
-  hbm_free_ = now;
+  hbm_busy_.clear();
   pending_.clear();
   dma_writes_.clear();
   for (auto& s : sem_signals_) s.clear();
@@ -259,9 +279,10 @@ void NeuronCore::run_program() {
         dma_shape(in, bytes, chunks);
         Femtos te = ts + to_fs(dma_transfer_seconds(bytes, chunks, cfg_));
         if (in.src0.space == Space::hbm || in.dst.space == Space::hbm) {
-          // HBM bandwidth is shared by all engines, reserved in issue order.
-          hbm_free_ = std::max(hbm_free_, ts) + to_fs(static_cast<double>(bytes) / cfg_.hbm_bandwidth);
-          te = std::max(te, hbm_free_) + to_fs(cfg_.hbm_latency);
+          // HBM bandwidth is shared by all engines: the transfer needs bytes/hbm.bandwidth of it
+          // somewhere in its lifetime, in the first free gap from its start.
+          const Femtos hbm_end = reserve_hbm(ts, to_fs(static_cast<double>(bytes) / cfg_.hbm_bandwidth));
+          te = std::max(te, hbm_end) + to_fs(cfg_.hbm_latency);
           (in.src0.space == Space::hbm ? stats_.hbm_read_bytes : stats_.hbm_write_bytes) += bytes;
         }
         queue_free_[q] = engine_free_[e] = te;

@@ -122,7 +122,10 @@ class NeuronCore : public sc_core::sc_module {
   std::array<Femtos, kLanes> unit_free_{};
   Femtos loader_free_ = 0;           // the tensor engine loads stationaries in the background
   std::vector<Femtos> queue_free_, engine_free_;
-  Femtos hbm_free_ = 0;
+  // HBM bandwidth reservations [start, end) at full HBM bandwidth, sorted; a transfer takes the
+  // first gap long enough for its bytes at or after it starts.
+  std::vector<std::pair<Femtos, Femtos>> hbm_busy_;
+  Femtos reserve_hbm(Femtos from, Femtos duration);
   std::vector<Pending> pending_;
   // The latest DMA write of each live region, for data-flow arrows in traces (record indices).
   std::vector<std::pair<Region, int32_t>> dma_writes_;
