@@ -12,6 +12,7 @@
 #include "isa/neuroncore/validate.hpp"
 #include "isa/npy.hpp"
 #include "mapper/neuroncore/compile.hpp"
+#include "mapper/passes/passes.hpp"
 #include "mapper/reference/executor.hpp"
 #include "models/common/clock.hpp"
 #include "models/neuroncore/core.hpp"
@@ -115,7 +116,11 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
     mo.tile_n = m.value("tile_n", 0);
     mo.buffers = m.value("buffers", 0);
     const auto c0 = std::chrono::steady_clock::now();
-    job.compiled = compile(*graph, cfg, mo);
+    // The compiler works on a copy with the exporter's GELU/LayerNorm decompositions fused; the
+    // reference keeps running the graph as exported.
+    graph::Graph cg = *graph;
+    passes::fuse_patterns(cg);
+    job.compiled = compile(cg, cfg, mo);
     job.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
     job.prog = job.compiled->program;
     try {

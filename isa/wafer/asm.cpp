@@ -188,6 +188,9 @@ class Assembler {
     if (size_t h = raw.find('#'); h != std::string_view::npos) raw = raw.substr(0, h);
     std::string_view s = trim(raw);
     if (s.empty()) return;
+    const std::string_view first = s.substr(0, s.find_first_of(" \t"));
+    if (first == ".if" || first == ".else" || first == ".endif") return conditional(first, trim(s.substr(first.size())));
+    if (!active()) return;
     if (s.starts_with(".param")) return param(s);
     std::string sub;
     if (s.find('$') != std::string_view::npos) {
@@ -197,6 +200,44 @@ class Assembler {
     if (s[0] == '.') return directive(s);
     if (s.back() == ':' && is_ident(trim(s.substr(0, s.size() - 1)))) return label(std::string(trim(s.substr(0, s.size() - 1))));
     instruction(s);
+  }
+
+  // Conditional assembly: `.if [!]VALUE` (after substitution, non-zero = true), `.else`, `.endif`.
+  struct Cond {
+    bool parent_on, taken, on, seen_else;
+    int line;
+  };
+  bool active() const { return cond_.empty() || cond_.back().on; }
+
+  void conditional(std::string_view word, std::string_view rest) {
+    if (word == ".if") {
+      Cond c{active(), false, false, false, line_};
+      if (c.parent_on) {
+        std::string sub;
+        if (rest.find('$') != std::string_view::npos) {
+          if (!substitute(rest, sub)) return cond_.push_back(c);
+          rest = sub;
+        }
+        const bool neg = !rest.empty() && rest[0] == '!';
+        float v = 0;
+        if (!parse_float(neg ? trim(rest.substr(1)) : rest, v)) {
+          error("bad .if condition '" + std::string(rest) + "'", "`.if [!]VALUE`, e.g. `.if $first` or `.if !$last`: non-zero is true");
+        } else {
+          c.on = c.taken = (v != 0) != neg;
+        }
+      }
+      return cond_.push_back(c);
+    }
+    if (!rest.empty()) return error(std::string(word) + " takes nothing after it");
+    if (cond_.empty()) return error(std::string(word) + " without .if");
+    Cond& c = cond_.back();
+    if (word == ".else") {
+      if (c.seen_else) return error(".else given twice for the .if of line " + std::to_string(c.line));
+      c.seen_else = true;
+      c.on = c.parent_on && !c.taken;
+      return;
+    }
+    cond_.pop_back();
   }
 
   // `$name` -> its bound value (or default).
@@ -292,9 +333,12 @@ class Assembler {
   bool int_opt(const Options& o, std::string_view key, int64_t lo, int64_t hi, std::optional<int64_t> def, int64_t& out) {
     auto v = opt(o, key);
     if (!v) {
-      if (def) return out = *def, true;
-      error("missing " + std::string(key) + "=");
-      return false;
+      if (!def) return error("missing " + std::string(key) + "="), false;
+      out = *def;
+      if (out < lo || out > hi)
+        return error(std::string(key) + "=" + std::to_string(out) + " (the default) is out of range " + std::to_string(lo) + ".." + std::to_string(hi),
+                     "give " + std::string(key) + "= explicitly"), false;
+      return true;
     }
     if (!parse_int(*v, out) || out < lo || out > hi) {
       error("bad " + std::string(key) + "=" + std::string(*v), "an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
@@ -345,8 +389,16 @@ class Assembler {
     auto e = lookup<Elem>(w[2], 4, elem_name);
     if (!e) return error("unknown type '" + std::string(w[2]) + "'", suggest(w[2], names_of<Elem>(4, elem_name), "types"));
     d.elem = *e;
-    int64_t n = 0;
-    if (!parse_int(w[3], n) || n < 1 || n > (1 << 24)) return error("bad count '" + std::string(w[3]) + "'", "a positive integer");
+    int64_t n = 1;
+    for (size_t start = 0;;) {  // COUNT or a product A*B*...
+      const size_t star = w[3].find('*', start);
+      int64_t f = 0;
+      if (!parse_int(w[3].substr(start, star == std::string_view::npos ? std::string_view::npos : star - start), f) || f < 1 || f > (1 << 24) ||
+          (n *= f) > (1 << 24))
+        return error("bad count '" + std::string(w[3]) + "'", "a positive integer or a product like 4*16, at most 16777216");
+      if (star == std::string_view::npos) break;
+      start = star + 1;
+    }
     d.count = static_cast<int32_t>(n);
     Options o;
     if (!options(w, 4, {"fill"}, {}, o, usage)) return;
@@ -451,6 +503,7 @@ class Assembler {
   void task(const std::vector<std::string_view>& w) {
     const std::string usage = "`.task NAME data|local|control id=N [color=C] [queue=Q] [active] [blocked]`";
     close_task();
+    bad_task_ = true;  // until the declaration is complete: its body is not reported as outside a task
     if (w.size() < 3) return error("malformed .task", usage);
     if (!new_name(w[1], "task")) return;
     if (prog_.find_task(w[1]) >= 0) return error("task '" + std::string(w[1]) + "' declared twice");
@@ -476,14 +529,17 @@ class Assembler {
       for (const auto& other : prog_.tasks)
         if (other.kind == TaskKind::data && other.color == t.color)
           return error("color " + std::to_string(v) + " already fires data task '" + other.name + "'", "one data task per color");
-      if (!int_opt(o, "queue", 0, 7, -1, v)) return;
-      t.queue = static_cast<int16_t>(v);
+      if (opt(o, "queue")) {
+        if (!int_opt(o, "queue", 0, 7, std::nullopt, v)) return;
+        t.queue = static_cast<int16_t>(v);
+      }
     }
     t.active = has_flag(o, "active");
     t.blocked = has_flag(o, "blocked");
     t.entry = t.end = static_cast<int32_t>(prog_.instrs.size());
     prog_.tasks.push_back(std::move(t));
     in_task_ = true;
+    bad_task_ = false;
   }
 
   void close_task() {
@@ -500,6 +556,7 @@ class Assembler {
   }
 
   void label(std::string name) {
+    if (!in_task_ && bad_task_) return;
     if (!in_task_) return error("label '" + name + "' outside a task", "labels go inside a task body (after `.task`)");
     if (reserved_word(name)) return error("bad label name '" + name + "'");
     if (prog_.labels.count(name) || std::any_of(pending_labels_.begin(), pending_labels_.end(), [&](const auto& p) { return p.first == name; }))
@@ -527,8 +584,21 @@ class Assembler {
     return true;
   }
 
+  // An instruction line; one that has errors still takes its place (as a nop) so that the task and
+  // the labels stay in shape while the other lines are checked.
   void instruction(std::string_view s) {
-    if (!in_task_) return error("instruction outside a task", "start a task body with `.task NAME local id=N`");
+    if (!in_task_) return bad_task_ ? void() : error("instruction outside a task", "start a task body with `.task NAME local id=N`");
+    const size_t before = prog_.instrs.size();
+    instruction_body(s);
+    if (prog_.instrs.size() != before) return;
+    for (const auto& [name, where] : pending_labels_) prog_.labels[name] = static_cast<int32_t>(before);
+    pending_labels_.clear();
+    Instr nop;
+    nop.line = line_;
+    prog_.instrs.push_back(nop);
+  }
+
+  void instruction_body(std::string_view s) {
     const size_t sp = s.find_first_of(" \t");
     const std::string_view word = s.substr(0, sp);
     auto op = lookup<Op>(word, kOps, op_name);
@@ -619,11 +689,14 @@ class Assembler {
       }
       case Role::K:
       case Role::A:
-        if (scalar(t, o)) return true;
-        return error(pos + ": expected a scalar (rN, px, py, wv or a number), got '" + std::string(t) + "'"), false;
-      case Role::R:
-        if (scalar(t, o) && o.kind == OpndKind::reg) return true;
-        return error(pos + ": expected a register r0-r" + std::to_string(kRegs - 1) + ", got '" + std::string(t) + "'"), false;
+      case Role::R: {
+        const size_t before = diags_.size();  // scalar() reports a bad register or immediate itself
+        if (scalar(t, o) && (role != Role::R || o.kind == OpndKind::reg)) return true;
+        if (diags_.size() == before)
+          error(pos + (role == Role::R ? ": expected a register r0-r" + std::to_string(kRegs - 1) : ": expected a scalar (rN, px, py, wv or a number)") +
+                ", got '" + std::string(t) + "'");
+        return false;
+      }
       case Role::T:
       case Role::L:
         if (!is_ident(t)) return error(pos + ": bad name '" + std::string(t) + "'"), false;
@@ -661,6 +734,8 @@ class Assembler {
   }
 
   void finish() {
+    for (const auto& c : cond_)
+      diags_.add(prog_.source + ":" + std::to_string(c.line) + (pe_.empty() ? "" : " " + pe_), ".if without .endif");
     close_task();
     for (const auto& r : refs_) {
       Instr& in = prog_.instrs[static_cast<size_t>(r.instr)];
@@ -698,11 +773,12 @@ class Assembler {
   const Bindings& params_;
   std::string pe_, where_;
   int line_ = 0;
-  bool in_task_ = false;
+  bool in_task_ = false, bad_task_ = false;
   std::map<std::string, std::optional<double>> declared_;
   std::vector<std::string> declared_names_;
   std::vector<std::pair<std::string, std::string>> pending_labels_;
   std::vector<Ref> refs_;
+  std::vector<Cond> cond_;
 };
 
 }  // namespace

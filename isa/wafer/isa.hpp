@@ -98,8 +98,8 @@ struct Dsd {
   uint8_t ndims = 1;
   uint8_t color = 0;      // fabin, fabout
   uint8_t queue = 0;      // fabin, fabout (the async microthread)
-  bool control = false;   // fabout: send control wavelets
-  bool index = false;     // fabout, 16-bit: put the element index in the upper half
+  bool control : 1 = false;  // fabout: send control wavelets
+  bool index : 1 = false;    // fabout, 16-bit: put the element index in the upper half
   int16_t array = -1;     // mem1d, mem4d, fifo: Program::data index
   uint32_t base = 0;      // mem, fifo: byte address in the data area
   uint32_t length = 0;    // fabin/fabout: wavelets; fifo: capacity in elements

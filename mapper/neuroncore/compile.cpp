@@ -17,6 +17,9 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Row kernels keep a whole row of fp32 values per partition in SBUF (a few buffers of it).
+constexpr int64_t kMaxRowElems = 8192;
+
 // Unary ops the scalar engine computes as func(in * scale + bias).
 bool unary_func(const std::string& op, Func& f) {
   static const std::pair<const char*, Func> table[] = {
@@ -67,6 +70,7 @@ class Compiler {
       if (fused_.count(n.name)) continue;
       if (n.op == "MatMul" || n.op == "Gemm") emit_matmul(plans_.at(n.name));
       else if (is_alias(n)) continue;
+      else if (is_row_kernel(n)) emit_rows(n);
       else emit_elementwise(n);
     }
     em_.schedule();
@@ -77,6 +81,18 @@ class Compiler {
 
  private:
   // ---- analysis ------------------------------------------------------------------------------
+  bool is_row_kernel(const Node& n) const {
+    Alu a;
+    if (n.op == "Softmax" || n.op == "LayerNormalization") return true;
+    return binary_alu(n.op, a) && g_.value(n.inputs[0]).shape != g_.value(n.inputs[1]).shape;
+  }
+
+  // A row kernel's data input (for a binary op: the non-constant operand; Add/Mul commute).
+  const std::string& row_input(const Node& n) const {
+    if ((n.op == "Add" || n.op == "Mul") && g_.value(n.inputs[0]).data && !g_.value(n.inputs[1]).data) return n.inputs[1];
+    return n.inputs[0];
+  }
+
   bool is_alias(const Node& n) const {
     return n.op == "Reshape" || n.op == "Flatten" || n.op == "Squeeze" || n.op == "Unsqueeze" || n.op == "Identity" ||
            n.op == "Transpose";
@@ -123,12 +139,27 @@ class Compiler {
             layout_free_shape(g_.value(n.inputs[0]).shape) != layout_free_shape(out.shape))
           d.add(g_.where(n), "a reshape that changes the 2-D matrix view is not compiled yet");
       } else if (binary_alu(n.op, a)) {
-        const auto& A = g_.value(n.inputs[0]);
-        const auto& B = g_.value(n.inputs[1]);
-        const bool bias_like = B.data && shape_numel(B.shape) == out.shape.back();
+        const bool commutes = n.op == "Add" || n.op == "Mul";
+        const bool swap = commutes && g_.value(n.inputs[0]).data && !g_.value(n.inputs[1]).data;
+        const auto& A = g_.value(n.inputs[swap ? 1 : 0]);
+        const auto& B = g_.value(n.inputs[swap ? 0 : 1]);
+        const bool bias_like = B.data && shape_numel(B.shape) == out.shape.back() && A.shape == out.shape;
         if (A.shape != B.shape && !bias_like)
-          d.add(g_.where(n), "elementwise ops with broadcasting other than a bias along the last axis are not compiled yet (" +
+          d.add(g_.where(n), "elementwise ops with broadcasting other than a constant along the last axis are not compiled yet (" +
                                  shape_str(A.shape) + " and " + shape_str(B.shape) + ")");
+      } else if (n.op == "Softmax") {
+        const int64_t r = static_cast<int64_t>(out.shape.size());
+        const int64_t axis = n.attrs.get_int("axis", g_.opset >= 13 ? -1 : 1);
+        if (axis != -1 && axis != r - 1) d.add(g_.where(n), "Softmax over an axis other than the last is not compiled yet");
+        if (out.shape.back() > kMaxRowElems) d.add(g_.where(n), "rows longer than " + std::to_string(kMaxRowElems) + " elements are not compiled yet");
+      } else if (n.op == "LayerNormalization") {
+        const int64_t r = static_cast<int64_t>(out.shape.size());
+        const int64_t axis = n.attrs.get_int("axis", -1);
+        if (axis != -1 && axis != r - 1) d.add(g_.where(n), "LayerNormalization over more than the last axis is not compiled yet");
+        if (n.outputs.size() > 1) d.add(g_.where(n), "LayerNormalization's Mean/InvStdDev outputs are not compiled");
+        for (size_t k = 1; k < n.inputs.size(); ++k)
+          if (!n.inputs[k].empty() && !g_.value(n.inputs[k]).data) d.add(g_.where(n), "LayerNormalization's scale and bias must be constants");
+        if (out.shape.back() > kMaxRowElems) d.add(g_.where(n), "rows longer than " + std::to_string(kMaxRowElems) + " elements are not compiled yet");
       } else {
         d.add(g_.where(n), "op " + n.op + " is not in the NeuronCore compiler's op set yet",
               "run the model on target.kind \"reference\"; docs/neuroncore-compiler.md lists the compiled ops");
@@ -205,12 +236,44 @@ class Compiler {
     // Transposes are views too: value -> (source, flipped).
     for (const auto& n : g_.nodes)
       if (n.op == "Transpose") transpose_of_[n.outputs[0]] = n.inputs[0];
-    // Requirements from matmul operands, pushed back through transposes and aliases.
-    // Constants get the layout their consumer needs too: they are transposed at compile time.
-    for (const auto& [name, p] : plans_) {
-      require(p.a, true, *p.node);
-      require(p.w, p.w_transposed, *p.node);
+    // 1. Row kernels (softmax, layer norm, a constant broadcast along rows) keep rows on partitions.
+    for (const auto& n : g_.nodes)
+      if (is_row_kernel(n)) {
+        require(row_input(n), false, n);
+        require(n.outputs[0], false, n);
+      }
+    // 2. Elementwise ops keep their operands' layout, forward in topological order.
+    for (size_t idx : g_.topo_order()) {
+      const Node& n = g_.nodes[idx];
+      Func f;
+      Alu a;
+      if (fused_.count(n.name) || is_row_kernel(n) || !(unary_func(n.op, f) || binary_alu(n.op, a))) continue;
+      for (const auto& in : n.inputs) {
+        auto [st, flip] = view(in);
+        auto it = layout_.find(st);
+        if (it == layout_.end()) continue;
+        const bool in_t = it->second != flip;
+        require(n.outputs[0], in_t, n);
+        for (const auto& other : n.inputs) require(other, in_t, n);
+        break;
+      }
     }
+    // 3. A matmul's operands want the contraction dimension first. Constants are transposed at
+    // compile time; a value already laid out the other way gets a transposed copy (a transpose
+    // kernel on the tensor engine) made once, before its first matmul reads it.
+    for (const auto& [name, p] : plans_) {
+      want(p.a, true);
+      want(p.w, p.w_transposed);
+    }
+  }
+
+  // A soft requirement: set the layout if free, else ask for a transposed copy.
+  void want(const std::string& v, bool transposed_view) {
+    auto [st, flip] = view(v);
+    const bool w = transposed_view != flip;
+    auto it = layout_.find(st);
+    if (it == layout_.end()) layout_[st] = w;
+    else if (it->second != w) copies_.insert(st);
   }
 
   // Resolves a graph value to its stored value and whether the view is transposed w.r.t. it.
@@ -316,17 +379,66 @@ class Compiler {
   };
 
   // ---- kernels ------------------------------------------------------------------------------
+  // A value stored in the orientation a matmul needs (`want_t`: the transposed view of its matrix),
+  // making the transposed copy first if its own storage is the other way round.
+  Stored operand(const std::string& v, bool want_t) {
+    auto [st, flip] = view(v);
+    const bool w = want_t != flip;
+    if (transposed(st) == w) return stored(v);
+    auto it = copy_.find(st);
+    if (it != copy_.end()) return it->second;
+    const Stored src = stored(st);
+    const std::string name = st + "@T";
+    const int64_t off = hbm_alloc(name, opt_.compute, {src.cols, src.rows});
+    const Stored dst{off, opt_.compute, src.cols, src.rows};
+    emit_transpose(name, src, dst);
+    return copy_[st] = dst;
+  }
+
+  // dst [C, R] = src [R, C]^T through the tensor engine, 128x128 blocks: DMA in, transpose into
+  // PSUM, copy to SBUF in the destination dtype, DMA out.
+  void emit_transpose(const std::string& name, const Stored& src, const Stored& dst) {
+    em_.begin_kernel("transpose " + name);
+    c_.stream_buffers.push_back(2);
+    Sbuf sb{0, cfg_.sbuf_partition_bytes, "transpose " + name};
+    const int64_t B = std::min<int64_t>(cfg_.tensor_rows, cfg_.tensor_cols);
+    const int64_t in_buf = sb.take(2 * B * 4), out_buf = sb.take(2 * B * 4);
+    c_.sbuf_high_water = std::max(c_.sbuf_high_water, sb.next);
+    const int64_t ses = static_cast<int64_t>(dtype_size(src.dtype)), des = static_cast<int64_t>(dtype_size(dst.dtype));
+    int64_t t = 0;
+    for (int64_t r0 = 0; r0 < src.rows; r0 += B)
+      for (int64_t c0 = 0; c0 < src.cols; c0 += B, ++t) {
+        const int32_t pr = static_cast<int32_t>(std::min(B, src.rows - r0));
+        const int32_t pc = static_cast<int32_t>(std::min(B, src.cols - c0));
+        const AccessPattern in = on_chip(Space::sbuf, src.dtype, 0, pr, in_buf + (t % 2) * B * 4, {{pc, 1}});
+        em_.dma(in, in_hbm(src.dtype, pr, src.cols, src.offset + (r0 * src.cols + c0) * ses, {{pc, 1}}));
+        const AccessPattern ps = on_chip(Space::psum, DType::f32, 0, pc, (t % std::min<int64_t>(cfg_.psum_banks, 8)) * cfg_.psum_bank_bytes(), {{pr, 1}});
+        Instr tr;
+        tr.op = Op::transpose;
+        tr.dst = ps;
+        tr.src0 = in;
+        em_.emit(tr, Lane::tensor);
+        const AccessPattern out = on_chip(Space::sbuf, dst.dtype, 0, pc, out_buf + (t % 2) * B * 4, {{pr, 1}});
+        Instr cp;
+        cp.op = Op::tensor_copy;
+        cp.dst = out;
+        cp.src0 = ps;
+        em_.emit(cp, Lane::vector);
+        em_.dma(in_hbm(dst.dtype, pc, dst.cols, dst.offset + (c0 * dst.cols + r0) * des, {{pr, 1}}), out, Emitter::DmaClass::bulk);
+      }
+  }
+
   void emit_matmul(const MatmulPlan& p) {
     const Node& n = *p.node;
-    em_.begin_kernel(n.name);
-    c_.stream_buffers.push_back(0);
     const auto [M, K] = layout_free_shape(g_.value(p.a).shape);
     int64_t N = g_.value(p.out).shape.back();
-    const Stored A = stored(p.a);            // stored transposed: [K, M]
+    const Stored A = operand(p.a, true);     // [K, M]
+    // The weight as [K, N]: constants are stored so; an activation per its layout (or a copy).
+    Stored W = operand(p.w, p.w_transposed);
+    em_.begin_kernel(n.name);
+    c_.stream_buffers.push_back(0);
     const Stored O = stored(p.out);
     const bool out_t = transposed(view(p.out).first);
-    // The weight as [K, N]: a constant is stored so; an activation per its layout.
-    Stored W = stored(p.w);
     if (A.rows != K) throw std::logic_error("matmul operand A is not stored with K rows");
     if (W.rows != K) throw std::logic_error("matmul weight is not stored as [K, N]");
     const int64_t es_c = static_cast<int64_t>(dtype_size(opt_.compute));
@@ -475,6 +587,157 @@ class Compiler {
     return stored_["bias:" + v] = Stored{off, DType::f32, 1, N};
   }
 
+  // Row kernels: the value as [R, C] rows (N layout), up to 128 rows per tile on the partitions, a
+  // whole row along the free dimension. Softmax = exp(x - max) / sum (the sum from the exp's
+  // accumulate, then a reciprocal broadcast along the row); LayerNorm = bn_stats/bn_aggr, rsqrt
+  // (var + eps), (x - mean) * rstd * gamma + beta; a binary op with a constant row vector.
+  void emit_rows(const Node& n) {
+    em_.begin_kernel(n.name);
+    c_.stream_buffers.push_back(2);
+    const std::string& xin_name = row_input(n);
+    const Stored X = stored(xin_name);
+    const Stored O = stored(n.outputs[0]);
+    const int64_t R = X.rows, C = X.cols;
+    const int32_t Ci = static_cast<int32_t>(C);
+    Sbuf sb{0, cfg_.sbuf_partition_bytes, n.name};
+    const int64_t xin = sb.take(2 * C * 4), work = sb.take(C * 4), yout = sb.take(2 * C * 4), small = sb.take(2 * 16 * 4);
+    const int32_t P = static_cast<int32_t>(std::min<int64_t>(cfg_.partitions, R));
+    // Constant row vectors (gamma, beta, or the broadcast operand), replicated on every partition.
+    auto replicated = [&](const std::string& v) {
+      const Stored B = stored_bias(v, false, C);
+      const int64_t off = sb.take(C * 4);
+      em_.dma(on_chip(Space::sbuf, DType::f32, 0, P, off, {{Ci, 1}}), in_hbm(DType::f32, P, 0, B.offset, {{Ci, 1}}),
+              Emitter::DmaClass::bulk);
+      return off;
+    };
+    int64_t gamma = -1, beta = -1, operand = -1;
+    Alu alu = Alu::add;
+    double eps = 1e-5;
+    if (n.op == "LayerNormalization") {
+      eps = n.attrs.get_float("epsilon", 1e-5);
+      if (n.inputs.size() > 1 && !n.inputs[1].empty()) gamma = replicated(n.inputs[1]);
+      if (n.inputs.size() > 2 && !n.inputs[2].empty()) beta = replicated(n.inputs[2]);
+    } else if (n.op != "Softmax") {
+      binary_alu(n.op, alu);
+      operand = replicated(xin_name == n.inputs[0] ? n.inputs[1] : n.inputs[0]);
+    }
+    c_.sbuf_high_water = std::max(c_.sbuf_high_water, sb.next);
+    auto row = [&](int32_t parts, int64_t off, DType t = DType::f32) { return on_chip(Space::sbuf, t, 0, parts, off, {{Ci, 1}}); };
+    auto col = [&](int32_t parts, int64_t off) { return on_chip(Space::sbuf, DType::f32, 0, parts, off, {{1, 1}}); };
+    auto bcast = [&](int32_t parts, int64_t off) { return on_chip(Space::sbuf, DType::f32, 0, parts, off, {{Ci, 0}}); };
+    auto emit = [&](Instr in, Lane lane) { em_.emit(in, lane); };
+    int64_t t = 0;
+    for (int64_t r0 = 0; r0 < R; r0 += P, ++t) {
+      const int32_t pr = static_cast<int32_t>(std::min<int64_t>(P, R - r0));
+      const int64_t xb = xin + (t % 2) * C * 4, yb = yout + (t % 2) * C * 4, sm = small + (t % 2) * 16 * 4;
+      const AccessPattern x = row(pr, xb, X.dtype), y = row(pr, yb, O.dtype);
+      em_.dma(x, in_hbm(X.dtype, pr, C, X.offset + r0 * C * static_cast<int64_t>(dtype_size(X.dtype)), {{Ci, 1}}));
+      if (n.op == "Softmax") {
+        Instr mx;
+        mx.op = Op::tensor_reduce;
+        mx.alu = Alu::max;
+        mx.negate = true;  // -max, the exp's bias
+        mx.dst = col(pr, sm);
+        mx.src0 = x;
+        emit(mx, Lane::vector);
+        Instr ex;
+        ex.op = Op::activation;
+        ex.func = Func::exp;
+        ex.imm[0] = 1.0;
+        ex.dst = row(pr, work);
+        ex.src0 = x;
+        ex.src1 = col(pr, sm);
+        ex.aux = col(pr, sm + 4);  // sum of the exponentials
+        emit(ex, Lane::scalar);
+        Instr rc;
+        rc.op = Op::activation;
+        rc.func = Func::reciprocal;
+        rc.imm[0] = 1.0;
+        rc.dst = col(pr, sm + 8);
+        rc.src0 = col(pr, sm + 4);
+        emit(rc, Lane::scalar);
+        Instr mul;
+        mul.op = Op::tensor_tensor;
+        mul.alu = Alu::multiply;
+        mul.dst = y;
+        mul.src0 = row(pr, work);
+        mul.src1 = bcast(pr, sm + 8);
+        emit(mul, Lane::vector);
+      } else if (n.op == "LayerNormalization") {
+        Instr st;
+        st.op = Op::bn_stats;
+        st.dst = on_chip(Space::sbuf, DType::f32, 0, pr, sm, {{6, 1}});
+        st.src0 = x;
+        emit(st, Lane::vector);
+        Instr ag;
+        ag.op = Op::bn_aggr;
+        ag.dst = on_chip(Space::sbuf, DType::f32, 0, pr, sm + 32, {{2, 1}});  // mean, var
+        ag.src0 = on_chip(Space::sbuf, DType::f32, 0, pr, sm, {{6, 1}});
+        emit(ag, Lane::vector);
+        Instr rs;
+        rs.op = Op::activation;
+        rs.func = Func::rsqrt;
+        rs.imm[0] = 1.0;
+        rs.imm[1] = eps;
+        rs.dst = col(pr, sm + 40);  // rstd
+        rs.src0 = col(pr, sm + 36);
+        emit(rs, Lane::scalar);
+        Instr nm;
+        nm.op = Op::tensor_scalar;
+        nm.alu = Alu::multiply;
+        nm.imm[0] = -1.0;
+        nm.alu1 = Alu::bypass;
+        nm.dst = col(pr, sm + 44);  // -mean
+        nm.src0 = col(pr, sm + 32);
+        emit(nm, Lane::vector);
+        Instr xc;
+        xc.op = Op::activation;
+        xc.func = Func::identity;
+        xc.imm[0] = 1.0;
+        xc.dst = row(pr, work);
+        xc.src0 = x;
+        xc.src1 = col(pr, sm + 44);
+        emit(xc, Lane::scalar);
+        const bool last_is_norm = gamma < 0 && beta < 0;
+        Instr sc;
+        sc.op = Op::tensor_tensor;
+        sc.alu = Alu::multiply;
+        sc.dst = last_is_norm ? y : row(pr, work);
+        sc.src0 = row(pr, work);
+        sc.src1 = bcast(pr, sm + 40);
+        emit(sc, Lane::vector);
+        if (gamma >= 0) {
+          Instr gm;
+          gm.op = Op::tensor_tensor;
+          gm.alu = Alu::multiply;
+          gm.dst = beta < 0 ? y : row(pr, work);
+          gm.src0 = row(pr, work);
+          gm.src1 = row(pr, gamma);
+          emit(gm, Lane::vector);
+        }
+        if (beta >= 0) {
+          Instr bt;
+          bt.op = Op::tensor_tensor;
+          bt.alu = Alu::add;
+          bt.dst = y;
+          bt.src0 = row(pr, work);
+          bt.src1 = row(pr, beta);
+          emit(bt, Lane::vector);
+        }
+      } else {
+        Instr op;
+        op.op = Op::tensor_tensor;
+        op.alu = alu;
+        op.dst = y;
+        op.src0 = x;
+        op.src1 = row(pr, operand);
+        emit(op, Lane::vector);
+      }
+      em_.dma(in_hbm(O.dtype, pr, C, O.offset + r0 * C * static_cast<int64_t>(dtype_size(O.dtype)), {{Ci, 1}}), y,
+              Emitter::DmaClass::bulk);
+    }
+  }
+
   void emit_elementwise(const Node& n) {
     em_.begin_kernel(n.name);
     c_.stream_buffers.push_back(2);
@@ -545,6 +808,8 @@ class Compiler {
   std::set<std::string> fused_;
   std::map<std::string, std::string> alias_of_, transpose_of_;
   std::map<std::string, bool> layout_;
+  std::set<std::string> copies_;        // stored values that also need a transposed copy
+  std::map<std::string, Stored> copy_;  // ... and where the copy is, once made
   std::map<std::string, Stored> stored_;
   int64_t hbm_next_ = 0;
 };

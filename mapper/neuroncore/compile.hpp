@@ -19,6 +19,12 @@
 
 namespace tessera::neuroncore {
 
+// DMA queues the compiler uses: streamed tiles on queues [0, kStreamQueues), bulk transfers (operand
+// blocks, stores) on the next kBulkQueues, so a long store never blocks a tile the tensor engine
+// waits for (queues are in order).
+inline constexpr int kStreamQueues = 12;
+inline constexpr int kBulkQueues = 4;
+
 struct MappingOptions {
   DType compute = DType::bf16;   // matmul operand and activation dtype (accumulation is fp32)
   int64_t tile_m = 0;            // rows of a matmul output tile on the partitions (0: automatic)

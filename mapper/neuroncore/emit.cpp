@@ -9,11 +9,6 @@ namespace tessera::neuroncore {
 namespace {
 void fill_dims(AccessPattern& ap, std::vector<Dim> dims) {
   if (dims.empty() || dims.size() > 4) throw std::logic_error("access pattern needs 1-4 free dims");
-  int64_t dense = 1;
-  for (size_t i = dims.size(); i-- > 0;) {
-    if (dims[i].stride == 0) dims[i].stride = static_cast<int32_t>(dense);
-    dense *= dims[i].num;
-  }
   ap.ndims = static_cast<uint8_t>(dims.size());
   for (size_t i = 0; i < dims.size(); ++i) ap.dims[i] = dims[i];
 }

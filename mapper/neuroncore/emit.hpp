@@ -9,8 +9,8 @@
 
 namespace tessera::neuroncore {
 
-// SBUF/PSUM operand: partitions [p0, p0+parts), `offset` bytes into each, free dims (outermost first,
-// dense strides when stride is 0).
+// SBUF/PSUM operand: partitions [p0, p0+parts), `offset` bytes into each, free dims (outermost first;
+// strides in elements, 0 repeats an element: a broadcast).
 AccessPattern on_chip(Space s, DType t, int32_t p0, int32_t parts, int64_t offset, std::vector<Dim> dims);
 // HBM operand: `rows` rows of `row_stride` elements from byte `offset`, free dims per row.
 AccessPattern in_hbm(DType t, int32_t rows, int64_t row_stride, int64_t offset, std::vector<Dim> dims);
@@ -45,7 +45,7 @@ class Emitter {
   Program& p_;
   std::vector<Item> stream_;
   int16_t kernel_ = -1;
-  int32_t stream_queues_ = 12, bulk_queues_ = 4, next_stream_ = 0, next_bulk_ = 0;
+  int32_t stream_queues_ = 12, bulk_queues_ = 4, next_stream_ = 0, next_bulk_ = 0;  // see compile.hpp kStreamQueues
 };
 
 }  // namespace tessera::neuroncore

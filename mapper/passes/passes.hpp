@@ -15,4 +15,8 @@ void infer_and_fold(graph::Graph& g);
 void remove_dead(graph::Graph& g);
 void prepare(graph::Graph& g);
 
+// For compilers (not run by prepare): replaces the exporter's decompositions of GELU (erf form) and
+// LayerNorm over the last axis with Gelu and LayerNormalization nodes. Returns how many it fused.
+int fuse_patterns(graph::Graph& g);
+
 }  // namespace tessera::passes

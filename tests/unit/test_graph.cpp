@@ -2,6 +2,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "isa/compare.hpp"
 #include "isa/error.hpp"
 #include "mapper/frontend/onnx.hpp"
 #include "mapper/graph/summary.hpp"
@@ -113,4 +114,27 @@ TEST_CASE("graph: undefined inputs and duplicate outputs are all reported", "[gr
     CHECK(w.find("output 'y' is already defined") != std::string::npos);
     CHECK(w.find("graph output 'z' is not produced") != std::string::npos);
   }
+}
+
+TEST_CASE("graph: GELU and LayerNorm decompositions fuse and compute the same values", "[graph]") {
+  graph::Graph g = frontend::load_onnx(kRoot + "/scenarios/models/transformer_layer.onnx");
+  passes::prepare(g);
+  graph::Graph fused = g;
+  CHECK(passes::fuse_patterns(fused) == 3);  // one GELU, two LayerNorms
+  int gelu = 0, ln = 0;
+  for (const auto& n : fused.nodes) {
+    gelu += n.op == "Gelu";
+    ln += n.op == "LayerNormalization";
+    CHECK(n.op != "Erf");
+    CHECK(n.op != "ReduceMean");
+  }
+  CHECK(gelu == 1);
+  CHECK(ln == 2);
+  CHECK(fused.nodes.size() == g.nodes.size() - 4 - 2 * 8);
+  const Tensor x = random_tensor(DType::f32, {1, 16, 64}, 5, true, 1.0);
+  const auto a = reference::execute(g, {{"x", x}});
+  const auto b = reference::execute(fused, {{"x", x}});
+  const auto c = compare(b.at(g.outputs[0]), a.at(g.outputs[0]), 1e-5, 1e-5);
+  CHECK(c.pass);
+  CHECK(c.max_abs_error < 1e-5);
 }
