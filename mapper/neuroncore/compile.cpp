@@ -428,23 +428,52 @@ class Compiler {
       }
   }
 
+  // A physical sub-matrix in HBM: `rows` x `cols` elements from `offset`, rows `stride` elements apart.
+  struct Block {
+    int64_t offset;
+    DType dtype;
+    int64_t rows, cols, stride;
+    int64_t at(int64_t r, int64_t c) const { return offset + (r * stride + c) * static_cast<int64_t>(dtype_size(dtype)); }
+  };
+  static Block whole(const Stored& s) { return {s.offset, s.dtype, s.rows, s.cols, s.cols}; }
+
+  struct Epilogue {
+    std::string bias;              // constant bias value ("" if none)
+    bool bias_on_partitions = false;
+    Func func = Func::identity;
+    double scale = 1.0;
+  };
+
   void emit_matmul(const MatmulPlan& p) {
     const Node& n = *p.node;
     const auto [M, K] = layout_free_shape(g_.value(p.a).shape);
-    int64_t N = g_.value(p.out).shape.back();
+    const int64_t N = g_.value(p.out).shape.back();
     const Stored A = operand(p.a, true);     // [K, M]
     // The weight as [K, N]: constants are stored so; an activation per its layout (or a copy).
-    Stored W = operand(p.w, p.w_transposed);
+    const Stored W = operand(p.w, p.w_transposed);
     em_.begin_kernel(n.name);
     c_.stream_buffers.push_back(0);
     const Stored O = stored(p.out);
     const bool out_t = transposed(view(p.out).first);
-    if (A.rows != K) throw std::logic_error("matmul operand A is not stored with K rows");
-    if (W.rows != K) throw std::logic_error("matmul weight is not stored as [K, N]");
+    if (A.rows != K || A.cols != M) throw std::logic_error("matmul operand A is not stored as [K, M]");
+    if (W.rows != K || W.cols != N) throw std::logic_error("matmul weight is not stored as [K, N]");
+    Epilogue ep;
+    ep.bias = p.bias;
+    ep.bias_on_partitions = out_t;
+    ep.func = p.has_func ? p.func : Func::identity;
+    // T output puts N on the partitions (stationary = weight), N output puts M there.
+    matmul_core(n.name, whole(out_t ? W : A), whole(out_t ? A : W), whole(O), ep);
+  }
+
+  // out [P, F] = stat[K, P]^T @ mov[K, F], tiled: the moving operand's column block (all of K)
+  // stays in SBUF, stationary tiles stream through rotating buffers, PSUM accumulates over K and
+  // the evacuation applies scale, bias and the activation.
+  void matmul_core(const std::string& name, const Block& stat, const Block& mov, const Block& out, const Epilogue& ep) {
+    const int64_t K = stat.rows, P_total = stat.cols, F_total = mov.cols;
+    if (mov.rows != K || out.rows != P_total || out.cols != F_total) throw std::logic_error("matmul_core: block shapes disagree");
     const int64_t es_c = static_cast<int64_t>(dtype_size(opt_.compute));
-    Sbuf sb{0, cfg_.sbuf_partition_bytes, n.name};
+    Sbuf sb{0, cfg_.sbuf_partition_bytes, name};
     const int64_t KT = ceil_div(K, cfg_.tensor_rows);
-    // Output tiles: T layout puts N on partitions (<=128) and M free (<=512); N layout the reverse.
     const int64_t part_max = cfg_.tensor_cols;
     const int64_t free_max = std::min<int64_t>(cfg_.max_moving_free, cfg_.psum_bank_bytes() / 4);
     const int64_t tp = opt_.tile_m > 0 ? opt_.tile_m : part_max;  // partitions of an output tile
@@ -458,72 +487,63 @@ class Compiler {
     int64_t nbuf = opt_.buffers;
     if (nbuf <= 0) {
       const int64_t tpk = std::min<int64_t>(cfg_.tensor_rows, K);
-      const double t_dma = dma_transfer_seconds(tpk * tp * es_c, tpk, cfg_);
+      const double t_dma = dma_transfer_seconds(tpk * std::min(tp, P_total) * es_c, tpk, cfg_);
       Instr probe;
       probe.op = Op::multiply_moving;
-      probe.dst.parts = static_cast<int32_t>(tp);
+      probe.dst.parts = static_cast<int32_t>(std::min(tp, P_total));
       probe.src0.parts = static_cast<int32_t>(tpk);
       probe.src0.ndims = 1;
-      probe.src0.dims[0] = {static_cast<int32_t>(std::min(tf, out_t ? M : N)), 1};
+      probe.src0.dims[0] = {static_cast<int32_t>(std::min(tf, F_total)), 1};
       probe.src0.dtype = opt_.compute;
       const double t_mm = static_cast<double>(instr_cycles(probe, cfg_)) / cfg_.tensor_hz;
       // A buffer's refill waits for the matmul that read it, so it pays dma.trigger_latency too.
       nbuf = std::clamp<int64_t>(static_cast<int64_t>(std::ceil((t_dma + cfg_.dma_trigger_latency) / t_mm)) + 2, 3, 64);
     }
-    c_.stream_buffers.back() = nbuf;
-    const int64_t P_total = out_t ? N : M;  // along output partitions
-    const int64_t F_total = out_t ? M : N;  // along output free dim
-    // Operand that supplies the stationary (output partitions) and the moving (output free) side.
-    const Stored& stat = out_t ? W : A;     // [K, P_total]
-    const Stored& mov = out_t ? A : W;      // [K, F_total]
+    c_.stream_buffers.back() = std::max(c_.stream_buffers.back(), nbuf);
     const int64_t stat_buf = sb.take(nbuf * tp * es_c);
-    // The moving operand's column block [K, tf] stays in SBUF across the stationary tiles.
     const int64_t mov_blk = sb.take(KT * tf * es_c);
     const int64_t out_buf = sb.take(2 * tf * 4);
-    // Bias: per partition (T layout, fused into the activation) or replicated along partitions.
     int64_t bias_off = -1;
     Stored B{};
-    if (!p.bias.empty()) {
-      B = stored_bias(p.bias, out_t, N);
-      bias_off = sb.take(out_t ? ceil_div(N, tp) * 4 : tf * 4);
+    if (!ep.bias.empty()) {
+      const int64_t nb = ep.bias_on_partitions ? P_total : F_total;
+      B = stored_bias(ep.bias, ep.bias_on_partitions, nb);
+      bias_off = sb.take(ep.bias_on_partitions ? ceil_div(P_total, tp) * 4 : tf * 4);
     }
     c_.sbuf_high_water = std::max(c_.sbuf_high_water, sb.next);
     c_.psum_high_water = std::max(c_.psum_high_water, cfg_.psum_bank_bytes() * std::min<int64_t>(cfg_.psum_banks, 8));
     const DType ct = opt_.compute;
+    const int32_t tr = static_cast<int32_t>(cfg_.tensor_rows);
     int64_t stat_count = 0, tile_count = 0;
-    if (bias_off >= 0 && out_t) {
+    if (bias_off >= 0 && ep.bias_on_partitions) {
       // All bias tiles once: tile j holds bias[j*tp .. j*tp+tp) on its partitions.
-      for (int64_t j = 0; j < ceil_div(N, tp); ++j) {
-        const int64_t pn = std::min(tp, N - j * tp);
+      for (int64_t j = 0; j < ceil_div(P_total, tp); ++j) {
+        const int64_t pn = std::min(tp, P_total - j * tp);
         em_.dma(on_chip(Space::sbuf, DType::f32, 0, static_cast<int32_t>(pn), bias_off + j * 4, {{1, 1}}),
                 in_hbm(DType::f32, static_cast<int32_t>(pn), 1, B.offset + j * tp * 4, {{1, 1}}));
       }
     }
     for (int64_t f0 = 0; f0 < F_total; f0 += tf) {
-      const int64_t fn = std::min(tf, F_total - f0);
+      const int32_t fn = static_cast<int32_t>(std::min(tf, F_total - f0));
       // Moving block: K rows (one k tile per partition group), columns f0..f0+fn.
       for (int64_t kt = 0; kt < KT; ++kt) {
-        const int64_t kn = std::min<int64_t>(cfg_.tensor_rows, K - kt * cfg_.tensor_rows);
-        em_.dma(on_chip(Space::sbuf, ct, 0, static_cast<int32_t>(kn), mov_blk + kt * tf * es_c, {{static_cast<int32_t>(fn), 1}}),
-                in_hbm(mov.dtype, static_cast<int32_t>(kn), mov.cols, mov.offset + (kt * cfg_.tensor_rows * mov.cols + f0) * es_c,
-                       {{static_cast<int32_t>(fn), 1}}),
-                Emitter::DmaClass::bulk);
+        const int32_t kn = static_cast<int32_t>(std::min<int64_t>(tr, K - kt * tr));
+        em_.dma(on_chip(Space::sbuf, ct, 0, kn, mov_blk + kt * tf * es_c, {{fn, 1}}),
+                in_hbm(mov.dtype, kn, mov.stride, mov.at(kt * tr, f0), {{fn, 1}}), Emitter::DmaClass::bulk);
       }
-      if (bias_off >= 0 && !out_t)
-        em_.dma(on_chip(Space::sbuf, DType::f32, 0, static_cast<int32_t>(std::min(tp, P_total)), bias_off, {{static_cast<int32_t>(fn), 1}}),
-                in_hbm(DType::f32, static_cast<int32_t>(std::min(tp, P_total)), 0, B.offset + f0 * 4, {{static_cast<int32_t>(fn), 1}}));
+      if (bias_off >= 0 && !ep.bias_on_partitions)
+        em_.dma(on_chip(Space::sbuf, DType::f32, 0, static_cast<int32_t>(std::min(tp, P_total)), bias_off, {{fn, 1}}),
+                in_hbm(DType::f32, static_cast<int32_t>(std::min(tp, P_total)), 0, B.offset + f0 * 4, {{fn, 1}}));
       for (int64_t p0 = 0; p0 < P_total; p0 += tp) {
-        const int64_t pn = std::min(tp, P_total - p0);
+        const int32_t pn = static_cast<int32_t>(std::min(tp, P_total - p0));
         const int64_t bank = tile_count % std::min<int64_t>(cfg_.psum_banks, 8);
-        const AccessPattern ps = on_chip(Space::psum, DType::f32, 0, static_cast<int32_t>(pn), bank * cfg_.psum_bank_bytes(),
-                                         {{static_cast<int32_t>(fn), 1}});
+        const AccessPattern ps = on_chip(Space::psum, DType::f32, 0, pn, bank * cfg_.psum_bank_bytes(), {{fn, 1}});
         for (int64_t kt = 0; kt < KT; ++kt) {
-          const int64_t kn = std::min<int64_t>(cfg_.tensor_rows, K - kt * cfg_.tensor_rows);
-          // Stream the stationary tile (weights in T layout) through rotating buffers.
+          const int32_t kn = static_cast<int32_t>(std::min<int64_t>(tr, K - kt * tr));
+          // Stream the stationary tile through rotating buffers.
           const int64_t sbuf_off = stat_buf + (stat_count++ % nbuf) * tp * es_c;
-          const AccessPattern st = on_chip(Space::sbuf, ct, 0, static_cast<int32_t>(kn), sbuf_off, {{static_cast<int32_t>(pn), 1}});
-          em_.dma(st, in_hbm(stat.dtype, static_cast<int32_t>(kn), stat.cols, stat.offset + (kt * cfg_.tensor_rows * stat.cols + p0) * es_c,
-                             {{static_cast<int32_t>(pn), 1}}));
+          const AccessPattern st = on_chip(Space::sbuf, ct, 0, kn, sbuf_off, {{pn, 1}});
+          em_.dma(st, in_hbm(stat.dtype, kn, stat.stride, stat.at(kt * tr, p0), {{pn, 1}}));
           Instr ls;
           ls.op = Op::load_stationary;
           ls.src0 = st;
@@ -531,23 +551,22 @@ class Compiler {
           Instr mm;
           mm.op = Op::multiply_moving;
           mm.dst = ps;
-          mm.src0 = on_chip(Space::sbuf, ct, 0, static_cast<int32_t>(kn), mov_blk + kt * tf * es_c, {{static_cast<int32_t>(fn), 1}});
+          mm.src0 = on_chip(Space::sbuf, ct, 0, kn, mov_blk + kt * tf * es_c, {{fn, 1}});
           mm.start = kt == 0;
           mm.stop = kt == KT - 1;
           em_.emit(mm, Lane::tensor);
         }
-        // Evacuate PSUM -> SBUF (bias, activation), then SBUF -> HBM.
+        // Evacuate PSUM -> SBUF (scale, bias, activation), then SBUF -> HBM.
         const int64_t ob = out_buf + (tile_count % 2) * tf * 4;
-        const AccessPattern out_sb = on_chip(Space::sbuf, O.dtype, 0, static_cast<int32_t>(pn), ob, {{static_cast<int32_t>(fn), 1}});
-        if (out_t || p.bias.empty()) {
+        const AccessPattern out_sb = on_chip(Space::sbuf, out.dtype, 0, pn, ob, {{fn, 1}});
+        if (ep.bias_on_partitions || ep.bias.empty()) {
           Instr act;
           act.op = Op::activation;
           act.dst = out_sb;
           act.src0 = ps;
-          act.func = p.has_func ? p.func : Func::identity;
-          act.imm[0] = 1.0;
-          if (bias_off >= 0)
-            act.src1 = on_chip(Space::sbuf, DType::f32, 0, static_cast<int32_t>(pn), bias_off + (p0 / tp) * 4, {{1, 1}});
+          act.func = ep.func;
+          act.imm[0] = ep.scale;
+          if (bias_off >= 0) act.src1 = on_chip(Space::sbuf, DType::f32, 0, pn, bias_off + (p0 / tp) * 4, {{1, 1}});
           em_.emit(act, Lane::scalar);
         } else {
           Instr add;
@@ -555,25 +574,22 @@ class Compiler {
           add.alu = Alu::add;
           add.dst = out_sb;
           add.src0 = ps;
-          add.src1 = on_chip(Space::sbuf, DType::f32, 0, static_cast<int32_t>(pn), bias_off, {{static_cast<int32_t>(fn), 1}});
+          add.src1 = on_chip(Space::sbuf, DType::f32, 0, pn, bias_off, {{fn, 1}});
           em_.emit(add, Lane::vector);
-          if (p.has_func) {
+          if (ep.func != Func::identity || ep.scale != 1.0) {
             Instr act;
             act.op = Op::activation;
             act.dst = out_sb;
             act.src0 = out_sb;
-            act.func = p.func;
-            act.imm[0] = 1.0;
+            act.func = ep.func;
+            act.imm[0] = ep.scale;
             em_.emit(act, Lane::scalar);
           }
         }
-        const int64_t oes = static_cast<int64_t>(dtype_size(O.dtype));
-        em_.dma(in_hbm(O.dtype, static_cast<int32_t>(pn), O.cols, O.offset + (p0 * O.cols + f0) * oes, {{static_cast<int32_t>(fn), 1}}),
-                out_sb, Emitter::DmaClass::bulk);
+        em_.dma(in_hbm(out.dtype, pn, out.stride, out.at(p0, f0), {{fn, 1}}), out_sb, Emitter::DmaClass::bulk);
         ++tile_count;
       }
     }
-    (void)M;
   }
 
   // The bias as fp32 [N] in HBM (per output column).
