@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "isa/error.hpp"
@@ -60,6 +61,7 @@ class Compiler {
   }
 
   Compiled run() {
+    analyze_heads();
     check_supported();
     plan_fusion();
     assign_layouts();
@@ -67,8 +69,9 @@ class Compiler {
     const auto order = g_.topo_order();
     for (size_t idx : order) {
       const Node& n = g_.nodes[idx];
-      if (fused_.count(n.name)) continue;
-      if (n.op == "MatMul" || n.op == "Gemm") emit_matmul(plans_.at(n.name));
+      if (fused_.count(n.name) || view_nodes_.count(n.name)) continue;
+      if (batched_.count(n.name)) emit_bmm(n);
+      else if (n.op == "MatMul" || n.op == "Gemm") emit_matmul(plans_.at(n.name));
       else if (is_alias(n)) continue;
       else if (is_row_kernel(n)) emit_rows(n);
       else emit_elementwise(n);
@@ -80,6 +83,22 @@ class Compiler {
   }
 
  private:
+  // Stored matrix of a value: [rows, cols] as it lies in HBM (transposed layout swaps them).
+  struct Stored {
+    int64_t offset;
+    DType dtype;
+    int64_t rows, cols;
+  };
+
+  // A physical sub-matrix in HBM: `rows` x `cols` elements from `offset`, rows `stride` elements apart.
+  struct Block {
+    int64_t offset;
+    DType dtype;
+    int64_t rows, cols, stride;
+    int64_t at(int64_t r, int64_t c) const { return offset + (r * stride + c) * static_cast<int64_t>(dtype_size(dtype)); }
+  };
+  static Block whole(const Stored& s) { return {s.offset, s.dtype, s.rows, s.cols, s.cols}; }
+
   // ---- analysis ------------------------------------------------------------------------------
   bool is_row_kernel(const Node& n) const {
     Alu a;
@@ -122,6 +141,14 @@ class Compiler {
       Func f = Func::identity;
       Alu a = Alu::add;
       const auto& out = g_.value(n.outputs[0]);
+      if (view_nodes_.count(n.name)) continue;
+      if (batched_.count(n.name)) {
+        const auto& A = g_.value(n.inputs[0]).shape;
+        const auto& B = g_.value(n.inputs[1]).shape;
+        if (A.size() != 3 || B.size() != 3 || A[0] != B[0] || A[2] != B[1])
+          d.add(g_.where(n), "batched matmuls are compiled as [H, X, Y] @ [H, Y, Z], got " + shape_str(A) + " @ " + shape_str(B));
+        continue;
+      }
       if (n.op == "MatMul" || n.op == "Gemm") {
         const auto& A = g_.value(n.inputs[0]).shape;
         const auto& B = g_.value(n.inputs[1]).shape;
@@ -133,7 +160,7 @@ class Compiler {
         if (n.op == "Gemm" && n.attrs.get_int("transA", 0))
           d.add(g_.where(n), "Gemm with transA is not compiled yet");
       } else if (unary_func(n.op, f) || is_alias(n)) {
-        if (n.op == "Transpose" && g_.value(n.inputs[0]).shape.size() != 2)
+        if (n.op == "Transpose" && g_.value(n.inputs[0]).shape.size() != 2 && !trivial_transpose(n))
           d.add(g_.where(n), "only 2-D transposes are compiled (as a layout change)");
         if ((n.op == "Reshape" || n.op == "Flatten" || n.op == "Squeeze" || n.op == "Unsqueeze") &&
             layout_free_shape(g_.value(n.inputs[0]).shape) != layout_free_shape(out.shape))
@@ -184,7 +211,7 @@ class Compiler {
 
   void plan_fusion() {
     for (const auto& n : g_.nodes) {
-      if (n.op != "MatMul" && n.op != "Gemm") continue;
+      if ((n.op != "MatMul" && n.op != "Gemm") || batched_.count(n.name)) continue;
       MatmulPlan p;
       p.node = &n;
       p.a = n.inputs[0];
@@ -227,7 +254,8 @@ class Compiler {
       plans_[n.name] = p;
     }
     for (const auto& n : g_.nodes)
-      if (is_alias(n) && n.op != "Transpose") alias_of_[n.outputs[0]] = n.inputs[0];
+      if (is_alias(n) && (n.op != "Transpose" || trivial_transpose(n)) && !view_nodes_.count(n.name))
+        alias_of_[n.outputs[0]] = n.inputs[0];
   }
 
   // Layout per stored value: true = transposed. A matmul's A operand wants T, its weight N; a
@@ -235,7 +263,7 @@ class Compiler {
   void assign_layouts() {
     // Transposes are views too: value -> (source, flipped).
     for (const auto& n : g_.nodes)
-      if (n.op == "Transpose") transpose_of_[n.outputs[0]] = n.inputs[0];
+      if (n.op == "Transpose" && !view_nodes_.count(n.name) && !trivial_transpose(n)) transpose_of_[n.outputs[0]] = n.inputs[0];
     // 1. Row kernels (softmax, layer norm, a constant broadcast along rows) keep rows on partitions.
     for (const auto& n : g_.nodes)
       if (is_row_kernel(n)) {
@@ -247,7 +275,8 @@ class Compiler {
       const Node& n = g_.nodes[idx];
       Func f;
       Alu a;
-      if (fused_.count(n.name) || is_row_kernel(n) || !(unary_func(n.op, f) || binary_alu(n.op, a))) continue;
+      if (fused_.count(n.name) || view_nodes_.count(n.name) || is_row_kernel(n) || !(unary_func(n.op, f) || binary_alu(n.op, a)))
+        continue;
       for (const auto& in : n.inputs) {
         auto [st, flip] = view(in);
         auto it = layout_.find(st);
@@ -264,6 +293,148 @@ class Compiler {
     for (const auto& [name, p] : plans_) {
       want(p.a, true);
       want(p.w, p.w_transposed);
+    }
+    // Batched matmuls: per head, A_h^T and B_h must be row-major blocks of their storage.
+    for (const auto& name : batched_) {
+      const Node& n = node_named(name);
+      const HeadView a = head_of(n.inputs[0]), b = head_of(n.inputs[1]);
+      want(a.storage, !a.transposed);
+      want(b.storage, b.transposed);
+    }
+  }
+
+  // A transpose that only moves dimensions of size 1 leaves memory as it is: a reshape.
+  bool trivial_transpose(const Node& n) const {
+    if (n.op != "Transpose") return false;
+    const Shape& in = g_.value(n.inputs[0]).shape;
+    std::vector<int64_t> perm = n.attrs.get_ints("perm");
+    if (perm.empty())
+      for (int64_t i = static_cast<int64_t>(in.size()) - 1; i >= 0; --i) perm.push_back(i);
+    int64_t last = -1;
+    for (int64_t p : perm) {
+      if (in[static_cast<size_t>(p)] == 1) continue;
+      if (p < last) return false;
+      last = p;
+    }
+    return true;
+  }
+
+  const Node& node_named(const std::string& name) const {
+    for (const auto& n : g_.nodes)
+      if (n.name == name) return n;
+    throw std::logic_error("no node " + name);
+  }
+
+  // ---- attention: heads as blocks of 2-D storage ----------------------------------------------
+  // A 3-D value [H, X, Y] whose head h is a block of a stored 2-D matrix L (graph orientation):
+  // columns [h*w, (h+1)*w) of L (col_blocks) or rows [h*w, (h+1)*w), as is or transposed, times
+  // `scale`. The exporter's Reshape [S, D] -> [S, H, dh] + Transpose (1,0,2) or (1,2,0) splits
+  // heads as column blocks; a batched matmul writes row blocks of its own [H*X, Y] storage, or
+  // column blocks of the [X, H*Z] matrix a following Transpose (1,0,2) + Reshape merges heads into.
+  struct HeadView {
+    std::string storage;
+    bool col_blocks = false;
+    int64_t w = 0;
+    bool transposed = false;
+    double scale = 1.0;
+  };
+
+  HeadView head_of(const std::string& v) const {
+    auto it = heads_.find(v);
+    if (it != heads_.end()) return it->second;
+    const auto& shp = g_.value(v).shape;
+    return HeadView{v, false, shp.size() == 3 ? shp[1] : 0, false, 1.0};  // own storage, row blocks
+  }
+
+  const Node* producer_of(const std::string& v) const {
+    for (const auto& n : g_.nodes)
+      for (const auto& o : n.outputs)
+        if (o == v) return &n;
+    return nullptr;
+  }
+
+  // The head view of a batched matmul operand `v`: an optional scalar scale (Div/Mul) over a
+  // Transpose (1,0,2) or (1,2,0) of a Reshape [S, D] -> [S, H, dh]. Marks the nodes it absorbs.
+  std::optional<HeadView> trace_split(const std::string& v) {
+    double scale = 1.0;
+    std::vector<std::string> absorbed;
+    const Node* n = producer_of(v);
+    if (n && (n->op == "Div" || n->op == "Mul") && g_.value(n->inputs[1]).data && g_.value(n->inputs[1]).data->numel() == 1 &&
+        consumers(n->outputs[0]).size() == 1) {
+      const double c = g_.value(n->inputs[1]).data->to_f64()[0];
+      scale = n->op == "Div" ? 1.0 / c : c;
+      absorbed.push_back(n->name);
+      n = producer_of(n->inputs[0]);
+    }
+    if (!n || n->op != "Transpose" || g_.value(n->inputs[0]).shape.size() != 3) return std::nullopt;
+    const auto perm = n->attrs.get_ints("perm", {2, 1, 0});
+    const bool split = perm == std::vector<int64_t>{1, 0, 2}, split_t = perm == std::vector<int64_t>{1, 2, 0};
+    const Node* r = producer_of(n->inputs[0]);
+    if ((!split && !split_t) || !r || r->op != "Reshape") return std::nullopt;
+    const Shape& rs = g_.value(r->outputs[0]).shape;  // [S, H, dh]
+    const auto [S, D] = layout_free_shape(g_.value(r->inputs[0]).shape);
+    if (rs.size() != 3 || rs[0] != S || rs[1] * rs[2] != D) return std::nullopt;
+    absorbed.push_back(n->name);
+    absorbed.push_back(r->name);
+    view_nodes_.insert(absorbed.begin(), absorbed.end());
+    return HeadView{r->inputs[0], true, rs[2], split_t, scale};
+  }
+
+  void analyze_heads() {
+    for (size_t idx : g_.topo_order()) {
+      const Node& n = g_.nodes[idx];
+      if (n.op != "MatMul" || g_.value(n.inputs[0]).shape.size() != 3 || g_.value(n.inputs[1]).shape.size() != 3) continue;
+      batched_.insert(n.name);
+      for (const auto& in : n.inputs)
+        if (auto hv = trace_split(in)) heads_[in] = *hv;
+      const Shape& os = g_.value(n.outputs[0]).shape;  // [H, X, Z]
+      HeadView out{n.outputs[0], false, os[1], false, 1.0};
+      // Transpose (1,0,2) then Reshape to [X, H*Z] merges the heads as column blocks.
+      auto cons = consumers(n.outputs[0]);
+      if (cons.size() == 1 && cons[0]->op == "Transpose" && cons[0]->attrs.get_ints("perm") == std::vector<int64_t>{1, 0, 2}) {
+        auto cons2 = consumers(cons[0]->outputs[0]);
+        if (cons2.size() == 1 && cons2[0]->op == "Reshape") {
+          const auto [X, HZ] = layout_free_shape(g_.value(cons2[0]->outputs[0]).shape);
+          if (X == os[1] && HZ == os[0] * os[2]) {
+            out = HeadView{cons2[0]->outputs[0], true, os[2], false, 1.0};
+            view_nodes_.insert(cons[0]->name);
+            view_nodes_.insert(cons2[0]->name);
+          }
+        }
+      }
+      heads_[n.outputs[0]] = out;
+    }
+  }
+
+  // The physical HBM block of head h of `hv`, given its storage laid out as `s` (phys_t: s holds
+  // the transpose of the graph-orientation matrix).
+  static Block head_block(const HeadView& hv, const Stored& s, bool phys_t, int64_t h) {
+    const int64_t es = static_cast<int64_t>(dtype_size(s.dtype));
+    // In the physical matrix a logical column block is a row block when transposed, and vice versa.
+    const bool rows_block = hv.col_blocks == phys_t;
+    if (rows_block) return Block{s.offset + h * hv.w * s.cols * es, s.dtype, hv.w, s.cols, s.cols};
+    return Block{s.offset + h * hv.w * es, s.dtype, s.rows, hv.w, s.cols};
+  }
+
+  void emit_bmm(const Node& n) {
+    const HeadView a = head_of(n.inputs[0]), b = head_of(n.inputs[1]), o = head_of(n.outputs[0]);
+    const Shape& as = g_.value(n.inputs[0]).shape;
+    const int64_t H = as[0];
+    // A_h^T and B_h as row-major blocks (their storages laid out, or copied, that way).
+    const Stored SA = operand(a.storage, !a.transposed);
+    const Stored SB = operand(b.storage, b.transposed);
+    em_.begin_kernel(n.name);
+    c_.stream_buffers.push_back(0);
+    const Stored SO = stored(o.storage);
+    const bool out_t = transposed(view(o.storage).first);
+    Epilogue ep;
+    ep.scale = a.scale * b.scale;
+    for (int64_t h = 0; h < H; ++h) {
+      const Block at = head_block(a, SA, !a.transposed, h);  // [Y, X]
+      const Block bh = head_block(b, SB, b.transposed, h);   // [Y, Z]
+      const Block oh = head_block(o, SO, out_t, h);          // [X, Z], or [Z, X] when out_t
+      if (out_t) matmul_core(n.name, bh, at, oh, ep);
+      else matmul_core(n.name, at, bh, oh, ep);
     }
   }
 
@@ -315,12 +486,7 @@ class Compiler {
     return h.offset;
   }
 
-  // Stored matrix of a value: [rows, cols] as it lies in HBM (transposed layout swaps them).
-  struct Stored {
-    int64_t offset;
-    DType dtype;
-    int64_t rows, cols;
-  };
+
 
   Stored stored(const std::string& v) {
     auto [s, flip] = view(v);
@@ -428,14 +594,6 @@ class Compiler {
       }
   }
 
-  // A physical sub-matrix in HBM: `rows` x `cols` elements from `offset`, rows `stride` elements apart.
-  struct Block {
-    int64_t offset;
-    DType dtype;
-    int64_t rows, cols, stride;
-    int64_t at(int64_t r, int64_t c) const { return offset + (r * stride + c) * static_cast<int64_t>(dtype_size(dtype)); }
-  };
-  static Block whole(const Stored& s) { return {s.offset, s.dtype, s.rows, s.cols, s.cols}; }
 
   struct Epilogue {
     std::string bias;              // constant bias value ("" if none)
@@ -755,13 +913,16 @@ class Compiler {
   }
 
   void emit_elementwise(const Node& n) {
+    // Operands laid out unlike the output are read from a transposed copy.
+    const std::string out = n.outputs[0];
+    const bool out_t = transposed(view(out).first) != view(out).second;
+    const Stored X = operand(n.inputs[0], out_t);
+    Stored Bs{};
+    Alu a0 = Alu::add;
+    if (binary_alu(n.op, a0)) Bs = operand(n.inputs[1], out_t);
     em_.begin_kernel(n.name);
     c_.stream_buffers.push_back(2);
-    const std::string out = n.outputs[0];
     const Stored O = stored(out);
-    const Stored X = stored(n.inputs[0]);
-    if (transposed(view(out).first) != transposed(view(n.inputs[0]).first))
-      unsupported(n, "operands in different layouts");
     Func f = Func::identity;
     Alu a = Alu::add;
     const int64_t total = O.rows * O.cols;
@@ -773,12 +934,10 @@ class Compiler {
     Sbuf sb{0, cfg_.sbuf_partition_bytes, n.name};
     const int64_t xin = sb.take(2 * chunk * 4), yout = sb.take(2 * chunk * 4);
     int64_t bin = -1;
-    Stored Bs{};
     const bool binary = binary_alu(n.op, a);
     if (binary) {
       const auto& bv = g_.value(n.inputs[1]);
       if (bv.shape != g_.value(n.inputs[0]).shape) unsupported(n, "a standalone broadcast is not compiled yet");
-      Bs = stored(n.inputs[1]);
       bin = sb.take(2 * chunk * 4);
     } else if (!unary_func(n.op, f)) {
       unsupported(n, "op " + n.op);
@@ -822,6 +981,9 @@ class Compiler {
   Emitter em_;
   std::map<std::string, MatmulPlan> plans_;
   std::set<std::string> fused_;
+  std::map<std::string, HeadView> heads_;  // 3-D values seen as per-head blocks of 2-D storage
+  std::set<std::string> view_nodes_;       // Reshape/Transpose/scale nodes those views absorb
+  std::set<std::string> batched_;          // batched (per-head) matmuls
   std::map<std::string, std::string> alias_of_, transpose_of_;
   std::map<std::string, bool> layout_;
   std::set<std::string> copies_;        // stored values that also need a transposed copy
