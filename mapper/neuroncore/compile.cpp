@@ -266,7 +266,7 @@ class Compiler {
       if (n.op == "Transpose" && !view_nodes_.count(n.name) && !trivial_transpose(n)) transpose_of_[n.outputs[0]] = n.inputs[0];
     // 1. Row kernels (softmax, layer norm, a constant broadcast along rows) keep rows on partitions.
     for (const auto& n : g_.nodes)
-      if (is_row_kernel(n)) {
+      if (is_row_kernel(n) && !fused_.count(n.name) && !view_nodes_.count(n.name)) {
         require(row_input(n), false, n);
         require(n.outputs[0], false, n);
       }
@@ -425,16 +425,18 @@ class Compiler {
     const Stored SB = operand(b.storage, b.transposed);
     em_.begin_kernel(n.name);
     c_.stream_buffers.push_back(0);
+    c_.pieces.push_back({1, 1});
     const Stored SO = stored(o.storage);
     const bool out_t = transposed(view(o.storage).first);
     Epilogue ep;
     ep.scale = a.scale * b.scale;
+    c_.pieces.back() = {H, 3};  // two SBUF slices alternate, and a head's store drains under the next
     for (int64_t h = 0; h < H; ++h) {
       const Block at = head_block(a, SA, !a.transposed, h);  // [Y, X]
       const Block bh = head_block(b, SB, b.transposed, h);   // [Y, Z]
       const Block oh = head_block(o, SO, out_t, h);          // [X, Z], or [Z, X] when out_t
-      if (out_t) matmul_core(n.name, bh, at, oh, ep);
-      else matmul_core(n.name, at, bh, oh, ep);
+      if (out_t) matmul_core(n.name, bh, at, oh, ep, h % 2, 2);
+      else matmul_core(n.name, at, bh, oh, ep, h % 2, 2);
     }
   }
 
@@ -529,16 +531,18 @@ class Compiler {
   }
 
   // ---- SBUF ---------------------------------------------------------------------------------
+  // A bump allocator over SBUF bytes [next, limit) of every partition.
   struct Sbuf {
     int64_t next = 0;
     int64_t limit;
     std::string kernel;
+    int64_t base = next;
     int64_t take(int64_t bytes) {
       const int64_t off = next;
       next += (bytes + 63) / 64 * 64;
       if (next > limit)
-        throw InputError("kernel '" + kernel + "'", "needs " + std::to_string(next) + " bytes of SBUF per partition; a partition has " +
-                                                     std::to_string(limit),
+        throw InputError("kernel '" + kernel + "'", "needs " + std::to_string(next - base) + " bytes of SBUF per partition; it has " +
+                                                     std::to_string(limit - base),
                          "use a smaller tile (mapping.tile_n / tile_m) or fewer buffers (mapping.buffers)");
       return off;
     }
@@ -566,6 +570,7 @@ class Compiler {
   void emit_transpose(const std::string& name, const Stored& src, const Stored& dst) {
     em_.begin_kernel("transpose " + name);
     c_.stream_buffers.push_back(2);
+    c_.pieces.push_back({1, 1});
     Sbuf sb{0, cfg_.sbuf_partition_bytes, "transpose " + name};
     const int64_t B = std::min<int64_t>(cfg_.tensor_rows, cfg_.tensor_cols);
     const int64_t in_buf = sb.take(2 * B * 4), out_buf = sb.take(2 * B * 4);
@@ -611,6 +616,7 @@ class Compiler {
     const Stored W = operand(p.w, p.w_transposed);
     em_.begin_kernel(n.name);
     c_.stream_buffers.push_back(0);
+    c_.pieces.push_back({1, 1});
     const Stored O = stored(p.out);
     const bool out_t = transposed(view(p.out).first);
     if (A.rows != K || A.cols != M) throw std::logic_error("matmul operand A is not stored as [K, M]");
@@ -626,11 +632,15 @@ class Compiler {
   // out [P, F] = stat[K, P]^T @ mov[K, F], tiled: the moving operand's column block (all of K)
   // stays in SBUF, stationary tiles stream through rotating buffers, PSUM accumulates over K and
   // the evacuation applies scale, bias and the activation.
-  void matmul_core(const std::string& name, const Block& stat, const Block& mov, const Block& out, const Epilogue& ep) {
+  // `region` / `regions`: the slice of SBUF to use, so that consecutive calls (the heads of a
+  // batched matmul) can alternate between slices and overlap instead of waiting for each other.
+  void matmul_core(const std::string& name, const Block& stat, const Block& mov, const Block& out, const Epilogue& ep,
+                   int64_t region = 0, int64_t regions = 1) {
     const int64_t K = stat.rows, P_total = stat.cols, F_total = mov.cols;
     if (mov.rows != K || out.rows != P_total || out.cols != F_total) throw std::logic_error("matmul_core: block shapes disagree");
     const int64_t es_c = static_cast<int64_t>(dtype_size(opt_.compute));
-    Sbuf sb{0, cfg_.sbuf_partition_bytes, name};
+    const int64_t slice = cfg_.sbuf_partition_bytes / regions / 64 * 64;
+    Sbuf sb{region * slice, region * slice + slice, name};
     const int64_t KT = ceil_div(K, cfg_.tensor_rows);
     const int64_t part_max = cfg_.tensor_cols;
     const int64_t free_max = std::min<int64_t>(cfg_.max_moving_free, cfg_.psum_bank_bytes() / 4);
@@ -768,6 +778,7 @@ class Compiler {
   void emit_rows(const Node& n) {
     em_.begin_kernel(n.name);
     c_.stream_buffers.push_back(2);
+    c_.pieces.push_back({1, 1});
     const std::string& xin_name = row_input(n);
     const Stored X = stored(xin_name);
     const Stored O = stored(n.outputs[0]);
@@ -922,6 +933,7 @@ class Compiler {
     if (binary_alu(n.op, a0)) Bs = operand(n.inputs[1], out_t);
     em_.begin_kernel(n.name);
     c_.stream_buffers.push_back(2);
+    c_.pieces.push_back({1, 1});
     const Stored O = stored(out);
     Func f = Func::identity;
     Alu a = Alu::add;

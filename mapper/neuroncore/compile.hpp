@@ -55,6 +55,7 @@ struct Compiled {
   std::vector<std::pair<std::string, Tensor>> hbm_init;  // constants to preload (HBM tensor name, data)
   std::vector<KernelEstimate> kernels;                   // one per Program::kernels entry
   std::vector<int64_t> stream_buffers;                   // per kernel: buffers of its streamed tiles (DMAs in flight)
+  std::vector<std::pair<int64_t, int64_t>> pieces;        // per kernel: independent pieces (heads) and how many overlap
   double predicted_s = 0;
   int64_t sbuf_high_water = 0;   // bytes per partition
   int64_t psum_high_water = 0;

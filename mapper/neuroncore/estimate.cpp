@@ -114,7 +114,12 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
     // dma.trigger_latency ([DMA] ~1300 ns semaphore to start) on top of its transfer.
     const double prologue = a.prologue_s + (a.prologue_dependent ? cfg.dma_trigger_latency : 0.0);
     // The first tile's loads come first (nothing computes before them); the rest overlaps.
-    e.seconds = prologue + std::max(compute, memory - a.prologue_s) + a.last_tail_s + a.last_store_s + cfg.dma_trigger_latency;
+    // A kernel made of independent pieces (the heads of a batched matmul) pays each piece's
+    // prologue and drain, `overlap` pieces at a time.
+    const auto [units, overlap] = k < c.pieces.size() ? c.pieces[k] : std::pair<int64_t, int64_t>{1, 1};
+    const double edges = (prologue + a.last_tail_s + a.last_store_s + cfg.dma_trigger_latency) *
+                         std::max(1.0, static_cast<double>(units) / static_cast<double>(std::max<int64_t>(1, overlap)));
+    e.seconds = std::max(compute, memory - a.prologue_s) + edges;
     e.flops = a.flops;
     e.bytes = a.hbm_bytes;
     e.tensor_utilisation = e.seconds > 0 ? e.tensor_s / e.seconds : 0;
