@@ -1,5 +1,6 @@
 #include "sim/report.hpp"
 
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -58,6 +59,12 @@ json output_record(const std::string& name, const std::string& file, const Compa
   o["tolerance"] = {{"rtol", rtol}, {"atol", atol}};
   o["pass"] = c->pass;
   return o;
+}
+
+std::string safe_file_name(const std::string& name) {
+  std::string s;
+  for (char c : name) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+  return s.empty() ? "output" : s;
 }
 
 long long peak_rss_bytes() {

@@ -22,6 +22,10 @@ nlohmann::json output_record(const std::string& name, const std::string& file, c
 void write_report(const std::string& out_dir, const nlohmann::json& report, double wall_s,
                   const nlohmann::json& host_extra = nlohmann::json::object());
 
+// A tensor name as a file name: characters other than letters, digits, '-', '_' and '.' become '_'
+// (ONNX names such as "/self_attn/Add_output_0" must not create directories).
+std::string safe_file_name(const std::string& name);
+
 // Peak resident set size of this process, in bytes (from /proc/self/status).
 long long peak_rss_bytes();
 

@@ -23,11 +23,6 @@ namespace {
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_sigint(int) { g_interrupted.store(true); }
 
-std::string safe_file_name(const std::string& name) {
-  std::string s;
-  for (char c : name) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
-  return s.empty() ? "output" : s;
-}
 
 std::string fmt(double v) {
   char b[32];

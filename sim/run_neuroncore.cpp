@@ -335,7 +335,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
     if (out.dtype() != DType::f32 && is_float(out.dtype())) out = out.cast(DType::f32);
     std::string file;
     if (s.resolved["outputs"]["save"].get<bool>()) {
-      file = s.resolved["outputs"]["dir"].get<std::string>() + "/" + b.name + ".npy";
+      file = s.resolved["outputs"]["dir"].get<std::string>() + "/" + safe_file_name(b.name) + ".npy";
       write_npy((std::filesystem::path(opt.out_dir) / file).string(), out);
     }
     std::string line = "  " + b.name + " " + std::string(dtype_name(out.dtype())) + shape_str(out.shape());
