@@ -56,7 +56,23 @@ struct Binding {
   const HbmTensor* hbm;
   bool transposed;         // stored as the transpose of its [rows, cols] matrix view
   Shape shape;             // the value's own shape
+  bool channel_major = false;  // 4-D [N, C, H, W] stored [C, N, H+2p, W+2p] with a zero border
+  int64_t pad = 0;
 };
+
+// [N, C, H, W] -> [C, N, H+2p, W+2p] with zeros around (host-side placement: data movement only).
+Tensor channel_major(const Tensor& t, int64_t pad) {
+  const auto& s = t.shape();
+  const int64_t N = s[0], C = s[1], H = s[2], W = s[3], Hp = H + 2 * pad, Wp = W + 2 * pad;
+  const auto v = t.to_f32();
+  std::vector<float> o(static_cast<size_t>(C * N * Hp * Wp), 0.0f);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t w = 0; w < W; ++w)
+          o[static_cast<size_t>(((c * N + n) * Hp + h + pad) * Wp + w + pad)] = v[static_cast<size_t>(((n * C + c) * H + h) * W + w)];
+  return Tensor::from_f32({C, N, Hp, Wp}, std::move(o));
+}
 
 struct Job {
   Program prog;
@@ -129,7 +145,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
       throw std::runtime_error(std::string("the compiler produced an invalid program: ") + e.what());
     }
     for (const auto& b : job.compiled->inputs)
-      job.inputs.push_back({b.name, job.prog.find_hbm(b.hbm), b.transposed, graph->value(b.name).shape});
+      job.inputs.push_back({b.name, job.prog.find_hbm(b.hbm), b.transposed, graph->value(b.name).shape, b.channel_major, b.pad});
     for (const auto& b : job.compiled->outputs)
       job.outputs.push_back({b.name, job.prog.find_hbm(b.hbm), b.transposed, graph->value(b.name).shape});
     job.init = job.compiled->hbm_init;
@@ -184,6 +200,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
       // Host-side placement: the value in the program's layout and dtype (data movement only).
       Tensor v = given.at(b.name);
       if (b.transposed) v = transpose2d(v.reshaped(matrix_shape(v.shape())));
+      if (b.channel_major) v = channel_major(v, b.pad);
       const Tensor cast = v.dtype() == b.hbm->dtype ? v : v.cast(b.hbm->dtype);
       core.memory().hbm_write(b.hbm->offset, cast.data(), cast.nbytes());
     }

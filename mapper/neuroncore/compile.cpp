@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <set>
 
@@ -62,6 +63,7 @@ class Compiler {
 
   Compiled run() {
     analyze_heads();
+    analyze_convs();
     check_supported();
     plan_fusion();
     assign_layouts();
@@ -71,6 +73,8 @@ class Compiler {
       const Node& n = g_.nodes[idx];
       if (fused_.count(n.name) || view_nodes_.count(n.name)) continue;
       if (batched_.count(n.name)) emit_bmm(n);
+      else if (n.op == "Conv") emit_conv(convs_.at(n.name));
+      else if (n.op == "MaxPool") emit_pool(n);
       else if (n.op == "MatMul" || n.op == "Gemm") emit_matmul(plans_.at(n.name));
       else if (is_alias(n)) continue;
       else if (is_row_kernel(n)) emit_rows(n);
@@ -141,7 +145,7 @@ class Compiler {
       Func f = Func::identity;
       Alu a = Alu::add;
       const auto& out = g_.value(n.outputs[0]);
-      if (view_nodes_.count(n.name)) continue;
+      if (view_nodes_.count(n.name) || convs_.count(n.name) || pools_.count(n.name)) continue;
       if (batched_.count(n.name)) {
         const auto& A = g_.value(n.inputs[0]).shape;
         const auto& B = g_.value(n.inputs[1]).shape;
@@ -416,6 +420,225 @@ class Compiler {
     return Block{s.offset + h * hv.w * es, s.dtype, s.rows, hv.w, s.cols};
   }
 
+  // ---- convolutions: channel-major activations, im2col through DMA access patterns ------------
+  // A 4-D activation [N, C, H, W] of a convolution or pooling is stored channel-major,
+  // [C][N][H + 2*pad][W + 2*pad], with a zero border for the padding of the convolutions that read it
+  // (HBM that was never written reads as zero). A convolution is a matmul: out[Cout, (n, oh, ow)] =
+  // W[Cout, (ci, kh, kw)] @ im2col; the im2col rows are DMAs with a strided pattern per (ci, kh)
+  // group of kw partitions, so nothing is unfolded in memory.
+  struct CmStore {
+    int64_t offset;
+    DType dtype;
+    int64_t C, N, H, W, pad;
+    int64_t Hp() const { return H + 2 * pad; }
+    int64_t Wp() const { return W + 2 * pad; }
+    int64_t es() const { return static_cast<int64_t>(dtype_size(dtype)); }
+    // Byte address of interior element (c, n, h, w).
+    int64_t at(int64_t c, int64_t n, int64_t h, int64_t w) const {
+      return offset + (((c * N + n) * Hp() + h + pad) * Wp() + w + pad) * es();
+    }
+  };
+  struct ConvPlan {
+    const Node* node = nullptr;
+    std::string x, w, bias, out;
+    Func func = Func::identity;
+    int64_t pad = 0, stride = 1;
+  };
+
+  bool four_d(const std::string& v) const { return g_.value(v).shape.size() == 4; }
+
+  void analyze_convs() {
+    DiagnosticList d;
+    for (const auto& n : g_.nodes) {
+      if (n.op == "Conv") {
+        ConvPlan p;
+        p.node = &n;
+        p.x = n.inputs[0];
+        p.w = n.inputs[1];
+        p.out = n.outputs[0];
+        if (n.inputs.size() > 2 && !n.inputs[2].empty()) p.bias = n.inputs[2];
+        const auto pads = n.attrs.get_ints("pads", {0, 0, 0, 0});
+        const auto strides = n.attrs.get_ints("strides", {1, 1});
+        const auto dil = n.attrs.get_ints("dilations", {1, 1});
+        const bool sym = pads.size() == 4 && pads[0] == pads[1] && pads[1] == pads[2] && pads[2] == pads[3];
+        if (!four_d(p.x) || n.attrs.get_int("group", 1) != 1 || !sym || strides.size() != 2 || strides[0] != strides[1] ||
+            dil != std::vector<int64_t>{1, 1} || n.attrs.get_string("auto_pad", "NOTSET") != "NOTSET" || !g_.value(p.w).data ||
+            (!p.bias.empty() && !g_.value(p.bias).data)) {
+          d.add(g_.where(n), "the NeuronCore compiler handles 2-D convolutions with group 1, no dilation, equal strides and "
+                             "pads, and constant weights and bias");
+          continue;
+        }
+        p.pad = pads[0];
+        p.stride = strides[0];
+        // Absorb a following activation that is the only consumer.
+        auto cons = consumers(p.out);
+        Func f;
+        if (cons.size() == 1 && !is_output(p.out) && unary_func(cons[0]->op, f) && cons[0]->op != "Identity") {
+          p.func = f;
+          fused_.insert(cons[0]->name);
+          p.out = cons[0]->outputs[0];
+        }
+        cm_pad_[p.x] = std::max(cm_pad_[p.x], p.pad);
+        cm_pad_.emplace(p.out, 0);
+        convs_[n.name] = p;
+      } else if (n.op == "MaxPool") {
+        const auto k = n.attrs.get_ints("kernel_shape");
+        const auto st = n.attrs.get_ints("strides", {1, 1});
+        const auto pads = n.attrs.get_ints("pads", {0, 0, 0, 0});
+        const Shape& xs = g_.value(n.inputs[0]).shape;
+        if (xs.size() != 4 || k != std::vector<int64_t>{2, 2} || st != std::vector<int64_t>{2, 2} ||
+            pads != std::vector<int64_t>{0, 0, 0, 0} || n.attrs.get_int("ceil_mode", 0) != 0 || n.outputs.size() > 1 ||
+            xs[2] % 2 || xs[3] % 2 || xs[1] > cfg_.partitions) {
+          d.add(g_.where(n), "the NeuronCore compiler handles 2x2 max pooling with stride 2 on even sizes only");
+          continue;
+        }
+        cm_pad_.emplace(n.inputs[0], 0);
+        pools_.insert(n.name);
+        // A following Flatten(axis=1) is written directly by the pooling kernel.
+        auto cons = consumers(n.outputs[0]);
+        if (cons.size() == 1 && cons[0]->op == "Flatten" && cons[0]->attrs.get_int("axis", 1) == 1) {
+          pool_flatten_[n.name] = cons[0]->outputs[0];
+          view_nodes_.insert(cons[0]->name);
+        } else {
+          cm_pad_.emplace(n.outputs[0], 0);
+        }
+      }
+    }
+    d.throw_if_any();
+    for (const auto& [v, pad] : cm_pad_)
+      if (!four_d(v)) throw InputError(g_.source, "tensor '" + v + "' feeds a convolution or pooling but is not 4-D");
+  }
+
+  const CmStore& cm_store(const std::string& v) {
+    auto it = cm_.find(v);
+    if (it != cm_.end()) return it->second;
+    const Shape& sh = g_.value(v).shape;
+    CmStore c{0, is_output(v) ? DType::f32 : opt_.compute, sh[1], sh[0], sh[2], sh[3], cm_pad_.at(v)};
+    c.offset = hbm_alloc(v, c.dtype, {c.C, c.N, c.Hp(), c.Wp()});
+    return cm_[v] = c;
+  }
+
+  void emit_conv(const ConvPlan& p) {
+    const Node& n = *p.node;
+    const Shape& ws = g_.value(p.w).shape;  // [Cout, Cin, KH, KW]
+    const int64_t Cout = ws[0], Cin = ws[1], KH = ws[2], KW = ws[3], K = Cin * KH * KW;
+    const CmStore& X = cm_store(p.x);
+    const CmStore O = cm_store(p.out);
+    if (O.pad != 0) unsupported(n, "a convolution feeding a padded convolution directly is not compiled yet");
+    const int64_t OH = O.H, OW = O.W, s = p.stride;
+    if (OW > std::min<int64_t>(cfg_.max_moving_free, cfg_.psum_bank_bytes() / 4)) unsupported(n, "output rows wider than a PSUM bank");
+    // W^T [K, Cout] (rows ci, kh, kw), cast to the compute dtype at compile time.
+    const std::string wname = p.w + "@K";
+    Tensor wt = transpose2d(g_.value(p.w).data->cast(DType::f32).reshaped({Cout, K}));
+    const int64_t woff = hbm_alloc(wname, opt_.compute, {K, Cout});
+    c_.hbm_init.push_back({wname, wt.cast(opt_.compute)});
+    em_.begin_kernel(n.name);
+    c_.stream_buffers.push_back(0);
+    c_.pieces.push_back({1, 1});
+    const Block stat{woff, opt_.compute, K, Cout, Cout};
+    const Block mov{0, X.dtype, K, X.N * OH * OW, 0};  // loaded by the im2col loader below
+    const Block out{O.offset, O.dtype, Cout, O.N * OH * OW, O.N * OH * OW};
+    // Column tiles: whole output rows of one image, up to a PSUM bank.
+    const int64_t rows_per_tile = std::max<int64_t>(1, std::min<int64_t>(cfg_.max_moving_free, cfg_.psum_bank_bytes() / 4) / OW);
+    std::vector<std::pair<int64_t, int64_t>> tiles;
+    for (int64_t img = 0; img < X.N; ++img)
+      for (int64_t oh0 = 0; oh0 < OH; oh0 += rows_per_tile)
+        tiles.push_back({(img * OH + oh0) * OW, std::min(rows_per_tile, OH - oh0) * OW});
+    const CmStore Xc = X;
+    const int64_t pad = p.pad;
+    MovLoader im2col = [this, Xc, KH, KW, OH, OW, s, pad](int64_t f0, int64_t fn, int64_t k0, int64_t kn, const AccessPattern& dst) {
+      const int64_t img = f0 / (OH * OW), oh0 = (f0 % (OH * OW)) / OW, nh = fn / OW;
+      // Rows k0..k0+kn are (ci, kh, kw) in that order; each (ci, kh) run of kw is one DMA whose
+      // partitions step one input column apart.
+      for (int64_t k = k0; k < k0 + kn;) {
+        const int64_t ci = k / (KH * KW), kh = (k / KW) % KH, kw = k % KW;
+        const int64_t cnt = std::min(KW - kw, k0 + kn - k);
+        AccessPattern d = dst;
+        d.part_start = static_cast<int32_t>(k - k0);
+        d.parts = static_cast<int32_t>(cnt);
+        // Input row oh*s + kh - pad, column ow*s + kw - pad (the border holds the padding zeros).
+        const int64_t src = Xc.at(ci, img, oh0 * s + kh - pad, kw - pad);
+        AccessPattern a = in_hbm(Xc.dtype, static_cast<int32_t>(cnt), 1, src,
+                                 {{static_cast<int32_t>(nh), static_cast<int32_t>(s * Xc.Wp())}, {static_cast<int32_t>(OW), static_cast<int32_t>(s)}});
+        d.ndims = 2;
+        d.dims[0] = {static_cast<int32_t>(nh), static_cast<int32_t>(OW)};
+        d.dims[1] = {static_cast<int32_t>(OW), 1};
+        em_.dma(d, a);  // per-tile operand rows: the stream queues spread them over engines
+        k += cnt;
+      }
+    };
+    Epilogue ep;
+    ep.bias = p.bias;
+    ep.bias_on_partitions = true;
+    ep.func = p.func;
+    matmul_core(n.name, stat, mov, out, ep, 0, 1, im2col, tiles);
+  }
+
+  // 2x2 max pooling with stride 2 over a channel-major value: max of the four strided views.
+  void emit_pool(const Node& n) {
+    const CmStore& X = cm_store(n.inputs[0]);
+    const int64_t C = X.C, N = X.N, H = X.H, W = X.W, OH = H / 2, OW = W / 2;
+    const bool to_flat = pool_flatten_.count(n.name) != 0;
+    Stored F{};
+    CmStore O{};
+    if (to_flat) F = stored(pool_flatten_.at(n.name));
+    else O = cm_store(n.outputs[0]);
+    const DType odt = to_flat ? F.dtype : O.dtype;
+    em_.begin_kernel(n.name);
+    c_.stream_buffers.push_back(1);
+    c_.pieces.push_back({1, 1});
+    Sbuf sb{0, cfg_.sbuf_partition_bytes, n.name};
+    const int64_t xin = sb.take(N * H * W * 4), t1 = sb.take(N * OH * OW * 4), t2 = sb.take(N * OH * OW * 4),
+                  yo = sb.take(N * OH * OW * 4);
+    c_.sbuf_high_water = std::max(c_.sbuf_high_water, sb.next);
+    const int32_t Ci = static_cast<int32_t>(C);
+    // Load the interior [C, N, H, W].
+    em_.dma(on_chip(Space::sbuf, X.dtype, 0, Ci, xin, {{static_cast<int32_t>(N * H * W), 1}}),
+            in_hbm(X.dtype, Ci, N * X.Hp() * X.Wp(), X.at(0, 0, 0, 0),
+                   {{static_cast<int32_t>(N), static_cast<int32_t>(X.Hp() * X.Wp())}, {static_cast<int32_t>(H), static_cast<int32_t>(X.Wp())},
+                    {static_cast<int32_t>(W), 1}}));
+    // Output rows (n, oh) read input rows 2*(n*OH + oh) (H is even).
+    auto view = [&](int64_t dy, int64_t dx) {
+      return on_chip(Space::sbuf, X.dtype, 0, Ci, xin + (dy * W + dx) * static_cast<int64_t>(dtype_size(X.dtype)),
+                     {{static_cast<int32_t>(N * OH), static_cast<int32_t>(2 * W)}, {static_cast<int32_t>(OW), 2}});
+    };
+    auto dense = [&](int64_t off, DType t) {
+      return on_chip(Space::sbuf, t, 0, Ci, off, {{static_cast<int32_t>(N * OH), static_cast<int32_t>(OW)}, {static_cast<int32_t>(OW), 1}});
+    };
+    auto vmax = [&](const AccessPattern& dst, const AccessPattern& a, const AccessPattern& b) {
+      Instr in;
+      in.op = Op::tensor_tensor;
+      in.alu = Alu::max;
+      in.dst = dst;
+      in.src0 = a;
+      in.src1 = b;
+      em_.emit(in, Lane::vector);
+    };
+    vmax(dense(t1, DType::f32), view(0, 0), view(0, 1));
+    vmax(dense(t2, DType::f32), view(1, 0), view(1, 1));
+    vmax(dense(yo, odt), dense(t1, DType::f32), dense(t2, DType::f32));
+    const int64_t HW = OH * OW;
+    const AccessPattern y = on_chip(Space::sbuf, odt, 0, Ci, yo, {{static_cast<int32_t>(N), static_cast<int32_t>(HW)}, {static_cast<int32_t>(HW), 1}});
+    if (to_flat) {
+      // Flatten [N, C*HW]: element (n, c*HW + hw). Stored transposed ([C*HW, N]) or as is.
+      if (transposed(view_of_flat(n))) {
+        em_.dma(in_hbm(odt, Ci, HW * N, F.offset, {{static_cast<int32_t>(N), 1}, {static_cast<int32_t>(HW), static_cast<int32_t>(N)}}), y,
+                Emitter::DmaClass::bulk);
+      } else {
+        em_.dma(in_hbm(odt, Ci, HW, F.offset, {{static_cast<int32_t>(N), static_cast<int32_t>(C * HW)}, {static_cast<int32_t>(HW), 1}}), y,
+                Emitter::DmaClass::bulk);
+      }
+    } else {
+      em_.dma(in_hbm(odt, Ci, N * O.Hp() * O.Wp(), O.at(0, 0, 0, 0),
+                     {{static_cast<int32_t>(N), static_cast<int32_t>(O.Hp() * O.Wp())}, {static_cast<int32_t>(OH), static_cast<int32_t>(O.Wp())},
+                      {static_cast<int32_t>(OW), 1}}),
+              on_chip(Space::sbuf, odt, 0, Ci, yo, {{static_cast<int32_t>(N), static_cast<int32_t>(HW)}, {static_cast<int32_t>(OH), static_cast<int32_t>(OW)}, {static_cast<int32_t>(OW), 1}}),
+              Emitter::DmaClass::bulk);
+    }
+  }
+
+  std::string view_of_flat(const Node& pool) const { return view(pool_flatten_.at(pool.name)).first; }
+
   void emit_bmm(const Node& n) {
     const HeadView a = head_of(n.inputs[0]), b = head_of(n.inputs[1]), o = head_of(n.outputs[0]);
     const Shape& as = g_.value(n.inputs[0]).shape;
@@ -516,6 +739,14 @@ class Compiler {
 
   void allocate_io() {
     for (const auto& i : g_.inputs) {
+      if (cm_pad_.count(i)) {
+        const CmStore& x = cm_store(i);
+        IoBinding b{i, i, false};
+        b.channel_major = true;
+        b.pad = x.pad;
+        c_.inputs.push_back(b);
+        continue;
+      }
       auto [s, flip] = view(i);
       stored(i);
       c_.inputs.push_back({i, s, transposed(s) != flip});
@@ -524,6 +755,9 @@ class Compiler {
 
   void finish_outputs() {
     for (const auto& o : g_.outputs) {
+      if (cm_pad_.count(o))
+        throw InputError(g_.source, "graph output '" + o + "' is a 4-D convolution activation; such outputs are not compiled yet",
+                         "end the model with a Flatten/Gemm, or run it on target.kind \"reference\"");
       auto [s, flip] = view(o);
       stored(o);
       c_.outputs.push_back({o, s, transposed(s) != flip});
@@ -634,8 +868,13 @@ class Compiler {
   // the evacuation applies scale, bias and the activation.
   // `region` / `regions`: the slice of SBUF to use, so that consecutive calls (the heads of a
   // batched matmul) can alternate between slices and overlap instead of waiting for each other.
+  // For operands that are not a plain block (a convolution's im2col), `f_tiles` gives the column
+  // tiles (start, size) and `load_mov(f0, fn, k0, kn, dst)` emits the DMAs that fill rows k0..k0+kn
+  // of columns f0..f0+fn into `dst`.
+  using MovLoader = std::function<void(int64_t f0, int64_t fn, int64_t k0, int64_t kn, const AccessPattern& dst)>;
   void matmul_core(const std::string& name, const Block& stat, const Block& mov, const Block& out, const Epilogue& ep,
-                   int64_t region = 0, int64_t regions = 1) {
+                   int64_t region = 0, int64_t regions = 1, const MovLoader& load_mov = {},
+                   std::vector<std::pair<int64_t, int64_t>> f_tiles = {}) {
     const int64_t K = stat.rows, P_total = stat.cols, F_total = mov.cols;
     if (mov.rows != K || out.rows != P_total || out.cols != F_total) throw std::logic_error("matmul_core: block shapes disagree");
     const int64_t es_c = static_cast<int64_t>(dtype_size(opt_.compute));
@@ -691,13 +930,17 @@ class Compiler {
                 in_hbm(DType::f32, static_cast<int32_t>(pn), 1, B.offset + j * tp * 4, {{1, 1}}));
       }
     }
-    for (int64_t f0 = 0; f0 < F_total; f0 += tf) {
-      const int32_t fn = static_cast<int32_t>(std::min(tf, F_total - f0));
+    if (f_tiles.empty())
+      for (int64_t f0 = 0; f0 < F_total; f0 += tf) f_tiles.push_back({f0, std::min(tf, F_total - f0)});
+    for (const auto& [f0, fn64] : f_tiles) {
+      const int32_t fn = static_cast<int32_t>(fn64);
+      if (fn64 > tf) throw std::logic_error("matmul_core: column tile wider than a PSUM bank");
       // Moving block: K rows (one k tile per partition group), columns f0..f0+fn.
       for (int64_t kt = 0; kt < KT; ++kt) {
         const int32_t kn = static_cast<int32_t>(std::min<int64_t>(tr, K - kt * tr));
-        em_.dma(on_chip(Space::sbuf, ct, 0, kn, mov_blk + kt * tf * es_c, {{fn, 1}}),
-                in_hbm(mov.dtype, kn, mov.stride, mov.at(kt * tr, f0), {{fn, 1}}), Emitter::DmaClass::bulk);
+        const AccessPattern dst = on_chip(Space::sbuf, ct, 0, kn, mov_blk + kt * tf * es_c, {{fn, 1}});
+        if (load_mov) load_mov(f0, fn64, kt * tr, kn, dst);
+        else em_.dma(dst, in_hbm(mov.dtype, kn, mov.stride, mov.at(kt * tr, f0), {{fn, 1}}), Emitter::DmaClass::bulk);
       }
       if (bias_off >= 0 && !ep.bias_on_partitions)
         em_.dma(on_chip(Space::sbuf, DType::f32, 0, static_cast<int32_t>(std::min(tp, P_total)), bias_off, {{fn, 1}}),
@@ -996,6 +1239,11 @@ class Compiler {
   std::map<std::string, HeadView> heads_;  // 3-D values seen as per-head blocks of 2-D storage
   std::set<std::string> view_nodes_;       // Reshape/Transpose/scale nodes those views absorb
   std::set<std::string> batched_;          // batched (per-head) matmuls
+  std::map<std::string, ConvPlan> convs_;
+  std::set<std::string> pools_;
+  std::map<std::string, std::string> pool_flatten_;  // pooling node -> the Flatten output it writes
+  std::map<std::string, int64_t> cm_pad_;  // channel-major values and their zero border
+  std::map<std::string, CmStore> cm_;
   std::map<std::string, std::string> alias_of_, transpose_of_;
   std::map<std::string, bool> layout_;
   std::set<std::string> copies_;        // stored values that also need a transposed copy

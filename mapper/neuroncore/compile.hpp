@@ -37,6 +37,10 @@ struct IoBinding {
   std::string name;              // graph value
   std::string hbm;               // Program::hbm tensor
   bool transposed = false;       // 2-D tensor stored as its transpose
+  // 4-D [N, C, H, W] activations of convolutions are stored channel-major [C, N, H+2p, W+2p] with
+  // a zero border of `pad` (convolution padding needs no bounds checks).
+  bool channel_major = false;
+  int64_t pad = 0;
 };
 
 struct KernelEstimate {

@@ -1,0 +1,161 @@
+#pragma once
+// The wafer fabric as ONE SystemC module (ARCHITECTURE.md decision 1; semantics and timing:
+// docs/wafer-model.md; ISA: isa/wafer, docs/wafer-asm.md).
+//
+// PE and router state are flat arrays indexed by PE (row-major over the layout's fabric) or by
+// "route slot" (one per PE and routed color) or by "PE slot" (one per PE that runs a program).
+// A single SC_THREAD runs the fabric's own event calendar -- a binary heap of (cycle, kind, id),
+// ties broken by kind then id, so runs are deterministic -- and synchronises with SystemC time
+// every `quantum_cycles` (temporal decoupling) and at the end. Nothing polls: a router or PE is on
+// the calendar only when it has something to do at that cycle, or was woken because a neighbour
+// freed space or delivered a wavelet, so idle PEs cost nothing.
+//
+// One elaborated fabric serves many runs: load() a layout (once), write inputs, start(), run
+// SystemC until finished(), read outputs, start() again (SRAM keeps its contents; task state,
+// registers, DSDs and queues restart from the program's initial state).
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <systemc>
+#include <vector>
+
+#include "isa/wafer/asm.hpp"
+#include "isa/wafer/isa.hpp"
+#include "models/common/clock.hpp"
+
+namespace tessera::wafer {
+
+using models::ClockDomain;
+using models::Femtos;
+
+struct FabricOptions {
+  int64_t quantum_cycles = 100'000;   // run-ahead before syncing with SystemC time
+  int64_t deadlock_window = 10'000;   // cycles without progress while work remains -> deadlock
+  int64_t max_cycles = 0;             // watchdog: cycles per run (0 = none)
+  bool require_halt = true;           // a run is complete only when every program PE halted
+  bool record = false;                // keep DeliveryRecord / OpRecord lists (tests, traces)
+};
+
+// A wavelet handed from a router to its PE (RAMP), into an input queue. Cycles are relative to
+// the run's start cycle; `cycle` is when the wavelet is in the queue and can be read.
+struct DeliveryRecord {
+  int32_t x, y;
+  uint8_t color, queue;
+  uint32_t payload;
+  int64_t cycle;
+};
+// One DSD instruction (main thread or microthread): issued at `start`, done at `end` (the cycle
+// the next instruction of its thread may issue). Relative cycles.
+struct OpRecord {
+  int32_t x, y;
+  int32_t instr;       // index into the PE's Program::instrs
+  bool async;
+  int64_t start, end;
+  int64_t elements;
+};
+
+struct FabricStats {
+  int64_t start_cycle = 0;           // absolute clock cycle of the run's start
+  int64_t cycles = 0;                // run length (last activity - start)
+  int64_t program_pes = 0;
+  int64_t busy_cycles = 0;           // sum over program PEs of cycles a task occupied the main thread
+  int64_t idle_cycles = 0;           // program_pes * cycles - busy_cycles
+  int64_t stall_cycles = 0;          // of busy: DSD ops waiting for a queue, fifo or microthread
+  int64_t instructions = 0;
+  int64_t dsd_elements = 0;
+  int64_t tasks_run = 0;
+  int64_t wavelet_hops = 0;          // router -> router link traversals
+  int64_t ramp_deliveries = 0;       // router -> PE
+  int64_t ramp_injections = 0;       // PE output queue -> router
+  int64_t events = 0;                // calendar events handled
+  std::vector<int64_t> color_hops;   // per color (kMaxColors entries): link traversals + deliveries
+  std::vector<int64_t> in_queue_high_water, out_queue_high_water;  // per queue id, max over PEs
+  int64_t router_buffer_high_water = 0;
+  int64_t sram_pages = 0;            // SRAM pages allocated (FabricStats::kPageBytes each)
+  static constexpr int64_t kPageBytes = 512;
+};
+
+// Why a run stopped without completing: the PEs that could not go on, with what each waits for.
+struct StuckPe {
+  int32_t x, y;
+  std::string what;                  // "task 'main' at send.pe:6 (fmovs out, xm): ..."
+  int64_t elements_done = -1;        // of the stalled DSD op of the main thread (-1: none)
+};
+struct StuckRouter {
+  int32_t x, y;
+  uint8_t color;
+  std::string what;                  // "3 wavelet(s) from W waiting for E (buffer full)"
+};
+
+class Fabric : public sc_core::sc_module {
+ public:
+  Fabric(sc_core::sc_module_name name, const WaferConfig& cfg, FabricOptions opt = {});
+
+  // Builds routers, PEs and SRAM (fill values written) for `layout`, which must outlive the
+  // fabric. Only once per fabric (routes and programs are fixed; start() re-runs them).
+  void load(const LoadedLayout& layout);
+  // Starts a run at the current SystemC time (the previous run must have finished).
+  void start();
+  bool finished() const { return finished_; }
+  sc_core::sc_event& finished_event() { return finished_ev_; }
+  // Set when the run did not complete: deadlock (with stuck_pes/stuck_routers), watchdog, a
+  // runtime fault (an SRAM access outside the data area). Where = "PE (x,y)".
+  const std::optional<std::string>& error() const { return error_; }
+  const std::vector<StuckPe>& stuck_pes() const { return stuck_pes_; }
+  const std::vector<StuckRouter>& stuck_routers() const { return stuck_routers_; }
+
+  // Host access to PE SRAM by array name (declared with .data in the PE's program). Values are
+  // converted to the array's element type (f16: round to nearest even; i16/i32: truncation).
+  // Throws InputError for an unknown PE, array or a size mismatch (count must match exactly unless
+  // `offset` is given). Only between runs.
+  void write_array(int64_t x, int64_t y, const std::string& array, std::span<const float> values, int64_t offset = 0);
+  std::vector<float> read_array(int64_t x, int64_t y, const std::string& array) const;
+  void write_bytes(int64_t x, int64_t y, uint32_t addr, std::span<const uint8_t> bytes);
+  std::vector<uint8_t> read_bytes(int64_t x, int64_t y, uint32_t addr, uint32_t n) const;
+  const Program* program(int64_t x, int64_t y) const;  // nullptr: routing only / outside
+
+  // Per PE after a run.
+  bool halted(int64_t x, int64_t y) const;
+  int64_t halt_cycle(int64_t x, int64_t y) const;      // relative; -1 if not halted
+  int64_t busy_cycles(int64_t x, int64_t y) const;
+  uint32_t reg(int64_t x, int64_t y, int r) const;
+  // Wavelets that crossed the link leaving PE (x,y) towards d (N/S/E/W; RAMP: deliveries to the PE).
+  int64_t link_wavelets(int64_t x, int64_t y, Dir d) const;
+  int64_t queue_high_water(int64_t x, int64_t y, int queue, bool input) const;
+
+  const FabricStats& stats() const { return stats_; }
+  const std::vector<DeliveryRecord>& deliveries() const { return deliveries_; }
+  const std::vector<OpRecord>& op_records() const { return op_records_; }
+  const WaferConfig& config() const { return cfg_; }
+  const ClockDomain& clock() const { return clock_; }
+  int64_t width() const { return W_; }
+  int64_t height() const { return H_; }
+
+ private:
+  friend struct FabricImpl;
+  struct Impl;
+  void thread();
+  void run();
+
+  WaferConfig cfg_;
+  FabricOptions opt_;
+  ClockDomain clock_;
+  int64_t W_ = 0, H_ = 0;
+  Impl* impl_ = nullptr;  // owned; the flat arrays (fabric.cpp)
+
+  FabricStats stats_;
+  std::vector<DeliveryRecord> deliveries_;
+  std::vector<OpRecord> op_records_;
+  std::vector<StuckPe> stuck_pes_;
+  std::vector<StuckRouter> stuck_routers_;
+  bool finished_ = true;
+  bool start_pending_ = false;
+  std::optional<std::string> error_;
+  sc_core::sc_event start_ev_, finished_ev_;
+
+ public:
+  ~Fabric() override;
+};
+
+}  // namespace tessera::wafer
