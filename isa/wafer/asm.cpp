@@ -1,6 +1,7 @@
 // The wafer PE assembler, disassembler and program validator (docs/wafer-asm.md). The layout
 // loader is in the second half of this file.
 #include "isa/wafer/asm.hpp"
+#include "isa/text.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -20,16 +21,8 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Text helpers.
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
-bool is_ident(std::string_view s) {
-  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
-}
+using text::is_ident;
+using text::trim;
 
 std::vector<std::string_view> split_ws(std::string_view s) {
   std::vector<std::string_view> out;
@@ -43,23 +36,11 @@ std::vector<std::string_view> split_ws(std::string_view s) {
   return out;
 }
 
+// Decimal or 0x hex, optionally negative; magnitudes up to 2^62 (room for products).
 bool parse_int(std::string_view s, int64_t& out) {
-  s = trim(s);
-  bool neg = false;
-  if (!s.empty() && s[0] == '-') {
-    neg = true;
-    s.remove_prefix(1);
-  }
-  int base = 10;
-  if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
-    base = 16;
-    s.remove_prefix(2);
-  }
-  if (s.empty() || !std::isalnum(static_cast<unsigned char>(s[0]))) return false;
-  uint64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, base);
-  if (ec != std::errc() || p != s.data() + s.size() || v > (uint64_t{1} << 62)) return false;
-  out = neg ? -static_cast<int64_t>(v) : static_cast<int64_t>(v);
+  int64_t v = 0;
+  if (!text::parse_int(s, v, true, true) || v > (int64_t{1} << 62) || v < -(int64_t{1} << 62)) return false;
+  out = v;
   return true;
 }
 
