@@ -107,8 +107,8 @@ class Fabric : public sc_core::sc_module {
 
   // Host access to PE SRAM by array name (declared with .data in the PE's program). Values are
   // converted to the array's element type (f16: round to nearest even; i16/i32: truncation).
-  // Throws InputError for an unknown PE, array or a size mismatch (count must match exactly unless
-  // `offset` is given). Only between runs.
+  // Throws InputError for an unknown PE or array, or values past the array's end (`offset` in
+  // elements). Only between runs.
   void write_array(int64_t x, int64_t y, const std::string& array, std::span<const float> values, int64_t offset = 0);
   std::vector<float> read_array(int64_t x, int64_t y, const std::string& array) const;
   void write_bytes(int64_t x, int64_t y, uint32_t addr, std::span<const uint8_t> bytes);
@@ -133,7 +133,6 @@ class Fabric : public sc_core::sc_module {
   int64_t height() const { return H_; }
 
  private:
-  friend struct FabricImpl;
   struct Impl;
   void thread();
   void run();

@@ -1,0 +1,141 @@
+#pragma once
+// Private to models/wafer: the fabric's flat state (fabric.cpp: loading, calendar, routers;
+// pe.cpp: PE tasks, instructions and DSD operations).
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <queue>
+#include <string>
+#include <vector>
+
+#include "models/wafer/fabric.hpp"
+
+namespace tessera::wafer {
+
+inline constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+std::string pe_label(int64_t x, int64_t y);
+
+struct Fabric::Impl {
+  struct Failure {
+    std::string msg;
+  };
+  // A wavelet in a router buffer or PE queue; `ready` = first cycle it may leave.
+  struct Wv {
+    uint32_t payload = 0;
+    uint8_t color = 0;
+    bool control = false;
+    int64_t ready = 0;
+  };
+  struct Ev {
+    int64_t cycle;
+    uint32_t key;  // PE slot, or router (PE index) | kRouterBit
+    bool operator>(const Ev& o) const { return cycle != o.cycle ? cycle > o.cycle : key > o.key; }
+  };
+  static constexpr uint32_t kRouterBit = 0x80000000u;
+  // A DSD operation in progress on the main thread or a microthread.
+  struct OpRun {
+    int32_t instr = -1;
+    int64_t i = 0, len = 0;
+    int32_t width = 1;
+    int64_t next = 0, start = 0;
+  };
+  struct Mt {
+    OpRun op;
+    int16_t on_activate = -1, on_unblock = -1;
+    uint8_t id = 0;
+  };
+  struct ProgInfo {
+    std::array<int8_t, kMaxColors> color_q{};    // input queue a color is delivered to (-1: none)
+    std::array<int8_t, kMaxColors> data_task{};  // task index fired by a color (-1: none)
+    uint64_t init_active = 0, init_blocked = 0;  // by task index
+    std::vector<int8_t> by_id;                   // task indices by hardware id (priority)
+  };
+  struct Pe {
+    uint32_t prog = 0;
+    int32_t x = 0, y = 0, px = 0, py = 0;
+    int32_t task = -1, pc = 0;
+    int64_t ready_at = 0, task_start = 0;
+    uint64_t active = 0, blocked = 0;
+    std::array<uint32_t, kRegs> regs{};
+    uint32_t wv = 0;
+    OpRun main;
+    bool mt_wait = false;          // main thread waits for a busy microthread
+    std::vector<Mt> mts;           // running microthreads (usually none)
+    std::vector<Dsd> dsds;         // per-PE copies once dsd_off/dsd_len changed one (else the program's)
+    std::vector<uint32_t> fifo;    // per DSD: head, count (lazily)
+    std::vector<uint32_t> pages;   // SRAM page table (lazily; kNone = never written)
+    bool halted = false;
+    int64_t halt_cycle = -1, busy = 0;
+    std::array<uint8_t, 16> qhead{}, qcount{}, qhw{};  // input queues 0-7, output queues 8-15
+  };
+
+  explicit Impl(Fabric& fab);
+  Fabric& f;
+  const WaferConfig& cfg;
+  const LoadedLayout* L = nullptr;
+  int64_t W = 0, H = 0, hop = 1, start = 0, last_progress = 0;
+  int D = 1, QD = 1;
+  std::array<int, 8> in_depth{}, out_depth{};
+
+  // Routers: route slots (PE, color), CSR by PE.
+  std::vector<uint32_t> slot_begin, slot_pe, slot_buf, slot_down;
+  std::vector<uint8_t> slot_color, slot_pos, bhead, bcount;
+  std::vector<Route> slot_route;
+  std::vector<Wv> bufs;
+  std::vector<int64_t> link;
+  std::vector<uint16_t> rr;
+  // PEs.
+  std::vector<uint32_t> pe_slot;
+  std::vector<Pe> pes;
+  std::vector<ProgInfo> pinfo;
+  std::vector<Wv> qbuf;
+  std::vector<uint8_t> sram;  // pages of FabricStats::kPageBytes
+  // Calendar.
+  std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> cal;
+  std::vector<int64_t> pwake_last, pwake_push, rwake_last, rwake_push;
+
+  void load(const LoadedLayout& layout);
+  void reset(int64_t c0);
+  void handle(const Ev& e);
+  bool work_remains() const;
+  void finish_stats(int64_t end);
+  void report(std::vector<StuckPe>& pes_out, std::vector<StuckRouter>& routers_out) const;
+
+  uint32_t slot_of(int64_t x, int64_t y) const {
+    return x < 0 || y < 0 || x >= W || y >= H ? kNone : pe_slot[static_cast<size_t>(y * W + x)];
+  }
+  const Program& prog(uint32_t s) const { return L->programs[pes[s].prog]; }
+  uint32_t find_slot(uint32_t pe, int color) const;
+  int buf_index(uint32_t slot, int dir) const;
+  void wake_router(uint32_t r, int64_t c);
+  void wake_pe(uint32_t s, int64_t c);
+  void router_step(uint32_t r, int64_t t);
+  Wv& qentry(uint32_t s, int q, int k) { return qbuf[(static_cast<size_t>(s) * 16 + static_cast<size_t>(q)) * static_cast<size_t>(QD) + static_cast<size_t>(k)]; }
+  const Wv& qentry(uint32_t s, int q, int k) const { return qbuf[(static_cast<size_t>(s) * 16 + static_cast<size_t>(q)) * static_cast<size_t>(QD) + static_cast<size_t>(k)]; }
+  void push_queue(uint32_t s, int q, const Wv& w);
+  void pop_queue(uint32_t s, int q);
+  uint32_t pe_index(uint32_t s) const { return static_cast<uint32_t>(pes[s].y * W + pes[s].x); }
+
+  // SRAM (pe.cpp).
+  void store(uint32_t s, uint32_t addr, int bytes, uint32_t bits);
+  uint32_t load_elem(uint32_t s, uint32_t addr, int bytes) const;
+  static uint32_t encode(float v, Elem e);
+  static float decode(uint32_t bits, Elem e);
+
+  // PE execution (pe.cpp).
+  void pe_step(uint32_t s, int64_t t);
+  bool pick_task(uint32_t s, int64_t t);
+  void exec(uint32_t s, int64_t t);
+  // Runs up to `width` elements of `op` at cycle t; 0: none could go, 1: some, more remain, 2: done.
+  int run_group(uint32_t s, OpRun& op, int64_t t);
+  const Dsd& dsd(uint32_t s, int k) const {
+    const Pe& P = pes[s];
+    return P.dsds.empty() ? prog(s).dsds[static_cast<size_t>(k)] : P.dsds[static_cast<size_t>(k)];
+  }
+  int64_t op_length(uint32_t s, const Instr& in) const;
+  uint32_t mem_addr(uint32_t s, const Dsd& d, int64_t i) const;
+  std::string where(uint32_t s, int32_t instr) const;
+  std::string op_wait(uint32_t s, const OpRun& op, int64_t t) const;
+};
+
+}  // namespace tessera::wafer

@@ -1,0 +1,519 @@
+// The wafer PE: tasks, scalar and control instructions, DSD operations with real numerics over
+// lazily paged SRAM, fabric queues and microthreads (docs/wafer-model.md).
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <sstream>
+
+#include "isa/numeric.hpp"
+#include "models/wafer/fabric_impl.hpp"
+
+namespace tessera::wafer {
+
+namespace {
+constexpr uint32_t kPage = static_cast<uint32_t>(FabricStats::kPageBytes);
+inline float F(uint32_t b) { return bits_float(b); }
+inline uint32_t Fb(float v) { return float_bits(v); }
+inline float Hf(uint32_t b) { return fp16_to_fp32(static_cast<uint16_t>(b)); }
+inline uint32_t Hb(float v) { return fp32_to_fp16(v); }
+bool is16(Want w) { return w == Want::f16 || w == Want::b16; }
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// SRAM: pages allocated on first write; never-written memory reads as zero.
+
+void Fabric::Impl::store(uint32_t s, uint32_t addr, int bytes, uint32_t bits) {
+  Pe& P = pes[s];
+  if (int64_t{addr} + bytes > cfg.data_area_bytes())
+    throw Failure{pe_label(P.x, P.y) + ": SRAM write at byte " + std::to_string(addr) + " outside the data area (" + std::to_string(cfg.data_area_bytes()) + " bytes)"};
+  const uint32_t pg = addr / kPage;
+  if (P.pages.empty()) P.pages.assign(static_cast<size_t>((cfg.data_area_bytes() + kPage - 1) / kPage), kNone);
+  uint32_t& base = P.pages[pg];
+  if (base == kNone) {
+    if (bits == 0) return;  // writing zero to a never-written page changes nothing
+    base = static_cast<uint32_t>(sram.size() / kPage);
+    sram.resize(sram.size() + kPage, 0);
+  }
+  uint8_t* p = &sram[static_cast<size_t>(base) * kPage + addr % kPage];
+  for (int i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(bits >> (8 * i));
+}
+
+uint32_t Fabric::Impl::load_elem(uint32_t s, uint32_t addr, int bytes) const {
+  const Pe& P = pes[s];
+  if (int64_t{addr} + bytes > cfg.data_area_bytes())
+    throw Failure{pe_label(P.x, P.y) + ": SRAM read at byte " + std::to_string(addr) + " outside the data area"};
+  if (P.pages.empty()) return 0;
+  const uint32_t base = P.pages[addr / kPage];
+  if (base == kNone) return 0;
+  const uint8_t* p = &sram[static_cast<size_t>(base) * kPage + addr % kPage];
+  uint32_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= uint32_t{p[i]} << (8 * i);
+  return v;
+}
+
+uint32_t Fabric::Impl::encode(float v, Elem e) {
+  switch (e) {
+    case Elem::f16: return fp32_to_fp16(v);
+    case Elem::f32: return float_bits(v);
+    case Elem::i16: return static_cast<uint16_t>(static_cast<int32_t>(v));
+    default: return static_cast<uint32_t>(static_cast<int32_t>(v));
+  }
+}
+float Fabric::Impl::decode(uint32_t b, Elem e) {
+  switch (e) {
+    case Elem::f16: return fp16_to_fp32(static_cast<uint16_t>(b));
+    case Elem::f32: return bits_float(b);
+    case Elem::i16: return static_cast<float>(static_cast<int16_t>(b));
+    default: return static_cast<float>(static_cast<int32_t>(b));
+  }
+}
+
+uint32_t Fabric::Impl::mem_addr(uint32_t, const Dsd& d, int64_t i) const {
+  int64_t off = 0;
+  for (int k = d.ndims - 1; k >= 0; --k) {
+    const DsdDim& dm = d.dims[static_cast<size_t>(k)];
+    off += (i % dm.len) * dm.stride;
+    i /= dm.len;
+  }
+  const int64_t a = int64_t{d.base} + off * elem_bytes(d.elem);
+  return a < 0 ? 0xffffffffu : static_cast<uint32_t>(a);
+}
+
+int64_t Fabric::Impl::op_length(uint32_t s, const Instr& in) const {
+  int64_t fifo = 0;
+  for (const auto& o : in.a) {
+    if (o.kind != OpndKind::dsd) continue;
+    const Dsd& d = dsd(s, o.v);
+    if (d.kind != DsdKind::fifo) return d.elems();
+    if (!fifo) fifo = d.elems();
+  }
+  return fifo;
+}
+
+std::string Fabric::Impl::where(uint32_t s, int32_t instr) const {
+  const Program& p = prog(s);
+  const Instr& in = p.instrs[static_cast<size_t>(instr)];
+  return p.source + ":" + std::to_string(in.line) + " (" + disassemble(p, in) + ")";
+}
+
+// ---------------------------------------------------------------------------------------------
+// DSD operations.
+
+int Fabric::Impl::run_group(uint32_t s, OpRun& op, int64_t t) {
+  Pe& P = pes[s];
+  const Program& p = prog(s);
+  const Instr& in = p.instrs[static_cast<size_t>(op.instr)];
+  const OpInfo& info = op_info(in.op);
+  const size_t nr = info.roles.size();
+  const int64_t n = std::min<int64_t>(op.width, op.len - op.i);
+  int64_t done = 0;
+  for (; done < n; ++done) {
+    // Every operand must be able to go for this element.
+    bool ok = true;
+    for (size_t k = 0; k < nr && ok; ++k) {
+      if (in.a[k].kind != OpndKind::dsd) continue;
+      const Dsd& d = dsd(s, in.a[k].v);
+      if (d.kind == DsdKind::fabin) {
+        ok = P.qcount[d.queue] > 0 && qentry(s, d.queue, P.qhead[d.queue]).ready <= t;
+      } else if (d.kind == DsdKind::fabout) {
+        ok = P.qcount[8u + d.queue] < out_depth[d.queue];
+      } else if (d.kind == DsdKind::fifo) {
+        const uint32_t cnt = P.fifo.empty() ? 0 : P.fifo[static_cast<size_t>(in.a[k].v) * 2 + 1];
+        ok = k == 0 ? cnt < d.length : cnt > 0;
+      }
+    }
+    if (!ok) break;
+    const int64_t i = op.i;
+    std::array<uint32_t, 4> v{};
+    for (size_t k = 1; k < nr; ++k) {
+      const Operand& o = in.a[k];
+      const Want want = info.types.empty() ? Want::any : info.types[k];
+      const bool h = is16(want);
+      switch (o.kind) {
+        case OpndKind::dsd: {
+          const Dsd& d = dsd(s, o.v);
+          const int eb = elem_bytes(d.elem);
+          if (d.is_mem()) {
+            v[k] = load_elem(s, mem_addr(s, d, i), eb);
+          } else if (d.kind == DsdKind::fabin) {
+            const Wv& w = qentry(s, d.queue, P.qhead[d.queue]);
+            v[k] = eb == 2 ? (w.payload & 0xffffu) : w.payload;
+            pop_queue(s, d.queue);
+            wake_router(pe_index(s), t + 1);
+          } else {  // fifo pop
+            if (P.fifo.empty()) P.fifo.assign(p.dsds.size() * 2, 0);
+            uint32_t& head = P.fifo[static_cast<size_t>(o.v) * 2];
+            v[k] = load_elem(s, d.base + head * static_cast<uint32_t>(eb), eb);
+            head = (head + 1) % d.length;
+            --P.fifo[static_cast<size_t>(o.v) * 2 + 1];
+          }
+          break;
+        }
+        case OpndKind::imm_i: v[k] = want == Want::f32 || want == Want::f16 || want == Want::any ? Fb(static_cast<float>(o.v)) : static_cast<uint32_t>(o.v); break;
+        case OpndKind::imm_f: v[k] = static_cast<uint32_t>(o.v); break;
+        case OpndKind::reg: v[k] = P.regs[static_cast<size_t>(o.v)]; break;
+        case OpndKind::px: v[k] = want == Want::b16 || want == Want::b32 ? static_cast<uint32_t>(P.px) : Fb(static_cast<float>(P.px)); break;
+        case OpndKind::py: v[k] = want == Want::b16 || want == Want::b32 ? static_cast<uint32_t>(P.py) : Fb(static_cast<float>(P.py)); break;
+        case OpndKind::wv: v[k] = h ? (P.wv & 0xffffu) : P.wv; break;
+        default: break;
+      }
+      // Scalars other than wv are fp32 values; 16-bit float operands round them to fp16.
+      if (o.kind != OpndKind::dsd && o.kind != OpndKind::wv && want == Want::f16) v[k] = Hb(F(v[k]));
+      if (k == 3 && o.kind != OpndKind::dsd && o.kind != OpndKind::wv && (in.op == Op::fmach || in.op == Op::fmachs)) v[k] = Hb(F(v[k]));
+    }
+    uint32_t r = 0;
+    switch (in.op) {
+      case Op::fmacs: r = Fb(std::fma(F(v[2]), F(v[3]), F(v[1]))); break;
+      case Op::fmach: r = Hb(std::fma(Hf(v[2]), Hf(v[3]), Hf(v[1]))); break;
+      case Op::fmachs: r = Fb(std::fma(Hf(v[2]), Hf(v[3]), F(v[1]))); break;
+      case Op::fadds: r = Fb(F(v[1]) + F(v[2])); break;
+      case Op::faddh: r = Hb(Hf(v[1]) + Hf(v[2])); break;
+      case Op::faddhs: r = Fb(F(v[1]) + Hf(v[2])); break;
+      case Op::fsubs: r = Fb(F(v[1]) - F(v[2])); break;
+      case Op::fsubh: r = Hb(Hf(v[1]) - Hf(v[2])); break;
+      case Op::fmuls: r = Fb(F(v[1]) * F(v[2])); break;
+      case Op::fmulh: r = Hb(Hf(v[1]) * Hf(v[2])); break;
+      case Op::fmaxs: r = Fb(std::fmax(F(v[1]), F(v[2]))); break;
+      case Op::fnegs: r = v[1] ^ 0x80000000u; break;
+      case Op::fmovs: case Op::mov32: r = v[1]; break;
+      case Op::fmovh: case Op::mov16: r = v[1] & 0xffffu; break;
+      case Op::add16: r = (v[1] + v[2]) & 0xffffu; break;
+      case Op::fh2s: r = Fb(Hf(v[1])); break;
+      case Op::fs2h: r = Hb(F(v[1])); break;
+      default: break;
+    }
+    // The destination.
+    const Dsd& d = dsd(s, in.a[0].v);
+    const int eb = elem_bytes(d.elem);
+    if (d.is_mem()) {
+      store(s, mem_addr(s, d, i), eb, r);
+    } else if (d.kind == DsdKind::fabout) {
+      uint32_t payload = r;
+      if (eb == 2) payload = (r & 0xffffu) | (d.index ? static_cast<uint32_t>(i & 0xffff) << 16 : 0u);
+      push_queue(s, 8 + d.queue, {payload, d.color, d.control, t + 1});
+      wake_router(pe_index(s), t + 1);
+    } else if (d.kind == DsdKind::fifo) {
+      if (P.fifo.empty()) P.fifo.assign(p.dsds.size() * 2, 0);
+      const uint32_t head = P.fifo[static_cast<size_t>(in.a[0].v) * 2];
+      uint32_t& cnt = P.fifo[static_cast<size_t>(in.a[0].v) * 2 + 1];
+      store(s, d.base + ((head + cnt) % d.length) * static_cast<uint32_t>(eb), eb, r);
+      ++cnt;
+    }
+    ++op.i;
+  }
+  f.stats_.dsd_elements += done;
+  if (done == 0 && op.len > 0) return 0;
+  return op.i >= op.len ? 2 : 1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tasks and instructions.
+
+bool Fabric::Impl::pick_task(uint32_t s, int64_t t) {
+  Pe& P = pes[s];
+  const Program& p = prog(s);
+  const ProgInfo& pi = pinfo[P.prog];
+  for (const int8_t k : pi.by_id) {
+    const uint64_t bit = uint64_t{1} << k;
+    if (P.blocked & bit) continue;
+    const Task& tk = p.tasks[static_cast<size_t>(k)];
+    if (tk.kind == TaskKind::data) {
+      const int q = pi.color_q[static_cast<size_t>(tk.color)];
+      if (q < 0 || !P.qcount[static_cast<size_t>(q)]) continue;
+      const Wv& w = qentry(s, q, P.qhead[static_cast<size_t>(q)]);
+      if (w.ready > t || w.color != tk.color) continue;
+      P.wv = w.payload;
+      pop_queue(s, q);
+      wake_router(pe_index(s), t + 1);
+    } else {
+      if (!(P.active & bit)) continue;
+      P.active &= ~bit;
+    }
+    P.task = k;
+    P.pc = tk.entry;
+    P.task_start = t;
+    ++f.stats_.tasks_run;
+    return true;
+  }
+  return false;
+}
+
+void Fabric::Impl::pe_step(uint32_t s, int64_t t) {
+  Pe& P = pes[s];
+  bool progress = false;
+  // Microthreads.
+  for (size_t k = 0; k < P.mts.size();) {
+    Mt& m = P.mts[k];
+    if (m.op.next > t) {
+      wake_pe(s, m.op.next);
+      ++k;
+      continue;
+    }
+    const int r = run_group(s, m.op, t);
+    if (r) progress = true;
+    if (r == 2) {
+      const int64_t end = m.op.len == 0 ? t : t + 1;
+      if (m.on_activate >= 0) P.active |= uint64_t{1} << m.on_activate;
+      if (m.on_unblock >= 0) P.blocked &= ~(uint64_t{1} << m.on_unblock);
+      if (f.opt_.record) f.op_records_.push_back({P.x, P.y, m.op.instr, true, m.op.start - start, end - start, m.op.len});
+      P.mts.erase(P.mts.begin() + static_cast<std::ptrdiff_t>(k));
+      wake_pe(s, end);
+      continue;
+    }
+    if (r == 1) wake_pe(s, t + 1);
+    ++k;
+  }
+  // Main thread.
+  for (int guard = 0; !P.halted; ++guard) {
+    if (guard == 8) {
+      wake_pe(s, t + 1);
+      break;
+    }
+    if (P.main.instr >= 0) {
+      OpRun& op = P.main;
+      if (op.next > t) {
+        wake_pe(s, op.next);
+        break;
+      }
+      const int r = run_group(s, op, t);
+      if (r) progress = true;
+      if (r == 2) {
+        const int64_t end = op.len == 0 ? t : t + 1;
+        if (f.opt_.record) f.op_records_.push_back({P.x, P.y, op.instr, false, op.start - start, end - start, op.len});
+        f.stats_.stall_cycles += std::max<int64_t>(0, end - op.start - dsd_op_cycles(op.len, op.width, cfg));
+        op.instr = -1;
+        ++P.pc;
+        P.ready_at = end;
+        if (end > t) {
+          wake_pe(s, end);
+          break;
+        }
+        continue;
+      }
+      if (r == 1) wake_pe(s, t + 1);
+      break;  // stalled: woken by a queue or fifo change
+    }
+    if (P.ready_at > t) {
+      wake_pe(s, P.ready_at);
+      break;
+    }
+    if (P.task < 0) {
+      if (!pick_task(s, t)) break;
+      progress = true;
+    }
+    const int32_t pc0 = P.pc;
+    const bool waited = P.mt_wait;
+    exec(s, t);
+    if (P.pc != pc0 || P.main.instr >= 0 || P.task < 0 || P.halted) progress = true;
+    if (P.mt_wait && waited && P.pc == pc0) break;
+  }
+  if (progress) {
+    last_progress = std::max(last_progress, t + 1);
+    // Another thread of this PE may wait for what just happened (fifo, a free microthread).
+    if (P.mt_wait || (P.main.instr >= 0 && P.main.next <= t) || !P.mts.empty()) wake_pe(s, t + 1);
+  }
+}
+
+// Runs instructions of the current task from cycle t: scalar and control instructions take one
+// cycle each (executed ahead in local time, at most kBatch per call); a DSD instruction starts at
+// its issue cycle (the handler returns if that is later than t).
+void Fabric::Impl::exec(uint32_t s, int64_t t) {
+  Pe& P = pes[s];
+  const Program& p = prog(s);
+  constexpr int kBatch = 256;
+  int64_t lt = t;
+  auto val = [&](const Operand& o) -> uint32_t {
+    switch (o.kind) {
+      case OpndKind::reg: return P.regs[static_cast<size_t>(o.v)];
+      case OpndKind::imm_i: case OpndKind::imm_f: return static_cast<uint32_t>(o.v);
+      case OpndKind::px: return static_cast<uint32_t>(P.px);
+      case OpndKind::py: return static_cast<uint32_t>(P.py);
+      case OpndKind::wv: return P.wv;
+      default: return 0;
+    }
+  };
+  auto end_task = [&](int64_t at, bool halt) {
+    P.busy += at - P.task_start;
+    P.task = -1;
+    P.ready_at = at;
+    if (halt) {
+      P.halted = true;
+      P.halt_cycle = at;
+      P.mts.clear();
+    }
+    last_progress = std::max(last_progress, at);
+    if (!halt) wake_pe(s, at);
+  };
+  for (int n = 0; n < kBatch; ++n) {
+    const Task& tk = p.tasks[static_cast<size_t>(P.task)];
+    if (P.pc >= tk.end) {  // fell off the end: like ret, no cycle
+      end_task(lt, false);
+      return;
+    }
+    const Instr& in = p.instrs[static_cast<size_t>(P.pc)];
+    const OpInfo& info = op_info(in.op);
+    if (info.cls == OpClass::dsd) {
+      if (lt > t) {
+        P.ready_at = lt;
+        wake_pe(s, lt);
+        return;
+      }
+      OpRun op;
+      op.instr = P.pc;
+      op.len = op_length(s, in);
+      op.width = static_cast<int32_t>(instr_width(p, in, cfg));
+      op.start = lt;
+      op.next = lt + cfg.setup_cycles;
+      ++f.stats_.instructions;
+      if (in.async) {
+        int id = -1;
+        for (size_t k = 0; k < info.roles.size() && id < 0; ++k)
+          if (in.a[k].kind == OpndKind::dsd && dsd(s, in.a[k].v).is_fabric()) id = dsd(s, in.a[k].v).queue;
+        const bool busy = std::any_of(P.mts.begin(), P.mts.end(), [&](const Mt& m) { return m.id == id; });
+        if (busy) {
+          --f.stats_.instructions;
+          P.mt_wait = true;  // retried when a microthread finishes
+          return;
+        }
+        P.mt_wait = false;
+        Mt m;
+        m.op = op;
+        m.on_activate = in.on_activate;
+        m.on_unblock = in.on_unblock;
+        m.id = static_cast<uint8_t>(id);
+        P.mts.push_back(m);
+        wake_pe(s, op.next);
+        ++P.pc;
+        lt += 1;  // issuing an async op takes one cycle of the main thread
+        continue;
+      }
+      P.main = op;
+      wake_pe(s, op.next);
+      return;
+    }
+    ++f.stats_.instructions;
+    const auto& a = in.a;
+    int32_t next = P.pc + 1;
+    switch (in.op) {
+      case Op::mov: P.regs[static_cast<size_t>(a[0].v)] = val(a[1]); break;
+      case Op::add: P.regs[static_cast<size_t>(a[0].v)] = val(a[1]) + val(a[2]); break;
+      case Op::sub: P.regs[static_cast<size_t>(a[0].v)] = val(a[1]) - val(a[2]); break;
+      case Op::mul: P.regs[static_cast<size_t>(a[0].v)] = val(a[1]) * val(a[2]); break;
+      case Op::dsd_off:
+      case Op::dsd_len: {
+        if (P.dsds.empty()) P.dsds = p.dsds;
+        Dsd& d = P.dsds[static_cast<size_t>(a[0].v)];
+        const int32_t x = static_cast<int32_t>(val(a[1]));
+        if (in.op == Op::dsd_off) {
+          const int64_t b = int64_t{p.dsds[static_cast<size_t>(a[0].v)].base} + int64_t{x} * elem_bytes(d.elem);
+          if (b < 0 || b >= cfg.data_area_bytes()) throw Failure{pe_label(P.x, P.y) + ": " + where(s, P.pc) + ": offset " + std::to_string(x) + " leaves the data area"};
+          d.base = static_cast<uint32_t>(b);
+        } else if (d.is_mem()) {
+          d.dims[0].len = static_cast<uint16_t>(x);
+        } else {
+          d.length = static_cast<uint32_t>(x);
+        }
+        break;
+      }
+      case Op::jmp: next = a[0].v; break;
+      case Op::bz: if (val(a[0]) == 0) next = a[1].v; break;
+      case Op::bnz: if (val(a[0]) != 0) next = a[1].v; break;
+      case Op::loop: if (--P.regs[static_cast<size_t>(a[0].v)] != 0) next = a[1].v; break;
+      case Op::activate: P.active |= uint64_t{1} << a[0].v; break;
+      case Op::block: P.blocked |= uint64_t{1} << a[0].v; break;
+      case Op::unblock: P.blocked &= ~(uint64_t{1} << a[0].v); break;
+      case Op::ret: end_task(lt + 1, false); return;
+      case Op::halt: end_task(lt + 1, true); return;
+      default: break;
+    }
+    P.pc = next;
+    lt += 1;
+  }
+  P.ready_at = lt;
+  wake_pe(s, lt);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deadlock report.
+
+std::string Fabric::Impl::op_wait(uint32_t s, const OpRun& op, int64_t) const {
+  const Pe& P = pes[s];
+  const Program& p = prog(s);
+  const Instr& in = p.instrs[static_cast<size_t>(op.instr)];
+  std::ostringstream o;
+  o << where(s, op.instr) << " after " << op.i << " of " << op.len << " element(s)";
+  for (size_t k = 0; k < op_info(in.op).roles.size(); ++k) {
+    if (in.a[k].kind != OpndKind::dsd) continue;
+    const Dsd& d = dsd(s, in.a[k].v);
+    const std::string& name = p.dsd_names[static_cast<size_t>(in.a[k].v)];
+    if (d.kind == DsdKind::fabin && P.qcount[d.queue] == 0)
+      o << ", waits for wavelets of color " << int{d.color} << " (input queue " << int{d.queue} << " empty, '" << name << "')";
+    else if (d.kind == DsdKind::fabout && P.qcount[8u + d.queue] >= out_depth[d.queue])
+      o << ", waits for room in output queue " << int{d.queue} << " (color " << int{d.color} << ", " << int{P.qcount[8u + d.queue]} << "/"
+        << out_depth[d.queue] << " full, '" << name << "')";
+    else if (d.kind == DsdKind::fifo)
+      o << ", fifo '" << name << "' holds " << (P.fifo.empty() ? 0 : P.fifo[static_cast<size_t>(in.a[k].v) * 2 + 1]) << " of " << d.length;
+  }
+  return o.str();
+}
+
+void Fabric::Impl::report(std::vector<StuckPe>& out, std::vector<StuckRouter>& routers) const {
+  for (uint32_t s = 0; s < pes.size(); ++s) {
+    const Pe& P = pes[s];
+    const Program& p = prog(s);
+    std::ostringstream o;
+    int64_t done = -1;
+    bool stuck = !P.halted;
+    if (P.task >= 0) {
+      o << "task '" << p.tasks[static_cast<size_t>(P.task)].name << "'";
+      if (P.main.instr >= 0) {
+        o << " in " << op_wait(s, P.main, 0);
+        done = P.main.i;
+      } else if (P.mt_wait) {
+        o << " at " << where(s, P.pc) << ", waits for a busy microthread";
+      } else {
+        o << " at " << where(s, P.pc);
+      }
+    } else if (!P.halted) {
+      o << "no task can run (";
+      bool first = true;
+      for (size_t k = 0; k < p.tasks.size(); ++k) {
+        const Task& t = p.tasks[k];
+        const uint64_t bit = uint64_t{1} << k;
+        std::string st;
+        if (t.kind == TaskKind::data) st = "waits for color " + std::to_string(t.color);
+        else st = P.active & bit ? "activated" : "not activated";
+        if (P.blocked & bit) st += ", blocked";
+        o << (first ? "" : "; ") << "'" << t.name << "' " << st;
+        first = false;
+      }
+      o << ")";
+    }
+    for (const Mt& m : P.mts) {
+      o << (o.tellp() > 0 ? "; " : "") << "microthread " << int{m.id} << ": " << op_wait(s, m.op, 0);
+      stuck = true;
+    }
+    std::ostringstream q;
+    for (int k = 0; k < 16; ++k)
+      if (P.qcount[static_cast<size_t>(k)]) {
+        q << (q.tellp() > 0 ? ", " : "") << (k < 8 ? "in " : "out ") << k % 8 << ": " << int{P.qcount[static_cast<size_t>(k)]} << "/"
+          << (k < 8 ? in_depth[k] : out_depth[k - 8]);
+        stuck = true;
+      }
+    if (q.tellp() > 0) o << "; queues " << q.str();
+    if (stuck) out.push_back({P.x, P.y, o.str(), done});
+  }
+  for (uint32_t sl = 0; sl < slot_pe.size(); ++sl)
+    for (int d = 0; d < 4; ++d) {
+      const int c = bcount[sl * 4 + static_cast<size_t>(d)];
+      if (!c) continue;
+      const SwitchPos& pos = slot_route[sl].pos[slot_pos[sl]];
+      std::ostringstream o;
+      o << c << " wavelet(s) from " << dir_name(static_cast<Dir>(d)) << " waiting for " << format_dirset(pos.tx);
+      if (!(pos.rx & (1u << d))) o << " (switch position " << int{slot_pos[sl]} << " does not take " << dir_name(static_cast<Dir>(d)) << ")";
+      else o << " (buffer or queue full downstream)";
+      routers.push_back({static_cast<int32_t>(slot_pe[sl] % W), static_cast<int32_t>(slot_pe[sl] / W), slot_color[sl], o.str()});
+    }
+}
+
+}  // namespace tessera::wafer
