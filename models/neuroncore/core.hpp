@@ -107,7 +107,8 @@ class NeuronCore : public sc_core::sc_module {
   // Record index of the latest DMA that wrote data `in` reads; forgets DMA writes `in` overwrites.
   int32_t track_dma_flow(const Instr& in, bool is_dma, int32_t record_index);
   void sync_to(Femtos t);
-  [[noreturn]] void fail(int32_t bundle, Lane lane, const std::string& msg);
+  // Records the first runtime failure (bundle, lane, source line, message); the run loop stops.
+  void fail(int32_t bundle, Lane lane, const std::string& msg);
 
   CoreConfig cfg_;
   CoreOptions opt_;
