@@ -138,6 +138,7 @@ int run_scenario(const Scenario& s, const RunOptions& opt) {
   con.info("scenario " + s.name + ": target " + s.kind + (s.preset.empty() ? "" : "/" + s.preset));
   if (s.kind == "reference") return run_reference(s, opt);
   if (s.kind == "neuroncore") return run_neuroncore(s, opt);
+  if (s.kind == "wafer") return run_wafer(s, opt);
   // The NeuronCore and wafer engines land with their issues; nothing is pretended here.
   throw InputError("/target/kind", "target kind '" + s.kind + "' cannot run in this build yet",
                    "'tessera validate' checks the scenario; use target.kind \"reference\" to run the model on the golden interpreter");

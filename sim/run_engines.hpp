@@ -5,4 +5,5 @@
 namespace tessera::sim {
 int run_reference(const Scenario& s, const RunOptions& opt);
 int run_neuroncore(const Scenario& s, const RunOptions& opt);
+int run_wafer(const Scenario& s, const RunOptions& opt);
 }  // namespace tessera::sim

@@ -74,12 +74,14 @@ NodePtr build() {
       opt("onnx", path("an ONNX model file")),
       opt("graph", graph),
       opt("program", path("a hand-written NeuronCore assembly program (docs/neuroncore-asm.md); with onnx or graph, that model is the reference its outputs are checked against")),
+      opt("layout", path("a hand-written wafer layout: PE programs and routes (docs/wafer-asm.md)")),
+      opt("read", array_of(string(), "wafer layouts: the PE arrays to read back as outputs (default: the names under /expect/outputs)")),
   }, "the model: an ONNX file or an inline graph, or a hand-written program");
   model->check = [](const json& v, const std::string& p, DiagnosticList& d) {
     if (!v.is_object()) return;
-    const bool has_onnx = v.contains("onnx"), has_graph = v.contains("graph"), has_program = v.contains("program");
+    const bool has_onnx = v.contains("onnx"), has_graph = v.contains("graph"), has_program = v.contains("program") || v.contains("layout");
     if (has_onnx && has_graph) d.add(p, "gives onnx and graph; give one of them", "a model is an ONNX file or an inline graph");
-    if (!has_onnx && !has_graph && !has_program) d.add(p, "needs one of: onnx, graph, program");
+    if (!has_onnx && !has_graph && !has_program) d.add(p, "needs one of: onnx, graph, program, layout");
   };
 
   auto random = object({

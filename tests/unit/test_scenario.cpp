@@ -99,7 +99,7 @@ TEST_CASE("scenario: model needs onnx, graph or program; schema is required", "[
   doc["model"] = json::object();
   auto e = errors_of(doc);
   REQUIRE(e.size() == 1);
-  CHECK(e[0].message.find("needs one of: onnx, graph, program") != std::string::npos);
+  CHECK(e[0].message.find("needs one of: onnx, graph, program, layout") != std::string::npos);
   json noschema = base();
   noschema.erase("schema");
   e = errors_of(noschema);
