@@ -130,6 +130,35 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
         fab.write_array(p.x0 + px, p.y0 + py, name,
                         std::span<const float>(v.data() + (py * p.w + px) * p.count, static_cast<size_t>(p.count)));
   }
+  // Faults: flip one bit of an element in PE SRAM before the run (the report lists them).
+  json fired = json::array();
+  for (size_t i = 0; i < s.resolved["run"]["faults"].size(); ++i) {
+    const json& f = s.resolved["run"]["faults"][i];
+    const std::string where = "/run/faults/" + std::to_string(i);
+    const auto pe = f["pe"].get<std::vector<int64_t>>();
+    if (pe.size() != 2) throw InputError(where + "/pe", "a PE is [x, y]");
+    const std::string array = f["array"].get<std::string>();
+    const wafer::Program* prog = fab.program(pe[0], pe[1]);
+    const wafer::DataDecl* decl = nullptr;
+    if (prog)
+      for (const auto& dd : prog->data)
+        if (dd.name == array) decl = &dd;
+    if (!decl)
+      throw InputError(where, "PE (" + std::to_string(pe[0]) + "," + std::to_string(pe[1]) + ") has no array '" + array + "'",
+                       "name a .data array of the program that PE runs");
+    const int64_t el = f["element"].get<int64_t>(), bit = f["bit"].get<int64_t>();
+    const int64_t es = decl->bytes() / std::max<int32_t>(1, decl->count);
+    if (el >= decl->count || bit >= es * 8)
+      throw InputError(where, "element " + std::to_string(el) + " bit " + std::to_string(bit) + " is outside array '" + array + "' (" +
+                                  std::to_string(decl->count) + " elements of " + std::to_string(es) + " bytes)");
+    const uint32_t addr = decl->addr + static_cast<uint32_t>(el * es + bit / 8);
+    auto byte = fab.read_bytes(pe[0], pe[1], addr, 1);
+    byte[0] = static_cast<uint8_t>(byte[0] ^ (1u << (bit % 8)));
+    fab.write_bytes(pe[0], pe[1], addr, byte);
+    fired.push_back({{"kind", "sram_bit_flip"}, {"pe", pe}, {"array", array}, {"element", el}, {"bit", bit}, {"cycle", 0}});
+    con.warn("fault injected: bit " + std::to_string(bit) + " of " + array + "[" + std::to_string(el) + "] on PE (" +
+             std::to_string(pe[0]) + "," + std::to_string(pe[1]) + ")");
+  }
   fab.start();
   install_interrupt_handler();
   sc_core::sc_start();
@@ -150,6 +179,7 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
                                {"predicted_s", nullptr},
                                {"simulated_s", sim_s},
                                {"error_pct", nullptr}});
+  report["faults"] = fired;
   report["stats"] = {{"cycles", st.cycles},
                      {"program_pes", st.program_pes},
                      {"busy_cycles", st.busy_cycles},

@@ -113,6 +113,13 @@ NodePtr build() {
       opt("steps", with_default(integer(1, 1e9, "number of steps to run"), 1)),
       opt("numerics", with_default(boolean("false = timing only (no tensor values computed)"), true)),
       opt("max_time", with_default(quantity(UnitKind::time, 1e-9, 1e6, "watchdog: stop a machine run that has not finished after this much simulated time"), "10s")),
+      opt("faults", with_default(array_of(object({
+          req("kind", enumeration({"sram_bit_flip"}, "the fault: flip one bit of an element of a PE array before the run starts")),
+          req("pe", array_of(integer(0, 4096, "coordinate"), "[x, y] of the PE")),
+          req("array", string("the PE program's .data array")),
+          opt("element", with_default(integer(0, 1e9, "element index in the array"), 0)),
+          opt("bit", with_default(integer(0, 31, "bit of the element's storage (fp32: 31 sign, 30-23 exponent)"), 30)),
+      }, "one fault"), "wafer: faults to inject (resilience studies; proof that outputs come from the machine)"), json::array())),
   }, "how to run"), json::object());
 
   auto expect_output = object({
