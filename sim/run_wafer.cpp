@@ -163,7 +163,10 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   install_interrupt_handler();
   sc_core::sc_start();
   throw_if_interrupted();
-  if (fab.error()) throw InputError(layout_path, *fab.error(), "fix the PE programs or routes");
+  if (fab.error()) {  // not thrown: see run_neuroncore.cpp
+    con.error(Diagnostic{layout_path, *fab.error(), "fix the PE programs or routes"}.str());
+    return 2;
+  }
   if (!fab.finished()) throw std::runtime_error("the fabric did not finish (SystemC ran out of events)");
 
   const wafer::FabricStats& st = fab.stats();
