@@ -19,6 +19,8 @@
 #include "sim/report.hpp"
 #include "sim/run.hpp"
 #include "sim/run_engines.hpp"
+#include "sim/trace_neuroncore.hpp"
+#include "sim/trace_wafer.hpp"
 
 namespace tessera::sim {
 
@@ -73,7 +75,6 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
     throw InputError("/run/steps", "multi-step runs are not supported by this build yet", "set run.steps to 1");
   if (!s.resolved["step_closures"].empty())
     throw InputError("/step_closures", "step closures are not supported by this build yet", "remove /step_closures");
-  if (s.resolved.contains("trace")) con.warn("/trace: wafer traces are not written by this build yet");
   if (!s.resolved["run"]["numerics"].get<bool>()) con.warn("/run/numerics: the wafer model always computes values");
 
   const wafer::WaferConfig cfg = wafer::WaferConfig::from(s.params);
@@ -120,6 +121,7 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   models::set_fs_resolution();
   wafer::FabricOptions fo;
   fo.max_cycles = static_cast<int64_t>(s.resolved["run"]["max_time"].get<double>() * cfg.clock_hz);
+  fo.record = s.resolved.contains("trace");  // the op and delivery records the trace renders
   wafer::Fabric fab("wafer", cfg, fo);
   fab.load(L);
   for (const auto& [name, pt] : inputs) {
@@ -238,6 +240,13 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
     report["latency"]["simulated_vs_published_pct"] = (sim_s - pv) / pv * 100.0;
     con.out("published " + fmt(pv * 1e6, "%.4f") + " us (" + report["latency"]["published_source"].get<std::string>() +
             "): simulated is " + fmt((sim_s - pv) / pv * 100.0, "%+.1f") + "%");
+  }
+  if (s.resolved.contains("trace")) {
+    const std::string note = write_trace_file(s.resolved["trace"],
+                                              build_wafer_trace(s.resolved["trace"], L, fab, std::filesystem::path(layout_path).stem().string()),
+                                              opt.out_dir);
+    report["trace"] = {{"file", s.resolved["trace"]["file"]}};
+    con.out(note);
   }
   for (const auto& f : failures) report["checks"].push_back({{"check", "outputs"}, {"pass", false}, {"detail", f}});
   report["pass"] = all_pass;

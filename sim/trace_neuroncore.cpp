@@ -345,9 +345,7 @@ TraceBuilder build_neuroncore_trace(const json& cfg, const Program& prog, const 
   return b;
 }
 
-std::string write_neuroncore_trace(const json& cfg, const Program& prog, const NeuronCore& core,
-                                   const std::vector<PredictedKernel>& predicted, const std::string& out_dir) {
-  const TraceBuilder b = build_neuroncore_trace(cfg, prog, core, predicted);
+std::string write_trace_file(const json& cfg, const TraceBuilder& b, const std::string& out_dir) {
   const std::string format = cfg.value("format", std::string("perfetto"));
   if (format != "perfetto" && format != "json")
     throw InputError("/trace/format", "unknown trace format '" + format + "'", "use perfetto or json");
@@ -360,6 +358,11 @@ std::string write_neuroncore_trace(const json& cfg, const Program& prog, const N
   if (format == "json") note += ", Chrome JSON";
   if (b.dropped()) note += ", dropped " + std::to_string(b.dropped()) + " (byte budget)";
   return note;
+}
+
+std::string write_neuroncore_trace(const json& cfg, const Program& prog, const NeuronCore& core,
+                                   const std::vector<PredictedKernel>& predicted, const std::string& out_dir) {
+  return write_trace_file(cfg, build_neuroncore_trace(cfg, prog, core, predicted), out_dir);
 }
 
 }  // namespace tessera::sim

@@ -48,6 +48,11 @@ traces::TraceBuilder build_neuroncore_trace(const nlohmann::json& trace_cfg, con
                                             const neuroncore::NeuronCore& core,
                                             const std::vector<PredictedKernel>& predicted);
 
+// Writes a built trace into out_dir/<trace.file> atomically in trace.format ("perfetto" or
+// "json"), warns when the byte budget trimmed it, and returns the one-line note (shared by every
+// target's renderer).
+std::string write_trace_file(const nlohmann::json& trace_cfg, const traces::TraceBuilder& b, const std::string& out_dir);
+
 // Writes the run's trace into out_dir/<trace.file> atomically, in trace.format ("perfetto" or
 // "json"); warns on the console when the byte budget trimmed it; returns a one-line note
 // ("trace: DIR/trace.pftrace, 12.3 KiB, 345 slices, detail instruction[, dropped N]").
