@@ -70,20 +70,22 @@ void Fabric::run() {
   op_records_.clear();
   int64_t synced = c0;
   std::optional<std::string> stop;
+  // Cycle by cycle: the checks hold for every event of a cycle or for none (last_progress only grows).
   while (!m.cal.empty()) {
-    const Impl::Ev e = m.cal.top();
-    if (e.cycle > m.last_progress + opt_.deadlock_window) break;  // nothing moved for the window
-    if (opt_.max_cycles > 0 && e.cycle - c0 > opt_.max_cycles) {
+    const int64_t cycle = m.cal.top().cycle;
+    if (cycle > m.last_progress + opt_.deadlock_window) break;  // nothing moved for the window
+    if (opt_.max_cycles > 0 && cycle - c0 > opt_.max_cycles) {
       stop = "watchdog: the run passed " + std::to_string(opt_.max_cycles) + " cycles (fabric option max_cycles)";
       break;
     }
-    if (e.cycle - synced > opt_.quantum_cycles) {
-      sync_to(e.cycle);
-      synced = e.cycle;
+    if (cycle - synced > opt_.quantum_cycles) {
+      sync_to(cycle);
+      synced = cycle;
     }
-    m.cal.pop();
-    m.handle(e);
+    uint32_t key;
+    while (m.cal.next_key(key)) m.handle(cycle, key);
   }
+  stats_.events = static_cast<int64_t>(m.cal.consumed());
   const bool work = m.work_remains();
   int64_t end = m.last_progress;
   if (!stop && work) {
@@ -296,6 +298,15 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
   }
   for (size_t i = 0; i < npe; ++i) slot_begin[i + 1] += slot_begin[i];
   bufs.resize(static_cast<size_t>(nbuf) * static_cast<size_t>(D));
+  slot_rx.resize(ns);
+  slot_ring.resize(ns * 4);
+  for (size_t i = 0; i < ns; ++i) {
+    const unsigned rx = slot_route[i].rx_any() & 0xfu;
+    slot_rx[i] = static_cast<uint8_t>(rx);
+    for (unsigned d = 0; d < 4; ++d)
+      slot_ring[i * 4 + d] = (slot_buf[i] + static_cast<uint32_t>(std::popcount(rx & ((1u << d) - 1u)))) * static_cast<uint32_t>(D);
+  }
+  for (int d = 0; d < 4; ++d) nb_delta[static_cast<size_t>(d)] = dir_dy(static_cast<Dir>(d)) * W + dir_dx(static_cast<Dir>(d));
   slot_down.assign(ns * 4, kNone);
   for (size_t i = 0; i < ns; ++i) {
     const int64_t x = slot_pe[i] % W, y = slot_pe[i] / W;
@@ -307,12 +318,30 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
       slot_down[i * 4 + static_cast<size_t>(d)] = find_slot(static_cast<uint32_t>(ny * W + nx), slot_color[i]);
     }
   }
+  relay.assign(npe, Relay{});
+  for (size_t r = 0; r < npe; ++r) {
+    if (pe_slot[r] != kNone || slot_begin[r + 1] != slot_begin[r] + 1) continue;
+    const uint32_t sl = slot_begin[r];
+    const Route& rt = slot_route[sl];
+    const unsigned rx = rt.pos[0].rx, tx = rt.pos[0].tx;
+    if (rt.npos != 1 || std::popcount(rx) != 1 || std::popcount(tx) != 1 || rx > 8 || tx > 8) continue;
+    Relay& f1 = relay[r];
+    const int rd = std::countr_zero(rx), td = std::countr_zero(tx);
+    f1.bi = sl * 4 + static_cast<uint32_t>(rd);
+    f1.tx = static_cast<uint8_t>(td);
+    const uint32_t ds = slot_down[static_cast<size_t>(sl) * 4 + static_cast<size_t>(td)];
+    if (ds != kNone) {
+      f1.dbi = ds * 4 + static_cast<uint32_t>(opposite(static_cast<Dir>(td)));
+      f1.dr = slot_pe[ds];
+    }
+  }
   link.assign(npe * kDirs, 0);
   rr.assign(npe, 0);
   pwake_last.assign(pes.size(), -1);
   pwake_push.assign(pes.size(), -1);
   rwake_last.assign(npe, -1);
   rwake_push.assign(npe, -1);
+  cal.init(static_cast<uint32_t>(pes.size()), static_cast<uint32_t>(npe));
   // SRAM: fill values.
   for (uint32_t s = 0; s < pes.size(); ++s)
     for (const auto& d : prog(s).data) {
@@ -333,7 +362,7 @@ uint32_t Fabric::Impl::find_slot(uint32_t pe, int color) const {
 void Fabric::Impl::reset(int64_t c0) {
   start = c0;
   last_progress = c0;
-  while (!cal.empty()) cal.pop();
+  cal.clear(c0);
   std::fill(bhead.begin(), bhead.end(), 0);
   std::fill(bcount.begin(), bcount.end(), 0);
   std::fill(slot_pos.begin(), slot_pos.end(), 0);
@@ -385,29 +414,167 @@ bool Fabric::Impl::work_remains() const {
   return false;
 }
 
-void Fabric::Impl::handle(const Ev& e) {
-  ++f.stats_.events;
-  if (e.key & kRouterBit) {
-    const uint32_t r = e.key & ~kRouterBit;
-    if (rwake_last[r] == e.cycle) return;
-    rwake_last[r] = e.cycle;
-    router_step(r, e.cycle);
+void Fabric::Impl::handle(int64_t cycle, uint32_t key) {
+  if (key & kRouterBit) {
+    const uint32_t r = key & ~kRouterBit;
+    if (rwake_last[r] == cycle) return;
+    rwake_last[r] = cycle;
+    if (const Relay& rl = relay[r]; rl.bi != kNone) relay_step(rl, r, cycle);
+    else router_step(r, cycle);
   } else {
-    if (pwake_last[e.key] == e.cycle) return;
-    pwake_last[e.key] = e.cycle;
-    pe_step(e.key, e.cycle);
+    if (pwake_last[key] == cycle) return;
+    pwake_last[key] = cycle;
+    pe_step(key, cycle);
   }
 }
 
-void Fabric::Impl::wake_router(uint32_t r, int64_t c) {
-  if (rwake_push[r] == c) return;
-  rwake_push[r] = c;
-  cal.push({c, r | kRouterBit});
+// ---------------------------------------------------------------------------------------------
+// The calendar (fabric_impl.hpp).
+
+void Fabric::Impl::Calendar::init(uint32_t pe_slots, uint32_t routers) {
+  wheel_.assign(static_cast<size_t>(kWheel), {});
+  nonempty_.assign(static_cast<size_t>((kWheel + 63) / 64), 0);
+  pe_slots_ = pe_slots;
+  const size_t keys = size_t{pe_slots} + routers;
+  bits_.assign((keys + 63) / 64, 0);
+  summary_.assign((bits_.size() + 63) / 64, 0);
+  clear(0);
 }
-void Fabric::Impl::wake_pe(uint32_t s, int64_t c) {
-  if (pwake_push[s] == c) return;
-  pwake_push[s] = c;
-  cal.push({c, s});
+
+void Fabric::Impl::Calendar::clear(int64_t c0) {
+  if (wheel_count_)
+    for (auto& b : wheel_) b.clear();
+  std::fill(nonempty_.begin(), nonempty_.end(), 0);
+  wheel_count_ = 0;
+  far_.clear();
+  now_.clear();
+  now_i_ = 0;
+  late_.clear();
+  dups_ = 0;
+  consumed_ = 0;
+  if (bentries_) {
+    std::fill(bits_.begin(), bits_.end(), 0);
+    std::fill(summary_.begin(), summary_.end(), 0);
+  }
+  bentries_ = 0;
+  cur_ = c0;
+  loaded_ = false;
+}
+
+void Fabric::Impl::Calendar::push_slow(int64_t c, uint32_t key) {
+  const int64_t d = c - cur_;
+  if (d == 0 && loaded_) {  // the current cycle, while it is being handled
+    late_.push_back(key);
+    std::push_heap(late_.begin(), late_.end(), std::greater<>());
+  } else {
+    if (d < 0) throw std::logic_error("wafer fabric calendar: an event in the past");
+    far_.push_back({c, key});
+    std::push_heap(far_.begin(), far_.end(), std::greater<>());
+  }
+}
+
+void Fabric::Impl::Calendar::advance() {
+  // The next cycle with entries: cur_ + 1 if the bitmap holds some, else the first non-empty
+  // bucket from the current cycle on, or the far heap.
+  int64_t c = INT64_MAX;
+  if (loaded_ && bentries_) {
+    c = cur_ + 1;
+  } else {
+    if (wheel_count_) {
+      const size_t nw = nonempty_.size();
+      const size_t b0 = static_cast<size_t>(cur_ & (kWheel - 1));
+      size_t w = b0 >> 6;
+      uint64_t word = nonempty_[w] & (~uint64_t{0} << (b0 & 63));
+      for (size_t k = 0; !word; ++k) {  // at most one wrap; wheel_count_ > 0 guarantees a hit
+        w = (w + 1) % nw;
+        word = nonempty_[w];
+        if (k > nw) throw std::logic_error("wafer fabric calendar: lost bucket");
+      }
+      const size_t b = (w << 6) + static_cast<size_t>(std::countr_zero(word));
+      c = cur_ + static_cast<int64_t>((b - b0) & static_cast<size_t>(kWheel - 1));
+    }
+    if (!far_.empty()) c = std::min(c, far_.front().cycle);
+  }
+  cur_ = c;
+  loaded_ = true;
+  now_.clear();
+  now_i_ = 0;
+  const size_t b = static_cast<size_t>(c & (kWheel - 1));
+  if (!wheel_[b].empty()) {  // (only cycle c's entries: the wheel spans fewer than kWheel cycles)
+    now_.swap(wheel_[b]);
+    wheel_count_ -= now_.size();
+    nonempty_[b >> 6] &= ~(uint64_t{1} << (b & 63));
+  }
+  while (!far_.empty() && far_.front().cycle == c) {
+    now_.push_back(far_.front().key);
+    std::pop_heap(far_.begin(), far_.end(), std::greater<>());
+    far_.pop_back();
+  }
+  // Ascending keys, duplicates merged.
+  if (bentries_ == 0 && now_.size() <= 48) {
+    const size_t n = now_.size();
+    std::sort(now_.begin(), now_.end());
+    now_.erase(std::unique(now_.begin(), now_.end()), now_.end());
+    dups_ = n - now_.size();
+    return;
+  }
+  for (const uint32_t key : now_) set_bit(key);
+  now_.clear();
+  for (size_t sw = 0; sw < summary_.size(); ++sw) {
+    uint64_t sword = summary_[sw];
+    if (!sword) continue;
+    summary_[sw] = 0;
+    while (sword) {
+      const size_t w = (sw << 6) + static_cast<size_t>(std::countr_zero(sword));
+      sword &= sword - 1;
+      uint64_t word = bits_[w];
+      bits_[w] = 0;
+      while (word) {
+        const size_t i = (w << 6) + static_cast<size_t>(std::countr_zero(word));
+        word &= word - 1;
+        now_.push_back(i < pe_slots_ ? static_cast<uint32_t>(i) : static_cast<uint32_t>(i - pe_slots_) | kRouterBit);
+      }
+    }
+  }
+  dups_ = bentries_ - now_.size();
+  bentries_ = 0;
+}
+
+// A plain relay (Impl::Relay): what router_step does for its single candidate and tx direction.
+void Fabric::Impl::relay_step(const Relay& rl, uint32_t r, int64_t t) {
+  // Data pointers in locals: the uint8_t stores below may alias anything in memory.
+  uint8_t* const bc = bcount.data();
+  uint8_t* const bh = bhead.data();
+  Wv* const bf = bufs.data();
+  const uint32_t* const ring = slot_ring.data();
+  const size_t bi = rl.bi, dbi = rl.dbi;
+  const int cnt = bc[bi];
+  if (!cnt) return;
+  const int head = bh[bi];
+  const Wv w = bf[ring[bi] + static_cast<size_t>(head)];
+  if (w.ready > t) {
+    wake_router(r, w.ready);
+    return;
+  }
+  if (dbi == kNone) return;
+  const int dcnt = bc[dbi];
+  if (dcnt >= D) return;  // woken when space frees
+  const int D_ = D;
+  int k2 = bh[dbi] + dcnt;
+  if (k2 >= D_) k2 -= D_;
+  bf[ring[dbi] + static_cast<size_t>(k2)] = {w.payload, w.color, w.control, t + hop};
+  bc[dbi] = static_cast<uint8_t>(dcnt + 1);
+  bh[bi] = static_cast<uint8_t>(head + 1 == D_ ? 0 : head + 1);
+  bc[bi] = static_cast<uint8_t>(cnt - 1);
+  FabricStats& st = f.stats_;
+  ++link[static_cast<size_t>(r) * kDirs + rl.tx];
+  ++st.color_hops[w.color];
+  if (dcnt + 1 > st.router_buffer_high_water) st.router_buffer_high_water = dcnt + 1;
+  ++st.wavelet_hops;
+  last_progress = std::max(last_progress, t + 1);
+  wake_router(rl.dr, t + hop);
+  wake_router(static_cast<uint32_t>(static_cast<int64_t>(r) + nb_delta[bi & 3]), t + 1);
+  if (cnt > 1) wake_router(r, t + 1);
 }
 
 // One router at cycle t: every input (per color: a buffer per rx direction; the PE's output
@@ -420,12 +587,16 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
     int8_t dir;    // 0..3 buffer direction, -1: output queue `q`
     int8_t q;
   };
+  static constexpr int kOpp[4] = {1, 0, 3, 2};  // opposite(N, S, E, W)
   Cand cand[4 * kMaxColors + 8];
   int n = 0;
-  for (uint32_t s = slot_begin[r]; s < slot_begin[r + 1]; ++s) {
-    const unsigned rx = slot_route[s].rx_any() & 0xfu;
-    for (int d = 0; d < 4; ++d)
-      if ((rx & (1u << d)) && bcount[s * 4 + static_cast<size_t>(d)]) cand[n++] = {s, static_cast<int8_t>(d), -1};
+  const uint32_t s1 = slot_begin[r + 1];
+  for (uint32_t s = slot_begin[r]; s < s1; ++s) {
+    const uint8_t* bc = &bcount[static_cast<size_t>(s) * 4];
+    for (unsigned m = slot_rx[s]; m; m &= m - 1) {  // rx directions in ascending order
+      const int d = std::countr_zero(m);
+      if (bc[d]) cand[n++] = {s, static_cast<int8_t>(d), -1};
+    }
   }
   const uint32_t ps = pe_slot[r];
   if (ps != kNone) {
@@ -434,15 +605,17 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
       if (P.qcount[static_cast<size_t>(8 + q)]) cand[n++] = {kNone, -1, static_cast<int8_t>(q)};
   }
   if (n == 0) return;
+  FabricStats& st = f.stats_;
   unsigned used = 0;
   int64_t next = INT64_MAX;
   bool moved = false;
-  const int first = rr[r] % n;
+  const int first = n == 1 ? 0 : rr[r] % n;
   for (int k = 0; k < n; ++k) {
-    Cand& c = cand[(first + k) % n];
+    const int ci = first + k < n ? first + k : first + k - n;
+    Cand& c = cand[ci];
     Wv* w;
     if (c.dir >= 0) {
-      w = &bufs[(slot_buf[c.slot] + buf_index(c.slot, c.dir)) * static_cast<size_t>(D) + bhead[c.slot * 4 + static_cast<size_t>(c.dir)]];
+      w = &bufs[slot_ring[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(c.dir)] + bhead[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(c.dir)]];
     } else {
       w = &qentry(ps, 8 + c.q, pes[ps].qhead[static_cast<size_t>(8 + c.q)]);
       c.slot = find_slot(r, w->color);
@@ -461,8 +634,8 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
       continue;
     }
     bool room = tx != 0;
-    for (int d = 0; d < kDirs && room; ++d) {
-      if (!(tx & (1u << d))) continue;
+    for (unsigned m = tx; m && room; m &= m - 1) {
+      const int d = std::countr_zero(m);
       if (d == static_cast<int>(Dir::RAMP)) {
         if (ps == kNone) {
           room = false;
@@ -471,8 +644,8 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
         const int q = pinfo[pes[ps].prog].color_q[slot_color[c.slot]];
         room = q >= 0 && pes[ps].qcount[static_cast<size_t>(q)] < in_depth[q];
       } else {
-        const uint32_t ds = slot_down[c.slot * 4 + static_cast<size_t>(d)];
-        room = ds != kNone && bcount[ds * 4 + static_cast<size_t>(opposite(static_cast<Dir>(d)))] < D;
+        const uint32_t ds = slot_down[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(d)];
+        room = ds != kNone && bcount[static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d])] < D;
       }
     }
     if (!room) continue;  // woken when space frees
@@ -480,25 +653,26 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
     const Wv wv = *w;
     used |= tx;
     moved = true;
-    for (int d = 0; d < kDirs; ++d) {
-      if (!(tx & (1u << d))) continue;
+    for (unsigned m = tx; m; m &= m - 1) {
+      const int d = std::countr_zero(m);
       ++link[static_cast<size_t>(r) * kDirs + static_cast<size_t>(d)];
-      ++f.stats_.color_hops[wv.color];
+      ++st.color_hops[wv.color];
       if (d == static_cast<int>(Dir::RAMP)) {
         const int q = pinfo[pes[ps].prog].color_q[slot_color[c.slot]];
         push_queue(ps, q, {wv.payload, wv.color, wv.control, t + 1});
-        ++f.stats_.ramp_deliveries;
+        ++st.ramp_deliveries;
         if (f.opt_.record)
           f.deliveries_.push_back({pes[ps].x, pes[ps].y, wv.color, static_cast<uint8_t>(q), wv.payload, t + 1 - start});
         wake_pe(ps, t + 1);
       } else {
-        const uint32_t ds = slot_down[c.slot * 4 + static_cast<size_t>(d)];
-        const int od = static_cast<int>(opposite(static_cast<Dir>(d)));
-        const size_t bi = ds * 4 + static_cast<size_t>(od);
-        bufs[(slot_buf[ds] + buf_index(ds, od)) * static_cast<size_t>(D) + (bhead[bi] + bcount[bi]) % D] = {wv.payload, wv.color, wv.control, t + hop};
+        const uint32_t ds = slot_down[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(d)];
+        const size_t bi = static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d]);
+        int k2 = bhead[bi] + bcount[bi];
+        if (k2 >= D) k2 -= D;
+        bufs[slot_ring[bi] + static_cast<size_t>(k2)] = {wv.payload, wv.color, wv.control, t + hop};
         ++bcount[bi];
-        f.stats_.router_buffer_high_water = std::max<int64_t>(f.stats_.router_buffer_high_water, bcount[bi]);
-        ++f.stats_.wavelet_hops;
+        if (bcount[bi] > st.router_buffer_high_water) st.router_buffer_high_water = bcount[bi];
+        ++st.wavelet_hops;
         wake_router(slot_pe[ds], t + hop);
       }
     }
@@ -506,15 +680,14 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
     // Pop the input; wake whoever feeds it (room again).
     bool more;
     if (c.dir >= 0) {
-      const size_t bi = c.slot * 4 + static_cast<size_t>(c.dir);
-      bhead[bi] = static_cast<uint8_t>((bhead[bi] + 1) % D);
+      const size_t bi = static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(c.dir);
+      bhead[bi] = static_cast<uint8_t>(bhead[bi] + 1 == D ? 0 : bhead[bi] + 1);
       more = --bcount[bi] > 0;
-      const int64_t ux = r % W + dir_dx(static_cast<Dir>(c.dir)), uy = r / W + dir_dy(static_cast<Dir>(c.dir));
-      wake_router(static_cast<uint32_t>(uy * W + ux), t + 1);
+      wake_router(static_cast<uint32_t>(static_cast<int64_t>(r) + nb_delta[static_cast<size_t>(c.dir)]), t + 1);
     } else {
       pop_queue(ps, 8 + c.q);
       more = pes[ps].qcount[static_cast<size_t>(8 + c.q)] > 0;
-      ++f.stats_.ramp_injections;
+      ++st.ramp_injections;
       wake_pe(ps, t + 1);
     }
     if (more) next = std::min(next, t + 1);
@@ -526,15 +699,11 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
   if (next != INT64_MAX) wake_router(r, next);
 }
 
-int Fabric::Impl::buf_index(uint32_t slot, int dir) const {
-  const unsigned rx = slot_route[slot].rx_any() & 0xfu;
-  return std::popcount(rx & ((1u << dir) - 1u));
-}
-
 void Fabric::Impl::push_queue(uint32_t s, int q, const Wv& w) {
   Pe& P = pes[s];
   const size_t qi = static_cast<size_t>(q);
-  qentry(s, q, (P.qhead[qi] + P.qcount[qi]) % QD) = w;
+  const int k = P.qhead[qi] + P.qcount[qi];
+  qentry(s, q, k >= QD ? k - QD : k) = w;
   ++P.qcount[qi];
   P.qhw[qi] = std::max(P.qhw[qi], P.qcount[qi]);
 }
@@ -542,7 +711,7 @@ void Fabric::Impl::push_queue(uint32_t s, int q, const Wv& w) {
 void Fabric::Impl::pop_queue(uint32_t s, int q) {
   Pe& P = pes[s];
   const size_t qi = static_cast<size_t>(q);
-  P.qhead[qi] = static_cast<uint8_t>((P.qhead[qi] + 1) % QD);
+  P.qhead[qi] = static_cast<uint8_t>(P.qhead[qi] + 1 == QD ? 0 : P.qhead[qi] + 1);
   --P.qcount[qi];
 }
 

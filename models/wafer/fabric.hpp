@@ -4,11 +4,12 @@
 //
 // PE and router state are flat arrays indexed by PE (row-major over the layout's fabric) or by
 // "route slot" (one per PE and routed color) or by "PE slot" (one per PE that runs a program).
-// A single SC_THREAD runs the fabric's own event calendar -- a binary heap of (cycle, kind, id),
-// ties broken by kind then id, so runs are deterministic -- and synchronises with SystemC time
-// every `quantum_cycles` (temporal decoupling) and at the end. Nothing polls: a router or PE is on
-// the calendar only when it has something to do at that cycle, or was woken because a neighbour
-// freed space or delivered a wavelet, so idle PEs cost nothing.
+// A single SC_THREAD runs the fabric's own event calendar -- events ordered by (cycle, kind, id),
+// ties broken by kind then id, so runs are deterministic (a timing wheel, fabric_impl.hpp) -- and
+// synchronises with SystemC time every `quantum_cycles` (temporal decoupling) and at the end.
+// Nothing polls: a router or PE is on the calendar only when it has something to do at that
+// cycle, or was woken because a neighbour freed space or delivered a wavelet, so idle PEs cost
+// nothing.
 //
 // One elaborated fabric serves many runs: load() a layout (once), write inputs, start(), run
 // SystemC until finished(), read outputs, start() again (SRAM keeps its contents; task state,

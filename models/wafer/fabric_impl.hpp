@@ -1,10 +1,12 @@
 #pragma once
 // Private to models/wafer: the fabric's flat state (fabric.cpp: loading, calendar, routers;
 // pe.cpp: PE tasks, instructions and DSD operations).
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
-#include <queue>
+#include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,94 @@ struct Fabric::Impl {
     bool operator>(const Ev& o) const { return cycle != o.cycle ? cycle > o.cycle : key > o.key; }
   };
   static constexpr uint32_t kRouterBit = 0x80000000u;
+
+  // The event calendar. Entries (cycle, key) come out in the order of a binary min-heap on
+  // (cycle, key) -- all of a cycle's entries by ascending key, PEs before routers -- but it is a
+  // timing wheel: a two-level bitmap over the key space for the next cycle, one bucket (an
+  // unordered key list) per later cycle within kWheel cycles of the current one, a binary heap for
+  // later cycles. When a cycle becomes current, its entries are ordered once: a sort for a few
+  // keys, through the bitmap for many. Duplicate entries of a cycle are merged (a duplicate only
+  // re-runs a handler that already ran in that cycle, which returns at once) but still counted in
+  // `consumed()` (FabricStats::events), as the heap would have popped them. Keys pushed for the
+  // current cycle while it is being handled go to a small heap merged into the order.
+  class Calendar {
+   public:
+    static constexpr int64_t kWheel = 1024;  // power of two
+    void init(uint32_t pe_slots, uint32_t routers);
+    void clear(int64_t c0);  // empty, with c0 the earliest cycle that may be pushed
+    bool empty() const { return now_i_ == now_.size() && late_.empty() && wheel_count_ == 0 && far_.empty() && bentries_ == 0; }
+    // Earliest entry (the calendar must not be empty). Makes its cycle current.
+    Ev top() {
+      if (now_i_ == now_.size() && late_.empty()) advance();
+      return {cur_, late_.empty() || (now_i_ < now_.size() && now_[now_i_] < late_.front()) ? now_[now_i_] : late_.front()};
+    }
+    void pop() {  // after top()
+      consumed_ += 1 + dups_;
+      dups_ = 0;
+      if (!late_.empty() && (now_i_ == now_.size() || !(now_[now_i_] < late_.front()))) {
+        std::pop_heap(late_.begin(), late_.end(), std::greater<>());
+        late_.pop_back();
+      } else {
+        ++now_i_;
+      }
+    }
+    void push(int64_t c, uint32_t key) {
+      const uint64_t d = static_cast<uint64_t>(c - cur_);
+      if (d == 1 && loaded_) [[likely]] {  // the next cycle: straight into the ordering bitmap
+        set_bit(key);
+      } else if (d < static_cast<uint64_t>(kWheel) && (d != 0 || !loaded_)) {
+        const size_t b = static_cast<size_t>(c & (kWheel - 1));
+        std::vector<uint32_t>& v = wheel_[b];
+        if (v.empty()) nonempty_[b >> 6] |= uint64_t{1} << (b & 63);
+        v.push_back(key);
+        ++wheel_count_;
+      } else {
+        push_slow(c, key);
+      }
+    }
+    // The next key of the current cycle (after top()); false once the cycle is exhausted.
+    bool next_key(uint32_t& key) {
+      if (late_.empty()) {
+        if (now_i_ == now_.size()) return false;
+        key = now_[now_i_++];
+      } else {
+        key = top().key;
+        pop();
+        return true;
+      }
+      consumed_ += 1 + dups_;
+      dups_ = 0;
+      return true;
+    }
+    uint64_t consumed() const { return consumed_; }
+
+   private:
+    void set_bit(uint32_t key) {
+      const size_t i = key & kRouterBit ? pe_slots_ + (key & ~kRouterBit) : key;
+      uint64_t& wd = bits_[i >> 6];
+      if (!wd) summary_[i >> 12] |= uint64_t{1} << ((i >> 6) & 63);
+      wd |= uint64_t{1} << (i & 63);
+      ++bentries_;
+    }
+    void advance();  // makes the next cycle with entries current (fabric.cpp)
+    void push_slow(int64_t c, uint32_t key);  // the current cycle while it is handled, or beyond the wheel
+    std::vector<std::vector<uint32_t>> wheel_;
+    std::vector<uint64_t> nonempty_;     // bucket bitmap
+    std::vector<Ev> far_;                // min-heap (std::greater)
+    size_t wheel_count_ = 0;
+    int64_t cur_ = 0;                    // the current cycle; the wheel holds [cur_, cur_ + kWheel)
+    bool loaded_ = false;                // cur_'s entries are in now_ / late_
+    std::vector<uint32_t> now_;          // the current cycle's keys, ascending, merged
+    size_t now_i_ = 0;
+    uint64_t dups_ = 0;                  // merged duplicates of the current cycle, counted at the next pop
+    std::vector<uint32_t> late_;         // min-heap of keys pushed for the current cycle
+    uint64_t consumed_ = 0;
+    // Ordering many keys: a bitmap over dense key indices (PE slots, then routers) and a summary.
+    // Between cycles it holds the entries pushed for cur_ + 1 (bentries_ of them, duplicates included).
+    uint32_t pe_slots_ = 0;
+    std::vector<uint64_t> bits_, summary_;
+    uint64_t bentries_ = 0;
+  };
   // A DSD operation in progress on the main thread or a microthread.
   struct OpRun {
     int32_t instr = -1;
@@ -80,6 +170,19 @@ struct Fabric::Impl {
   // Routers: route slots (PE, color), CSR by PE.
   std::vector<uint32_t> slot_begin, slot_pe, slot_buf, slot_down;
   std::vector<uint8_t> slot_color, slot_pos, bhead, bcount;
+  std::vector<uint8_t> slot_rx;      // per slot: rx over all switch positions, N/S/E/W bits
+  std::vector<uint32_t> slot_ring;   // per slot and rx direction: first index of its buffer in bufs
+  std::array<int64_t, 4> nb_delta{}; // PE index step to the neighbour in direction N/S/E/W
+  // Per router: a plain relay -- no PE, one routed color, one switch position taking one of N/S/E/W
+  // and sending to one of N/S/E/W -- is handled by relay_step, a fast path of router_step with the
+  // same effects (bi == kNone: not a plain relay).
+  struct Relay {
+    uint32_t bi = kNone;   // its input buffer: slot * 4 + rx direction
+    uint32_t dbi = kNone;  // the receiving buffer downstream: slot * 4 + direction (kNone: off the fabric)
+    uint32_t dr = 0;       // the downstream router
+    uint8_t tx = 0;        // the tx direction
+  };
+  std::vector<Relay> relay;
   std::vector<Route> slot_route;
   std::vector<Wv> bufs;
   std::vector<int64_t> link;
@@ -91,12 +194,12 @@ struct Fabric::Impl {
   std::vector<Wv> qbuf;
   std::vector<uint8_t> sram;  // pages of FabricStats::kPageBytes
   // Calendar.
-  std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> cal;
+  Calendar cal;
   std::vector<int64_t> pwake_last, pwake_push, rwake_last, rwake_push;
 
   void load(const LoadedLayout& layout);
   void reset(int64_t c0);
-  void handle(const Ev& e);
+  void handle(int64_t cycle, uint32_t key);
   bool work_remains() const;
   void finish_stats(int64_t end);
   void report(std::vector<StuckPe>& pes_out, std::vector<StuckRouter>& routers_out) const;
@@ -106,10 +209,18 @@ struct Fabric::Impl {
   }
   const Program& prog(uint32_t s) const { return L->programs[pes[s].prog]; }
   uint32_t find_slot(uint32_t pe, int color) const;
-  int buf_index(uint32_t slot, int dir) const;
-  void wake_router(uint32_t r, int64_t c);
-  void wake_pe(uint32_t s, int64_t c);
+  void wake_router(uint32_t r, int64_t c) {
+    if (rwake_push[r] == c) return;
+    rwake_push[r] = c;
+    cal.push(c, r | kRouterBit);
+  }
+  void wake_pe(uint32_t s, int64_t c) {
+    if (pwake_push[s] == c) return;
+    pwake_push[s] = c;
+    cal.push(c, s);
+  }
   void router_step(uint32_t r, int64_t t);
+  void relay_step(const Relay& rl, uint32_t r, int64_t t);
   Wv& qentry(uint32_t s, int q, int k) { return qbuf[(static_cast<size_t>(s) * 16 + static_cast<size_t>(q)) * static_cast<size_t>(QD) + static_cast<size_t>(k)]; }
   const Wv& qentry(uint32_t s, int q, int k) const { return qbuf[(static_cast<size_t>(s) * 16 + static_cast<size_t>(q)) * static_cast<size_t>(QD) + static_cast<size_t>(k)]; }
   void push_queue(uint32_t s, int q, const Wv& w);
