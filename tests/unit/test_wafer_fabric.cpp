@@ -5,6 +5,8 @@
 // link in router.hop_latency cycles and is readable in the receiving PE's input queue one cycle
 // after the last router hands it over: p + 1 + N * hop_latency + 1 for N links.
 // One elaboration (one Fabric) per TEST_CASE: each test case is its own ctest process.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -30,8 +32,10 @@ const std::string kRoot = TESSERA_SOURCE_DIR;
 
 // Writes `files` (name -> text) into a fresh directory and loads `layout` from it.
 LoadedLayout load(const std::map<std::string, std::string>& files, const std::string& layout, const WaferConfig& c) {
-  char tmpl[] = "/tmp/tessera-wafer-fabric-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  // Same scratch-directory convention as test_traces / test_tensor_npy (TMPDIR-aware, per process).
+  const auto d = std::filesystem::temp_directory_path() / ("tessera_wafer_fabric_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(d);
+  const std::string dir = d.string();
   for (const auto& [name, text] : files) std::ofstream(dir + "/" + name) << text;
   LoadedLayout l = load_layout_text(layout, dir + "/layout.json", dir, c);  // reads the programs now
   std::filesystem::remove_all(dir);
