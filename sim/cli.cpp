@@ -34,6 +34,7 @@ struct Options {
   std::string out_dir;
   bool help = false;
   bool no_numerics = false;
+  bool emit_program = false;
   std::map<std::string, std::string> verb_opts;  // --exclusions, --pass-list, --write-pass-list, --format, --jobs, --plot, --rerun
   Verbosity verbosity = Verbosity::normal;
 };
@@ -57,11 +58,12 @@ int cmd_conformance(const Options&);
 int cmd_compare(const Options&);
 
 const Verb kVerbs[] = {
-    {"run", "tessera run [SCENARIO] [--out DIR] [--set key.path=value]... [--no-numerics]",
+    {"run", "tessera run [SCENARIO] [--out DIR] [--set key.path=value]... [--no-numerics] [--emit-program]",
      "compile and run a scenario, check its outputs, write report.json",
      "SCENARIO is a scenario JSON file (or a report.json, to re-run the scenario it records).\n"
      "Without SCENARIO, runs scenarios/quickstart.json. Results go to --out DIR\n"
-     "(default out/<scenario name>/).",
+     "(default out/<scenario name>/). --emit-program also writes the compiled NeuronCore\n"
+     "program as assembler text (program.s, one bundle per line; docs/neuroncore-asm.md).",
      cmd_run},
     {"validate", "tessera validate SCENARIO [--set key.path=value]...",
      "check a scenario without running it; print every mistake at once",
@@ -157,6 +159,7 @@ Options parse_args(int argc, char** argv) {
     else if (a == "-q" || a == "--quiet") o.verbosity = Verbosity::quiet;
     else if (a == "-v" || a == "--verbose") o.verbosity = Verbosity::verbose;
     else if (a == "--no-numerics") o.no_numerics = true;
+    else if (a == "--emit-program") o.emit_program = true;
     else if (a == "--rerun") o.verb_opts["rerun"] = "1";
     else if (a == "--out" || a.rfind("--out=", 0) == 0) o.out_dir = value("--out");
     else if (a == "--set" || a.rfind("--set=", 0) == 0) o.sets.push_back(value("--set"));
@@ -169,7 +172,7 @@ Options parse_args(int argc, char** argv) {
     } else if (a.size() > 1 && a[0] == '-') {
       std::vector<std::string> known = {"--help", "--quiet", "--verbose", "--out", "--set", "--no-numerics",
                                         "--exclusions", "--pass-list", "--write-pass-list", "--format",
-                                        "--jobs", "--plot", "--rerun"};
+                                        "--jobs", "--plot", "--rerun", "--emit-program"};
       std::string hint = did_you_mean(a, known);
       throw InputError("command line", "unknown option '" + a + "'",
                        hint.empty() ? "see tessera --help" : "did you mean '" + hint + "'?");
@@ -211,6 +214,7 @@ int cmd_run(const Options& o) {
   Scenario s = load_scenario(one_scenario(o, true), sets);
   RunOptions ro;
   ro.out_dir = o.out_dir.empty() ? (std::filesystem::path("out") / s.name).string() : o.out_dir;
+  ro.emit_program = o.emit_program;
   return run_scenario(s, ro);
 }
 

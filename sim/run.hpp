@@ -9,6 +9,7 @@ namespace tessera::sim {
 
 struct RunOptions {
   std::string out_dir;
+  bool emit_program = false;  // NeuronCore: write the compiled program as program.s
 };
 
 // Thrown from long loops after SIGINT; nothing is written after it.

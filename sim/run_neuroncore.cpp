@@ -131,6 +131,15 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
     mo.tile_m = m.value("tile_m", 0);
     mo.tile_n = m.value("tile_n", 0);
     mo.buffers = m.value("buffers", 0);
+    static const std::map<std::string, MatmulSchedule> schedules = {{"auto", MatmulSchedule::automatic},
+                                                                    {"tiled", MatmulSchedule::tiled},
+                                                                    {"hoisted", MatmulSchedule::hoisted},
+                                                                    {"blocked_mn", MatmulSchedule::blocked_mn},
+                                                                    {"blocked_mnk", MatmulSchedule::blocked_mnk}};
+    mo.matmul_schedule = schedules.at(m.value("matmul_schedule", std::string("auto")));
+    mo.block_m = m.value("block_m", 0);
+    mo.block_n = m.value("block_n", 0);
+    mo.block_k = m.value("block_k", 0);
     const auto c0 = std::chrono::steady_clock::now();
     // The compiler works on a copy with the exporter's GELU/LayerNorm decompositions fused; the
     // reference keeps running the graph as exported.
@@ -154,6 +163,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
             " instructions in " + std::to_string(job.prog.bundles.size()) + " bundles, " + fmt(job.compile_s * 1e3, "%.1f") +
             " ms)");
     write_file_atomic((std::filesystem::path(opt.out_dir) / "compile_report.txt").string(), compile_report(*job.compiled, cfg));
+    if (opt.emit_program) write_file_atomic((std::filesystem::path(opt.out_dir) / "program.s").string(), disassemble(job.prog));
   }
   for (const auto& b : job.inputs) {
     if (!s.resolved["inputs"].contains(b.name)) {

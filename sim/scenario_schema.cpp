@@ -106,7 +106,13 @@ NodePtr build() {
                                            "how weights reach the compute: streamed layer by layer, or resident"), "auto")),
       opt("tile_m", integer(1, 128, "NeuronCore: partitions of a matmul output tile (default: the array's 128 columns)")),
       opt("tile_n", integer(1, 512, "NeuronCore: free size of a matmul output tile (default: one PSUM bank, 512 fp32)")),
-      opt("buffers", integer(1, 16, "NeuronCore: buffers per streamed weight tile (default 3)")),
+      opt("buffers", integer(1, 64, "NeuronCore: buffers per streamed weight tile (default: enough to cover a transfer with matmuls)")),
+      opt("matmul_schedule", with_default(enumeration({"auto", "tiled", "hoisted", "blocked_mn", "blocked_mnk"},
+          "NeuronCore: matmul loop nest; tiled, hoisted, blocked_mn and blocked_mnk are the NKI matmul tutorial's four steps "
+          "(docs/neuroncore-compiler.md)"), "auto")),
+      opt("block_m", integer(1, 1024, "NeuronCore, blocked schedules: stationary (M) tiles per block (default 2, blocked_mnk 16)")),
+      opt("block_n", integer(1, 1024, "NeuronCore, blocked schedules: moving (N) tiles per block (default 2)")),
+      opt("block_k", integer(1, 1024, "NeuronCore, blocked_mnk: contraction (K) tiles per block (default 8)")),
   }, "compiler choices"), json::object());
 
   auto run = with_default(object({

@@ -164,7 +164,9 @@ TraceBuilder build_neuroncore_trace(const json& cfg, const Program& prog, const 
     if (lane_used[static_cast<size_t>(l)]) lanes.declare(static_cast<int>(l), std::string(lane_name(l)), lane_tid(l));
     if (l == Lane::tensor && loader_used) lanes.declare(kLoaderKey, "tensor loader", kLoaderTid);
   }
-  for (const auto& [q, used] : queues) lanes.declare(kDmaKeyBase + q, "dma q" + std::to_string(q), kDmaTidBase + q);
+  for (const auto& [q, used] : queues)
+    lanes.declare(kDmaKeyBase + q, spread_queue(static_cast<int16_t>(q)) ? "dma all engines, queue " + std::to_string(-q) : "dma q" + std::to_string(q),
+                  kDmaTidBase + q);
   for (const Lane l : {Lane::sync, Lane::control})
     if (lane_used[static_cast<size_t>(l)]) lanes.declare(static_cast<int>(l), std::string(lane_name(l)), lane_tid(l));
 
@@ -278,7 +280,9 @@ TraceBuilder build_neuroncore_trace(const json& cfg, const Program& prog, const 
     }
     for (const auto& [key, s] : spans) {
       std::vector<Arg> args{{"instructions", s.n}};
-      if (key >= kDmaKeyBase) {
+      if (key < kDmaKeyBase && key > kDmaKeyBase - 64) {
+        args = {{"transfers", s.n}, {"note", std::string("each split over all DMA engines")}};
+      } else if (key >= kDmaKeyBase) {
         const auto q = static_cast<size_t>(key - kDmaKeyBase);
         args = {{"transfers", st.dma_queue_transfers[q]}, {"bytes", st.dma_queue_bytes[q]}};
       } else {

@@ -67,7 +67,7 @@ const std::vector<OpSyntax>& syntax_table() {
        {}, "affine_select DST, SRC op=ALU base=X pstep=Y fstep=Z fill=W"},
       {Op::gather, {Pos::dst, Pos::src0, Pos::src1}, {}, {}, "gather DST, TABLE, INDICES"},
       {Op::partition_all_reduce, {Pos::dst, Pos::src0}, {{"op", Opt::alu, 0, true}}, {}, "partition_all_reduce DST, SRC op=ALU"},
-      {Op::dma, {Pos::dst, Pos::src0}, {{"queue", Opt::queue}, {"signal", Opt::signal}}, {}, "dma DST, SRC [queue=Q] [signal=sN]"},
+      {Op::dma, {Pos::dst, Pos::src0}, {{"queue", Opt::queue}, {"signal", Opt::signal}}, {}, "dma DST, SRC [queue=Q|all] [signal=sN]"},
       {Op::sem_wait, {Pos::sem}, {{"value", Opt::imm_int, 0, true}}, {}, "sem_wait sN value=V"},
       {Op::sem_signal, {Pos::sem}, {{"value", Opt::imm_int, 0, true}}, {}, "sem_signal sN value=V"},
       {Op::step_marker, {}, {{"step", Opt::imm_int, 0, true}}, {}, "step_marker step=K"},
@@ -634,8 +634,15 @@ class Assembler {
         return;
       case Opt::queue: {
         int64_t q = 0;
+        if (val.rfind("all", 0) == 0) {
+          int64_t n = 1;
+          if (val.size() > 3 && (!parse_int(val.substr(3), n) || n < 1 || n > 63))
+            return error("bad DMA queue in " + kv, "allN spreads over queue N (1-63) of every engine");
+          in.queue = static_cast<int16_t>(-n);
+          return;
+        }
         if (!parse_int(val, q) || q > std::numeric_limits<int16_t>::max())
-          return error("bad DMA queue in " + kv, "queues are numbers below dma.engines x dma.queues_per_engine");
+          return error("bad DMA queue in " + kv, "queues are numbers below dma.engines x dma.queues_per_engine, or all");
         in.queue = static_cast<int16_t>(q);
         return;
       }
@@ -696,7 +703,9 @@ std::string format_slot(const Instr& in, Lane lane, const std::map<int32_t, std:
         break;
       }
       case Opt::queue:
-        if (in.queue != 0) s += k + std::to_string(in.queue);
+        if (in.queue == kQueueAll) s += k + "all";
+        else if (spread_queue(in.queue)) s += k + "all" + std::to_string(-in.queue);
+        else if (in.queue != 0) s += k + std::to_string(in.queue);
         break;
       case Opt::signal:
         if (in.sem >= 0) s += k + "s" + std::to_string(in.sem);

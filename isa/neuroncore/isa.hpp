@@ -121,6 +121,13 @@ Lane op_lane(Op op);  // the lane an op must sit in (dma: dma0 or dma1)
 inline constexpr int kRegs = 16;
 inline constexpr int kSemaphores = 32;
 
+// A DMA with a negative queue -n is split by partition groups (8 or more partitions each) over
+// every DMA engine, one piece on queue n of each engine, as NKI does with each dma_copy ([DMA]:
+// "each DMA transfer is by default parallelized up to 16 DMA engines, depending on the shape").
+// It completes when its last piece does. Assembler: `queue=all` (n = 1) or `queue=allN`.
+inline constexpr int16_t kQueueAll = -1;
+inline constexpr bool spread_queue(int16_t q) { return q < 0; }
+
 struct Instr {
   Op op = Op::nop;
   AccessPattern dst, src0, src1, aux;  // unused ones have parts = 0
@@ -133,7 +140,7 @@ struct Instr {
   bool negate = false;      // tensor_reduce: negate the result
   int8_t reg = -1;          // control register
   int8_t sem = -1;          // sync semaphore; dma: semaphore to signal on completion
-  int16_t queue = 0;        // dma queue
+  int16_t queue = 0;        // dma queue, or kQueueAll
   int32_t target = -1;      // control: bundle index to jump to
   int32_t line = 0;         // assembly source line (for errors and traces)
   int16_t kernel = -1;      // compiled programs: index into Program::kernels (-1: none)

@@ -138,8 +138,9 @@ class Checker {
       if (in.sem < -1 || in.sem >= kSemaphores)
         err("signal semaphore s" + std::to_string(in.sem) + " outside s0-s" + std::to_string(kSemaphores - 1));
       const int64_t queues = c_.dma_engines * c_.dma_queues_per_engine;
-      if (in.queue < 0 || in.queue >= queues)
-        err("DMA queue " + std::to_string(in.queue) + " outside [0, " + std::to_string(queues) + ")",
+      if (spread_queue(in.queue) ? -in.queue >= c_.dma_queues_per_engine : in.queue >= queues)
+        err(spread_queue(in.queue) ? "DMA queue all" + std::to_string(-in.queue) + ": engines have queues 0-" + std::to_string(c_.dma_queues_per_engine - 1)
+                                   : "DMA queue " + std::to_string(in.queue) + " outside [0, " + std::to_string(queues) + ")",
             "queues number dma.engines x dma.queues_per_engine");
     }
     if (is_branch(in.op) && (in.target < 0 || static_cast<size_t>(in.target) >= p_.bundles.size()))

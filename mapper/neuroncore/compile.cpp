@@ -80,7 +80,7 @@ class Compiler {
       else if (is_row_kernel(n)) emit_rows(n);
       else emit_elementwise(n);
     }
-    em_.schedule();
+    em_.schedule(48, &cfg_);
     finish_outputs();
     estimate_kernels(c_, cfg_);
     return std::move(c_);
@@ -771,13 +771,14 @@ class Compiler {
     int64_t limit;
     std::string kernel;
     int64_t base = next;
+    std::string hint = "use a smaller tile (mapping.tile_n / tile_m) or fewer buffers (mapping.buffers)";
     int64_t take(int64_t bytes) {
       const int64_t off = next;
       next += (bytes + 63) / 64 * 64;
       if (next > limit)
         throw InputError("kernel '" + kernel + "'", "needs " + std::to_string(next - base) + " bytes of SBUF per partition; it has " +
                                                      std::to_string(limit - base),
-                         "use a smaller tile (mapping.tile_n / tile_m) or fewer buffers (mapping.buffers)");
+                         hint);
       return off;
     }
   };
@@ -860,7 +861,72 @@ class Compiler {
     ep.bias_on_partitions = out_t;
     ep.func = p.has_func ? p.func : Func::identity;
     // T output puts N on the partitions (stationary = weight), N output puts M there.
-    matmul_core(n.name, whole(out_t ? W : A), whole(out_t ? A : W), whole(O), ep);
+    if (opt_.matmul_schedule != MatmulSchedule::automatic) matmul_scheduled(n.name, whole(out_t ? W : A), whole(out_t ? A : W), whole(O), ep);
+    else matmul_core(n.name, whole(out_t ? W : A), whole(out_t ? A : W), whole(O), ep);
+  }
+
+  // The matmul output tile: partitions (stationary free size) x free size (one PSUM bank at most).
+  std::pair<int64_t, int64_t> tile_shape() const {
+    const int64_t part_max = cfg_.tensor_cols;
+    const int64_t free_max = std::min<int64_t>(cfg_.max_moving_free, cfg_.psum_bank_bytes() / 4);
+    const int64_t tp = opt_.tile_m > 0 ? opt_.tile_m : part_max;  // partitions of an output tile
+    const int64_t tf = opt_.tile_n > 0 ? opt_.tile_n : free_max;  // free size of an output tile
+    if (tp > part_max || tf > free_max || tp < 1 || tf < 1)
+      throw InputError("/mapping", "tile " + std::to_string(tp) + "x" + std::to_string(tf) + " does not fit the tensor engine",
+                       "tile_m <= " + std::to_string(part_max) + " (output partitions), tile_n <= " + std::to_string(free_max) +
+                           " (one PSUM bank of fp32)");
+    return {tp, tf};
+  }
+
+  // Enough stationary buffers that the DMAs in flight cover a tile's transfer time with the
+  // matmuls of the tiles before it (each buffer is one DMA in flight).
+  int64_t auto_buffers(int64_t K, int64_t tp, int64_t tf) const {
+    const int64_t es_c = static_cast<int64_t>(dtype_size(opt_.compute));
+    const int64_t tpk = std::min<int64_t>(cfg_.tensor_rows, K);
+    const double t_dma = dma_transfer_seconds(tpk * tp * es_c, tpk, cfg_);
+    Instr probe;
+    probe.op = Op::multiply_moving;
+    probe.dst.parts = static_cast<int32_t>(tp);
+    probe.src0.parts = static_cast<int32_t>(tpk);
+    probe.src0.ndims = 1;
+    probe.src0.dims[0] = {static_cast<int32_t>(tf), 1};
+    probe.src0.dtype = opt_.compute;
+    const double t_mm = static_cast<double>(instr_cycles(probe, cfg_)) / cfg_.tensor_hz;
+    // A buffer's refill waits for the matmul that read it, so it pays dma.trigger_latency too.
+    return std::clamp<int64_t>(static_cast<int64_t>(std::ceil((t_dma + cfg_.dma_trigger_latency) / t_mm)) + 2, 3, 64);
+  }
+
+  // dst = func(scale * (src + bias)) for an accumulated tile (PSUM, or an SBUF accumulator): one
+  // scalar-engine activation when the bias is per partition (or absent), else a vector add first.
+  // `bias`: [pn, 1] per partition or [pn, fn] along the free dim, absent when the epilogue has none.
+  void epilogue(const AccessPattern& dst, const AccessPattern& src, const Epilogue& ep, const AccessPattern& bias) {
+    if (ep.bias_on_partitions || !bias.present()) {
+      Instr act;
+      act.op = Op::activation;
+      act.dst = dst;
+      act.src0 = src;
+      act.func = ep.func;
+      act.imm[0] = ep.scale;
+      if (bias.present()) act.src1 = bias;
+      em_.emit(act, Lane::scalar);
+      return;
+    }
+    Instr add;
+    add.op = Op::tensor_tensor;
+    add.alu = Alu::add;
+    add.dst = dst;
+    add.src0 = src;
+    add.src1 = bias;
+    em_.emit(add, Lane::vector);
+    if (ep.func != Func::identity || ep.scale != 1.0) {
+      Instr act;
+      act.op = Op::activation;
+      act.dst = dst;
+      act.src0 = dst;
+      act.func = ep.func;
+      act.imm[0] = ep.scale;
+      em_.emit(act, Lane::scalar);
+    }
   }
 
   // out [P, F] = stat[K, P]^T @ mov[K, F], tiled: the moving operand's column block (all of K)
@@ -881,31 +947,8 @@ class Compiler {
     const int64_t slice = cfg_.sbuf_partition_bytes / regions / 64 * 64;
     Sbuf sb{region * slice, region * slice + slice, name};
     const int64_t KT = ceil_div(K, cfg_.tensor_rows);
-    const int64_t part_max = cfg_.tensor_cols;
-    const int64_t free_max = std::min<int64_t>(cfg_.max_moving_free, cfg_.psum_bank_bytes() / 4);
-    const int64_t tp = opt_.tile_m > 0 ? opt_.tile_m : part_max;  // partitions of an output tile
-    const int64_t tf = opt_.tile_n > 0 ? opt_.tile_n : free_max;  // free size of an output tile
-    if (tp > part_max || tf > free_max || tp < 1 || tf < 1)
-      throw InputError("/mapping", "tile " + std::to_string(tp) + "x" + std::to_string(tf) + " does not fit the tensor engine",
-                       "tile_m <= " + std::to_string(part_max) + " (output partitions), tile_n <= " + std::to_string(free_max) +
-                           " (one PSUM bank of fp32)");
-    // Enough stationary buffers that the DMAs in flight cover a tile's transfer time with the
-    // matmuls of the tiles before it (each buffer is one DMA in flight).
-    int64_t nbuf = opt_.buffers;
-    if (nbuf <= 0) {
-      const int64_t tpk = std::min<int64_t>(cfg_.tensor_rows, K);
-      const double t_dma = dma_transfer_seconds(tpk * std::min(tp, P_total) * es_c, tpk, cfg_);
-      Instr probe;
-      probe.op = Op::multiply_moving;
-      probe.dst.parts = static_cast<int32_t>(std::min(tp, P_total));
-      probe.src0.parts = static_cast<int32_t>(tpk);
-      probe.src0.ndims = 1;
-      probe.src0.dims[0] = {static_cast<int32_t>(std::min(tf, F_total)), 1};
-      probe.src0.dtype = opt_.compute;
-      const double t_mm = static_cast<double>(instr_cycles(probe, cfg_)) / cfg_.tensor_hz;
-      // A buffer's refill waits for the matmul that read it, so it pays dma.trigger_latency too.
-      nbuf = std::clamp<int64_t>(static_cast<int64_t>(std::ceil((t_dma + cfg_.dma_trigger_latency) / t_mm)) + 2, 3, 64);
-    }
+    const auto [tp, tf] = tile_shape();
+    const int64_t nbuf = opt_.buffers > 0 ? opt_.buffers : auto_buffers(K, std::min(tp, P_total), std::min(tf, F_total));
     c_.stream_buffers.back() = std::max(c_.stream_buffers.back(), nbuf);
     const int64_t stat_buf = sb.take(nbuf * tp * es_c);
     const int64_t mov_blk = sb.take(KT * tf * es_c);
@@ -970,37 +1013,283 @@ class Compiler {
         // Evacuate PSUM -> SBUF (scale, bias, activation), then SBUF -> HBM.
         const int64_t ob = out_buf + (tile_count % 2) * tf * 4;
         const AccessPattern out_sb = on_chip(Space::sbuf, out.dtype, 0, pn, ob, {{fn, 1}});
-        if (ep.bias_on_partitions || ep.bias.empty()) {
-          Instr act;
-          act.op = Op::activation;
-          act.dst = out_sb;
-          act.src0 = ps;
-          act.func = ep.func;
-          act.imm[0] = ep.scale;
-          if (bias_off >= 0) act.src1 = on_chip(Space::sbuf, DType::f32, 0, pn, bias_off + (p0 / tp) * 4, {{1, 1}});
-          em_.emit(act, Lane::scalar);
-        } else {
-          Instr add;
-          add.op = Op::tensor_tensor;
-          add.alu = Alu::add;
-          add.dst = out_sb;
-          add.src0 = ps;
-          add.src1 = on_chip(Space::sbuf, DType::f32, 0, pn, bias_off, {{fn, 1}});
-          em_.emit(add, Lane::vector);
-          if (ep.func != Func::identity || ep.scale != 1.0) {
-            Instr act;
-            act.op = Op::activation;
-            act.dst = out_sb;
-            act.src0 = out_sb;
-            act.func = ep.func;
-            act.imm[0] = ep.scale;
-            em_.emit(act, Lane::scalar);
-          }
-        }
+        AccessPattern bias;
+        if (bias_off >= 0)
+          bias = ep.bias_on_partitions ? on_chip(Space::sbuf, DType::f32, 0, pn, bias_off + (p0 / tp) * 4, {{1, 1}})
+                                       : on_chip(Space::sbuf, DType::f32, 0, pn, bias_off, {{fn, 1}});
+        epilogue(out_sb, ps, ep, bias);
         em_.dma(in_hbm(out.dtype, pn, out.stride, out.at(p0, f0), {{fn, 1}}), out_sb, Emitter::DmaClass::bulk);
         ++tile_count;
       }
     }
+  }
+
+  // out [P, F] = stat[K, P]^T @ mov[K, F] with one of the NKI matmul tutorial's loop nests (stat is
+  // the tutorial's lhsT, mov its rhs, P its M, F its N). Loads go to the stream queues in program
+  // order, stores to the bulk queues; each buffer is reused only after the instructions reading it
+  // (the scheduler orders them by their SBUF footprints), so loads of the next tiles overlap the
+  // matmuls of these wherever the loop nest leaves room:
+  //  tiled        for m, n: for k: load stat tile and mov tile, matmul; evacuate, store
+  //  hoisted      for m: load stat tiles for all k; for n: load mov tiles for all k; matmuls...
+  //  blocked_mn   for each block of block_m stat tile columns: load them for all k; for each
+  //               block of block_n mov tile columns: load them for all k; block_m x block_n tiles
+  //  blocked_mnk  for each block of block_n x 512 columns: zero fp32 accumulators in SBUF for all
+  //               of P; for each block of block_k k tiles: load the mov block as block_k DMAs of
+  //               [128, block_n x 512]; for each block of block_m stat tiles: load it as block_k DMAs
+  //               of [128, block_m x 128], matmul every tile pair into PSUM and add the PSUM tile to
+  //               its accumulator (vector engine); finally evacuate the accumulators a row of tiles
+  //               at a time and store each row with one DMA.
+  void matmul_scheduled(const std::string& name, const Block& stat, const Block& mov, const Block& out, const Epilogue& ep) {
+    const int64_t K = stat.rows, P = stat.cols, F = mov.cols;
+    if (mov.rows != K || out.rows != P || out.cols != F) throw std::logic_error("matmul_scheduled: block shapes disagree");
+    const MatmulSchedule sch = opt_.matmul_schedule;
+    const DType ct = opt_.compute;
+    const int64_t es = static_cast<int64_t>(dtype_size(ct));
+    const int64_t TK = cfg_.tensor_rows;
+    const auto [TM, TN] = tile_shape();
+    const int64_t KT = ceil_div(K, TK), MT = ceil_div(P, TM), NT = ceil_div(F, TN);
+    const int64_t bm = opt_.block_m > 0 ? opt_.block_m : (sch == MatmulSchedule::blocked_mnk ? 16 : 2);
+    const int64_t bn = opt_.block_n > 0 ? opt_.block_n : 2;
+    const int64_t bk = opt_.block_k > 0 ? opt_.block_k : 8;
+    Sbuf sb{0, cfg_.sbuf_partition_bytes, name};
+    sb.hint = "use smaller blocks (mapping.block_m / block_n / block_k) or tiles (mapping.tile_m / tile_n)";
+    int64_t bias_off = -1;
+    if (!ep.bias.empty()) {
+      const Stored B = stored_bias(ep.bias, ep.bias_on_partitions, ep.bias_on_partitions ? P : F);
+      // The whole bias once: a column per stationary tile, or the row broadcast to every partition.
+      const int32_t pn = static_cast<int32_t>(std::min(TM, P));
+      if (ep.bias_on_partitions) {
+        bias_off = sb.take(MT * 4);
+        for (int64_t j = 0; j < MT; ++j) {
+          const int32_t pj = static_cast<int32_t>(std::min(TM, P - j * TM));
+          em_.dma(on_chip(Space::sbuf, DType::f32, 0, pj, bias_off + j * 4, {{1, 1}}),
+                  in_hbm(DType::f32, pj, 1, B.offset + j * TM * 4, {{1, 1}}));
+        }
+      } else {
+        bias_off = sb.take(F * 4);
+        em_.dma(on_chip(Space::sbuf, DType::f32, 0, pn, bias_off, {{static_cast<int32_t>(F), 1}}),
+                in_hbm(DType::f32, pn, 0, B.offset, {{static_cast<int32_t>(F), 1}}));
+      }
+    }
+    auto bias_ap = [&](int64_t m, int32_t pn, int64_t f0, int32_t fn) {
+      if (bias_off < 0) return AccessPattern{};
+      if (ep.bias_on_partitions) return on_chip(Space::sbuf, DType::f32, 0, pn, bias_off + m * 4, {{1, 1}});
+      return on_chip(Space::sbuf, DType::f32, 0, pn, bias_off + f0 * 4, {{fn, 1}});
+    };
+    auto rows_of = [&](int64_t k) { return static_cast<int32_t>(std::min(TK, K - k * TK)); };
+    auto cols = [](int64_t t, int64_t T, int64_t total) { return static_cast<int32_t>(std::min(T, total - t * T)); };
+    // rows k*TK.. of src, columns c0..c0+cn, into SBUF at `off`.
+    auto load = [&](int64_t off, const Block& src, int64_t k, int64_t c0, int32_t cn) {
+      const int32_t kn = rows_of(k);
+      em_.dma(on_chip(Space::sbuf, ct, 0, kn, off, {{cn, 1}}), in_hbm(src.dtype, kn, src.stride, src.at(k * TK, c0), {{cn, 1}}),
+              Emitter::DmaClass::spread);
+    };
+    int64_t psum_next = 0;
+    auto psum_tile = [&](int32_t pn, int32_t fn) {
+      const int64_t bank = psum_next++ % std::min<int64_t>(cfg_.psum_banks, 8);
+      return on_chip(Space::psum, DType::f32, 0, pn, bank * cfg_.psum_bank_bytes(), {{fn, 1}});
+    };
+    auto matmul = [&](const AccessPattern& ps, int64_t stat_off, int64_t mov_off, int64_t k, int32_t pn, int32_t fn, bool start, bool stop) {
+      const int32_t kn = rows_of(k);
+      Instr ls;
+      ls.op = Op::load_stationary;
+      ls.src0 = on_chip(Space::sbuf, ct, 0, kn, stat_off, {{pn, 1}});
+      em_.emit(ls, Lane::tensor);
+      Instr mm;
+      mm.op = Op::multiply_moving;
+      mm.dst = ps;
+      mm.src0 = on_chip(Space::sbuf, ct, 0, kn, mov_off, {{fn, 1}});
+      mm.start = start;
+      mm.stop = stop;
+      em_.emit(mm, Lane::tensor);
+    };
+    // A tile's epilogue (or accumulate) is emitted after the next tile's matmuls, so that it sits
+    // in the bundles of those, when its PSUM tile is complete, instead of holding them up.
+    std::function<void()> deferred;
+    auto defer = [&](std::function<void()> f) {
+      if (deferred) deferred();
+      deferred = std::move(f);
+    };
+    int64_t out_count = 0;
+    int64_t out_buf = -1;
+    auto finish = [&](const AccessPattern& acc, int64_t m, int64_t f0, int32_t pn, int32_t fn) {
+      const AccessPattern o = on_chip(Space::sbuf, out.dtype, 0, pn, out_buf + (out_count++ % 2) * TN * 4, {{fn, 1}});
+      epilogue(o, acc, ep, bias_ap(m, pn, f0, fn));
+      em_.dma(in_hbm(out.dtype, pn, out.stride, out.at(m * TM, f0), {{fn, 1}}), o, Emitter::DmaClass::spread_store);
+    };
+    // Sets of buffers for a group of tiles: two when they fit beside everything else, so the next
+    // group's loads can start while this one computes.
+    auto sets_of = [&](int64_t bytes, int64_t reserve) { return sb.next + 2 * bytes + reserve <= sb.limit ? 2 : 1; };
+    // Blocked schedules run as steps. An operand with two buffer sets has step i+1's loads emitted
+    // before step i's matmuls (they write the other set, last read by step i-1), so the scheduler
+    // can start them while step i computes; with one set they must follow step i's reads.
+    struct Step {
+      std::function<void()> load_stat, load_mov, compute;
+    };
+    auto run_steps = [&](const std::vector<Step>& steps, int64_t s_sets, int64_t m_sets) {
+      auto loads = [&](size_t i, bool early) {
+        if (i >= steps.size()) return;
+        if (steps[i].load_stat && (s_sets == 2) == early) steps[i].load_stat();
+        if (steps[i].load_mov && (m_sets == 2) == early) steps[i].load_mov();
+      };
+      for (size_t i = 0; i < steps.size(); ++i) {
+        if (i == 0) {
+          loads(0, true);
+          loads(0, false);
+        }
+        loads(i + 1, true);
+        steps[i].compute();
+        loads(i + 1, false);
+      }
+    };
+
+    if (sch == MatmulSchedule::tiled) {
+      const int64_t nbuf = opt_.buffers > 0 ? opt_.buffers : auto_buffers(K, std::min(TM, P), std::min(TN, F));
+      c_.stream_buffers.back() = 2 * nbuf;
+      const int64_t sbuf_ = sb.take(nbuf * TM * es), mbuf = sb.take(nbuf * TN * es);
+      out_buf = sb.take(2 * TN * 4);
+      int64_t slot = 0;
+      for (int64_t m = 0; m < MT; ++m)
+        for (int64_t n = 0; n < NT; ++n) {
+          const int32_t pn = cols(m, TM, P), fn = cols(n, TN, F);
+          const AccessPattern ps = psum_tile(pn, fn);
+          for (int64_t k = 0; k < KT; ++k, ++slot) {
+            const int64_t so = sbuf_ + (slot % nbuf) * TM * es, mo = mbuf + (slot % nbuf) * TN * es;
+            load(so, stat, k, m * TM, pn);
+            load(mo, mov, k, n * TN, fn);
+            matmul(ps, so, mo, k, pn, fn, k == 0, k == KT - 1);
+          }
+          defer([=, &finish] { finish(ps, m, n * TN, pn, fn); });
+        }
+    } else if (sch == MatmulSchedule::hoisted || sch == MatmulSchedule::blocked_mn) {
+      // hoisted is blocked_mn with 1x1 blocks. A step is one (stat block, mov block) pair.
+      const int64_t BMt = sch == MatmulSchedule::hoisted ? 1 : bm, BNt = sch == MatmulSchedule::hoisted ? 1 : bn;
+      const int64_t stat_bytes = BMt * KT * TM * es, mov_bytes = BNt * KT * TN * es;
+      out_buf = sb.take(2 * TN * 4);
+      const int64_t s_sets = sets_of(stat_bytes, mov_bytes);
+      const int64_t stat_blk = sb.take(s_sets * stat_bytes);
+      const int64_t m_sets = sets_of(mov_bytes, 0);
+      const int64_t mov_blk = sb.take(m_sets * mov_bytes);
+      c_.stream_buffers.back() = s_sets * BMt * KT + m_sets * BNt * KT;
+      const int64_t MB = ceil_div(MT, BMt), NB = ceil_div(NT, BNt);
+      std::vector<Step> steps;
+      for (int64_t mb = 0; mb < MB; ++mb)
+        for (int64_t nb = 0; nb < NB; ++nb) {
+          const int64_t so = stat_blk + (mb % s_sets) * stat_bytes;
+          const int64_t mo = mov_blk + (static_cast<int64_t>(steps.size()) % m_sets) * mov_bytes;
+          const int64_t m_lo = mb * BMt, m_hi = std::min(MT, (mb + 1) * BMt), n_lo = nb * BNt, n_hi = std::min(NT, (nb + 1) * BNt);
+          Step st;
+          if (nb == 0)
+            st.load_stat = [=, &load, &cols] {
+              for (int64_t m = m_lo; m < m_hi; ++m)
+                for (int64_t k = 0; k < KT; ++k) load(so + ((m - m_lo) * KT + k) * TM * es, stat, k, m * TM, cols(m, TM, P));
+            };
+          st.load_mov = [=, &load, &cols] {
+            for (int64_t n = n_lo; n < n_hi; ++n)
+              for (int64_t k = 0; k < KT; ++k) load(mo + ((n - n_lo) * KT + k) * TN * es, mov, k, n * TN, cols(n, TN, F));
+          };
+          st.compute = [=, &psum_tile, &matmul, &defer, &finish, &cols] {
+            for (int64_t m = m_lo; m < m_hi; ++m)
+              for (int64_t n = n_lo; n < n_hi; ++n) {
+                const int32_t pn = cols(m, TM, P), fn = cols(n, TN, F);
+                const AccessPattern ps = psum_tile(pn, fn);
+                for (int64_t k = 0; k < KT; ++k)
+                  matmul(ps, so + ((m - m_lo) * KT + k) * TM * es, mo + ((n - n_lo) * KT + k) * TN * es, k, pn, fn, k == 0, k == KT - 1);
+                defer([=, &finish] { finish(ps, m, n * TN, pn, fn); });
+              }
+          };
+          steps.push_back(std::move(st));
+        }
+      run_steps(steps, s_sets, m_sets);
+    } else {  // blocked_mnk
+      const int64_t BM = bm * TM, BN = bn * TN;
+      // Accumulators: every stationary tile row x the block's column tiles, in the compute dtype as
+      // the tutorial has them (dtype=lhsT.dtype): PSUM sums each K block in fp32, the running sum
+      // over K blocks rounds to the compute dtype once per block. Half the SBUF of fp32 leaves room
+      // to double-buffer the operand blocks.
+      const DType adt = ct;
+      const int64_t aes = static_cast<int64_t>(dtype_size(adt)), oes = static_cast<int64_t>(dtype_size(out.dtype));
+      const int64_t acc = sb.take(MT * BN * aes);
+      out_buf = sb.take(2 * BN * oes);
+      const int64_t m_bytes = bk * BN * es, s_bytes = bk * BM * es;
+      const int64_t m_sets = sets_of(m_bytes, s_bytes);
+      const int64_t mov_blk = sb.take(m_sets * m_bytes);
+      const int64_t s_sets = sets_of(s_bytes, 0);
+      const int64_t stat_blk0 = sb.take(s_sets * s_bytes);
+      c_.stream_buffers.back() = (m_sets + s_sets) * bk;
+      const int64_t KB = ceil_div(KT, bk), NB = ceil_div(F, BN), MB = ceil_div(P, BM);
+      // A step is one (N block, K block, M block): its stat block (and, first in a K block, the mov
+      // block) loaded, its tile pairs multiplied and accumulated.
+      std::vector<Step> steps;
+      for (int64_t nb = 0; nb < NB; ++nb) {
+        const int64_t f0 = nb * BN;
+        const int32_t fnb = static_cast<int32_t>(std::min(BN, F - f0));
+        for (int64_t kb = 0; kb < KB; ++kb) {
+          const int64_t k_lo = kb * bk, k_hi = std::min(KT, (kb + 1) * bk);
+          const int64_t mo = mov_blk + ((nb * KB + kb) % m_sets) * m_bytes;
+          for (int64_t mb = 0; mb < MB; ++mb) {
+            const int64_t so = stat_blk0 + (static_cast<int64_t>(steps.size()) % s_sets) * s_bytes;
+            const int64_t p0 = mb * BM;
+            const int32_t pnb = static_cast<int32_t>(std::min(BM, P - p0));
+            Step st;
+            if (mb == 0)
+              st.load_mov = [=, &load] {
+                for (int64_t k = k_lo; k < k_hi; ++k) load(mo + (k - k_lo) * BN * es, mov, k, f0, fnb);
+              };
+            st.load_stat = [=, &load] {
+              for (int64_t k = k_lo; k < k_hi; ++k) load(so + (k - k_lo) * BM * es, stat, k, p0, pnb);
+            };
+            const bool first = kb == 0 && mb == 0, last = kb == KB - 1 && mb == MB - 1;
+            st.compute = [=, &psum_tile, &matmul, &defer, &cols, &out_count, this] {
+              if (first)  // zero this N block's accumulators
+                for (int64_t m = 0; m < MT; ++m) {
+                  Instr z;
+                  z.op = Op::memset;
+                  z.dst = on_chip(Space::sbuf, adt, 0, cols(m, TM, P), acc + m * BN * aes, {{fnb, 1}});
+                  z.imm[0] = 0.0;
+                  em_.emit(z, Lane::vector);
+                }
+              for (int64_t j = 0; j * TN < fnb; ++j)
+                for (int64_t i = 0; i * TM < pnb; ++i) {
+                  const int32_t pn = static_cast<int32_t>(std::min(TM, pnb - i * TM)), fn = static_cast<int32_t>(std::min(TN, fnb - j * TN));
+                  const AccessPattern ps = psum_tile(pn, fn);
+                  for (int64_t k = k_lo; k < k_hi; ++k)
+                    matmul(ps, so + ((k - k_lo) * BM + i * TM) * es, mo + ((k - k_lo) * BN + j * TN) * es, k, pn, fn, k == k_lo, k == k_hi - 1);
+                  const AccessPattern a = on_chip(Space::sbuf, adt, 0, pn, acc + ((mb * bm + i) * BN + j * TN) * aes, {{fn, 1}});
+                  defer([=, this] {
+                    Instr add;
+                    add.op = Op::tensor_tensor;
+                    add.alu = Alu::add;
+                    add.dst = a;
+                    add.src0 = a;
+                    add.src1 = ps;
+                    em_.emit(add, Lane::vector);
+                  });
+                }
+              if (!last) return;
+              defer({});
+              // A row of accumulators packed into one buffer, stored with one DMA.
+              for (int64_t m = 0; m < MT; ++m) {
+                const int32_t pn = cols(m, TM, P);
+                const int64_t packed = out_buf + (out_count++ % 2) * BN * oes;
+                for (int64_t j = 0; j * TN < fnb; ++j) {
+                  const int32_t fn = static_cast<int32_t>(std::min(TN, fnb - j * TN));
+                  epilogue(on_chip(Space::sbuf, out.dtype, 0, pn, packed + j * TN * oes, {{fn, 1}}),
+                           on_chip(Space::sbuf, adt, 0, pn, acc + (m * BN + j * TN) * aes, {{fn, 1}}), ep, bias_ap(m, pn, f0 + j * TN, fn));
+                }
+                em_.dma(in_hbm(out.dtype, pn, out.stride, out.at(m * TM, f0), {{fnb, 1}}),
+                        on_chip(Space::sbuf, out.dtype, 0, pn, packed, {{fnb, 1}}), Emitter::DmaClass::spread_store);
+              }
+            };
+            steps.push_back(std::move(st));
+          }
+        }
+      }
+      run_steps(steps, s_sets, m_sets);
+    }
+    defer({});
+    c_.sbuf_high_water = std::max(c_.sbuf_high_water, sb.next);
+    c_.psum_high_water = std::max(c_.psum_high_water, cfg_.psum_bank_bytes() * std::min<int64_t>(cfg_.psum_banks, 8));
   }
 
   // The bias as fp32 [N] in HBM (per output column).

@@ -25,11 +25,20 @@ namespace tessera::neuroncore {
 inline constexpr int kStreamQueues = 12;
 inline constexpr int kBulkQueues = 4;
 
+// Loop nests for a matmul, after the NKI matmul tutorial's optimisation steps (nki_matmul_tiled_,
+// _hoist_load_, _block_free_dimension_, _fully_optimized_). `automatic` is the compiler's own
+// choice: the moving operand's column block resident, stationary tiles streamed.
+enum class MatmulSchedule { automatic, tiled, hoisted, blocked_mn, blocked_mnk };
+
 struct MappingOptions {
   DType compute = DType::bf16;   // matmul operand and activation dtype (accumulation is fp32)
   int64_t tile_m = 0;            // rows of a matmul output tile on the partitions (0: automatic)
   int64_t tile_n = 0;            // free size of a matmul output tile (0: automatic, <= 512)
   int64_t buffers = 0;           // buffers per streamed operand (0: automatic)
+  MatmulSchedule matmul_schedule = MatmulSchedule::automatic;
+  // Tiles per block (the tutorial's TILES_IN_BLOCK_M/N/K) for the blocked schedules; 0: the
+  // tutorial's values (blocked_mn 2x2, blocked_mnk 16x2x8).
+  int64_t block_m = 0, block_n = 0, block_k = 0;
 };
 
 // How a graph input or output sits in HBM.

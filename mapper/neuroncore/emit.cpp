@@ -13,6 +13,15 @@ void fill_dims(AccessPattern& ap, std::vector<Dim> dims) {
   for (size_t i = 0; i < dims.size(); ++i) ap.dims[i] = dims[i];
 }
 
+// Whether b reads what a writes.
+bool reads_result(const Instr& a, const Instr& b) {
+  if (!a.dst.present()) return false;
+  const Footprint w = footprint(a.dst);
+  for (const AccessPattern* ap : {&b.src0, &b.src1, &b.aux})
+    if (ap->present() && footprint(*ap).overlaps(w)) return true;
+  return false;
+}
+
 // Whether b must stay after a: any overlap where one of them writes.
 bool depends(const Instr& a, const Instr& b) {
   auto spans = [](const Instr& in, std::vector<std::pair<Footprint, bool>>& out) {
@@ -78,6 +87,11 @@ void Emitter::dma(const AccessPattern& dst, const AccessPattern& src, DmaClass c
     emit(in, Lane::dma0);
     return;
   }
+  if (cls == DmaClass::spread || cls == DmaClass::spread_store) {
+    in.queue = cls == DmaClass::spread ? kQueueAll : static_cast<int16_t>(kQueueAll - 1);
+    emit(in, Lane::dma0);
+    return;
+  }
   // Bulk: split the rows into one group per bulk queue (when there are enough rows).
   const int32_t rows = src.parts;
   const int32_t groups = std::max(1, std::min(bulk_queues_, rows / 8));
@@ -96,10 +110,15 @@ void Emitter::dma(const AccessPattern& dst, const AccessPattern& src, DmaClass c
   }
 }
 
-void Emitter::schedule(int32_t window) {
+void Emitter::schedule(int32_t window, const CoreConfig* cfg) {
   // bundle_of[i]: where stream item i went.
   std::vector<int32_t> bundle_of(stream_.size());
   std::vector<std::array<int32_t, kLanes>> bundles;  // stream item per lane slot, -1 free
+  // Seconds each bundle's compute instructions keep their engines busy (the pace of the stream).
+  std::vector<double> pace;
+  auto seconds = [&](const Item& it) {
+    return cfg ? static_cast<double>(instr_cycles(it.in, *cfg)) / lane_clock_hz(it.lane, *cfg) : 0.0;
+  };
   // The last bundle holding an instruction of each in-order unit: a unit runs its instructions in
   // program order, so a later one may not be placed before it.
   std::array<int32_t, kLanes> last_on_lane;
@@ -111,29 +130,43 @@ void Emitter::schedule(int32_t window) {
     const Item& it = stream_[i];
     const bool dma = is_dma(it.lane);
     int32_t lo = -1;
+    // A DMA may share the bundle of the previous one on its queue, in the dma1 slot after it (the
+    // lanes issue in order), so that loads can run ahead of the compute that two per bundle
+    // would otherwise only keep pace with.
+    int32_t same_q = -1;
     if (dma) {
       auto q = last_on_queue.find(it.in.queue);
-      lo = q == last_on_queue.end() ? -1 : q->second;
+      same_q = q == last_on_queue.end() ? -1 : q->second;
+      lo = std::max(-1, same_q - 1);
     } else {
       lo = last_on_lane[static_cast<size_t>(it.lane)];
     }
     lo = std::max(lo, static_cast<int32_t>(bundles.size()) - window - 1);
     // Latest dependency among the stream items placed in bundles after `lo`.
+    double lag = 0;  // how long after bundle `lo` issues its results are ready (compute producers)
     for (int32_t b = static_cast<int32_t>(bundles.size()) - 1; b > lo; --b) {
       bool dep = false;
       for (int32_t s : bundles[static_cast<size_t>(b)])
-        if (s >= 0 && depends(stream_[static_cast<size_t>(s)].in, it.in)) dep = true;
+        if (s >= 0 && depends(stream_[static_cast<size_t>(s)].in, it.in)) {
+          dep = true;
+          const Item& pr = stream_[static_cast<size_t>(s)];
+          // Ready after the producer's run and the hand-off gap of the consumer (isa.dependent_gap).
+          if (cfg && !dma && !is_dma(pr.lane) && pr.lane != it.lane && reads_result(pr.in, it.in))
+            lag = std::max(lag, seconds(pr) + static_cast<double>(cfg->dependent_gap) / lane_clock_hz(it.lane, *cfg));
+        }
       if (dep) {
         lo = b;
         break;
       }
     }
+    // Skip the bundles the producer's latency covers (never past the end: a new bundle then).
+    for (double covered = 0; covered < lag && lo + 1 < static_cast<int32_t>(bundles.size());) covered += pace[static_cast<size_t>(++lo)];
     int32_t placed = -1;
     for (int32_t b = lo + 1; b < static_cast<int32_t>(bundles.size()) && placed < 0; ++b) {
       auto& slots = bundles[static_cast<size_t>(b)];
       if (dma) {
         for (Lane l : {Lane::dma0, Lane::dma1})
-          if (slots[static_cast<size_t>(l)] < 0) {
+          if (slots[static_cast<size_t>(l)] < 0 && (b != same_q || l == Lane::dma1)) {
             slots[static_cast<size_t>(l)] = static_cast<int32_t>(i);
             placed = b;
             break;
@@ -145,11 +178,13 @@ void Emitter::schedule(int32_t window) {
     }
     if (placed < 0) {
       bundles.emplace_back();
+      pace.push_back(0);
       bundles.back().fill(-1);
       bundles.back()[static_cast<size_t>(dma ? Lane::dma0 : it.lane)] = static_cast<int32_t>(i);
       placed = static_cast<int32_t>(bundles.size()) - 1;
     }
     bundle_of[i] = placed;
+    if (!dma) pace[static_cast<size_t>(placed)] = std::max(pace[static_cast<size_t>(placed)], seconds(it));
     if (dma) last_on_queue[it.in.queue] = std::max(last_on_queue[it.in.queue], placed);
     else last_on_lane[static_cast<size_t>(it.lane)] = std::max(last_on_lane[static_cast<size_t>(it.lane)], placed);
   }

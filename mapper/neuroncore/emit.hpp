@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "isa/neuroncore/cost_table.hpp"
 #include "isa/neuroncore/isa.hpp"
 
 namespace tessera::neuroncore {
@@ -25,7 +26,10 @@ class Emitter {
   // transfers (operand blocks, result stores) over separate bulk queues, split by partition groups
   // over several of them, so a long store never sits in front of a tile the tensor engine waits
   // for (queues are in order, one engine each).
-  enum class DmaClass { stream, bulk };
+  // Spread: one instruction the core splits by partition groups over all the DMA engines, as NKI
+  // does with every dma_copy (isa.hpp): loads on each engine's queue 1, stores (spread_store) on
+  // its queue 2, so that a store waiting for its tile never holds up the loads behind it.
+  enum class DmaClass { stream, bulk, spread, spread_store };
   void dma(const AccessPattern& dst, const AccessPattern& src, DmaClass cls = DmaClass::stream);
   void set_dma_queues(int32_t stream_queues, int32_t bulk_queues) {
     stream_queues_ = stream_queues;
@@ -34,7 +38,12 @@ class Emitter {
   // Packs everything emitted into bundles: each instruction goes into the earliest bundle after the
   // last one holding an instruction it depends on (overlapping memory, or the same unit for
   // in-order units), within a look-back window, in a free slot of its lane. Appends a halt.
-  void schedule(int32_t window = 48);
+  // With `cfg`, the scheduler also knows how long instructions take: a bundle issues only when all
+  // its instructions' operands are ready, so an instruction that reads the result of a long one on
+  // another engine (a vector add of a PSUM tile the tensor engine is still accumulating) goes into
+  // the first bundle that the bundles after the producer take long enough to reach, instead of
+  // holding up the instructions issued beside it.
+  void schedule(int32_t window = 48, const CoreConfig* cfg = nullptr);
   size_t size() const { return stream_.size(); }
 
  private:

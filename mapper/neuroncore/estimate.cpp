@@ -42,10 +42,24 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
     if (in.op == Op::dma) {
       int64_t bytes = 0, chunks = 0;
       dma_shape(in, bytes, chunks);
-      const double t = dma_transfer_seconds(bytes, chunks, cfg);
-      a.engine_s[in.queue % cfg.dma_engines] += t;
+      double t = 0;
+      if (spread_queue(in.queue)) {
+        // One piece per partition group on each engine (as the core splits it); its latency is a
+        // piece's. Spread transfers are the kernel's streamed loads (or its stores).
+        const int64_t rows = std::max<int32_t>(1, in.src0.parts);
+        const int64_t groups = std::max<int64_t>(1, std::min<int64_t>(cfg.dma_engines, rows / 8));
+        for (int64_t g = 0; g < groups; ++g) {
+          const int64_t r = rows * (g + 1) / groups - rows * g / groups;
+          const double tp = dma_transfer_seconds(bytes * r / rows, std::max<int64_t>(1, chunks * r / rows), cfg);
+          a.engine_s[g] += tp;
+          t = std::max(t, tp);
+        }
+      } else {
+        t = dma_transfer_seconds(bytes, chunks, cfg);
+        a.engine_s[in.queue % cfg.dma_engines] += t;
+      }
       ++a.dma_count;
-      if (in.queue < kStreamQueues) {
+      if (in.queue < kStreamQueues && (!spread_queue(in.queue) || in.src0.space == Space::hbm)) {
         ++a.stream_count;
         a.stream_s += t;
       }

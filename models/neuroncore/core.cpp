@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "isa/error.hpp"
@@ -273,22 +274,43 @@ void NeuronCore::run_program() {
         bool x = false;
         Femtos ts = std::max(issued, ready_time(in, lane, x));
         if (ts > issued) ts += to_fs(cfg_.dma_trigger_latency);
-        const auto q = static_cast<size_t>(in.queue);
-        const auto e = q % engine_free_.size();
-        ts = std::max({ts, queue_free_[q], engine_free_[e]});
         int64_t bytes = 0, chunks = 0;
         dma_shape(in, bytes, chunks);
-        Femtos te = ts + to_fs(dma_transfer_seconds(bytes, chunks, cfg_));
-        if (in.src0.space == Space::hbm || in.dst.space == Space::hbm) {
-          // HBM bandwidth is shared by all engines: the transfer needs bytes/hbm.bandwidth of it
-          // somewhere in its lifetime, in the first free gap from its start.
-          const Femtos hbm_end = reserve_hbm(ts, to_fs(static_cast<double>(bytes) / cfg_.hbm_bandwidth));
-          te = std::max(te, hbm_end) + to_fs(cfg_.hbm_latency);
-          (in.src0.space == Space::hbm ? stats_.hbm_read_bytes : stats_.hbm_write_bytes) += bytes;
+        const bool hbm = in.src0.space == Space::hbm || in.dst.space == Space::hbm;
+        if (hbm) (in.src0.space == Space::hbm ? stats_.hbm_read_bytes : stats_.hbm_write_bytes) += bytes;
+        // One piece: `rows` of the transfer's partitions on queue q (its engine q % engines).
+        const Femtos ready = ts;
+        Femtos te = ready, first_start = std::numeric_limits<Femtos>::max();
+        auto piece = [&](size_t q, int64_t rows, int64_t all_rows) {
+          const auto e = q % engine_free_.size();
+          const int64_t pb = bytes * rows / all_rows, pch = std::max<int64_t>(1, chunks * rows / all_rows);
+          const Femtos s0 = std::max({ready, queue_free_[q], engine_free_[e]});
+          first_start = std::min(first_start, s0);
+          Femtos end = s0 + to_fs(dma_transfer_seconds(pb, pch, cfg_));
+          if (hbm) {
+            // HBM bandwidth is shared by all engines: the transfer needs bytes/hbm.bandwidth of it
+            // somewhere in its lifetime, in the first free gap from its start.
+            const Femtos hbm_end = reserve_hbm(s0, to_fs(static_cast<double>(pb) / cfg_.hbm_bandwidth));
+            end = std::max(end, hbm_end) + to_fs(cfg_.hbm_latency);
+          }
+          queue_free_[q] = engine_free_[e] = end;
+          stats_.dma_queue_bytes[q] += pb;
+          ++stats_.dma_queue_transfers[q];
+          te = std::max(te, end);
+        };
+        if (spread_queue(in.queue)) {
+          // Split by partition groups of 8 or more over the engines (queue -in.queue of each).
+          const int64_t rows = std::max<int32_t>(1, in.src0.parts), engines = static_cast<int64_t>(engine_free_.size());
+          const int64_t groups = std::max<int64_t>(1, std::min(engines, rows / 8));
+          const size_t base = engine_free_.size() * static_cast<size_t>(-in.queue);
+          for (int64_t g = 0; g < groups; ++g) {
+            const int64_t r0 = rows * g / groups, r1 = rows * (g + 1) / groups;
+            piece(base + static_cast<size_t>(g), r1 - r0, rows);
+          }
+        } else {
+          piece(static_cast<size_t>(in.queue), 1, 1);
         }
-        queue_free_[q] = engine_free_[e] = te;
-        stats_.dma_queue_bytes[q] += bytes;
-        ++stats_.dma_queue_transfers[q];
+        ts = first_start;
         if (in.sem >= 0) sem_signals_[static_cast<size_t>(in.sem)].push_back({te, 1});
         add_pending(in, lane, te);
         unit_free_[static_cast<size_t>(l)] = issued;

@@ -730,6 +730,22 @@ TEST_CASE("nc-asm: rule DMA endpoints counts and queues", "[nc-asm]") {
   c.dma_engines = 2;
   c.dma_queues_per_engine = 4;
   expect_violations(violations("dma0: dma " + sb + ", hbm.fp32[128x4]@0x0{4} queue=8\n", c), "bundle 0 lane dma0", {"DMA queue 8 outside [0, 8)"});
+  // Spread over every engine: queue=all is each engine's queue 1, allN its queue N.
+  expect_violations(violations("dma0: dma " + sb + ", hbm.fp32[128x4]@0x0{4} queue=all4\n", c), "bundle 0 lane dma0",
+                    {"DMA queue all4: engines have queues 0-3"});
+  CHECK(violations("dma0: dma " + sb + ", hbm.fp32[128x4]@0x0{4} queue=all3\n", c).empty());
+}
+
+TEST_CASE("nc-asm: spread DMA queues round trip and reject junk", "[nc-asm]") {
+  const std::string text = ".hbm x fp32 [128, 4] @0x0\ndma0: dma sb.fp32[0:128]@0{4}, hbm.fp32[128x4]@0x0{4} queue=all | "
+                           "dma1: dma hbm.fp32[128x4]@0x0{4}, sb.fp32[0:128]@0{4} queue=all2\n";
+  const Program p = assemble(text, "spread.s");
+  REQUIRE(p.instrs.size() == 2);
+  CHECK(p.instrs[0].queue == kQueueAll);
+  CHECK(p.instrs[1].queue == -2);
+  CHECK(disassemble(p) == text);
+  CHECK_THROWS_WITH(assemble("dma0: dma sb.fp32[0:128]@0{4}, hbm.fp32[128x4]@0x0{4} queue=allx\n", "bad.s"),
+                    Contains("bad DMA queue in 'queue=allx'") && Contains("allN spreads over queue N"));
 }
 
 TEST_CASE("nc-asm: rule lanes registers semaphores and targets in programs built in code", "[nc-asm]") {

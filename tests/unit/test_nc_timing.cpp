@@ -3,6 +3,7 @@
 // finished exactly at its formula's cycle count, in its own clock domain. The expected counts are
 // written out from shared/reference/neuroncore.md here, not taken from the cost table.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <systemc>
 
 #include "isa/neuroncore/asm.hpp"
@@ -177,6 +178,37 @@ TEST_CASE("nc-timing: a DMA of 8 KiB per partition finishes at bytes plus chunk 
   const double expect_ns = (32768.0 + 4 * 2048.0 / 9.0) / 23.0;
   CHECK(static_cast<double>(r.end - r.start) / 1e6 == Approx(expect_ns).epsilon(1e-9));
   CHECK(core.retired(Lane::dma0) == 1);
+}
+
+TEST_CASE("nc-timing: a DMA on queue=all splits into 16 pieces of 8 partitions and finishes with one piece", "[nc-timing]") {
+  models::set_fs_resolution();
+  static CoreConfig cfg = config("trn1");
+  Program p = assemble(".hbm x bf16 [128, 4096] @0\ndma0: dma sb.bf16[0:128]@0{4096}, hbm.bf16[128x4096]@0{4096} queue=all\n", "dma.s");
+  validate(p, cfg);
+  NeuronCore core("core", cfg, CoreOptions{});
+  core.load(p);
+  const models::Femtos issued = core.clock(Lane::dma0).time_of(1);
+  // [DMA]: each transfer is parallelised over up to 16 engines. A piece moves 8 partitions x
+  // 8 KiB = 65536 bytes + 8 chunks x (2048/9) bytes of overhead at 17 B/ns (trn1); the 16 pieces
+  // run at once (HBM: 16 x 65536 B at 410 GB/s = 2.56 us, under one piece's 3.96 us).
+  const double piece_ns = (65536.0 + 8 * 2048.0 / 9.0) / 17.0;
+  const auto end = issued + static_cast<models::Femtos>(std::llround(piece_ns * 1e6));
+  sc_core::sc_start(sc_core::sc_time::from_value(static_cast<uint64_t>(end - 2000)));  // 2 ps early
+  sc_core::sc_start(sc_core::SC_ZERO_TIME);
+  CHECK(core.retired(Lane::dma0) == 0);
+  sc_core::sc_start(sc_core::sc_time::from_value(4000));
+  sc_core::sc_start(sc_core::SC_ZERO_TIME);
+  CHECK(core.retired(Lane::dma0) == 1);
+  REQUIRE(core.records().size() == 1);
+  CHECK(core.records()[0].start == issued);
+  CHECK(static_cast<double>(core.records()[0].end - issued) / 1e6 == Approx(piece_ns).epsilon(1e-9));
+  // One piece on queue 1 of each engine (queues 16..31), none elsewhere.
+  const auto& st = core.stats();
+  for (size_t q = 0; q < st.dma_queue_transfers.size(); ++q) {
+    INFO("queue " << q);
+    CHECK(st.dma_queue_transfers[q] == (q >= 16 && q < 32 ? 1 : 0));
+    CHECK(st.dma_queue_bytes[q] == (q >= 16 && q < 32 ? 65536 : 0));
+  }
 }
 
 TEST_CASE("nc-timing: a dependent instruction waits for its producer plus the hand-off gap", "[nc-timing]") {
