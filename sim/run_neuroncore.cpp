@@ -359,6 +359,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
       rec["checked"] = false;
       rec["note"] = "timing-only run: no values";
       report["outputs"].push_back(rec);
+      con.out("  " + b.name + ": not checked (timing only: run.numerics is false)");
       continue;
     }
     Tensor raw(b.hbm->dtype, b.hbm->shape);

@@ -865,6 +865,11 @@ class Compiler {
     else matmul_core(n.name, whole(out_t ? W : A), whole(out_t ? A : W), whole(O), ep);
   }
 
+  void set_serial_fraction(double f) {
+    c_.serial_fraction.resize(c_.program.kernels.size(), 0.0);
+    c_.serial_fraction.back() = f;
+  }
+
   // The matmul output tile: partitions (stationary free size) x free size (one PSUM bank at most).
   std::pair<int64_t, int64_t> tile_shape() const {
     const int64_t part_max = cfg_.tensor_cols;
@@ -1172,6 +1177,9 @@ class Compiler {
       const int64_t mov_blk = sb.take(m_sets * mov_bytes);
       c_.stream_buffers.back() = s_sets * BMt * KT + m_sets * BNt * KT;
       const int64_t MB = ceil_div(MT, BMt), NB = ceil_div(NT, BNt);
+      // One mov set: mov tile (n, k) is read last by the block's last stat tile row, so the next
+      // step's loads start once (BMt - 1) of the BMt rows of output tiles are computed.
+      if (m_sets == 1 && NB > 1) set_serial_fraction(static_cast<double>(BMt - 1) / static_cast<double>(BMt));
       std::vector<Step> steps;
       for (int64_t mb = 0; mb < MB; ++mb)
         for (int64_t nb = 0; nb < NB; ++nb) {
@@ -1217,6 +1225,8 @@ class Compiler {
       const int64_t s_sets = sets_of(s_bytes, 0);
       const int64_t stat_blk0 = sb.take(s_sets * s_bytes);
       c_.stream_buffers.back() = (m_sets + s_sets) * bk;
+      // One stat set: its tiles are read until the step's last column of output tiles.
+      if (s_sets == 1) set_serial_fraction(static_cast<double>(bn - 1) / static_cast<double>(bn));
       const int64_t KB = ceil_div(KT, bk), NB = ceil_div(F, BN), MB = ceil_div(P, BM);
       // A step is one (N block, K block, M block): its stat block (and, first in a K block, the mov
       // block) loaded, its tile pairs multiplied and accumulated.

@@ -69,6 +69,9 @@ struct Compiled {
   std::vector<KernelEstimate> kernels;                   // one per Program::kernels entry
   std::vector<int64_t> stream_buffers;                   // per kernel: buffers of its streamed tiles (DMAs in flight)
   std::vector<std::pair<int64_t, int64_t>> pieces;        // per kernel: independent pieces (heads) and how many overlap
+  // Per kernel: with a single-buffered operand, the fraction of a step's compute done before the
+  // step's first buffer is released for the next step's loads (0: loads overlap compute fully).
+  std::vector<double> serial_fraction;
   double predicted_s = 0;
   int64_t sbuf_high_water = 0;   // bytes per partition
   int64_t psum_high_water = 0;

@@ -133,7 +133,10 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
     const auto [units, overlap] = k < c.pieces.size() ? c.pieces[k] : std::pair<int64_t, int64_t>{1, 1};
     const double edges = (prologue + a.last_tail_s + a.last_store_s + cfg.dma_trigger_latency) *
                          std::max(1.0, static_cast<double>(units) / static_cast<double>(std::max<int64_t>(1, overlap)));
-    e.seconds = std::max(compute, memory - a.prologue_s) + edges;
+    // A single-buffered operand's next loads wait for a fraction f of the step's compute (the first
+    // release of its buffer): each step takes max(C, f C + L).
+    const double f = k < c.serial_fraction.size() ? c.serial_fraction[k] : 0.0;
+    e.seconds = std::max(compute, memory - a.prologue_s + f * compute) + edges;
     e.flops = a.flops;
     e.bytes = a.hbm_bytes;
     e.tensor_utilisation = e.seconds > 0 ? e.tensor_s / e.seconds : 0;
