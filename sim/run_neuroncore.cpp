@@ -190,7 +190,9 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
       const Binding* b = nullptr;
       for (const auto& x : job.inputs)
         if (x.name == i) b = &x;
-      ref_in[i] = b && b->hbm->dtype != it->second.dtype() ? it->second.cast(b->hbm->dtype).cast(DType::f32) : it->second;
+      // The reference sees a float input rounded as the machine holds it; integers as given.
+      ref_in[i] = b && is_float(it->second.dtype()) && b->hbm->dtype != it->second.dtype() ? it->second.cast(b->hbm->dtype).cast(DType::f32)
+                                                                                            : it->second;
     }
     reference = reference::execute(*graph, ref_in);
   }

@@ -75,6 +75,7 @@ class Compiler {
       if (batched_.count(n.name)) emit_bmm(n);
       else if (n.op == "Conv") emit_conv(convs_.at(n.name));
       else if (n.op == "MaxPool") emit_pool(n);
+      else if (n.op == "Gather") emit_gather(n);
       else if (n.op == "MatMul" || n.op == "Gemm") emit_matmul(plans_.at(n.name));
       else if (is_alias(n)) continue;
       else if (is_row_kernel(n)) emit_rows(n);
@@ -178,6 +179,18 @@ class Compiler {
         if (A.shape != B.shape && !bias_like)
           d.add(g_.where(n), "elementwise ops with broadcasting other than a constant along the last axis are not compiled yet (" +
                                  shape_str(A.shape) + " and " + shape_str(B.shape) + ")");
+      } else if (n.op == "Gather") {
+        const auto& table = g_.value(n.inputs[0]);
+        const auto& idx = g_.value(n.inputs[1]);
+        const int64_t axis = n.attrs.get_int("axis", 0);
+        if (axis != 0 || table.shape.size() != 2 || !table.data)
+          d.add(g_.where(n), "Gather is compiled as an embedding lookup: rows (axis 0) of a constant 2-D table, got axis " +
+                                 std::to_string(axis) + " of " + shape_str(table.shape) + (table.data ? "" : " (not a constant)"));
+        else if (table.shape[0] * static_cast<int64_t>(dtype_size(opt_.compute)) > cfg_.sbuf_partition_bytes / 2)
+          d.add(g_.where(n), "the embedding table's " + std::to_string(table.shape[0]) + " rows do not fit half an SBUF partition (" +
+                                 std::to_string(cfg_.sbuf_partition_bytes / 2) + " bytes) in " + std::string(dtype_name(opt_.compute)),
+                "the gather keeps a column of the table per partition; use a smaller vocabulary or run on target.kind \"reference\"");
+        if (is_float(idx.dtype)) d.add(g_.where(n), "Gather indices must be integers, got " + std::string(dtype_name(idx.dtype)));
       } else if (n.op == "Softmax") {
         const int64_t r = static_cast<int64_t>(out.shape.size());
         const int64_t axis = n.attrs.get_int("axis", g_.opset >= 13 ? -1 : 1);
@@ -304,6 +317,17 @@ class Compiler {
       const HeadView a = head_of(n.inputs[0]), b = head_of(n.inputs[1]);
       want(a.storage, !a.transposed);
       want(b.storage, b.transposed);
+    }
+    // Gathers read the table transposed (a table row per free position, the embedding dims on
+    // partitions) and write the rows they look up as columns: the output is best stored T, which
+    // is also what a matmul consuming it wants; a row kernel consuming it keeps it N (strided
+    // stores).
+    for (const auto& n : g_.nodes) {
+      if (n.op != "Gather") continue;
+      require(n.inputs[0], true, n);
+      require(n.inputs[1], false, n);
+      auto [st, flip] = view(n.outputs[0]);
+      if (!layout_.count(st)) layout_[st] = !flip;
     }
   }
 
@@ -639,6 +663,63 @@ class Compiler {
 
   std::string view_of_flat(const Node& pool) const { return view(pool_flatten_.at(pool.name)).first; }
 
+  // Embedding lookup out[i, :] = table[idx[i], :] on the gpsimd engine: per group of up to 128
+  // embedding dims, the table's columns (stored T: [D, V]) sit on the partitions, the indices are
+  // broadcast to every partition, and `gather` picks table[d, idx[i]] on partition d. The result is
+  // a column per index: stored T it is a plain block; stored N, blocks of 128 indices go through
+  // the tensor engine's transpose (PSUM) so that each index's row is stored contiguously.
+  void emit_gather(const Node& n) {
+    const Stored T = stored(n.inputs[0]);  // [D, V]
+    const Stored I = stored(n.inputs[1]);  // indices, row-major
+    const Stored O = stored(n.outputs[0]);
+    const bool out_t = transposed(view(n.outputs[0]).first);
+    const int64_t D = T.rows, V = T.cols, N = I.rows * I.cols;
+    em_.begin_kernel(n.name);
+    c_.stream_buffers.push_back(2);
+    c_.pieces.push_back({1, 1});
+    Sbuf sb{0, cfg_.sbuf_partition_bytes, n.name};
+    const int64_t tes = static_cast<int64_t>(dtype_size(T.dtype)), oes = static_cast<int64_t>(dtype_size(O.dtype));
+    const int64_t NC = std::min<int64_t>(N, out_t ? 2048 : cfg_.tensor_cols);  // indices per gather
+    const int64_t tab = sb.take(V * tes), idx = sb.take(2 * NC * 4), res = sb.take(2 * NC * 4);
+    const int64_t rows = out_t ? 0 : sb.take(2 * cfg_.partitions * 4);  // transposed blocks [index, dim]
+    c_.sbuf_high_water = std::max(c_.sbuf_high_water, sb.next);
+    int64_t chunk = 0;
+    for (int64_t d0 = 0; d0 < D; d0 += cfg_.partitions) {
+      const int32_t dg = static_cast<int32_t>(std::min<int64_t>(cfg_.partitions, D - d0));
+      em_.dma(on_chip(Space::sbuf, T.dtype, 0, dg, tab, {{static_cast<int32_t>(V), 1}}),
+              in_hbm(T.dtype, dg, V, T.offset + d0 * V * tes, {{static_cast<int32_t>(V), 1}}), Emitter::DmaClass::bulk);
+      for (int64_t n0 = 0; n0 < N; n0 += NC, ++chunk) {
+        const int32_t nc = static_cast<int32_t>(std::min(NC, N - n0));
+        const AccessPattern ix = on_chip(Space::sbuf, DType::i32, 0, dg, idx + (chunk % 2) * NC * 4, {{nc, 1}});
+        em_.dma(ix, in_hbm(DType::i32, dg, 0, I.offset + n0 * 4, {{nc, 1}}));  // broadcast to every partition
+        const AccessPattern r = on_chip(Space::sbuf, out_t ? O.dtype : T.dtype, 0, dg, res + (chunk % 2) * NC * 4, {{nc, 1}});
+        Instr g;
+        g.op = Op::gather;
+        g.dst = r;
+        g.src0 = on_chip(Space::sbuf, T.dtype, 0, dg, tab, {{static_cast<int32_t>(V), 1}});
+        g.src1 = ix;
+        em_.emit(g, Lane::gpsimd);
+        if (out_t)
+          em_.dma(in_hbm(O.dtype, dg, N, O.offset + (d0 * N + n0) * oes, {{nc, 1}}), r, Emitter::DmaClass::bulk);
+        else {
+          const AccessPattern ps = on_chip(Space::psum, DType::f32, 0, nc, (chunk % std::min<int64_t>(cfg_.psum_banks, 8)) * cfg_.psum_bank_bytes(), {{dg, 1}});
+          Instr tr;
+          tr.op = Op::transpose;
+          tr.dst = ps;
+          tr.src0 = r;
+          em_.emit(tr, Lane::tensor);
+          const AccessPattern rw = on_chip(Space::sbuf, O.dtype, 0, nc, rows + (chunk % 2) * cfg_.partitions * 4, {{dg, 1}});
+          Instr cp;
+          cp.op = Op::tensor_copy;
+          cp.dst = rw;
+          cp.src0 = ps;
+          em_.emit(cp, Lane::vector);
+          em_.dma(in_hbm(O.dtype, nc, D, O.offset + (n0 * D + d0) * oes, {{dg, 1}}), rw, Emitter::DmaClass::bulk);
+        }
+      }
+    }
+  }
+
   void emit_bmm(const Node& n) {
     const HeadView a = head_of(n.inputs[0]), b = head_of(n.inputs[1]), o = head_of(n.outputs[0]);
     const Shape& as = g_.value(n.inputs[0]).shape;
@@ -731,7 +812,9 @@ class Compiler {
       return stored_[s] = Stored{off, dt, shape[0], shape[1]};
     }
     const bool is_out = is_output(s);
-    const DType dt = is_out ? DType::f32 : opt_.compute;
+    // Integer values (gather indices) live as int32; floating ones in the compute dtype, graph
+    // outputs in fp32.
+    const DType dt = !is_float(val.dtype) ? DType::i32 : is_out ? DType::f32 : opt_.compute;
     const Shape shape = t ? Shape{c, r} : Shape{r, c};
     const int64_t off = hbm_alloc(s, dt, shape);
     return stored_[s] = Stored{off, dt, shape[0], shape[1]};

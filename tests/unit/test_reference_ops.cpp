@@ -2,6 +2,8 @@
 // differences, dtype handling and error messages. Values are worked out by hand or, where noted,
 // generated once with torch and pasted.
 #include <catch2/catch.hpp>
+#include <fstream>
+#include <set>
 
 #include <algorithm>
 #include <chrono>
@@ -849,4 +851,11 @@ TEST_CASE("reference: supported_ops covers the whole op set", "[reference]") {
     CHECK(std::find(have.begin(), have.end(), name) != have.end());
   }
   CHECK(have.size() == want.size());
+  // docs/ops.md lists exactly this set (one table row per op).
+  std::ifstream f(TESSERA_SOURCE_DIR "/docs/ops.md");
+  REQUIRE(f);
+  std::set<std::string> listed;
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("| `", 0) == 0) listed.insert(line.substr(3, line.find('`', 3) - 3));
+  CHECK(listed == std::set<std::string>(have.begin(), have.end()));
 }
