@@ -1118,7 +1118,7 @@ class LayoutReader {
       error("", std::string("not valid JSON: ") + e.what());
       return l;
     }
-    if (!object(j, "", {"schema", "fabric", "rects"}, {"rects"})) return l;
+    if (!object(j, "", {"schema", "fabric", "rects", "ports"}, {"rects"})) return l;
     if (j.contains("schema") && j["schema"] != "tessera.wafer-layout/1")
       error("/schema", "unknown schema " + j["schema"].dump(), "use \"tessera.wafer-layout/1\"");
     if (j.contains("fabric") && object(j["fabric"], "/fabric", {"width", "height"}, {})) {
@@ -1135,7 +1135,44 @@ class LayoutReader {
           d_.add(b.where, "rectangle '" + b.name + "' overlaps rectangle '" + a.name + "' at " + pe_name(std::max(a.x, b.x), std::max(a.y, b.y)),
                  "a PE belongs to at most one rectangle");
       }
+    if (j.contains("ports")) {
+      if (!j["ports"].is_array()) error("/ports", "expected an array of edge ports");
+      else
+        for (size_t i = 0; i < j["ports"].size(); ++i) port(j["ports"][i], "/ports/" + std::to_string(i), l);
+    }
     return l;
+  }
+
+  void port(const json& j, const std::string& ptr, Layout& l) {
+    if (!object(j, ptr, {"name", "dir", "side", "x", "y", "length", "color", "type"}, {"name", "dir", "side", "color"})) return;
+    PortSpec p;
+    p.where = at(ptr);
+    if (j["name"].is_string() && is_ident(j["name"].get<std::string>())) p.name = j["name"].get<std::string>();
+    else return error(ptr + "/name", "expected a name ([A-Za-z_][A-Za-z0-9_]*), got " + j["name"].dump());
+    if (l.port(p.name)) return error(ptr + "/name", "port '" + p.name + "' is declared twice");
+    if (j["dir"] == "in") p.input = true;
+    else if (j["dir"] == "out") p.input = false;
+    else return error(ptr + "/dir", "expected \"in\" or \"out\", got " + j["dir"].dump());
+    auto side = j["side"].is_string() ? lookup<Dir>(j["side"].get<std::string>(), kDirs, dir_name) : std::nullopt;
+    if (!side || *side == Dir::RAMP) return error(ptr + "/side", "expected one of N S E W, got " + j["side"].dump());
+    p.side = *side;
+    const bool vertical = p.side == Dir::E || p.side == Dir::W;  // lanes run down the side
+    const int64_t edge_x = p.side == Dir::W ? 0 : l.width - 1, edge_y = p.side == Dir::N ? 0 : l.height - 1;
+    p.x = static_cast<int32_t>(integer(j, "x", ptr, 0, l.width - 1, vertical ? edge_x : 0));
+    p.y = static_cast<int32_t>(integer(j, "y", ptr, 0, l.height - 1, vertical ? 0 : edge_y));
+    if (vertical && p.x != edge_x)
+      return error(ptr + "/x", "a port on side " + std::string(dir_name(p.side)) + " lies at x = " + std::to_string(edge_x) + ", got " + std::to_string(p.x));
+    if (!vertical && p.y != edge_y)
+      return error(ptr + "/y", "a port on side " + std::string(dir_name(p.side)) + " lies at y = " + std::to_string(edge_y) + ", got " + std::to_string(p.y));
+    const int64_t room = vertical ? l.height - p.y : l.width - p.x;
+    p.length = static_cast<int32_t>(integer(j, "length", ptr, 1, room, 1));
+    p.color = static_cast<uint8_t>(integer(j, "color", ptr, 0, kMaxColors - 1, 0));
+    if (j.contains("type")) {
+      if (j["type"] == "f32") p.type = Elem::f32;
+      else if (j["type"] == "f16") p.type = Elem::f16;
+      else return error(ptr + "/type", "expected \"f32\" or \"f16\", got " + j["type"].dump());
+    }
+    l.ports.push_back(std::move(p));
   }
 
   void rect(const json& j, const std::string& ptr, Layout& l) {
@@ -1264,6 +1301,34 @@ Layout parse_layout(std::string_view json_text, const std::string& file_name, co
 }
 
 void check_routes(const Layout& l, const WaferConfig& c, DiagnosticList& d) {
+  // Ports: an input lane's PE receives the port's color from the port's side; an output lane's PE
+  // sends it there (checked from the routes below); two ports never share a lane, side and color.
+  for (size_t i = 0; i < l.ports.size(); ++i) {
+    const PortSpec& p = l.ports[i];
+    const std::string ps = std::string(dir_name(p.side));
+    if (p.color >= c.colors)
+      d.add(p.where, "color " + std::to_string(p.color) + " is not routable", "routable colors are 0.." + std::to_string(c.colors - 1) + " (router.colors)");
+    for (int64_t k = 0; k < p.length; ++k) {
+      const int64_t x = p.lane_x(k), y = p.lane_y(k);
+      const RouteSpec* r = find_route(l, x, y, p.color);
+      const DirSet need = p.input ? (r ? r->route.rx_any() : 0) : (r ? r->route.tx_any() : 0);
+      if (!(need & dir_bit(p.side))) {
+        d.add(pe_name(x, y), "port '" + p.name + "' lane " + std::to_string(k) + ": the route of color " + std::to_string(p.color) +
+                                 (r ? " has no " + ps + " in its " + (p.input ? "rx" : "tx") + " (" + r->where + ")" : " is missing"),
+              std::string(p.input ? "rx" : "tx") + " [\"" + ps + "\", ...] on that PE");
+        break;
+      }
+    }
+    for (size_t k = i + 1; k < l.ports.size(); ++k) {
+      const PortSpec& q = l.ports[k];
+      if (q.side != p.side || q.color != p.color) continue;
+      for (int64_t m = 0; m < q.length; ++m)
+        if (p.covers(q.lane_x(m), q.lane_y(m))) {
+          d.add(q.where, "port '" + q.name + "' overlaps port '" + p.name + "' at " + pe_name(q.lane_x(m), q.lane_y(m)), "one port per PE, side and color");
+          break;
+        }
+    }
+  }
   for (size_t i = 0; i < l.routes.size(); ++i) {
     const RouteSpec& a = l.routes[i];
     if (a.color >= c.colors)
@@ -1306,7 +1371,10 @@ void check_routes(const Layout& l, const WaferConfig& c, DiagnosticList& d) {
         const int64_t sy = dy > 0 ? r.y + r.height - 1 : dy < 0 ? r.y : r.y + k;
         const int64_t nx = sx + dx, ny = sy + dy;
         if (nx < 0 || ny < 0 || nx >= l.width || ny >= l.height) {
-          if (out++ == 0) fo[0] = sx, fo[1] = sy;
+          bool port = false;
+          for (const auto& p : l.ports)
+            if (!p.input && p.side == dir && p.color == r.color && p.covers(sx, sy)) port = true;
+          if (!port && out++ == 0) fo[0] = sx, fo[1] = sy;
           continue;
         }
         const RouteSpec* t = find_route(l, nx, ny, r.color);
@@ -1318,7 +1386,7 @@ void check_routes(const Layout& l, const WaferConfig& c, DiagnosticList& d) {
       }
       if (out)
         d.add(pe_name(fo[0], fo[1]), col + "tx " + dn + " leaves the " + std::to_string(l.width) + "x" + std::to_string(l.height) + " fabric (" + more(out, r) + ")",
-              "the edge PE's tx should not include " + dn);
+              "the edge PE's tx should not include " + dn + ", unless an output port on side " + dn + " collects color " + std::to_string(r.color) + " there");
       if (none)
         d.add(pe_name(fn[0], fn[1]), col + "tx " + dn + " into " + pe_name(fn[0] + dx, fn[1] + dy) + ", which has no route for color " +
                                          std::to_string(r.color) + " (" + more(none, r) + ")",

@@ -82,11 +82,38 @@ struct RectSpec {
   std::string where;               // "FILE /rects/0"
 };
 
+// An edge port: `length` consecutive PEs along one side of the fabric (lanes), starting at
+// (x, y). An input port's lane i feeds its PE's router a wavelet stream on `color` arriving from
+// `side` (as from an off-fabric neighbour); an output port's lane collects what that router sends
+// towards `side` on `color`. Streams are 32-bit payloads: f32 values, or f16 in the data half.
+struct PortSpec {
+  std::string name;
+  bool input = true;
+  Dir side = Dir::W;
+  int32_t x = 0, y = 0, length = 1;
+  uint8_t color = 0;
+  Elem type = Elem::f32;
+  std::string where;  // "FILE /ports/0"
+  int64_t lane_x(int64_t i) const { return x + (side == Dir::N || side == Dir::S ? i : 0); }
+  int64_t lane_y(int64_t i) const { return y + (side == Dir::E || side == Dir::W ? i : 0); }
+  bool covers(int64_t px, int64_t py) const {
+    for (int64_t i = 0; i < length; ++i)
+      if (lane_x(i) == px && lane_y(i) == py) return true;
+    return false;
+  }
+};
+
 struct Layout {
   std::string source;
   int64_t width = 0, height = 0;   // fabric size used (<= the preset's)
   std::vector<RectSpec> rects;
   std::vector<RouteSpec> routes;   // of every rectangle, in file order
+  std::vector<PortSpec> ports;     // edge ports, in file order
+  const PortSpec* port(const std::string& name) const {
+    for (const auto& p : ports)
+      if (p.name == name) return &p;
+    return nullptr;
+  }
 };
 
 // Strict parse (unknown keys, wrong types and out-of-range values are errors with JSON pointers);

@@ -115,6 +115,29 @@ void Fabric::run() {
 // ---------------------------------------------------------------------------------------------
 // Host access.
 
+void Fabric::set_port_stream(const std::string& port, int64_t lane, std::vector<uint32_t> payloads) {
+  for (auto& p : impl_->ports)
+    if (p.spec->name == port) {
+      if (!p.spec->input) throw InputError("port '" + port + "'", "is an output port; it collects, it takes no stream");
+      if (lane < 0 || lane >= static_cast<int64_t>(p.lanes.size()))
+        throw InputError("port '" + port + "'", "has lanes 0-" + std::to_string(p.lanes.size() - 1) + ", not " + std::to_string(lane));
+      p.lanes[static_cast<size_t>(lane)].in = std::move(payloads);
+      return;
+    }
+  throw InputError("port '" + port + "'", "the layout declares no such port");
+}
+
+const std::vector<std::pair<uint32_t, int64_t>>& Fabric::port_output(const std::string& port, int64_t lane) const {
+  for (const auto& p : impl_->ports)
+    if (p.spec->name == port) {
+      if (p.spec->input) throw InputError("port '" + port + "'", "is an input port; it collects nothing");
+      if (lane < 0 || lane >= static_cast<int64_t>(p.lanes.size()))
+        throw InputError("port '" + port + "'", "has lanes 0-" + std::to_string(p.lanes.size() - 1) + ", not " + std::to_string(lane));
+      return p.lanes[static_cast<size_t>(lane)].out;
+    }
+  throw InputError("port '" + port + "'", "the layout declares no such port");
+}
+
 const Program* Fabric::program(int64_t x, int64_t y) const {
   const uint32_t s = impl_->slot_of(x, y);
   return s == kNone ? nullptr : &impl_->prog(s);
@@ -318,9 +341,26 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
       slot_down[i * 4 + static_cast<size_t>(d)] = find_slot(static_cast<uint32_t>(ny * W + nx), slot_color[i]);
     }
   }
+  has_port.assign(npe, 0);
+  ports.clear();
+  for (const auto& ps : layout.layout.ports) {
+    PortRt pr;
+    pr.spec = &ps;
+    for (int64_t i = 0; i < ps.length; ++i) {
+      PortLane ln;
+      ln.router = static_cast<uint32_t>(ps.lane_y(i) * W + ps.lane_x(i));
+      ln.slot = find_slot(ln.router, ps.color);
+      ln.dir = static_cast<uint8_t>(ps.side);
+      ln.color = ps.color;
+      if (ln.slot == kNone) throw std::logic_error("port lane without a route (check_routes lets it through)");
+      has_port[ln.router] = 1;
+      pr.lanes.push_back(std::move(ln));
+    }
+    ports.push_back(std::move(pr));
+  }
   relay.assign(npe, Relay{});
   for (size_t r = 0; r < npe; ++r) {
-    if (pe_slot[r] != kNone || slot_begin[r + 1] != slot_begin[r] + 1) continue;
+    if (pe_slot[r] != kNone || slot_begin[r + 1] != slot_begin[r] + 1 || has_port[r]) continue;
     const uint32_t sl = slot_begin[r];
     const Route& rt = slot_route[sl];
     const unsigned rx = rt.pos[0].rx, tx = rt.pos[0].tx;
@@ -371,6 +411,13 @@ void Fabric::Impl::reset(int64_t c0) {
   std::fill(pwake_push.begin(), pwake_push.end(), -1);
   std::fill(rwake_last.begin(), rwake_last.end(), -1);
   std::fill(rwake_push.begin(), rwake_push.end(), -1);
+  for (auto& p : ports)
+    for (auto& ln : p.lanes) {
+      ln.next = 0;
+      ln.last = -1;
+      ln.out.clear();
+      if (p.spec->input && !ln.in.empty()) wake_router(ln.router, c0);
+    }
   FabricStats& st = f.stats_;
   st = FabricStats{};
   st.start_cycle = c0;
@@ -405,6 +452,9 @@ void Fabric::Impl::reset(int64_t c0) {
 bool Fabric::Impl::work_remains() const {
   for (const auto& c : bcount)
     if (c) return true;
+  for (const auto& p : ports)
+    for (const auto& ln : p.lanes)
+      if (ln.next < ln.in.size()) return true;
   for (const auto& p : pes) {
     if (f.opt_.require_halt && !p.halted) return true;
     if (p.main.instr >= 0 || !p.mts.empty()) return true;
@@ -590,6 +640,7 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
   static constexpr int kOpp[4] = {1, 0, 3, 2};  // opposite(N, S, E, W)
   Cand cand[4 * kMaxColors + 8];
   int n = 0;
+  if (has_port[r]) inject(r, t);
   const uint32_t s1 = slot_begin[r + 1];
   for (uint32_t s = slot_begin[r]; s < s1; ++s) {
     const uint8_t* bc = &bcount[static_cast<size_t>(s) * 4];
@@ -645,7 +696,8 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
         room = q >= 0 && pes[ps].qcount[static_cast<size_t>(q)] < in_depth[q];
       } else {
         const uint32_t ds = slot_down[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(d)];
-        room = ds != kNone && bcount[static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d])] < D;
+        room = ds != kNone ? bcount[static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d])] < D
+                           : has_port[r] && out_lane(r, d, slot_color[c.slot]) != nullptr;  // an output port takes one per cycle
       }
     }
     if (!room) continue;  // woken when space frees
@@ -664,8 +716,10 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
         if (f.opt_.record)
           f.deliveries_.push_back({pes[ps].x, pes[ps].y, wv.color, static_cast<uint8_t>(q), wv.payload, t + 1 - start});
         wake_pe(ps, t + 1);
+      } else if (const uint32_t ds = slot_down[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(d)]; ds == kNone) {
+        out_lane(r, d, wv.color)->out.push_back({wv.payload, t + hop - start});
+        ++st.port_out_wavelets;
       } else {
-        const uint32_t ds = slot_down[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(d)];
         const size_t bi = static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d]);
         int k2 = bhead[bi] + bcount[bi];
         if (k2 >= D) k2 -= D;
@@ -683,7 +737,10 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
       const size_t bi = static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(c.dir);
       bhead[bi] = static_cast<uint8_t>(bhead[bi] + 1 == D ? 0 : bhead[bi] + 1);
       more = --bcount[bi] > 0;
-      wake_router(static_cast<uint32_t>(static_cast<int64_t>(r) + nb_delta[static_cast<size_t>(c.dir)]), t + 1);
+      // Room again: wake the upstream neighbour, or this router if an input port feeds the buffer.
+      const int64_t ux = static_cast<int64_t>(r % W) + dir_dx(static_cast<Dir>(c.dir)), uy = static_cast<int64_t>(r / W) + dir_dy(static_cast<Dir>(c.dir));
+      if (ux < 0 || uy < 0 || ux >= W || uy >= H) wake_router(r, t + 1);
+      else wake_router(static_cast<uint32_t>(static_cast<int64_t>(r) + nb_delta[static_cast<size_t>(c.dir)]), t + 1);
     } else {
       pop_queue(ps, 8 + c.q);
       more = pes[ps].qcount[static_cast<size_t>(8 + c.q)] > 0;
@@ -697,6 +754,39 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
     last_progress = std::max(last_progress, t + 1);
   }
   if (next != INT64_MAX) wake_router(r, next);
+}
+
+// Input port lanes at router r: one wavelet per lane and cycle into the buffer of the port's
+// side, when it has room; it arrives after a hop, like one from a neighbour.
+void Fabric::Impl::inject(uint32_t r, int64_t t) {
+  FabricStats& st = f.stats_;
+  for (auto& p : ports) {
+    if (!p.spec->input) continue;
+    for (auto& ln : p.lanes) {
+      if (ln.router != r || ln.next >= ln.in.size() || ln.last >= t) continue;
+      const size_t bi = static_cast<size_t>(ln.slot) * 4 + ln.dir;
+      if (bcount[bi] >= D) continue;  // woken when the router pops this buffer
+      int k2 = bhead[bi] + bcount[bi];
+      if (k2 >= D) k2 -= D;
+      bufs[slot_ring[bi] + static_cast<size_t>(k2)] = {ln.in[ln.next++], ln.color, false, t + hop};
+      ++bcount[bi];
+      if (bcount[bi] > st.router_buffer_high_water) st.router_buffer_high_water = bcount[bi];
+      ln.last = t;
+      ++st.port_in_wavelets;
+      last_progress = std::max(last_progress, t + 1);
+      wake_router(r, t + hop);
+      if (ln.next < ln.in.size()) wake_router(r, t + 1);
+    }
+  }
+}
+
+Fabric::Impl::PortLane* Fabric::Impl::out_lane(uint32_t r, int dir, int color) {
+  for (auto& p : ports) {
+    if (p.spec->input || static_cast<int>(p.spec->side) != dir || p.spec->color != color) continue;
+    for (auto& ln : p.lanes)
+      if (ln.router == r) return &ln;
+  }
+  return nullptr;
 }
 
 void Fabric::Impl::push_queue(uint32_t s, int q, const Wv& w) {

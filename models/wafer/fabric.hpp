@@ -73,6 +73,8 @@ struct FabricStats {
   std::vector<int64_t> color_hops;   // per color (kMaxColors entries): link traversals + deliveries
   std::vector<int64_t> in_queue_high_water, out_queue_high_water;  // per queue id, max over PEs
   int64_t router_buffer_high_water = 0;
+  int64_t port_in_wavelets = 0;      // injected by edge input ports
+  int64_t port_out_wavelets = 0;     // collected by edge output ports
   int64_t sram_pages = 0;            // SRAM pages allocated (FabricStats::kPageBytes each)
   static constexpr int64_t kPageBytes = 512;
 };
@@ -115,6 +117,14 @@ class Fabric : public sc_core::sc_module {
   void write_bytes(int64_t x, int64_t y, uint32_t addr, std::span<const uint8_t> bytes);
   std::vector<uint8_t> read_bytes(int64_t x, int64_t y, uint32_t addr, uint32_t n) const;
   const Program* program(int64_t x, int64_t y) const;  // nullptr: routing only / outside
+
+  // Edge ports (Layout::ports). An input port's lane injects its stream, one wavelet per cycle
+  // from the run's start as its router's buffer has room, arriving like a hop from an off-fabric
+  // neighbour; set streams between runs (they stay for later runs). An output port's lane keeps
+  // (payload, cycle of arrival relative to the run's start) of every wavelet its router sent off
+  // the fabric, cleared at each start. Throws InputError for an unknown port or lane.
+  void set_port_stream(const std::string& port, int64_t lane, std::vector<uint32_t> payloads);
+  const std::vector<std::pair<uint32_t, int64_t>>& port_output(const std::string& port, int64_t lane) const;
 
   // Per PE after a run.
   bool halted(int64_t x, int64_t y) const;

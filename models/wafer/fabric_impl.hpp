@@ -187,6 +187,23 @@ struct Fabric::Impl {
   std::vector<Wv> bufs;
   std::vector<int64_t> link;
   std::vector<uint16_t> rr;
+  // Edge ports: lanes by port; per router whether one ends there (those skip the relay fast path).
+  struct PortLane {
+    uint32_t router = 0, slot = kNone;
+    uint8_t dir = 0, color = 0;
+    std::vector<uint32_t> in;                       // input: the stream
+    size_t next = 0;                                // input: next to inject
+    int64_t last = -1;                              // input: cycle of the last injection
+    std::vector<std::pair<uint32_t, int64_t>> out;  // output: (payload, relative cycle)
+  };
+  struct PortRt {
+    const PortSpec* spec = nullptr;
+    std::vector<PortLane> lanes;
+  };
+  std::vector<PortRt> ports;
+  std::vector<uint8_t> has_port;   // per router
+  void inject(uint32_t r, int64_t t);
+  PortLane* out_lane(uint32_t r, int dir, int color);
   // PEs.
   std::vector<uint32_t> pe_slot;
   std::vector<Pe> pes;

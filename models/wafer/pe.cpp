@@ -503,6 +503,14 @@ void Fabric::Impl::report(std::vector<StuckPe>& out, std::vector<StuckRouter>& r
     if (q.tellp() > 0) o << "; queues " << q.str();
     if (stuck) out.push_back({P.x, P.y, o.str(), done});
   }
+  for (const auto& p : ports)
+    for (size_t i = 0; i < p.lanes.size(); ++i) {
+      const PortLane& ln = p.lanes[i];
+      if (ln.next >= ln.in.size()) continue;
+      routers.push_back({static_cast<int32_t>(ln.router % W), static_cast<int32_t>(ln.router / W), ln.color,
+                         "input port '" + p.spec->name + "' lane " + std::to_string(i) + ": " + std::to_string(ln.in.size() - ln.next) +
+                             " wavelet(s) not injected (the router's " + std::string(dir_name(static_cast<Dir>(ln.dir))) + " buffer is full)"});
+    }
   for (uint32_t sl = 0; sl < slot_pe.size(); ++sl)
     for (int d = 0; d < 4; ++d) {
       const int c = bcount[sl * 4 + static_cast<size_t>(d)];

@@ -399,3 +399,106 @@ top:
   CHECK_THAT(*r.fab->error(), Contains("watchdog"));
   CHECK_THAT(*r.fab->error(), Contains("PE (0,0)"));
 }
+
+namespace {
+
+// A row of N routing-only PEs, color 1 from the west edge to the east edge, with an input port on
+// the west side and an output port on the east side (lane 0 each).
+std::string port_row(int N, int hop_tx_ramp_at = -1) {
+  std::string s = R"({"fabric": {"width": )" + std::to_string(N) + R"(, "height": 1}, "rects": [)";
+  for (int x = 0; x < N; ++x) {
+    s += std::string(x ? "," : "") + R"({"name": "p)" + std::to_string(x) + R"(", "x": )" + std::to_string(x) + R"(, "y": 0, "width": 1, "height": 1)";
+    if (x == hop_tx_ramp_at) s += R"(, "program": "sink.pe")";
+    s += R"(, "routes": [{"color": 1, "rx": ["W"], "tx": )" + std::string(x == hop_tx_ramp_at ? R"(["RAMP"])" : R"(["E"])") + "}]}";
+  }
+  return s + R"(], "ports": [{"name": "west", "dir": "in", "side": "W", "color": 1})" +
+         (hop_tx_ramp_at < 0 ? R"(, {"name": "east", "dir": "out", "side": "E", "color": 1})" : "") + "]}";
+}
+
+void port_contract(int64_t hop) {
+  {
+    WaferConfig c = preset_config("wse2");
+    c.hop_latency = hop;
+    const int N = 5, B = 12;
+    Run r(c, load({}, port_row(N), c));
+    std::vector<uint32_t> in;
+    for (int k = 0; k < B; ++k) in.push_back(0x40000000u + static_cast<uint32_t>(k));
+    r.fab->set_port_stream("west", 0, in);
+    r.go();
+    INFO("hop " << hop << ": " << r.fab->error().value_or(""));
+    REQUIRE_FALSE(r.fab->error());
+    const auto& out = r.fab->port_output("east", 0);
+    REQUIRE(out.size() == static_cast<size_t>(B));
+    // Injected in cycle k (one per cycle from the start), a hop into the west router, N - 1 hops
+    // between routers and one off the east edge.
+    for (int k = 0; k < B; ++k) {
+      CHECK(out[static_cast<size_t>(k)].first == in[static_cast<size_t>(k)]);
+      CHECK(out[static_cast<size_t>(k)].second == k + (N + 1) * hop);
+    }
+    CHECK(r.fab->stats().port_in_wavelets == B);
+    CHECK(r.fab->stats().port_out_wavelets == B);
+    CHECK(r.fab->stats().wavelet_hops == int64_t{N - 1} * B);
+    for (int x = 0; x < N; ++x) CHECK(r.fab->link_wavelets(x, 0, Dir::E) == B);
+    // Streams stay for the next run; outputs start over.
+    r.go();
+    CHECK(r.fab->port_output("east", 0).size() == static_cast<size_t>(B));
+    CHECK_THROWS_WITH(r.fab->set_port_stream("east", 0, {}), Contains("is an output port"));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("wafer-fabric: an edge stream crosses N routers: wavelet k leaves at k + (N + 1) hops (hop latency 1)", "[wafer-fabric]") {
+  port_contract(1);
+}
+TEST_CASE("wafer-fabric: an edge stream crosses N routers: wavelet k leaves at k + (N + 1) x 2 (hop latency 2)", "[wafer-fabric]") {
+  port_contract(2);
+}
+
+TEST_CASE("wafer-fabric: an edge stream into a PE that never reads stops at the buffers and is reported", "[wafer-fabric]") {
+  const WaferConfig c = preset_config("wse2");
+  FabricOptions opt;
+  opt.deadlock_window = 200;
+  opt.require_halt = false;
+  const char* sink = ".task main local id=8 active\n  halt\n";  // halts without reading color 1
+  Run r(c, load({{"sink.pe", sink}}, port_row(3, 2), c), opt);
+  r.fab->set_port_stream("west", 0, std::vector<uint32_t>(100, 0x3f800000u));
+  r.go();
+  REQUIRE(r.fab->error());
+  CHECK_THAT(*r.fab->error(), Contains("deadlock"));
+  CHECK_THAT(*r.fab->error(), Contains("input port 'west' lane 0:"));
+  CHECK_THAT(*r.fab->error(), Contains("wavelet(s) not injected"));
+  // What got in: the PE's input queue, the two routers' buffers and the west router's: the rest waits.
+  CHECK(r.fab->stats().port_in_wavelets < 100);
+  CHECK_THROWS_WITH(r.fab->set_port_stream("west", 1, {}), Contains("has lanes 0-0, not 1"));
+  CHECK_THROWS_WITH(r.fab->port_output("north", 0), Contains("the layout declares no such port"));
+  CHECK_THROWS_WITH(r.fab->port_output("west", 0), Contains("is an input port"));
+}
+
+TEST_CASE("wafer-fabric: layout ports are checked against sides, routes and each other", "[wafer-fabric]") {
+  const WaferConfig c = preset_config("wse2");
+  auto errors = [&](const std::string& ports, const std::string& route_tx = R"(["E"])") {
+    const std::string l = R"({"fabric": {"width": 2, "height": 2}, "rects": [{"name": "g", "x": 0, "y": 0, "width": 2, "height": 2,
+      "routes": [{"color": 1, "x": 0, "width": 1, "rx": ["W"], "tx": ["E"]}, {"color": 1, "x": 1, "width": 1, "rx": ["W"], "tx": )" +
+                          route_tx + R"(}]}], "ports": )" + ports + "}";
+    try {
+      load({}, l, c);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // A valid pair: in on the west side (2 lanes), out on the east side.
+  CHECK(errors(R"([{"name": "w", "dir": "in", "side": "W", "length": 2, "color": 1}, {"name": "e", "dir": "out", "side": "E", "length": 2, "color": 1}])").empty());
+  // Without the output port, tx E at the east edge leaves the fabric.
+  CHECK_THAT(errors(R"([{"name": "w", "dir": "in", "side": "W", "length": 2, "color": 1}])"),
+             Contains("tx E leaves the 2x2 fabric") && Contains("unless an output port on side E collects color 1 there"));
+  CHECK_THAT(errors(R"([{"name": "w", "dir": "in", "side": "W", "x": 1, "color": 1}])"), Contains("/ports/0/x") && Contains("lies at x = 0, got 1"));
+  CHECK_THAT(errors(R"([{"name": "w", "dir": "in", "side": "W", "length": 3, "color": 1}])"), Contains("/ports/0/length"));
+  CHECK_THAT(errors(R"([{"name": "n", "dir": "in", "side": "N", "color": 1}, {"name": "e", "dir": "out", "side": "E", "length": 2, "color": 1}])"),
+             Contains("port 'n' lane 0: the route of color 1 has no N in its rx"));
+  CHECK_THAT(errors(R"([{"name": "w", "dir": "sideways", "side": "W", "color": 1}])"), Contains("expected \"in\" or \"out\""));
+  CHECK_THAT(errors(R"([{"name": "w", "dir": "in", "side": "W", "color": 1}, {"name": "w2", "dir": "in", "side": "W", "y": 0, "length": 2, "color": 1},
+                        {"name": "e", "dir": "out", "side": "E", "length": 2, "color": 1}])"),
+             Contains("port 'w2' overlaps port 'w' at PE (0,0)"));
+}
