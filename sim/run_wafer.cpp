@@ -1,9 +1,13 @@
 // `tessera run` on target.kind = "wafer" with a hand-written layout (model.layout): PE programs and
 // routes as in docs/wafer-asm.md, run on the fabric model (models/wafer).
 //
-// Inputs and outputs bind by array name to the PE programs' `.data` arrays: the PEs declaring an
-// array must form a rectangle of h x w PEs, and the tensor is [h, w, count] -- one slice per PE,
-// rows of PEs first. Outputs are the arrays named in /model/read (default: /expect/outputs).
+// Inputs and outputs bind by name, in this order, to: an edge port of the layout (a [lanes, n]
+// stream, [n] for one lane), a MemoryX tensor (outputs: its values after the run), or the PE
+// programs' `.data` arrays: the PEs declaring an array must form a rectangle of h x w PEs, and the
+// tensor is [h, w, count] -- one slice per PE, rows of PEs first. Outputs are the names in
+// /model/read (default: /expect/outputs). model.memoryx and model.swarmx stream weights from
+// MemoryX through SwarmX into input ports when the run starts, and reduce what output ports
+// collect into MemoryX updates (models/wafer/weight_stream.hpp).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -13,7 +17,9 @@
 #include "isa/npy.hpp"
 #include "isa/wafer/asm.hpp"
 #include "models/common/clock.hpp"
+#include "isa/numeric.hpp"
 #include "models/wafer/fabric.hpp"
+#include "models/wafer/weight_stream.hpp"
 #include "sim/check.hpp"
 #include "sim/console.hpp"
 #include "sim/report.hpp"
@@ -62,6 +68,9 @@ ArrayPlace place_of(const wafer::LoadedLayout& L, const std::string& name, const
   return {x0, y0, x1 - x0 + 1, y1 - y0 + 1, count};
 }
 
+uint32_t to_payload(float v, wafer::Elem e) { return e == wafer::Elem::f16 ? fp32_to_fp16(v) : float_bits(v); }
+float from_payload(uint32_t p, wafer::Elem e) { return e == wafer::Elem::f16 ? fp16_to_fp32(static_cast<uint16_t>(p & 0xffffu)) : bits_float(p); }
+
 }  // namespace
 
 int run_wafer(const Scenario& s, const RunOptions& opt) {
@@ -83,8 +92,31 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
 
   DiagnosticList d;
   std::map<std::string, std::pair<ArrayPlace, Tensor>> inputs;
+  std::map<std::string, Tensor> port_inputs;
   for (const auto& [name, spec] : s.resolved["inputs"].items()) {
     const std::string where = "/inputs/" + schema::pointer_token(name);
+    if (const wafer::PortSpec* ps = L.layout.port(name)) {
+      if (!ps->input) {
+        d.add(where, "port '" + name + "' is an output port", "give streams to input ports; read output ports under /expect/outputs");
+        continue;
+      }
+      if (!spec.contains("file")) {
+        d.add(where, "a port stream needs a file (its length is the file's)", "a .npy of shape [lanes, n], or [n] for one lane");
+        continue;
+      }
+      try {
+        Tensor t = read_npy(spec["file"].get<std::string>());
+        if (t.rank() == 1 && ps->length == 1) t = t.reshaped({1, t.shape()[0]});
+        if (t.rank() != 2 || t.shape()[0] != ps->length) {
+          d.add(where, "shape " + shape_str(t.shape()) + " does not match port '" + name + "': [" + std::to_string(ps->length) + " lanes, n]");
+          continue;
+        }
+        port_inputs[name] = t.cast(DType::f32);
+      } catch (const InputError& e) {
+        for (const auto& di : e.diagnostics()) d.add(di.where, di.message, di.hint);
+      }
+      continue;
+    }
     try {
       const ArrayPlace p = place_of(L, name, where);
       const Shape shape{p.h, p.w, p.count};
@@ -108,10 +140,82 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   if (model.contains("read")) reads = model["read"].get<std::vector<std::string>>();
   else
     for (const auto& [name, e] : s.resolved["expect"]["outputs"].items()) reads.push_back(name);
-  std::map<std::string, ArrayPlace> outputs;
-  for (size_t i = 0; i < reads.size(); ++i) {
+  // MemoryX tensors and the SwarmX streams.
+  const json mxj = model.value("memoryx", json::object());
+  const json sxj = model.value("swarmx", json::object());
+  const json mx_tensors = mxj.value("tensors", json::object());
+  std::map<std::string, Tensor> mx_init;
+  for (const auto& [name, spec] : mx_tensors.items()) {
+    const std::string where = "/model/memoryx/tensors/" + schema::pointer_token(name);
+    const Shape shape = spec["shape"].get<Shape>();
     try {
-      outputs[reads[i]] = place_of(L, reads[i], model.contains("read") ? "/model/read/" + std::to_string(i) : "/expect/outputs/" + reads[i]);
+      Tensor t;
+      if (spec.contains("file")) t = read_npy(spec["file"].get<std::string>());
+      else {
+        const json& r = spec["random"];
+        t = random_tensor(DType::f32, shape, r["seed"].get<uint64_t>(), r["dist"] == "normal", r["scale"].get<double>());
+      }
+      if (t.shape() != shape) d.add(where, "the file's shape " + shape_str(t.shape()) + " is not the declared " + shape_str(shape));
+      else mx_init[name] = t.cast(DType::f32);
+    } catch (const InputError& e) {
+      for (const auto& di : e.diagnostics()) d.add(di.where, di.message, di.hint);
+    }
+  }
+  auto port_of = [&](const std::string& name, bool input, const std::string& where) -> const wafer::PortSpec* {
+    const wafer::PortSpec* ps = L.layout.port(name);
+    if (!ps) d.add(where, "the layout declares no port '" + name + "'", "declare it under \"ports\" in " + layout_path);
+    else if (ps->input != input) d.add(where, "port '" + name + "' is an " + (input ? "output" : "input") + " port");
+    else return ps;
+    return nullptr;
+  };
+  std::map<std::string, std::string> streamed;  // input port -> MemoryX tensor
+  const json bcasts = sxj.value("broadcast", json::array());
+  for (size_t i = 0; i < bcasts.size(); ++i) {
+    const std::string where = "/model/swarmx/broadcast/" + std::to_string(i);
+    const std::string t = bcasts[i]["tensor"].get<std::string>();
+    if (!mx_init.count(t) && !mx_tensors.contains(t))
+      d.add(where + "/tensor", "no MemoryX tensor '" + t + "'", "declare it under /model/memoryx/tensors");
+    const auto& ports = bcasts[i]["ports"];
+    for (size_t k = 0; k < ports.size(); ++k) {
+      const std::string pn = ports[k].get<std::string>();
+      if (!port_of(pn, true, where + "/ports/" + std::to_string(k))) continue;
+      if (port_inputs.count(pn) || streamed.count(pn))
+        d.add(where + "/ports/" + std::to_string(k), "port '" + pn + "' already gets a stream", "one stream per input port");
+      streamed[pn] = t;
+    }
+  }
+  struct Reduce {
+    std::vector<const wafer::PortSpec*> ports;
+    std::string tensor;
+  };
+  std::vector<Reduce> reduces;
+  const json reds = sxj.value("reduce", json::array());
+  for (size_t i = 0; i < reds.size(); ++i) {
+    const std::string where = "/model/swarmx/reduce/" + std::to_string(i);
+    Reduce r;
+    r.tensor = reds[i]["tensor"].get<std::string>();
+    if (!mx_tensors.contains(r.tensor)) d.add(where + "/tensor", "no MemoryX tensor '" + r.tensor + "'", "declare it under /model/memoryx/tensors");
+    const auto& ports = reds[i]["ports"];
+    for (size_t k = 0; k < ports.size(); ++k)
+      if (const auto* ps = port_of(ports[k].get<std::string>(), false, where + "/ports/" + std::to_string(k))) r.ports.push_back(ps);
+    reduces.push_back(std::move(r));
+  }
+  // Outputs: ports, MemoryX tensors, arrays.
+  std::map<std::string, ArrayPlace> outputs;
+  std::vector<std::string> port_outputs, mx_outputs;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const std::string where = model.contains("read") ? "/model/read/" + std::to_string(i) : "/expect/outputs/" + reads[i];
+    if (const wafer::PortSpec* ps = L.layout.port(reads[i])) {
+      if (ps->input) d.add(where, "port '" + reads[i] + "' is an input port; it collects nothing");
+      else port_outputs.push_back(reads[i]);
+      continue;
+    }
+    if (mx_tensors.contains(reads[i])) {
+      mx_outputs.push_back(reads[i]);
+      continue;
+    }
+    try {
+      outputs[reads[i]] = place_of(L, reads[i], where);
     } catch (const InputError& e) {
       for (const auto& di : e.diagnostics()) d.add(di.where, di.message, di.hint);
     }
@@ -124,6 +228,39 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   fo.record = s.resolved.contains("trace");  // the op and delivery records the trace renders
   wafer::Fabric fab("wafer", cfg, fo);
   fab.load(L);
+  wafer::MemoryX mx("memoryx", cfg);
+  wafer::SwarmX sx("swarmx", cfg);
+  sx.socket.bind(mx.socket);
+  mx.set_sgd(mxj.value("optimizer", json::object()).value("learning_rate", 0.01));
+  for (const auto& [name, t] : mx_init) mx.add_tensor(name, t.to_f32());
+  for (const auto& [name, t] : port_inputs) {
+    const wafer::PortSpec* ps = L.layout.port(name);
+    const auto v = t.to_f32();
+    const int64_t n = t.shape()[1];
+    for (int64_t lane = 0; lane < ps->length; ++lane) {
+      std::vector<uint32_t> pl(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) pl[static_cast<size_t>(i)] = to_payload(v[static_cast<size_t>(lane * n + i)], ps->type);
+      fab.set_port_stream(name, lane, std::move(pl));
+    }
+  }
+  // Weight streams: read from MemoryX through SwarmX from the start of the run; each value
+  // reaches every lane of the port when its burst has passed the tree.
+  const sc_core::sc_time t_start = sc_core::sc_time_stamp();
+  const models::ClockDomain& ck = fab.clock();
+  const int64_t c_start = ck.cycle_at_or_after(static_cast<models::Femtos>(t_start.value()));
+  std::map<std::string, wafer::SwarmX::Stream> streams;
+  for (const auto& [pn, t] : streamed) {
+    if (!streams.count(t)) streams[t] = sx.broadcast(mx.address(t), mx.count(t), t_start);
+    const auto& st = streams[t];
+    const wafer::PortSpec* ps = L.layout.port(pn);
+    std::vector<uint32_t> pl(st.values.size());
+    std::vector<int64_t> ready(st.values.size());
+    for (size_t i = 0; i < pl.size(); ++i) {
+      pl[i] = to_payload(st.values[i], ps->type);
+      ready[i] = ck.cycle_at_or_after(static_cast<models::Femtos>(st.ready[i].value())) - c_start;
+    }
+    for (int64_t lane = 0; lane < ps->length; ++lane) fab.set_port_stream(pn, lane, pl, ready);
+  }
   for (const auto& [name, pt] : inputs) {
     const auto& [p, t] = pt;
     const auto v = t.to_f32();
@@ -172,7 +309,35 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   if (!fab.finished()) throw std::runtime_error("the fabric did not finish (SystemC ran out of events)");
 
   const wafer::FabricStats& st = fab.stats();
-  const double sim_s = static_cast<double>(st.cycles) / cfg.clock_hz;
+  // Gradient streams: each reduce sums every lane of its ports (each the tensor's length); MemoryX
+  // applies the update once the tree has summed the last wavelet to arrive.
+  sc_core::sc_time t_end = sc_core::sc_time::from_value(static_cast<uint64_t>(ck.time_of(c_start + st.cycles)));
+  json reduced = json::array();
+  for (size_t i = 0; i < reduces.size(); ++i) {
+    const Reduce& r = reduces[i];
+    const int64_t n = mx.count(r.tensor);
+    std::vector<std::vector<float>> grads;
+    int64_t last = 0;
+    for (const wafer::PortSpec* ps : r.ports)
+      for (int64_t lane = 0; lane < ps->length; ++lane) {
+        const auto& out = fab.port_output(ps->name, lane);
+        if (static_cast<int64_t>(out.size()) != n)
+          throw InputError("/model/swarmx/reduce/" + std::to_string(i), "port '" + ps->name + "' lane " + std::to_string(lane) + " collected " +
+                                                                          std::to_string(out.size()) + " wavelets; MemoryX tensor '" + r.tensor + "' has " +
+                                                                          std::to_string(n) + " elements",
+                           "every lane of a reduced port sends one gradient of the tensor's size");
+        std::vector<float> g(static_cast<size_t>(n));
+        for (int64_t k = 0; k < n; ++k) g[static_cast<size_t>(k)] = from_payload(out[static_cast<size_t>(k)].first, ps->type);
+        if (n) last = std::max(last, out.back().second);
+        grads.push_back(std::move(g));
+      }
+    const sc_core::sc_time t0 = sc_core::sc_time::from_value(static_cast<uint64_t>(ck.time_of(c_start + last)));
+    const sc_core::sc_time done = sx.reduce_update(mx.address(r.tensor), grads, t0);
+    t_end = std::max(t_end, done);
+    reduced.push_back({{"tensor", r.tensor}, {"gradients", grads.size()}, {"updated_at_s", (done - t_start).to_seconds()}});
+  }
+  const double fabric_s = static_cast<double>(st.cycles) / cfg.clock_hz;
+  const double sim_s = (t_end - t_start).to_seconds();
   json report = new_report(s);
   report["latency"]["simulated_s"] = sim_s;
   report["latency"]["note"] = "hand-written layout: no compiler prediction";
@@ -197,11 +362,23 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
                      {"ramp_deliveries", st.ramp_deliveries},
                      {"ramp_injections", st.ramp_injections},
                      {"router_buffer_high_water", st.router_buffer_high_water},
-                     {"sram_pages", st.sram_pages}};
+                     {"sram_pages", st.sram_pages},
+                     {"port_in_wavelets", st.port_in_wavelets},
+                     {"port_out_wavelets", st.port_out_wavelets},
+                     {"fabric_s", fabric_s}};
+  if (!streamed.empty() || !reduces.empty() || !mx_init.empty())
+    report["weight_streaming"] = {{"memoryx", {{"bytes_read", mx.stats().bytes_read},
+                                               {"bytes_written", mx.stats().bytes_written},
+                                               {"updates", mx.stats().updates},
+                                               {"transactions", mx.stats().transactions}}},
+                                  {"swarmx", {{"bytes_broadcast", sx.stats().bytes_broadcast}, {"bytes_reduced", sx.stats().bytes_reduced}}},
+                                  {"broadcast", streamed},
+                                  {"reduce", reduced}};
 
   const json& expect = s.resolved["expect"];
   std::vector<std::string> failures;
   bool all_pass = true;
+  std::vector<std::pair<std::string, Tensor>> results;
   for (const auto& [name, p] : outputs) {
     std::vector<float> v(static_cast<size_t>(p.h * p.w * p.count));
     for (int64_t py = 0; py < p.h; ++py)
@@ -209,7 +386,25 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
         const auto a = fab.read_array(p.x0 + px, p.y0 + py, name);
         std::copy(a.begin(), a.end(), v.begin() + (py * p.w + px) * p.count);
       }
-    const Tensor out = Tensor::from_f32({p.h, p.w, p.count}, std::move(v));
+    results.push_back({name, Tensor::from_f32({p.h, p.w, p.count}, std::move(v))});
+  }
+  for (const auto& name : port_outputs) {
+    const wafer::PortSpec* ps = L.layout.port(name);
+    const size_t n = fab.port_output(name, 0).size();
+    std::vector<float> v;
+    for (int64_t lane = 0; lane < ps->length; ++lane) {
+      const auto& out = fab.port_output(name, lane);
+      if (out.size() != n)
+        throw InputError("/expect/outputs/" + schema::pointer_token(name), "port '" + name + "' lane " + std::to_string(lane) + " collected " +
+                                                                              std::to_string(out.size()) + " wavelets, lane 0 " + std::to_string(n),
+                         "a port is read as [lanes, n]: every lane the same length");
+      for (const auto& [pl, cyc] : out) v.push_back(from_payload(pl, ps->type));
+    }
+    results.push_back({name, Tensor::from_f32({ps->length, static_cast<int64_t>(n)}, std::move(v))});
+  }
+  for (const auto& name : mx_outputs)
+    results.push_back({name, Tensor::from_f32(mx_tensors[name]["shape"].get<Shape>(), mx.values(name))});
+  for (const auto& [name, out] : results) {
     std::string file;
     if (s.resolved["outputs"]["save"].get<bool>()) {
       file = s.resolved["outputs"]["dir"].get<std::string>() + "/" + safe_file_name(name) + ".npy";
@@ -231,6 +426,9 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
     }
     con.out(line);
   }
+  if (!streamed.empty() || !reduces.empty())
+    con.out("weight streaming: MemoryX read " + std::to_string(mx.stats().bytes_read) + " B, " + std::to_string(mx.stats().updates) +
+            " update(s); fabric done at " + fmt(fabric_s * 1e6, "%.4f") + " us, last update at " + fmt(sim_s * 1e6, "%.4f") + " us");
   con.out(con.bold("simulated") + " " + fmt(sim_s * 1e6, "%.4f") + " us (" + std::to_string(st.cycles) + " cycles at " +
           fmt(cfg.clock_hz / 1e6, "%.0f") + " MHz, " + std::to_string(st.program_pes) + " PEs, " + std::to_string(st.wavelet_hops) +
           " wavelet hops, preset " + s.preset + ")");

@@ -70,20 +70,6 @@ NodePtr build() {
       opt("initializers", with_default(map_of(initializer, "weights by name"), json::object())),
       req("nodes", array_of(graph_node, "ops in any order")),
   }, "an inline dataflow graph with ONNX op semantics");
-  auto model = object({
-      opt("onnx", path("an ONNX model file")),
-      opt("graph", graph),
-      opt("program", path("a hand-written NeuronCore assembly program (docs/neuroncore-asm.md); with onnx or graph, that model is the reference its outputs are checked against")),
-      opt("layout", path("a hand-written wafer layout: PE programs and routes (docs/wafer-asm.md)")),
-      opt("read", array_of(string(), "wafer layouts: the PE arrays to read back as outputs (default: the names under /expect/outputs)")),
-  }, "the model: an ONNX file or an inline graph, or a hand-written program");
-  model->check = [](const json& v, const std::string& p, DiagnosticList& d) {
-    if (!v.is_object()) return;
-    const bool has_onnx = v.contains("onnx"), has_graph = v.contains("graph"), has_program = v.contains("program") || v.contains("layout");
-    if (has_onnx && has_graph) d.add(p, "gives onnx and graph; give one of them", "a model is an ONNX file or an inline graph");
-    if (!has_onnx && !has_graph && !has_program) d.add(p, "needs one of: onnx, graph, program, layout");
-  };
-
   auto random = object({
       opt("seed", with_default(integer(0, 9.0e15, "random seed"), 0)),
       opt("dist", with_default(enumeration({"normal", "uniform"}, "normal(0, scale) or uniform(-scale, scale)"), "normal")),
@@ -94,6 +80,48 @@ NodePtr build() {
       opt("random", random),
   }, "one model input: a .npy file or seeded random values");
   input->exactly_one_of = {"file", "random"};
+
+  auto mx_tensor = object({
+      req("shape", dims),
+      opt("file", path("a .npy file of the initial values")),
+      opt("random", random),
+  }, "an fp32 master-weight tensor in MemoryX");
+  mx_tensor->exactly_one_of = {"file", "random"};
+  auto memoryx = object({
+      opt("tensors", with_default(map_of(mx_tensor, "master weights by name (an output may name one: its values after the run)"), json::object())),
+      opt("optimizer", with_default(object({
+          opt("kind", with_default(enumeration({"sgd"}, "the update MemoryX applies to a reduced gradient: w -= learning_rate * g"), "sgd")),
+          opt("learning_rate", with_default(number(0, 1e6, "learning rate"), 0.01)),
+      }, "the optimizer MemoryX applies"), json::object())),
+  }, "wafer layouts: the MemoryX weight store (docs/wafer-model.md)");
+  auto broadcast = object({
+      req("tensor", string("a MemoryX tensor")),
+      req("ports", array_of(string(), "input ports of the layout; every lane of each gets the whole tensor")),
+  }, "a weight stream MemoryX -> SwarmX -> edge ports");
+  auto reduce = object({
+      req("ports", array_of(string(), "output ports of the layout; each lane's stream is one gradient")),
+      req("tensor", string("the MemoryX tensor the summed gradient updates")),
+  }, "a gradient stream edge ports -> SwarmX (sum) -> MemoryX (optimizer)");
+  auto swarmx = object({
+      opt("broadcast", with_default(array_of(broadcast, "weight streams, sent when the run starts"), json::array())),
+      opt("reduce", with_default(array_of(reduce, "gradient streams, reduced when their ports have collected"), json::array())),
+  }, "wafer layouts: the SwarmX broadcast/reduce tree between MemoryX and the edge ports");
+  auto model = object({
+      opt("onnx", path("an ONNX model file")),
+      opt("graph", graph),
+      opt("program", path("a hand-written NeuronCore assembly program (docs/neuroncore-asm.md); with onnx or graph, that model is the reference its outputs are checked against")),
+      opt("layout", path("a hand-written wafer layout: PE programs and routes (docs/wafer-asm.md)")),
+      opt("read", array_of(string(), "wafer layouts: what to read back as outputs -- PE arrays, output ports or MemoryX tensors (default: the names under /expect/outputs)")),
+      opt("memoryx", memoryx),
+      opt("swarmx", swarmx),
+  }, "the model: an ONNX file or an inline graph, or a hand-written program");
+  model->check = [](const json& v, const std::string& p, DiagnosticList& d) {
+    if (!v.is_object()) return;
+    const bool has_onnx = v.contains("onnx"), has_graph = v.contains("graph"), has_program = v.contains("program") || v.contains("layout");
+    if (has_onnx && has_graph) d.add(p, "gives onnx and graph; give one of them", "a model is an ONNX file or an inline graph");
+    if (!has_onnx && !has_graph && !has_program) d.add(p, "needs one of: onnx, graph, program, layout");
+  };
+
 
   auto precision = with_default(object({
       opt("compute", with_default(enumeration({"fp32", "bf16", "fp16", "cbf16", "fp8_e4m3", "fp8_e5m2"},

@@ -159,6 +159,12 @@ WaferConfig WaferConfig::from(const ParamSet& p) {
   c.buffer_depth = p.integer("router.buffer_depth");
   c.input_depth = p.list("queue.input_depth");
   c.output_depth = p.list("queue.output_depth");
+  c.memoryx_bandwidth = p.num("memoryx.bandwidth");
+  c.memoryx_latency = p.num("memoryx.latency");
+  c.memoryx_capacity = p.num("memoryx.capacity");
+  c.memoryx_burst = static_cast<int64_t>(p.num("memoryx.burst_bytes"));
+  c.swarmx_bandwidth = p.num("swarmx.bandwidth");
+  c.swarmx_latency = p.num("swarmx.latency");
   return c;
 }
 

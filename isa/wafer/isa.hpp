@@ -222,6 +222,8 @@ struct WaferConfig {
   int64_t simd_fp16 = 0, simd_fp32 = 0, simd_convert = 0, simd_fmacs = 0, setup_cycles = 0;
   int64_t task_count = 0, colors = 0, hop_latency = 0, buffer_depth = 0;
   std::vector<int64_t> input_depth, output_depth;
+  double memoryx_bandwidth = 0, memoryx_latency = 0, memoryx_capacity = 0, swarmx_bandwidth = 0, swarmx_latency = 0;
+  int64_t memoryx_burst = 0;
   static WaferConfig from(const ParamSet& p);
   int64_t data_area_bytes() const { return sram_bytes - reserved_bytes; }
 };

@@ -37,6 +37,7 @@ const TargetDesc& target_desc() {
         number("memoryx.capacity", U::bytes, 1.2e12, 1e6, 1e16, "MemoryX capacity for master weights and optimizer state", "assumption: not in wafer.md; smallest MemoryX configuration"),
         number("swarmx.bandwidth", U::bandwidth, 150 * GBs, 1e6, 1e15, "SwarmX broadcast/reduce bandwidth per system", "assumption: matched to the host I/O of wafer.md Whole wafer"),
         number("swarmx.latency", U::time, 1 * us, 0, 1, "latency through the SwarmX tree", "assumption: not published"),
+        number("memoryx.burst_bytes", U::bytes, 4 * KiB, 4, 1e9, "bytes per MemoryX transaction (TLM burst) of a weight or gradient stream", "assumption: not published"),
     };
     t.presets = {
         {"wse2", "Cerebras WSE-2 (CS-2): 750 x 994 program rectangle, 850 MHz", {}},

@@ -115,13 +115,21 @@ void Fabric::run() {
 // ---------------------------------------------------------------------------------------------
 // Host access.
 
-void Fabric::set_port_stream(const std::string& port, int64_t lane, std::vector<uint32_t> payloads) {
+int64_t Fabric::port_lanes(const std::string& port) const {
+  for (const auto& p : impl_->ports)
+    if (p.spec->name == port) return static_cast<int64_t>(p.lanes.size());
+  return 0;
+}
+
+void Fabric::set_port_stream(const std::string& port, int64_t lane, std::vector<uint32_t> payloads, std::vector<int64_t> ready) {
+  if (!ready.empty() && ready.size() != payloads.size()) throw std::logic_error("Fabric::set_port_stream: one ready cycle per payload");
   for (auto& p : impl_->ports)
     if (p.spec->name == port) {
       if (!p.spec->input) throw InputError("port '" + port + "'", "is an output port; it collects, it takes no stream");
       if (lane < 0 || lane >= static_cast<int64_t>(p.lanes.size()))
         throw InputError("port '" + port + "'", "has lanes 0-" + std::to_string(p.lanes.size() - 1) + ", not " + std::to_string(lane));
       p.lanes[static_cast<size_t>(lane)].in = std::move(payloads);
+      p.lanes[static_cast<size_t>(lane)].ready = std::move(ready);
       return;
     }
   throw InputError("port '" + port + "'", "the layout declares no such port");
@@ -764,6 +772,10 @@ void Fabric::Impl::inject(uint32_t r, int64_t t) {
     if (!p.spec->input) continue;
     for (auto& ln : p.lanes) {
       if (ln.router != r || ln.next >= ln.in.size() || ln.last >= t) continue;
+      if (!ln.ready.empty() && start + ln.ready[ln.next] > t) {  // not at the port yet
+        wake_router(r, start + ln.ready[ln.next]);
+        continue;
+      }
       const size_t bi = static_cast<size_t>(ln.slot) * 4 + ln.dir;
       if (bcount[bi] >= D) continue;  // woken when the router pops this buffer
       int k2 = bhead[bi] + bcount[bi];

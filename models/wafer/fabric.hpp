@@ -123,7 +123,10 @@ class Fabric : public sc_core::sc_module {
   // neighbour; set streams between runs (they stay for later runs). An output port's lane keeps
   // (payload, cycle of arrival relative to the run's start) of every wavelet its router sent off
   // the fabric, cleared at each start. Throws InputError for an unknown port or lane.
-  void set_port_stream(const std::string& port, int64_t lane, std::vector<uint32_t> payloads);
+  // `ready` (optional, one per payload, non-decreasing): the cycle, relative to the run's start,
+  // from which each wavelet is at the port (a stream arriving from SwarmX).
+  void set_port_stream(const std::string& port, int64_t lane, std::vector<uint32_t> payloads, std::vector<int64_t> ready = {});
+  int64_t port_lanes(const std::string& port) const;  // 0: no such port
   const std::vector<std::pair<uint32_t, int64_t>>& port_output(const std::string& port, int64_t lane) const;
 
   // Per PE after a run.

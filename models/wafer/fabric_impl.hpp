@@ -192,6 +192,7 @@ struct Fabric::Impl {
     uint32_t router = 0, slot = kNone;
     uint8_t dir = 0, color = 0;
     std::vector<uint32_t> in;                       // input: the stream
+    std::vector<int64_t> ready;                     // input: per wavelet, first cycle at the port (relative; empty: 0)
     size_t next = 0;                                // input: next to inject
     int64_t last = -1;                              // input: cycle of the last injection
     std::vector<std::pair<uint32_t, int64_t>> out;  // output: (payload, relative cycle)

@@ -502,3 +502,20 @@ TEST_CASE("wafer-fabric: layout ports are checked against sides, routes and each
                         {"name": "e", "dir": "out", "side": "E", "length": 2, "color": 1}])"),
              Contains("port 'w2' overlaps port 'w' at PE (0,0)"));
 }
+
+TEST_CASE("wafer-fabric: an edge stream waits for each wavelet's ready cycle (a stream from SwarmX)", "[wafer-fabric]") {
+  const WaferConfig c = preset_config("wse2");  // hop latency 1
+  const int N = 5;
+  Run r(c, load({}, port_row(N), c));
+  // Wavelets 0 and 1 at the port from cycle 10, wavelet 2 from cycle 30: injected at 10, 11 (one
+  // per cycle) and 30, then N + 1 hops.
+  r.fab->set_port_stream("west", 0, {1u, 2u, 3u}, {10, 10, 30});
+  r.go();
+  REQUIRE_FALSE(r.fab->error());
+  const auto& out = r.fab->port_output("east", 0);
+  REQUIRE(out.size() == 3);
+  CHECK(out[0].second == 10 + N + 1);
+  CHECK(out[1].second == 11 + N + 1);
+  CHECK(out[2].second == 30 + N + 1);
+  CHECK(out[2].first == 3u);
+}

@@ -1,0 +1,129 @@
+#include "models/wafer/weight_stream.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "isa/error.hpp"
+
+namespace tessera::wafer {
+
+using sc_core::sc_time;
+
+namespace {
+sc_time seconds(double s) { return sc_time(s, sc_core::SC_SEC); }
+}  // namespace
+
+MemoryX::MemoryX(sc_core::sc_module_name name, const WaferConfig& cfg) : sc_module(name), socket("socket"), cfg_(cfg) {
+  socket.register_b_transport(this, &MemoryX::b_transport);
+}
+
+uint64_t MemoryX::add_tensor(const std::string& name, std::vector<float> values) {
+  if (tensors_.count(name)) throw InputError("MemoryX tensor '" + name + "'", "is declared twice");
+  const double bytes = static_cast<double>(mem_.size() + values.size()) * 4.0;
+  if (bytes > cfg_.memoryx_capacity)
+    throw InputError("MemoryX tensor '" + name + "'", "needs " + std::to_string(static_cast<int64_t>(bytes)) + " bytes of MemoryX; it holds " +
+                                                         std::to_string(static_cast<int64_t>(cfg_.memoryx_capacity)),
+                     "raise target.params memoryx.capacity or stream smaller tensors");
+  const uint64_t addr = mem_.size() * 4;
+  tensors_[name] = {addr, values.size()};
+  mem_.insert(mem_.end(), values.begin(), values.end());
+  return addr;
+}
+
+std::vector<float> MemoryX::values(const std::string& name) const {
+  const auto& [addr, n] = tensors_.at(name);
+  return {mem_.begin() + static_cast<std::ptrdiff_t>(addr / 4), mem_.begin() + static_cast<std::ptrdiff_t>(addr / 4 + n)};
+}
+
+void MemoryX::b_transport(tlm::tlm_generic_payload& p, sc_time& delay) {
+  const bool update = p.get_address() >= kUpdateWindow;
+  const uint64_t addr = update ? p.get_address() - kUpdateWindow : p.get_address();
+  const uint64_t n = p.get_data_length();
+  if (addr % 4 || n % 4 || addr + n > mem_.size() * 4 || (update && !p.is_write())) {
+    p.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
+    return;
+  }
+  // One transfer at a time: this one starts when the store is free.
+  const sc_time arrive = sc_core::sc_time_stamp() + delay;
+  const sc_time start = std::max(arrive, busy_until_);
+  busy_until_ = start + seconds(cfg_.memoryx_latency + static_cast<double>(n) / cfg_.memoryx_bandwidth);
+  delay = busy_until_ - sc_core::sc_time_stamp();
+  float* m = mem_.data() + addr / 4;
+  if (p.is_read()) {
+    std::memcpy(p.get_data_ptr(), m, n);
+    stats_.bytes_read += static_cast<int64_t>(n);
+  } else if (!update) {
+    std::memcpy(m, p.get_data_ptr(), n);
+    stats_.bytes_written += static_cast<int64_t>(n);
+  } else {
+    std::vector<float> g(n / 4);
+    std::memcpy(g.data(), p.get_data_ptr(), n);
+    const float lr = static_cast<float>(lr_);
+    for (size_t i = 0; i < g.size(); ++i) m[i] = m[i] - lr * g[i];
+    stats_.bytes_written += static_cast<int64_t>(n);
+    ++stats_.updates;
+  }
+  ++stats_.transactions;
+  p.set_response_status(tlm::TLM_OK_RESPONSE);
+}
+
+SwarmX::SwarmX(sc_core::sc_module_name name, const WaferConfig& cfg) : sc_module(name), socket("socket"), cfg_(cfg) {}
+
+sc_time SwarmX::transact(tlm::tlm_command cmd, uint64_t addr, float* data, int64_t n, sc_time t) {
+  tlm::tlm_generic_payload p;
+  p.set_command(cmd);
+  p.set_address(addr);
+  p.set_data_ptr(reinterpret_cast<unsigned char*>(data));
+  p.set_data_length(static_cast<unsigned>(n * 4));
+  p.set_streaming_width(static_cast<unsigned>(n * 4));
+  p.set_byte_enable_ptr(nullptr);
+  p.set_dmi_allowed(false);
+  p.set_response_status(tlm::TLM_INCOMPLETE_RESPONSE);
+  sc_time delay = t - sc_core::sc_time_stamp();
+  socket->b_transport(p, delay);
+  if (p.is_response_error())
+    throw std::logic_error("MemoryX refused a SwarmX transaction at " + std::to_string(addr) + ": " + p.get_response_string());
+  return sc_core::sc_time_stamp() + delay;
+}
+
+SwarmX::Stream SwarmX::broadcast(uint64_t addr, int64_t count, sc_time t0) {
+  Stream s;
+  s.values.resize(static_cast<size_t>(count));
+  s.ready.resize(static_cast<size_t>(count));
+  const int64_t per = std::max<int64_t>(1, cfg_.memoryx_burst / 4);
+  for (int64_t i = 0; i < count; i += per) {
+    const int64_t n = std::min(per, count - i);
+    // MemoryX transfers the burst; the tree passes it on behind the previous one.
+    const sc_time got = transact(tlm::TLM_READ_COMMAND, addr + static_cast<uint64_t>(i) * 4, s.values.data() + i, n, t0);
+    const sc_time start = std::max(got, tree_busy_);
+    tree_busy_ = start + seconds(static_cast<double>(n * 4) / cfg_.swarmx_bandwidth);
+    const sc_time at = tree_busy_ + seconds(cfg_.swarmx_latency);
+    std::fill(s.ready.begin() + i, s.ready.begin() + i + n, at);
+    stats_.bytes_broadcast += n * 4;
+  }
+  return s;
+}
+
+sc_time SwarmX::reduce_update(uint64_t addr, const std::vector<std::vector<float>>& streams, sc_time t0) {
+  if (streams.empty()) return t0;
+  const size_t n = streams.front().size();
+  std::vector<float> sum(n, 0.0f);
+  for (const auto& st : streams) {
+    if (st.size() != n) throw std::logic_error("SwarmX::reduce_update: streams of different lengths");
+    for (size_t i = 0; i < n; ++i) sum[i] += st[i];
+  }
+  // The tree sums as the streams pass (one pass of the reduced bytes), then MemoryX applies it.
+  const sc_time start = std::max(t0, tree_busy_);
+  tree_busy_ = start + seconds(static_cast<double>(n * 4) / cfg_.swarmx_bandwidth);
+  const sc_time at = tree_busy_ + seconds(cfg_.swarmx_latency);
+  stats_.bytes_reduced += static_cast<int64_t>(n * 4 * streams.size());
+  sc_time done = at;
+  const int64_t per = std::max<int64_t>(1, cfg_.memoryx_burst / 4);
+  for (int64_t i = 0; i < static_cast<int64_t>(n); i += per) {
+    const int64_t k = std::min<int64_t>(per, static_cast<int64_t>(n) - i);
+    done = transact(tlm::TLM_WRITE_COMMAND, MemoryX::kUpdateWindow + addr + static_cast<uint64_t>(i) * 4, sum.data() + i, k, at);
+  }
+  return done;
+}
+
+}  // namespace tessera::wafer

@@ -1,0 +1,88 @@
+#pragma once
+// MemoryX and SwarmX (docs/wafer-model.md, "Weight streaming"): the off-wafer weight store and the
+// broadcast/reduce tree between it and the fabric's edge ports, as SystemC modules connected by
+// TLM-2.0 (blocking transport, loosely timed: each transaction returns with its delay annotated,
+// nothing waits). wafer.md "Execution modes": MemoryX holds the fp32 master weights and applies
+// the optimizer; SwarmX broadcasts weight streams to the wafer and sums gradient streams on the
+// way back.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <systemc>
+#include <tlm>
+#include <tlm_utils/simple_initiator_socket.h>
+#include <tlm_utils/simple_target_socket.h>
+
+#include "isa/wafer/isa.hpp"
+
+namespace tessera::wafer {
+
+// The weight store: fp32 tensors at byte addresses. One transfer at a time, in arrival order;
+// a transaction of n bytes that arrives at t ends at max(t, busy) + memoryx.latency +
+// n / memoryx.bandwidth. Reads and writes below kUpdateWindow move data; a write at
+// kUpdateWindow + a is a gradient for the weights at a: MemoryX applies its optimizer
+// (SGD: w -= learning_rate * g, in fp32) as part of the write.
+class MemoryX : public sc_core::sc_module {
+ public:
+  static constexpr uint64_t kUpdateWindow = uint64_t{1} << 62;
+  tlm_utils::simple_target_socket<MemoryX> socket;
+
+  MemoryX(sc_core::sc_module_name name, const WaferConfig& cfg);
+  // Host side (between runs): a named tensor of fp32 values; returns its address. Throws
+  // InputError when memoryx.capacity would be exceeded or the name is taken.
+  uint64_t add_tensor(const std::string& name, std::vector<float> values);
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+  uint64_t address(const std::string& name) const { return tensors_.at(name).first; }
+  int64_t count(const std::string& name) const { return static_cast<int64_t>(tensors_.at(name).second); }
+  std::vector<float> values(const std::string& name) const;
+  void set_sgd(double learning_rate) { lr_ = learning_rate; }
+
+  struct Stats {
+    int64_t bytes_read = 0, bytes_written = 0, updates = 0, transactions = 0;
+  };
+  const Stats& stats() const { return stats_; }
+
+ private:
+  void b_transport(tlm::tlm_generic_payload& p, sc_core::sc_time& delay);
+  const WaferConfig& cfg_;
+  std::vector<float> mem_;                                      // all tensors, fp32
+  std::map<std::string, std::pair<uint64_t, size_t>> tensors_;  // name -> (address, count)
+  double lr_ = 0;
+  sc_core::sc_time busy_until_ = sc_core::SC_ZERO_TIME;
+  Stats stats_;
+};
+
+// The broadcast/reduce tree. Its bursts (memoryx.burst_bytes) pass the tree in swarmx.latency
+// plus bytes / swarmx.bandwidth, pipelined behind the MemoryX transfers.
+class SwarmX : public sc_core::sc_module {
+ public:
+  tlm_utils::simple_initiator_socket<SwarmX> socket;
+  SwarmX(sc_core::sc_module_name name, const WaferConfig& cfg);
+
+  // A weight stream: `count` fp32 values read from MemoryX at `addr`, burst by burst from time
+  // `t0`; `ready[i]` is when value i reaches the edge ports (every port gets the same stream).
+  struct Stream {
+    std::vector<float> values;
+    std::vector<sc_core::sc_time> ready;
+  };
+  Stream broadcast(uint64_t addr, int64_t count, sc_core::sc_time t0);
+  // A gradient: the elementwise fp32 sum of `streams` (in order), which are complete at `t0`,
+  // written to MemoryX's update window for the weights at `addr`. Returns when the update is done.
+  sc_core::sc_time reduce_update(uint64_t addr, const std::vector<std::vector<float>>& streams, sc_core::sc_time t0);
+
+  struct Stats {
+    int64_t bytes_broadcast = 0, bytes_reduced = 0;
+  };
+  const Stats& stats() const { return stats_; }
+
+ private:
+  // One transaction to MemoryX at time t; returns its completion time.
+  sc_core::sc_time transact(tlm::tlm_command cmd, uint64_t addr, float* data, int64_t n, sc_core::sc_time t);
+  const WaferConfig& cfg_;
+  sc_core::sc_time tree_busy_ = sc_core::SC_ZERO_TIME;
+  Stats stats_;
+};
+
+}  // namespace tessera::wafer
