@@ -629,15 +629,7 @@ class Compiler {
     auto dense = [&](int64_t off, DType t) {
       return on_chip(Space::sbuf, t, 0, Ci, off, {{static_cast<int32_t>(N * OH), static_cast<int32_t>(OW)}, {static_cast<int32_t>(OW), 1}});
     };
-    auto vmax = [&](const AccessPattern& dst, const AccessPattern& a, const AccessPattern& b) {
-      Instr in;
-      in.op = Op::tensor_tensor;
-      in.alu = Alu::max;
-      in.dst = dst;
-      in.src0 = a;
-      in.src1 = b;
-      em_.emit(in, Lane::vector);
-    };
+    auto vmax = [&](const AccessPattern& dst, const AccessPattern& a, const AccessPattern& b) { tensor_tensor(Alu::max, dst, a, b); };
     vmax(dense(t1, DType::f32), view(0, 0), view(0, 1));
     vmax(dense(t2, DType::f32), view(1, 0), view(1, 1));
     vmax(dense(yo, odt), dense(t1, DType::f32), dense(t2, DType::f32));
@@ -984,6 +976,32 @@ class Compiler {
     return std::clamp<int64_t>(static_cast<int64_t>(std::ceil((t_dma + cfg_.dma_trigger_latency) / t_mm)) + 2, 3, 64);
   }
 
+  void tensor_tensor(Alu alu, const AccessPattern& dst, const AccessPattern& a, const AccessPattern& b) {
+    Instr in;
+    in.op = Op::tensor_tensor;
+    in.alu = alu;
+    in.dst = dst;
+    in.src0 = a;
+    in.src1 = b;
+    em_.emit(in, Lane::vector);
+  }
+
+  // One matmul of an accumulation group: load the stationary tile, multiply the moving one into
+  // `ps` (start: zero it first; stop: last of the group).
+  void matmul_step(const AccessPattern& ps, const AccessPattern& stat, const AccessPattern& mov, bool start, bool stop) {
+    Instr ls;
+    ls.op = Op::load_stationary;
+    ls.src0 = stat;
+    em_.emit(ls, Lane::tensor);
+    Instr mm;
+    mm.op = Op::multiply_moving;
+    mm.dst = ps;
+    mm.src0 = mov;
+    mm.start = start;
+    mm.stop = stop;
+    em_.emit(mm, Lane::tensor);
+  }
+
   // dst = func(scale * (src + bias)) for an accumulated tile (PSUM, or an SBUF accumulator): one
   // scalar-engine activation when the bias is per partition (or absent), else a vector add first.
   // `bias`: [pn, 1] per partition or [pn, fn] along the free dim, absent when the epilogue has none.
@@ -999,13 +1017,7 @@ class Compiler {
       em_.emit(act, Lane::scalar);
       return;
     }
-    Instr add;
-    add.op = Op::tensor_tensor;
-    add.alu = Alu::add;
-    add.dst = dst;
-    add.src0 = src;
-    add.src1 = bias;
-    em_.emit(add, Lane::vector);
+    tensor_tensor(Alu::add, dst, src, bias);
     if (ep.func != Func::identity || ep.scale != 1.0) {
       Instr act;
       act.op = Op::activation;
@@ -1086,17 +1098,7 @@ class Compiler {
           const int64_t sbuf_off = stat_buf + (stat_count++ % nbuf) * tp * es_c;
           const AccessPattern st = on_chip(Space::sbuf, ct, 0, kn, sbuf_off, {{pn, 1}});
           em_.dma(st, in_hbm(stat.dtype, kn, stat.stride, stat.at(kt * tr, p0), {{pn, 1}}));
-          Instr ls;
-          ls.op = Op::load_stationary;
-          ls.src0 = st;
-          em_.emit(ls, Lane::tensor);
-          Instr mm;
-          mm.op = Op::multiply_moving;
-          mm.dst = ps;
-          mm.src0 = on_chip(Space::sbuf, ct, 0, kn, mov_blk + kt * tf * es_c, {{fn, 1}});
-          mm.start = kt == 0;
-          mm.stop = kt == KT - 1;
-          em_.emit(mm, Lane::tensor);
+          matmul_step(ps, st, on_chip(Space::sbuf, ct, 0, kn, mov_blk + kt * tf * es_c, {{fn, 1}}), kt == 0, kt == KT - 1);
         }
         // Evacuate PSUM -> SBUF (scale, bias, activation), then SBUF -> HBM.
         const int64_t ob = out_buf + (tile_count % 2) * tf * 4;
@@ -1179,17 +1181,7 @@ class Compiler {
     };
     auto matmul = [&](const AccessPattern& ps, int64_t stat_off, int64_t mov_off, int64_t k, int32_t pn, int32_t fn, bool start, bool stop) {
       const int32_t kn = rows_of(k);
-      Instr ls;
-      ls.op = Op::load_stationary;
-      ls.src0 = on_chip(Space::sbuf, ct, 0, kn, stat_off, {{pn, 1}});
-      em_.emit(ls, Lane::tensor);
-      Instr mm;
-      mm.op = Op::multiply_moving;
-      mm.dst = ps;
-      mm.src0 = on_chip(Space::sbuf, ct, 0, kn, mov_off, {{fn, 1}});
-      mm.start = start;
-      mm.stop = stop;
-      em_.emit(mm, Lane::tensor);
+      matmul_step(ps, on_chip(Space::sbuf, ct, 0, kn, stat_off, {{pn, 1}}), on_chip(Space::sbuf, ct, 0, kn, mov_off, {{fn, 1}}), start, stop);
     };
     // A tile's epilogue (or accumulate) is emitted after the next tile's matmuls, so that it sits
     // in the bundles of those, when its PSUM tile is complete, instead of holding them up.
@@ -1349,15 +1341,7 @@ class Compiler {
                   for (int64_t k = k_lo; k < k_hi; ++k)
                     matmul(ps, so + ((k - k_lo) * BM + i * TM) * es, mo + ((k - k_lo) * BN + j * TN) * es, k, pn, fn, k == k_lo, k == k_hi - 1);
                   const AccessPattern a = on_chip(Space::sbuf, adt, 0, pn, acc + ((mb * bm + i) * BN + j * TN) * aes, {{fn, 1}});
-                  defer([=, this] {
-                    Instr add;
-                    add.op = Op::tensor_tensor;
-                    add.alu = Alu::add;
-                    add.dst = a;
-                    add.src0 = a;
-                    add.src1 = ps;
-                    em_.emit(add, Lane::vector);
-                  });
+                  defer([=, this] { tensor_tensor(Alu::add, a, a, ps); });
                 }
               if (!last) return;
               defer({});
