@@ -269,39 +269,91 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
         fab.write_array(p.x0 + px, p.y0 + py, name,
                         std::span<const float>(v.data() + (py * p.w + px) * p.count, static_cast<size_t>(p.count)));
   }
-  // Faults: flip one bit of an element in PE SRAM before the run (the report lists them).
-  json fired = json::array();
+  // Faults: SRAM bits flipped or forced at a cycle, wavelets dropped on a link (the report lists
+  // what each did).
+  json faults = json::array();
+  std::vector<std::string> fault_what;
   for (size_t i = 0; i < s.resolved["run"]["faults"].size(); ++i) {
     const json& f = s.resolved["run"]["faults"][i];
     const std::string where = "/run/faults/" + std::to_string(i);
     const auto pe = f["pe"].get<std::vector<int64_t>>();
     if (pe.size() != 2) throw InputError(where + "/pe", "a PE is [x, y]");
-    const std::string array = f["array"].get<std::string>();
-    const wafer::Program* prog = fab.program(pe[0], pe[1]);
-    const wafer::DataDecl* decl = nullptr;
-    if (prog)
-      for (const auto& dd : prog->data)
-        if (dd.name == array) decl = &dd;
-    if (!decl)
-      throw InputError(where, "PE (" + std::to_string(pe[0]) + "," + std::to_string(pe[1]) + ") has no array '" + array + "'",
-                       "name a .data array of the program that PE runs");
-    const int64_t el = f["element"].get<int64_t>(), bit = f["bit"].get<int64_t>();
-    const int64_t es = decl->bytes() / std::max<int32_t>(1, decl->count);
-    if (el >= decl->count || bit >= es * 8)
-      throw InputError(where, "element " + std::to_string(el) + " bit " + std::to_string(bit) + " is outside array '" + array + "' (" +
-                                  std::to_string(decl->count) + " elements of " + std::to_string(es) + " bytes)");
-    const uint32_t addr = decl->addr + static_cast<uint32_t>(el * es + bit / 8);
-    auto byte = fab.read_bytes(pe[0], pe[1], addr, 1);
-    byte[0] = static_cast<uint8_t>(byte[0] ^ (1u << (bit % 8)));
-    fab.write_bytes(pe[0], pe[1], addr, byte);
-    fired.push_back({{"kind", "sram_bit_flip"}, {"pe", pe}, {"array", array}, {"element", el}, {"bit", bit}, {"cycle", 0}});
-    con.warn("fault injected: bit " + std::to_string(bit) + " of " + array + "[" + std::to_string(el) + "] on PE (" +
-             std::to_string(pe[0]) + "," + std::to_string(pe[1]) + ")");
+    const std::string kind = f["kind"].get<std::string>();
+    const int64_t cycle = f["cycle"].get<int64_t>();
+    json rec = {{"kind", kind}, {"pe", pe}, {"cycle", cycle}};
+    try {
+      if (kind == "drop_wavelets") {
+        if (!f.contains("direction") || !f.contains("color"))
+          throw InputError(where, "drop_wavelets needs \"direction\" and \"color\"", "e.g. \"direction\": \"E\", \"color\": 1");
+        wafer::Fabric::WaveletDrop dw;
+        dw.x = pe[0];
+        dw.y = pe[1];
+        const std::string dn = f["direction"].get<std::string>();
+        for (int k = 0; k < wafer::kDirs; ++k)
+          if (wafer::dir_name(static_cast<wafer::Dir>(k)) == dn) dw.dir = static_cast<wafer::Dir>(k);
+        dw.color = f["color"].get<int>();
+        dw.from_cycle = cycle;
+        dw.count = f["count"].get<int64_t>();
+        fab.add_fault(dw);
+        rec["direction"] = f["direction"];
+        rec["color"] = dw.color;
+        rec["count"] = dw.count;
+        fault_what.push_back("up to " + std::to_string(dw.count) + " wavelet(s) of color " + std::to_string(dw.color) + " leaving PE (" +
+                             std::to_string(pe[0]) + "," + std::to_string(pe[1]) + ") towards " + dn + " dropped from cycle " + std::to_string(cycle));
+      } else {
+        if (!f.contains("array")) throw InputError(where, kind + " needs \"array\"", "name a .data array of the program that PE runs");
+        const std::string array = f["array"].get<std::string>();
+        const wafer::Program* prog = fab.program(pe[0], pe[1]);
+        const wafer::DataDecl* decl = nullptr;
+        if (prog)
+          for (const auto& dd : prog->data)
+            if (dd.name == array) decl = &dd;
+        if (!decl)
+          throw InputError(where, "PE (" + std::to_string(pe[0]) + "," + std::to_string(pe[1]) + ") has no array '" + array + "'",
+                           "name a .data array of the program that PE runs");
+        const int64_t el = f["element"].get<int64_t>(), bit = f["bit"].get<int64_t>();
+        const int64_t es = decl->bytes() / std::max<int32_t>(1, decl->count);
+        if (el >= decl->count || bit >= es * 8)
+          throw InputError(where, "element " + std::to_string(el) + " bit " + std::to_string(bit) + " is outside array '" + array + "' (" +
+                                      std::to_string(decl->count) + " elements of " + std::to_string(es) + " bytes)");
+        wafer::Fabric::SramFlip fl;
+        fl.x = pe[0];
+        fl.y = pe[1];
+        fl.addr = decl->addr + static_cast<uint32_t>(el * es + bit / 8);
+        fl.bit = static_cast<int>(bit % 8);
+        fl.cycle = cycle;
+        if (kind == "sram_bit_force") fl.force = f["value"].get<int>();
+        fab.add_fault(fl);
+        rec["array"] = array;
+        rec["element"] = el;
+        rec["bit"] = bit;
+        if (kind == "sram_bit_force") rec["value"] = fl.force;
+        fault_what.push_back((kind == "sram_bit_force" ? "bit " + std::to_string(bit) + " forced to " + std::to_string(fl.force) : "bit " + std::to_string(bit) + " flipped") +
+                             " in " + array + "[" + std::to_string(el) + "] on PE (" + std::to_string(pe[0]) + "," + std::to_string(pe[1]) + ") at cycle " +
+                             std::to_string(cycle));
+      }
+    } catch (const InputError& e) {  // the fabric names the PE; the scenario pointer goes first
+      const Diagnostic& dg = e.diagnostics().at(0);
+      if (dg.where.rfind("/run/faults", 0) == 0) throw;
+      throw InputError(where, dg.where + ": " + dg.message, dg.hint);
+    }
+    faults.push_back(rec);
   }
   fab.start();
   install_interrupt_handler();
   sc_core::sc_start();
   throw_if_interrupted();
+  for (size_t i = 0; i < faults.size(); ++i) {
+    const auto& fr = fab.faults_fired().at(i);
+    faults[i]["fired"] = fr.count > 0;
+    faults[i]["fired_count"] = fr.count;
+    faults[i]["first_cycle"] = fr.count ? json(fr.first_cycle) : json(nullptr);
+    faults[i]["last_cycle"] = fr.count ? json(fr.last_cycle) : json(nullptr);
+    con.warn("fault injected: " + fault_what[i] + ": " +
+             (faults[i]["kind"].get<std::string>() == "drop_wavelets"
+                  ? std::to_string(fr.count) + " dropped" + (fr.count ? " (cycles " + std::to_string(fr.first_cycle) + ".." + std::to_string(fr.last_cycle) + ")" : "")
+                  : std::string(fr.count ? "fired" : "did not fire (the run ended first)")));
+  }
   if (fab.error()) {  // not thrown: see run_neuroncore.cpp
     con.error(Diagnostic{layout_path, *fab.error(), "fix the PE programs or routes"}.str());
     return 2;
@@ -349,7 +401,7 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
                                {"predicted_s", nullptr},
                                {"simulated_s", sim_s},
                                {"error_pct", nullptr}});
-  report["faults"] = fired;
+  report["faults"] = faults;
   report["stats"] = {{"cycles", st.cycles},
                      {"program_pes", st.program_pes},
                      {"busy_cycles", st.busy_cycles},
@@ -363,6 +415,8 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
                      {"ramp_injections", st.ramp_injections},
                      {"router_buffer_high_water", st.router_buffer_high_water},
                      {"sram_pages", st.sram_pages},
+                     {"bank_conflict_cycles", st.bank_conflict_cycles},
+                     {"dropped_wavelets", st.dropped_wavelets},
                      {"port_in_wavelets", st.port_in_wavelets},
                      {"port_out_wavelets", st.port_out_wavelets},
                      {"fabric_s", fabric_s}};

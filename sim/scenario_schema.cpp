@@ -148,11 +148,17 @@ NodePtr build() {
       opt("numerics", with_default(boolean("false = timing only (no tensor values computed)"), true)),
       opt("max_time", with_default(quantity(UnitKind::time, 1e-9, 1e6, "watchdog: stop a machine run that has not finished after this much simulated time"), "10s")),
       opt("faults", with_default(array_of(object({
-          req("kind", enumeration({"sram_bit_flip"}, "the fault: flip one bit of an element of a PE array before the run starts")),
-          req("pe", array_of(integer(0, 4096, "coordinate"), "[x, y] of the PE")),
-          req("array", string("the PE program's .data array")),
-          opt("element", with_default(integer(0, 1e9, "element index in the array"), 0)),
-          opt("bit", with_default(integer(0, 31, "bit of the element's storage (fp32: 31 sign, 30-23 exponent)"), 30)),
+          req("kind", enumeration({"sram_bit_flip", "sram_bit_force", "drop_wavelets"},
+                                  "the fault: flip one bit of an element of a PE array, force it to `value`, or drop wavelets leaving a router")),
+          req("pe", array_of(integer(0, 4096, "coordinate"), "[x, y] of the PE (drop_wavelets: of the router the wavelets leave)")),
+          opt("array", string("sram_*: the PE program's .data array")),
+          opt("element", with_default(integer(0, 1e9, "sram_*: element index in the array"), 0)),
+          opt("bit", with_default(integer(0, 31, "sram_*: bit of the element's storage (fp32: 31 sign, 30-23 exponent)"), 30)),
+          opt("value", with_default(integer(0, 1, "sram_bit_force: the value the bit is forced to"), 0)),
+          opt("cycle", with_default(integer(0, 1e15, "fabric cycle, from the run's start, at which an SRAM fault fires (0: before the first instruction) or from which wavelets are dropped"), 0)),
+          opt("direction", enumeration({"N", "S", "E", "W", "RAMP"}, "drop_wavelets: the link (RAMP: delivery into the router's own PE)")),
+          opt("color", integer(0, 31, "drop_wavelets: the color")),
+          opt("count", with_default(integer(1, 1e15, "drop_wavelets: how many wavelets at most"), 1)),
       }, "one fault"), "wafer: faults to inject (resilience studies; proof that outputs come from the machine)"), json::array())),
   }, "how to run"), json::object());
 

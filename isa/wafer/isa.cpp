@@ -148,6 +148,7 @@ WaferConfig WaferConfig::from(const ParamSet& p) {
   c.sram_bytes = static_cast<int64_t>(p.num("pe.sram_bytes"));
   c.reserved_bytes = static_cast<int64_t>(p.num("pe.reserved_bytes"));
   c.sram_banks = p.integer("pe.sram_banks");
+  c.bank_conflicts = p.flag("pe.bank_conflicts");
   c.simd_fp16 = p.integer("simd.fp16");
   c.simd_fp32 = p.integer("simd.fp32");
   c.simd_convert = p.integer("simd.convert");

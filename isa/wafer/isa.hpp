@@ -219,6 +219,7 @@ struct WaferConfig {
   int64_t fabric_width = 0, fabric_height = 0;
   double clock_hz = 0;
   int64_t sram_bytes = 0, reserved_bytes = 0, sram_banks = 0;
+  bool bank_conflicts = false;  // pe.bank_conflicts: the model charges read-port conflicts (docs/wafer-model.md)
   int64_t simd_fp16 = 0, simd_fp32 = 0, simd_convert = 0, simd_fmacs = 0, setup_cycles = 0;
   int64_t task_count = 0, colors = 0, hop_latency = 0, buffer_depth = 0;
   std::vector<int64_t> input_depth, output_depth;

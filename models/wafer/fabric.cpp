@@ -82,6 +82,7 @@ void Fabric::run() {
       sync_to(cycle);
       synced = cycle;
     }
+    if (m.next_flip < m.flips.size()) m.apply_flips(cycle);
     uint32_t key;
     while (m.cal.next_key(key)) m.handle(cycle, key);
   }
@@ -110,6 +111,68 @@ void Fabric::run() {
     if (stuck_routers_.size() > kShow) s << "\n  ... and " << stuck_routers_.size() - kShow << " more router buffer(s)";
     error_ = s.str();
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Faults.
+
+void Fabric::add_fault(const SramFlip& f) {
+  Impl& m = *impl_;
+  if (!m.L) throw std::logic_error("Fabric::add_fault: no layout loaded");
+  const uint32_t s = m.slot_of(f.x, f.y);
+  if (s == kNone) throw InputError(pe_label(f.x, f.y), "an SRAM fault needs a PE that runs a program (outside the fabric or routing only)");
+  if (int64_t{f.addr} >= cfg_.data_area_bytes() || f.bit < 0 || f.bit > 7)
+    throw InputError(pe_label(f.x, f.y), "SRAM fault at byte " + std::to_string(f.addr) + " bit " + std::to_string(f.bit) + " is outside the data area (" +
+                                             std::to_string(cfg_.data_area_bytes()) + " bytes, bits 0-7)");
+  if (f.cycle < 0) throw InputError(pe_label(f.x, f.y), "an SRAM fault's cycle must be >= 0");
+  m.flips.push_back({f, s, m.faults++});
+}
+
+void Fabric::add_fault(const WaveletDrop& f) {
+  Impl& m = *impl_;
+  if (!m.L) throw std::logic_error("Fabric::add_fault: no layout loaded");
+  if (f.x < 0 || f.y < 0 || f.x >= W_ || f.y >= H_) throw InputError(pe_label(f.x, f.y), "a wavelet drop needs a router inside the fabric");
+  const uint32_t r = static_cast<uint32_t>(f.y * W_ + f.x);
+  const uint32_t sl = m.find_slot(r, f.color);
+  if (sl == kNone) throw InputError(pe_label(f.x, f.y), "the router has no route for color " + std::to_string(f.color), "drop wavelets on a color the layout routes there");
+  if (!(m.slot_route[sl].tx_any() & dir_bit(f.dir)))
+    throw InputError(pe_label(f.x, f.y), "color " + std::to_string(f.color) + " is never sent " + std::string(dir_name(f.dir)) + " from this router",
+                     "name a direction in the route's tx set");
+  if (f.count < 1 || f.from_cycle < 0) throw InputError(pe_label(f.x, f.y), "a wavelet drop needs count >= 1 and cycle >= 0");
+  if (m.has_drop.empty()) m.has_drop.assign(static_cast<size_t>(W_ * H_), 0);
+  m.has_drop[r] = 1;
+  m.drops.push_back({f, r, m.faults++});
+}
+
+void Fabric::clear_faults() {
+  impl_->flips.clear();
+  impl_->drops.clear();
+  impl_->has_drop.clear();
+  impl_->faults = 0;
+  fired_.clear();
+}
+
+void Fabric::Impl::apply_flips(int64_t cycle) {
+  while (next_flip < flips.size() && start + flips[next_flip].f.cycle <= cycle) {
+    const Flip& fl = flips[next_flip++];
+    const uint32_t v = load_elem(fl.slot, fl.f.addr, 1);
+    const uint32_t bit = 1u << fl.f.bit;
+    store(fl.slot, fl.f.addr, 1, fl.f.force < 0 ? v ^ bit : fl.f.force ? v | bit : v & ~bit);
+    Fabric::FaultFired& r = f.fired_[fl.idx];
+    r.count = 1;
+    r.first_cycle = r.last_cycle = fl.f.cycle;
+  }
+}
+
+int Fabric::Impl::drop_at(uint32_t r, int d, int color, int64_t t) {
+  if (has_drop.empty() || !has_drop[r]) return -1;
+  for (size_t i = 0; i < drops.size(); ++i) {
+    const Drop& dr = drops[i];
+    if (dr.router == r && static_cast<int>(dr.f.dir) == d && dr.f.color == color && t >= start + dr.f.from_cycle &&
+        f.fired_[dr.idx].count < dr.f.count)
+      return static_cast<int>(i);
+  }
+  return -1;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -252,6 +315,7 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
     if (p.tasks.size() > 64) throw InputError(p.source, "more than 64 tasks in one program (model limit)");
     pi.color_q.fill(-1);
     pi.data_task.fill(-1);
+    pi.ctrl_task.fill(-1);
     uint8_t used = 0;
     for (const auto& d : p.dsds)
       if (d.kind == DsdKind::fabin) {
@@ -275,10 +339,15 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
               break;
             }
       }
+      if (t.kind == TaskKind::control && t.id < 64) {
+        pi.ctrl_task[t.id] = static_cast<int8_t>(k);
+        pi.has_ctrl = true;
+      }
       if (t.active) pi.init_active |= uint64_t{1} << k;
       if (t.blocked) pi.init_blocked |= uint64_t{1} << k;
       pi.by_id.push_back(static_cast<int8_t>(k));
     }
+    pi.used_q = used;
     std::sort(pi.by_id.begin(), pi.by_id.end(), [&](int8_t a, int8_t b) { return p.tasks[static_cast<size_t>(a)].id < p.tasks[static_cast<size_t>(b)].id; });
   }
   // PEs.
@@ -383,6 +452,20 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
       f1.dr = slot_pe[ds];
     }
   }
+  // Control tasks: a color delivered to a PE whose program has control tasks but no fabin or data
+  // task for that color still needs an input queue for its control wavelets: the first free one.
+  for (uint32_t sl = 0; sl < ns; ++sl) {
+    const uint32_t ps = pe_slot[slot_pe[sl]];
+    if (ps == kNone || !(slot_route[sl].tx_any() & dir_bit(Dir::RAMP))) continue;
+    ProgInfo& pi = pinfo[pes[ps].prog];
+    if (!pi.has_ctrl || pi.color_q[slot_color[sl]] >= 0) continue;
+    for (int q = 0; q < 8; ++q)
+      if (!(pi.used_q & (1u << q)) && in_depth[q] > 0) {
+        pi.color_q[slot_color[sl]] = static_cast<int8_t>(q);
+        pi.used_q = static_cast<uint8_t>(pi.used_q | (1u << q));
+        break;
+      }
+  }
   link.assign(npe * kDirs, 0);
   rr.assign(npe, 0);
   pwake_last.assign(pes.size(), -1);
@@ -409,6 +492,17 @@ uint32_t Fabric::Impl::find_slot(uint32_t pe, int color) const {
 
 void Fabric::Impl::reset(int64_t c0) {
   start = c0;
+  // Faults: flips in cycle order; routers that drop wavelets leave the relay fast path.
+  f.fired_.assign(faults, Fabric::FaultFired{});
+  std::stable_sort(flips.begin(), flips.end(), [](const Flip& a, const Flip& b) { return a.f.cycle < b.f.cycle; });
+  next_flip = 0;
+  for (const auto& [r, rl] : relay_saved) relay[r] = rl;
+  relay_saved.clear();
+  for (const Drop& d : drops)
+    if (relay[d.router].bi != kNone) {
+      relay_saved.emplace_back(d.router, relay[d.router]);
+      relay[d.router].bi = kNone;
+    }
   last_progress = c0;
   cal.clear(c0);
   std::fill(bhead.begin(), bhead.end(), 0);
@@ -695,6 +789,7 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
     bool room = tx != 0;
     for (unsigned m = tx; m && room; m &= m - 1) {
       const int d = std::countr_zero(m);
+      if (drop_at(r, d, slot_color[c.slot], t) >= 0) continue;  // lost on the link: needs no room
       if (d == static_cast<int>(Dir::RAMP)) {
         if (ps == kNone) {
           room = false;
@@ -715,6 +810,13 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
     moved = true;
     for (unsigned m = tx; m; m &= m - 1) {
       const int d = std::countr_zero(m);
+      if (const int di = drop_at(r, d, slot_color[c.slot], t); di >= 0) {  // an injected fault takes it
+        Fabric::FaultFired& fr = f.fired_[drops[static_cast<size_t>(di)].idx];
+        if (!fr.count++) fr.first_cycle = t - start;
+        fr.last_cycle = t - start;
+        ++st.dropped_wavelets;
+        continue;
+      }
       ++link[static_cast<size_t>(r) * kDirs + static_cast<size_t>(d)];
       ++st.color_hops[wv.color];
       if (d == static_cast<int>(Dir::RAMP)) {

@@ -76,6 +76,8 @@ struct FabricStats {
   int64_t port_in_wavelets = 0;      // injected by edge input ports
   int64_t port_out_wavelets = 0;     // collected by edge output ports
   int64_t sram_pages = 0;            // SRAM pages allocated (FabricStats::kPageBytes each)
+  int64_t bank_conflict_cycles = 0;  // of stall: cycles lost to SRAM read-port conflicts (pe.bank_conflicts)
+  int64_t dropped_wavelets = 0;      // lost on links by injected faults (Fabric::WaveletDrop)
   static constexpr int64_t kPageBytes = 512;
 };
 
@@ -138,6 +140,35 @@ class Fabric : public sc_core::sc_module {
   int64_t link_wavelets(int64_t x, int64_t y, Dir d) const;
   int64_t queue_high_water(int64_t x, int64_t y, int queue, bool input) const;
 
+  // Faults (resilience studies, and proof that outputs come from the machine). Armed between runs;
+  // each applies to every later run until clear_faults(). Cycles are relative to the run's start.
+  // Throws InputError for a PE outside the fabric, an address outside the data area, or a drop on a
+  // color the router does not route.
+  struct SramFlip {
+    int64_t x = 0, y = 0;
+    uint32_t addr = 0;      // byte in the PE's data area
+    int bit = 0;            // 0..7 within that byte
+    int64_t cycle = 0;      // 0: before the first instruction
+    int force = -1;         // -1: flip the bit; 0/1: force it to that value
+  };
+  struct WaveletDrop {
+    int64_t x = 0, y = 0;   // the router the wavelets leave
+    Dir dir = Dir::E;       // the link (RAMP: the delivery into its own PE)
+    int color = 0;
+    int64_t from_cycle = 0; // the first cycle a wavelet may be dropped
+    int64_t count = 1;      // how many (at most)
+  };
+  // What each armed fault did in the last run, in the order they were added: flips fire once (at
+  // their cycle, if the run reached it), drops count the wavelets they took.
+  struct FaultFired {
+    int64_t count = 0;               // 0: did not fire
+    int64_t first_cycle = -1, last_cycle = -1;
+  };
+  void add_fault(const SramFlip& f);
+  void add_fault(const WaveletDrop& f);
+  void clear_faults();
+  const std::vector<FaultFired>& faults_fired() const { return fired_; }
+
   const FabricStats& stats() const { return stats_; }
   const std::vector<DeliveryRecord>& deliveries() const { return deliveries_; }
   const std::vector<OpRecord>& op_records() const { return op_records_; }
@@ -162,6 +193,7 @@ class Fabric : public sc_core::sc_module {
   std::vector<OpRecord> op_records_;
   std::vector<StuckPe> stuck_pes_;
   std::vector<StuckRouter> stuck_routers_;
+  std::vector<FaultFired> fired_;
   bool finished_ = true;
   bool start_pending_ = false;
   std::optional<std::string> error_;

@@ -128,6 +128,7 @@ struct Fabric::Impl {
     int64_t i = 0, len = 0;
     int32_t width = 1;
     int64_t next = 0, start = 0;
+    bool conflict_paid = false;  // pe.bank_conflicts: the extra cycle of this element group is spent
   };
   struct Mt {
     OpRun op;
@@ -139,7 +140,15 @@ struct Fabric::Impl {
     std::array<int8_t, kMaxColors> data_task{};  // task index fired by a color (-1: none)
     uint64_t init_active = 0, init_blocked = 0;  // by task index
     std::vector<int8_t> by_id;                   // task indices by hardware id (priority)
+    std::array<int8_t, 64> ctrl_task{};          // control task index by hardware id (-1: none)
+    bool has_ctrl = false;
+    uint8_t used_q = 0;                          // input queues bound to a color
   };
+  // A control wavelet that names a control task of the PE's program (its index half = task id):
+  // it fires that task and is neither data for a data task nor for a fabin DSD.
+  static bool for_ctrl_task(const ProgInfo& pi, const Wv& w) {
+    return w.control && pi.has_ctrl && (w.payload >> 16) < 64 && pi.ctrl_task[w.payload >> 16] >= 0;
+  }
   struct Pe {
     uint32_t prog = 0;
     int32_t x = 0, y = 0, px = 0, py = 0;
@@ -183,6 +192,25 @@ struct Fabric::Impl {
     uint8_t tx = 0;        // the tx direction
   };
   std::vector<Relay> relay;
+  // Faults (Fabric::add_fault); `idx` is the fault's place in Fabric::fired_.
+  struct Flip {
+    Fabric::SramFlip f;
+    uint32_t slot = 0;
+    size_t idx = 0;
+  };
+  struct Drop {
+    Fabric::WaveletDrop f;
+    uint32_t router = 0;
+    size_t idx = 0;
+  };
+  std::vector<Flip> flips;                 // sorted by cycle (stable) at each start
+  size_t next_flip = 0;
+  std::vector<Drop> drops;
+  std::vector<uint8_t> has_drop;           // per router while drops exist (else empty)
+  std::vector<std::pair<uint32_t, Relay>> relay_saved;  // relays disabled for drops, restored at reset
+  size_t faults = 0;
+  void apply_flips(int64_t cycle);         // every flip due at or before `cycle`
+  int drop_at(uint32_t r, int d, int color, int64_t t);  // index into drops of a rule taking this wavelet, -1: none
   std::vector<Route> slot_route;
   std::vector<Wv> bufs;
   std::vector<int64_t> link;

@@ -106,6 +106,21 @@ int Fabric::Impl::run_group(uint32_t s, OpRun& op, int64_t t) {
   const OpInfo& info = op_info(in.op);
   const size_t nr = info.roles.size();
   const int64_t n = std::min<int64_t>(op.width, op.len - op.i);
+  // pe.bank_conflicts (wafer.md PE SRAM: "the two reads must hit banks with b1 % 4 != b2 % 4"): when
+  // the first elements of this cycle's group of two memory sources sit in banks (16-bit words
+  // interleaved over pe.sram_banks) with equal bank % 4, the group costs one extra cycle.
+  if (cfg.bank_conflicts && !op.conflict_paid && n > 0) {
+    uint32_t addr[2];
+    int nm = 0;
+    for (size_t k = 1; k < nr && nm < 2; ++k)
+      if (in.a[k].kind == OpndKind::dsd && dsd(s, in.a[k].v).is_mem()) addr[nm++] = mem_addr(s, dsd(s, in.a[k].v), op.i);
+    const int64_t banks = std::max<int64_t>(1, cfg.sram_banks);
+    if (nm == 2 && (static_cast<int64_t>(addr[0] / 2) % banks) % 4 == (static_cast<int64_t>(addr[1] / 2) % banks) % 4) {
+      op.conflict_paid = true;
+      ++f.stats_.bank_conflict_cycles;
+      return 1;
+    }
+  }
   int64_t done = 0;
   for (; done < n; ++done) {
     // Every operand must be able to go for this element.
@@ -114,7 +129,8 @@ int Fabric::Impl::run_group(uint32_t s, OpRun& op, int64_t t) {
       if (in.a[k].kind != OpndKind::dsd) continue;
       const Dsd& d = dsd(s, in.a[k].v);
       if (d.kind == DsdKind::fabin) {
-        ok = P.qcount[d.queue] > 0 && qentry(s, d.queue, P.qhead[d.queue]).ready <= t;
+        ok = P.qcount[d.queue] > 0 && qentry(s, d.queue, P.qhead[d.queue]).ready <= t &&
+             !for_ctrl_task(pinfo[P.prog], qentry(s, d.queue, P.qhead[d.queue]));
       } else if (d.kind == DsdKind::fabout) {
         ok = P.qcount[8u + d.queue] < out_depth[d.queue];
       } else if (d.kind == DsdKind::fifo) {
@@ -202,6 +218,7 @@ int Fabric::Impl::run_group(uint32_t s, OpRun& op, int64_t t) {
     ++op.i;
   }
   f.stats_.dsd_elements += done;
+  if (done > 0) op.conflict_paid = false;
   if (done == 0 && op.len > 0) return 0;
   return op.i >= op.len ? 2 : 1;
 }
@@ -222,9 +239,28 @@ bool Fabric::Impl::pick_task(uint32_t s, int64_t t) {
       if (q < 0 || !P.qcount[static_cast<size_t>(q)]) continue;
       const Wv& w = qentry(s, q, P.qhead[static_cast<size_t>(q)]);
       if (w.ready > t || w.color != tk.color) continue;
+      if (for_ctrl_task(pi, w)) continue;  // the head fires a control task, not this one
       P.wv = w.payload;
       pop_queue(s, q);
       wake_router(pe_index(s), t + 1);
+    } else if (tk.kind == TaskKind::control) {
+      // Fires on a control wavelet naming its id (index half) at the head of an input queue; its
+      // data half is wv.
+      int q = 0;
+      for (; q < 8; ++q) {
+        if (!P.qcount[static_cast<size_t>(q)]) continue;
+        const Wv& w = qentry(s, q, P.qhead[static_cast<size_t>(q)]);
+        if (w.ready <= t && w.control && (w.payload >> 16) == tk.id) break;
+      }
+      if (q < 8) {
+        P.wv = qentry(s, q, P.qhead[static_cast<size_t>(q)]).payload & 0xffffu;
+        pop_queue(s, q);
+        wake_router(pe_index(s), t + 1);
+      } else {  // `activate` works on any task
+        if (!(P.active & bit)) continue;
+        P.active &= ~bit;
+        P.wv = 0;
+      }
     } else {
       if (!(P.active & bit)) continue;
       P.active &= ~bit;
@@ -482,6 +518,7 @@ void Fabric::Impl::report(std::vector<StuckPe>& out, std::vector<StuckRouter>& r
         const uint64_t bit = uint64_t{1} << k;
         std::string st;
         if (t.kind == TaskKind::data) st = "waits for color " + std::to_string(t.color);
+        else if (t.kind == TaskKind::control) st = "waits for a control wavelet naming id " + std::to_string(t.id);
         else st = P.active & bit ? "activated" : "not activated";
         if (P.blocked & bit) st += ", blocked";
         o << (first ? "" : "; ") << "'" << t.name << "' " << st;

@@ -126,8 +126,11 @@ void hop_contract(int N, int B, int64_t hop) {
 
 // One DSD instruction on one PE: done exactly setup + ceil(len / width) cycles after it issues
 // at cycle 0; the following halt ends the PE one cycle later.
+void op_contract(const WaferConfig& c, const std::string& decls, const std::string& instr, int64_t expect_cycles);
 void op_contract(const std::string& preset, const std::string& decls, const std::string& instr, int64_t expect_cycles) {
-  const WaferConfig c = preset_config(preset);
+  op_contract(preset_config(preset), decls, instr, expect_cycles);
+}
+void op_contract(const WaferConfig& c, const std::string& decls, const std::string& instr, int64_t expect_cycles) {
   const std::string prog = decls + "\n.task main local id=8 active\n  " + instr + "\n  halt\n";
   const std::string layout =
       R"({"fabric": {"width": 1, "height": 1}, "rects": [{"name": "pe", "x": 0, "y": 0, "width": 1, "height": 1, "program": "op.pe"}]})";
@@ -518,4 +521,209 @@ TEST_CASE("wafer-fabric: an edge stream waits for each wavelet's ready cycle (a 
   CHECK(out[1].second == 11 + N + 1);
   CHECK(out[2].second == 30 + N + 1);
   CHECK(out[2].first == 3u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One timing contract per row of wafer.md's SIMD-width table (PE "SIMD width per cycle"), per op
+// and preset, plus the stride rule, each run as one DSD op on the fabric. The expected widths are
+// written here from the fact sheet, not read from isa/wafer:
+//   fp16 ops (fmach fmulh faddh fsubh fmovh mov16 add16): 4 / 8 (WSE-2 / WSE-3)
+//   fadds fsubs fmovs mov32 fmachs faddhs (and fmuls fmaxs fnegs, same class here): 2 / 4
+//   conversions fh2s fs2h: 1 / 4;  fmacs: 1 / 1
+//   stride 0/1 full; stride % 8 in {2,3,5,6} full; {1,7} width 2; 0 width 1 (4: width 1, assumption)
+namespace {
+
+int64_t sheet_width(Op op, bool wse3) {
+  switch (op) {
+    case Op::fmach: case Op::fmulh: case Op::faddh: case Op::fsubh: case Op::fmovh: case Op::mov16: case Op::add16: return wse3 ? 8 : 4;
+    case Op::fh2s: case Op::fs2h: return wse3 ? 4 : 1;
+    case Op::fmacs: return 1;
+    default: return wse3 ? 4 : 2;
+  }
+}
+int64_t sheet_stride_cap(int64_t stride, int64_t w) {
+  if (stride == 0 || stride == 1) return w;
+  const int64_t m = ((stride % 8) + 8) % 8;
+  if (m == 1 || m == 7) return std::min<int64_t>(w, 2);
+  if (m == 0 || m == 4) return 1;
+  return w;
+}
+
+// `len` elements of `op`; source operands walk their arrays with `stride` (the destination with 1).
+void simd_row(Op op, const std::string& preset, int64_t stride, int64_t len) {
+  const OpInfo& info = op_info(op);
+  std::string decls, args;
+  for (size_t k = 0; k < info.roles.size(); ++k) {
+    const std::string nm = "a" + std::to_string(k);
+    if (info.roles[k] == Role::K) {
+      args += ", 2.0";
+      continue;
+    }
+    const Want w = info.types[k];
+    const std::string ty = w == Want::f16 || w == Want::b16 ? "f16" : "f32";
+    const int64_t st = k == 0 ? 1 : stride;
+    const int64_t count = st == 0 ? 1 : (len - 1) * st + 1;
+    decls += ".data " + nm + " " + ty + " " + std::to_string(count) + " fill=1\n";
+    decls += ".dsd " + nm + "m mem1d " + nm + " len=" + std::to_string(len) + " stride=" + std::to_string(st) + "\n";
+    args += (k ? ", " : "") + nm + "m";
+  }
+  const int64_t width = sheet_stride_cap(stride, sheet_width(op, preset == "wse3"));
+  const int64_t expect = 16 + (len + width - 1) / width;  // dsd.setup_cycles 16 (wafer.md 3P ~15-17)
+  INFO(std::string(op_name(op)) << " " << preset << " stride " << stride << ": width " << width);
+  op_contract(preset, decls, std::string(op_name(op)) + " " + args, expect);
+}
+
+}  // namespace
+
+#define SIMD_ROW(OP, PRESET)                                                                                        \
+  TEST_CASE("wafer-fabric simd: " #OP " on " PRESET " (len 61, stride 1)", "[wafer-fabric][simd]") {                 \
+    simd_row(Op::OP, PRESET, 1, 61);                                                                                \
+  }
+#define SIMD_ROWS(OP) SIMD_ROW(OP, "wse2") SIMD_ROW(OP, "wse3")
+SIMD_ROWS(fmach) SIMD_ROWS(fmulh) SIMD_ROWS(faddh) SIMD_ROWS(fsubh) SIMD_ROWS(fmovh) SIMD_ROWS(mov16) SIMD_ROWS(add16)
+SIMD_ROWS(fadds) SIMD_ROWS(fsubs) SIMD_ROWS(fmovs) SIMD_ROWS(mov32) SIMD_ROWS(fmachs) SIMD_ROWS(faddhs)
+SIMD_ROWS(fmuls) SIMD_ROWS(fmaxs) SIMD_ROWS(fnegs)
+SIMD_ROWS(fh2s) SIMD_ROWS(fs2h) SIMD_ROWS(fmacs)
+
+#define SIMD_STRIDE(OP, STRIDE)                                                                                     \
+  TEST_CASE("wafer-fabric simd: " #OP " on wse3 with source stride " #STRIDE " (len 40)", "[wafer-fabric][simd]") {  \
+    simd_row(Op::OP, "wse3", STRIDE, 40);                                                                           \
+  }
+SIMD_STRIDE(faddh, 0) SIMD_STRIDE(faddh, 2) SIMD_STRIDE(faddh, 3) SIMD_STRIDE(faddh, 5) SIMD_STRIDE(faddh, 6)
+SIMD_STRIDE(faddh, 7) SIMD_STRIDE(faddh, 9) SIMD_STRIDE(faddh, 8) SIMD_STRIDE(faddh, 16) SIMD_STRIDE(faddh, 4)
+SIMD_STRIDE(fadds, 3) SIMD_STRIDE(fadds, 7) SIMD_STRIDE(fadds, 8) SIMD_STRIDE(fh2s, 15) SIMD_STRIDE(fs2h, 10)
+
+// ---------------------------------------------------------------------------------------------
+// SRAM bank conflicts (pe.bank_conflicts, wafer.md PE SRAM: two reads per cycle must hit banks with
+// b1 % 4 != b2 % 4; 16-bit words interleaved over 8 banks): a group of elements whose two source
+// reads start in conflicting banks costs one extra cycle.
+
+TEST_CASE("wafer-fabric: with bank conflicts on, fadds over two arrays 256 bytes apart pays a cycle per group", "[wafer-fabric]") {
+  WaferConfig c = preset_config("wse2");
+  c.bank_conflicts = true;
+  // a at byte 0 (bank 0), b at byte 256 (word 128, bank 0): every group of 2 conflicts.
+  op_contract(c, ".data a f32 64\n.data b f32 64\n.data d f32 64\n.dsd am mem1d a\n.dsd bm mem1d b\n.dsd dm mem1d d", "fadds dm, am, bm", 16 + 32 + 32);
+}
+
+TEST_CASE("wafer-fabric: with bank conflicts on, sources 4 bytes further apart (banks 0 and 2) run at full width", "[wafer-fabric]") {
+  WaferConfig c = preset_config("wse2");
+  c.bank_conflicts = true;
+  op_contract(c, ".data a f32 64\n.data b f32 65\n.data d f32 64\n.dsd am mem1d a\n.dsd bm mem1d b off=1\n.dsd dm mem1d d", "fadds dm, am, bm", 16 + 32);
+}
+
+TEST_CASE("wafer-fabric: bank conflicts are off by default (wse2 preset)", "[wafer-fabric]") {
+  CHECK_FALSE(preset_config("wse2").bank_conflicts);
+  op_contract("wse2", ".data a f32 64\n.data b f32 64\n.data d f32 64\n.dsd am mem1d a\n.dsd bm mem1d b\n.dsd dm mem1d d", "fadds dm, am, bm", 16 + 32);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Control tasks: a control wavelet whose index half names a control task's id fires it (data half
+// in wv); data wavelets on the same color still fire the data task.
+
+TEST_CASE("wafer-fabric: a control wavelet fires the control task it names, after the data before it", "[wafer-fabric]") {
+  const char* send = R"(
+.data x f32 3 fill=1.5
+.data c i32 1 fill=2621447     # (40 << 16) | 7: control task 40, data 7
+.dsd xm mem1d x
+.dsd cm mem1d c
+.dsd out fabout f32 color=1 queue=2 len=3
+.dsd ctl fabout i32 color=1 queue=2 len=1 control
+.task main local id=8 active
+  fmovs out, xm
+  mov32 ctl, cm
+  halt
+)";
+  const char* recv = R"(
+.data y i32 2 fill=0
+.dsd y0 mem1d y len=1
+.dsd y1 mem1d y off=1 len=1
+.task on_data data id=1 color=1
+  add r0, r0, 1
+  ret
+.task on_ctl control id=40
+  mov32 y0, wv
+  mov32 y1, r0
+  halt
+)";
+  const WaferConfig c = preset_config("wse2");
+  const std::string layout = R"({"fabric": {"width": 4, "height": 1}, "rects": [
+    {"name": "s", "x": 0, "y": 0, "width": 1, "height": 1, "program": "send.pe", "routes": [{"color": 1, "rx": ["RAMP"], "tx": ["E"]}]},
+    {"name": "m", "x": 1, "y": 0, "width": 2, "height": 1, "routes": [{"color": 1, "rx": ["W"], "tx": ["E"]}]},
+    {"name": "r", "x": 3, "y": 0, "width": 1, "height": 1, "program": "recv.pe", "routes": [{"color": 1, "rx": ["W"], "tx": ["RAMP"]}]}]})";
+  Run r(c, load({{"send.pe", send}, {"recv.pe", recv}}, layout, c));
+  r.go();
+  INFO(r.fab->error().value_or(""));
+  REQUIRE_FALSE(r.fab->error());
+  const auto y = r.fab->read_array(3, 0, "y");
+  CHECK(y[0] == 7.0f);  // wv = the control wavelet's data half
+  CHECK(y[1] == 3.0f);  // the three data wavelets fired on_data first
+  const auto d = deliveries_at(*r.fab, 3, 0);
+  REQUIRE(d.size() == 4);
+  CHECK(d[3].payload == 2621447u);
+  // The control task starts when the wavelet is readable and runs two one-element DSD ops and halt.
+  CHECK(r.fab->halt_cycle(3, 0) >= d[3].cycle + 2 * (c.setup_cycles + 1) + 1);
+  CHECK(r.fab->halt_cycle(3, 0) <= d[3].cycle + 2 * (c.setup_cycles + 1) + 1 + 1);
+  CHECK(r.fab->stats().tasks_run == 1 + 3 + 1);
+}
+
+TEST_CASE("wafer-fabric: a PE whose control task never gets its wavelet is reported waiting for it", "[wafer-fabric]") {
+  const char* prog = ".data y i32 1\n.dsd ym mem1d y\n.task on_ctl control id=41\n  mov32 ym, wv\n  halt\n";
+  const WaferConfig c = preset_config("wse2");
+  FabricOptions o;
+  o.deadlock_window = 100;
+  Run r(c, load({{"p.pe", prog}}, R"({"fabric": {"width": 1, "height": 1}, "rects": [{"name": "p", "x": 0, "y": 0, "width": 1, "height": 1, "program": "p.pe"}]})", c), o);
+  r.go();
+  REQUIRE(r.fab->error());
+  CHECK_THAT(*r.fab->error(), Contains("'on_ctl' waits for a control wavelet naming id 41"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Faults on the fabric: dropped wavelets and SRAM bits at a cycle.
+
+TEST_CASE("wafer-fabric: dropping 3 wavelets on a link loses exactly those and the receiver is reported stuck", "[wafer-fabric]") {
+  const WaferConfig c = preset_config("wse2");
+  FabricOptions o;
+  o.deadlock_window = 200;
+  Run r(c, load({{"send.pe", kSend}, {"recv.pe", kRecv}}, row_layout(5, 16, {4}), c), o);
+  Fabric::WaveletDrop d;
+  d.x = 2;
+  d.y = 0;
+  d.dir = Dir::E;
+  d.color = 1;
+  d.count = 3;
+  r.fab->add_fault(d);
+  r.go();
+  REQUIRE(r.fab->error());
+  CHECK_THAT(*r.fab->error(), Contains("deadlock"));
+  CHECK_THAT(*r.fab->error(), Contains("PE (4,0)"));
+  CHECK(deliveries_at(*r.fab, 4, 0).size() == 13);
+  CHECK(r.fab->stats().dropped_wavelets == 3);
+  REQUIRE(r.fab->faults_fired().size() == 1);
+  // Wavelet 0 leaves router (2,0) at setup + 1 + 2 hops = 19; wavelets 1 and 2 follow a cycle apart.
+  CHECK(r.fab->faults_fired()[0].count == 3);
+  CHECK(r.fab->faults_fired()[0].first_cycle == c.setup_cycles + 1 + 2);
+  CHECK(r.fab->faults_fired()[0].last_cycle == c.setup_cycles + 1 + 2 + 2);
+  CHECK(r.fab->link_wavelets(2, 0, Dir::E) == 13);
+  CHECK_THROWS_AS(r.fab->add_fault(Fabric::WaveletDrop{2, 0, Dir::N, 1, 0, 1}), InputError);  // color 1 never goes N there
+}
+
+TEST_CASE("wafer-fabric: an SRAM bit flipped at a cycle changes what is read after it, not before", "[wafer-fabric]") {
+  // The sender streams x (1.5 each) from cycle 16 (setup), one element per cycle (fmovs width 2,
+  // limited by the output queue and link); flip the sign of x[10] at cycle 20 and of x[1] at cycle 30.
+  const WaferConfig c = preset_config("wse2");
+  Run r(c, load({{"send.pe", kSend}, {"recv.pe", kRecv}}, row_layout(3, 16, {2}), c));
+  r.fab->add_fault(Fabric::SramFlip{0, 0, 10 * 4 + 3, 7, 20, -1});  // byte 3 bit 7 = sign of x[10]
+  r.fab->add_fault(Fabric::SramFlip{0, 0, 1 * 4 + 3, 7, 30, -1});   // x[1] was sent long before
+  r.fab->add_fault(Fabric::SramFlip{0, 0, 2 * 4 + 3, 7, 100000, -1});  // after the run's end: never fires
+  r.go();
+  REQUIRE_FALSE(r.fab->error());
+  const auto y = r.fab->read_array(2, 0, "y");
+  for (int i = 0; i < 16; ++i) CHECK(y[static_cast<size_t>(i)] == (i == 10 ? -1.5f : 1.5f));
+  CHECK(r.fab->read_array(0, 0, "x")[1] == -1.5f);  // it did flip, after x[1] had left
+  CHECK(r.fab->faults_fired()[0].count == 1);
+  CHECK(r.fab->faults_fired()[0].first_cycle == 20);
+  CHECK(r.fab->faults_fired()[1].first_cycle == 30);
+  CHECK(r.fab->stats().cycles > 30);
+  CHECK(r.fab->faults_fired()[2].count == 0);
+  CHECK(r.fab->read_array(0, 0, "x")[2] == 1.5f);
 }
