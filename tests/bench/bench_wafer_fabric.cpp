@@ -26,7 +26,6 @@ using namespace tessera::wafer;
 
 namespace {
 
-constexpr int kSide = 64, kN = 2048;
 constexpr float kValue = 1.5f;  // send.pe's fill value
 
 std::string layout(int side, int n) {
@@ -44,19 +43,41 @@ int first_op_width(const Fabric& fab, int64_t x, int64_t y, const WaferConfig& c
   return static_cast<int>(instr_width(p, p.instrs.at(static_cast<size_t>(p.tasks.at(0).entry)), cfg));
 }
 
-// Both models are built before the first sc_start (one elaboration per process).
-struct Setup {
-  WaferConfig cfg = preset_config("wse2");
+// One workload size: both models on it.
+struct Workload {
+  int side, n;
   LoadedLayout l;
   std::unique_ptr<Fabric> fab;
   std::unique_ptr<bench::NaiveRowFabric> naive;
+};
+struct Result {
+  bool ran = false;
+  int64_t hops = 0, cycles = 0;  // per run
+  double hops_per_s = 0;
+};
+
+// Two sizes: 64 x 64 (4,096 PEs, 2,048 wavelets per row) and 256 x 256 (65,536 PEs -- the SC_METHOD
+// count past which ARCHITECTURE.md decision 1 measured the kernel slowing down -- 512 per row).
+constexpr int kSizes = 2;
+constexpr int kSide[kSizes] = {64, 256}, kN[kSizes] = {2048, 512};
+
+// Every model is built before the first sc_start (one elaboration per process).
+struct Setup {
+  WaferConfig cfg = preset_config("wse2");
+  Workload w[kSizes];
+  Result naive[kSizes], fabric[kSizes];
   Setup() {
     models::set_fs_resolution();
-    l = load_layout_text(layout(kSide, kN), "bench.json", std::string(TESSERA_SOURCE_DIR) + "/scenarios/wafer/micro", cfg);
-    fab = std::make_unique<Fabric>("fabric", cfg, FabricOptions{});
-    fab->load(l);
-    naive = std::make_unique<bench::NaiveRowFabric>(cfg, kSide, kN, kValue, first_op_width(*fab, 0, 0, cfg),
-                                                    first_op_width(*fab, kSide - 1, 0, cfg));
+    for (int i = 0; i < kSizes; ++i) {
+      Workload& k = w[i];
+      k.side = kSide[i];
+      k.n = kN[i];
+      k.l = load_layout_text(layout(k.side, k.n), "bench.json", std::string(TESSERA_SOURCE_DIR) + "/scenarios/wafer/micro", cfg);
+      k.fab = std::make_unique<Fabric>(("fabric" + std::to_string(k.side)).c_str(), cfg, FabricOptions{});
+      k.fab->load(k.l);
+      k.naive = std::make_unique<bench::NaiveRowFabric>(cfg, k.side, k.n, kValue, first_op_width(*k.fab, 0, 0, cfg),
+                                                        first_op_width(*k.fab, k.side - 1, 0, cfg));
+    }
   }
 };
 Setup& setup() {
@@ -64,76 +85,75 @@ Setup& setup() {
   return s;
 }
 
-struct Result {
-  bool ran = false;
-  int64_t hops = 0, cycles = 0;  // per run
-  double hops_per_s = 0;
-};
-Result naive_result, fabric_result;
-
 using Clock = std::chrono::steady_clock;
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-void BM_Naive_RowStreams64x64(benchmark::State& state) {
+void BM_Naive_RowStreams(benchmark::State& state) {
   Setup& s = setup();
+  const int i = static_cast<int>(state.range(0));
+  Workload& k = s.w[i];
   int64_t hops = 0, activations = 0, cycles = 0, run_hops = 0;
   Clock::duration wall{};
   for (auto _ : state) {
     const auto t0 = Clock::now();
-    s.naive->start();
+    k.naive->start();
     sc_core::sc_start();
     wall += Clock::now() - t0;
-    if (!s.naive->complete()) state.SkipWithError("naive baseline: a receiver did not get every wavelet");
-    const auto& c = s.naive->counters();
+    if (!k.naive->complete()) state.SkipWithError("naive baseline: a receiver did not get every wavelet");
+    const auto& c = k.naive->counters();
     run_hops = c.injections + c.hops + c.deliveries;
     hops += run_hops;
     activations += c.activations;
-    cycles = c.end_cycle - s.naive->start_cycle();
+    cycles = c.end_cycle - k.naive->start_cycle();
   }
-  if (s.naive->received_sum() != double{kValue} * kSide * kN) state.SkipWithError("naive baseline: wrong received values");
+  if (k.naive->received_sum() != double{kValue} * k.side * k.n) state.SkipWithError("naive baseline: wrong received values");
   const double it = static_cast<double>(state.iterations());
+  state.SetLabel(std::to_string(k.side) + "x" + std::to_string(k.side));
   state.counters["hops/s"] = benchmark::Counter(static_cast<double>(hops), benchmark::Counter::kIsRate);
   state.counters["activations/s"] = benchmark::Counter(static_cast<double>(activations), benchmark::Counter::kIsRate);
   state.counters["hops"] = static_cast<double>(hops) / it;
   state.counters["sim_cycles"] = static_cast<double>(cycles);
-  naive_result = {true, run_hops, cycles, static_cast<double>(hops) / seconds(wall)};
+  s.naive[i] = {true, run_hops, cycles, static_cast<double>(hops) / seconds(wall)};
 }
-BENCHMARK(BM_Naive_RowStreams64x64)->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_Naive_RowStreams)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(3);
 
-void BM_RowStreams64x64(benchmark::State& state) {
+void BM_RowStreams(benchmark::State& state) {
   Setup& s = setup();
+  const int i = static_cast<int>(state.range(0));
+  Workload& k = s.w[i];
   int64_t hops = 0, events = 0, cycles = 0, run_hops = 0;
   Clock::duration wall{};
   for (auto _ : state) {
     const auto t0 = Clock::now();
-    s.fab->start();
+    k.fab->start();
     sc_core::sc_start();
     wall += Clock::now() - t0;
-    if (s.fab->error()) state.SkipWithError(s.fab->error()->c_str());
-    const FabricStats& st = s.fab->stats();
+    if (k.fab->error()) state.SkipWithError(k.fab->error()->c_str());
+    const FabricStats& st = k.fab->stats();
     run_hops = st.wavelet_hops + st.ramp_deliveries + st.ramp_injections;
     hops += run_hops;
     events += st.events;
     cycles = st.cycles;
   }
   double sum = 0;
-  for (int y = 0; y < kSide; ++y)
-    for (float v : s.fab->read_array(kSide - 1, y, "y")) sum += v;
-  if (sum != double{kValue} * kSide * kN) state.SkipWithError("fabric: wrong received values");
+  for (int y = 0; y < k.side; ++y)
+    for (float v : k.fab->read_array(k.side - 1, y, "y")) sum += v;
+  if (sum != double{kValue} * k.side * k.n) state.SkipWithError("fabric: wrong received values");
   const double it = static_cast<double>(state.iterations());
+  state.SetLabel(std::to_string(k.side) + "x" + std::to_string(k.side));
   state.counters["hops/s"] = benchmark::Counter(static_cast<double>(hops), benchmark::Counter::kIsRate);
   state.counters["events/s"] = benchmark::Counter(static_cast<double>(events), benchmark::Counter::kIsRate);
   state.counters["hops"] = static_cast<double>(hops) / it;
   state.counters["events"] = static_cast<double>(events) / it;
   state.counters["sim_cycles"] = static_cast<double>(cycles);
-  fabric_result = {true, run_hops, cycles, static_cast<double>(hops) / seconds(wall)};
-  if (naive_result.ran) {
-    if (naive_result.hops != run_hops || naive_result.cycles != cycles)
+  s.fabric[i] = {true, run_hops, cycles, static_cast<double>(hops) / seconds(wall)};
+  if (s.naive[i].ran) {
+    if (s.naive[i].hops != run_hops || s.naive[i].cycles != cycles)
       state.SkipWithError("the naive baseline and the fabric disagree on hops or cycles");
-    state.counters["x_naive"] = fabric_result.hops_per_s / naive_result.hops_per_s;
+    state.counters["x_naive"] = s.fabric[i].hops_per_s / s.naive[i].hops_per_s;
   }
 }
-BENCHMARK(BM_RowStreams64x64)->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_RowStreams)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace
 
@@ -142,13 +162,15 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  if (naive_result.ran && fabric_result.ran)
-    std::printf("row streams %dx%d, %d wavelets per row: fabric %.2f M hops/s, naive SC_METHOD-per-PE %.2f M hops/s, "
-                "ratio %.2fx; hops per run %lld vs %lld, cycles %lld vs %lld (%s)\n",
-                kSide, kSide, kN, fabric_result.hops_per_s / 1e6, naive_result.hops_per_s / 1e6,
-                fabric_result.hops_per_s / naive_result.hops_per_s, static_cast<long long>(fabric_result.hops),
-                static_cast<long long>(naive_result.hops), static_cast<long long>(fabric_result.cycles),
-                static_cast<long long>(naive_result.cycles),
-                fabric_result.hops == naive_result.hops && fabric_result.cycles == naive_result.cycles ? "equal" : "DIFFERENT");
+  const Setup& s = setup();
+  for (int i = 0; i < kSizes; ++i) {
+    const Result &f = s.fabric[i], &nv = s.naive[i];
+    if (nv.ran && f.ran)
+      std::printf("row streams %dx%d, %d wavelets per row: fabric %.2f M hops/s, naive SC_METHOD-per-PE %.2f M hops/s, "
+                  "ratio %.2fx; hops per run %lld vs %lld, cycles %lld vs %lld (%s)\n",
+                  kSide[i], kSide[i], kN[i], f.hops_per_s / 1e6, nv.hops_per_s / 1e6, f.hops_per_s / nv.hops_per_s,
+                  static_cast<long long>(f.hops), static_cast<long long>(nv.hops), static_cast<long long>(f.cycles),
+                  static_cast<long long>(nv.cycles), f.hops == nv.hops && f.cycles == nv.cycles ? "equal" : "DIFFERENT");
+  }
   return 0;
 }

@@ -146,7 +146,7 @@ NaiveRowFabric::NaiveRowFabric(const wafer::WaferConfig& cfg, int side, int n, f
   for (int y = 0; y < side; ++y)
     for (int x = 0; x < side; ++x) {
       const auto role = x == 0 ? Pe::Role::sender : x == side - 1 ? Pe::Role::receiver : Pe::Role::relay;
-      const std::string name = "naive_pe_" + std::to_string(x) + "_" + std::to_string(y);
+      const std::string name = "naive" + std::to_string(side) + "_pe_" + std::to_string(x) + "_" + std::to_string(y);
       pes_.push_back(new Pe(name.c_str(), *this, cfg, role, n, value, role == Pe::Role::sender ? send_width : recv_width));
     }
   for (int y = 0; y < side; ++y)
