@@ -420,12 +420,34 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
                      {"port_in_wavelets", st.port_in_wavelets},
                      {"port_out_wavelets", st.port_out_wavelets},
                      {"fabric_s", fabric_s}};
+  json mx_figures, sx_figures;
+  {
+    auto figures = [&](const std::vector<wafer::StreamTransfer>& log) {
+      double busy = 0, first = 0, last = 0;
+      int64_t bytes = 0;
+      for (size_t k = 0; k < log.size(); ++k) {
+        busy += (log[k].end - log[k].start).to_seconds();
+        first = k ? std::min(first, log[k].start.to_seconds()) : log[k].start.to_seconds();
+        last = std::max(last, log[k].end.to_seconds());
+        bytes += log[k].bytes;
+      }
+      const double window = log.empty() ? 0.0 : last - first;
+      return json{{"busy_s", busy}, {"window_s", window}, {"achieved_bandwidth_Bps", window > 0 ? static_cast<double>(bytes) / window : 0.0}};
+    };
+    mx_figures = figures(mx.transfers());
+    sx_figures = figures(sx.transfers());
+  }
   if (!streamed.empty() || !reduces.empty() || !mx_init.empty())
     report["weight_streaming"] = {{"memoryx", {{"bytes_read", mx.stats().bytes_read},
                                                {"bytes_written", mx.stats().bytes_written},
                                                {"updates", mx.stats().updates},
-                                               {"transactions", mx.stats().transactions}}},
-                                  {"swarmx", {{"bytes_broadcast", sx.stats().bytes_broadcast}, {"bytes_reduced", sx.stats().bytes_reduced}}},
+                                               {"transactions", mx.stats().transactions},
+                                               {"busy_s", mx_figures["busy_s"]},
+                                               {"achieved_bandwidth_Bps", mx_figures["achieved_bandwidth_Bps"]}}},
+                                  {"swarmx", {{"bytes_broadcast", sx.stats().bytes_broadcast},
+                                              {"bytes_reduced", sx.stats().bytes_reduced},
+                                              {"busy_s", sx_figures["busy_s"]},
+                                              {"achieved_bandwidth_Bps", sx_figures["achieved_bandwidth_Bps"]}}},
                                   {"broadcast", streamed},
                                   {"reduce", reduced}};
 
@@ -495,7 +517,8 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   }
   if (s.resolved.contains("trace")) {
     const std::string note = write_trace_file(s.resolved["trace"],
-                                              build_wafer_trace(s.resolved["trace"], L, fab, std::filesystem::path(layout_path).stem().string()),
+                                              build_wafer_trace(s.resolved["trace"], L, fab, std::filesystem::path(layout_path).stem().string(), &mx, &sx,
+                                                                t_start.to_seconds()),
                                               opt.out_dir);
     report["trace"] = {{"file", s.resolved["trace"]["file"]}};
     con.out(note);

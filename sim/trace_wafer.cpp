@@ -9,6 +9,7 @@
 #include "isa/error.hpp"
 #include "isa/wafer/asm.hpp"
 #include "models/wafer/fabric.hpp"
+#include "models/wafer/weight_stream.hpp"
 
 namespace tessera::sim {
 
@@ -17,6 +18,11 @@ using traces::Arg;
 using traces::TraceBuilder;
 
 TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, const wafer::Fabric& fab, const std::string& name) {
+  return build_wafer_trace(cfg, L, fab, name, nullptr, nullptr, 0.0);
+}
+
+TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, const wafer::Fabric& fab, const std::string& name,
+                               const wafer::MemoryX* mx, const wafer::SwarmX* sx, double t0_s) {
   const std::string detail = cfg.value("detail", std::string("kernel"));
   if (detail != "kernel" && detail != "instruction" && detail != "pe")
     throw InputError("/trace/detail", "unknown trace detail '" + detail + "'", "use kernel, instruction or pe");
@@ -48,6 +54,18 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
         pe_track[{x, y}] = b.thread(proc, "PE (" + std::to_string(x) + "," + std::to_string(y) + ")", tid++);
         pe_proc[{x, y}] = proc;
       }
+  }
+  // Task runs of the sampled PEs (before the ops: a task and an op it ends with may share begin and
+  // end, and the task must be the parent). Their durations add up to the PE's busy cycles.
+  for (const auto& tr : fab.task_records()) {
+    auto it = pe_track.find({tr.x, tr.y});
+    if (it == pe_track.end()) continue;
+    const wafer::Program* prog = fab.program(tr.x, tr.y);
+    const std::string tname = prog && tr.task >= 0 && tr.task < static_cast<int32_t>(prog->tasks.size())
+                                  ? prog->tasks[static_cast<size_t>(tr.task)].name
+                                  : std::string("task");
+    b.slice(it->second, "task " + tname, ns(tr.start), std::max(ns(tr.end), ns(tr.start)),
+            {{"cycles", tr.end - tr.start}, {"start_cycle", tr.start}});
   }
   // DSD operations of the sampled PEs (microthread ops overlap the main thread's: their own track).
   std::map<std::pair<int64_t, int64_t>, uint64_t> async_track;
@@ -95,6 +113,37 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
   for (size_t i = 0; i < act.size(); ++i) {
     b.counter_value(active, ns(static_cast<int64_t>(i) * bin), act[i]);
     b.counter_value(deliv, ns(static_cast<int64_t>(i) * bin), del[i]);
+  }
+  // Weight streaming: MemoryX transfers and SwarmX tree passes, and their bandwidth over time.
+  const std::vector<wafer::StreamTransfer> none;
+  const auto& mxl = mx ? mx->transfers() : none;
+  const auto& sxl = sx ? sx->transfers() : none;
+  if (!mxl.empty() || !sxl.empty()) {
+    auto rel_ns = [&](const sc_core::sc_time& t) { return static_cast<int64_t>(std::llround((t.to_seconds() - t0_s) * 1e9)); };
+    int64_t end_ns = 1;
+    for (const auto* log : {&mxl, &sxl})
+      for (const auto& x : *log) end_ns = std::max(end_ns, rel_ns(x.end));
+    const uint64_t wproc = b.process("weight streaming", pid++);
+    const int64_t wbin = std::max<int64_t>(100, (end_ns + 499) / 500);  // ns per counter point
+    const std::pair<const std::vector<wafer::StreamTransfer>*, const char*> logs[] = {{&mxl, "MemoryX"}, {&sxl, "SwarmX"}};
+    for (const auto& [log, unit] : logs) {
+      if (log->empty()) continue;
+      const uint64_t track = b.thread(wproc, unit, tid++);
+      const uint64_t bw = b.counter(wproc, std::string(unit) + " GB/s", "GB/s");
+      std::vector<double> bytes(static_cast<size_t>(end_ns / wbin + 2), 0.0);
+      for (const auto& x : *log) {
+        const int64_t s0 = rel_ns(x.start), s1 = std::max(rel_ns(x.end), s0);
+        b.slice(track, wafer::transfer_kind_name(x.kind), s0, s1, {{"bytes", x.bytes}});
+        // Spread the bytes evenly over the transfer's time (its own bandwidth), bin by bin.
+        const double rate = static_cast<double>(x.bytes) / static_cast<double>(std::max<int64_t>(1, s1 - s0));
+        for (int64_t k = std::max<int64_t>(0, s0 / wbin); k <= s1 / wbin && k < static_cast<int64_t>(bytes.size()); ++k) {
+          const int64_t lo = std::max(s0, k * wbin), hi = std::min(s1, (k + 1) * wbin);
+          if (hi > lo) bytes[static_cast<size_t>(k)] += rate * static_cast<double>(hi - lo);
+          else if (s1 == s0) bytes[static_cast<size_t>(k)] += static_cast<double>(x.bytes);
+        }
+      }
+      for (size_t k = 0; k < bytes.size(); ++k) b.counter_value(bw, static_cast<int64_t>(k) * wbin, bytes[k] / static_cast<double>(wbin));  // bytes/ns = GB/s
+    }
   }
   return b;
 }

@@ -4,10 +4,15 @@
 //     thread "kernel"          the run as one slice (the layout's name and cycles)
 //     thread "PE (x,y)"        sampled PEs: the rectangle's corners and centre (detail "kernel" or
 //                              "instruction"), or up to 64 program PEs per rectangle (detail "pe");
-//                              one slice per DSD operation, named by opcode, with the PE's
-//                              instruction text, elements and cycles as args
+//                              one slice per task run ("task NAME"; their durations add up to the
+//                              PE's busy cycles) with one slice per DSD operation nested inside,
+//                              named by opcode, with the PE's instruction text, elements and
+//                              cycles as args; async ops on a track "PE (x,y) async"
 //   counters (process "fabric"): "active PEs" (PEs with a DSD operation in flight) and
 //     "wavelets delivered per 100 cycles", binned to at most ~1000 points.
+//   process "weight streaming" (when MemoryX/SwarmX moved data): tracks "MemoryX" and "SwarmX"
+//     with a slice per transfer (read/update, broadcast/reduce) and counters "MemoryX GB/s" and
+//     "SwarmX GB/s" (bytes per bin / bin length).
 // Never one track per PE for a full wafer. Times are ns from the run start (pe.clock).
 #include <nlohmann/json.hpp>
 #include <string>
@@ -17,11 +22,19 @@
 namespace tessera::wafer {
 class Fabric;
 struct LoadedLayout;
+class MemoryX;
+class SwarmX;
 }  // namespace tessera::wafer
 
 namespace tessera::sim {
 
 traces::TraceBuilder build_wafer_trace(const nlohmann::json& trace_cfg, const wafer::LoadedLayout& layout,
                                        const wafer::Fabric& fab, const std::string& name);
+// The same, plus a "weight streaming" process when MemoryX or SwarmX moved data: a track of
+// transfers each and bandwidth counters (GB/s), times relative to `t0_s` (SystemC seconds of the
+// fabric run's start).
+traces::TraceBuilder build_wafer_trace(const nlohmann::json& trace_cfg, const wafer::LoadedLayout& layout,
+                                       const wafer::Fabric& fab, const std::string& name, const wafer::MemoryX* mx,
+                                       const wafer::SwarmX* sx, double t0_s);
 
 }  // namespace tessera::sim

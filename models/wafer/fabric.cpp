@@ -68,6 +68,7 @@ void Fabric::run() {
   stuck_routers_.clear();
   deliveries_.clear();
   op_records_.clear();
+  task_records_.clear();
   int64_t synced = c0;
   std::optional<std::string> stop;
   // Cycle by cycle: the checks hold for every event of a cycle or for none (last_progress only grows).

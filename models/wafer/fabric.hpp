@@ -56,6 +56,15 @@ struct OpRecord {
   int64_t elements;
 };
 
+// One task run on a PE's main thread, from the cycle it was picked to the cycle it ended (ret,
+// halt or its last instruction). Relative cycles; the durations of a PE's records add up to its
+// busy_cycles().
+struct TaskRecord {
+  int32_t x, y;
+  int32_t task;        // index into the PE's Program::tasks
+  int64_t start, end;
+};
+
 struct FabricStats {
   int64_t start_cycle = 0;           // absolute clock cycle of the run's start
   int64_t cycles = 0;                // run length (last activity - start)
@@ -172,6 +181,7 @@ class Fabric : public sc_core::sc_module {
   const FabricStats& stats() const { return stats_; }
   const std::vector<DeliveryRecord>& deliveries() const { return deliveries_; }
   const std::vector<OpRecord>& op_records() const { return op_records_; }
+  const std::vector<TaskRecord>& task_records() const { return task_records_; }
   const WaferConfig& config() const { return cfg_; }
   const ClockDomain& clock() const { return clock_; }
   int64_t width() const { return W_; }
@@ -191,6 +201,7 @@ class Fabric : public sc_core::sc_module {
   FabricStats stats_;
   std::vector<DeliveryRecord> deliveries_;
   std::vector<OpRecord> op_records_;
+  std::vector<TaskRecord> task_records_;
   std::vector<StuckPe> stuck_pes_;
   std::vector<StuckRouter> stuck_routers_;
   std::vector<FaultFired> fired_;

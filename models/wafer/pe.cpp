@@ -370,6 +370,7 @@ void Fabric::Impl::exec(uint32_t s, int64_t t) {
   };
   auto end_task = [&](int64_t at, bool halt) {
     P.busy += at - P.task_start;
+    if (f.opt_.record) f.task_records_.push_back({P.x, P.y, P.task, P.task_start - start, at - start});
     P.task = -1;
     P.ready_at = at;
     if (halt) {

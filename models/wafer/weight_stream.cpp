@@ -13,6 +13,16 @@ namespace {
 sc_time seconds(double s) { return sc_time(s, sc_core::SC_SEC); }
 }  // namespace
 
+const char* transfer_kind_name(StreamTransfer::Kind k) {
+  switch (k) {
+    case StreamTransfer::read: return "read";
+    case StreamTransfer::write: return "write";
+    case StreamTransfer::update: return "update";
+    case StreamTransfer::broadcast: return "broadcast";
+    default: return "reduce";
+  }
+}
+
 MemoryX::MemoryX(sc_core::sc_module_name name, const WaferConfig& cfg) : sc_module(name), socket("socket"), cfg_(cfg) {
   socket.register_b_transport(this, &MemoryX::b_transport);
 }
@@ -64,6 +74,8 @@ void MemoryX::b_transport(tlm::tlm_generic_payload& p, sc_time& delay) {
     ++stats_.updates;
   }
   ++stats_.transactions;
+  log_.push_back({p.is_read() ? StreamTransfer::read : update ? StreamTransfer::update : StreamTransfer::write, start, busy_until_,
+                  static_cast<int64_t>(n)});
   p.set_response_status(tlm::TLM_OK_RESPONSE);
 }
 
@@ -97,6 +109,7 @@ SwarmX::Stream SwarmX::broadcast(uint64_t addr, int64_t count, sc_time t0) {
     const sc_time got = transact(tlm::TLM_READ_COMMAND, addr + static_cast<uint64_t>(i) * 4, s.values.data() + i, n, t0);
     const sc_time start = std::max(got, tree_busy_);
     tree_busy_ = start + seconds(static_cast<double>(n * 4) / cfg_.swarmx_bandwidth);
+    log_.push_back({StreamTransfer::broadcast, start, tree_busy_, n * 4});
     const sc_time at = tree_busy_ + seconds(cfg_.swarmx_latency);
     std::fill(s.ready.begin() + i, s.ready.begin() + i + n, at);
     stats_.bytes_broadcast += n * 4;
@@ -115,6 +128,7 @@ sc_time SwarmX::reduce_update(uint64_t addr, const std::vector<std::vector<float
   // The tree sums as the streams pass (one pass of the reduced bytes), then MemoryX applies it.
   const sc_time start = std::max(t0, tree_busy_);
   tree_busy_ = start + seconds(static_cast<double>(n * 4) / cfg_.swarmx_bandwidth);
+  log_.push_back({StreamTransfer::reduce, start, tree_busy_, static_cast<int64_t>(n * 4 * streams.size())});
   const sc_time at = tree_busy_ + seconds(cfg_.swarmx_latency);
   stats_.bytes_reduced += static_cast<int64_t>(n * 4 * streams.size());
   sc_time done = at;

@@ -19,6 +19,16 @@
 
 namespace tessera::wafer {
 
+// One transfer through MemoryX or the SwarmX tree (for traces and bandwidth figures): busy from
+// `start` to `end` moving `bytes`.
+struct StreamTransfer {
+  enum Kind : uint8_t { read, write, update, broadcast, reduce };
+  Kind kind;
+  sc_core::sc_time start, end;
+  int64_t bytes;
+};
+const char* transfer_kind_name(StreamTransfer::Kind k);
+
 // The weight store: fp32 tensors at byte addresses. One transfer at a time, in arrival order;
 // a transaction of n bytes that arrives at t ends at max(t, busy) + memoryx.latency +
 // n / memoryx.bandwidth. Reads and writes below kUpdateWindow move data; a write at
@@ -43,6 +53,7 @@ class MemoryX : public sc_core::sc_module {
     int64_t bytes_read = 0, bytes_written = 0, updates = 0, transactions = 0;
   };
   const Stats& stats() const { return stats_; }
+  const std::vector<StreamTransfer>& transfers() const { return log_; }  // in service order
 
  private:
   void b_transport(tlm::tlm_generic_payload& p, sc_core::sc_time& delay);
@@ -52,6 +63,7 @@ class MemoryX : public sc_core::sc_module {
   double lr_ = 0;
   sc_core::sc_time busy_until_ = sc_core::SC_ZERO_TIME;
   Stats stats_;
+  std::vector<StreamTransfer> log_;
 };
 
 // The broadcast/reduce tree. Its bursts (memoryx.burst_bytes) pass the tree in swarmx.latency
@@ -76,6 +88,7 @@ class SwarmX : public sc_core::sc_module {
     int64_t bytes_broadcast = 0, bytes_reduced = 0;
   };
   const Stats& stats() const { return stats_; }
+  const std::vector<StreamTransfer>& transfers() const { return log_; }  // tree passes, in order
 
  private:
   // One transaction to MemoryX at time t; returns its completion time.
@@ -83,6 +96,7 @@ class SwarmX : public sc_core::sc_module {
   const WaferConfig& cfg_;
   sc_core::sc_time tree_busy_ = sc_core::SC_ZERO_TIME;
   Stats stats_;
+  std::vector<StreamTransfer> log_;
 };
 
 }  // namespace tessera::wafer

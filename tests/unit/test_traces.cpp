@@ -18,7 +18,10 @@
 #include "isa/neuroncore/validate.hpp"
 #include "isa/params.hpp"
 #include "models/neuroncore/core.hpp"
+#include "isa/wafer/asm.hpp"
+#include "models/wafer/fabric.hpp"
 #include "sim/trace_neuroncore.hpp"
+#include "sim/trace_wafer.hpp"
 #include "traces/reader.hpp"
 #include "traces/trace_builder.hpp"
 #include "traces/wire.hpp"
@@ -425,4 +428,53 @@ TEST_CASE("traces: a NeuronCore gemm256 run renders lanes queues counters and fl
   CHECK(small.dropped() > 0);
   CHECK(small.perfetto_bytes().size() <= 3072);
   CHECK_THROWS_AS(sim::build_neuroncore_trace({{"max_bytes", "3GHz"}}, prog, core, {}), InputError);
+}
+
+// A wafer run rendered: per sampled PE, task slices whose durations add up to the PE's busy
+// cycles (within 1 ns of rounding per slice), DSD ops nested inside them, and the fabric counters.
+TEST_CASE("traces: a wafer GEMV run renders task slices that sum to each PE's busy cycles", "[traces][wafer]") {
+  using namespace tessera::wafer;
+  models::set_fs_resolution();
+  const WaferConfig cfg = preset_config("wse2");
+  const LoadedLayout L = load_layout(std::string(TESSERA_SOURCE_DIR) + "/scenarios/wafer/micro/gemv_8x8.json", cfg);
+  FabricOptions opt;
+  opt.record = true;
+  Fabric fab("fabric", cfg, opt);
+  fab.load(L);
+  fab.start();
+  sc_core::sc_start();
+  REQUIRE(fab.finished());
+  REQUIRE_FALSE(fab.error());
+  const TraceBuilder b = sim::build_wafer_trace({{"detail", "pe"}}, L, fab, "gemv_8x8");
+  const Trace t = read_perfetto(b.perfetto_bytes());
+  INFO(summarize(t));
+  const Track* proc = t.find("rect grid");
+  REQUIRE(proc);
+  const double ns_per_cycle = 1e9 / cfg.clock_hz;
+  int checked = 0;
+  for (int y = 0; y < 8; ++y)
+    for (int x = 0; x < 8; ++x) {
+      const Track* tk = t.find("PE (" + std::to_string(x) + "," + std::to_string(y) + ")", proc->uuid);
+      REQUIRE(tk);
+      int64_t sum = 0, tasks = 0, ops = 0;
+      for (const auto& s : t.slices) {
+        if (s.track != tk->uuid) continue;
+        if (s.name.rfind("task ", 0) == 0) {
+          CHECK(s.depth == 0);
+          sum += s.dur_ns();
+          ++tasks;
+        } else {
+          CHECK(s.depth == 1);  // every DSD op inside its task
+          ++ops;
+        }
+      }
+      INFO("PE (" << x << "," << y << ")");
+      CHECK(tasks > 0);
+      CHECK(ops > 0);
+      CHECK(std::fabs(static_cast<double>(sum) - static_cast<double>(fab.busy_cycles(x, y)) * ns_per_cycle) <= static_cast<double>(tasks));
+      ++checked;
+    }
+  CHECK(checked == 64);
+  REQUIRE(t.find("fabric"));
+  CHECK(t.find("active PEs", t.find("fabric")->uuid));
 }
