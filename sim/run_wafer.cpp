@@ -226,6 +226,7 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   wafer::FabricOptions fo;
   fo.max_cycles = static_cast<int64_t>(s.resolved["run"]["max_time"].get<double>() * cfg.clock_hz);
   fo.record = s.resolved.contains("trace");  // the op and delivery records the trace renders
+  fo.host_memory_budget = static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>());
   wafer::Fabric fab("wafer", cfg, fo);
   fab.load(L);
   wafer::MemoryX mx("memoryx", cfg);

@@ -147,6 +147,7 @@ NodePtr build() {
       opt("steps", with_default(integer(1, 1e9, "number of steps to run"), 1)),
       opt("numerics", with_default(boolean("false = timing only (no tensor values computed)"), true)),
       opt("max_time", with_default(quantity(UnitKind::time, 1e-9, 1e6, "watchdog: stop a machine run that has not finished after this much simulated time"), "10s")),
+      opt("host_memory", with_default(quantity(UnitKind::bytes, 1048576, 1e15, "wafer: host memory the fabric model may take; a larger fabric stops before it is built, naming what it needs"), "16GiB")),
       opt("faults", with_default(array_of(object({
           req("kind", enumeration({"sram_bit_flip", "sram_bit_force", "drop_wavelets"},
                                   "the fault: flip one bit of an element of a PE array, force it to `value`, or drop wavelets leaving a router")),

@@ -308,6 +308,7 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
     QD = std::max({QD, in_depth[q], out_depth[q]});
   }
   const size_t npe = static_cast<size_t>(W * H);
+  check_host_memory(layout);
   // Programs: per-program tables.
   pinfo.resize(layout.programs.size());
   for (size_t i = 0; i < layout.programs.size(); ++i) {
@@ -483,6 +484,60 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
       const int eb = elem_bytes(d.elem);
       for (int32_t i = 0; i < d.count; ++i) store(s, d.addr + static_cast<uint32_t>(i * eb), eb, bits);
     }
+}
+
+// Host memory the fabric's state will take (FabricOptions::host_memory_budget): flat per-router
+// arrays, route slots with their buffers, PE slots with their queues, and the SRAM pages the fill
+// values need, counted from the layout before anything is allocated. SRAM written later grows it
+// (store() checks again).
+int64_t Fabric::Impl::estimate_bytes(const LoadedLayout& layout, int64_t& fill_bytes) const {
+  const int64_t npe = W * H;
+  int64_t slots = 0, rxbufs = 0;
+  for (const auto& rs : layout.layout.routes) {
+    const int64_t n = int64_t{rs.width} * rs.height;
+    slots += n;
+    rxbufs += n * std::popcount(static_cast<unsigned>(rs.route.rx_any() & 0xf));
+  }
+  int64_t pe_slots = 0, fill_pages = 0;
+  for (int64_t y = 0; y < H; ++y)
+    for (int64_t x = 0; x < W; ++x) {
+      const uint32_t pr = layout.program_at(x, y);
+      if (pr == kNoProgram) continue;
+      ++pe_slots;
+      for (const auto& d : layout.programs[pr].data)
+        if (d.has_fill && d.fill != 0) fill_pages += (d.bytes() + FabricStats::kPageBytes - 1) / FabricStats::kPageBytes + 1;
+    }
+  const int64_t per_router = sizeof(uint32_t) * 2 + sizeof(Relay) + sizeof(int64_t) * (kDirs + 2) + sizeof(uint16_t) + 2 +
+                             1;  // slot_begin, pe_slot, relay, link, rwake x2, rr, calendar bits, has_port
+  const int64_t per_slot = sizeof(uint32_t) * (3 + 8) + sizeof(uint8_t) * (3 + 8) + sizeof(Route) + 16;  // incl. the sort buffer
+  const int64_t per_pe = static_cast<int64_t>(sizeof(Pe)) + 16 * QD * static_cast<int64_t>(sizeof(Wv)) + 2 * sizeof(int64_t) +
+                         (cfg.data_area_bytes() / FabricStats::kPageBytes + 1) * static_cast<int64_t>(sizeof(uint32_t));
+  fill_bytes = fill_pages * FabricStats::kPageBytes;
+  return npe * per_router + slots * per_slot + rxbufs * D * static_cast<int64_t>(sizeof(Wv)) + pe_slots * per_pe + fill_bytes;
+}
+
+namespace {
+std::string mib(int64_t b) {
+  std::ostringstream o;
+  o.setf(std::ios::fixed);
+  o.precision(1);
+  o << static_cast<double>(b) / (1024.0 * 1024.0) << " MiB";
+  return o.str();
+}
+}  // namespace
+
+void Fabric::Impl::check_host_memory(const LoadedLayout& layout) {
+  const int64_t budget = f.opt_.host_memory_budget;
+  int64_t fill = 0;
+  const int64_t need = estimate_bytes(layout, fill);
+  f.estimated_bytes_ = need;
+  if (budget <= 0) return;
+  if (need > budget)
+    throw InputError(layout.layout.source.empty() ? std::string("wafer layout") : layout.layout.source,
+                     "the fabric's state needs about " + mib(need) + " of host memory (" + std::to_string(W) + " x " + std::to_string(H) +
+                         " routers, not counting SRAM pages first written during the run); the host-memory budget is " + mib(budget),
+                     "raise run.host_memory, or run a smaller fabric (target.params fabric.width / fabric.height)");
+  sram_budget = budget - (need - fill);  // SRAM pages (fill values first) may take the rest
 }
 
 uint32_t Fabric::Impl::find_slot(uint32_t pe, int color) const {

@@ -35,7 +35,9 @@ struct FabricOptions {
   int64_t deadlock_window = 10'000;   // cycles without progress while work remains -> deadlock
   int64_t max_cycles = 0;             // watchdog: cycles per run (0 = none)
   bool require_halt = true;           // a run is complete only when every program PE halted
-  bool record = false;                // keep DeliveryRecord / OpRecord lists (tests, traces)
+  bool record = false;                // keep DeliveryRecord / OpRecord / TaskRecord lists (tests, traces)
+  int64_t host_memory_budget = 0;     // bytes of host memory the fabric may take (0 = no limit): load()
+                                      // throws InputError naming what it needs; SRAM writes past it fail the run
 };
 
 // A wavelet handed from a router to its PE (RAMP), into an input queue. Cycles are relative to
@@ -179,6 +181,9 @@ class Fabric : public sc_core::sc_module {
   const std::vector<FaultFired>& faults_fired() const { return fired_; }
 
   const FabricStats& stats() const { return stats_; }
+  // Host memory the loaded fabric's state was estimated to need before it was built (bytes; SRAM
+  // pages first written during runs come on top).
+  int64_t estimated_host_bytes() const { return estimated_bytes_; }
   const std::vector<DeliveryRecord>& deliveries() const { return deliveries_; }
   const std::vector<OpRecord>& op_records() const { return op_records_; }
   const std::vector<TaskRecord>& task_records() const { return task_records_; }
@@ -205,6 +210,7 @@ class Fabric : public sc_core::sc_module {
   std::vector<StuckPe> stuck_pes_;
   std::vector<StuckRouter> stuck_routers_;
   std::vector<FaultFired> fired_;
+  int64_t estimated_bytes_ = 0;
   bool finished_ = true;
   bool start_pending_ = false;
   std::optional<std::string> error_;

@@ -244,6 +244,9 @@ struct Fabric::Impl {
   std::vector<int64_t> pwake_last, pwake_push, rwake_last, rwake_push;
 
   void load(const LoadedLayout& layout);
+  int64_t estimate_bytes(const LoadedLayout& layout, int64_t& fill_bytes) const;  // fill_bytes: the SRAM part
+  void check_host_memory(const LoadedLayout& layout);  // throws InputError past FabricOptions::host_memory_budget
+  int64_t sram_budget = -1;                              // bytes SRAM pages may take (-1: no budget)
   void reset(int64_t c0);
   void handle(int64_t cycle, uint32_t key);
   bool work_remains() const;

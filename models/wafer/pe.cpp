@@ -31,6 +31,10 @@ void Fabric::Impl::store(uint32_t s, uint32_t addr, int bytes, uint32_t bits) {
   uint32_t& base = P.pages[pg];
   if (base == kNone) {
     if (bits == 0) return;  // writing zero to a never-written page changes nothing
+    if (sram_budget >= 0 && static_cast<int64_t>(sram.size() + kPage) > sram_budget)
+      throw Failure{pe_label(P.x, P.y) + ": SRAM pages written so far need " + std::to_string(sram.size() + kPage) +
+                    " bytes of host memory, past what the host-memory budget leaves for SRAM (" + std::to_string(sram_budget) +
+                    " bytes); raise run.host_memory"};
     base = static_cast<uint32_t>(sram.size() / kPage);
     sram.resize(sram.size() + kPage, 0);
   }

@@ -727,3 +727,45 @@ TEST_CASE("wafer-fabric: an SRAM bit flipped at a cycle changes what is read aft
   CHECK(r.fab->faults_fired()[2].count == 0);
   CHECK(r.fab->read_array(0, 0, "x")[2] == 1.5f);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Host-memory budget: a fabric that would not fit stops before it is built, naming what it needs;
+// SRAM pages written during a run past the budget fail the run.
+
+TEST_CASE("wafer-fabric: a host-memory budget below the fabric's needs stops load() with the figure", "[wafer-fabric]") {
+  const WaferConfig c = preset_config("wse2");
+  models::set_fs_resolution();
+  LoadedLayout l = load({{"send.pe", kSend}, {"recv.pe", kRecv}}, row_layout(64, 16, {63}), c);
+  FabricOptions small;
+  small.host_memory_budget = 4096;
+  Fabric f("small", c, small);
+  try {
+    f.load(l);
+    FAIL("load() should have thrown");
+  } catch (const InputError& e) {
+    CHECK_THAT(e.what(), Contains("needs about") && Contains("MiB of host memory") && Contains("raise run.host_memory"));
+  }
+}
+
+TEST_CASE("wafer-fabric: SRAM pages written past the host-memory budget fail the run", "[wafer-fabric]") {
+  const char* prog = ".data x f32 4096 fill=1\n.data y f32 4096\n.dsd xm mem1d x\n.dsd ym mem1d y\n.task main local id=8 active\n  fmovs ym, xm\n  halt\n";
+  const std::string layout = R"({"fabric": {"width": 1, "height": 1}, "rects": [{"name": "p", "x": 0, "y": 0, "width": 1, "height": 1, "program": "p.pe"}]})";
+  const WaferConfig c = preset_config("wse2");
+  models::set_fs_resolution();
+  LoadedLayout l = load({{"p.pe", prog}}, layout, c);
+  Fabric free_fab("free", c, FabricOptions{});
+  free_fab.load(l);
+  const int64_t need = free_fab.estimated_host_bytes();
+  REQUIRE(need > 16 * 1024);  // x's 32 pages at least
+  FabricOptions o;
+  o.host_memory_budget = need + 4 * FabricStats::kPageBytes;  // y needs 32 more pages; 4 are left
+  Fabric tight("tight", c, o);
+  tight.load(l);
+  tight.start();
+  free_fab.start();
+  sc_core::sc_start();
+  REQUIRE(free_fab.finished());
+  CHECK_FALSE(free_fab.error());
+  REQUIRE(tight.error());
+  CHECK_THAT(*tight.error(), Contains("PE (0,0): SRAM pages written so far need") && Contains("raise run.host_memory"));
+}
