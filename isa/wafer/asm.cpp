@@ -1425,7 +1425,8 @@ const Route* LoadedLayout::route_at(int64_t x, int64_t y, int color) const {
   return r ? &r->route : nullptr;
 }
 
-LoadedLayout load_layout_text(std::string_view json_text, const std::string& file_name, const std::string& base_dir, const WaferConfig& c) {
+LoadedLayout load_layout_text(std::string_view json_text, const std::string& file_name, const std::string& base_dir, const WaferConfig& c,
+                              const std::map<std::string, std::string>* sources) {
   LoadedLayout L;
   L.layout = parse_layout(json_text, file_name, base_dir, c);
   DiagnosticList d;
@@ -1438,7 +1439,8 @@ LoadedLayout load_layout_text(std::string_view json_text, const std::string& fil
     if (r.program.empty()) continue;
     std::string text;
     try {
-      text = read_file(r.program);
+      if (sources && sources->count(r.program)) text = sources->at(r.program);
+      else text = read_file(r.program);
     } catch (const InputError& e) {
       d.add(r.where + "/program", "cannot read program '" + r.program + "'", e.diagnostics().empty() ? "" : e.diagnostics()[0].message);
       continue;

@@ -53,11 +53,13 @@ void MemoryX::b_transport(tlm::tlm_generic_payload& p, sc_time& delay) {
     p.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
     return;
   }
-  // One transfer at a time: this one starts when the store is free.
+  // One transfer at a time on the store's port (bytes / bandwidth); the latency is pipelined: a
+  // transaction completes memoryx.latency after its transfer, while the next one already moves.
   const sc_time arrive = sc_core::sc_time_stamp() + delay;
   const sc_time start = std::max(arrive, busy_until_);
-  busy_until_ = start + seconds(cfg_.memoryx_latency + static_cast<double>(n) / cfg_.memoryx_bandwidth);
-  delay = busy_until_ - sc_core::sc_time_stamp();
+  busy_until_ = start + seconds(static_cast<double>(n) / cfg_.memoryx_bandwidth);
+  const sc_time done = busy_until_ + seconds(cfg_.memoryx_latency);
+  delay = done - sc_core::sc_time_stamp();
   float* m = mem_.data() + addr / 4;
   if (p.is_read()) {
     std::memcpy(p.get_data_ptr(), m, n);
@@ -74,7 +76,7 @@ void MemoryX::b_transport(tlm::tlm_generic_payload& p, sc_time& delay) {
     ++stats_.updates;
   }
   ++stats_.transactions;
-  log_.push_back({p.is_read() ? StreamTransfer::read : update ? StreamTransfer::update : StreamTransfer::write, start, busy_until_,
+  log_.push_back({p.is_read() ? StreamTransfer::read : update ? StreamTransfer::update : StreamTransfer::write, start, done,
                   static_cast<int64_t>(n)});
   p.set_response_status(tlm::TLM_OK_RESPONSE);
 }

@@ -29,9 +29,10 @@ struct StreamTransfer {
 };
 const char* transfer_kind_name(StreamTransfer::Kind k);
 
-// The weight store: fp32 tensors at byte addresses. One transfer at a time, in arrival order;
-// a transaction of n bytes that arrives at t ends at max(t, busy) + memoryx.latency +
-// n / memoryx.bandwidth. Reads and writes below kUpdateWindow move data; a write at
+// The weight store: fp32 tensors at byte addresses. One transfer at a time, in arrival order; a
+// transaction of n bytes that arrives at t occupies the store from s = max(t, busy) for
+// n / memoryx.bandwidth and completes memoryx.latency after that (the latency is pipelined:
+// bursts of one stream follow each other at the bandwidth). Reads and writes below kUpdateWindow move data; a write at
 // kUpdateWindow + a is a gradient for the weights at a: MemoryX applies its optimizer
 // (SGD: w -= learning_rate * g, in fp32) as part of the write.
 class MemoryX : public sc_core::sc_module {

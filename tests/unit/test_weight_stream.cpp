@@ -49,13 +49,14 @@ TEST_CASE("weight-stream: a broadcast arrives burst by burst: MemoryX one transf
   const uint64_t a = t.mx.add_tensor("W", w);
   const SwarmX::Stream s = t.sx.broadcast(a, 40, sc_core::SC_ZERO_TIME);
   REQUIRE(s.values == w);
-  // Bursts of 16, 16, 8 floats (64, 64, 32 bytes). MemoryX: 100 + 64 = 164, then 328, then
-  // 328 + 100 + 32 = 460 ns. SwarmX: each burst passes in bytes/2 ns once MemoryX has it and the
-  // tree is free, then 50 ns of latency: 164 + 32 + 50 = 246, 328 + 32 + 50 = 410, 460 + 16 + 50 = 526.
+  // Bursts of 16, 16, 8 floats (64, 64, 32 bytes). MemoryX moves them one after another at 1 byte
+  // per ns (0-64, 64-128, 128-160) and each completes 100 ns (latency) after its transfer: 164,
+  // 228, 260. SwarmX: each burst passes in bytes/2 ns once MemoryX has it and the tree is free,
+  // then 50 ns of latency: 164 + 32 + 50 = 246, 228 + 32 + 50 = 310, 260 + 16 + 50 = 326.
   CHECK(ns(s.ready[0]) == Approx(246));
   CHECK(ns(s.ready[15]) == Approx(246));
-  CHECK(ns(s.ready[16]) == Approx(410));
-  CHECK(ns(s.ready[39]) == Approx(526));
+  CHECK(ns(s.ready[16]) == Approx(310));
+  CHECK(ns(s.ready[39]) == Approx(326));
   CHECK(t.mx.stats().transactions == 3);
   CHECK(t.mx.stats().bytes_read == 160);
   CHECK(t.sx.stats().bytes_broadcast == 160);
