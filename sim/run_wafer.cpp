@@ -25,6 +25,7 @@
 #include "sim/report.hpp"
 #include "sim/run.hpp"
 #include "sim/run_engines.hpp"
+#include "sim/run_wafer.hpp"
 #include "sim/trace_neuroncore.hpp"
 #include "sim/trace_wafer.hpp"
 
@@ -73,17 +74,105 @@ float from_payload(uint32_t p, wafer::Elem e) { return e == wafer::Elem::f16 ? f
 
 }  // namespace
 
+// Faults of run.faults armed on the fabric (SRAM bits flipped or forced at a cycle, wavelets
+// dropped on a link); returns their report records, `fault_what` a line each.
+json arm_wafer_faults(const Scenario& s, wafer::Fabric& fab, std::vector<std::string>& fault_what) {
+  json faults = json::array();
+  for (size_t i = 0; i < s.resolved["run"]["faults"].size(); ++i) {
+    const json& f = s.resolved["run"]["faults"][i];
+    const std::string where = "/run/faults/" + std::to_string(i);
+    const auto pe = f["pe"].get<std::vector<int64_t>>();
+    if (pe.size() != 2) throw InputError(where + "/pe", "a PE is [x, y]");
+    const std::string kind = f["kind"].get<std::string>();
+    const int64_t cycle = f["cycle"].get<int64_t>();
+    json rec = {{"kind", kind}, {"pe", pe}, {"cycle", cycle}};
+    try {
+      if (kind == "drop_wavelets") {
+        if (!f.contains("direction") || !f.contains("color"))
+          throw InputError(where, "drop_wavelets needs \"direction\" and \"color\"", "e.g. \"direction\": \"E\", \"color\": 1");
+        wafer::Fabric::WaveletDrop dw;
+        dw.x = pe[0];
+        dw.y = pe[1];
+        const std::string dn = f["direction"].get<std::string>();
+        for (int k = 0; k < wafer::kDirs; ++k)
+          if (wafer::dir_name(static_cast<wafer::Dir>(k)) == dn) dw.dir = static_cast<wafer::Dir>(k);
+        dw.color = f["color"].get<int>();
+        dw.from_cycle = cycle;
+        dw.count = f["count"].get<int64_t>();
+        fab.add_fault(dw);
+        rec["direction"] = f["direction"];
+        rec["color"] = dw.color;
+        rec["count"] = dw.count;
+        fault_what.push_back("up to " + std::to_string(dw.count) + " wavelet(s) of color " + std::to_string(dw.color) + " leaving PE (" +
+                             std::to_string(pe[0]) + "," + std::to_string(pe[1]) + ") towards " + dn + " dropped from cycle " + std::to_string(cycle));
+      } else {
+        if (!f.contains("array")) throw InputError(where, kind + " needs \"array\"", "name a .data array of the program that PE runs");
+        const std::string array = f["array"].get<std::string>();
+        const wafer::Program* prog = fab.program(pe[0], pe[1]);
+        const wafer::DataDecl* decl = nullptr;
+        if (prog)
+          for (const auto& dd : prog->data)
+            if (dd.name == array) decl = &dd;
+        if (!decl)
+          throw InputError(where, "PE (" + std::to_string(pe[0]) + "," + std::to_string(pe[1]) + ") has no array '" + array + "'",
+                           "name a .data array of the program that PE runs");
+        const int64_t el = f["element"].get<int64_t>(), bit = f["bit"].get<int64_t>();
+        const int64_t es = decl->bytes() / std::max<int32_t>(1, decl->count);
+        if (el >= decl->count || bit >= es * 8)
+          throw InputError(where, "element " + std::to_string(el) + " bit " + std::to_string(bit) + " is outside array '" + array + "' (" +
+                                      std::to_string(decl->count) + " elements of " + std::to_string(es) + " bytes)");
+        wafer::Fabric::SramFlip fl;
+        fl.x = pe[0];
+        fl.y = pe[1];
+        fl.addr = decl->addr + static_cast<uint32_t>(el * es + bit / 8);
+        fl.bit = static_cast<int>(bit % 8);
+        fl.cycle = cycle;
+        if (kind == "sram_bit_force") fl.force = f["value"].get<int>();
+        fab.add_fault(fl);
+        rec["array"] = array;
+        rec["element"] = el;
+        rec["bit"] = bit;
+        if (kind == "sram_bit_force") rec["value"] = fl.force;
+        fault_what.push_back((kind == "sram_bit_force" ? "bit " + std::to_string(bit) + " forced to " + std::to_string(fl.force) : "bit " + std::to_string(bit) + " flipped") +
+                             " in " + array + "[" + std::to_string(el) + "] on PE (" + std::to_string(pe[0]) + "," + std::to_string(pe[1]) + ") at cycle " +
+                             std::to_string(cycle));
+      }
+    } catch (const InputError& e) {  // the fabric names the PE; the scenario pointer goes first
+      const Diagnostic& dg = e.diagnostics().at(0);
+      if (dg.where.rfind("/run/faults", 0) == 0) throw;
+      throw InputError(where, dg.where + ": " + dg.message, dg.hint);
+    }
+    faults.push_back(rec);
+  }
+  return faults;
+}
+
+// What each armed fault did, into its record and on the console.
+void report_wafer_faults(json& faults, const std::vector<std::string>& fault_what, const wafer::Fabric& fab) {
+  auto& con = Console::get();
+  for (size_t i = 0; i < faults.size(); ++i) {
+    const auto& fr = fab.faults_fired().at(i);
+    faults[i]["fired"] = fr.count > 0;
+    faults[i]["fired_count"] = fr.count;
+    faults[i]["first_cycle"] = fr.count ? json(fr.first_cycle) : json(nullptr);
+    faults[i]["last_cycle"] = fr.count ? json(fr.last_cycle) : json(nullptr);
+    con.warn("fault injected: " + fault_what[i] + ": " +
+             (faults[i]["kind"].get<std::string>() == "drop_wavelets"
+                  ? std::to_string(fr.count) + " dropped" + (fr.count ? " (cycles " + std::to_string(fr.first_cycle) + ".." + std::to_string(fr.last_cycle) + ")" : "")
+                  : std::string(fr.count ? "fired" : "did not fire (the run ended first)")));
+  }
+}
+
 int run_wafer(const Scenario& s, const RunOptions& opt) {
   auto& con = Console::get();
   const auto wall0 = std::chrono::steady_clock::now();
   const json& model = s.resolved.value("model", json());
-  if (model.is_null() || !model.contains("layout"))
-    throw InputError("/model", "the wafer compiler is not in this build yet: give a hand-written layout",
-                     "set /model/layout to a layout file (docs/wafer-asm.md)");
+  if (model.is_null()) throw InputError("/model", "the scenario has no model", "give /model/onnx, /model/graph or a hand-written /model/layout");
   if (s.resolved["run"]["steps"].get<int64_t>() != 1)
     throw InputError("/run/steps", "multi-step runs are not supported by this build yet", "set run.steps to 1");
   if (!s.resolved["step_closures"].empty())
     throw InputError("/step_closures", "step closures are not supported by this build yet", "remove /step_closures");
+  if (model.contains("onnx") || model.contains("graph")) return run_wafer_graph(s, opt);
   if (!s.resolved["run"]["numerics"].get<bool>()) con.warn("/run/numerics: the wafer model always computes values");
 
   const wafer::WaferConfig cfg = wafer::WaferConfig::from(s.params);
@@ -270,91 +359,13 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
         fab.write_array(p.x0 + px, p.y0 + py, name,
                         std::span<const float>(v.data() + (py * p.w + px) * p.count, static_cast<size_t>(p.count)));
   }
-  // Faults: SRAM bits flipped or forced at a cycle, wavelets dropped on a link (the report lists
-  // what each did).
-  json faults = json::array();
   std::vector<std::string> fault_what;
-  for (size_t i = 0; i < s.resolved["run"]["faults"].size(); ++i) {
-    const json& f = s.resolved["run"]["faults"][i];
-    const std::string where = "/run/faults/" + std::to_string(i);
-    const auto pe = f["pe"].get<std::vector<int64_t>>();
-    if (pe.size() != 2) throw InputError(where + "/pe", "a PE is [x, y]");
-    const std::string kind = f["kind"].get<std::string>();
-    const int64_t cycle = f["cycle"].get<int64_t>();
-    json rec = {{"kind", kind}, {"pe", pe}, {"cycle", cycle}};
-    try {
-      if (kind == "drop_wavelets") {
-        if (!f.contains("direction") || !f.contains("color"))
-          throw InputError(where, "drop_wavelets needs \"direction\" and \"color\"", "e.g. \"direction\": \"E\", \"color\": 1");
-        wafer::Fabric::WaveletDrop dw;
-        dw.x = pe[0];
-        dw.y = pe[1];
-        const std::string dn = f["direction"].get<std::string>();
-        for (int k = 0; k < wafer::kDirs; ++k)
-          if (wafer::dir_name(static_cast<wafer::Dir>(k)) == dn) dw.dir = static_cast<wafer::Dir>(k);
-        dw.color = f["color"].get<int>();
-        dw.from_cycle = cycle;
-        dw.count = f["count"].get<int64_t>();
-        fab.add_fault(dw);
-        rec["direction"] = f["direction"];
-        rec["color"] = dw.color;
-        rec["count"] = dw.count;
-        fault_what.push_back("up to " + std::to_string(dw.count) + " wavelet(s) of color " + std::to_string(dw.color) + " leaving PE (" +
-                             std::to_string(pe[0]) + "," + std::to_string(pe[1]) + ") towards " + dn + " dropped from cycle " + std::to_string(cycle));
-      } else {
-        if (!f.contains("array")) throw InputError(where, kind + " needs \"array\"", "name a .data array of the program that PE runs");
-        const std::string array = f["array"].get<std::string>();
-        const wafer::Program* prog = fab.program(pe[0], pe[1]);
-        const wafer::DataDecl* decl = nullptr;
-        if (prog)
-          for (const auto& dd : prog->data)
-            if (dd.name == array) decl = &dd;
-        if (!decl)
-          throw InputError(where, "PE (" + std::to_string(pe[0]) + "," + std::to_string(pe[1]) + ") has no array '" + array + "'",
-                           "name a .data array of the program that PE runs");
-        const int64_t el = f["element"].get<int64_t>(), bit = f["bit"].get<int64_t>();
-        const int64_t es = decl->bytes() / std::max<int32_t>(1, decl->count);
-        if (el >= decl->count || bit >= es * 8)
-          throw InputError(where, "element " + std::to_string(el) + " bit " + std::to_string(bit) + " is outside array '" + array + "' (" +
-                                      std::to_string(decl->count) + " elements of " + std::to_string(es) + " bytes)");
-        wafer::Fabric::SramFlip fl;
-        fl.x = pe[0];
-        fl.y = pe[1];
-        fl.addr = decl->addr + static_cast<uint32_t>(el * es + bit / 8);
-        fl.bit = static_cast<int>(bit % 8);
-        fl.cycle = cycle;
-        if (kind == "sram_bit_force") fl.force = f["value"].get<int>();
-        fab.add_fault(fl);
-        rec["array"] = array;
-        rec["element"] = el;
-        rec["bit"] = bit;
-        if (kind == "sram_bit_force") rec["value"] = fl.force;
-        fault_what.push_back((kind == "sram_bit_force" ? "bit " + std::to_string(bit) + " forced to " + std::to_string(fl.force) : "bit " + std::to_string(bit) + " flipped") +
-                             " in " + array + "[" + std::to_string(el) + "] on PE (" + std::to_string(pe[0]) + "," + std::to_string(pe[1]) + ") at cycle " +
-                             std::to_string(cycle));
-      }
-    } catch (const InputError& e) {  // the fabric names the PE; the scenario pointer goes first
-      const Diagnostic& dg = e.diagnostics().at(0);
-      if (dg.where.rfind("/run/faults", 0) == 0) throw;
-      throw InputError(where, dg.where + ": " + dg.message, dg.hint);
-    }
-    faults.push_back(rec);
-  }
+  json faults = arm_wafer_faults(s, fab, fault_what);
   fab.start();
   install_interrupt_handler();
   sc_core::sc_start();
   throw_if_interrupted();
-  for (size_t i = 0; i < faults.size(); ++i) {
-    const auto& fr = fab.faults_fired().at(i);
-    faults[i]["fired"] = fr.count > 0;
-    faults[i]["fired_count"] = fr.count;
-    faults[i]["first_cycle"] = fr.count ? json(fr.first_cycle) : json(nullptr);
-    faults[i]["last_cycle"] = fr.count ? json(fr.last_cycle) : json(nullptr);
-    con.warn("fault injected: " + fault_what[i] + ": " +
-             (faults[i]["kind"].get<std::string>() == "drop_wavelets"
-                  ? std::to_string(fr.count) + " dropped" + (fr.count ? " (cycles " + std::to_string(fr.first_cycle) + ".." + std::to_string(fr.last_cycle) + ")" : "")
-                  : std::string(fr.count ? "fired" : "did not fire (the run ended first)")));
-  }
+  report_wafer_faults(faults, fault_what, fab);
   if (fab.error()) {  // not thrown: see run_neuroncore.cpp
     con.error(Diagnostic{layout_path, *fab.error(), "fix the PE programs or routes"}.str());
     return 2;

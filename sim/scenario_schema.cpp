@@ -138,6 +138,8 @@ NodePtr build() {
       opt("matmul_schedule", with_default(enumeration({"auto", "tiled", "hoisted", "blocked_mn", "blocked_mnk"},
           "NeuronCore: matmul loop nest; tiled, hoisted, blocked_mn and blocked_mnk are the NKI matmul tutorial's four steps "
           "(docs/neuroncore-compiler.md)"), "auto")),
+      opt("wafer_block", integer(1, 4096, "wafer, pipelined: the weight block edge per PE (default: the smallest that fits the fabric and SRAM)")),
+      opt("wafer_rect", array_of(integer(1, 4096, "PEs"), "wafer, weight streaming: the rectangle [width, height] every layer runs on (default: as large as useful)")),
       opt("block_m", integer(1, 1024, "NeuronCore, blocked schedules: stationary (M) tiles per block (default 2, blocked_mnk 16)")),
       opt("block_n", integer(1, 1024, "NeuronCore, blocked schedules: moving (N) tiles per block (default 2)")),
       opt("block_k", integer(1, 1024, "NeuronCore, blocked_mnk: contraction (K) tiles per block (default 8)")),

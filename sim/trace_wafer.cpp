@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "isa/error.hpp"
@@ -22,7 +23,8 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
 }
 
 TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, const wafer::Fabric& fab, const std::string& name,
-                               const wafer::MemoryX* mx, const wafer::SwarmX* sx, double t0_s) {
+                               const wafer::MemoryX* mx, const wafer::SwarmX* sx, double t0_s, const std::vector<PredictedKernel>& predicted,
+                               const std::vector<PredictedKernel>& simulated) {
   const std::string detail = cfg.value("detail", std::string("kernel"));
   if (detail != "kernel" && detail != "instruction" && detail != "pe")
     throw InputError("/trace/detail", "unknown trace detail '" + detail + "'", "use kernel, instruction or pe");
@@ -67,18 +69,20 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
     b.slice(it->second, "task " + tname, ns(tr.start), std::max(ns(tr.end), ns(tr.start)),
             {{"cycles", tr.end - tr.start}, {"start_cycle", tr.start}});
   }
-  // DSD operations of the sampled PEs (microthread ops overlap the main thread's: their own track).
-  std::map<std::pair<int64_t, int64_t>, uint64_t> async_track;
+  // DSD operations of the sampled PEs (microthread ops overlap the main thread's and each other's:
+  // a track per microthread).
+  std::map<std::tuple<int64_t, int64_t, int>, uint64_t> async_track;
   for (const auto& op : fab.op_records()) {
     auto it = pe_track.find({op.x, op.y});
     if (it == pe_track.end()) continue;
     uint64_t track = it->second;
     if (op.async) {
-      auto a = async_track.find({op.x, op.y});
+      const auto key = std::make_tuple(int64_t{op.x}, int64_t{op.y}, int{op.thread});
+      auto a = async_track.find(key);
       if (a == async_track.end())
         a = async_track
-                .emplace(std::make_pair(op.x, op.y),
-                         b.thread(pe_proc.at({op.x, op.y}), "PE (" + std::to_string(op.x) + "," + std::to_string(op.y) + ") async", tid++))
+                .emplace(key, b.thread(pe_proc.at({op.x, op.y}),
+                                       "PE (" + std::to_string(op.x) + "," + std::to_string(op.y) + ") async " + std::to_string(op.thread), tid++))
                 .first;
       track = a->second;
     }
@@ -113,6 +117,17 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
   for (size_t i = 0; i < act.size(); ++i) {
     b.counter_value(active, ns(static_cast<int64_t>(i) * bin), act[i]);
     b.counter_value(deliv, ns(static_cast<int64_t>(i) * bin), del[i]);
+  }
+  // Kernels of a compiled run: simulated and predicted spans.
+  const std::pair<const std::vector<PredictedKernel>*, const char*> spans[] = {{&simulated, "kernels (simulated)"}, {&predicted, "predicted (compiler)"}};
+  for (const auto& [v, pname] : spans) {
+    if (v->empty()) continue;
+    const uint64_t p = b.process(pname, pid++);
+    const uint64_t t = b.thread(p, "kernels", tid++);
+    for (const auto& k : *v) {
+      const int64_t kb = std::llround(k.start_s * 1e9), ke = std::max(kb, static_cast<int64_t>(std::llround(k.end_s * 1e9)));
+      b.slice(t, k.name, kb, ke, {{"seconds", k.end_s - k.start_s}});
+    }
   }
   // Weight streaming: MemoryX transfers and SwarmX tree passes, and their bandwidth over time.
   const std::vector<wafer::StreamTransfer> none;

@@ -7,7 +7,8 @@
 //                              one slice per task run ("task NAME"; their durations add up to the
 //                              PE's busy cycles) with one slice per DSD operation nested inside,
 //                              named by opcode, with the PE's instruction text, elements and
-//                              cycles as args; async ops on a track "PE (x,y) async"
+//                              cycles as args; async ops on a track per microthread
+//                              "PE (x,y) async Q" (Q: its queue)
 //   counters (process "fabric"): "active PEs" (PEs with a DSD operation in flight) and
 //     "wavelets delivered per 100 cycles", binned to at most ~1000 points.
 //   process "weight streaming" (when MemoryX/SwarmX moved data): tracks "MemoryX" and "SwarmX"
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "sim/trace_neuroncore.hpp"
 #include "traces/trace_builder.hpp"
 
 namespace tessera::wafer {
@@ -35,6 +37,10 @@ traces::TraceBuilder build_wafer_trace(const nlohmann::json& trace_cfg, const wa
 // fabric run's start).
 traces::TraceBuilder build_wafer_trace(const nlohmann::json& trace_cfg, const wafer::LoadedLayout& layout,
                                        const wafer::Fabric& fab, const std::string& name, const wafer::MemoryX* mx,
-                                       const wafer::SwarmX* sx, double t0_s);
+                                       const wafer::SwarmX* sx, double t0_s, const std::vector<PredictedKernel>& predicted = {},
+                                       const std::vector<PredictedKernel>& simulated = {});
+// (compiled runs) process "kernels" with the simulated kernel spans (each from the previous
+// kernel's output to its own) and process "predicted (compiler)" with the estimator's, one above
+// the other.
 
 }  // namespace tessera::sim

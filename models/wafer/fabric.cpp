@@ -264,6 +264,13 @@ std::vector<uint8_t> Fabric::read_bytes(int64_t x, int64_t y, uint32_t addr, uin
   return out;
 }
 
+int64_t Fabric::task_end(int64_t x, int64_t y, const std::string& name) const {
+  const uint32_t s = impl_->slot_of(x, y);
+  if (s == kNone || impl_->task_end.empty()) return -1;
+  const int k = impl_->prog(s).find_task(name);
+  return k < 0 ? -1 : impl_->task_end[static_cast<size_t>(s) * 64 + static_cast<size_t>(k)];
+}
+
 bool Fabric::halted(int64_t x, int64_t y) const {
   const uint32_t s = impl_->slot_of(x, y);
   return s != kNone && impl_->pes[s].halted;
@@ -548,6 +555,7 @@ uint32_t Fabric::Impl::find_slot(uint32_t pe, int color) const {
 
 void Fabric::Impl::reset(int64_t c0) {
   start = c0;
+  if (f.opt_.task_ends) task_end.assign(pes.size() * 64, -1);
   // Faults: flips in cycle order; routers that drop wavelets leave the relay fast path.
   f.fired_.assign(faults, Fabric::FaultFired{});
   std::stable_sort(flips.begin(), flips.end(), [](const Flip& a, const Flip& b) { return a.f.cycle < b.f.cycle; });

@@ -36,6 +36,7 @@ struct FabricOptions {
   int64_t max_cycles = 0;             // watchdog: cycles per run (0 = none)
   bool require_halt = true;           // a run is complete only when every program PE halted
   bool record = false;                // keep DeliveryRecord / OpRecord / TaskRecord lists (tests, traces)
+  bool task_ends = false;             // keep, per PE and task, the end of its last run (task_end())
   int64_t host_memory_budget = 0;     // bytes of host memory the fabric may take (0 = no limit): load()
                                       // throws InputError naming what it needs; SRAM writes past it fail the run
 };
@@ -54,6 +55,7 @@ struct OpRecord {
   int32_t x, y;
   int32_t instr;       // index into the PE's Program::instrs
   bool async;
+  uint8_t thread;      // async: the microthread (its fabric DSD's queue); 0 for the main thread
   int64_t start, end;
   int64_t elements;
 };
@@ -187,6 +189,9 @@ class Fabric : public sc_core::sc_module {
   const std::vector<DeliveryRecord>& deliveries() const { return deliveries_; }
   const std::vector<OpRecord>& op_records() const { return op_records_; }
   const std::vector<TaskRecord>& task_records() const { return task_records_; }
+  // With FabricOptions::task_ends: the cycle (relative) the last run of PE (x,y)'s task `name`
+  // ended; -1 if it never ran to its end (or no such PE or task).
+  int64_t task_end(int64_t x, int64_t y, const std::string& name) const;
   const WaferConfig& config() const { return cfg_; }
   const ClockDomain& clock() const { return clock_; }
   int64_t width() const { return W_; }

@@ -243,6 +243,7 @@ struct Fabric::Impl {
   Calendar cal;
   std::vector<int64_t> pwake_last, pwake_push, rwake_last, rwake_push;
 
+  std::vector<int64_t> task_end;             // FabricOptions::task_ends: per PE slot x 64 tasks (relative cycle, -1)
   void load(const LoadedLayout& layout);
   int64_t estimate_bytes(const LoadedLayout& layout, int64_t& fill_bytes) const;  // fill_bytes: the SRAM part
   void check_host_memory(const LoadedLayout& layout);  // throws InputError past FabricOptions::host_memory_budget

@@ -1,0 +1,697 @@
+// The wafer compiler (compile.hpp; choices and figures in docs/wafer-compiler.md).
+#include "mapper/wafer/compile.hpp"
+
+#include <algorithm>
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/sequential_vertex_coloring.hpp>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "isa/error.hpp"
+
+namespace tessera::wafer {
+
+using json = nlohmann::json;
+
+namespace {
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+const char* kOpsHint =
+    "the wafer compiler maps chains of dense layers in this build: Gemm, or MatMul by a constant weight, with an optional bias Add "
+    "and Relu (docs/wafer-compiler.md); run other models on target.kind neuroncore or reference";
+
+// ---------------------------------------------------------------------------------------------
+// Graph -> dense layers.
+
+std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input, std::string& output) {
+  if (g.inputs.size() != 1 || g.outputs.size() != 1)
+    throw InputError(g.source, "the wafer compiler maps graphs with one input and one output (this one has " + std::to_string(g.inputs.size()) +
+                                   " and " + std::to_string(g.outputs.size()) + ")",
+                     kOpsHint);
+  input = g.inputs[0];
+  output = g.outputs[0];
+  const graph::Value& in = g.value(input);
+  if (in.shape.size() != 2) throw InputError("graph input '" + input + "'", "is " + shape_str(in.shape) + "; the wafer compiler takes [batch, features]", kOpsHint);
+  std::vector<DenseKernel> ks;
+  std::string cur = input;  // the activation flowing through the chain
+  auto constant = [&](const std::string& v) -> const Tensor* {
+    if (v.empty() || !g.has_value(v)) return nullptr;
+    const graph::Value& val = g.value(v);
+    return val.data ? &*val.data : nullptr;
+  };
+  for (const size_t i : g.topo_order()) {
+    const graph::Node& n = g.nodes[i];
+    auto unsupported = [&](const std::string& why) { throw InputError(g.where(n), why, kOpsHint); };
+    if (n.inputs.empty() || n.inputs[0] != cur) {
+      // Every node must continue the chain from its first input.
+      bool uses = std::find(n.inputs.begin(), n.inputs.end(), cur) != n.inputs.end();
+      unsupported(uses ? "takes the running activation as a later input" : "does not continue the chain of layers (it does not read '" + cur + "')");
+    }
+    if (n.op == "Gemm" || n.op == "MatMul") {
+      const Tensor* w = n.inputs.size() > 1 ? constant(n.inputs[1]) : nullptr;
+      if (!w || w->rank() != 2) unsupported(n.op + " needs a constant 2-D weight as its second input");
+      const Shape& xs = g.value(cur).shape;
+      DenseKernel k;
+      k.name = n.name.empty() ? n.outputs[0] : n.name;
+      k.op = n.op;
+      k.nodes = {n.name};
+      k.B = xs[0];
+      bool trans_b = false;
+      if (n.op == "Gemm") {
+        if (n.attrs.get_float("alpha", 1.0) != 1.0 || n.attrs.get_float("beta", 1.0) != 1.0) unsupported("Gemm with alpha or beta other than 1");
+        if (n.attrs.get_int("transA", 0)) unsupported("Gemm with transA");
+        trans_b = n.attrs.get_int("transB", 0) != 0;
+      }
+      const auto wv = w->to_f32();
+      k.K = trans_b ? w->shape()[1] : w->shape()[0];
+      k.N = trans_b ? w->shape()[0] : w->shape()[1];
+      if (k.K != xs[1]) unsupported("weight " + shape_str(w->shape()) + " does not match the activation " + shape_str(xs));
+      k.W.resize(static_cast<size_t>(k.K * k.N));
+      for (int64_t a = 0; a < k.K; ++a)
+        for (int64_t b = 0; b < k.N; ++b)
+          k.W[static_cast<size_t>(a * k.N + b)] = trans_b ? wv[static_cast<size_t>(b * k.K + a)] : wv[static_cast<size_t>(a * k.N + b)];
+      k.bias.assign(static_cast<size_t>(k.N), 0.0f);
+      if (n.op == "Gemm" && n.inputs.size() > 2 && !n.inputs[2].empty()) {
+        const Tensor* c = constant(n.inputs[2]);
+        if (!c || c->numel() != k.N) unsupported("Gemm bias must be a constant of " + std::to_string(k.N) + " values (per output feature)");
+        k.bias = c->to_f32();
+      }
+      ks.push_back(std::move(k));
+    } else if (n.op == "Add") {
+      const Tensor* c = n.inputs.size() > 1 ? constant(n.inputs[1]) : nullptr;
+      if (ks.empty() || !c || c->numel() != ks.back().N || ks.back().relu) unsupported("Add is mapped only as a bias (a constant of N values) right after a MatMul or Gemm");
+      const auto cv = c->to_f32();
+      for (int64_t b = 0; b < ks.back().N; ++b) ks.back().bias[static_cast<size_t>(b)] += cv[static_cast<size_t>(b)];
+      ks.back().op += "+Add";
+      ks.back().nodes.push_back(n.name);
+      ks.back().name = n.name.empty() ? n.outputs[0] : n.name;
+    } else if (n.op == "Relu") {
+      if (ks.empty() || ks.back().relu) unsupported("Relu is mapped only right after a dense layer");
+      ks.back().relu = true;
+      ks.back().op += "+Relu";
+      ks.back().nodes.push_back(n.name);
+      ks.back().name = n.name.empty() ? n.outputs[0] : n.name;
+    } else {
+      unsupported("op " + n.op + " is not mapped by the wafer compiler in this build");
+    }
+    cur = n.outputs[0];
+  }
+  if (ks.empty()) throw InputError(g.source, "the graph has no dense layer to map", kOpsHint);
+  if (cur != output) throw InputError(g.source, "the graph's output '" + output + "' is not the end of the layer chain", kOpsHint);
+  return ks;
+}
+
+// Bytes of data one PE of kernel `l` needs (pipelined: its own W block).
+int64_t pe_bytes(const DenseKernel& k, bool own_w) {
+  int64_t b = (k.B * k.nb + (own_w ? k.kb * k.nb : 0)) * 4;  // y, W
+  b += k.B * k.nb * 4;                                       // bias (chain end)
+  if (k.input_layer) b += k.B * k.kb * 4;                    // xs (source)
+  return b + 16;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Geometry.
+
+struct RectR {
+  int64_t x0, y0, x1, y1;  // inclusive
+  bool meets(const RectR& o) const { return x0 <= o.x1 && o.x0 <= x1 && y0 <= o.y1 && o.y0 <= y1; }
+};
+
+// Places the kernels of a pipelined mapping with one block edge b: a staircase, each layer next
+// to its producer. Returns the extent (width, height) used.
+std::pair<int64_t, int64_t> place_pipelined(std::vector<DenseKernel>& ks, int64_t b) {
+  int64_t x = 0, y = 0, W = 0, H = 0;
+  for (size_t l = 0; l < ks.size(); ++l) {
+    DenseKernel& k = ks[l];
+    k.kb = k.nb = b;
+    k.k_on_columns = l % 2 == 0;
+    k.x_flow = k.k_on_columns ? Dir::S : Dir::E;
+    k.w = k.k_on_columns ? k.kblocks() : k.nblocks();
+    k.h = k.k_on_columns ? k.nblocks() : k.kblocks();
+    if (l > 0) {
+      const DenseKernel& p = ks[l - 1];
+      if (p.k_on_columns) {  // p's outputs leave its east column: this layer to the east, same rows
+        x = p.x0 + p.w;
+        y = p.y0;
+      } else {  // p's outputs leave its south row: this layer below, same columns
+        x = p.x0;
+        y = p.y0 + p.h;
+      }
+    }
+    k.x0 = x;
+    k.y0 = y;
+    W = std::max(W, x + k.w);
+    H = std::max(H, y + k.h);
+  }
+  return {W, H};
+}
+
+// Weight streaming: every layer on the rectangle [0, w) x [0, h), K on columns for even layers.
+void place_streaming(std::vector<DenseKernel>& ks, int64_t w, int64_t h) {
+  for (size_t l = 0; l < ks.size(); ++l) {
+    DenseKernel& k = ks[l];
+    k.k_on_columns = l % 2 == 0;
+    k.x_flow = k.k_on_columns ? Dir::N : Dir::W;  // from the previous layer's outputs: the south row / east column
+    k.x0 = k.y0 = 0;
+    k.w = w;
+    k.h = h;
+    k.kb = cdiv(k.K, k.k_on_columns ? w : h);
+    k.nb = cdiv(k.N, k.k_on_columns ? h : w);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Colors: one vertex per stream (a kernel's x multicast, its two reduce colors, its weight stream);
+// streams whose routers overlap conflict (a router routes a color one way); Boost's sequential
+// vertex colouring assigns the colors.
+
+struct Stream {
+  size_t kernel;
+  char what;  // 'x', '0', '1', 'w'
+  std::vector<RectR> routers;
+};
+
+void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& opt) {
+  std::vector<Stream> st;
+  for (size_t l = 0; l < c.kernels.size(); ++l) {
+    const DenseKernel& k = c.kernels[l];
+    const RectR r{k.x0, k.y0, k.x0 + k.w - 1, k.y0 + k.h - 1};
+    Stream x{l, 'x', {r}};
+    if (l > 0) {  // the previous layer's chain ends send this layer's x
+      const DenseKernel& p = c.kernels[l - 1];
+      x.routers.push_back(p.k_on_columns ? RectR{p.x0 + p.w - 1, p.y0, p.x0 + p.w - 1, p.y0 + p.h - 1}
+                                         : RectR{p.x0, p.y0 + p.h - 1, p.x0 + p.w - 1, p.y0 + p.h - 1});
+    }
+    st.push_back(x);
+    st.push_back({l, '0', {r}});
+    st.push_back({l, '1', {r}});
+    if (c.mode == MapMode::weight_streaming) st.push_back({l, 'w', {r}});
+  }
+  using G = boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS>;
+  G g(st.size());
+  for (size_t a = 0; a < st.size(); ++a)
+    for (size_t b = a + 1; b < st.size(); ++b) {
+      bool meet = false;
+      for (const auto& ra : st[a].routers)
+        for (const auto& rb : st[b].routers) meet = meet || ra.meets(rb);
+      if (meet) boost::add_edge(a, b, g);
+    }
+  std::vector<boost::graph_traits<G>::vertices_size_type> color(st.size());
+  auto cmap = boost::make_iterator_property_map(color.begin(), boost::get(boost::vertex_index, g));
+  const auto used = static_cast<int64_t>(boost::sequential_vertex_coloring(g, cmap));
+  const int64_t avail = cfg.colors - opt.reserved_colors;
+  auto label = [&](size_t v) {
+    return "kernel '" + c.kernels[st[v].kernel].name + "' " +
+           (st[v].what == 'x' ? "x multicast" : st[v].what == 'w' ? "weight stream" : std::string("reduce ") + st[v].what);
+  };
+  if (used > avail) {
+    size_t worst = 0;
+    for (size_t v = 0; v < st.size(); ++v)
+      if (color[v] > color[worst]) worst = v;
+    std::string names;
+    auto [a, e] = boost::adjacent_vertices(worst, g);
+    std::set<std::string> ks;
+    for (; a != e; ++a) ks.insert(c.kernels[st[*a].kernel].name);
+    for (const auto& n : ks) names += (names.empty() ? "" : ", ") + n;
+    throw InputError("color allocation", "the routes need " + std::to_string(used) + " colors, " + std::to_string(avail) +
+                                             " are available (router.colors - reserved); " + label(worst) + " conflicts with streams of " + names,
+                     c.mode == MapMode::weight_streaming ? "weight streaming uses 4 colors per layer on one rectangle: map fewer layers"
+                                                         : "use a larger block (mapping.wafer_block) or weight streaming");
+  }
+  std::map<int, std::vector<std::string>> by_color;
+  for (size_t v = 0; v < st.size(); ++v) {
+    DenseKernel& k = c.kernels[st[v].kernel];
+    const int col = static_cast<int>(opt.reserved_colors + static_cast<int64_t>(color[v]));
+    (st[v].what == 'x' ? k.cx : st[v].what == '0' ? k.cr0 : st[v].what == '1' ? k.cr1 : k.cw) = col;
+    by_color[col].push_back(label(v));
+  }
+  c.colors_used = static_cast<int>(used);
+  for (auto& [col, v] : by_color) c.color_streams.push_back({std::to_string(col), v});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Code generation.
+
+std::string dirs(std::initializer_list<std::pair<bool, const char*>> ds) {
+  std::string s = "[";
+  for (const auto& [on, d] : ds)
+    if (on) s += std::string(s.size() > 1 ? ", " : "") + "\"" + d + "\"";
+  return s + "]";
+}
+
+// The route region of one color: `rx` and `tx` direction sets, rect-relative region.
+json route(int color, int64_t x, int64_t y, int64_t w, int64_t h, const std::string& rx, const std::string& tx) {
+  return {{"color", color}, {"x", x}, {"y", y}, {"width", w}, {"height", h}, {"rx", json::parse(rx)}, {"tx", json::parse(tx)}};
+}
+
+// Routes of kernel k's x multicast within its rectangle: lines along the N axis, entering at the
+// source end (from the neighbour outside, or from the source PE's own ramp).
+void x_routes(const DenseKernel& k, bool from_ramp, json& routes) {
+  const Dir f = k.x_flow;
+  const char* fwd = dir_name(f).data();
+  const char* back = dir_name(opposite(f)).data();
+  const int64_t len = k.k_on_columns ? k.h : k.w;  // PEs along a line
+  auto region = [&](int64_t from, int64_t n, const std::string& rx, const std::string& tx) {
+    // `from`: index along the flow (0 = source end), n PEs.
+    int64_t a = from, b = from + n - 1;  // flow positions
+    int64_t p0, p1;
+    if (f == Dir::S || f == Dir::E) {
+      p0 = a, p1 = b;
+    } else {
+      p0 = len - 1 - b, p1 = len - 1 - a;
+    }
+    if (k.k_on_columns) routes.push_back(route(k.cx, 0, p0, k.w, p1 - p0 + 1, rx, tx));
+    else routes.push_back(route(k.cx, p0, 0, p1 - p0 + 1, k.h, rx, tx));
+  };
+  const std::string rx0 = from_ramp ? "[\"RAMP\"]" : "[\"" + std::string(back) + "\"]";
+  const std::string rxn = "[\"" + std::string(back) + "\"]";
+  if (len == 1) {
+    region(0, 1, rx0, "[\"RAMP\"]");
+    return;
+  }
+  region(0, 1, rx0, dirs({{true, fwd}, {true, "RAMP"}}));
+  if (len > 2) region(1, len - 2, rxn, dirs({{true, fwd}, {true, "RAMP"}}));
+  region(len - 1, 1, rxn, "[\"RAMP\"]");
+}
+
+// Reduce routes: along the K axis towards E (K on columns) or S; position p sends on color
+// c(p) = p even ? cr0 : cr1 and the next PE takes it from its ramp.
+void reduce_routes(const DenseKernel& k, json& routes) {
+  const int64_t len = k.k_on_columns ? k.w : k.h;
+  const char* fwd = k.k_on_columns ? "E" : "S";
+  const char* back = k.k_on_columns ? "W" : "N";
+  for (int64_t p = 0; p < len; ++p) {
+    // Color of position p's send and of its receive, per route region (one line across).
+    std::vector<std::pair<int, std::pair<std::string, std::string>>> at;  // color -> rx, tx
+    if (p + 1 < len) at.push_back({p % 2 == 0 ? k.cr0 : k.cr1, {"[\"RAMP\"]", "[\"" + std::string(fwd) + "\"]"}});
+    if (p > 0) at.push_back({(p - 1) % 2 == 0 ? k.cr0 : k.cr1, {"[\"" + std::string(back) + "\"]", "[\"RAMP\"]"}});
+    for (const auto& [col, rt] : at) {
+      if (k.k_on_columns) routes.push_back(route(col, p, 0, 1, k.h, rt.first, rt.second));
+      else routes.push_back(route(col, 0, p, k.w, 1, rt.first, rt.second));
+    }
+  }
+}
+
+// Routes at kernel p's chain ends that send the next kernel's x towards it (pipelined) -- in
+// p's rectangle. In weight streaming the chain ends are the next kernel's x sources.
+void handoff_routes(const DenseKernel& p, const DenseKernel& n, json& routes) {
+  if (p.k_on_columns) routes.push_back(route(n.cx, p.w - 1, 0, 1, p.h, "[\"RAMP\"]", "[\"E\"]"));
+  else routes.push_back(route(n.cx, 0, p.h - 1, p.w, 1, "[\"RAMP\"]", "[\"S\"]"));
+}
+
+// Weight stream routes (weight streaming): rows from the west edge (K on columns), columns from
+// the north edge (K on rows); every PE of a line takes the line's stream and passes it on.
+void weight_routes(const DenseKernel& k, json& routes) {
+  if (k.k_on_columns) {
+    if (k.w > 1) routes.push_back(route(k.cw, 0, 0, k.w - 1, k.h, "[\"W\"]", "[\"E\", \"RAMP\"]"));
+    routes.push_back(route(k.cw, k.w - 1, 0, 1, k.h, "[\"W\"]", "[\"RAMP\"]"));
+  } else {
+    if (k.h > 1) routes.push_back(route(k.cw, 0, 0, k.w, k.h - 1, "[\"N\"]", "[\"S\", \"RAMP\"]"));
+    routes.push_back(route(k.cw, 0, k.h - 1, k.w, 1, "[\"N\"]", "[\"RAMP\"]"));
+  }
+}
+
+// Parameters of kernel l for one rectangle (expressions of px, py): source, chain position, colors.
+void layer_params(const DenseKernel& k, size_t l, bool ws, json& params) {
+  const std::string L = std::to_string(l);
+  const std::string pk = k.k_on_columns ? "px" : "py";              // position along the chain (K axis)
+  const std::string kl = k.k_on_columns ? "width" : "height";
+  std::string src;
+  switch (k.x_flow) {
+    case Dir::S: src = "py == 0"; break;
+    case Dir::N: src = "py == height - 1"; break;
+    case Dir::E: src = "px == 0"; break;
+    default: src = "px == width - 1"; break;
+  }
+  params["src" + L] = src;
+  params["first" + L] = pk + " == 0";
+  params["last" + L] = pk + " == " + kl + " - 1";
+  const std::string d = "(" + std::to_string(k.cr1) + " - " + std::to_string(k.cr0) + ")";
+  params["cout" + L] = std::to_string(k.cr0) + " + (" + pk + " % 2) * " + d;
+  params["cin" + L] = std::to_string(k.cr0) + " + ((" + pk + " + 1) % 2) * " + d;
+  if (ws) {
+    const std::string bs = std::to_string(k.kb * k.nb);
+    params["pre" + L] = pk;                                // blocks before this PE's in its line's stream
+    params["post" + L] = kl + " - 1 - " + pk;              // blocks after it
+    params["npre" + L] = pk + " * " + bs;                  // ... in wavelets
+    params["npost" + L] = "(" + kl + " - 1 - " + pk + ") * " + bs;
+  }
+}
+
+// PE program text of kernel l (its `.data`, `.dsd` and tasks), names suffixed with l.
+void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
+  const DenseKernel& k = c.kernels[l];
+  const bool ws = c.mode == MapMode::weight_streaming;
+  const bool has_next = l + 1 < c.kernels.size();
+  const bool final_layer = ws ? !has_next : true;
+  const std::string L = std::to_string(l);
+  const std::string wbuf = ws ? (l % 2 ? "Wb" : "Wa") : "W" + L;
+  const int64_t B = k.B, kb = k.kb, nb = k.nb;
+  const int rj = 4 * static_cast<int>(l % 4), rb = rj + 1, rt = rj + 2;
+  // Task ids are priorities (the lowest runnable id goes first): weight loads (4 per layer, ids
+  // 0-19) before x tasks (20-24) so a load is never starved by a busy layer, then the reduce
+  // (25-29), the hand-off (30-34) and the input's send (35).
+  const int li = static_cast<int>(l);
+  const int id_ld = 4 * li, id_onx = 20 + li, id_red = 25 + li, id_out = 30 + li, id_send = 35;
+  const int qw = 2 + static_cast<int>(l);
+  o << "# ---- kernel " << l << ": " << k.name << " (" << k.op << "), X[" << B << "," << k.K << "] x W[" << k.K << "," << k.N << "], block "
+    << kb << " x " << nb << (k.k_on_columns ? ", K along columns" : ", K along rows") << "\n";
+  if (!ws) o << ".data " << wbuf << " f32 " << kb * nb << "   # W block, column j = the weights of x_j\n";
+  o << ".data y" << L << " f32 " << B * nb << " fill=0\n";
+  if (k.input_layer) o << ".if $src" << L << "\n.data xs" << L << " f32 " << B * kb << "\n.endif\n";
+  o << ".if $last" << L << "\n.data bias" << L << " f32 " << B * nb << "\n.endif\n";
+  o << ".dsd wcol" << L << " mem1d " << wbuf << " len=" << nb << "\n";
+  o << ".dsd yrow" << L << " mem1d y" << L << " len=" << nb << "\n";
+  o << ".dsd yall" << L << " mem1d y" << L << "\n";
+  if (k.input_layer)
+    o << ".if $src" << L << "\n.dsd xsm" << L << " mem1d xs" << L << "\n.dsd xout" << L << " fabout f32 color=" << k.cx << " queue=0 len=" << B * kb
+      << "\n.endif\n";
+  o << ".if !$first" << L << "\n.dsd from" << L << " fabin f32 color=$cin" << L << " queue=1 len=" << B * nb << "\n.endif\n";
+  o << ".if !$last" << L << "\n.dsd to" << L << " fabout f32 color=$cout" << L << " queue=2 len=" << B * nb << "\n.endif\n";
+  o << ".if $last" << L << "\n.dsd bm" << L << " mem1d bias" << L << "\n";
+  if (has_next) o << ".dsd yout" << L << " fabout f32 color=" << c.kernels[l + 1].cx << " queue=1 len=" << B * nb << "\n";
+  o << ".endif\n";
+  if (ws) {
+    o << ".if $pre" << L << "\n.dsd wpre" << L << " fabin f32 color=" << k.cw << " queue=" << qw << " len=$npre" << L << "\n";
+    o << ".dsd jpre" << L << " mem4d junk dims=$pre" << L << ":0," << kb << ":0," << nb << ":0\n.endif\n";
+    o << ".dsd wkeep" << L << " fabin f32 color=" << k.cw << " queue=" << qw << " len=" << kb * nb << "\n";
+    o << ".dsd wbuf" << L << " mem1d " << wbuf << " len=" << kb * nb << "\n";
+    o << ".if $post" << L << "\n.dsd wpost" << L << " fabin f32 color=" << k.cw << " queue=" << qw << " len=$npost" << L << "\n";
+    o << ".dsd jpost" << L << " mem4d junk dims=$post" << L << ":0," << kb << ":0," << nb << ":0\n.endif\n";
+  }
+  // Tasks.
+  if (k.input_layer)
+    o << ".if $src" << L << "\n.task send" << L << " local id=" << id_send << " active\n  fmovs xout" << L << ", xsm" << L
+      << " async\n  ret\n.endif\n";
+  o << ".task onx" << L << " data id=" << id_onx << " color=" << k.cx << " queue=0" << (ws ? " blocked" : "")
+    << "   # one x value: y[b, :] += W[:, j] * x\n";
+  o << "  mul r" << rt << ", r" << rj << ", " << nb << "\n  dsd_off wcol" << L << ", r" << rt << "\n";
+  o << "  mul r" << rt << ", r" << rb << ", " << nb << "\n  dsd_off yrow" << L << ", r" << rt << "\n";
+  o << "  fmacs yrow" << L << ", yrow" << L << ", wcol" << L << ", wv\n";
+  o << "  add r" << rj << ", r" << rj << ", 1\n  sub r" << rt << ", r" << rj << ", " << kb << "\n  bnz r" << rt << ", x" << L << "\n";
+  o << "  mov r" << rj << ", 0\n  add r" << rb << ", r" << rb << ", 1\n  sub r" << rt << ", r" << rb << ", " << B << "\n  bnz r" << rt << ", x" << L
+    << "\n";
+  o << "  activate red" << L << "\n";
+  if (ws && l + 2 < c.kernels.size()) o << "  unblock ld" << l + 2 << "   # the buffer is free for the layer after next\n";
+  o << "x" << L << ":\n  ret\n";
+  o << ".task red" << L << " local id=" << id_red << "   # partial sums along the chain; bias and activation at its end\n";
+  o << ".if !$first" << L << "\n.if $last" << L << "\n  fadds yall" << L << ", yall" << L << ", from" << L << "\n.else\n  fadds to" << L << ", yall" << L
+    << ", from" << L << "\n.endif\n.else\n.if !$last" << L << "\n  fmovs to" << L << ", yall" << L << "\n.endif\n.endif\n";
+  o << ".if $last" << L << "\n  fadds yall" << L << ", yall" << L << ", bm" << L << "\n";
+  if (k.relu) o << "  fmaxs yall" << L << ", yall" << L << ", 0.0\n";
+  if (has_next) o << "  activate out" << L << "\n  ret\n.else\n  " << (final_layer ? "halt" : "ret") << "\n";
+  o << ".endif\n";
+  if (!has_next) o << "  " << (final_layer ? "halt" : "ret") << "\n";
+  if (has_next)  // y is complete at the chain end: send it on as the next layer's x
+    o << ".if $last" << L << "\n.task out" << L << " local id=" << id_out << "\n  fmovs yout" << L << ", yall" << L << (ws ? " async\n  ret" : "\n  halt")
+      << "\n.endif\n";
+  if (ws) {
+    // Loads run one layer after another (a PE's ramp takes one wavelet per cycle: two streams at
+    // once would halve both); layer l loads once layer l-1's block is in (activated by ldd{l-1})
+    // and, from layer 2 on, once layer l-2 is done with the buffer (unblocked by onx{l-2}).
+    o << ".task ld" << L << " local id=" << id_ld << (l == 0 ? " active" : "") << (l >= 2 ? " blocked" : "")
+      << "   # take this PE's block from the line's weight stream\n";
+    o << ".if $pre" << L << "\n  fmovs jpre" << L << ", wpre" << L << " async activate=ldb" << L << "\n.else\n  fmovs wbuf" << L << ", wkeep" << L
+      << " async activate=ldc" << L << "\n.endif\n  ret\n";
+    o << ".task ldb" << L << " local id=" << id_ld + 1 << "\n  fmovs wbuf" << L << ", wkeep" << L << " async activate=ldc" << L << "\n  ret\n";
+    o << ".task ldc" << L << " local id=" << id_ld + 2 << "\n.if $post" << L << "\n  fmovs jpost" << L << ", wpost" << L << " async activate=ldd"
+      << L << "\n.else\n  activate ldd" << L << "\n.endif\n  ret\n";
+    o << ".task ldd" << L << " local id=" << id_ld + 3 << "   # the block is in place (its end is the layer's weights-ready cycle)\n  unblock onx" << L
+      << "\n" << (l + 1 < c.kernels.size() ? "  activate ld" + std::to_string(l + 1) + "\n" : "") << "  ret\n";
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOptions& opt) {
+  Compiled c;
+  c.mode = opt.mode;
+  c.clock_hz = cfg.clock_hz;
+  c.kernels = match_layers(g, c.input, c.output);
+  c.input_shape = g.value(c.input).shape;
+  c.output_shape = g.value(c.output).shape;
+  c.kernels.front().input_layer = true;
+  const int64_t area = cfg.data_area_bytes();
+  if (c.kernels.size() > 5) throw InputError(g.source, std::to_string(c.kernels.size()) + " dense layers; this build maps at most 5 (task ids and colors per layer)", kOpsHint);
+
+  if (opt.mode == MapMode::pipelined) {
+    // The smallest block (most PEs, shortest per-PE work) whose staircase fits the fabric and whose
+    // per-PE data fits the SRAM data area; a given block is taken as is.
+    std::vector<int64_t> cands;
+    if (opt.block > 0) cands = {opt.block};
+    else
+      for (int64_t b = 4; b <= 4096; b *= 2) cands.push_back(b);
+    std::string why;
+    bool placed = false;
+    for (const int64_t b : cands) {
+      std::vector<DenseKernel> ks = c.kernels;
+      const auto [W, H] = place_pipelined(ks, b);
+      int64_t worst = 0;
+      size_t wk = 0;
+      for (size_t l = 0; l < ks.size(); ++l)
+        if (pe_bytes(ks[l], true) > worst) worst = pe_bytes(ks[l], true), wk = l;
+      if (W > cfg.fabric_width || H > cfg.fabric_height) {
+        why = "block " + std::to_string(b) + ": the layers' rectangles span " + std::to_string(W) + " x " + std::to_string(H) + " PEs, the fabric is " +
+              std::to_string(cfg.fabric_width) + " x " + std::to_string(cfg.fabric_height);
+        continue;
+      }
+      if (worst > area) {
+        why = "block " + std::to_string(b) + ": a PE of kernel '" + ks[wk].name + "' needs " + std::to_string(worst) + " bytes of SRAM, the data area is " +
+              std::to_string(area);
+        continue;
+      }
+      c.kernels = std::move(ks);
+      c.fabric_width = W;
+      c.fabric_height = H;
+      c.sram_high_water = worst;
+      placed = true;
+      break;
+    }
+    if (!placed) {
+      double wbytes = 0;
+      for (const auto& k : c.kernels) wbytes += static_cast<double>(k.K * k.N) * 4;
+      throw InputError("mapping.mode pipelined",
+                       "the weights (" + std::to_string(static_cast<int64_t>(wbytes)) + " bytes fp32) do not fit on the wafer's SRAM in pipelined mode (" + why + ")",
+                       "use \"mapping\": {\"mode\": \"weight_streaming\"}: weights then stream from MemoryX layer by layer, or give a larger fabric");
+    }
+  } else {
+    // One rectangle for every layer: as large as useful (blocks of at least kMinBlock per axis)
+    // within the fabric, unless given.
+    constexpr int64_t kMinBlock = 16;
+    int64_t wneed = 1, hneed = 1;
+    for (size_t l = 0; l < c.kernels.size(); ++l) {
+      const DenseKernel& k = c.kernels[l];
+      const int64_t on_cols = l % 2 == 0 ? k.K : k.N, on_rows = l % 2 == 0 ? k.N : k.K;
+      wneed = std::max(wneed, cdiv(on_cols, kMinBlock));
+      hneed = std::max(hneed, cdiv(on_rows, kMinBlock));
+    }
+    const int64_t w = opt.rect_width > 0 ? opt.rect_width : std::min(cfg.fabric_width, wneed);
+    const int64_t h = opt.rect_height > 0 ? opt.rect_height : std::min(cfg.fabric_height, hneed);
+    if (w > cfg.fabric_width || h > cfg.fabric_height)
+      throw InputError("mapping.wafer_rect", "the rectangle " + std::to_string(w) + " x " + std::to_string(h) + " is larger than the fabric " +
+                                                 std::to_string(cfg.fabric_width) + " x " + std::to_string(cfg.fabric_height));
+    place_streaming(c.kernels, w, h);
+    int64_t wa = 0, wb = 0, data = 16;
+    for (size_t l = 0; l < c.kernels.size(); ++l) {
+      const DenseKernel& k = c.kernels[l];
+      (l % 2 ? wb : wa) = std::max(l % 2 ? wb : wa, k.kb * k.nb * 4);
+      data += pe_bytes(k, false);
+    }
+    c.sram_high_water = data + wa + wb;
+    if (c.sram_high_water > area) {
+      size_t big = 0;
+      for (size_t l = 0; l < c.kernels.size(); ++l)
+        if (c.kernels[l].kb * c.kernels[l].nb > c.kernels[big].kb * c.kernels[big].nb) big = l;
+      throw InputError("mapping.mode weight_streaming",
+                       "a PE needs " + std::to_string(c.sram_high_water) + " bytes of SRAM on a " + std::to_string(w) + " x " + std::to_string(h) +
+                           " rectangle (kernel '" + c.kernels[big].name + "' has " + std::to_string(c.kernels[big].kb) + " x " +
+                           std::to_string(c.kernels[big].nb) + " weight blocks); the data area is " + std::to_string(area),
+                       "give a larger rectangle (mapping.wafer_rect or target.params fabric.width/height) or a smaller batch");
+    }
+    c.fabric_width = w;
+    c.fabric_height = h;
+    for (size_t l = 0; l < c.kernels.size(); ++l) {
+      DenseKernel& k = c.kernels[l];
+      k.mx_tensor = "W" + std::to_string(l) + "." + k.name;
+      k.port = "weights" + std::to_string(l);
+      k.lanes = k.k_on_columns ? k.h : k.w;
+      k.lane_len = (k.k_on_columns ? k.w : k.h) * k.kb * k.nb;
+    }
+  }
+  allocate_colors(c, cfg, opt);
+
+  // Layout and programs.
+  const bool ws = c.mode == MapMode::weight_streaming;
+  json layout = {{"schema", "tessera.wafer-layout/1"}, {"fabric", {{"width", c.fabric_width}, {"height", c.fabric_height}}}, {"rects", json::array()}};
+  if (ws) {
+    json routes = json::array(), params = json::object(), ports = json::array();
+    std::ostringstream o;
+    int64_t wa = 0, wb = 0;
+    for (size_t l = 0; l < c.kernels.size(); ++l) (l % 2 ? wb : wa) = std::max(l % 2 ? wb : wa, c.kernels[l].kb * c.kernels[l].nb);
+    o << "# tessera wafer compiler, weight streaming: every layer on this " << c.fabric_width << " x " << c.fabric_height << " rectangle\n";
+    o << ".data Wa f32 " << wa << "   # weight blocks of layers 0, 2, 4\n";
+    if (wb) o << ".data Wb f32 " << wb << "   # layers 1, 3, 5\n";
+    o << ".data junk f32 1     # weights of other PEs land here\n";
+    for (size_t l = 0; l < c.kernels.size(); ++l) {
+      const DenseKernel& k = c.kernels[l];
+      x_routes(k, true, routes);
+      reduce_routes(k, routes);
+      weight_routes(k, routes);
+      layer_params(k, l, true, params);
+      layer_text(c, l, o);
+      ports.push_back({{"name", k.port}, {"dir", "in"}, {"side", k.k_on_columns ? "W" : "N"}, {"x", 0}, {"y", 0}, {"length", k.lanes}, {"color", k.cw}, {"type", "f32"}});
+    }
+    std::string decl;
+    for (const auto& [name, v] : params.items()) decl += ".param " + name + "\n";
+    c.programs["compiled/streaming.pe"] = decl + o.str();
+    layout["rects"].push_back({{"name", "layers"}, {"x", 0}, {"y", 0}, {"width", c.fabric_width}, {"height", c.fabric_height},
+                               {"program", "compiled/streaming.pe"}, {"params", params}, {"routes", routes}});
+    layout["ports"] = ports;
+  } else {
+    for (size_t l = 0; l < c.kernels.size(); ++l) {
+      const DenseKernel& k = c.kernels[l];
+      json routes = json::array(), params = json::object();
+      x_routes(k, l == 0, routes);
+      reduce_routes(k, routes);
+      if (l + 1 < c.kernels.size()) handoff_routes(k, c.kernels[l + 1], routes);
+      layer_params(k, l, false, params);
+      std::ostringstream o;
+      o << "# tessera wafer compiler, pipelined: kernel " << l << " on " << k.w << " x " << k.h << " PEs at (" << k.x0 << "," << k.y0 << ")\n";
+      layer_text(c, l, o);
+      const std::string file = "compiled/k" + std::to_string(l) + ".pe";
+      std::string decl;
+      for (const auto& [name, v] : params.items()) decl += ".param " + name + "\n";
+      c.programs[file] = decl + o.str();
+      layout["rects"].push_back(
+          {{"name", "k" + std::to_string(l) + "." + k.name}, {"x", k.x0}, {"y", k.y0}, {"width", k.w}, {"height", k.h}, {"program", file}, {"params", params}, {"routes", routes}});
+    }
+  }
+  c.layout_json = layout.dump(1);
+
+  // Resident constants: W blocks (pipelined) and the bias replicated per sample at the chain ends.
+  for (size_t l = 0; l < c.kernels.size(); ++l) {
+    const DenseKernel& k = c.kernels[l];
+    for (int64_t py = 0; py < k.h; ++py)
+      for (int64_t px = 0; px < k.w; ++px) {
+        const int64_t kbk = k.k_on_columns ? px : py, nbk = k.k_on_columns ? py : px;
+        const bool last = (k.k_on_columns ? px == k.w - 1 : py == k.h - 1);
+        if (!ws) {
+          HostArray a{k.x0 + px, k.y0 + py, "W" + std::to_string(l), std::vector<float>(static_cast<size_t>(k.kb * k.nb), 0.0f)};
+          for (int64_t j = 0; j < k.kb; ++j)
+            for (int64_t i = 0; i < k.nb; ++i) {
+              const int64_t kk = kbk * k.kb + j, nn = nbk * k.nb + i;
+              if (kk < k.K && nn < k.N) a.values[static_cast<size_t>(j * k.nb + i)] = k.W[static_cast<size_t>(kk * k.N + nn)];
+            }
+          c.constants.push_back(std::move(a));
+        }
+        if (last) {
+          HostArray a{k.x0 + px, k.y0 + py, "bias" + std::to_string(l), std::vector<float>(static_cast<size_t>(k.B * k.nb), 0.0f)};
+          for (int64_t b = 0; b < k.B; ++b)
+            for (int64_t i = 0; i < k.nb; ++i)
+              if (nbk * k.nb + i < k.N) a.values[static_cast<size_t>(b * k.nb + i)] = k.bias[static_cast<size_t>(nbk * k.nb + i)];
+          c.constants.push_back(std::move(a));
+        }
+      }
+  }
+  estimate(c, cfg);
+  return c;
+}
+
+std::vector<HostArray> Compiled::place_input(const Tensor& x) const {
+  const DenseKernel& k = kernels.front();
+  const auto v = x.to_f32();
+  std::vector<HostArray> out;
+  const int64_t lines = k.kblocks();
+  for (int64_t i = 0; i < lines; ++i) {
+    // The source PE of K block i: the start of its line in the flow direction.
+    int64_t px = 0, py = 0;
+    if (k.k_on_columns) px = i, py = k.x_flow == Dir::S ? 0 : k.h - 1;
+    else py = i, px = k.x_flow == Dir::E ? 0 : k.w - 1;
+    HostArray a{k.x0 + px, k.y0 + py, "xs0", std::vector<float>(static_cast<size_t>(k.B * k.kb), 0.0f)};
+    for (int64_t b = 0; b < k.B; ++b)
+      for (int64_t j = 0; j < k.kb && i * k.kb + j < k.K; ++j) a.values[static_cast<size_t>(b * k.kb + j)] = v[static_cast<size_t>(b * k.K + i * k.kb + j)];
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+std::vector<float> Compiled::memoryx_layout(const DenseKernel& k) const {
+  // Lane `lane`, stream position t: block `pos` = t / (kb nb) along the line, then column-major
+  // within the block. Stored position-major, lanes interleaved (the order SwarmX hands them out).
+  std::vector<float> out(static_cast<size_t>(k.lanes * k.lane_len), 0.0f);
+  const int64_t bs = k.kb * k.nb;
+  for (int64_t t = 0; t < k.lane_len; ++t)
+    for (int64_t lane = 0; lane < k.lanes; ++lane) {
+      const int64_t pos = t / bs, e = t % bs, j = e / k.nb, i = e % k.nb;
+      const int64_t kk = pos * k.kb + j, nn = lane * k.nb + i;  // pos runs along K, the lane along N
+      if (kk < k.K && nn < k.N) out[static_cast<size_t>(t * k.lanes + lane)] = k.W[static_cast<size_t>(kk * k.N + nn)];
+    }
+  return out;
+}
+
+std::string compile_report(const Compiled& c, const WaferConfig& cfg) {
+  std::ostringstream o;
+  char line[512];
+  const double hz = cfg.clock_hz;
+  const int64_t B = c.kernels.front().B;
+  double flops = 0;
+  int64_t compute = 0, transfer = 0, active = 0;
+  for (const auto& k : c.kernels) {
+    flops += k.est.flops;
+    compute += k.est.compute;
+    transfer += std::max(k.est.transfer, k.est.stream);
+    active = c.mode == MapMode::weight_streaming ? std::max(active, k.pes()) : active + k.pes();
+  }
+  const double total_s = static_cast<double>(c.predicted_cycles) / hz;
+  o << "tessera wafer compile report (" << (c.mode == MapMode::pipelined ? "pipelined" : "weight streaming") << ", fabric " << c.fabric_width << " x "
+    << c.fabric_height << " PEs of " << cfg.fabric_width << " x " << cfg.fabric_height << ", " << hz / 1e6 << " MHz, batch " << B << ")\n\n";
+  o << "Estimated Overall Performance\n";
+  const double fab = static_cast<double>(cfg.fabric_width * cfg.fabric_height);
+  std::snprintf(line, sizeof line, "  %-28s %14.1f\n  %-28s %14.1f\n  %-28s %14.1f\n  %-28s %13.2f%%\n  %-28s %13.2f%%\n  %-28s %14lld cycles (%.3f us)\n",
+                "Samples/s", B / total_s, "Compute Samples/s", compute ? B / (static_cast<double>(compute) / hz) : 0.0, "Transmission Samples/s",
+                transfer ? B / (static_cast<double>(transfer) / hz) : 0.0, "Active PEs", 100.0 * static_cast<double>(active) / fab,
+                "Compute Utilization", 100.0 * flops / 2 / (static_cast<double>(active) * static_cast<double>(c.predicted_cycles) * std::max<int64_t>(1, cfg.simd_fmacs)),
+                "Predicted latency", static_cast<long long>(c.predicted_cycles), total_s * 1e6);
+  o << line << "\nPer kernel\n";
+  std::snprintf(line, sizeof line, "  %-3s %-22s %-16s %9s %9s %7s %12s %12s %12s %9s %8s %8s\n", "#", "kernel", "op", "PEs", "rect", "block", "start", "end",
+                "cycles", "Samples/s", "Active%", "Util%");
+  o << line;
+  int64_t prev = 0;
+  for (size_t l = 0; l < c.kernels.size(); ++l) {
+    const auto& k = c.kernels[l];
+    const int64_t span = std::max<int64_t>(1, k.est.end - prev);
+    const std::string rect = std::to_string(k.w) + "x" + std::to_string(k.h);
+    const std::string blk = std::to_string(k.kb) + "x" + std::to_string(k.nb);
+    std::snprintf(line, sizeof line, "  %-3zu %-22.22s %-16.16s %9lld %9s %7s %12lld %12lld %12lld %9.0f %7.2f%% %7.2f%%\n", l, k.name.c_str(), k.op.c_str(),
+                  static_cast<long long>(k.pes()), rect.c_str(), blk.c_str(), static_cast<long long>(k.est.start), static_cast<long long>(k.est.end),
+                  static_cast<long long>(span), B / (static_cast<double>(span) / hz), 100.0 * static_cast<double>(k.pes()) / fab,
+                  100.0 * k.est.flops / 2 / (static_cast<double>(k.pes()) * static_cast<double>(span)));
+    o << line;
+    prev = k.est.end;
+  }
+  o << "\nPer kernel detail (cycles): compute = per-PE x tasks, transfer = reduce chain + bias/activation + hand-off";
+  if (c.mode == MapMode::weight_streaming) o << ", stream = a line's weight stream, weights = last block in place";
+  o << "\n";
+  for (size_t l = 0; l < c.kernels.size(); ++l) {
+    const auto& k = c.kernels[l];
+    std::snprintf(line, sizeof line, "  %-3zu compute %10lld  transfer %8lld  stream %10lld  weights %10lld  flops %.3g  weight bytes %.3g\n", l,
+                  static_cast<long long>(k.est.compute), static_cast<long long>(k.est.transfer), static_cast<long long>(k.est.stream),
+                  static_cast<long long>(k.est.weights_ready), k.est.flops, k.est.weight_bytes);
+    o << line;
+  }
+  o << "\nColors (" << c.colors_used << " used; Boost sequential vertex colouring of the route conflict graph)\n";
+  for (const auto& [col, v] : c.color_streams) {
+    o << "  " << col << ":";
+    for (const auto& s : v) o << " [" << s << "]";
+    o << "\n";
+  }
+  o << "\nSRAM: largest per-PE data " << c.sram_high_water << " bytes of " << cfg.data_area_bytes() << "\n";
+  return o.str();
+}
+
+}  // namespace tessera::wafer

@@ -1,0 +1,142 @@
+#pragma once
+// The wafer compiler: graph IR -> a wafer layout (PE programs in the text of docs/wafer-asm.md and
+// routes), host placement of inputs and resident constants, MemoryX weight streams, and the
+// analytical estimate (mapper/wafer/estimate). Semantics and choices: docs/wafer-compiler.md.
+//
+// Kernel library (this build): dense layers -- Gemm, or MatMul by a constant [K, N] weight, with an
+// optional bias Add and Relu fused -- in chains (each layer's input is the previous layer's
+// output). A layer is a GEMM of X [B, K] by W [K, N] on a rectangle of PEs, the 2-D mesh GEMV
+// algorithm of Cerebras' SDK example (gemv-checkerboard; the micro kernel scenarios/wafer/micro/
+// gemv.pe): W is split into kb x nb blocks, one per PE; the contraction dimension K runs along one
+// axis of the rectangle and N along the other. x values are multicast along the K axis' lines (each
+// fires a data task: y[b, :] += W[:, j] * x[b, j], one fmacs over nb elements), and the partial y
+// are summed along the other axis by a pipelined chain (fadds from the previous PE straight into
+// the next one's fabric queue). The PEs at the chain's end add the bias, apply Relu and send y on
+// as the next layer's x. Layers alternate which axis carries K, so a layer's output already lies
+// along the axis the next layer multicasts -- no transpose is needed between layers.
+//
+// Modes: `pipelined` places every layer on its own rectangle, each next to its producer (a
+// staircase: east, south, east, ...), weights resident in PE SRAM, layers overlapping as
+// activations stream through. `weight_streaming` runs every layer on one rectangle at the fabric's
+// north-west corner; activations stay in PE SRAM, and each layer's weights stream from MemoryX
+// through SwarmX into an edge port (rows from the west for one orientation, columns from the north
+// for the other), multicast along the lines; every PE keeps its own block and lets the rest pass.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "isa/tensor.hpp"
+#include "isa/wafer/isa.hpp"
+#include "mapper/graph/graph.hpp"
+
+namespace tessera::wafer {
+
+enum class MapMode { pipelined, weight_streaming };
+
+struct MappingOptions {
+  MapMode mode = MapMode::pipelined;
+  int64_t block = 0;             // kb = nb: the W block edge per PE (0: automatic)
+  int64_t rect_width = 0;        // weight streaming: the rectangle (0: as large as useful within the fabric)
+  int64_t rect_height = 0;
+  int64_t reserved_colors = 0;   // colors the allocator may not use (0 .. reserved-1)
+};
+
+// One dense layer placed on the fabric.
+struct DenseKernel {
+  std::string name;                  // the graph node that produces its output
+  std::string op;                    // "Gemm" or "MatMul(+Add)" ...
+  std::vector<std::string> nodes;    // graph nodes it covers
+  int64_t B = 0, K = 0, N = 0;       // X [B, K] x W [K, N]
+  int64_t kb = 0, nb = 0;            // block per PE
+  bool k_on_columns = true;          // K along the rectangle's x axis (else along y)
+  Dir x_flow = Dir::S;               // direction x values travel along the K axis' lines
+  int64_t x0 = 0, y0 = 0, w = 0, h = 0;  // the rectangle (fabric coordinates)
+  bool relu = false;
+  std::vector<float> W;              // [K, N] row-major (fp32 master values)
+  std::vector<float> bias;           // [N] (zeros without a bias)
+  bool input_layer = false;          // its x comes from the graph input (held by its source PEs)
+  // Colors: x multicast, the two alternating reduce colors, weights (weight streaming only).
+  int cx = -1, cr0 = -1, cr1 = -1, cw = -1;
+  // Weight streaming: the MemoryX tensor and input port of its weights; lanes and values per lane.
+  std::string mx_tensor, port;
+  int64_t lanes = 0, lane_len = 0;
+  // Estimate (cycles; mapper/wafer/estimate).
+  struct Estimate {
+    int64_t start = 0;               // x (and weights) ready at the first PE
+    int64_t compute_end = 0;         // every PE's on-x tasks done
+    int64_t end = 0;                 // y complete at the chain's end (before it is sent on)
+    int64_t weights_ready = 0;       // weight streaming: the last PE holds its block
+    int64_t compute = 0;             // per-PE task cycles (the fmacs work and its bookkeeping)
+    int64_t transfer = 0;            // reduce chain, bias/activation and hand-off
+    int64_t stream = 0;              // weight streaming: the weight stream through a lane
+    double flops = 0, weight_bytes = 0;
+  } est;
+  // Per-axis helpers.
+  int64_t kblocks() const { return (K + kb - 1) / kb; }
+  int64_t nblocks() const { return (N + nb - 1) / nb; }
+  int64_t pes() const { return w * h; }
+};
+
+// A constant written into one PE's array before the run (resident weights, bias).
+struct HostArray {
+  int64_t x = 0, y = 0;
+  std::string array;
+  std::vector<float> values;
+};
+
+struct Compiled {
+  MapMode mode = MapMode::pipelined;
+  int64_t fabric_width = 0, fabric_height = 0;  // of the layout
+  std::string layout_json;                      // tessera.wafer-layout/1
+  std::map<std::string, std::string> programs;  // program path in the layout -> text
+  std::vector<DenseKernel> kernels;             // in execution order
+  std::vector<HostArray> constants;
+  std::string input, output;                    // graph values
+  Shape input_shape, output_shape;
+  int colors_used = 0;
+  std::vector<std::pair<std::string, std::vector<std::string>>> color_streams;  // color -> streams using it (report)
+  int64_t predicted_cycles = 0;
+  double predicted_s = 0;
+  double clock_hz = 0;
+  int64_t sram_high_water = 0;                  // bytes of data per PE, the largest
+  // Host-side placement (data movement only): the graph input's values as PE arrays; the output
+  // gathered back from the PEs that hold it.
+  std::vector<HostArray> place_input(const Tensor& x) const;
+  template <class Read>  // Read(x, y, array) -> std::vector<float>
+  Tensor gather_output(Read read) const;
+  // Weight streaming: each kernel's weights in MemoryX order (stream position major, lanes
+  // interleaved) and the inverse, for reading updated weights back.
+  std::vector<float> memoryx_layout(const DenseKernel& k) const;
+};
+
+// Throws InputError naming the node for an op or shape this build does not map, the kernel and
+// bytes when weights do not fit PE SRAM (suggesting weight streaming), or the conflicting kernels
+// when the colors run out.
+Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOptions& opt);
+
+// compile_report.txt: the estimate in the columns of Cerebras' compile report (samples/s, compute
+// samples/s, transmission samples/s, active PEs, compute utilisation), overall and per kernel.
+std::string compile_report(const Compiled& c, const WaferConfig& cfg);
+
+// mapper/wafer/estimate.cpp: fills every kernel's `est` and the totals.
+void estimate(Compiled& c, const WaferConfig& cfg);
+
+// ---------------------------------------------------------------------------------------------
+
+template <class Read>
+Tensor Compiled::gather_output(Read read) const {
+  const DenseKernel& k = kernels.back();
+  std::vector<float> out(static_cast<size_t>(k.B * k.N), 0.0f);
+  // The chain ends: the last column (K on columns) or the last row (K on rows); block i of N.
+  for (int64_t i = 0; i < k.nblocks(); ++i) {
+    const int64_t px = k.k_on_columns ? k.w - 1 : i, py = k.k_on_columns ? i : k.h - 1;
+    const std::vector<float> y = read(k.x0 + px, k.y0 + py, "y" + std::to_string(&k - kernels.data()));
+    for (int64_t b = 0; b < k.B; ++b)
+      for (int64_t n = 0; n < k.nb && i * k.nb + n < k.N; ++n)
+        out[static_cast<size_t>(b * k.N + i * k.nb + n)] = y[static_cast<size_t>(b * k.nb + n)];
+  }
+  return Tensor::from_f32(output_shape, std::move(out));
+}
+
+}  // namespace tessera::wafer

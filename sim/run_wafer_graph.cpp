@@ -1,0 +1,342 @@
+// `tessera run` on target.kind = "wafer" with a model (ONNX or inline graph): mapper/wafer compiles
+// it (pipelined or weight streaming), the fabric model runs the compiled layout with real
+// numerics, outputs are checked against the reference executor, and each kernel's predicted and
+// simulated cycles are reported (docs/wafer-compiler.md).
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <systemc>
+
+#include "isa/fileio.hpp"
+#include "isa/npy.hpp"
+#include "isa/numeric.hpp"
+#include "isa/wafer/asm.hpp"
+#include "mapper/reference/executor.hpp"
+#include "mapper/wafer/compile.hpp"
+#include "models/common/clock.hpp"
+#include "models/wafer/fabric.hpp"
+#include "models/wafer/weight_stream.hpp"
+#include "sim/check.hpp"
+#include "sim/console.hpp"
+#include "sim/model.hpp"
+#include "sim/report.hpp"
+#include "sim/run.hpp"
+#include "sim/run_wafer.hpp"
+#include "sim/trace_neuroncore.hpp"
+#include "sim/trace_wafer.hpp"
+
+namespace tessera::sim {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::string fmt(double v, const char* f = "%.4g") {
+  char b[48];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+}  // namespace
+
+int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
+  auto& con = Console::get();
+  const auto wall0 = std::chrono::steady_clock::now();
+  const wafer::WaferConfig cfg = wafer::WaferConfig::from(s.params);
+  const std::string compute = s.resolved["precision"]["compute"].get<std::string>();
+  if (compute != "fp32")
+    throw InputError("/precision/compute", "the wafer compiler maps fp32 in this build (fmacs); '" + compute + "' is not mapped yet",
+                     "set precision.compute to fp32, or run the model on target.kind neuroncore");
+  if (!s.resolved["run"]["numerics"].get<bool>()) con.warn("/run/numerics: the wafer model always computes values");
+
+  graph::Graph g = load_model(s);
+  check_expect_names(s, g);
+  const std::map<std::string, Tensor> inputs = load_inputs(s, g);
+
+  // Compile.
+  const json& m = s.resolved["mapping"];
+  wafer::MappingOptions mo;
+  const std::string mode = m["mode"].get<std::string>();
+  if (m.contains("wafer_block")) mo.block = m["wafer_block"].get<int64_t>();
+  if (m.contains("wafer_rect")) {
+    const auto r = m["wafer_rect"].get<std::vector<int64_t>>();
+    if (r.size() != 2) throw InputError("/mapping/wafer_rect", "a rectangle is [width, height] in PEs");
+    mo.rect_width = r[0];
+    mo.rect_height = r[1];
+  }
+  const auto c0 = std::chrono::steady_clock::now();
+  wafer::Compiled cp;
+  if (mode == "weight_streaming") {
+    mo.mode = wafer::MapMode::weight_streaming;
+    cp = wafer::compile(g, cfg, mo);
+  } else {
+    mo.mode = wafer::MapMode::pipelined;
+    try {
+      cp = wafer::compile(g, cfg, mo);
+    } catch (const InputError& e) {
+      // auto: weights that do not fit on the wafer stream instead.
+      if (mode != "auto" || e.diagnostics().empty() || e.diagnostics()[0].where != "mapping.mode pipelined") throw;
+      con.warn("mapping.mode auto: " + e.diagnostics()[0].message + "; using weight streaming");
+      mo.mode = wafer::MapMode::weight_streaming;
+      cp = wafer::compile(g, cfg, mo);
+    }
+  }
+  const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+  const bool ws = cp.mode == wafer::MapMode::weight_streaming;
+  int64_t pes = 0;
+  for (const auto& k : cp.kernels) pes = ws ? std::max(pes, k.pes()) : pes + k.pes();
+  con.out(con.bold("predicted") + " " + fmt(cp.predicted_s * 1e6, "%.3f") + " us (" + std::to_string(cp.predicted_cycles) + " cycles; compiled " +
+          std::to_string(cp.kernels.size()) + " kernel(s), " + (ws ? "weight streaming" : "pipelined") + ", " + std::to_string(pes) + " PEs in " +
+          std::to_string(cp.fabric_width) + " x " + std::to_string(cp.fabric_height) + ", " + fmt(compile_s * 1e3, "%.1f") + " ms)");
+  const std::filesystem::path out(opt.out_dir);
+  write_file_atomic((out / "compile_report.txt").string(), wafer::compile_report(cp, cfg));
+  if (opt.emit_program) {
+    std::filesystem::create_directories(out / "compiled");
+    write_file_atomic((out / "layout.json").string(), cp.layout_json);
+    for (const auto& [file, text] : cp.programs) write_file_atomic((out / file).string(), text);
+  }
+  wafer::LoadedLayout L;
+  try {
+    L = wafer::load_layout_text(cp.layout_json, "compiled layout", "", cfg, &cp.programs);
+  } catch (const InputError& e) {
+    throw std::runtime_error(std::string("the wafer compiler produced an invalid layout: ") + e.what());
+  }
+
+  // The reference on the same inputs.
+  const std::map<std::string, Tensor> reference = reference::execute(g, inputs);
+
+  // Elaborate the fabric (and MemoryX / SwarmX), place constants and inputs, stream weights.
+  models::set_fs_resolution();
+  wafer::FabricOptions fo;
+  fo.max_cycles = static_cast<int64_t>(s.resolved["run"]["max_time"].get<double>() * cfg.clock_hz);
+  fo.record = s.resolved.contains("trace");
+  fo.task_ends = true;
+  fo.host_memory_budget = static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>());
+  wafer::Fabric fab("wafer", cfg, fo);
+  fab.load(L);
+  wafer::MemoryX mx("memoryx", cfg);
+  wafer::SwarmX sx("swarmx", cfg);
+  sx.socket.bind(mx.socket);
+  for (const auto& a : cp.constants) fab.write_array(a.x, a.y, a.array, a.values);
+  for (const auto& a : cp.place_input(inputs.at(cp.input))) fab.write_array(a.x, a.y, a.array, a.values);
+  const sc_core::sc_time t_start = sc_core::sc_time_stamp();
+  const models::ClockDomain& ck = fab.clock();
+  const int64_t c_start = ck.cycle_at_or_after(static_cast<models::Femtos>(t_start.value()));
+  if (ws) {
+    // Every layer's weights go to MemoryX in the order its lines consume them; SwarmX streams them
+    // in layer order from the start (MemoryX serves them one after another).
+    for (const auto& k : cp.kernels) mx.add_tensor(k.mx_tensor, cp.memoryx_layout(k));
+    for (const auto& k : cp.kernels) {
+      const wafer::SwarmX::Stream st = sx.broadcast(mx.address(k.mx_tensor), mx.count(k.mx_tensor), t_start);
+      for (int64_t lane = 0; lane < k.lanes; ++lane) {
+        std::vector<uint32_t> pl(static_cast<size_t>(k.lane_len));
+        std::vector<int64_t> ready(static_cast<size_t>(k.lane_len));
+        for (int64_t t = 0; t < k.lane_len; ++t) {
+          const size_t i = static_cast<size_t>(t * k.lanes + lane);
+          pl[static_cast<size_t>(t)] = float_bits(st.values[i]);
+          ready[static_cast<size_t>(t)] = ck.cycle_at_or_after(static_cast<models::Femtos>(st.ready[i].value())) - c_start;
+        }
+        // Ready cycles must not decrease along a lane (SwarmX hands bursts out in order).
+        for (size_t t = 1; t < ready.size(); ++t) ready[t] = std::max(ready[t], ready[t - 1]);
+        fab.set_port_stream(k.port, lane, std::move(pl), std::move(ready));
+      }
+    }
+  }
+  std::vector<std::string> fault_what;
+  json faults = arm_wafer_faults(s, fab, fault_what);
+  fab.start();
+  install_interrupt_handler();
+  sc_core::sc_start();
+  throw_if_interrupted();
+  report_wafer_faults(faults, fault_what, fab);
+  if (fab.error()) {  // not thrown: see run_neuroncore.cpp
+    con.error(Diagnostic{"compiled layout", *fab.error(), "a compiler bug unless faults were injected: report it with the scenario"}.str());
+    return 2;
+  }
+  if (!fab.finished()) throw std::runtime_error("the fabric did not finish (SystemC ran out of events)");
+  const wafer::FabricStats& st = fab.stats();
+  const double sim_s = static_cast<double>(st.cycles) / cfg.clock_hz;
+
+  json report = new_report(s);
+  report["latency"]["simulated_s"] = sim_s;
+  report["latency"]["predicted_s"] = cp.predicted_s;
+  const double err = (cp.predicted_s - sim_s) / sim_s * 100;
+  report["latency"]["error_pct"] = err;
+  const json& expect = s.resolved["expect"];
+  std::vector<std::string> failures;
+  bool all_pass = true;
+
+  // Kernels: a kernel's output is complete when its chain ends' `red` task ends; kernel times are
+  // from the previous kernel's output to its own (they partition the run, like the estimate's).
+  con.out(std::string("\n") + "kernel                        predicted      simulated    error     PEs  weights ready  weight wait");
+  std::vector<PredictedKernel> pred_spans, sim_spans;
+  int64_t prev_sim = 0, prev_pred = 0;
+  json layers = json::array();
+  for (size_t l = 0; l < cp.kernels.size(); ++l) {
+    const auto& k = cp.kernels[l];
+    const std::string ls = std::to_string(l);
+    int64_t end = 0, wready = -1;
+    for (int64_t i = 0; i < k.nblocks(); ++i) {
+      const int64_t px = k.k_on_columns ? k.w - 1 : i, py = k.k_on_columns ? i : k.h - 1;
+      end = std::max(end, fab.task_end(k.x0 + px, k.y0 + py, "red" + ls));
+    }
+    if (ws)
+      for (int64_t y = 0; y < k.h; ++y)
+        for (int64_t x = 0; x < k.w; ++x) wready = std::max(wready, fab.task_end(k.x0 + x, k.y0 + y, "ldd" + ls));
+    // Waiting for weights: how long after the previous layer's output (the run's start for the
+    // first) the last PE of this layer got its weight block.
+    const int64_t wait = ws ? std::max<int64_t>(0, wready - prev_sim) : 0;
+    const int64_t simk = end - prev_sim, predk = k.est.end - prev_pred;
+    const double e = simk > 0 ? (static_cast<double>(predk) - static_cast<double>(simk)) / static_cast<double>(simk) * 100 : 0.0;
+    report["kernels"].push_back({{"name", k.name},
+                                 {"op", k.op},
+                                 {"predicted_cycles", predk},
+                                 {"simulated_cycles", simk},
+                                 {"clock_hz", cfg.clock_hz},
+                                 {"predicted_s", static_cast<double>(predk) / cfg.clock_hz},
+                                 {"simulated_s", static_cast<double>(simk) / cfg.clock_hz},
+                                 {"error_pct", e},
+                                 {"flops", k.est.flops},
+                                 {"bytes", k.est.weight_bytes},
+                                 {"pes", k.pes()},
+                                 {"rect", {k.x0, k.y0, k.w, k.h}},
+                                 {"block", {k.kb, k.nb}},
+                                 {"simulated_end_cycle", end},
+                                 {"predicted_end_cycle", k.est.end}});
+    if (ws) {
+      report["kernels"].back()["weights_ready_cycle"] = wready;
+      report["kernels"].back()["predicted_weights_ready_cycle"] = k.est.weights_ready;
+      report["kernels"].back()["weight_wait_cycles"] = wait;
+      layers.push_back({{"layer", l}, {"kernel", k.name}, {"weights_ready_cycle", wready}, {"output_ready_cycle", end}, {"weight_wait_cycles", wait},
+                        {"memoryx_tensor", k.mx_tensor}, {"port", k.port}, {"bytes", k.lanes * k.lane_len * 4}});
+    }
+    char line[240];
+    std::snprintf(line, sizeof line, "%-28.28s %9.3f us %11.3f us %+7.1f%% %7lld %14s %12s", k.name.c_str(), static_cast<double>(predk) / cfg.clock_hz * 1e6,
+                  static_cast<double>(simk) / cfg.clock_hz * 1e6, e, static_cast<long long>(k.pes()), ws ? std::to_string(wready).c_str() : "-",
+                  ws ? std::to_string(wait).c_str() : "-");
+    con.out(line);
+    pred_spans.push_back({k.name, static_cast<double>(prev_pred) / cfg.clock_hz, static_cast<double>(k.est.end) / cfg.clock_hz});
+    sim_spans.push_back({k.name, static_cast<double>(prev_sim) / cfg.clock_hz, static_cast<double>(end) / cfg.clock_hz});
+    prev_sim = end;
+    prev_pred = k.est.end;
+  }
+  {
+    char line[200];
+    std::snprintf(line, sizeof line, "%-28s %9.3f us %11.3f us %+7.1f%%", "total", cp.predicted_s * 1e6, sim_s * 1e6, err);
+    con.out(line);
+  }
+  if (expect.contains("latency_error_pct")) {
+    const double lim = expect["latency_error_pct"].get<double>();
+    const bool ok = std::abs(err) <= lim;
+    report["checks"].push_back({{"check", "latency_error_pct"}, {"pass", ok}, {"value", err}, {"limit", lim}});
+    if (!ok) {
+      all_pass = false;
+      failures.push_back("predicted vs simulated latency error " + fmt(err, "%+.1f") + "% exceeds expect.latency_error_pct " + fmt(lim));
+    }
+  }
+  report["compile"] = {{"mode", ws ? "weight_streaming" : "pipelined"},
+                       {"kernels", cp.kernels.size()},
+                       {"fabric", {cp.fabric_width, cp.fabric_height}},
+                       {"pes", pes},
+                       {"colors", cp.colors_used},
+                       {"sram_high_water_bytes", cp.sram_high_water},
+                       {"predicted_cycles", cp.predicted_cycles}};
+  report["faults"] = faults;
+  report["stats"] = {{"cycles", st.cycles},
+                     {"program_pes", st.program_pes},
+                     {"busy_cycles", st.busy_cycles},
+                     {"idle_cycles", st.idle_cycles},
+                     {"stall_cycles", st.stall_cycles},
+                     {"instructions", st.instructions},
+                     {"dsd_elements", st.dsd_elements},
+                     {"tasks_run", st.tasks_run},
+                     {"wavelet_hops", st.wavelet_hops},
+                     {"ramp_deliveries", st.ramp_deliveries},
+                     {"port_in_wavelets", st.port_in_wavelets},
+                     {"sram_pages", st.sram_pages},
+                     {"dropped_wavelets", st.dropped_wavelets},
+                     {"fabric_s", sim_s}};
+  if (ws) {
+    auto figures = [&](const std::vector<wafer::StreamTransfer>& log) {
+      double busy = 0, first = 0, last = 0;
+      for (size_t k = 0; k < log.size(); ++k) {
+        busy += (log[k].end - log[k].start).to_seconds();
+        first = k ? std::min(first, log[k].start.to_seconds()) : log[k].start.to_seconds();
+        last = std::max(last, log[k].end.to_seconds());
+      }
+      return std::make_pair(busy, log.empty() ? 0.0 : last - first);
+    };
+    const auto [mbusy, mwin] = figures(mx.transfers());
+    const auto [sbusy, swin] = figures(sx.transfers());
+    report["weight_streaming"] = {
+        {"memoryx",
+         {{"bytes_read", mx.stats().bytes_read}, {"transactions", mx.stats().transactions}, {"busy_s", mbusy},
+          {"achieved_bandwidth_Bps", mwin > 0 ? static_cast<double>(mx.stats().bytes_read) / mwin : 0.0}}},
+        {"swarmx",
+         {{"bytes_broadcast", sx.stats().bytes_broadcast}, {"busy_s", sbusy},
+          {"achieved_bandwidth_Bps", swin > 0 ? static_cast<double>(sx.stats().bytes_broadcast) / swin : 0.0}}},
+        {"port_wavelets", st.port_in_wavelets},
+        {"layers", layers}};
+    con.out("weight streaming: MemoryX read " + fmt(static_cast<double>(mx.stats().bytes_read), "%.0f") + " B at " +
+            fmt(mwin > 0 ? static_cast<double>(mx.stats().bytes_read) / mwin / 1e9 : 0.0, "%.2f") + " GB/s achieved; " +
+            std::to_string(st.port_in_wavelets) + " weight wavelets into the fabric");
+  }
+
+  // Outputs.
+  const Tolerance deftol = default_tolerance(compute);
+  Tensor y = cp.gather_output([&](int64_t x, int64_t yy, const std::string& a) { return fab.read_array(x, yy, a); });
+  {
+    json rec;
+    std::string file;
+    if (s.resolved["outputs"]["save"].get<bool>()) {
+      file = s.resolved["outputs"]["dir"].get<std::string>() + "/" + safe_file_name(cp.output) + ".npy";
+      write_npy((out / file).string(), y);
+    }
+    std::string line = "\n  " + cp.output + " " + std::string(dtype_name(y.dtype())) + shape_str(y.shape());
+    std::vector<OutputCheck> checks;
+    Tolerance ref_tol = deftol;
+    if (expect["outputs"].contains(cp.output)) {
+      const json& e = expect["outputs"][cp.output];
+      const Tolerance tol{e["rtol"].get<double>(), e["atol"].get<double>()};
+      if (e.contains("file")) checks.push_back(check_output(cp.output, y, read_npy(e["file"].get<std::string>()), tol, "file", expect, failures));
+      else ref_tol = tol;
+    }
+    checks.push_back(check_output(cp.output, y, reference.at(cp.output), ref_tol, "reference", expect, failures));
+    for (const auto& c : checks) {
+      json r = output_record(cp.output, file, &c.cmp, c.tol.rtol, c.tol.atol);
+      r["against"] = c.against;
+      report["outputs"].push_back(r);
+      all_pass = all_pass && c.cmp.pass;
+      line += "  vs " + c.against + ": max abs err " + fmt(c.cmp.max_abs_error, "%.3g") + " max rel err " + fmt(c.cmp.max_rel_error, "%.3g") + " " +
+              (c.cmp.pass ? con.green("PASS") : con.red("FAIL"));
+    }
+    con.out(line);
+  }
+  con.out(con.bold("simulated") + " " + fmt(sim_s * 1e6, "%.4f") + " us (" + std::to_string(st.cycles) + " cycles at " + fmt(cfg.clock_hz / 1e6, "%.0f") +
+          " MHz, " + std::to_string(st.program_pes) + " PEs, " + std::to_string(st.wavelet_hops) + " wavelet hops, preset " + s.preset + ")");
+  const json& pub = report["latency"]["published_s"];
+  if (!pub.is_null()) {
+    const double pv = pub.get<double>();
+    report["latency"]["simulated_vs_published_pct"] = (sim_s - pv) / pv * 100.0;
+    con.out("published " + fmt(pv * 1e6, "%.4f") + " us (" + report["latency"]["published_source"].get<std::string>() + "): simulated is " +
+            fmt((sim_s - pv) / pv * 100.0, "%+.1f") + "%");
+  }
+  if (s.resolved.contains("trace")) {
+    const std::string note = write_trace_file(
+        s.resolved["trace"], build_wafer_trace(s.resolved["trace"], L, fab, s.name, &mx, &sx, t_start.to_seconds(), pred_spans, sim_spans), opt.out_dir);
+    report["trace"] = {{"file", s.resolved["trace"]["file"]}};
+    con.out(note);
+  }
+  for (const auto& f : failures) report["checks"].push_back({{"check", "outputs"}, {"pass", false}, {"detail", f}});
+  report["pass"] = all_pass;
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  write_report(opt.out_dir, report, wall, {{"compile_s", compile_s}});
+  con.out("report: " + (out / "report.json").string());
+  if (!all_pass) {
+    for (const auto& f : failures) con.error("check failed: " + f);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace tessera::sim
