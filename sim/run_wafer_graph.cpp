@@ -224,6 +224,12 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     char line[200];
     std::snprintf(line, sizeof line, "%-28s %9.3f us %11.3f us %+7.1f%%", "total", cp.predicted_s * 1e6, sim_s * 1e6, err);
     con.out(line);
+    double flops = 0;
+    for (const auto& k : cp.kernels) flops += k.est.flops;
+    report["latency"]["flops"] = flops;
+    report["latency"]["effective_flops_per_s"] = flops / sim_s;
+    con.out("effective " + fmt(flops / sim_s / 1e12, "%.4f") + " TFLOP/s (" + fmt(flops, "%.4g") + " FLOPs in " + std::to_string(st.cycles) +
+            " simulated cycles)");
   }
   if (expect.contains("latency_error_pct")) {
     const double lim = expect["latency_error_pct"].get<double>();

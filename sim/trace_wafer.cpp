@@ -72,7 +72,22 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
   // DSD operations of the sampled PEs (microthread ops overlap the main thread's and each other's:
   // a track per microthread).
   std::map<std::tuple<int64_t, int64_t, int>, uint64_t> async_track;
-  for (const auto& op : fab.op_records()) {
+  // A microthread's next op can be issued in the cycle its previous op processed its last element
+  // (the completion activates the next task at once), one cycle before that op's recorded end:
+  // on the track each op ends where the next one on the same microthread starts.
+  std::map<std::tuple<int64_t, int64_t, int>, std::vector<size_t>> per_mt;
+  const auto& recs = fab.op_records();
+  std::vector<int64_t> end_of(recs.size());
+  for (size_t i = 0; i < recs.size(); ++i) {
+    end_of[i] = recs[i].end;
+    if (recs[i].async) per_mt[std::make_tuple(int64_t{recs[i].x}, int64_t{recs[i].y}, int{recs[i].thread})].push_back(i);
+  }
+  for (auto& [key, v] : per_mt) {
+    std::stable_sort(v.begin(), v.end(), [&](size_t a, size_t c) { return recs[a].start < recs[c].start; });
+    for (size_t j = 0; j + 1 < v.size(); ++j) end_of[v[j]] = std::min(end_of[v[j]], recs[v[j + 1]].start);
+  }
+  for (size_t ri = 0; ri < recs.size(); ++ri) {
+    const wafer::OpRecord& op = recs[ri];
     auto it = pe_track.find({op.x, op.y});
     if (it == pe_track.end()) continue;
     uint64_t track = it->second;
@@ -91,7 +106,7 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
                            ? wafer::disassemble(*prog, prog->instrs[static_cast<size_t>(op.instr)])
                            : std::string("?");
     std::string opname = text.substr(0, text.find(' '));
-    b.slice(track, opname, ns(op.start), std::max(ns(op.end), ns(op.start)),
+    b.slice(track, opname, ns(op.start), std::max(ns(end_of[ri]), ns(op.start)),
             {{"instruction", text}, {"elements", op.elements}, {"cycles", op.end - op.start}, {"start_cycle", op.start}});
   }
   // Counters over the whole fabric.
@@ -148,7 +163,7 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
       std::vector<double> bytes(static_cast<size_t>(end_ns / wbin + 2), 0.0);
       for (const auto& x : *log) {
         const int64_t s0 = rel_ns(x.start), s1 = std::max(rel_ns(x.end), s0);
-        b.slice(track, wafer::transfer_kind_name(x.kind), s0, s1, {{"bytes", x.bytes}});
+        b.slice(track, wafer::transfer_kind_name(x.kind), s0, s1, {{"bytes", x.bytes}, {"done_ns", rel_ns(x.done)}});
         // Spread the bytes evenly over the transfer's time (its own bandwidth), bin by bin.
         const double rate = static_cast<double>(x.bytes) / static_cast<double>(std::max<int64_t>(1, s1 - s0));
         for (int64_t k = std::max<int64_t>(0, s0 / wbin); k <= s1 / wbin && k < static_cast<int64_t>(bytes.size()); ++k) {

@@ -31,6 +31,12 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
     throw InputError(g.source, "the wafer compiler maps graphs with one input and one output (this one has " + std::to_string(g.inputs.size()) +
                                    " and " + std::to_string(g.outputs.size()) + ")",
                      kOpsHint);
+  // Ops first: every node the compiler cannot map, named (all of them at once).
+  DiagnosticList unmapped;
+  for (const auto& n : g.nodes)
+    if (n.op != "Gemm" && n.op != "MatMul" && n.op != "Add" && n.op != "Relu")
+      unmapped.add(g.where(n), "op " + n.op + " is not mapped by the wafer compiler in this build", kOpsHint);
+  unmapped.throw_if_any();
   input = g.inputs[0];
   output = g.outputs[0];
   const graph::Value& in = g.value(input);
@@ -461,6 +467,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
         continue;
       }
       if (worst > area) {
+        if (why.rfind("block", 0) == 0 && why.find("SRAM") != std::string::npos) continue;  // keep the first such reason (smallest block)
         why = "block " + std::to_string(b) + ": a PE of kernel '" + ks[wk].name + "' needs " + std::to_string(worst) + " bytes of SRAM, the data area is " +
               std::to_string(area);
         continue;
@@ -473,10 +480,14 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       break;
     }
     if (!placed) {
-      double wbytes = 0;
-      for (const auto& k : c.kernels) wbytes += static_cast<double>(k.K * k.N) * 4;
+      int64_t wbytes = 0;
+      for (const auto& k : c.kernels) wbytes += k.K * k.N * 4;
+      const int64_t sram = cfg.fabric_width * cfg.fabric_height * area;
+      const std::string detail = wbytes > sram ? "more than the " + std::to_string(sram) + " bytes of SRAM data area of all " +
+                                                     std::to_string(cfg.fabric_width * cfg.fabric_height) + " PEs"
+                                               : why;
       throw InputError("mapping.mode pipelined",
-                       "the weights (" + std::to_string(static_cast<int64_t>(wbytes)) + " bytes fp32) do not fit on the wafer's SRAM in pipelined mode (" + why + ")",
+                       "the weights (" + std::to_string(wbytes) + " bytes fp32) do not fit on the wafer in pipelined mode: " + detail,
                        "use \"mapping\": {\"mode\": \"weight_streaming\"}: weights then stream from MemoryX layer by layer, or give a larger fabric");
     }
   } else {

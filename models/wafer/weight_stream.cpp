@@ -76,8 +76,8 @@ void MemoryX::b_transport(tlm::tlm_generic_payload& p, sc_time& delay) {
     ++stats_.updates;
   }
   ++stats_.transactions;
-  log_.push_back({p.is_read() ? StreamTransfer::read : update ? StreamTransfer::update : StreamTransfer::write, start, done,
-                  static_cast<int64_t>(n)});
+  log_.push_back({p.is_read() ? StreamTransfer::read : update ? StreamTransfer::update : StreamTransfer::write, start, busy_until_,
+                  static_cast<int64_t>(n), done});
   p.set_response_status(tlm::TLM_OK_RESPONSE);
 }
 
@@ -111,8 +111,8 @@ SwarmX::Stream SwarmX::broadcast(uint64_t addr, int64_t count, sc_time t0) {
     const sc_time got = transact(tlm::TLM_READ_COMMAND, addr + static_cast<uint64_t>(i) * 4, s.values.data() + i, n, t0);
     const sc_time start = std::max(got, tree_busy_);
     tree_busy_ = start + seconds(static_cast<double>(n * 4) / cfg_.swarmx_bandwidth);
-    log_.push_back({StreamTransfer::broadcast, start, tree_busy_, n * 4});
     const sc_time at = tree_busy_ + seconds(cfg_.swarmx_latency);
+    log_.push_back({StreamTransfer::broadcast, start, tree_busy_, n * 4, at});
     std::fill(s.ready.begin() + i, s.ready.begin() + i + n, at);
     stats_.bytes_broadcast += n * 4;
   }
@@ -130,8 +130,8 @@ sc_time SwarmX::reduce_update(uint64_t addr, const std::vector<std::vector<float
   // The tree sums as the streams pass (one pass of the reduced bytes), then MemoryX applies it.
   const sc_time start = std::max(t0, tree_busy_);
   tree_busy_ = start + seconds(static_cast<double>(n * 4) / cfg_.swarmx_bandwidth);
-  log_.push_back({StreamTransfer::reduce, start, tree_busy_, static_cast<int64_t>(n * 4 * streams.size())});
   const sc_time at = tree_busy_ + seconds(cfg_.swarmx_latency);
+  log_.push_back({StreamTransfer::reduce, start, tree_busy_, static_cast<int64_t>(n * 4 * streams.size()), at});
   stats_.bytes_reduced += static_cast<int64_t>(n * 4 * streams.size());
   sc_time done = at;
   const int64_t per = std::max<int64_t>(1, cfg_.memoryx_burst / 4);

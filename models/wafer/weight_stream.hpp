@@ -19,13 +19,15 @@
 
 namespace tessera::wafer {
 
-// One transfer through MemoryX or the SwarmX tree (for traces and bandwidth figures): busy from
-// `start` to `end` moving `bytes`.
+// One transfer through MemoryX or the SwarmX tree (for traces and bandwidth figures): the store
+// or tree busy from `start` to `end` moving `bytes`; the data is there at `done` (after the
+// pipelined latency).
 struct StreamTransfer {
   enum Kind : uint8_t { read, write, update, broadcast, reduce };
   Kind kind;
   sc_core::sc_time start, end;
   int64_t bytes;
+  sc_core::sc_time done;
 };
 const char* transfer_kind_name(StreamTransfer::Kind k);
 
