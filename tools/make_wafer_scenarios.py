@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the wafer compiler's scenario files that use inline graphs with seeded random weights:
-the GEMV / GEMM scaling series (scenarios/wafer/scaling/) and the deep MLP whose weights do not fit
+the GEMV / GEMM scaling series (scenarios/wafer/scaling/, and the large ones in scenarios/wafer/large/) and the deep MLP whose weights do not fit
 on a small fabric (scenarios/wafer/deep_mlp/). Standard library only; the files are committed, CI
 does not run this. Usage: python3 tools/make_wafer_scenarios.py [OUT_ROOT]"""
 import json
@@ -45,8 +45,8 @@ def scaling(kind, batch, n, side, block, ci):
     desc = (f"{'GEMV' if batch == 1 else 'GEMM'} scaling series: y[{batch},{n}] = x[{batch},{n}] W[{n},{n}] (fp32, random weights) on a "
             f"{side}x{side} fabric in pipelined mode, {block}x{block} weight blocks per PE (W resident, x multicast down the columns, "
             f"partial sums reduced along the rows). Prints cycles and effective TFLOP/s (2*B*K*N over the simulated time)."
-            + ("" if ci else " Large: run by hand (not in CI)."))
-    write(f"scenarios/wafer/scaling/{name}.json", {
+            + ("" if ci else " Large (minutes, GBs of host memory): run by hand; CI runs scenarios/wafer/scaling."))
+    write(f"scenarios/wafer/{'scaling' if ci else 'large'}/{name}.json", {
         "schema": "tessera.scenario/1",
         "name": f"wafer-{name.replace('_', '-')}",
         "description": desc,
@@ -69,7 +69,7 @@ def main():
     scaling("gemv", 1, 16384, 256, 64, False)
     scaling("gemv", 1, 16384, 512, 32, False)
     scaling("gemm", 16, 1024, 32, 32, True)
-    scaling("gemm", 64, 4096, 64, 64, False)
+    scaling("gemm", 64, 4096, 128, 32, False)
     # A deep MLP whose 3 MB of weights exceed the 2.9 MB of SRAM of an 8x8 fabric: pipelined mode
     # refuses it (tests/cli: wafer_deep_mlp_pipelined_does_not_fit), weight streaming runs it.
     write("scenarios/wafer/deep_mlp/deep_mlp_streaming.json", {

@@ -113,7 +113,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
 // Bytes of data one PE of kernel `l` needs (pipelined: its own W block).
 int64_t pe_bytes(const DenseKernel& k, bool own_w) {
   int64_t b = (k.B * k.nb + (own_w ? k.kb * k.nb : 0)) * 4;  // y, W
-  b += k.B * k.nb * 4;                                       // bias (chain end)
+  b += k.nb * 4;                                             // bias (chain end)
   if (k.input_layer) b += k.B * k.kb * 4;                    // xs (source)
   return b + 16;
 }
@@ -368,7 +368,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   if (!ws) o << ".data " << wbuf << " f32 " << kb * nb << "   # W block, column j = the weights of x_j\n";
   o << ".data y" << L << " f32 " << B * nb << " fill=0\n";
   if (k.input_layer) o << ".if $src" << L << "\n.data xs" << L << " f32 " << B * kb << "\n.endif\n";
-  o << ".if $last" << L << "\n.data bias" << L << " f32 " << B * nb << "\n.endif\n";
+  o << ".if $last" << L << "\n.data bias" << L << " f32 " << nb << "\n.endif\n";
   o << ".dsd wcol" << L << " mem1d " << wbuf << " len=" << nb << "\n";
   o << ".dsd yrow" << L << " mem1d y" << L << " len=" << nb << "\n";
   o << ".dsd yall" << L << " mem1d y" << L << "\n";
@@ -377,7 +377,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
       << "\n.endif\n";
   o << ".if !$first" << L << "\n.dsd from" << L << " fabin f32 color=$cin" << L << " queue=1 len=" << B * nb << "\n.endif\n";
   o << ".if !$last" << L << "\n.dsd to" << L << " fabout f32 color=$cout" << L << " queue=2 len=" << B * nb << "\n.endif\n";
-  o << ".if $last" << L << "\n.dsd bm" << L << " mem1d bias" << L << "\n";
+  o << ".if $last" << L << "\n.dsd bm" << L << " mem4d bias" << L << " dims=" << B << ":0," << nb << ":1   # the bias again for every sample\n";
   if (has_next) o << ".dsd yout" << L << " fabout f32 color=" << c.kernels[l + 1].cx << " queue=1 len=" << B * nb << "\n";
   o << ".endif\n";
   if (ws) {
@@ -601,10 +601,9 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
           c.constants.push_back(std::move(a));
         }
         if (last) {
-          HostArray a{k.x0 + px, k.y0 + py, "bias" + std::to_string(l), std::vector<float>(static_cast<size_t>(k.B * k.nb), 0.0f)};
-          for (int64_t b = 0; b < k.B; ++b)
-            for (int64_t i = 0; i < k.nb; ++i)
-              if (nbk * k.nb + i < k.N) a.values[static_cast<size_t>(b * k.nb + i)] = k.bias[static_cast<size_t>(nbk * k.nb + i)];
+          HostArray a{k.x0 + px, k.y0 + py, "bias" + std::to_string(l), std::vector<float>(static_cast<size_t>(k.nb), 0.0f)};
+          for (int64_t i = 0; i < k.nb; ++i)
+            if (nbk * k.nb + i < k.N) a.values[static_cast<size_t>(i)] = k.bias[static_cast<size_t>(nbk * k.nb + i)];
           c.constants.push_back(std::move(a));
         }
       }
