@@ -1,4 +1,5 @@
 #include "sim/run.hpp"
+#include "sim/session.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -38,28 +39,40 @@ int run_reference(const Scenario& s, const RunOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   graph::Graph g = load_model(s);
   check_expect_names(s, g);
-  auto inputs = load_inputs(s, g);
+  const StepSchedule sched = StepSchedule::from(s.resolved["run"]);
+  const std::vector<StepClosure> closures = parse_closures(s.resolved["step_closures"], g.outputs);
+  const StepInputs step_inputs(s, g, sched.steps);
   const auto tot = graph::totals(g);
   con.info("model: " + g.source + " (" + std::to_string(g.nodes.size()) + " nodes, " + std::to_string(tot.params) +
            " parameters, " + std::to_string(tot.flops) + " FLOPs)");
   if (!s.resolved["run"]["numerics"].get<bool>())
     throw InputError("/run/numerics", "the reference target computes values only; timing-only runs need a machine target",
                      "remove --no-numerics or choose target.kind neuroncore or wafer");
-  if (s.resolved["run"]["steps"].get<int64_t>() != 1)
-    throw InputError("/run/steps", "multi-step runs are not supported by this build yet", "set run.steps to 1");
-  if (!s.resolved["step_closures"].empty())
-    throw InputError("/step_closures", "step closures are not supported by this build yet", "remove /step_closures");
   if (s.resolved.contains("trace"))
     con.warn("/trace: the reference target has no timeline; no trace is written");
+  for (const auto& w : sched.warnings) con.warn(w);
 
-  Progress progress("reference executor", static_cast<double>(g.nodes.size()));
-  auto outputs = reference::execute(g, inputs, [&](size_t done, size_t) {
-    throw_if_interrupted();
-    progress.update(static_cast<double>(done));
-  });
-  progress.finish();
-
+  // Every step runs the graph on its inputs; closures see each step's outputs; the outputs checked
+  // and written are the last step's.
   json report = new_report(s);
+  std::map<std::string, Tensor> outputs;
+  for (int64_t step = 0; step < sched.steps; ++step) {
+    Progress progress("reference executor", static_cast<double>(g.nodes.size()));
+    outputs = reference::execute(g, step_inputs.at(step), [&](size_t done, size_t) {
+      throw_if_interrupted();
+      progress.update(static_cast<double>(done));
+    });
+    progress.finish();
+    json rec = {{"step", step}, {"activation", sched.is_activation(step)}, {"checkpoint", sched.is_checkpoint(step)}};
+    try {
+      rec["closures"] = run_closures(closures, sched, step, outputs, opt.out_dir);
+    } catch (const CheckFailed&) {
+      report["steps"].push_back(rec);
+      throw;
+    }
+    report["steps"].push_back(rec);
+  }
+
   report["graph"] = {{"nodes", g.nodes.size()}, {"parameters", tot.params}, {"parameter_bytes", tot.param_bytes},
                      {"flops", tot.flops}};
   report["latency"]["note"] = "the reference target has no timing model";

@@ -168,11 +168,11 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   const auto wall0 = std::chrono::steady_clock::now();
   const json& model = s.resolved.value("model", json());
   if (model.is_null()) throw InputError("/model", "the scenario has no model", "give /model/onnx, /model/graph or a hand-written /model/layout");
-  if (s.resolved["run"]["steps"].get<int64_t>() != 1)
-    throw InputError("/run/steps", "multi-step runs are not supported by this build yet", "set run.steps to 1");
-  if (!s.resolved["step_closures"].empty())
-    throw InputError("/step_closures", "step closures are not supported by this build yet", "remove /step_closures");
   if (model.contains("onnx") || model.contains("graph")) return run_wafer_graph(s, opt);
+  if (s.resolved["run"]["steps"].get<int64_t>() != 1)
+    throw InputError("/run/steps", "multi-step runs of hand-written layouts are not supported yet (compiled models take run.steps)", "set run.steps to 1");
+  if (!s.resolved["step_closures"].empty())
+    throw InputError("/step_closures", "step closures need a model (compiled runs); hand-written layouts do not take them yet", "remove /step_closures");
   if (!s.resolved["run"]["numerics"].get<bool>()) con.warn("/run/numerics: the wafer model always computes values");
 
   const wafer::WaferConfig cfg = wafer::WaferConfig::from(s.params);

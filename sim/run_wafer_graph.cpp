@@ -22,6 +22,7 @@
 #include "sim/report.hpp"
 #include "sim/run.hpp"
 #include "sim/run_wafer.hpp"
+#include "sim/session.hpp"
 #include "sim/trace_neuroncore.hpp"
 #include "sim/trace_wafer.hpp"
 
@@ -51,7 +52,11 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
 
   graph::Graph g = load_model(s);
   check_expect_names(s, g);
-  const std::map<std::string, Tensor> inputs = load_inputs(s, g);
+  const StepSchedule sched = StepSchedule::from(s.resolved["run"]);
+  const std::vector<StepClosure> closures = parse_closures(s.resolved["step_closures"], g.outputs);
+  const StepInputs step_inputs(s, g, sched.steps);
+  for (const auto& w : sched.warnings) con.warn(w);
+  std::map<std::string, Tensor> inputs = step_inputs.at(0);
 
   // Compile.
   const json& m = s.resolved["mapping"];
@@ -102,9 +107,6 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     throw std::runtime_error(std::string("the wafer compiler produced an invalid layout: ") + e.what());
   }
 
-  // The reference on the same inputs.
-  const std::map<std::string, Tensor> reference = reference::execute(g, inputs);
-
   // Elaborate the fabric (and MemoryX / SwarmX), place constants and inputs, stream weights.
   models::set_fs_resolution();
   wafer::FabricOptions fo;
@@ -118,14 +120,18 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   wafer::SwarmX sx("swarmx", cfg);
   sx.socket.bind(mx.socket);
   for (const auto& a : cp.constants) fab.write_array(a.x, a.y, a.array, a.values);
-  for (const auto& a : cp.place_input(inputs.at(cp.input))) fab.write_array(a.x, a.y, a.array, a.values);
-  const sc_core::sc_time t_start = sc_core::sc_time_stamp();
   const models::ClockDomain& ck = fab.clock();
-  const int64_t c_start = ck.cycle_at_or_after(static_cast<models::Femtos>(t_start.value()));
-  if (ws) {
-    // Every layer's weights go to MemoryX in the order its lines consume them; SwarmX streams them
-    // in layer order from the start (MemoryX serves them one after another).
+  // Every layer's weights go to MemoryX in the order its lines consume them (weight streaming).
+  if (ws)
     for (const auto& k : cp.kernels) mx.add_tensor(k.mx_tensor, cp.memoryx_layout(k));
+  // One step: the step's input into the PEs that hold it; SwarmX streams every layer's weights in
+  // layer order from the step's start (MemoryX serves them one after another); the fabric runs.
+  sc_core::sc_time t_start = sc_core::sc_time_stamp();
+  auto start_step = [&](const std::map<std::string, Tensor>& in) {
+    for (const auto& a : cp.place_input(in.at(cp.input))) fab.write_array(a.x, a.y, a.array, a.values);
+    t_start = sc_core::sc_time_stamp();
+    const int64_t c_start = ck.cycle_at_or_after(static_cast<models::Femtos>(t_start.value()));
+    if (!ws) return;
     for (const auto& k : cp.kernels) {
       const wafer::SwarmX::Stream st = sx.broadcast(mx.address(k.mx_tensor), mx.count(k.mx_tensor), t_start);
       for (int64_t lane = 0; lane < k.lanes; ++lane) {
@@ -141,20 +147,23 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
         fab.set_port_stream(k.port, lane, std::move(pl), std::move(ready));
       }
     }
-  }
+  };
+  // Faults are armed for the first step only.
   std::vector<std::string> fault_what;
   json faults = arm_wafer_faults(s, fab, fault_what);
+  start_step(inputs);
   fab.start();
   install_interrupt_handler();
   sc_core::sc_start();
   throw_if_interrupted();
   report_wafer_faults(faults, fault_what, fab);
+  fab.clear_faults();
   if (fab.error()) {  // not thrown: see run_neuroncore.cpp
     con.error(Diagnostic{"compiled layout", *fab.error(), "a compiler bug unless faults were injected: report it with the scenario"}.str());
     return 2;
   }
   if (!fab.finished()) throw std::runtime_error("the fabric did not finish (SystemC ran out of events)");
-  const wafer::FabricStats& st = fab.stats();
+  const wafer::FabricStats st = fab.stats();  // the first step's (the kernel table and the latency are the first step's)
   const double sim_s = static_cast<double>(st.cycles) / cfg.clock_hz;
 
   json report = new_report(s);
@@ -288,9 +297,55 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
             std::to_string(st.port_in_wavelets) + " weight wavelets into the fabric");
   }
 
+  // Steps: closures on each step's outputs (fetched from the PEs), the later steps run on the same
+  // elaborated fabric with their own inputs. The outputs checked below are the last step's.
+  auto read_y = [&] { return cp.gather_output([&](int64_t x, int64_t yy, const std::string& a) { return fab.read_array(x, yy, a); }); };
+  Tensor y = read_y();
+  std::vector<PredictedKernel> step_spans;
+  std::vector<std::pair<double, std::pair<std::string, std::vector<traces::Arg>>>> closure_marks;
+  double t_steps = 0, last_start = 0;
+  for (int64_t step = 0; step < sched.steps; ++step) {
+    if (step > 0) {
+      inputs = step_inputs.at(step);
+      start_step(inputs);
+      fab.start();
+      sc_core::sc_start();
+      throw_if_interrupted();
+      if (fab.error()) {
+        con.error(Diagnostic{"compiled layout, step " + std::to_string(step), *fab.error(), "report it with the scenario"}.str());
+        return 2;
+      }
+      y = read_y();
+    }
+    const int64_t cyc = fab.stats().cycles;
+    last_start = t_steps;
+    step_spans.push_back({"step " + std::to_string(step), t_steps, t_steps + static_cast<double>(cyc) / cfg.clock_hz});
+    t_steps += static_cast<double>(cyc) / cfg.clock_hz;
+    json rec = {{"step", step}, {"cycles", cyc}, {"simulated_s", static_cast<double>(cyc) / cfg.clock_hz},
+                {"activation", sched.is_activation(step)}, {"checkpoint", sched.is_checkpoint(step)}};
+    try {
+      rec["closures"] = run_closures(closures, sched, step, {{cp.output, y}}, opt.out_dir);
+    } catch (const CheckFailed&) {
+      report["steps"].push_back(rec);
+      throw;
+    }
+    for (const auto& c : rec["closures"]) {  // instants at the step's end, values as args
+      std::vector<traces::Arg> args;
+      if (c.contains("values"))
+        for (const auto& [k, v] : c["values"].items()) args.push_back({k, v.is_number() ? traces::Arg{k, v.get<double>()}.value : traces::Arg{k, v.dump()}.value});
+      if (c.contains("value")) args.push_back({"value", c["value"].get<double>()});
+      closure_marks.push_back({t_steps, {"closure " + c["closure"].get<std::string>(), args}});
+    }
+    report["steps"].push_back(rec);
+  }
+  if (sched.steps > 1)
+    con.out(std::to_string(sched.steps) + " steps: " + fmt(t_steps * 1e6, "%.4f") + " us simulated in all, " + fmt(t_steps / static_cast<double>(sched.steps) * 1e6, "%.4f") +
+            " us per step");
+  // The reference on the last step's inputs.
+  const std::map<std::string, Tensor> reference = reference::execute(g, inputs);
+
   // Outputs.
   const Tolerance deftol = default_tolerance(compute);
-  Tensor y = cp.gather_output([&](int64_t x, int64_t yy, const std::string& a) { return fab.read_array(x, yy, a); });
   {
     json rec;
     std::string file;
@@ -329,7 +384,9 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   }
   if (s.resolved.contains("trace")) {
     const std::string note = write_trace_file(
-        s.resolved["trace"], build_wafer_trace(s.resolved["trace"], L, fab, s.name, &mx, &sx, t_start.to_seconds(), pred_spans, sim_spans), opt.out_dir);
+        s.resolved["trace"], build_wafer_trace(s.resolved["trace"], L, fab, s.name, &mx, &sx, t_start.to_seconds() - last_start, pred_spans, sim_spans,
+                                              sched.steps > 1 ? step_spans : std::vector<PredictedKernel>{}, closure_marks, last_start),
+        opt.out_dir);
     report["trace"] = {{"file", s.resolved["trace"]["file"]}};
     con.out(note);
   }

@@ -146,7 +146,9 @@ NodePtr build() {
   }, "compiler choices"), json::object());
 
   auto run = with_default(object({
-      opt("steps", with_default(integer(1, 1e9, "number of steps to run"), 1)),
+      opt("steps", with_default(integer(1, 1e9, "number of steps to run (the program is compiled once; inputs per step: docs/session.md)"), 1)),
+      opt("checkpoint_steps", with_default(integer(0, 1e9, "checkpoint every k steps: 0-indexed steps k-1, 2k-1, ... and the last (0: none)"), 0)),
+      opt("activation_steps", with_default(integer(1, 1e9, "closures run every n steps ((step + 1) % n == 0) and on the last; reduced to its gcd with the checkpoint steps + 1"), 1)),
       opt("numerics", with_default(boolean("false = timing only (no tensor values computed)"), true)),
       opt("max_time", with_default(quantity(UnitKind::time, 1e-9, 1e6, "watchdog: stop a machine run that has not finished after this much simulated time"), "10s")),
       opt("host_memory", with_default(quantity(UnitKind::bytes, 1048576, 1e15, "wafer: host memory the fabric model may take; a larger fabric stops before it is built, naming what it needs"), "16GiB")),
@@ -194,7 +196,14 @@ NodePtr build() {
       opt("save", with_default(boolean("write the model outputs as .npy"), true)),
   }, "what to write"), json::object());
 
-  auto closure = any("a step closure");
+  auto closure = object({
+      req("kind", enumeration({"log", "dump", "assert"},
+                              "log: print tensors; dump: write them as .npy under steps/<step>/; assert: stop the run (exit 1) when the condition is false")),
+      opt("tensors", array_of(string("a graph output, or \"step\""), "log, dump: the tensors (graph outputs, fetched from the machine)")),
+      opt("condition", string("assert: [max|min|mean|sum|absmax(]TENSOR[)] OP NUMBER, or finite(TENSOR); e.g. \"max(y) < 2.0\"")),
+      opt("on", with_default(enumeration({"activation", "checkpoint"}, "run on activation steps, or on checkpoint steps (a checkpoint closure)"), "activation")),
+      opt("name", string("label in the report and on the console")),
+  }, "a step closure: runs at the end of a step with the step's output values (docs/session.md)");
 
   auto root = object({
       req("schema", enumeration({kScenarioSchema}, "the scenario format version")),

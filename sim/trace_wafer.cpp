@@ -24,14 +24,16 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
 
 TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, const wafer::Fabric& fab, const std::string& name,
                                const wafer::MemoryX* mx, const wafer::SwarmX* sx, double t0_s, const std::vector<PredictedKernel>& predicted,
-                               const std::vector<PredictedKernel>& simulated) {
+                               const std::vector<PredictedKernel>& simulated, const std::vector<PredictedKernel>& steps,
+                               const std::vector<std::pair<double, std::pair<std::string, std::vector<Arg>>>>& closures, double detail_offset_s) {
   const std::string detail = cfg.value("detail", std::string("kernel"));
   if (detail != "kernel" && detail != "instruction" && detail != "pe")
     throw InputError("/trace/detail", "unknown trace detail '" + detail + "'", "use kernel, instruction or pe");
   TraceBuilder b;
   if (cfg.contains("max_bytes") && cfg["max_bytes"].is_number()) b.set_byte_budget(static_cast<size_t>(cfg["max_bytes"].get<double>()));
   const double hz = fab.clock().hz() > 0 ? static_cast<double>(fab.clock().hz()) : 1e9;
-  auto ns = [&](int64_t cycle) { return static_cast<int64_t>(std::llround(static_cast<double>(cycle) * 1e9 / hz)); };
+  const int64_t off_ns = std::llround(detail_offset_s * 1e9);
+  auto ns = [&](int64_t cycle) { return off_ns + static_cast<int64_t>(std::llround(static_cast<double>(cycle) * 1e9 / hz)); };
   const wafer::FabricStats& st = fab.stats();
 
   // Sampled PEs per rectangle.
@@ -132,6 +134,16 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
   for (size_t i = 0; i < act.size(); ++i) {
     b.counter_value(active, ns(static_cast<int64_t>(i) * bin), act[i]);
     b.counter_value(deliv, ns(static_cast<int64_t>(i) * bin), del[i]);
+  }
+  // Steps and step closures (multi-step runs).
+  if (!steps.empty()) {
+    const uint64_t hp = b.process("host", pid++);
+    const uint64_t ht = b.thread(hp, "steps", tid++);
+    for (const auto& st_ : steps) {
+      const int64_t s0 = std::llround(st_.start_s * 1e9), s1 = std::max(s0, static_cast<int64_t>(std::llround(st_.end_s * 1e9)));
+      b.slice(ht, st_.name, s0, s1, {{"seconds", st_.end_s - st_.start_s}});
+    }
+    for (const auto& [t, c] : closures) b.instant(ht, c.first, std::llround(t * 1e9), c.second);
   }
   // Kernels of a compiled run: simulated and predicted spans.
   const std::pair<const std::vector<PredictedKernel>*, const char*> spans[] = {{&simulated, "kernels (simulated)"}, {&predicted, "predicted (compiler)"}};

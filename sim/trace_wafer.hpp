@@ -38,7 +38,12 @@ traces::TraceBuilder build_wafer_trace(const nlohmann::json& trace_cfg, const wa
 traces::TraceBuilder build_wafer_trace(const nlohmann::json& trace_cfg, const wafer::LoadedLayout& layout,
                                        const wafer::Fabric& fab, const std::string& name, const wafer::MemoryX* mx,
                                        const wafer::SwarmX* sx, double t0_s, const std::vector<PredictedKernel>& predicted = {},
-                                       const std::vector<PredictedKernel>& simulated = {});
+                                       const std::vector<PredictedKernel>& simulated = {}, const std::vector<PredictedKernel>& steps = {},
+                                       const std::vector<std::pair<double, std::pair<std::string, std::vector<traces::Arg>>>>& closures = {},
+                                       double detail_offset_s = 0);
+// `steps` (multi-step runs): process "host" with a "steps" track of step slices and the step
+// closures as instants (time, name, values as args); the PE detail (the last step's records) is
+// placed `detail_offset_s` into the timeline, where that step ran.
 // (compiled runs) process "kernels" with the simulated kernel spans (each from the previous
 // kernel's output to its own) and process "predicted (compiler)" with the estimator's, one above
 // the other.

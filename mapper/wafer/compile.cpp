@@ -366,7 +366,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   o << "# ---- kernel " << l << ": " << k.name << " (" << k.op << "), X[" << B << "," << k.K << "] x W[" << k.K << "," << k.N << "], block "
     << kb << " x " << nb << (k.k_on_columns ? ", K along columns" : ", K along rows") << "\n";
   if (!ws) o << ".data " << wbuf << " f32 " << kb * nb << "   # W block, column j = the weights of x_j\n";
-  o << ".data y" << L << " f32 " << B * nb << " fill=0\n";
+  o << ".data y" << L << " f32 " << B * nb << "\n";
   if (k.input_layer) o << ".if $src" << L << "\n.data xs" << L << " f32 " << B * kb << "\n.endif\n";
   o << ".if $last" << L << "\n.data bias" << L << " f32 " << nb << "\n.endif\n";
   o << ".dsd wcol" << L << " mem1d " << wbuf << " len=" << nb << "\n";
@@ -396,7 +396,9 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
     << "   # one x value: y[b, :] += W[:, j] * x\n";
   o << "  mul r" << rt << ", r" << rj << ", " << nb << "\n  dsd_off wcol" << L << ", r" << rt << "\n";
   o << "  mul r" << rt << ", r" << rb << ", " << nb << "\n  dsd_off yrow" << L << ", r" << rt << "\n";
-  o << "  fmacs yrow" << L << ", yrow" << L << ", wcol" << L << ", wv\n";
+  // The first column of a sample sets y (so y needs no clearing between steps), the others add.
+  o << "  bnz r" << rj << ", a" << L << "\n  fmuls yrow" << L << ", wcol" << L << ", wv\n  jmp c" << L << "\na" << L << ":\n";
+  o << "  fmacs yrow" << L << ", yrow" << L << ", wcol" << L << ", wv\nc" << L << ":\n";
   o << "  add r" << rj << ", r" << rj << ", 1\n  sub r" << rt << ", r" << rj << ", " << kb << "\n  bnz r" << rt << ", x" << L << "\n";
   o << "  mov r" << rj << ", 0\n  add r" << rb << ", r" << rb << ", 1\n  sub r" << rt << ", r" << rb << ", " << B << "\n  bnz r" << rt << ", x" << L
     << "\n";

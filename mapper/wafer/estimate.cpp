@@ -35,10 +35,12 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     const int64_t Lk = k.kblocks();                       // chain length (positions along K)
     const int64_t Ln = k.k_on_columns ? k.h : k.w;        // PEs along an x line (N axis)
     const bool wrap_ld = ws && l + 2 < c.kernels.size();
-    // Per x value: mul, dsd_off, mul, dsd_off, fmacs (setup + nb / width), add, sub, bnz, ret; every
+    // Per x value: mul, dsd_off, mul, dsd_off, bnz, fmacs (setup + nb / width), add, sub, bnz, ret;
+    // the first of a sample's kb values takes fmuls (fp32 width) and a jmp instead of fmacs; every
     // kb values the sample counter wraps (mov, add, sub, bnz); the last value activates the reduce.
-    const int64_t per_x = 8 + S + cdiv(k.nb, wf);
-    const int64_t compute = k.B * k.kb * per_x + 4 * k.B + 1 + (wrap_ld ? 1 : 0);
+    const int64_t per_x = 9 + S + cdiv(k.nb, wf);
+    const int64_t first_x = 10 + S + cdiv(k.nb, w32);
+    const int64_t compute = k.B * ((k.kb - 1) * per_x + first_x) + 4 * k.B + 1 + (wrap_ld ? 1 : 0);
     k.est.compute = compute;
     k.est.flops = 2.0 * static_cast<double>(k.B * k.K * k.N) + static_cast<double>(k.B * k.N) * (k.relu ? 2 : 1);
     k.est.weight_bytes = static_cast<double>(k.K * k.N) * 4;

@@ -1,0 +1,79 @@
+#pragma once
+// Multi-step runs: the step schedule of Cerebras' executor, per-step inputs and step closures
+// (semantics: shared/reference/wafer.md "Step closures and executor semantics"; docs/session.md).
+//
+// The program is compiled once and the elaborated machine runs every step; after each step the
+// engine fetches the graph outputs from the simulated machine's memory and hands them to the
+// closures. Closures run on activation steps only (checkpoint closures on checkpoint steps); their
+// host time does not advance simulated time.
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "isa/tensor.hpp"
+#include "mapper/graph/graph.hpp"
+#include "sim/scenario.hpp"
+
+namespace tessera::sim {
+
+// run.steps, run.checkpoint_steps, run.activation_steps as cerebras.pytorch's DataExecutor reads
+// them: checkpoint_steps = k > 0 checkpoints 0-indexed steps k-1, 2k-1, ... and the last step (0:
+// none); activation_steps (default 1) is capped at the number of steps and reduced to its gcd with
+// every checkpoint step + 1 (a warning says so); a step is an activation step when
+// (step + 1) % activation_steps == 0 or it is the last.
+struct StepSchedule {
+  int64_t steps = 1, checkpoint_steps = 0, activation_steps = 1;
+  std::vector<std::string> warnings;
+  static StepSchedule make(int64_t steps, int64_t checkpoint_steps, int64_t activation_steps);
+  static StepSchedule from(const nlohmann::json& run);
+  bool is_checkpoint(int64_t step) const;
+  bool is_activation(int64_t step) const;
+};
+
+// One step closure of the scenario (/step_closures/N).
+struct StepClosure {
+  std::string kind;                  // log, dump, assert
+  std::string name;                  // label (default: kind and tensors / the condition)
+  std::vector<std::string> tensors;  // log, dump: graph outputs, or "step"
+  std::string condition;             // assert
+  bool on_checkpoint = false;        // checkpoint closure (else: activation steps)
+  std::string where;                 // "/step_closures/N"
+  // assert, parsed: [reduce(]tensor[)] op number, or finite(tensor)
+  std::string reduce, tensor, op;
+  double value = 0;
+};
+
+// Parses and checks /step_closures against the graph's outputs (every mistake at once, with
+// JSON pointers).
+std::vector<StepClosure> parse_closures(const nlohmann::json& closures, const std::vector<std::string>& outputs);
+
+// What the closures of `step` did (their records for the report); the console gets the logs.
+// Throws CheckFailed naming the step and closure when an assert fails. `dump` writes
+// DIR/steps/<step>/<tensor>.npy atomically.
+nlohmann::json run_closures(const std::vector<StepClosure>& closures, const StepSchedule& sched, int64_t step,
+                            const std::map<std::string, Tensor>& values, const std::string& out_dir);
+
+// Per-step inputs: a .npy whose shape is [steps, ...the input's shape] gives step k its slice k; one
+// of the input's own shape is the same every step; `random` inputs draw step k with seed + k.
+class StepInputs {
+ public:
+  StepInputs(const Scenario& s, const graph::Graph& g, int64_t steps);
+  std::map<std::string, Tensor> at(int64_t step) const;
+
+ private:
+  struct In {
+    Tensor data;
+    bool per_step = false;     // data is [steps, ...]
+    bool random = false;
+    uint64_t seed = 0;
+    bool normal = true;
+    double scale = 1;
+    DType dtype = DType::f32;
+    Shape shape;
+  };
+  std::map<std::string, In> in_;
+};
+
+}  // namespace tessera::sim
