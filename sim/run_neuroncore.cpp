@@ -22,6 +22,7 @@
 #include "sim/report.hpp"
 #include "sim/run.hpp"
 #include "sim/run_engines.hpp"
+#include "sim/session.hpp"
 #include "sim/trace_neuroncore.hpp"
 
 namespace tessera::sim {
@@ -91,10 +92,13 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
   const auto wall0 = std::chrono::steady_clock::now();
   const json& model = s.resolved.value("model", json());
   if (model.is_null()) throw InputError("/model", "the scenario has no model", "give /model/onnx, /model/graph or /model/program");
-  if (s.resolved["run"]["steps"].get<int64_t>() != 1)
-    throw InputError("/run/steps", "multi-step runs are not supported by this build yet", "set run.steps to 1");
-  if (!s.resolved["step_closures"].empty())
-    throw InputError("/step_closures", "step closures are not supported by this build yet", "remove /step_closures");
+  const bool has_model_graph = model.contains("onnx") || model.contains("graph");
+  if (!has_model_graph && s.resolved["run"]["steps"].get<int64_t>() != 1)
+    throw InputError("/run/steps", "multi-step runs of hand-written programs are not supported yet (compiled models take run.steps)", "set run.steps to 1");
+  if (!has_model_graph && !s.resolved["step_closures"].empty())
+    throw InputError("/step_closures", "step closures need a model (compiled runs); hand-written programs do not take them yet", "remove /step_closures");
+  const StepSchedule sched = StepSchedule::from(s.resolved["run"]);
+  for (const auto& w : sched.warnings) con.warn(w);
 
   const CoreConfig cfg = CoreConfig::from(s.params);
   const bool numerics = s.resolved["run"]["numerics"].get<bool>();
@@ -179,10 +183,19 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
   }
   d.throw_if_any();
 
+  std::vector<StepClosure> closures;
+  std::optional<StepInputs> step_inputs;
+  if (job.compiled) {
+    closures = parse_closures(s.resolved["step_closures"], graph->outputs);
+    if (!closures.empty() && !numerics) throw InputError("/step_closures", "step closures need values: run.numerics is false", "remove the closures or --no-numerics");
+    if (sched.steps > 1) step_inputs.emplace(s, *graph, sched.steps);
+  }
+
   // The reference: the model (alone, or next to a program) on the values the machine holds:
-  // inputs rounded to the dtype they are stored in.
+  // inputs rounded to the dtype they are stored in (for multi-step runs: the last step's inputs).
   std::map<std::string, Tensor> reference;
   if (graph && numerics) {
+    if (step_inputs) given = step_inputs->at(sched.steps - 1);
     std::map<std::string, Tensor> ref_in;
     for (const auto& i : graph->inputs) {
       auto it = given.find(i);
@@ -195,6 +208,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
                                                                                             : it->second;
     }
     reference = reference::execute(*graph, ref_in);
+    if (step_inputs) given = step_inputs->at(0);
   }
 
   // Elaborate one core, preload HBM, run.
@@ -208,21 +222,25 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
       const HbmTensor* t = job.prog.find_hbm(name);
       core.memory().hbm_write(t->offset, data.data(), data.nbytes());
     }
+  }
+  auto write_inputs = [&](const std::map<std::string, Tensor>& in) {
+    if (!numerics) return;
     for (const auto& b : job.inputs) {
       // Host-side placement: the value in the program's layout and dtype (data movement only).
-      Tensor v = given.at(b.name);
+      Tensor v = in.at(b.name);
       if (b.transposed) v = transpose2d(v.reshaped(matrix_shape(v.shape())));
       if (b.channel_major) v = channel_major(v, b.pad);
       const Tensor cast = v.dtype() == b.hbm->dtype ? v : v.cast(b.hbm->dtype);
       core.memory().hbm_write(b.hbm->offset, cast.data(), cast.nbytes());
     }
-  }
+  };
+  write_inputs(given);
   core.load(job.prog);
   install_interrupt_handler();
   // Run to starvation like a plain sc_start(), but in slices of simulated time so that a SIGINT is
   // seen while the model runs (the model knows nothing of it). A slice is resized to take roughly
   // 10-80 ms of wall time; slicing does not change the simulated result (reports are identical).
-  {
+  auto run_core = [&] {
     using sc_core::sc_time;
     sc_time slice(10, sc_core::SC_US);
     const sc_time min_slice(1, sc_core::SC_US), max_slice(1, sc_core::SC_SEC);
@@ -236,7 +254,8 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
       if (w < 0.01 && slice < max_slice) slice = slice * 2.0;
       else if (w > 0.08 && slice > min_slice) slice = slice / 2.0;
     } while (sc_core::sc_pending_activity());
-  }
+  };
+  run_core();
   if (!core.finished()) throw std::runtime_error("the NeuronCore did not finish (SystemC ran out of events)");
   // Reported without throwing: unwinding after SystemC's coroutines ran trips ASan's stack
   // bookkeeping (google/sanitizers#189), and the result is the same exit code 2.
@@ -245,7 +264,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
     return 2;
   }
 
-  const CoreStats& st = core.stats();
+  const CoreStats st = core.stats();  // the first step's (the kernel table and the latency are the first step's)
   const double sim_s = static_cast<double>(st.end_time - core.start_time()) / 1e15;
   const ClockDomain& tclk = core.clock(Lane::tensor);
   json report = new_report(s);
@@ -352,6 +371,46 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
                      {"psum_high_water_bytes_per_partition", st.psum_high_water},
                      {"numerics", numerics}};
 
+  // Steps: closures on each step's outputs, read from HBM; later steps run the same program on the
+  // same core with their own inputs. The outputs checked below are the last step's.
+  auto read_output = [&](const Binding& b) {
+    Tensor raw(b.hbm->dtype, b.hbm->shape);
+    core.memory().hbm_read(b.hbm->offset, raw.data(), raw.nbytes());
+    Tensor out = b.transposed ? transpose2d(raw).reshaped(b.shape) : raw.reshaped(b.shape);
+    if (out.dtype() != DType::f32 && is_float(out.dtype())) out = out.cast(DType::f32);
+    return out;
+  };
+  if (job.compiled) {
+    double t_steps = 0;
+    for (int64_t step = 0; step < sched.steps; ++step) {
+      if (step > 0) {
+        write_inputs(step_inputs->at(step));
+        core.load(job.prog);
+        run_core();
+        if (core.error()) {
+          con.error(Diagnostic{job.prog.source + ", step " + std::to_string(step), *core.error(), "report it with the scenario"}.str());
+          return 2;
+        }
+      }
+      const double step_s = static_cast<double>(core.stats().end_time - core.start_time()) / 1e15;
+      t_steps += step_s;
+      json rec = {{"step", step}, {"simulated_s", step_s}, {"activation", sched.is_activation(step)}, {"checkpoint", sched.is_checkpoint(step)}};
+      std::map<std::string, Tensor> values;
+      if (numerics && !closures.empty())
+        for (const auto& b : job.outputs) values[b.name] = read_output(b);
+      try {
+        rec["closures"] = run_closures(closures, sched, step, values, opt.out_dir);
+      } catch (const CheckFailed&) {
+        report["steps"].push_back(rec);
+        throw;
+      }
+      report["steps"].push_back(rec);
+    }
+    if (sched.steps > 1)
+      con.out(std::to_string(sched.steps) + " steps: " + fmt(t_steps * 1e6, "%.4f") + " us simulated in all, " +
+              fmt(t_steps / static_cast<double>(sched.steps) * 1e6, "%.4f") + " us per step");
+  }
+
   // Outputs.
   const Tolerance deftol = default_tolerance(s.resolved["precision"]["compute"].get<std::string>());
   if (!job.outputs.empty()) con.out("");
@@ -364,10 +423,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
       con.out("  " + b.name + ": not checked (timing only: run.numerics is false)");
       continue;
     }
-    Tensor raw(b.hbm->dtype, b.hbm->shape);
-    core.memory().hbm_read(b.hbm->offset, raw.data(), raw.nbytes());
-    Tensor out = b.transposed ? transpose2d(raw).reshaped(b.shape) : raw.reshaped(b.shape);
-    if (out.dtype() != DType::f32 && is_float(out.dtype())) out = out.cast(DType::f32);
+    Tensor out = read_output(b);
     std::string file;
     if (s.resolved["outputs"]["save"].get<bool>()) {
       file = s.resolved["outputs"]["dir"].get<std::string>() + "/" + safe_file_name(b.name) + ".npy";
