@@ -141,6 +141,8 @@ void install_interrupt_handler() {
   std::signal(SIGINT, on_sigint);
 }
 
+bool interrupted() { return g_interrupted.load(std::memory_order_relaxed); }
+
 void throw_if_interrupted() {
   if (g_interrupted.load(std::memory_order_relaxed)) throw Interrupted();
 }

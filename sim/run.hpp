@@ -19,6 +19,7 @@ struct Interrupted : std::runtime_error {
 // Installs the SIGINT handler (idempotent); throw_if_interrupted() polls its flag.
 void install_interrupt_handler();
 void throw_if_interrupted();
+bool interrupted();  // the flag itself (for models that poll it while they run)
 
 // Returns the process exit code (0 ok, 1 a check failed); throws InputError for bad input.
 int run_scenario(const Scenario& s, const RunOptions& opt);

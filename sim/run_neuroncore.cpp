@@ -380,6 +380,9 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
     if (out.dtype() != DType::f32 && is_float(out.dtype())) out = out.cast(DType::f32);
     return out;
   };
+  std::vector<PredictedKernel> step_spans;
+  std::vector<std::pair<double, std::pair<std::string, std::vector<traces::Arg>>>> closure_marks;
+  const models::Femtos first_start = core.start_time();
   if (job.compiled) {
     double t_steps = 0;
     for (int64_t step = 0; step < sched.steps; ++step) {
@@ -393,6 +396,8 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
         }
       }
       const double step_s = static_cast<double>(core.stats().end_time - core.start_time()) / 1e15;
+      const double step_t0 = static_cast<double>(core.start_time() - first_start) / 1e15;
+      step_spans.push_back({"step " + std::to_string(step), step_t0, step_t0 + step_s});
       t_steps += step_s;
       json rec = {{"step", step}, {"simulated_s", step_s}, {"activation", sched.is_activation(step)}, {"checkpoint", sched.is_checkpoint(step)}};
       std::map<std::string, Tensor> values;
@@ -403,6 +408,13 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
       } catch (const CheckFailed&) {
         report["steps"].push_back(rec);
         throw;
+      }
+      for (const auto& c : rec["closures"]) {  // instants at the step's end, values as args
+        std::vector<traces::Arg> args;
+        if (c.contains("values"))
+          for (const auto& [k, v] : c["values"].items()) args.push_back({k, v.is_number() ? traces::Arg{k, v.get<double>()}.value : traces::Arg{k, v.dump()}.value});
+        if (c.contains("value")) args.push_back({"value", c["value"].get<double>()});
+        closure_marks.push_back({step_spans.back().end_s, {"closure " + c["closure"].get<std::string>(), args}});
       }
       report["steps"].push_back(rec);
     }
@@ -481,7 +493,9 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
         t += k.seconds;
       }
     }
-    const std::string note = write_neuroncore_trace(s.resolved["trace"], job.prog, core, predicted, opt.out_dir);
+    const std::string note = write_neuroncore_trace(s.resolved["trace"], job.prog, core, predicted, opt.out_dir,
+                                                    sched.steps > 1 ? step_spans : std::vector<PredictedKernel>{}, closure_marks,
+                                                    sched.steps > 1 ? static_cast<int64_t>(first_start) : -1);
     report["trace"] = {{"file", s.resolved["trace"]["file"]}};
     con.out(note);
   }

@@ -314,7 +314,8 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   models::set_fs_resolution();
   wafer::FabricOptions fo;
   fo.max_cycles = static_cast<int64_t>(s.resolved["run"]["max_time"].get<double>() * cfg.clock_hz);
-  fo.record = s.resolved.contains("trace");  // the op and delivery records the trace renders
+  fo.record = s.resolved.contains("trace");
+  fo.stop = [] { return interrupted(); };  // SIGINT stops a long fabric run (tessera exits 130, nothing written)  // the op and delivery records the trace renders
   fo.host_memory_budget = static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>());
   wafer::Fabric fab("wafer", cfg, fo);
   fab.load(L);

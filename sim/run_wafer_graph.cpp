@@ -112,6 +112,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   wafer::FabricOptions fo;
   fo.max_cycles = static_cast<int64_t>(s.resolved["run"]["max_time"].get<double>() * cfg.clock_hz);
   fo.record = s.resolved.contains("trace");
+  fo.stop = [] { return interrupted(); };  // SIGINT stops a long fabric run (tessera exits 130, nothing written)
   fo.task_ends = true;
   fo.host_memory_budget = static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>());
   wafer::Fabric fab("wafer", cfg, fo);

@@ -116,7 +116,9 @@ std::string fmt_size(size_t n) {
 }  // namespace
 
 TraceBuilder build_neuroncore_trace(const json& cfg, const Program& prog, const NeuronCore& core,
-                                    const std::vector<PredictedKernel>& predicted) {
+                                    const std::vector<PredictedKernel>& predicted,
+                                    const std::vector<PredictedKernel>& steps,
+                                    const std::vector<std::pair<double, std::pair<std::string, std::vector<Arg>>>>& closures, int64_t origin_fs) {
   const std::string detail = cfg.value("detail", std::string("kernel"));
   if (detail != "kernel" && detail != "instruction" && detail != "pe")
     throw InputError("/trace/detail", "unknown trace detail '" + detail + "'", "use kernel, instruction or pe");
@@ -140,7 +142,7 @@ TraceBuilder build_neuroncore_trace(const json& cfg, const Program& prog, const 
 
   const auto& recs = core.records();
   const CoreStats& st = core.stats();
-  const Femtos t0 = core.start_time();
+  const Femtos t0 = origin_fs >= 0 ? static_cast<Femtos>(origin_fs) : core.start_time();
   auto ns = [&](Femtos t) { return round_div(t - t0, 1'000'000); };
   const int64_t end_ns = ns(std::max(st.end_time, t0));
 
@@ -179,9 +181,19 @@ TraceBuilder build_neuroncore_trace(const json& cfg, const Program& prog, const 
   if (stem.empty()) stem = "program";
   int64_t n_instr = 0;
   for (const auto n : st.instructions) n_instr += n;
-  b.slice(lanes.place(-1, 0, end_ns), stem, 0, end_ns,
+  b.slice(lanes.place(-1, ns(core.start_time()), end_ns), stem, ns(core.start_time()), end_ns,
           {{"bundles", st.bundles}, {"instructions", n_instr}, {"end_fs", static_cast<int64_t>(st.end_time - t0)}});
 
+  // Steps and step closures (multi-step runs).
+  if (!steps.empty()) {
+    const uint64_t hp = b.process("host", kPredictedPid + 1);
+    const uint64_t ht = b.thread(hp, "steps", kPredictedKernelsTid + 1);
+    for (const auto& k : steps) {
+      const int64_t s0 = std::llround(k.start_s * 1e9), s1 = std::max(s0, static_cast<int64_t>(std::llround(k.end_s * 1e9)));
+      b.slice(ht, k.name, s0, s1, {{"seconds", k.end_s - k.start_s}});
+    }
+    for (const auto& [t, c] : closures) b.instant(ht, c.first, std::llround(t * 1e9), c.second);
+  }
   // The compiler's prediction.
   if (!predicted.empty()) {
     const uint64_t pp = b.process("predicted (compiler)", kPredictedPid);
@@ -365,8 +377,10 @@ std::string write_trace_file(const json& cfg, const TraceBuilder& b, const std::
 }
 
 std::string write_neuroncore_trace(const json& cfg, const Program& prog, const NeuronCore& core,
-                                   const std::vector<PredictedKernel>& predicted, const std::string& out_dir) {
-  return write_trace_file(cfg, build_neuroncore_trace(cfg, prog, core, predicted), out_dir);
+                                   const std::vector<PredictedKernel>& predicted, const std::string& out_dir,
+                                   const std::vector<PredictedKernel>& steps,
+                                   const std::vector<std::pair<double, std::pair<std::string, std::vector<Arg>>>>& closures, int64_t origin_fs) {
+  return write_trace_file(cfg, build_neuroncore_trace(cfg, prog, core, predicted, steps, closures, origin_fs), out_dir);
 }
 
 }  // namespace tessera::sim

@@ -46,7 +46,10 @@ struct PredictedKernel {
 // `trace_cfg` is the resolved /trace object; missing keys take their defaults.
 traces::TraceBuilder build_neuroncore_trace(const nlohmann::json& trace_cfg, const neuroncore::Program& prog,
                                             const neuroncore::NeuronCore& core,
-                                            const std::vector<PredictedKernel>& predicted);
+                                            const std::vector<PredictedKernel>& predicted,
+                                            const std::vector<PredictedKernel>& steps = {},
+                                            const std::vector<std::pair<double, std::pair<std::string, std::vector<traces::Arg>>>>& closures = {},
+                                            int64_t origin_fs = -1);
 
 // Writes a built trace into out_dir/<trace.file> atomically in trace.format ("perfetto" or
 // "json"), warns when the byte budget trimmed it, and returns the one-line note (shared by every
@@ -58,6 +61,12 @@ std::string write_trace_file(const nlohmann::json& trace_cfg, const traces::Trac
 // ("trace: DIR/trace.pftrace, 12.3 KiB, 345 slices, detail instruction[, dropped N]").
 std::string write_neuroncore_trace(const nlohmann::json& trace_cfg, const neuroncore::Program& prog,
                                    const neuroncore::NeuronCore& core, const std::vector<PredictedKernel>& predicted,
-                                   const std::string& out_dir);
+                                   const std::string& out_dir,
+                                   const std::vector<PredictedKernel>& steps = {},
+                                   const std::vector<std::pair<double, std::pair<std::string, std::vector<traces::Arg>>>>& closures = {},
+                                   int64_t origin_fs = -1);
+// Multi-step runs: `steps` (slices on a "host" process's "steps" track) and the step closures (instants
+// at the steps' ends with their values as args); the core's records (the last step's) are placed
+// from `origin_fs`, the first step's start, so they sit in that step's slice.
 
 }  // namespace tessera::sim

@@ -72,8 +72,13 @@ void Fabric::run() {
   int64_t synced = c0;
   std::optional<std::string> stop;
   // Cycle by cycle: the checks hold for every event of a cycle or for none (last_progress only grows).
+  int64_t polled = 0;
   while (!m.cal.empty()) {
     const int64_t cycle = m.cal.top().cycle;
+    if (opt_.stop && ++polled % 1024 == 0 && opt_.stop()) {
+      stop = "interrupted at cycle " + std::to_string(cycle - c0);
+      break;
+    }
     if (cycle > m.last_progress + opt_.deadlock_window) break;  // nothing moved for the window
     if (opt_.max_cycles > 0 && cycle - c0 > opt_.max_cycles) {
       stop = "watchdog: the run passed " + std::to_string(opt_.max_cycles) + " cycles (fabric option max_cycles)";

@@ -15,6 +15,7 @@
 // SystemC until finished(), read outputs, start() again (SRAM keeps its contents; task state,
 // registers, DSDs and queues restart from the program's initial state).
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -37,6 +38,7 @@ struct FabricOptions {
   bool require_halt = true;           // a run is complete only when every program PE halted
   bool record = false;                // keep DeliveryRecord / OpRecord / TaskRecord lists (tests, traces)
   bool task_ends = false;             // keep, per PE and task, the end of its last run (task_end())
+  std::function<bool()> stop;         // polled every 1024 calendar cycles: true ends the run with error "interrupted"
   int64_t host_memory_budget = 0;     // bytes of host memory the fabric may take (0 = no limit): load()
                                       // throws InputError naming what it needs; SRAM writes past it fail the run
 };
