@@ -209,6 +209,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
                                  {"flops", k.est.flops},
                                  {"bytes", k.est.weight_bytes},
                                  {"pes", k.pes()},
+                                 {"utilisation", simk > 0 ? k.est.flops / 2 / (static_cast<double>(k.pes()) * static_cast<double>(simk)) : 0.0},
                                  {"rect", {k.x0, k.y0, k.w, k.h}},
                                  {"block", {k.kb, k.nb}},
                                  {"simulated_end_cycle", end},
