@@ -45,9 +45,10 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   const auto wall0 = std::chrono::steady_clock::now();
   const wafer::WaferConfig cfg = wafer::WaferConfig::from(s.params);
   const std::string compute = s.resolved["precision"]["compute"].get<std::string>();
-  if (compute != "fp32")
-    throw InputError("/precision/compute", "the wafer compiler maps fp32 in this build (fmacs); '" + compute + "' is not mapped yet",
-                     "set precision.compute to fp32, or run the model on target.kind neuroncore");
+  if (compute != "fp32" && compute != "fp16")
+    throw InputError("/precision/compute", "the wafer compiler maps fp32 (fmacs) and fp16 (fp16 weights and activations, fp32 sums: fmachs) in this build; '" +
+                                               compute + "' is not mapped yet",
+                     "set precision.compute to fp32 or fp16, or run the model on target.kind neuroncore");
   if (!s.resolved["run"]["numerics"].get<bool>()) con.warn("/run/numerics: the wafer model always computes values");
 
   graph::Graph g = load_model(s);
@@ -61,6 +62,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   // Compile.
   const json& m = s.resolved["mapping"];
   wafer::MappingOptions mo;
+  mo.fp16 = compute == "fp16";
   const std::string mode = m["mode"].get<std::string>();
   if (m.contains("wafer_block")) mo.block = m["wafer_block"].get<int64_t>();
   if (m.contains("wafer_rect")) {
@@ -140,7 +142,8 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
         std::vector<int64_t> ready(static_cast<size_t>(k.lane_len));
         for (int64_t t = 0; t < k.lane_len; ++t) {
           const size_t i = static_cast<size_t>(t * k.lanes + lane);
-          pl[static_cast<size_t>(t)] = float_bits(st.values[i]);
+          // MemoryX holds fp32 masters; an fp16 mapping takes them rounded to fp16 at the port.
+          pl[static_cast<size_t>(t)] = cp.fp16 ? fp32_to_fp16(st.values[i]) : float_bits(st.values[i]);
           ready[static_cast<size_t>(t)] = ck.cycle_at_or_after(static_cast<models::Femtos>(st.ready[i].value())) - c_start;
         }
         // Ready cycles must not decrease along a lane (SwarmX hands bursts out in order).

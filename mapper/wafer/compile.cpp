@@ -111,10 +111,11 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
 }
 
 // Bytes of data one PE of kernel `l` needs (pipelined: its own W block).
-int64_t pe_bytes(const DenseKernel& k, bool own_w) {
-  int64_t b = (k.B * k.nb + (own_w ? k.kb * k.nb : 0)) * 4;  // y, W
-  b += k.nb * 4;                                             // bias (chain end)
-  if (k.input_layer) b += k.B * k.kb * 4;                    // xs (source)
+int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes) {
+  int64_t b = k.B * k.nb * 4 + (own_w ? k.kb * k.nb * wbytes : 0);  // y, W
+  b += k.nb * 4;                                                     // bias (chain end)
+  if (wbytes == 2) b += k.B * k.nb * 2;                              // y in fp16 (chain end)
+  if (k.input_layer) b += k.B * k.kb * wbytes;                       // xs (source)
   return b + 16;
 }
 
@@ -363,42 +364,54 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   const int li = static_cast<int>(l);
   const int id_ld = 4 * li, id_onx = 20 + li, id_red = 25 + li, id_out = 30 + li, id_send = 35;
   const int qw = 2 + static_cast<int>(l);
+  // fp16 compute: W blocks and x values in fp16, products exact in fp32 (fmachs), partial sums,
+  // bias and activation in fp32; the chain end converts y to fp16 before sending it on.
+  const bool h = c.fp16;
+  const std::string we = h ? "f16" : "f32", mov = h ? "fmovh" : "fmovs";
   o << "# ---- kernel " << l << ": " << k.name << " (" << k.op << "), X[" << B << "," << k.K << "] x W[" << k.K << "," << k.N << "], block "
     << kb << " x " << nb << (k.k_on_columns ? ", K along columns" : ", K along rows") << "\n";
-  if (!ws) o << ".data " << wbuf << " f32 " << kb * nb << "   # W block, column j = the weights of x_j\n";
+  if (!ws) o << ".data " << wbuf << " " << we << " " << kb * nb << "   # W block, column j = the weights of x_j\n";
   o << ".data y" << L << " f32 " << B * nb << "\n";
-  if (k.input_layer) o << ".if $src" << L << "\n.data xs" << L << " f32 " << B * kb << "\n.endif\n";
-  o << ".if $last" << L << "\n.data bias" << L << " f32 " << nb << "\n.endif\n";
+  if (k.input_layer) o << ".if $src" << L << "\n.data xs" << L << " " << we << " " << B * kb << "\n.endif\n";
+  o << ".if $last" << L << "\n.data bias" << L << " f32 " << nb << "\n";
+  if (h && has_next) o << ".data y16_" << L << " f16 " << B * nb << "   # y in fp16, as the next layer takes it\n";
+  o << ".endif\n";
   o << ".dsd wcol" << L << " mem1d " << wbuf << " len=" << nb << "\n";
   o << ".dsd yrow" << L << " mem1d y" << L << " len=" << nb << "\n";
   o << ".dsd yall" << L << " mem1d y" << L << "\n";
   if (k.input_layer)
-    o << ".if $src" << L << "\n.dsd xsm" << L << " mem1d xs" << L << "\n.dsd xout" << L << " fabout f32 color=" << k.cx << " queue=0 len=" << B * kb
+    o << ".if $src" << L << "\n.dsd xsm" << L << " mem1d xs" << L << "\n.dsd xout" << L << " fabout " << we << " color=" << k.cx << " queue=0 len=" << B * kb
       << "\n.endif\n";
   o << ".if !$first" << L << "\n.dsd from" << L << " fabin f32 color=$cin" << L << " queue=1 len=" << B * nb << "\n.endif\n";
   o << ".if !$last" << L << "\n.dsd to" << L << " fabout f32 color=$cout" << L << " queue=2 len=" << B * nb << "\n.endif\n";
   o << ".if $last" << L << "\n.dsd bm" << L << " mem4d bias" << L << " dims=" << B << ":0," << nb << ":1   # the bias again for every sample\n";
-  if (has_next) o << ".dsd yout" << L << " fabout f32 color=" << c.kernels[l + 1].cx << " queue=1 len=" << B * nb << "\n";
+  if (has_next) o << ".dsd yout" << L << " fabout " << we << " color=" << c.kernels[l + 1].cx << " queue=1 len=" << B * nb << "\n";
+  if (has_next && h) o << ".dsd y16m" << L << " mem1d y16_" << L << "\n";
   o << ".endif\n";
   if (ws) {
-    o << ".if $pre" << L << "\n.dsd wpre" << L << " fabin f32 color=" << k.cw << " queue=" << qw << " len=$npre" << L << "\n";
+    o << ".if $pre" << L << "\n.dsd wpre" << L << " fabin " << we << " color=" << k.cw << " queue=" << qw << " len=$npre" << L << "\n";
     o << ".dsd jpre" << L << " mem4d junk dims=$pre" << L << ":0," << kb << ":0," << nb << ":0\n.endif\n";
-    o << ".dsd wkeep" << L << " fabin f32 color=" << k.cw << " queue=" << qw << " len=" << kb * nb << "\n";
+    o << ".dsd wkeep" << L << " fabin " << we << " color=" << k.cw << " queue=" << qw << " len=" << kb * nb << "\n";
     o << ".dsd wbuf" << L << " mem1d " << wbuf << " len=" << kb * nb << "\n";
-    o << ".if $post" << L << "\n.dsd wpost" << L << " fabin f32 color=" << k.cw << " queue=" << qw << " len=$npost" << L << "\n";
+    o << ".if $post" << L << "\n.dsd wpost" << L << " fabin " << we << " color=" << k.cw << " queue=" << qw << " len=$npost" << L << "\n";
     o << ".dsd jpost" << L << " mem4d junk dims=$post" << L << ":0," << kb << ":0," << nb << ":0\n.endif\n";
   }
   // Tasks.
   if (k.input_layer)
-    o << ".if $src" << L << "\n.task send" << L << " local id=" << id_send << " active\n  fmovs xout" << L << ", xsm" << L
+    o << ".if $src" << L << "\n.task send" << L << " local id=" << id_send << " active\n  " << mov << " xout" << L << ", xsm" << L
       << " async\n  ret\n.endif\n";
   o << ".task onx" << L << " data id=" << id_onx << " color=" << k.cx << " queue=0" << (ws ? " blocked" : "")
     << "   # one x value: y[b, :] += W[:, j] * x\n";
   o << "  mul r" << rt << ", r" << rj << ", " << nb << "\n  dsd_off wcol" << L << ", r" << rt << "\n";
   o << "  mul r" << rt << ", r" << rb << ", " << nb << "\n  dsd_off yrow" << L << ", r" << rt << "\n";
   // The first column of a sample sets y (so y needs no clearing between steps), the others add.
-  o << "  bnz r" << rj << ", a" << L << "\n  fmuls yrow" << L << ", wcol" << L << ", wv\n  jmp c" << L << "\na" << L << ":\n";
-  o << "  fmacs yrow" << L << ", yrow" << L << ", wcol" << L << ", wv\nc" << L << ":\n";
+  if (h) {
+    o << "  bnz r" << rj << ", a" << L << "\n  fmachs yrow" << L << ", 0.0, wcol" << L << ", wv\n  jmp c" << L << "\na" << L << ":\n";
+    o << "  fmachs yrow" << L << ", yrow" << L << ", wcol" << L << ", wv\nc" << L << ":\n";
+  } else {
+    o << "  bnz r" << rj << ", a" << L << "\n  fmuls yrow" << L << ", wcol" << L << ", wv\n  jmp c" << L << "\na" << L << ":\n";
+    o << "  fmacs yrow" << L << ", yrow" << L << ", wcol" << L << ", wv\nc" << L << ":\n";
+  }
   o << "  add r" << rj << ", r" << rj << ", 1\n  sub r" << rt << ", r" << rj << ", " << kb << "\n  bnz r" << rt << ", x" << L << "\n";
   o << "  mov r" << rj << ", 0\n  add r" << rb << ", r" << rb << ", 1\n  sub r" << rt << ", r" << rb << ", " << B << "\n  bnz r" << rt << ", x" << L
     << "\n";
@@ -414,18 +427,18 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   o << ".endif\n";
   if (!has_next) o << "  " << (final_layer ? "halt" : "ret") << "\n";
   if (has_next)  // y is complete at the chain end: send it on as the next layer's x
-    o << ".if $last" << L << "\n.task out" << L << " local id=" << id_out << "\n  fmovs yout" << L << ", yall" << L << (ws ? " async\n  ret" : "\n  halt")
-      << "\n.endif\n";
+    o << ".if $last" << L << "\n.task out" << L << " local id=" << id_out << "\n" << (h ? "  fs2h y16m" + L + ", yall" + L + "\n" : "") << "  " << mov
+      << " yout" << L << ", " << (h ? "y16m" : "yall") << L << (ws ? " async\n  ret" : "\n  halt") << "\n.endif\n";
   if (ws) {
     // Loads run one layer after another (a PE's ramp takes one wavelet per cycle: two streams at
     // once would halve both); layer l loads once layer l-1's block is in (activated by ldd{l-1})
     // and, from layer 2 on, once layer l-2 is done with the buffer (unblocked by onx{l-2}).
     o << ".task ld" << L << " local id=" << id_ld << (l == 0 ? " active" : "") << (l >= 2 ? " blocked" : "")
       << "   # take this PE's block from the line's weight stream\n";
-    o << ".if $pre" << L << "\n  fmovs jpre" << L << ", wpre" << L << " async activate=ldb" << L << "\n.else\n  fmovs wbuf" << L << ", wkeep" << L
+    o << ".if $pre" << L << "\n  " << mov << " jpre" << L << ", wpre" << L << " async activate=ldb" << L << "\n.else\n  " << mov << " wbuf" << L << ", wkeep" << L
       << " async activate=ldc" << L << "\n.endif\n  ret\n";
-    o << ".task ldb" << L << " local id=" << id_ld + 1 << "\n  fmovs wbuf" << L << ", wkeep" << L << " async activate=ldc" << L << "\n  ret\n";
-    o << ".task ldc" << L << " local id=" << id_ld + 2 << "\n.if $post" << L << "\n  fmovs jpost" << L << ", wpost" << L << " async activate=ldd"
+    o << ".task ldb" << L << " local id=" << id_ld + 1 << "\n  " << mov << " wbuf" << L << ", wkeep" << L << " async activate=ldc" << L << "\n  ret\n";
+    o << ".task ldc" << L << " local id=" << id_ld + 2 << "\n.if $post" << L << "\n  " << mov << " jpost" << L << ", wpost" << L << " async activate=ldd"
       << L << "\n.else\n  activate ldd" << L << "\n.endif\n  ret\n";
     o << ".task ldd" << L << " local id=" << id_ld + 3 << "   # the block is in place (its end is the layer's weights-ready cycle)\n  unblock onx" << L
       << "\n" << (l + 1 < c.kernels.size() ? "  activate ld" + std::to_string(l + 1) + "\n" : "") << "  ret\n";
@@ -445,6 +458,8 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   c.output_shape = g.value(c.output).shape;
   c.kernels.front().input_layer = true;
   const int64_t area = cfg.data_area_bytes();
+  c.fp16 = opt.fp16;
+  const int64_t wbytes_pe = c.fp16 ? 2 : 4;
   if (c.kernels.size() > 5) throw InputError(g.source, std::to_string(c.kernels.size()) + " dense layers; this build maps at most 5 (task ids and colors per layer)", kOpsHint);
 
   if (opt.mode == MapMode::pipelined) {
@@ -462,7 +477,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       int64_t worst = 0;
       size_t wk = 0;
       for (size_t l = 0; l < ks.size(); ++l)
-        if (pe_bytes(ks[l], true) > worst) worst = pe_bytes(ks[l], true), wk = l;
+        if (pe_bytes(ks[l], true, wbytes_pe) > worst) worst = pe_bytes(ks[l], true, wbytes_pe), wk = l;
       if (W > cfg.fabric_width || H > cfg.fabric_height) {
         why = "block " + std::to_string(b) + ": the layers' rectangles span " + std::to_string(W) + " x " + std::to_string(H) + " PEs, the fabric is " +
               std::to_string(cfg.fabric_width) + " x " + std::to_string(cfg.fabric_height);
@@ -512,8 +527,8 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     int64_t wa = 0, wb = 0, data = 16;
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
-      (l % 2 ? wb : wa) = std::max(l % 2 ? wb : wa, k.kb * k.nb * 4);
-      data += pe_bytes(k, false);
+      (l % 2 ? wb : wa) = std::max(l % 2 ? wb : wa, k.kb * k.nb * wbytes_pe);
+      data += pe_bytes(k, false, wbytes_pe);
     }
     c.sram_high_water = data + wa + wb;
     if (c.sram_high_water > area) {
@@ -547,9 +562,10 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     int64_t wa = 0, wb = 0;
     for (size_t l = 0; l < c.kernels.size(); ++l) (l % 2 ? wb : wa) = std::max(l % 2 ? wb : wa, c.kernels[l].kb * c.kernels[l].nb);
     o << "# tessera wafer compiler, weight streaming: every layer on this " << c.fabric_width << " x " << c.fabric_height << " rectangle\n";
-    o << ".data Wa f32 " << wa << "   # weight blocks of layers 0, 2, 4\n";
-    if (wb) o << ".data Wb f32 " << wb << "   # layers 1, 3, 5\n";
-    o << ".data junk f32 1     # weights of other PEs land here\n";
+    const char* we = c.fp16 ? "f16" : "f32";
+    o << ".data Wa " << we << " " << wa << "   # weight blocks of layers 0, 2, 4\n";
+    if (wb) o << ".data Wb " << we << " " << wb << "   # layers 1, 3, 5\n";
+    o << ".data junk " << we << " 1     # weights of other PEs land here\n";
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
       x_routes(k, true, routes);
@@ -557,7 +573,8 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       weight_routes(k, routes);
       layer_params(k, l, true, params);
       layer_text(c, l, o);
-      ports.push_back({{"name", k.port}, {"dir", "in"}, {"side", k.k_on_columns ? "W" : "N"}, {"x", 0}, {"y", 0}, {"length", k.lanes}, {"color", k.cw}, {"type", "f32"}});
+      ports.push_back({{"name", k.port}, {"dir", "in"}, {"side", k.k_on_columns ? "W" : "N"}, {"x", 0}, {"y", 0}, {"length", k.lanes}, {"color", k.cw},
+                       {"type", c.fp16 ? "f16" : "f32"}});
     }
     std::string decl;
     for (const auto& [name, v] : params.items()) decl += ".param " + name + "\n";

@@ -40,6 +40,7 @@ struct MappingOptions {
   int64_t rect_width = 0;        // weight streaming: the rectangle (0: as large as useful within the fabric)
   int64_t rect_height = 0;
   int64_t reserved_colors = 0;   // colors the allocator may not use (0 .. reserved-1)
+  bool fp16 = false;             // precision.compute fp16: fp16 weights and activations, fp32 sums (fmachs)
 };
 
 // One dense layer placed on the fabric.
@@ -87,6 +88,7 @@ struct HostArray {
 
 struct Compiled {
   MapMode mode = MapMode::pipelined;
+  bool fp16 = false;
   int64_t fabric_width = 0, fabric_height = 0;  // of the layout
   std::string layout_json;                      // tessera.wafer-layout/1
   std::map<std::string, std::string> programs;  // program path in the layout -> text

@@ -38,7 +38,8 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     // Per x value: mul, dsd_off, mul, dsd_off, bnz, fmacs (setup + nb / width), add, sub, bnz, ret;
     // the first of a sample's kb values takes fmuls (fp32 width) and a jmp instead of fmacs; every
     // kb values the sample counter wraps (mov, add, sub, bnz); the last value activates the reduce.
-    const int64_t per_x = 9 + S + cdiv(k.nb, wf);
+    // fp16: fmachs (fp32 SIMD class) for both.
+    const int64_t per_x = 9 + S + cdiv(k.nb, c.fp16 ? w32 : wf);
     const int64_t first_x = 10 + S + cdiv(k.nb, w32);
     const int64_t compute = k.B * ((k.kb - 1) * per_x + first_x) + 4 * k.B + 1 + (wrap_ld ? 1 : 0);
     k.est.compute = compute;
@@ -138,7 +139,9 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       transfer = std::max(transfer, t - tmax);
       // The next kernel's x: the chain end's yout (issue, setup, out queue) -- into the next
       // rectangle (pipelined: router, link, ramp) or to its own ramp (weight streaming, async).
-      next[static_cast<size_t>(pn)] = ws ? t + S + 2 : t + S + pass;
+      // fp16: fs2h converts y first (activate the task, then S + B nb / conversion width).
+      const int64_t conv = c.fp16 ? S + cdiv(n_el, std::max<int64_t>(1, cfg.simd_convert)) : 0;
+      next[static_cast<size_t>(pn)] = (ws ? t + S + 2 : t + S + pass) + conv;
     }
     k.est.compute_end = compute_end;
     k.est.end = end;
