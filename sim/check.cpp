@@ -41,4 +41,17 @@ OutputCheck check_output(const std::string& name, const Tensor& actual, const Te
   return oc;
 }
 
+void check_latency_error(const nlohmann::json& expect, double err_pct, nlohmann::json& report, bool& all_pass,
+                         std::vector<std::string>& failures) {
+  if (!expect.contains("latency_error_pct")) return;
+  const double lim = expect["latency_error_pct"].get<double>();
+  const bool ok = std::abs(err_pct) <= lim;
+  report["checks"].push_back({{"check", "latency_error_pct"}, {"pass", ok}, {"value", err_pct}, {"limit", lim}});
+  if (ok) return;
+  all_pass = false;
+  char b[160];
+  std::snprintf(b, sizeof b, "predicted vs simulated latency error %+.1f%% exceeds expect.latency_error_pct %.4g", err_pct, lim);
+  failures.push_back(b);
+}
+
 }  // namespace tessera::sim

@@ -31,4 +31,10 @@ struct OutputCheck {
 OutputCheck check_output(const std::string& name, const Tensor& actual, const Tensor& expected, Tolerance tol,
                          const std::string& against, const nlohmann::json& expect, std::vector<std::string>& failures);
 
+// expect.latency_error_pct (when the scenario gives it) against the predicted-vs-simulated error
+// `err_pct`: a check record in report["checks"]; on failure all_pass turns false and a line joins
+// `failures`.
+void check_latency_error(const nlohmann::json& expect, double err_pct, nlohmann::json& report, bool& all_pass,
+                         std::vector<std::string>& failures);
+
 }  // namespace tessera::sim

@@ -322,15 +322,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
     char line[200];
     std::snprintf(line, sizeof line, "%-28s %9.3f us %11.3f us %+7.1f%%", "total", cp.predicted_s * 1e6, sim_s * 1e6, err);
     con.out(line);
-    if (expect.contains("latency_error_pct")) {
-      const double lim = expect["latency_error_pct"].get<double>();
-      const bool ok = std::abs(err) <= lim;
-      report["checks"].push_back({{"check", "latency_error_pct"}, {"pass", ok}, {"value", err}, {"limit", lim}});
-      if (!ok) {
-        all_pass = false;
-        failures.push_back("predicted vs simulated latency error " + fmt(err, "%+.1f") + "% exceeds expect.latency_error_pct " + fmt(lim));
-      }
-    }
+    check_latency_error(expect, err, report, all_pass, failures);
   } else {
     report["latency"]["note"] = "hand-written program: no compiler prediction";
     report["kernels"].push_back({{"name", std::filesystem::path(job.prog.source).stem().string()},
@@ -381,7 +373,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
     return out;
   };
   std::vector<PredictedKernel> step_spans;
-  std::vector<std::pair<double, std::pair<std::string, std::vector<traces::Arg>>>> closure_marks;
+  std::vector<StepMark> closure_marks;
   const models::Femtos first_start = core.start_time();
   if (job.compiled) {
     double t_steps = 0;
@@ -403,20 +395,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
       std::map<std::string, Tensor> values;
       if (numerics && !closures.empty())
         for (const auto& b : job.outputs) values[b.name] = read_output(b);
-      try {
-        rec["closures"] = run_closures(closures, sched, step, values, opt.out_dir);
-      } catch (const CheckFailed&) {
-        report["steps"].push_back(rec);
-        throw;
-      }
-      for (const auto& c : rec["closures"]) {  // instants at the step's end, values as args
-        std::vector<traces::Arg> args;
-        if (c.contains("values"))
-          for (const auto& [k, v] : c["values"].items()) args.push_back({k, v.is_number() ? traces::Arg{k, v.get<double>()}.value : traces::Arg{k, v.dump()}.value});
-        if (c.contains("value")) args.push_back({"value", c["value"].get<double>()});
-        closure_marks.push_back({step_spans.back().end_s, {"closure " + c["closure"].get<std::string>(), args}});
-      }
-      report["steps"].push_back(rec);
+      finish_step(report, std::move(rec), closures, sched, step, values, opt.out_dir, step_spans.back().end_s, closure_marks);
     }
     if (sched.steps > 1)
       con.out(std::to_string(sched.steps) + " steps: " + fmt(t_steps * 1e6, "%.4f") + " us simulated in all, " +

@@ -74,6 +74,43 @@ float from_payload(uint32_t p, wafer::Elem e) { return e == wafer::Elem::f16 ? f
 
 }  // namespace
 
+// Fabric counters for report["stats"].
+json wafer_stats_json(const wafer::FabricStats& st, double fabric_s) {
+  return {{"cycles", st.cycles},
+          {"program_pes", st.program_pes},
+          {"busy_cycles", st.busy_cycles},
+          {"idle_cycles", st.idle_cycles},
+          {"stall_cycles", st.stall_cycles},
+          {"instructions", st.instructions},
+          {"dsd_elements", st.dsd_elements},
+          {"tasks_run", st.tasks_run},
+          {"wavelet_hops", st.wavelet_hops},
+          {"ramp_deliveries", st.ramp_deliveries},
+          {"ramp_injections", st.ramp_injections},
+          {"router_buffer_high_water", st.router_buffer_high_water},
+          {"sram_pages", st.sram_pages},
+          {"bank_conflict_cycles", st.bank_conflict_cycles},
+          {"dropped_wavelets", st.dropped_wavelets},
+          {"port_in_wavelets", st.port_in_wavelets},
+          {"port_out_wavelets", st.port_out_wavelets},
+          {"fabric_s", fabric_s}};
+}
+
+// Busy time, the window from the first transfer's start to the last one's end, and the bytes over
+// that window, of a MemoryX or SwarmX transfer log.
+json stream_figures(const std::vector<wafer::StreamTransfer>& log) {
+  double busy = 0, first = 0, last = 0;
+  int64_t bytes = 0;
+  for (size_t k = 0; k < log.size(); ++k) {
+    busy += (log[k].end - log[k].start).to_seconds();
+    first = k ? std::min(first, log[k].start.to_seconds()) : log[k].start.to_seconds();
+    last = std::max(last, log[k].end.to_seconds());
+    bytes += log[k].bytes;
+  }
+  const double window = log.empty() ? 0.0 : last - first;
+  return {{"busy_s", busy}, {"window_s", window}, {"achieved_bandwidth_Bps", window > 0 ? static_cast<double>(bytes) / window : 0.0}};
+}
+
 // Faults of run.faults armed on the fabric (SRAM bits flipped or forced at a cycle, wavelets
 // dropped on a link); returns their report records, `fault_what` a line each.
 json arm_wafer_faults(const Scenario& s, wafer::Fabric& fab, std::vector<std::string>& fault_what) {
@@ -415,40 +452,11 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
                                {"simulated_s", sim_s},
                                {"error_pct", nullptr}});
   report["faults"] = faults;
-  report["stats"] = {{"cycles", st.cycles},
-                     {"program_pes", st.program_pes},
-                     {"busy_cycles", st.busy_cycles},
-                     {"idle_cycles", st.idle_cycles},
-                     {"stall_cycles", st.stall_cycles},
-                     {"instructions", st.instructions},
-                     {"dsd_elements", st.dsd_elements},
-                     {"tasks_run", st.tasks_run},
-                     {"wavelet_hops", st.wavelet_hops},
-                     {"ramp_deliveries", st.ramp_deliveries},
-                     {"ramp_injections", st.ramp_injections},
-                     {"router_buffer_high_water", st.router_buffer_high_water},
-                     {"sram_pages", st.sram_pages},
-                     {"bank_conflict_cycles", st.bank_conflict_cycles},
-                     {"dropped_wavelets", st.dropped_wavelets},
-                     {"port_in_wavelets", st.port_in_wavelets},
-                     {"port_out_wavelets", st.port_out_wavelets},
-                     {"fabric_s", fabric_s}};
+  report["stats"] = wafer_stats_json(st, fabric_s);
   json mx_figures, sx_figures;
   {
-    auto figures = [&](const std::vector<wafer::StreamTransfer>& log) {
-      double busy = 0, first = 0, last = 0;
-      int64_t bytes = 0;
-      for (size_t k = 0; k < log.size(); ++k) {
-        busy += (log[k].end - log[k].start).to_seconds();
-        first = k ? std::min(first, log[k].start.to_seconds()) : log[k].start.to_seconds();
-        last = std::max(last, log[k].end.to_seconds());
-        bytes += log[k].bytes;
-      }
-      const double window = log.empty() ? 0.0 : last - first;
-      return json{{"busy_s", busy}, {"window_s", window}, {"achieved_bandwidth_Bps", window > 0 ? static_cast<double>(bytes) / window : 0.0}};
-    };
-    mx_figures = figures(mx.transfers());
-    sx_figures = figures(sx.transfers());
+    mx_figures = stream_figures(mx.transfers());
+    sx_figures = stream_figures(sx.transfers());
   }
   if (!streamed.empty() || !reduces.empty() || !mx_init.empty())
     report["weight_streaming"] = {{"memoryx", {{"bytes_read", mx.stats().bytes_read},

@@ -245,15 +245,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     con.out("effective " + fmt(flops / sim_s / 1e12, "%.4f") + " TFLOP/s (" + fmt(flops, "%.4g") + " FLOPs in " + std::to_string(st.cycles) +
             " simulated cycles)");
   }
-  if (expect.contains("latency_error_pct")) {
-    const double lim = expect["latency_error_pct"].get<double>();
-    const bool ok = std::abs(err) <= lim;
-    report["checks"].push_back({{"check", "latency_error_pct"}, {"pass", ok}, {"value", err}, {"limit", lim}});
-    if (!ok) {
-      all_pass = false;
-      failures.push_back("predicted vs simulated latency error " + fmt(err, "%+.1f") + "% exceeds expect.latency_error_pct " + fmt(lim));
-    }
-  }
+  check_latency_error(expect, err, report, all_pass, failures);
   report["compile"] = {{"mode", ws ? "weight_streaming" : "pipelined"},
                        {"kernels", cp.kernels.size()},
                        {"fabric", {cp.fabric_width, cp.fabric_height}},
@@ -262,43 +254,19 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
                        {"sram_high_water_bytes", cp.sram_high_water},
                        {"predicted_cycles", cp.predicted_cycles}};
   report["faults"] = faults;
-  report["stats"] = {{"cycles", st.cycles},
-                     {"program_pes", st.program_pes},
-                     {"busy_cycles", st.busy_cycles},
-                     {"idle_cycles", st.idle_cycles},
-                     {"stall_cycles", st.stall_cycles},
-                     {"instructions", st.instructions},
-                     {"dsd_elements", st.dsd_elements},
-                     {"tasks_run", st.tasks_run},
-                     {"wavelet_hops", st.wavelet_hops},
-                     {"ramp_deliveries", st.ramp_deliveries},
-                     {"port_in_wavelets", st.port_in_wavelets},
-                     {"sram_pages", st.sram_pages},
-                     {"dropped_wavelets", st.dropped_wavelets},
-                     {"fabric_s", sim_s}};
+  report["stats"] = wafer_stats_json(st, sim_s);
   if (ws) {
-    auto figures = [&](const std::vector<wafer::StreamTransfer>& log) {
-      double busy = 0, first = 0, last = 0;
-      for (size_t k = 0; k < log.size(); ++k) {
-        busy += (log[k].end - log[k].start).to_seconds();
-        first = k ? std::min(first, log[k].start.to_seconds()) : log[k].start.to_seconds();
-        last = std::max(last, log[k].end.to_seconds());
-      }
-      return std::make_pair(busy, log.empty() ? 0.0 : last - first);
-    };
-    const auto [mbusy, mwin] = figures(mx.transfers());
-    const auto [sbusy, swin] = figures(sx.transfers());
+    const json mf = stream_figures(mx.transfers()), sf = stream_figures(sx.transfers());
     report["weight_streaming"] = {
         {"memoryx",
-         {{"bytes_read", mx.stats().bytes_read}, {"transactions", mx.stats().transactions}, {"busy_s", mbusy},
-          {"achieved_bandwidth_Bps", mwin > 0 ? static_cast<double>(mx.stats().bytes_read) / mwin : 0.0}}},
+         {{"bytes_read", mx.stats().bytes_read}, {"transactions", mx.stats().transactions}, {"busy_s", mf["busy_s"]},
+          {"achieved_bandwidth_Bps", mf["achieved_bandwidth_Bps"]}}},
         {"swarmx",
-         {{"bytes_broadcast", sx.stats().bytes_broadcast}, {"busy_s", sbusy},
-          {"achieved_bandwidth_Bps", swin > 0 ? static_cast<double>(sx.stats().bytes_broadcast) / swin : 0.0}}},
+         {{"bytes_broadcast", sx.stats().bytes_broadcast}, {"busy_s", sf["busy_s"]}, {"achieved_bandwidth_Bps", sf["achieved_bandwidth_Bps"]}}},
         {"port_wavelets", st.port_in_wavelets},
         {"layers", layers}};
     con.out("weight streaming: MemoryX read " + fmt(static_cast<double>(mx.stats().bytes_read), "%.0f") + " B at " +
-            fmt(mwin > 0 ? static_cast<double>(mx.stats().bytes_read) / mwin / 1e9 : 0.0, "%.2f") + " GB/s achieved; " +
+            fmt(mf["achieved_bandwidth_Bps"].get<double>() / 1e9, "%.2f") + " GB/s achieved; " +
             std::to_string(st.port_in_wavelets) + " weight wavelets into the fabric");
   }
 
@@ -307,7 +275,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   auto read_y = [&] { return cp.gather_output([&](int64_t x, int64_t yy, const std::string& a) { return fab.read_array(x, yy, a); }); };
   Tensor y = read_y();
   std::vector<PredictedKernel> step_spans;
-  std::vector<std::pair<double, std::pair<std::string, std::vector<traces::Arg>>>> closure_marks;
+  std::vector<StepMark> closure_marks;
   double t_steps = 0, last_start = 0;
   for (int64_t step = 0; step < sched.steps; ++step) {
     if (step > 0) {
@@ -328,20 +296,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     t_steps += static_cast<double>(cyc) / cfg.clock_hz;
     json rec = {{"step", step}, {"cycles", cyc}, {"simulated_s", static_cast<double>(cyc) / cfg.clock_hz},
                 {"activation", sched.is_activation(step)}, {"checkpoint", sched.is_checkpoint(step)}};
-    try {
-      rec["closures"] = run_closures(closures, sched, step, {{cp.output, y}}, opt.out_dir);
-    } catch (const CheckFailed&) {
-      report["steps"].push_back(rec);
-      throw;
-    }
-    for (const auto& c : rec["closures"]) {  // instants at the step's end, values as args
-      std::vector<traces::Arg> args;
-      if (c.contains("values"))
-        for (const auto& [k, v] : c["values"].items()) args.push_back({k, v.is_number() ? traces::Arg{k, v.get<double>()}.value : traces::Arg{k, v.dump()}.value});
-      if (c.contains("value")) args.push_back({"value", c["value"].get<double>()});
-      closure_marks.push_back({t_steps, {"closure " + c["closure"].get<std::string>(), args}});
-    }
-    report["steps"].push_back(rec);
+    finish_step(report, std::move(rec), closures, sched, step, {{cp.output, y}}, opt.out_dir, t_steps, closure_marks);
   }
   if (sched.steps > 1)
     con.out(std::to_string(sched.steps) + " steps: " + fmt(t_steps * 1e6, "%.4f") + " us simulated in all, " + fmt(t_steps / static_cast<double>(sched.steps) * 1e6, "%.4f") +

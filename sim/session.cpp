@@ -233,6 +233,25 @@ json run_closures(const std::vector<StepClosure>& closures, const StepSchedule& 
   return recs;
 }
 
+void finish_step(json& report, json rec, const std::vector<StepClosure>& closures, const StepSchedule& sched, int64_t step,
+                 const std::map<std::string, Tensor>& values, const std::string& out_dir, double t_end_s, std::vector<StepMark>& marks) {
+  try {
+    rec["closures"] = run_closures(closures, sched, step, values, out_dir);
+  } catch (const CheckFailed&) {
+    report["steps"].push_back(rec);
+    throw;
+  }
+  for (const auto& c : rec["closures"]) {
+    StepMark m{t_end_s, "closure " + c["closure"].get<std::string>(), {}};
+    if (c.contains("values"))
+      for (const auto& [k, v] : c["values"].items())
+        m.args.push_back(v.is_number() ? traces::Arg{k, v.get<double>()} : traces::Arg{k, v.is_string() ? v.get<std::string>() : v.dump()});
+    if (c.contains("value")) m.args.push_back({"value", c["value"].get<double>()});
+    marks.push_back(std::move(m));
+  }
+  report["steps"].push_back(std::move(rec));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Per-step inputs.
 

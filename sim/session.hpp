@@ -15,6 +15,7 @@
 #include "isa/tensor.hpp"
 #include "mapper/graph/graph.hpp"
 #include "sim/scenario.hpp"
+#include "sim/trace_neuroncore.hpp"
 
 namespace tessera::sim {
 
@@ -54,6 +55,12 @@ std::vector<StepClosure> parse_closures(const nlohmann::json& closures, const st
 // DIR/steps/<step>/<tensor>.npy atomically.
 nlohmann::json run_closures(const std::vector<StepClosure>& closures, const StepSchedule& sched, int64_t step,
                             const std::map<std::string, Tensor>& values, const std::string& out_dir);
+
+// The end of one step: runs its closures (run_closures), appends `rec` with their records to
+// report["steps"] (also when an assert fails, before the CheckFailed goes on) and adds an instant per
+// closure that ran, at `t_end_s`, to `marks` (the trace's steps track).
+void finish_step(nlohmann::json& report, nlohmann::json rec, const std::vector<StepClosure>& closures, const StepSchedule& sched, int64_t step,
+                 const std::map<std::string, Tensor>& values, const std::string& out_dir, double t_end_s, std::vector<StepMark>& marks);
 
 // Per-step inputs: a .npy whose shape is [steps, ...the input's shape] gives step k its slice k; one
 // of the input's own shape is the same every step; `random` inputs draw step k with seed + k.

@@ -42,13 +42,20 @@ struct PredictedKernel {
   double start_s = 0, end_s = 0;
 };
 
+// An instant on the host's steps track (a step closure that ran): time, name, values as args.
+struct StepMark {
+  double t_s = 0;
+  std::string name;
+  std::vector<traces::Arg> args;
+};
+
 // Builds the trace in memory (what write_neuroncore_trace writes; tests use it directly).
 // `trace_cfg` is the resolved /trace object; missing keys take their defaults.
 traces::TraceBuilder build_neuroncore_trace(const nlohmann::json& trace_cfg, const neuroncore::Program& prog,
                                             const neuroncore::NeuronCore& core,
                                             const std::vector<PredictedKernel>& predicted,
                                             const std::vector<PredictedKernel>& steps = {},
-                                            const std::vector<std::pair<double, std::pair<std::string, std::vector<traces::Arg>>>>& closures = {},
+                                            const std::vector<StepMark>& closures = {},
                                             int64_t origin_fs = -1);
 
 // Writes a built trace into out_dir/<trace.file> atomically in trace.format ("perfetto" or
@@ -63,7 +70,7 @@ std::string write_neuroncore_trace(const nlohmann::json& trace_cfg, const neuron
                                    const neuroncore::NeuronCore& core, const std::vector<PredictedKernel>& predicted,
                                    const std::string& out_dir,
                                    const std::vector<PredictedKernel>& steps = {},
-                                   const std::vector<std::pair<double, std::pair<std::string, std::vector<traces::Arg>>>>& closures = {},
+                                   const std::vector<StepMark>& closures = {},
                                    int64_t origin_fs = -1);
 // Multi-step runs: `steps` (slices on a "host" process's "steps" track) and the step closures (instants
 // at the steps' ends with their values as args); the core's records (the last step's) are placed

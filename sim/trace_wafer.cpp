@@ -25,7 +25,7 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
 TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, const wafer::Fabric& fab, const std::string& name,
                                const wafer::MemoryX* mx, const wafer::SwarmX* sx, double t0_s, const std::vector<PredictedKernel>& predicted,
                                const std::vector<PredictedKernel>& simulated, const std::vector<PredictedKernel>& steps,
-                               const std::vector<std::pair<double, std::pair<std::string, std::vector<Arg>>>>& closures, double detail_offset_s) {
+                               const std::vector<StepMark>& closures, double detail_offset_s) {
   const std::string detail = cfg.value("detail", std::string("kernel"));
   if (detail != "kernel" && detail != "instruction" && detail != "pe")
     throw InputError("/trace/detail", "unknown trace detail '" + detail + "'", "use kernel, instruction or pe");
@@ -143,7 +143,7 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
       const int64_t s0 = std::llround(st_.start_s * 1e9), s1 = std::max(s0, static_cast<int64_t>(std::llround(st_.end_s * 1e9)));
       b.slice(ht, st_.name, s0, s1, {{"seconds", st_.end_s - st_.start_s}});
     }
-    for (const auto& [t, c] : closures) b.instant(ht, c.first, std::llround(t * 1e9), c.second);
+    for (const auto& m : closures) b.instant(ht, m.name, std::llround(m.t_s * 1e9), m.args);
   }
   // Kernels of a compiled run: simulated and predicted spans.
   const std::pair<const std::vector<PredictedKernel>*, const char*> spans[] = {{&simulated, "kernels (simulated)"}, {&predicted, "predicted (compiler)"}};

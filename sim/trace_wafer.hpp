@@ -39,7 +39,7 @@ traces::TraceBuilder build_wafer_trace(const nlohmann::json& trace_cfg, const wa
                                        const wafer::Fabric& fab, const std::string& name, const wafer::MemoryX* mx,
                                        const wafer::SwarmX* sx, double t0_s, const std::vector<PredictedKernel>& predicted = {},
                                        const std::vector<PredictedKernel>& simulated = {}, const std::vector<PredictedKernel>& steps = {},
-                                       const std::vector<std::pair<double, std::pair<std::string, std::vector<traces::Arg>>>>& closures = {},
+                                       const std::vector<StepMark>& closures = {},
                                        double detail_offset_s = 0);
 // `steps` (multi-step runs): process "host" with a "steps" track of step slices and the step
 // closures as instants (time, name, values as args); the PE detail (the last step's records) is
