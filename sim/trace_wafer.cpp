@@ -145,6 +145,21 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
     }
     for (const auto& m : closures) b.instant(ht, m.name, std::llround(m.t_s * 1e9), m.args);
   }
+  // Link utilisation: router -> router hops over all directed links between neighbours, binned.
+  if (!st.hop_bins.empty()) {
+    const int64_t W = fab.width(), H = fab.height();
+    const double links = static_cast<double>(std::max<int64_t>(1, 2 * (W - 1) * H + 2 * W * (H - 1)));
+    const uint64_t lu = b.counter(fproc, "link utilisation %", "percent");
+    const size_t n = st.hop_bins.size();
+    const size_t group = std::max<size_t>(1, (n + 999) / 1000);
+    const int64_t bin_cycles = static_cast<int64_t>(group) * wafer::FabricStats::kHopBin;
+    for (size_t i = 0; i < n; i += group) {
+      double hops = 0;
+      for (size_t k = i; k < std::min(n, i + group); ++k) hops += static_cast<double>(st.hop_bins[k]);
+      b.counter_value(lu, ns(static_cast<int64_t>(i) * wafer::FabricStats::kHopBin), 100.0 * hops / (links * static_cast<double>(bin_cycles)));
+    }
+    b.counter_value(lu, ns(static_cast<int64_t>(n) * wafer::FabricStats::kHopBin), 0.0);
+  }
   // Kernels of a compiled run: simulated and predicted spans.
   const std::pair<const std::vector<PredictedKernel>*, const char*> spans[] = {{&simulated, "kernels (simulated)"}, {&predicted, "predicted (compiler)"}};
   for (const auto& [v, pname] : spans) {

@@ -9,8 +9,8 @@
 //                              named by opcode, with the PE's instruction text, elements and
 //                              cycles as args; async ops on a track per microthread
 //                              "PE (x,y) async Q" (Q: its queue)
-//   counters (process "fabric"): "active PEs" (PEs with a DSD operation in flight) and
-//     "wavelets delivered per 100 cycles", binned to at most ~1000 points.
+//   counters (process "fabric"): "active PEs" (PEs with a DSD operation in flight),
+//     "wavelets delivered per 100 cycles" and "link utilisation %", binned to at most ~1000 points.
 //   process "weight streaming" (when MemoryX/SwarmX moved data): tracks "MemoryX" and "SwarmX"
 //     with a slice per transfer (read/update, broadcast/reduce) and counters "MemoryX GB/s" and
 //     "SwarmX GB/s" (bytes per bin / bin length).

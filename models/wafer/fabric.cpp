@@ -561,6 +561,7 @@ uint32_t Fabric::Impl::find_slot(uint32_t pe, int color) const {
 void Fabric::Impl::reset(int64_t c0) {
   start = c0;
   if (f.opt_.task_ends) task_end.assign(pes.size() * 64, -1);
+  count_hops = f.opt_.record;
   // Faults: flips in cycle order; routers that drop wavelets leave the relay fast path.
   f.fired_.assign(faults, Fabric::FaultFired{});
   std::stable_sort(flips.begin(), flips.end(), [](const Flip& a, const Flip& b) { return a.f.cycle < b.f.cycle; });
@@ -792,6 +793,7 @@ void Fabric::Impl::relay_step(const Relay& rl, uint32_t r, int64_t t) {
   ++st.color_hops[w.color];
   if (dcnt + 1 > st.router_buffer_high_water) st.router_buffer_high_water = dcnt + 1;
   ++st.wavelet_hops;
+  if (count_hops) hop_at(t);
   last_progress = std::max(last_progress, t + 1);
   wake_router(rl.dr, t + hop);
   wake_router(static_cast<uint32_t>(static_cast<int64_t>(r) + nb_delta[bi & 3]), t + 1);
@@ -906,6 +908,7 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
         ++bcount[bi];
         if (bcount[bi] > st.router_buffer_high_water) st.router_buffer_high_water = bcount[bi];
         ++st.wavelet_hops;
+        if (count_hops) hop_at(t);
         wake_router(slot_pe[ds], t + hop);
       }
     }

@@ -270,6 +270,13 @@ struct Fabric::Impl {
     cal.push(c, s);
   }
   void router_step(uint32_t r, int64_t t);
+  bool count_hops = false;  // FabricOptions::record: FabricStats::hop_bins
+  void hop_at(int64_t t) {
+    auto& v = f.stats_.hop_bins;
+    const size_t i = static_cast<size_t>((t - start) / FabricStats::kHopBin);
+    if (i >= v.size()) v.resize(i + 1, 0);
+    ++v[i];
+  }
   void relay_step(const Relay& rl, uint32_t r, int64_t t);
   Wv& qentry(uint32_t s, int q, int k) { return qbuf[(static_cast<size_t>(s) * 16 + static_cast<size_t>(q)) * static_cast<size_t>(QD) + static_cast<size_t>(k)]; }
   const Wv& qentry(uint32_t s, int q, int k) const { return qbuf[(static_cast<size_t>(s) * 16 + static_cast<size_t>(q)) * static_cast<size_t>(QD) + static_cast<size_t>(k)]; }

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <memory>
 #include <systemc>
 
@@ -769,3 +770,30 @@ TEST_CASE("wafer-fabric: SRAM pages written past the host-memory budget fail the
   REQUIRE(tight.error());
   CHECK_THAT(*tight.error(), Contains("PE (0,0): SRAM pages written so far need") && Contains("raise run.host_memory"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Point-to-point latency over 1..128 hops (one multicast row: receivers at 1, 2, 4, ..., 128 hops
+// from the sender): the first wavelet is readable at setup + 1 + N hops + 1, i.e. 1.000 cycle per
+// hop at router.hop_latency 1 and 2.000 at 2 (the 3P silicon figure). Printed as a table.
+namespace {
+void p2p_sweep(int64_t hop) {
+  WaferConfig c = preset_config("wse2");
+  c.hop_latency = hop;
+  const std::vector<int> rx = {1, 2, 4, 8, 16, 32, 64, 128};
+  Run r(c, load({{"send.pe", kSend}, {"recv.pe", kRecv}}, row_layout(129, 16, rx), c));
+  r.go();
+  REQUIRE_FALSE(r.fab->error());
+  std::ostringstream table;
+  table << "hops  first arrival  cycles/hop (hop latency " << hop << ")\n";
+  for (const int n : rx) {
+    const auto d = deliveries_at(*r.fab, n, 0);
+    REQUIRE(d.size() == 16);
+    CHECK(d[0].cycle == c.setup_cycles + 1 + n * hop + 1);
+    table << n << "  " << d[0].cycle << "  " << static_cast<double>(d[0].cycle - (c.setup_cycles + 2)) / n << "\n";
+  }
+  WARN(table.str());
+}
+}  // namespace
+
+TEST_CASE("wafer-fabric: point-to-point latency over 1..128 hops is 1 cycle per hop (hop latency 1)", "[wafer-fabric]") { p2p_sweep(1); }
+TEST_CASE("wafer-fabric: point-to-point latency over 1..128 hops is 2 cycles per hop (hop latency 2)", "[wafer-fabric]") { p2p_sweep(2); }
