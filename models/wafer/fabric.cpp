@@ -91,6 +91,7 @@ void Fabric::run() {
     if (m.next_flip < m.flips.size()) m.apply_flips(cycle);
     uint32_t key;
     while (m.cal.next_key(key)) m.handle(cycle, key);
+    if (opt_.record) m.bin_hops(cycle);  // the cycle's router -> router hops, for traces
   }
   stats_.events = static_cast<int64_t>(m.cal.consumed());
   const bool work = m.work_remains();
@@ -560,8 +561,8 @@ uint32_t Fabric::Impl::find_slot(uint32_t pe, int color) const {
 
 void Fabric::Impl::reset(int64_t c0) {
   start = c0;
+  hops_binned = 0;
   if (f.opt_.task_ends) task_end.assign(pes.size() * 64, -1);
-  count_hops = f.opt_.record;
   // Faults: flips in cycle order; routers that drop wavelets leave the relay fast path.
   f.fired_.assign(faults, Fabric::FaultFired{});
   std::stable_sort(flips.begin(), flips.end(), [](const Flip& a, const Flip& b) { return a.f.cycle < b.f.cycle; });
@@ -793,7 +794,6 @@ void Fabric::Impl::relay_step(const Relay& rl, uint32_t r, int64_t t) {
   ++st.color_hops[w.color];
   if (dcnt + 1 > st.router_buffer_high_water) st.router_buffer_high_water = dcnt + 1;
   ++st.wavelet_hops;
-  if (count_hops) hop_at(t);
   last_progress = std::max(last_progress, t + 1);
   wake_router(rl.dr, t + hop);
   wake_router(static_cast<uint32_t>(static_cast<int64_t>(r) + nb_delta[bi & 3]), t + 1);
@@ -908,7 +908,6 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
         ++bcount[bi];
         if (bcount[bi] > st.router_buffer_high_water) st.router_buffer_high_water = bcount[bi];
         ++st.wavelet_hops;
-        if (count_hops) hop_at(t);
         wake_router(slot_pe[ds], t + hop);
       }
     }

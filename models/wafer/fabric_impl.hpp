@@ -270,12 +270,17 @@ struct Fabric::Impl {
     cal.push(c, s);
   }
   void router_step(uint32_t r, int64_t t);
-  bool count_hops = false;  // FabricOptions::record: FabricStats::hop_bins
-  void hop_at(int64_t t) {
+  // FabricOptions::record: the hops of the cycle just handled go to FabricStats::hop_bins (the run
+  // loop calls it after each cycle; the hot paths only count wavelet_hops).
+  int64_t hops_binned = 0;
+  void bin_hops(int64_t t) {
+    const int64_t n = f.stats_.wavelet_hops - hops_binned;
+    if (!n) return;
+    hops_binned = f.stats_.wavelet_hops;
     auto& v = f.stats_.hop_bins;
     const size_t i = static_cast<size_t>((t - start) / FabricStats::kHopBin);
     if (i >= v.size()) v.resize(i + 1, 0);
-    ++v[i];
+    v[i] += n;
   }
   void relay_step(const Relay& rl, uint32_t r, int64_t t);
   Wv& qentry(uint32_t s, int q, int k) { return qbuf[(static_cast<size_t>(s) * 16 + static_cast<size_t>(q)) * static_cast<size_t>(QD) + static_cast<size_t>(k)]; }
