@@ -36,6 +36,16 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
   auto ns = [&](int64_t cycle) { return off_ns + static_cast<int64_t>(std::llround(static_cast<double>(cycle) * 1e9 / hz)); };
   const wafer::FabricStats& st = fab.stats();
 
+  // Phases per rectangle, from every PE's task runs: the span of each task (its name) over the
+  // rectangle's PEs -- e.g. a compiled layer's ld/onx/red/out, one per layer in weight streaming.
+  std::map<std::pair<int, std::string>, std::pair<int64_t, int64_t>> phase;  // (rect, task) -> [first start, last end]
+  for (const auto& tr : fab.task_records()) {
+    const int r = L.rect_at(tr.x, tr.y);
+    const wafer::Program* prog = fab.program(tr.x, tr.y);
+    if (r < 0 || !prog || tr.task < 0 || tr.task >= static_cast<int32_t>(prog->tasks.size())) continue;
+    auto [it, fresh] = phase.emplace(std::make_pair(r, prog->tasks[static_cast<size_t>(tr.task)].name), std::make_pair(tr.start, tr.end));
+    if (!fresh) it->second = {std::min(it->second.first, tr.start), std::max(it->second.second, tr.end)};
+  }
   // Sampled PEs per rectangle.
   std::map<std::pair<int64_t, int64_t>, uint64_t> pe_track, pe_proc;
   int32_t pid = 1, tid = 1000;
@@ -43,7 +53,12 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
     const auto& rect = L.layout.rects[r];
     const uint64_t proc = b.process("rect " + rect.name, pid++);
     const uint64_t k = b.thread(proc, "kernel", tid++);
-    b.slice(k, name, 0, ns(st.cycles), {{"cycles", st.cycles}, {"width", int64_t{rect.width}}, {"height", int64_t{rect.height}}});
+    b.slice(k, name, ns(0), ns(st.cycles), {{"cycles", st.cycles}, {"width", int64_t{rect.width}}, {"height", int64_t{rect.height}}});
+    for (const auto& [key, span] : phase) {
+      if (key.first != static_cast<int>(r)) continue;
+      const uint64_t t = b.thread(proc, "phase " + key.second, tid++);
+      b.slice(t, key.second, ns(span.first), std::max(ns(span.second), ns(span.first)), {{"cycles", span.second - span.first}});
+    }
     if (rect.program.empty()) continue;
     std::set<std::pair<int64_t, int64_t>> pick;
     if (detail == "pe") {

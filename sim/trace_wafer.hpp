@@ -2,6 +2,9 @@
 // The trace of a wafer run, from the fabric's records (FabricOptions::record):
 //   a process per rectangle of the layout, with
 //     thread "kernel"          the run as one slice (the layout's name and cycles)
+//     thread "phase TASK"      per task of the rectangle's programs, one slice from its first start
+//                              to its last end over all the rectangle's PEs (e.g. a compiled
+//                              layer's weight load, x tasks, reduce and hand-off)
 //     thread "PE (x,y)"        sampled PEs: the rectangle's corners and centre (detail "kernel" or
 //                              "instruction"), or up to 64 program PEs per rectangle (detail "pe");
 //                              one slice per task run ("task NAME"; their durations add up to the
