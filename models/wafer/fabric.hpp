@@ -37,6 +37,12 @@ struct FabricOptions {
   int64_t max_cycles = 0;             // watchdog: cycles per run (0 = none)
   bool require_halt = true;           // a run is complete only when every program PE halted
   bool record = false;                // keep DeliveryRecord / OpRecord / TaskRecord lists (tests, traces)
+  // A main-thread DSD op whose operands are all memory (or scalars) computes every element when it
+  // issues, in one pass, instead of width elements a cycle; its timing is unchanged (it cannot
+  // stall). Only for programs where no other thread writes what such an op reads while it runs
+  // (the wafer compiler's are; hand-written layouts run element by element). Off with bank
+  // conflicts.
+  bool eager_memory_ops = false;
   bool task_ends = false;             // keep, per PE and task, the end of its last run (task_end())
   std::function<bool()> stop;         // polled every 1024 calendar cycles: true ends the run with error "interrupted"
   int64_t host_memory_budget = 0;     // bytes of host memory the fabric may take (0 = no limit): load()

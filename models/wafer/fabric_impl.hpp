@@ -301,6 +301,7 @@ struct Fabric::Impl {
   void exec(uint32_t s, int64_t t);
   // Runs up to `width` elements of `op` at cycle t; 0: none could go, 1: some, more remain, 2: done.
   int run_group(uint32_t s, OpRun& op, int64_t t);
+  bool memory_only(uint32_t s, const Instr& in) const;  // every DSD operand walks SRAM (no fabric, no fifo)
   const Dsd& dsd(uint32_t s, int k) const {
     const Pe& P = pes[s];
     return P.dsds.empty() ? prog(s).dsds[static_cast<size_t>(k)] : P.dsds[static_cast<size_t>(k)];

@@ -103,7 +103,15 @@ std::string Fabric::Impl::where(uint32_t s, int32_t instr) const {
 // ---------------------------------------------------------------------------------------------
 // DSD operations.
 
+bool Fabric::Impl::memory_only(uint32_t s, const Instr& in) const {
+  const OpInfo& info = op_info(in.op);
+  for (size_t k = 0; k < info.roles.size(); ++k)
+    if (in.a[k].kind == OpndKind::dsd && !dsd(s, in.a[k].v).is_mem()) return false;
+  return true;
+}
+
 int Fabric::Impl::run_group(uint32_t s, OpRun& op, int64_t t) {
+  if (op.len > 0 && op.i >= op.len) return 2;  // computed at issue (eager_memory_ops)
   Pe& P = pes[s];
   const Program& p = prog(s);
   const Instr& in = p.instrs[static_cast<size_t>(op.instr)];
@@ -428,6 +436,16 @@ void Fabric::Impl::exec(uint32_t s, int64_t t) {
         ++P.pc;
         lt += 1;  // issuing an async op takes one cycle of the main thread
         continue;
+      }
+      if (f.opt_.eager_memory_ops && !cfg.bank_conflicts && op.len > 0 && memory_only(s, in)) {
+        // Every element now, in one pass over the PE's SRAM (FabricOptions::eager_memory_ops);
+        // the op still completes at issue + setup + ceil(len / width), as the formula says
+        // (nothing can stall an op without fabric or fifo operands).
+        const int32_t width = op.width;
+        op.width = static_cast<int32_t>(std::min<int64_t>(op.len, INT32_MAX));
+        run_group(s, op, lt);
+        op.width = width;
+        op.next = op.start + dsd_op_cycles(op.len, width, cfg) - 1;  // run_group then reports it done at next + 1
       }
       P.main = op;
       wake_pe(s, op.next);
