@@ -82,7 +82,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
       cp = wafer::compile(g, cfg, mo);
     } catch (const InputError& e) {
       // auto: weights that do not fit on the wafer stream instead.
-      if (mode != "auto" || e.diagnostics().empty() || e.diagnostics()[0].where != "mapping.mode pipelined") throw;
+      if (mode != "auto" || e.diagnostics().empty() || e.diagnostics()[0].where != "/mapping/mode") throw;
       con.warn("mapping.mode auto: " + e.diagnostics()[0].message + "; using weight streaming");
       mo.mode = wafer::MapMode::weight_streaming;
       cp = wafer::compile(g, cfg, mo);

@@ -503,7 +503,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       const std::string detail = wbytes > sram ? "more than the " + std::to_string(sram) + " bytes of SRAM data area of all " +
                                                      std::to_string(cfg.fabric_width * cfg.fabric_height) + " PEs"
                                                : why;
-      throw InputError("mapping.mode pipelined",
+      throw InputError("/mapping/mode",
                        "the weights (" + std::to_string(wbytes) + " bytes fp32) do not fit on the wafer in pipelined mode: " + detail,
                        "use \"mapping\": {\"mode\": \"weight_streaming\"}: weights then stream from MemoryX layer by layer, or give a larger fabric");
     }
@@ -521,7 +521,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     const int64_t w = opt.rect_width > 0 ? opt.rect_width : std::min(cfg.fabric_width, wneed);
     const int64_t h = opt.rect_height > 0 ? opt.rect_height : std::min(cfg.fabric_height, hneed);
     if (w > cfg.fabric_width || h > cfg.fabric_height)
-      throw InputError("mapping.wafer_rect", "the rectangle " + std::to_string(w) + " x " + std::to_string(h) + " is larger than the fabric " +
+      throw InputError("/mapping/wafer_rect", "the rectangle " + std::to_string(w) + " x " + std::to_string(h) + " is larger than the fabric " +
                                                  std::to_string(cfg.fabric_width) + " x " + std::to_string(cfg.fabric_height));
     place_streaming(c.kernels, w, h);
     int64_t wa = 0, wb = 0, data = 16;
@@ -535,7 +535,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       size_t big = 0;
       for (size_t l = 0; l < c.kernels.size(); ++l)
         if (c.kernels[l].kb * c.kernels[l].nb > c.kernels[big].kb * c.kernels[big].nb) big = l;
-      throw InputError("mapping.mode weight_streaming",
+      throw InputError("/mapping/mode",
                        "a PE needs " + std::to_string(c.sram_high_water) + " bytes of SRAM on a " + std::to_string(w) + " x " + std::to_string(h) +
                            " rectangle (kernel '" + c.kernels[big].name + "' has " + std::to_string(c.kernels[big].kb) + " x " +
                            std::to_string(c.kernels[big].nb) + " weight blocks); the data area is " + std::to_string(area),
