@@ -1,0 +1,46 @@
+#pragma once
+// Reverse-mode autodiff on the graph IR, losses and optimizers as graph ops (docs/training.md).
+//
+// make_training_graph turns a forward graph into the graph of one training step:
+//   inputs : the forward inputs, the loss target, every trainable parameter and optimizer state
+//            tensor (the state carried from step to step), and "step" (a scalar: the 1-based step
+//            index, for Adam's bias correction)
+//   outputs: "loss" (a scalar), the forward outputs, and the updated parameter and state tensors
+// Trainable parameters are the float initializers read as weights or biases by MatMul, Gemm and
+// Add. The backward pass covers MatMul (2-D), Gemm (alpha = beta = 1, no transA), Add (same shapes,
+// or a bias broadcast along the last axis), Relu, Tanh and Sigmoid; any other op on the path from
+// a parameter to the loss is an error naming the node. Losses: mean squared error, and softmax
+// cross-entropy against one-hot (or soft) targets, averaged over the batch. Optimizers: SGD,
+// SGD with momentum, Adam (weight decay added to the gradient, as torch.optim.SGD/Adam do).
+// Every op used is in the reference executor's set, so the training step runs where the forward
+// graph runs.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "isa/tensor.hpp"
+#include "mapper/graph/graph.hpp"
+
+namespace tessera::passes {
+
+struct TrainingSpec {
+  std::string loss = "mse";            // mse | softmax_cross_entropy
+  std::string output;                  // the forward output the loss is taken of (default: the only one)
+  std::string target = "target";       // the new graph input holding the targets
+  std::string optimizer = "sgd";       // sgd | momentum | adam
+  double learning_rate = 0.01, momentum = 0.9, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+};
+
+struct TrainingGraph {
+  graph::Graph g;                                       // one training step
+  std::vector<std::string> params;                      // trainable parameters (in graph order)
+  // State carried across steps: (input name, output name holding its next value) -- the parameters
+  // first, then optimizer state (velocities, Adam's first and second moments).
+  std::vector<std::pair<std::string, std::string>> state;
+  std::map<std::string, Tensor> initial;                // initial state: parameter values, zeros
+  std::map<std::string, std::string> grad_of;           // parameter -> its gradient value (an output too)
+};
+
+TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpec& spec);
+
+}  // namespace tessera::passes
