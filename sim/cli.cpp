@@ -32,6 +32,7 @@ struct Options {
   std::vector<std::string> positional;
   std::vector<std::string> sets;
   std::string out_dir;
+  std::string resume;
   bool help = false;
   bool no_numerics = false;
   bool emit_program = false;
@@ -58,12 +59,14 @@ int cmd_conformance(const Options&);
 int cmd_compare(const Options&);
 
 const Verb kVerbs[] = {
-    {"run", "tessera run [SCENARIO] [--out DIR] [--set key.path=value]... [--no-numerics] [--emit-program]",
+    {"run", "tessera run [SCENARIO] [--out DIR] [--set key.path=value]... [--no-numerics] [--emit-program] [--resume CHECKPOINT]",
      "compile and run a scenario, check its outputs, write report.json",
      "SCENARIO is a scenario JSON file (or a report.json, to re-run the scenario it records).\n"
      "Without SCENARIO, runs scenarios/quickstart.json. Results go to --out DIR\n"
      "(default out/<scenario name>/). --emit-program also writes the compiled NeuronCore\n"
-     "program as assembler text (program.s, one bundle per line; docs/neuroncore-asm.md).",
+     "program as assembler text (program.s, one bundle per line; docs/neuroncore-asm.md).\n"
+     "--resume CHECKPOINT continues a training run from a checkpoint directory it wrote\n"
+     "(OUT/checkpoints/step_K: the state at the end of step K; docs/training.md).",
      cmd_run},
     {"validate", "tessera validate SCENARIO [--set key.path=value]...",
      "check a scenario without running it; print every mistake at once",
@@ -163,6 +166,7 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--rerun") o.verb_opts["rerun"] = "1";
     else if (a == "--out" || a.rfind("--out=", 0) == 0) o.out_dir = value("--out");
     else if (a == "--set" || a.rfind("--set=", 0) == 0) o.sets.push_back(value("--set"));
+    else if (a == "--resume" || a.rfind("--resume=", 0) == 0) o.resume = value("--resume");
     else if (a == "--exclusions" || a == "--pass-list" || a == "--write-pass-list" || a == "--format" ||
              a == "--jobs" || a == "--plot" || a.rfind("--exclusions=", 0) == 0 || a.rfind("--pass-list=", 0) == 0 ||
              a.rfind("--write-pass-list=", 0) == 0 || a.rfind("--format=", 0) == 0 || a.rfind("--jobs=", 0) == 0 ||
@@ -172,7 +176,7 @@ Options parse_args(int argc, char** argv) {
     } else if (a.size() > 1 && a[0] == '-') {
       std::vector<std::string> known = {"--help", "--quiet", "--verbose", "--out", "--set", "--no-numerics",
                                         "--exclusions", "--pass-list", "--write-pass-list", "--format",
-                                        "--jobs", "--plot", "--rerun", "--emit-program"};
+                                        "--jobs", "--plot", "--rerun", "--emit-program", "--resume"};
       std::string hint = did_you_mean(a, known);
       throw InputError("command line", "unknown option '" + a + "'",
                        hint.empty() ? "see tessera --help" : "did you mean '" + hint + "'?");
@@ -215,6 +219,7 @@ int cmd_run(const Options& o) {
   RunOptions ro;
   ro.out_dir = o.out_dir.empty() ? (std::filesystem::path("out") / s.name).string() : o.out_dir;
   ro.emit_program = o.emit_program;
+  ro.resume = o.resume;
   return run_scenario(s, ro);
 }
 

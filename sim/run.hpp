@@ -10,6 +10,7 @@ namespace tessera::sim {
 struct RunOptions {
   std::string out_dir;
   bool emit_program = false;  // NeuronCore: write the compiled program as program.s
+  std::string resume;         // training: a checkpoint directory to continue from
 };
 
 // Thrown from long loops after SIGINT; nothing is written after it.

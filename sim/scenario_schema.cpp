@@ -181,6 +181,11 @@ NodePtr build() {
       opt("max_rel_error", number(0, inf, "fail when any output's max relative error exceeds this")),
       opt("latency_error_pct", number(0, inf, "fail when |predicted - simulated| / simulated exceeds this percentage")),
       opt("reference_latency", reference_latency),
+      opt("losses", object({
+          req("file", path("the expected loss per step as .npy [steps] (e.g. PyTorch's)")),
+          opt("rtol", with_default(number(0, inf, "relative tolerance"), 1e-4)),
+          opt("atol", with_default(number(0, inf, "absolute tolerance"), 1e-6)),
+      }, "training: the loss of every step against expected values")),
   }, "checks that turn into pass/fail (exit 1 on failure)"), json::object());
 
   auto trace = object({
@@ -205,6 +210,20 @@ NodePtr build() {
       opt("name", string("label in the report and on the console")),
   }, "a step closure: runs at the end of a step with the step's output values (docs/session.md)");
 
+  auto training = object({
+      opt("loss", with_default(enumeration({"mse", "softmax_cross_entropy"}, "the loss: mean squared error, or softmax cross-entropy against one-hot targets (batch mean)"), "mse")),
+      opt("output", string("the graph output the loss is taken of (default: the only one)")),
+      opt("target", with_default(string("the name of the target input (give its values under /inputs)"), "target")),
+      opt("optimizer", with_default(object({
+          opt("kind", with_default(enumeration({"sgd", "momentum", "adam"}, "SGD, SGD with momentum, Adam (as torch.optim)"), "sgd")),
+          opt("learning_rate", with_default(number(0, 1e6, "learning rate"), 0.01)),
+          opt("momentum", with_default(number(0, 1, "momentum (kind momentum)"), 0.9)),
+          opt("beta1", with_default(number(0, 1, "Adam beta1"), 0.9)),
+          opt("beta2", with_default(number(0, 1, "Adam beta2"), 0.999)),
+          opt("eps", with_default(number(0, 1, "Adam epsilon"), 1e-8)),
+          opt("weight_decay", with_default(number(0, 1e6, "L2 weight decay added to the gradient"), 0.0)),
+      }, "the optimizer"), json::object())),
+  }, "train the model: every step runs forward, backward and the optimizer update; weights and optimizer state carry over (docs/training.md)");
   auto root = object({
       req("schema", enumeration({kScenarioSchema}, "the scenario format version")),
       opt("name", name_node("scenario name; the default output directory is out/<name>/ (default: the file name)")),
@@ -216,6 +235,7 @@ NodePtr build() {
       opt("mapping", mapping),
       opt("run", run),
       opt("step_closures", with_default(array_of(closure, "callbacks at step ends"), json::array())),
+      opt("training", training),
       opt("expect", expect),
       opt("trace", trace),
       opt("outputs", outputs),

@@ -255,10 +255,11 @@ void finish_step(json& report, json rec, const std::vector<StepClosure>& closure
 // ---------------------------------------------------------------------------------------------
 // Per-step inputs.
 
-StepInputs::StepInputs(const Scenario& s, const graph::Graph& g, int64_t steps) {
+StepInputs::StepInputs(const Scenario& s, const graph::Graph& g, int64_t steps, const std::vector<std::string>* only) {
   DiagnosticList d;
   const json& inputs = s.resolved["inputs"];
-  for (const auto& name : g.inputs) {
+  const std::vector<std::string>& names = only ? *only : g.inputs;
+  for (const auto& name : names) {
     const graph::Value& v = g.value(name);
     const std::string where = "/inputs/" + schema::pointer_token(name);
     if (!inputs.contains(name)) {
@@ -292,10 +293,10 @@ StepInputs::StepInputs(const Scenario& s, const graph::Graph& g, int64_t steps) 
     in_[name] = std::move(in);
   }
   for (const auto& [name, spec] : inputs.items())
-    if (std::find(g.inputs.begin(), g.inputs.end(), name) == g.inputs.end())
+    if (std::find(names.begin(), names.end(), name) == names.end())
       d.add("/inputs/" + schema::pointer_token(name), "the model has no input '" + name + "'", "model inputs: " + [&] {
         std::string all;
-        for (const auto& i : g.inputs) all += (all.empty() ? "" : ", ") + i;
+        for (const auto& i : names) all += (all.empty() ? "" : ", ") + i;
         return all;
       }());
   d.throw_if_any();

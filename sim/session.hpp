@@ -66,7 +66,9 @@ void finish_step(nlohmann::json& report, nlohmann::json rec, const std::vector<S
 // of the input's own shape is the same every step; `random` inputs draw step k with seed + k.
 class StepInputs {
  public:
-  StepInputs(const Scenario& s, const graph::Graph& g, int64_t steps);
+  // `only` (optional): the graph inputs the scenario gives (others -- a training step's weights and
+  // state -- come from elsewhere).
+  StepInputs(const Scenario& s, const graph::Graph& g, int64_t steps, const std::vector<std::string>* only = nullptr);
   std::map<std::string, Tensor> at(int64_t step) const;
 
  private:

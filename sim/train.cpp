@@ -1,0 +1,178 @@
+// Training runs on the reference target (docs/training.md): the training-step graph of
+// mapper/passes/autodiff runs every step; weights and optimizer state carry over from step to step
+// (the reference executor is the machine here); checkpoints and --resume; the loss per step against
+// an expected file.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "isa/compare.hpp"
+#include "isa/fileio.hpp"
+#include "isa/npy.hpp"
+#include "mapper/passes/autodiff.hpp"
+#include "mapper/reference/executor.hpp"
+#include "sim/check.hpp"
+#include "sim/console.hpp"
+#include "sim/report.hpp"
+#include "sim/run.hpp"
+#include "sim/session.hpp"
+#include "sim/train.hpp"
+
+namespace tessera::sim {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string fmt(double v, const char* f = "%.6g") {
+  char b[48];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+passes::TrainingSpec spec_of(const json& t) {
+  passes::TrainingSpec sp;
+  sp.loss = t["loss"].get<std::string>();
+  if (t.contains("output")) sp.output = t["output"].get<std::string>();
+  sp.target = t["target"].get<std::string>();
+  const json& o = t["optimizer"];
+  sp.optimizer = o["kind"].get<std::string>();
+  sp.learning_rate = o["learning_rate"].get<double>();
+  sp.momentum = o["momentum"].get<double>();
+  sp.beta1 = o["beta1"].get<double>();
+  sp.beta2 = o["beta2"].get<double>();
+  sp.eps = o["eps"].get<double>();
+  sp.weight_decay = o["weight_decay"].get<double>();
+  return sp;
+}
+
+// A checkpoint: OUT/checkpoints/step_K/NAME.npy per state tensor and manifest.json (written last,
+// atomically: a directory without a manifest is not a checkpoint).
+void write_checkpoint(const std::string& out_dir, int64_t step, const std::map<std::string, Tensor>& state, const std::vector<std::string>& order) {
+  const fs::path dir = fs::path(out_dir) / "checkpoints" / ("step_" + std::to_string(step));
+  fs::create_directories(dir);
+  json m = {{"schema", "tessera.checkpoint/1"}, {"step", step}, {"tensors", json::object()}};
+  for (const auto& name : order) {
+    const std::string file = safe_file_name(name) + ".npy";
+    write_npy((dir / file).string(), state.at(name));
+    m["tensors"][name] = file;
+  }
+  write_file_atomic((dir / "manifest.json").string(), m.dump(2) + "\n");
+}
+
+}  // namespace
+
+int run_reference_training(const Scenario& s, const RunOptions& opt, const graph::Graph& g) {
+  auto& con = Console::get();
+  const auto t0 = std::chrono::steady_clock::now();
+  const passes::TrainingSpec spec = spec_of(s.resolved["training"]);
+  const passes::TrainingGraph tg = passes::make_training_graph(g, spec);
+  const StepSchedule sched = StepSchedule::from(s.resolved["run"]);
+  for (const auto& w : sched.warnings) con.warn(w);
+  std::vector<std::string> outs = g.outputs;
+  outs.push_back("loss");
+  const std::vector<StepClosure> closures = parse_closures(s.resolved["step_closures"], outs);
+  std::vector<std::string> given = g.inputs;
+  given.push_back(spec.target);
+  const StepInputs step_inputs(s, tg.g, sched.steps, &given);
+  std::vector<std::string> order;
+  for (const auto& [in, nx] : tg.state) order.push_back(in);
+
+  // The state: the model's initial weights and zeroed optimizer state, or a checkpoint's.
+  std::map<std::string, Tensor> state = tg.initial;
+  int64_t first = 0;
+  if (!opt.resume.empty()) {
+    const fs::path dir(opt.resume);
+    json m;
+    try {
+      m = json::parse(read_file((dir / "manifest.json").string()));
+    } catch (const json::exception& e) {
+      throw InputError(opt.resume + "/manifest.json", std::string("not a checkpoint manifest: ") + e.what(), "give a directory written by a training run");
+    }
+    if (m.value("schema", "") != "tessera.checkpoint/1") throw InputError(opt.resume, "not a tessera.checkpoint/1 directory");
+    for (const auto& name : order) {
+      if (!m["tensors"].contains(name))
+        throw InputError(opt.resume + "/manifest.json", "the checkpoint has no '" + name + "'", "resume with the scenario that wrote it");
+      Tensor t = read_npy((dir / m["tensors"][name].get<std::string>()).string());
+      if (t.shape() != state.at(name).shape() || t.dtype() != state.at(name).dtype())
+        throw InputError(opt.resume, "'" + name + "' is " + std::string(dtype_name(t.dtype())) + shape_str(t.shape()) + ", the model's is " +
+                                         std::string(dtype_name(state.at(name).dtype())) + shape_str(state.at(name).shape()));
+      state[name] = std::move(t);
+    }
+    first = m["step"].get<int64_t>() + 1;
+    if (first >= sched.steps) throw InputError(opt.resume, "the checkpoint is of step " + std::to_string(first - 1) + "; run.steps is " + std::to_string(sched.steps));
+    con.info("resuming after step " + std::to_string(first - 1) + " from " + opt.resume);
+  }
+
+  json report = new_report(s);
+  report["training"] = {{"parameters", tg.params}, {"state", order}, {"loss", spec.loss}, {"optimizer", spec.optimizer}, {"first_step", first}};
+  std::vector<double> losses;
+  std::map<std::string, Tensor> outputs;
+  std::vector<StepMark> marks;
+  for (int64_t step = first; step < sched.steps; ++step) {
+    throw_if_interrupted();
+    std::map<std::string, Tensor> in = step_inputs.at(step);
+    for (const auto& [k, v] : state) in[k] = v;
+    in["step"] = Tensor::from_f32({}, {static_cast<float>(step + 1)}).cast(tg.g.value("step").dtype);
+    outputs = reference::execute(tg.g, in);
+    for (const auto& [st, nx] : tg.state) state[st] = outputs.at(nx);
+    const double loss = outputs.at("loss").cast(DType::f64).to_f64()[0];
+    losses.push_back(loss);
+    json rec = {{"step", step}, {"loss", loss}, {"activation", sched.is_activation(step)}, {"checkpoint", sched.is_checkpoint(step)}};
+    if (sched.is_checkpoint(step)) {
+      write_checkpoint(opt.out_dir, step, state, order);
+      rec["checkpoint_dir"] = "checkpoints/step_" + std::to_string(step);
+    }
+    std::map<std::string, Tensor> values;
+    for (const auto& o : outs) values[o] = outputs.at(o);
+    finish_step(report, std::move(rec), closures, sched, step, values, opt.out_dir, 0.0, marks);
+  }
+  con.out("trained " + std::to_string(sched.steps - first) + " step(s) (" + spec.optimizer + ", " + spec.loss + "): loss " + fmt(losses.front()) + " -> " +
+          fmt(losses.back()));
+
+  // The final weights and the last step's outputs.
+  bool all_pass = true;
+  std::vector<std::string> failures;
+  for (const auto& p : tg.params) write_npy((fs::path(opt.out_dir) / "params" / (safe_file_name(p) + ".npy")).string(), state.at(p));
+  const json& expect = s.resolved["expect"];
+  if (expect.contains("losses")) {
+    const json& e = expect["losses"];
+    Tensor want = read_npy(e["file"].get<std::string>());
+    const auto wv = want.cast(DType::f64).to_f64();
+    const size_t n = losses.size();
+    if (static_cast<int64_t>(wv.size()) < first + static_cast<int64_t>(n))
+      throw InputError("/expect/losses/file", "holds " + std::to_string(wv.size()) + " losses; the run has " + std::to_string(first + static_cast<int64_t>(n)) + " steps");
+    Tensor got = Tensor::from_f32({static_cast<int64_t>(n)}, std::vector<float>(n));
+    Tensor exp = got;
+    for (size_t i = 0; i < n; ++i) {
+      got.as<float>()[i] = static_cast<float>(losses[i]);
+      exp.as<float>()[i] = static_cast<float>(wv[static_cast<size_t>(first) + i]);
+    }
+    const OutputCheck c = check_output("loss", got, exp, {e["rtol"].get<double>(), e["atol"].get<double>()}, "file", expect, failures);
+    json r = output_record("loss", "", &c.cmp, c.tol.rtol, c.tol.atol);
+    r["against"] = "file";
+    report["outputs"].push_back(r);
+    all_pass = all_pass && c.cmp.pass;
+    con.out("  losses [" + std::to_string(n) + "] vs file: max abs err " + fmt(c.cmp.max_abs_error, "%.3g") + " max rel err " +
+            fmt(c.cmp.max_rel_error, "%.3g") + " " + (c.cmp.pass ? con.green("PASS") : con.red("FAIL")));
+  }
+  for (const auto& name : g.outputs) {
+    const std::string file = s.resolved["outputs"]["dir"].get<std::string>() + "/" + safe_file_name(name) + ".npy";
+    if (s.resolved["outputs"]["save"].get<bool>()) write_npy((fs::path(opt.out_dir) / file).string(), outputs.at(name));
+    report["outputs"].push_back(output_record(name, file, nullptr, 0, 0));
+  }
+  report["latency"]["note"] = "the reference target has no timing model";
+  for (const auto& f : failures) report["checks"].push_back({{"check", "losses"}, {"pass", false}, {"detail", f}});
+  report["pass"] = all_pass;
+  throw_if_interrupted();
+  write_report(opt.out_dir, report, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  con.out("report: " + (fs::path(opt.out_dir) / "report.json").string());
+  if (!all_pass) {
+    for (const auto& f : failures) con.error("check failed: " + f);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace tessera::sim

@@ -1,0 +1,137 @@
+#!/usr/bin/python3
+"""Export PyTorch training references for tessera's training scenarios (docs/training.md).
+
+For each case it builds a small model with a fixed seed, exports its *initial* forward graph to
+ONNX (opset 13), makes a dataset (one batch per step), trains it in PyTorch for STEPS steps with
+torch.optim, and writes the loss of every step:
+
+    scenarios/models/train_NAME.onnx
+    scenarios/data/train_NAME/{x,target}.npy      [steps, batch, ...] float32
+    scenarios/data/train_NAME/losses_OPT.npy      [steps] float32, PyTorch's loss per step
+    scenarios/reference/train_NAME_OPT.json       the scenario (target.kind reference)
+
+Run with Debian's python3-torch:  /usr/bin/python3 tools/export_training.py [--out DIR]
+CI never runs this; the outputs are committed. torch runs on one thread with fixed seeds.
+"""
+import argparse
+import io
+import json
+import os
+
+import numpy as np
+import onnx
+import torch
+from torch import nn
+
+STEPS = 25
+
+
+class Regressor(nn.Module):  # MLP regression: 8 -> 16 -> 4, MSE
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class Classifier(nn.Module):  # 10 -> 32 -> 3, softmax cross-entropy
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(10, 32)
+        self.fc2 = nn.Linear(32, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc1(x)))
+
+
+def regression_data(rng):
+    a = rng.normal(size=(8, 4)).astype(np.float32)
+    x = rng.normal(size=(STEPS, 16, 8)).astype(np.float32)
+    t = (np.tanh(x @ a) + 0.05 * rng.normal(size=(STEPS, 16, 4))).astype(np.float32)
+    return x, t
+
+
+def classification_data(rng):
+    centres = rng.normal(scale=2.0, size=(3, 10)).astype(np.float32)
+    labels = rng.integers(0, 3, size=(STEPS, 24))
+    x = (centres[labels] + rng.normal(size=(STEPS, 24, 10))).astype(np.float32)
+    t = np.eye(3, dtype=np.float32)[labels]  # one-hot
+    return x, t
+
+
+def train(model, x, t, loss_kind, opt_kind, lr):
+    if opt_kind == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+    elif opt_kind == "momentum":
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    for k in range(STEPS):
+        opt.zero_grad()
+        y = model(torch.from_numpy(x[k]))
+        tk = torch.from_numpy(t[k])
+        if loss_kind == "mse":
+            loss = nn.functional.mse_loss(y, tk)
+        else:
+            loss = nn.functional.cross_entropy(y, tk.argmax(dim=1))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return np.array(losses, dtype=np.float32)
+
+
+def export(model, shape, path):
+    buf = io.BytesIO()
+    torch.onnx.export(model, torch.zeros(*shape), buf, opset_version=13, input_names=["x"], output_names=["y"], do_constant_folding=True)
+    m = onnx.load_from_string(buf.getvalue())
+    onnx.checker.check_model(m)
+    with open(path, "wb") as f:
+        f.write(buf.getvalue())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    root = ap.parse_args().out
+    torch.set_num_threads(1)
+    cases = [
+        ("mlp", Regressor, regression_data, "mse", [("sgd", 0.05), ("adam", 0.01)], (16, 8)),
+        ("classifier", Classifier, classification_data, "softmax_cross_entropy", [("momentum", 0.05)], (24, 10)),
+    ]
+    for name, cls, data, loss, opts, shape in cases:
+        rng = np.random.default_rng(2026)
+        x, t = data(rng)
+        ddir = os.path.join(root, "scenarios", "data", "train_" + name)
+        os.makedirs(ddir, exist_ok=True)
+        np.save(os.path.join(ddir, "x.npy"), x)
+        np.save(os.path.join(ddir, "target.npy"), t)
+        torch.manual_seed(7)
+        export(cls(), shape, os.path.join(root, "scenarios", "models", "train_" + name + ".onnx"))
+        for opt_kind, lr in opts:
+            torch.manual_seed(7)  # the same initial weights as the exported model
+            losses = train(cls(), x, t, loss, opt_kind, lr)
+            np.save(os.path.join(ddir, "losses_" + opt_kind + ".npy"), losses)
+            print(name, opt_kind, "losses", losses[0], "->", losses[-1])
+            scen = {
+                "schema": "tessera.scenario/1",
+                "name": "train-" + name + "-" + opt_kind,
+                "description": f"Train the {name} ({loss}, {opt_kind} lr {lr}) for {STEPS} steps on the reference target, one batch per step; "
+                               f"PyTorch's loss per step (tools/export_training.py, the same initial weights and data) is the expectation.",
+                "target": {"kind": "reference"},
+                "model": {"onnx": f"../models/train_{name}.onnx"},
+                "inputs": {"x": {"file": f"../data/train_{name}/x.npy"}, "target": {"file": f"../data/train_{name}/target.npy"}},
+                "run": {"steps": STEPS, "checkpoint_steps": 10, "activation_steps": 5},
+                "training": {"loss": loss, "optimizer": {"kind": opt_kind, "learning_rate": lr}},
+                "step_closures": [{"kind": "log", "tensors": ["loss"]}, {"kind": "assert", "condition": "finite(loss)"}],
+                "expect": {"losses": {"file": f"../data/train_{name}/losses_{opt_kind}.npy", "rtol": 1e-4, "atol": 1e-6}},
+            }
+            with open(os.path.join(root, "scenarios", "reference", f"train_{name}_{opt_kind}.json"), "w") as f:
+                json.dump(scen, f, indent=2)
+                f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
