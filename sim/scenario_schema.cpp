@@ -222,6 +222,13 @@ NodePtr build() {
           opt("beta2", with_default(number(0, 1, "Adam beta2"), 0.999)),
           opt("eps", with_default(number(0, 1, "Adam epsilon"), 1e-8)),
           opt("weight_decay", with_default(number(0, 1e6, "L2 weight decay added to the gradient"), 0.0)),
+          opt("schedule", with_default(object({
+              opt("kind", with_default(enumeration({"constant", "exponential", "step", "warmup"},
+                  "learning rate as a function of the step t (1-based): constant; exponential lr*gamma^(t-1); step lr*gamma^floor((t-1)/step_size); warmup lr*min(1, t/warmup_steps)"), "constant")),
+              opt("gamma", with_default(number(0, 1e6, "decay factor (exponential, step)"), 1.0)),
+              opt("step_size", with_default(integer(1, 1e9, "steps per decay (step)"), 1)),
+              opt("warmup_steps", with_default(integer(1, 1e9, "steps of linear warmup (warmup)"), 1)),
+          }, "learning-rate schedule, computed in the graph from the step tensor"), json::object())),
       }, "the optimizer"), json::object())),
   }, "train the model: every step runs forward, backward and the optimizer update; weights and optimizer state carry over (docs/training.md)");
   auto root = object({

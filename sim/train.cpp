@@ -44,6 +44,11 @@ passes::TrainingSpec spec_of(const json& t) {
   sp.beta2 = o["beta2"].get<double>();
   sp.eps = o["eps"].get<double>();
   sp.weight_decay = o["weight_decay"].get<double>();
+  const json& sc = o["schedule"];
+  sp.schedule = sc["kind"].get<std::string>();
+  sp.gamma = sc["gamma"].get<double>();
+  sp.step_size = sc["step_size"].get<int64_t>();
+  sp.warmup_steps = sc["warmup_steps"].get<int64_t>();
   return sp;
 }
 
@@ -119,7 +124,8 @@ int run_reference_training(const Scenario& s, const RunOptions& opt, const graph
     for (const auto& [st, nx] : tg.state) state[st] = outputs.at(nx);
     const double loss = outputs.at("loss").cast(DType::f64).to_f64()[0];
     losses.push_back(loss);
-    json rec = {{"step", step}, {"loss", loss}, {"activation", sched.is_activation(step)}, {"checkpoint", sched.is_checkpoint(step)}};
+    json rec = {{"step", step}, {"loss", loss}, {"learning_rate", outputs.at("learning_rate").cast(DType::f64).to_f64()[0]},
+                {"activation", sched.is_activation(step)}, {"checkpoint", sched.is_checkpoint(step)}};
     if (sched.is_checkpoint(step)) {
       write_checkpoint(opt.out_dir, step, state, order);
       rec["checkpoint_dir"] = "checkpoints/step_" + std::to_string(step);

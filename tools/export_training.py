@@ -62,7 +62,11 @@ def classification_data(rng):
 
 
 def train(model, x, t, loss_kind, opt_kind, lr):
-    if opt_kind == "sgd":
+    sched = None
+    if opt_kind == "sgd_exponential":  # SGD with ExponentialLR(gamma 0.9), stepped after every optimizer step
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.9)
+    elif opt_kind == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=lr)
     elif opt_kind == "momentum":
         opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
@@ -79,6 +83,8 @@ def train(model, x, t, loss_kind, opt_kind, lr):
             loss = nn.functional.cross_entropy(y, tk.argmax(dim=1))
         loss.backward()
         opt.step()
+        if sched:
+            sched.step()
         losses.append(loss.item())
     return np.array(losses, dtype=np.float32)
 
@@ -98,7 +104,7 @@ def main():
     root = ap.parse_args().out
     torch.set_num_threads(1)
     cases = [
-        ("mlp", Regressor, regression_data, "mse", [("sgd", 0.05), ("adam", 0.01)], (16, 8)),
+        ("mlp", Regressor, regression_data, "mse", [("sgd", 0.05), ("adam", 0.01), ("sgd_exponential", 0.1)], (16, 8)),
         ("classifier", Classifier, classification_data, "softmax_cross_entropy", [("momentum", 0.05)], (24, 10)),
     ]
     for name, cls, data, loss, opts, shape in cases:
@@ -124,7 +130,8 @@ def main():
                 "model": {"onnx": f"../models/train_{name}.onnx"},
                 "inputs": {"x": {"file": f"../data/train_{name}/x.npy"}, "target": {"file": f"../data/train_{name}/target.npy"}},
                 "run": {"steps": STEPS, "checkpoint_steps": 10, "activation_steps": 5},
-                "training": {"loss": loss, "optimizer": {"kind": opt_kind, "learning_rate": lr}},
+                "training": {"loss": loss, "optimizer": ({"kind": "sgd", "learning_rate": lr, "schedule": {"kind": "exponential", "gamma": 0.9}}
+                                                         if opt_kind == "sgd_exponential" else {"kind": opt_kind, "learning_rate": lr})},
                 "step_closures": [{"kind": "log", "tensors": ["loss"]}, {"kind": "assert", "condition": "finite(loss)"}],
                 "expect": {"losses": {"file": f"../data/train_{name}/losses_{opt_kind}.npy", "rtol": 1e-4, "atol": 1e-6}},
             }

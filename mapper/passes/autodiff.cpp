@@ -218,7 +218,6 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
   // Optimizer: the update of every parameter (and its state), as graph ops.
   g.outputs = {"loss"};
   for (const auto& o : forward.outputs) g.outputs.push_back(o);
-  const std::string lr = b.scalar(spec.learning_rate);
   auto name_as = [&](const std::string& v, const std::string& name) {
     graph::Node id;
     id.op = "Identity";
@@ -230,6 +229,24 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
     g.outputs.push_back(name);
     return name;
   };
+  // The learning rate, a function of the step.
+  std::string lr = b.scalar(spec.learning_rate);
+  if (spec.schedule == "exponential") {
+    lr = b.mul(lr, b.node("Pow", {b.scalar(spec.gamma), b.sub("step", b.scalar(1.0))}));
+  } else if (spec.schedule == "step") {
+    graph::Attributes to_int, to_float;
+    to_int.set("to", int64_t{7});                           // INT64: truncation = floor for t >= 1
+    to_float.set("to", int64_t{dt == DType::f64 ? 11 : 1});  // DOUBLE or FLOAT
+    const std::string k = b.node("Cast", {b.node("Cast", {b.node("Div", {b.sub("step", b.scalar(1.0)), b.scalar(static_cast<double>(spec.step_size))})}, to_int)},
+                                 to_float);
+    lr = b.mul(lr, b.node("Pow", {b.scalar(spec.gamma), k}));
+  } else if (spec.schedule == "warmup") {
+    const std::string w = b.scalar(static_cast<double>(spec.warmup_steps));
+    lr = b.mul(lr, b.node("Where", {b.node("Less", {"step", w}), b.node("Div", {"step", w}), b.scalar(1.0)}));
+  } else if (spec.schedule != "constant") {
+    throw InputError("/training/optimizer/schedule/kind", "unknown schedule '" + spec.schedule + "'", "constant, exponential, step or warmup");
+  }
+  lr = name_as(lr, "learning_rate");
   auto state_input = [&](const std::string& name, const Tensor& like) {
     g.values[name] = graph::Value{name, like.dtype(), like.shape(), true, std::nullopt, false};
     g.inputs.push_back(name);

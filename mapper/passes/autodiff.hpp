@@ -29,6 +29,12 @@ struct TrainingSpec {
   std::string target = "target";       // the new graph input holding the targets
   std::string optimizer = "sgd";       // sgd | momentum | adam
   double learning_rate = 0.01, momentum = 0.9, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  // The learning rate as a tensor function of the 1-based step t (graph ops on the "step" input):
+  // constant: lr; exponential: lr gamma^(t-1) (torch ExponentialLR); step: lr gamma^floor((t-1) /
+  // step_size) (StepLR); warmup: lr min(1, t / warmup_steps) (linear warmup).
+  std::string schedule = "constant";
+  double gamma = 1.0;
+  int64_t step_size = 1, warmup_steps = 1;
 };
 
 struct TrainingGraph {

@@ -155,3 +155,32 @@ TEST_CASE("autodiff: an op without a gradient is named", "[autodiff]") {
     CHECK_THAT(e.what(), Catch::Contains("node 'soft' (Softmax") && Catch::Contains("no gradient for Softmax"));
   }
 }
+
+TEST_CASE("autodiff: learning-rate schedules are functions of the step tensor", "[autodiff]") {
+  const Tensor x = f64({3, 4}, 31), t = f64({3, 3}, 32);
+  struct Case {
+    std::string kind;
+    double (*want)(int);
+  };
+  const Case cases[] = {
+      {"constant", [](int) { return 0.2; }},
+      {"exponential", [](int s) { return 0.2 * std::pow(0.5, s - 1); }},
+      {"step", [](int s) { return 0.2 * std::pow(0.5, (s - 1) / 3); }},
+      {"warmup", [](int s) { return 0.2 * std::min(1.0, s / 4.0); }},
+  };
+  for (const auto& c : cases) {
+    passes::TrainingSpec spec;
+    spec.learning_rate = 0.2;
+    spec.schedule = c.kind;
+    spec.gamma = 0.5;
+    spec.step_size = 3;
+    spec.warmup_steps = 4;
+    const passes::TrainingGraph tg = passes::make_training_graph(mlp64(), spec);
+    auto in = feeds(tg, x, t);
+    for (int step = 1; step <= 8; ++step) {
+      in["step"].as<double>()[0] = step;
+      INFO(c.kind << " step " << step);
+      CHECK(reference::execute(tg.g, in).at("learning_rate").to_f64()[0] == Approx(c.want(step)).epsilon(1e-12));
+    }
+  }
+}
