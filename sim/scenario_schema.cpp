@@ -230,7 +230,13 @@ NodePtr build() {
               opt("warmup_steps", with_default(integer(1, 1e9, "steps of linear warmup (warmup)"), 1)),
           }, "learning-rate schedule, computed in the graph from the step tensor"), json::object())),
       }, "the optimizer"), json::object())),
-  }, "train the model: every step runs forward, backward and the optimizer update; weights and optimizer state carry over (docs/training.md)");
+      opt("loss_scaling", object({
+          opt("init_scale", with_default(number(1e-30, 1e30, "the first loss scale"), 65536.0)),
+          opt("growth", with_default(number(1, 1e6, "scale factor after `interval` finite steps in a row"), 2.0)),
+          opt("backoff", with_default(number(0, 1, "scale factor after a step with non-finite gradients (the step is skipped)"), 0.5)),
+          opt("interval", with_default(integer(1, 1e9, "finite steps in a row before the scale grows"), 2000)),
+      }, "dynamic loss scaling for mixed precision (precision.compute fp16 or bf16), GradScaler's rules")),
+  }, "train the model: every step runs forward, backward and the optimizer update; weights and optimizer state carry over; precision.compute fp16/bf16 trains in mixed precision on fp32 master weights (docs/training.md)");
   auto root = object({
       req("schema", enumeration({kScenarioSchema}, "the scenario format version")),
       opt("name", name_node("scenario name; the default output directory is out/<name>/ (default: the file name)")),

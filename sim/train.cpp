@@ -31,8 +31,20 @@ std::string fmt(double v, const char* f = "%.6g") {
   return b;
 }
 
-passes::TrainingSpec spec_of(const json& t) {
+passes::TrainingSpec spec_of(const json& t, const std::string& compute) {
   passes::TrainingSpec sp;
+  if (compute == "fp16") sp.compute = DType::f16;
+  else if (compute == "bf16") sp.compute = DType::bf16;
+  else if (compute != "fp32")
+    throw InputError("/precision/compute", "training takes fp32, or fp16/bf16 (mixed precision on fp32 master weights); not '" + compute + "'");
+  if (t.contains("loss_scaling")) {
+    const json& l = t["loss_scaling"];
+    sp.loss_scaling = true;
+    sp.init_scale = l["init_scale"].get<double>();
+    sp.growth = l["growth"].get<double>();
+    sp.backoff = l["backoff"].get<double>();
+    sp.interval = l["interval"].get<int64_t>();
+  }
   sp.loss = t["loss"].get<std::string>();
   if (t.contains("output")) sp.output = t["output"].get<std::string>();
   sp.target = t["target"].get<std::string>();
@@ -71,7 +83,7 @@ void write_checkpoint(const std::string& out_dir, int64_t step, const std::map<s
 int run_reference_training(const Scenario& s, const RunOptions& opt, const graph::Graph& g) {
   auto& con = Console::get();
   const auto t0 = std::chrono::steady_clock::now();
-  const passes::TrainingSpec spec = spec_of(s.resolved["training"]);
+  const passes::TrainingSpec spec = spec_of(s.resolved["training"], s.resolved["precision"]["compute"].get<std::string>());
   const passes::TrainingGraph tg = passes::make_training_graph(g, spec);
   const StepSchedule sched = StepSchedule::from(s.resolved["run"]);
   for (const auto& w : sched.warnings) con.warn(w);
@@ -113,6 +125,7 @@ int run_reference_training(const Scenario& s, const RunOptions& opt, const graph
   json report = new_report(s);
   report["training"] = {{"parameters", tg.params}, {"state", order}, {"loss", spec.loss}, {"optimizer", spec.optimizer}, {"first_step", first}};
   std::vector<double> losses;
+  int64_t skipped_steps = 0;
   std::map<std::string, Tensor> outputs;
   std::vector<StepMark> marks;
   for (int64_t step = first; step < sched.steps; ++step) {
@@ -126,6 +139,17 @@ int run_reference_training(const Scenario& s, const RunOptions& opt, const graph
     losses.push_back(loss);
     json rec = {{"step", step}, {"loss", loss}, {"learning_rate", outputs.at("learning_rate").cast(DType::f64).to_f64()[0]},
                 {"activation", sched.is_activation(step)}, {"checkpoint", sched.is_checkpoint(step)}};
+    if (spec.loss_scaling) {
+      const bool skipped = outputs.at("skipped").cast(DType::f64).to_f64()[0] != 0;
+      rec["loss_scale"] = in.at("loss_scale").cast(DType::f64).to_f64()[0];
+      rec["next_loss_scale"] = state.at("loss_scale").cast(DType::f64).to_f64()[0];
+      rec["skipped"] = skipped;
+      if (skipped) {
+        ++skipped_steps;
+        con.info("step " + std::to_string(step) + ": gradients overflowed at loss scale " + fmt(rec["loss_scale"].get<double>()) + "; update skipped, scale -> " +
+                 fmt(rec["next_loss_scale"].get<double>()));
+      }
+    }
     if (sched.is_checkpoint(step)) {
       write_checkpoint(opt.out_dir, step, state, order);
       rec["checkpoint_dir"] = "checkpoints/step_" + std::to_string(step);
@@ -134,8 +158,15 @@ int run_reference_training(const Scenario& s, const RunOptions& opt, const graph
     for (const auto& o : outs) values[o] = outputs.at(o);
     finish_step(report, std::move(rec), closures, sched, step, values, opt.out_dir, 0.0, marks);
   }
-  con.out("trained " + std::to_string(sched.steps - first) + " step(s) (" + spec.optimizer + ", " + spec.loss + "): loss " + fmt(losses.front()) + " -> " +
+  con.out("trained " + std::to_string(sched.steps - first) + " step(s) (" + spec.optimizer + ", " + spec.loss +
+          (spec.compute != DType::f32 ? ", mixed " + std::string(dtype_name(spec.compute)) : std::string()) + "): loss " + fmt(losses.front()) + " -> " +
           fmt(losses.back()));
+  if (spec.loss_scaling) {
+    const double final_scale = state.at("loss_scale").cast(DType::f64).to_f64()[0];
+    report["training"]["skipped_steps"] = skipped_steps;
+    report["training"]["final_loss_scale"] = final_scale;
+    con.out("loss scaling: " + std::to_string(skipped_steps) + " step(s) skipped (gradient overflow), scale " + fmt(spec.init_scale) + " -> " + fmt(final_scale));
+  }
 
   // The final weights and the last step's outputs.
   bool all_pass = true;

@@ -19,7 +19,7 @@ const char* kHint =
 struct Builder {
   graph::Graph& g;
   DType dt;
-  int next = 0;
+  int& next;  // shared by every builder of a graph: node and value names stay unique
 
   std::string fresh(const std::string& hint) {
     std::string n;
@@ -106,8 +106,12 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
     throw InputError("/training/output", "name the graph output the loss is taken of" + (out.empty() ? std::string() : " ('" + out + "' is not one)"),
                      "e.g. \"output\": \"" + (forward.outputs.empty() ? std::string("y") : forward.outputs[0]) + "\"");
   const graph::Value& yv = forward.value(out);
-  const DType dt = is_float(yv.dtype) ? yv.dtype : DType::f32;
-  Builder b{g, dt};
+  const DType master = is_float(yv.dtype) ? yv.dtype : DType::f32;  // weights, optimizer, loss output
+  const bool mixed = spec.compute != master && spec.compute != DType::f32;
+  const DType dt = mixed ? spec.compute : master;                   // forward and backward
+  int counter = 0;
+  Builder b{g, dt, counter};
+  Builder bm{g, master, counter};
 
   // Trainable parameters: float initializers that MatMul, Gemm or Add read.
   std::set<std::string> params;
@@ -129,11 +133,31 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
   }
   // The target and the step.
   if (g.has_value(spec.target)) throw InputError("/training/target", "'" + spec.target + "' is already a value of the graph", "choose another name");
-  g.values[spec.target] = graph::Value{spec.target, dt, yv.shape, true, std::nullopt, false};
+  g.values[spec.target] = graph::Value{spec.target, master, yv.shape, true, std::nullopt, false};
   g.inputs.push_back(spec.target);
   if (g.has_value("step")) throw InputError(forward.source, "the model already has a value named 'step'", "rename it");
-  g.values["step"] = graph::Value{"step", dt, {}, true, std::nullopt, false};
+  g.values["step"] = graph::Value{"step", master, {}, true, std::nullopt, false};
   g.inputs.push_back("step");
+
+  // Mixed precision: the forward nodes read low-precision casts of the weights and inputs.
+  std::map<std::string, std::string> lp;  // value -> its low-precision cast
+  auto low = [&](const std::string& v) {
+    auto it = lp.find(v);
+    return it == lp.end() ? v : it->second;
+  };
+  if (mixed) {
+    graph::Attributes to;
+    to.set("to", int64_t{spec.compute == DType::f16 ? 10 : 16});  // FLOAT16, BFLOAT16
+    const size_t nfwd = g.nodes.size();
+    std::vector<std::string> cast_of = tg.params;
+    for (const auto& i : forward.inputs)
+      if (is_float(forward.value(i).dtype)) cast_of.push_back(i);
+    cast_of.push_back(spec.target);
+    for (const auto& v : cast_of) lp[v] = b.node("Cast", {v}, to, "lp/" + v);
+    for (size_t k = 0; k < nfwd; ++k)
+      for (auto& i : g.nodes[k].inputs)
+        if (lp.count(i)) i = lp.at(i);
+  }
 
   // Which values depend on a parameter (the ones gradients flow to).
   std::set<std::string> needs(params.begin(), params.end());
@@ -150,28 +174,48 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
   const double numel = static_cast<double>(shape_numel(yv.shape));
   const double batch = yv.shape.empty() ? 1.0 : static_cast<double>(yv.shape[0]);
   std::string loss;
+  std::string scale_in, scale_lp;  // dynamic loss scaling: the state input and its cast
+  if (spec.loss_scaling) {
+    scale_in = "loss_scale";
+    if (g.has_value(scale_in)) throw InputError(forward.source, "the model already has a value named 'loss_scale'", "rename it");
+    g.values[scale_in] = graph::Value{scale_in, master, {}, true, std::nullopt, false};
+    g.inputs.push_back(scale_in);
+    Tensor s0(master, {});
+    s0 = Tensor::from_f32({}, {static_cast<float>(spec.init_scale)}).cast(master);
+    tg.initial[scale_in] = s0;
+    graph::Attributes to;
+    to.set("to", int64_t{dt == DType::f16 ? 10 : dt == DType::bf16 ? 16 : dt == DType::f64 ? 11 : 1});
+    scale_lp = dt == master ? scale_in : b.node("Cast", {scale_in}, to, "lp/loss_scale");
+  }
+  const std::string target = low(spec.target);
   if (spec.loss == "mse") {
-    const std::string diff = b.sub(out, spec.target);
+    const std::string diff = b.sub(out, target);
     loss = b.reduce_mean_all(b.mul(diff, diff));
     grad[out] = b.mul(diff, b.scalar(2.0 / numel));
   } else if (spec.loss == "softmax_cross_entropy") {
     graph::Attributes ax;
     ax.set("axis", int64_t{-1});
     const std::string logp = b.node("LogSoftmax", {out}, ax);
-    loss = b.mul(b.reduce_sum(b.mul(spec.target, logp), {}, false), b.scalar(-1.0 / batch));
+    loss = b.mul(b.reduce_sum(b.mul(target, logp), {}, false), b.scalar(-1.0 / batch));
     const std::string p = b.node("Softmax", {out}, ax);
-    grad[out] = b.mul(b.sub(p, spec.target), b.scalar(1.0 / batch));
+    grad[out] = b.mul(b.sub(p, target), b.scalar(1.0 / batch));
   } else {
     throw InputError("/training/loss", "unknown loss '" + spec.loss + "'", "mse or softmax_cross_entropy");
   }
-  {  // name it "loss"
+  if (spec.loss_scaling) grad[out] = b.mul(grad[out], scale_lp);
+  {  // name it "loss" (in the master precision)
     graph::Node id;
-    id.op = "Identity";
+    if (mixed) {
+      id.op = "Cast";
+      id.attrs.set("to", int64_t{master == DType::f64 ? 11 : 1});
+    } else {
+      id.op = "Identity";
+    }
     id.name = "train/loss";
     id.inputs = {loss};
     id.outputs = {"loss"};
     if (g.has_value("loss")) throw InputError(forward.source, "the model already has a value named 'loss'", "rename it");
-    g.values["loss"] = graph::Value{"loss", dt, {}, false, std::nullopt, false};
+    g.values["loss"] = graph::Value{"loss", master, {}, false, std::nullopt, false};
     g.nodes.push_back(std::move(id));
   }
 
@@ -187,23 +231,24 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
     const graph::Node& n = forward.nodes[*it];
     if (n.outputs.empty() || !grad.count(n.outputs[0])) continue;
     const std::string go = grad.at(n.outputs[0]);
+    auto in = [&](size_t k) { return low(n.inputs[k]); };  // the operand as the forward node read it
     auto wants = [&](size_t k) { return k < n.inputs.size() && !n.inputs[k].empty() && needs.count(n.inputs[k]) != 0; };
     if (n.op == "MatMul") {
       if (shape(n.inputs[0]).size() != 2 || shape(n.inputs[1]).size() != 2) throw InputError(forward.where(n), "MatMul gradients are 2-D only in this build", kHint);
-      if (wants(0)) acc(n.inputs[0], b.node("MatMul", {go, b.transpose(n.inputs[1])}));
-      if (wants(1)) acc(n.inputs[1], b.node("MatMul", {b.transpose(n.inputs[0]), go}));
+      if (wants(0)) acc(n.inputs[0], b.node("MatMul", {go, b.transpose(in(1))}));
+      if (wants(1)) acc(n.inputs[1], b.node("MatMul", {b.transpose(in(0)), go}));
     } else if (n.op == "Gemm") {
       if (n.attrs.get_int("transA", 0) || n.attrs.get_float("alpha", 1.0) != 1.0 || n.attrs.get_float("beta", 1.0) != 1.0)
         throw InputError(forward.where(n), "Gemm gradients need alpha = beta = 1 and no transA", kHint);
       const bool tb = n.attrs.get_int("transB", 0) != 0;
-      if (wants(0)) acc(n.inputs[0], tb ? b.node("MatMul", {go, n.inputs[1]}) : b.node("MatMul", {go, b.transpose(n.inputs[1])}));
-      if (wants(1)) acc(n.inputs[1], tb ? b.node("MatMul", {b.transpose(go), n.inputs[0]}) : b.node("MatMul", {b.transpose(n.inputs[0]), go}));
+      if (wants(0)) acc(n.inputs[0], tb ? b.node("MatMul", {go, in(1)}) : b.node("MatMul", {go, b.transpose(in(1))}));
+      if (wants(1)) acc(n.inputs[1], tb ? b.node("MatMul", {b.transpose(go), in(0)}) : b.node("MatMul", {b.transpose(in(0)), go}));
       if (wants(2)) acc(n.inputs[2], b.unbroadcast(go, shape(n.inputs[2]), shape(n.outputs[0])));
     } else if (n.op == "Add") {
       for (size_t k = 0; k < 2; ++k)
         if (wants(k)) acc(n.inputs[k], b.unbroadcast(go, shape(n.inputs[k]), shape(n.outputs[0])));
     } else if (n.op == "Relu") {
-      if (wants(0)) acc(n.inputs[0], b.node("Where", {b.node("Greater", {n.inputs[0], b.scalar(0.0)}), go, b.scalar(0.0)}));
+      if (wants(0)) acc(n.inputs[0], b.node("Where", {b.node("Greater", {in(0), b.scalar(0.0)}), go, b.scalar(0.0)}));
     } else if (n.op == "Tanh") {
       const std::string y = n.outputs[0];
       if (wants(0)) acc(n.inputs[0], b.mul(go, b.sub(b.scalar(1.0), b.mul(y, y))));
@@ -215,7 +260,8 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
     }
   }
 
-  // Optimizer: the update of every parameter (and its state), as graph ops.
+  // Optimizer: the update of every parameter (and its state), as graph ops in the master
+  // precision (bm).
   g.outputs = {"loss"};
   for (const auto& o : forward.outputs) g.outputs.push_back(o);
   auto name_as = [&](const std::string& v, const std::string& name) {
@@ -224,25 +270,26 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
     id.name = "train/" + name;
     id.inputs = {v};
     id.outputs = {name};
-    g.values[name] = graph::Value{name, dt, {}, false, std::nullopt, false};
+    g.values[name] = graph::Value{name, master, {}, false, std::nullopt, false};
     g.nodes.push_back(std::move(id));
     g.outputs.push_back(name);
     return name;
   };
+  const int64_t master_to = master == DType::f64 ? 11 : 1;  // ONNX DOUBLE / FLOAT
   // The learning rate, a function of the step.
-  std::string lr = b.scalar(spec.learning_rate);
+  std::string lr = bm.scalar(spec.learning_rate);
   if (spec.schedule == "exponential") {
-    lr = b.mul(lr, b.node("Pow", {b.scalar(spec.gamma), b.sub("step", b.scalar(1.0))}));
+    lr = bm.mul(lr, bm.node("Pow", {bm.scalar(spec.gamma), bm.sub("step", bm.scalar(1.0))}));
   } else if (spec.schedule == "step") {
     graph::Attributes to_int, to_float;
-    to_int.set("to", int64_t{7});                           // INT64: truncation = floor for t >= 1
-    to_float.set("to", int64_t{dt == DType::f64 ? 11 : 1});  // DOUBLE or FLOAT
-    const std::string k = b.node("Cast", {b.node("Cast", {b.node("Div", {b.sub("step", b.scalar(1.0)), b.scalar(static_cast<double>(spec.step_size))})}, to_int)},
-                                 to_float);
-    lr = b.mul(lr, b.node("Pow", {b.scalar(spec.gamma), k}));
+    to_int.set("to", int64_t{7});  // INT64: truncation = floor for t >= 1
+    to_float.set("to", master_to);
+    const std::string k = bm.node(
+        "Cast", {bm.node("Cast", {bm.node("Div", {bm.sub("step", bm.scalar(1.0)), bm.scalar(static_cast<double>(spec.step_size))})}, to_int)}, to_float);
+    lr = bm.mul(lr, bm.node("Pow", {bm.scalar(spec.gamma), k}));
   } else if (spec.schedule == "warmup") {
-    const std::string w = b.scalar(static_cast<double>(spec.warmup_steps));
-    lr = b.mul(lr, b.node("Where", {b.node("Less", {"step", w}), b.node("Div", {"step", w}), b.scalar(1.0)}));
+    const std::string w = bm.scalar(static_cast<double>(spec.warmup_steps));
+    lr = bm.mul(lr, bm.node("Where", {bm.node("Less", {"step", w}), bm.node("Div", {"step", w}), bm.scalar(1.0)}));
   } else if (spec.schedule != "constant") {
     throw InputError("/training/optimizer/schedule/kind", "unknown schedule '" + spec.schedule + "'", "constant, exponential, step or warmup");
   }
@@ -253,36 +300,75 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
     tg.initial[name] = Tensor(like.dtype(), like.shape());  // zeros
     return name;
   };
-  std::vector<std::pair<std::string, std::string>> opt_state;
+  // The gradients in the master precision (cast back from the compute precision, unscaled).
+  std::map<std::string, std::string> g32;
   for (const auto& p : tg.params) {
     if (!grad.count(p)) throw InputError(forward.source, "weight '" + p + "' does not reach the loss", kHint);
     std::string gp = grad.at(p);
+    if (mixed) {
+      graph::Attributes to;
+      to.set("to", master_to);
+      gp = bm.node("Cast", {gp}, to);
+    }
+    if (spec.loss_scaling) gp = bm.node("Div", {gp, "loss_scale"});
+    g32[p] = gp;
     tg.grad_of[p] = name_as(gp, "grad:" + p);
-    if (spec.weight_decay != 0) gp = b.add(gp, b.mul(p, b.scalar(spec.weight_decay)));
+  }
+  // Dynamic loss scaling: are all gradients finite? (x * 0 is 0 for finite x, NaN for inf or NaN.)
+  std::string finite;
+  if (spec.loss_scaling) {
+    std::string total;
+    for (const auto& p : tg.params) {
+      const std::string sp = bm.reduce_sum(g32.at(p), {}, false);
+      total = total.empty() ? sp : bm.add(total, sp);
+    }
+    finite = bm.node("Equal", {bm.mul(total, bm.scalar(0.0)), bm.scalar(0.0)});
+    name_as(bm.node("Where", {finite, bm.scalar(0.0), bm.scalar(1.0)}), "skipped");
+  }
+  auto keep_if_skipped = [&](const std::string& next, const std::string& cur) {
+    return spec.loss_scaling ? bm.node("Where", {finite, next, cur}) : next;
+  };
+  std::vector<std::pair<std::string, std::string>> opt_state;
+  for (const auto& p : tg.params) {
+    std::string gp = g32.at(p);
+    if (spec.weight_decay != 0) gp = bm.add(gp, bm.mul(p, bm.scalar(spec.weight_decay)));
     std::string next;
     if (spec.optimizer == "sgd") {
-      next = b.sub(p, b.mul(gp, lr));
+      next = bm.sub(p, bm.mul(gp, lr));
     } else if (spec.optimizer == "momentum") {
       const std::string v = state_input("momentum:" + p, tg.initial.at(p));
-      const std::string v2 = b.add(b.mul(v, b.scalar(spec.momentum)), gp);
-      opt_state.push_back({v, name_as(v2, "next:" + v)});
-      next = b.sub(p, b.mul(v2, lr));
+      const std::string v2 = bm.add(bm.mul(v, bm.scalar(spec.momentum)), gp);
+      opt_state.push_back({v, name_as(keep_if_skipped(v2, v), "next:" + v)});
+      next = bm.sub(p, bm.mul(v2, lr));
     } else if (spec.optimizer == "adam") {
       const std::string m = state_input("adam_m:" + p, tg.initial.at(p)), v = state_input("adam_v:" + p, tg.initial.at(p));
-      const std::string m2 = b.add(b.mul(m, b.scalar(spec.beta1)), b.mul(gp, b.scalar(1 - spec.beta1)));
-      const std::string v2 = b.add(b.mul(v, b.scalar(spec.beta2)), b.mul(b.mul(gp, gp), b.scalar(1 - spec.beta2)));
-      opt_state.push_back({m, name_as(m2, "next:" + m)});
-      opt_state.push_back({v, name_as(v2, "next:" + v)});
-      const std::string bc1 = b.sub(b.scalar(1.0), b.node("Pow", {b.scalar(spec.beta1), "step"}));
-      const std::string bc2 = b.sub(b.scalar(1.0), b.node("Pow", {b.scalar(spec.beta2), "step"}));
-      const std::string mhat = b.node("Div", {m2, bc1}), vhat = b.node("Div", {v2, bc2});
-      next = b.sub(p, b.node("Div", {b.mul(mhat, lr), b.add(b.node("Sqrt", {vhat}), b.scalar(spec.eps))}));
+      const std::string m2 = bm.add(bm.mul(m, bm.scalar(spec.beta1)), bm.mul(gp, bm.scalar(1 - spec.beta1)));
+      const std::string v2 = bm.add(bm.mul(v, bm.scalar(spec.beta2)), bm.mul(bm.mul(gp, gp), bm.scalar(1 - spec.beta2)));
+      opt_state.push_back({m, name_as(keep_if_skipped(m2, m), "next:" + m)});
+      opt_state.push_back({v, name_as(keep_if_skipped(v2, v), "next:" + v)});
+      const std::string bc1 = bm.sub(bm.scalar(1.0), bm.node("Pow", {bm.scalar(spec.beta1), "step"}));
+      const std::string bc2 = bm.sub(bm.scalar(1.0), bm.node("Pow", {bm.scalar(spec.beta2), "step"}));
+      const std::string mhat = bm.node("Div", {m2, bc1}), vhat = bm.node("Div", {v2, bc2});
+      next = bm.sub(p, bm.node("Div", {bm.mul(mhat, lr), bm.add(bm.node("Sqrt", {vhat}), bm.scalar(spec.eps))}));
     } else {
       throw InputError("/training/optimizer/kind", "unknown optimizer '" + spec.optimizer + "'", "sgd, momentum or adam");
     }
-    tg.state.push_back({p, name_as(next, "next:" + p)});
+    tg.state.push_back({p, name_as(keep_if_skipped(next, p), "next:" + p)});
   }
-  for (const auto& s : opt_state) tg.state.push_back(s);
+  for (const auto& st : opt_state) tg.state.push_back(st);
+  if (spec.loss_scaling) {  // S and the count of finite steps in a row (GradScaler's rules)
+    const std::string cnt = "loss_scale_count";
+    g.values[cnt] = graph::Value{cnt, master, {}, true, std::nullopt, false};
+    g.inputs.push_back(cnt);
+    tg.initial[cnt] = Tensor(master, {});
+    const std::string grown = bm.add(cnt, bm.scalar(1.0));
+    const std::string below = bm.node("Less", {grown, bm.scalar(static_cast<double>(spec.interval))});
+    const std::string s2 =
+        bm.node("Where", {finite, bm.node("Where", {below, "loss_scale", bm.mul("loss_scale", bm.scalar(spec.growth))}), bm.mul("loss_scale", bm.scalar(spec.backoff))});
+    const std::string c2 = bm.node("Where", {finite, bm.node("Where", {below, grown, bm.scalar(0.0)}), bm.scalar(0.0)});
+    tg.state.push_back({"loss_scale", name_as(s2, "next:loss_scale")});
+    tg.state.push_back({cnt, name_as(c2, "next:" + cnt)});
+  }
   passes::infer_and_fold(g);
   graph::verify(g);
   return tg;

@@ -35,6 +35,16 @@ struct TrainingSpec {
   std::string schedule = "constant";
   double gamma = 1.0;
   int64_t step_size = 1, warmup_steps = 1;
+  // Mixed precision: forward and backward in `compute` (fp16 or bf16; f32 = off) on casts of the
+  // fp32 master weights, inputs and targets; gradients cast back to fp32 for the optimizer.
+  DType compute = DType::f32;
+  // Dynamic loss scaling (torch.cuda.amp.GradScaler's rules): the loss gradient is multiplied by
+  // the scale S (state "loss_scale"), the fp32 gradients divided by it; a step whose gradients are
+  // not all finite is skipped (weights and state unchanged) and S *= backoff; after `interval`
+  // finite steps in a row S *= growth. Outputs "loss_scale" (next S) and "skipped" (1 or 0).
+  bool loss_scaling = false;
+  double init_scale = 65536.0, growth = 2.0, backoff = 0.5;
+  int64_t interval = 2000;
 };
 
 struct TrainingGraph {
