@@ -116,7 +116,9 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   fo.record = s.resolved.contains("trace");
   fo.stop = [] { return interrupted(); };  // SIGINT stops a long fabric run (tessera exits 130, nothing written)
   fo.task_ends = true;
-  fo.eager_memory_ops = true;  // the compiled programs never write what a memory-only op reads while it runs
+  // The compiled programs never write what a memory-only op reads while it runs, so those ops may
+  // compute at issue -- unless faults are armed: a bit flipped mid-op must be seen element by element.
+  fo.eager_memory_ops = s.resolved["run"]["faults"].empty();
   fo.host_memory_budget = static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>());
   wafer::Fabric fab("wafer", cfg, fo);
   fab.load(L);
