@@ -42,7 +42,8 @@ int run_reference(const Scenario& s, const RunOptions& opt) {
   check_expect_names(s, g);
   if (s.resolved.contains("training")) return run_reference_training(s, opt, g);
   const StepSchedule sched = StepSchedule::from(s.resolved["run"]);
-  const std::vector<StepClosure> closures = parse_closures(s.resolved["step_closures"], g.outputs);
+  const auto out_sizes = output_sizes(g);
+  const std::vector<StepClosure> closures = parse_closures(s.resolved["step_closures"], g.outputs, &out_sizes);
   const StepInputs step_inputs(s, g, sched.steps);
   const auto tot = graph::totals(g);
   con.info("model: " + g.source + " (" + std::to_string(g.nodes.size()) + " nodes, " + std::to_string(tot.params) +

@@ -186,7 +186,10 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
   std::vector<StepClosure> closures;
   std::optional<StepInputs> step_inputs;
   if (job.compiled) {
-    closures = parse_closures(s.resolved["step_closures"], graph->outputs);
+    {
+      const auto sizes = output_sizes(*graph);
+      closures = parse_closures(s.resolved["step_closures"], graph->outputs, &sizes);
+    }
     if (!closures.empty() && !numerics) throw InputError("/step_closures", "step closures need values: run.numerics is false", "remove the closures or --no-numerics");
     if (sched.steps > 1) step_inputs.emplace(s, *graph, sched.steps);
   }

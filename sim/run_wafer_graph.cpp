@@ -54,7 +54,8 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   graph::Graph g = load_model(s);
   check_expect_names(s, g);
   const StepSchedule sched = StepSchedule::from(s.resolved["run"]);
-  const std::vector<StepClosure> closures = parse_closures(s.resolved["step_closures"], g.outputs);
+  const auto out_sizes = output_sizes(g);
+  const std::vector<StepClosure> closures = parse_closures(s.resolved["step_closures"], g.outputs, &out_sizes);
   const StepInputs step_inputs(s, g, sched.steps);
   for (const auto& w : sched.warnings) con.warn(w);
   std::map<std::string, Tensor> inputs = step_inputs.at(0);
@@ -192,7 +193,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     const auto& k = cp.kernels[l];
     const std::string ls = std::to_string(l);
     int64_t end = 0, wready = -1;
-    for (int64_t i = 0; i < k.nblocks(); ++i) {
+    for (int64_t i = 0; i < (k.k_on_columns ? k.h : k.w); ++i) {  // every chain end (padding lines too)
       const int64_t px = k.k_on_columns ? k.w - 1 : i, py = k.k_on_columns ? i : k.h - 1;
       end = std::max(end, fab.task_end(k.x0 + px, k.y0 + py, "red" + ls));
     }

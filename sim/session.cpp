@@ -29,8 +29,10 @@ StepSchedule StepSchedule::make(int64_t steps, int64_t checkpoint_steps, int64_t
   if (a != activation_steps)
     s.warnings.push_back("run.activation_steps " + std::to_string(activation_steps) + " is more than run.steps; using " + std::to_string(a));
   if (checkpoint_steps > 0) {
-    // gcd with every checkpoint step + 1: k, 2k, ... (all multiples of k) and the last step + 1.
-    const int64_t g = std::gcd(a, std::gcd(checkpoint_steps, steps));
+    // gcd with every checkpoint step + 1: k, 2k, ... up to num_steps (none when k > num_steps), and
+    // the last step + 1 = num_steps.
+    int64_t g = std::gcd(a, steps);
+    for (int64_t c = checkpoint_steps; c <= steps; c += checkpoint_steps) g = std::gcd(g, c);
     if (g != a)
       s.warnings.push_back("run.activation_steps " + std::to_string(a) + " reduced to " + std::to_string(g) +
                            " so that every checkpoint step is an activation step (gcd with checkpoint steps + 1)");
@@ -98,6 +100,12 @@ std::string parse_condition(const std::string& text, StepClosure& c) {
   return "";
 }
 
+std::string fmt_num(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
 std::string summary(const Tensor& t) {
   const auto v = t.cast(DType::f64).to_f64();
   std::ostringstream o;
@@ -114,7 +122,7 @@ std::string summary(const Tensor& t) {
 
 }  // namespace
 
-std::vector<StepClosure> parse_closures(const json& closures, const std::vector<std::string>& outputs) {
+std::vector<StepClosure> parse_closures(const json& closures, const std::vector<std::string>& outputs, const std::map<std::string, int64_t>* sizes) {
   DiagnosticList d;
   std::vector<StepClosure> out;
   std::vector<std::string> names = outputs;
@@ -145,6 +153,12 @@ std::vector<StepClosure> parse_closures(const json& closures, const std::vector<
         continue;
       }
       if (!check_name(c.tensor, c.where + "/condition")) continue;
+      const int64_t n = c.tensor == "step" ? 1 : sizes && sizes->count(c.tensor) ? sizes->at(c.tensor) : 1;
+      if (c.reduce.empty() && n != 1) {
+        d.add(c.where + "/condition", "'" + c.tensor + "' has " + std::to_string(n) + " values; compare a one-value tensor or a reduction",
+              "e.g. \"max(" + c.tensor + ") " + c.op + " " + fmt_num(c.value) + "\"");
+        continue;
+      }
     } else {
       c.tensors = j.value("tensors", std::vector<std::string>{});
       if (c.tensors.empty()) {
@@ -252,6 +266,13 @@ void finish_step(json& report, json rec, const std::vector<StepClosure>& closure
   report["steps"].push_back(std::move(rec));
 }
 
+std::map<std::string, int64_t> output_sizes(const graph::Graph& g) {
+  std::map<std::string, int64_t> m;
+  for (const auto& o : g.outputs) m[o] = g.has_value(o) && g.value(o).shape_known ? shape_numel(g.value(o).shape) : 1;
+  m["loss"] = 1;
+  return m;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Per-step inputs.
 
@@ -275,7 +296,7 @@ StepInputs::StepInputs(const Scenario& s, const graph::Graph& g, int64_t steps, 
       in.data = read_npy(spec["file"].get<std::string>());
       Shape per = v.shape;
       per.insert(per.begin(), steps);
-      if (in.data.shape() == per && steps > 1) {
+      if (in.data.shape() == per && (steps > 1 || in.data.shape() != v.shape)) {
         in.per_step = true;
       } else if (in.data.shape() != v.shape) {
         d.add(where + "/file", "shape " + shape_str(in.data.shape()) + " is neither the model input's " + shape_str(v.shape) + " nor one per step " +

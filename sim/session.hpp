@@ -48,7 +48,12 @@ struct StepClosure {
 
 // Parses and checks /step_closures against the graph's outputs (every mistake at once, with
 // JSON pointers).
-std::vector<StepClosure> parse_closures(const nlohmann::json& closures, const std::vector<std::string>& outputs);
+// `sizes` (optional): elements per output, so that an assert without a reduction on a many-valued
+// tensor is reported here rather than after a step has run.
+std::vector<StepClosure> parse_closures(const nlohmann::json& closures, const std::vector<std::string>& outputs,
+                                        const std::map<std::string, int64_t>* sizes = nullptr);
+// Elements of each graph output (for parse_closures).
+std::map<std::string, int64_t> output_sizes(const graph::Graph& g);
 
 // What the closures of `step` did (their records for the report); the console gets the logs.
 // Throws CheckFailed naming the step and closure when an assert fails. `dump` writes
@@ -57,8 +62,8 @@ nlohmann::json run_closures(const std::vector<StepClosure>& closures, const Step
                             const std::map<std::string, Tensor>& values, const std::string& out_dir);
 
 // The end of one step: runs its closures (run_closures), appends `rec` with their records to
-// report["steps"] (also when an assert fails, before the CheckFailed goes on) and adds an instant per
-// closure that ran, at `t_end_s`, to `marks` (the trace's steps track).
+// report["steps"] and adds an instant per closure that ran, at `t_end_s`, to `marks` (the trace's
+// steps track). A failed assert throws CheckFailed: the run stops with exit 1 and writes no report.
 void finish_step(nlohmann::json& report, nlohmann::json rec, const std::vector<StepClosure>& closures, const StepSchedule& sched, int64_t step,
                  const std::map<std::string, Tensor>& values, const std::string& out_dir, double t_end_s, std::vector<StepMark>& marks);
 

@@ -69,6 +69,7 @@ passes::TrainingSpec spec_of(const json& t, const std::string& compute) {
 void write_checkpoint(const std::string& out_dir, int64_t step, const std::map<std::string, Tensor>& state, const std::vector<std::string>& order) {
   const fs::path dir = fs::path(out_dir) / "checkpoints" / ("step_" + std::to_string(step));
   fs::create_directories(dir);
+  fs::remove(dir / "manifest.json");  // an older run's: until the new one is written this is no checkpoint
   json m = {{"schema", "tessera.checkpoint/1"}, {"step", step}, {"tensors", json::object()}};
   for (const auto& name : order) {
     const std::string file = safe_file_name(name) + ".npy";
@@ -89,7 +90,8 @@ int run_reference_training(const Scenario& s, const RunOptions& opt, const graph
   for (const auto& w : sched.warnings) con.warn(w);
   std::vector<std::string> outs = g.outputs;
   outs.push_back("loss");
-  const std::vector<StepClosure> closures = parse_closures(s.resolved["step_closures"], outs);
+  const auto out_sizes = output_sizes(g);
+  const std::vector<StepClosure> closures = parse_closures(s.resolved["step_closures"], outs, &out_sizes);
   std::vector<std::string> given = g.inputs;
   given.push_back(spec.target);
   const StepInputs step_inputs(s, tg.g, sched.steps, &given);
@@ -107,10 +109,14 @@ int run_reference_training(const Scenario& s, const RunOptions& opt, const graph
     } catch (const json::exception& e) {
       throw InputError(opt.resume + "/manifest.json", std::string("not a checkpoint manifest: ") + e.what(), "give a directory written by a training run");
     }
-    if (m.value("schema", "") != "tessera.checkpoint/1") throw InputError(opt.resume, "not a tessera.checkpoint/1 directory");
+    if (!m.is_object() || m.value("schema", "") != "tessera.checkpoint/1" || !m.contains("step") || !m["step"].is_number_integer() ||
+        m["step"].get<int64_t>() < 0 || !m.contains("tensors") || !m["tensors"].is_object())
+      throw InputError(opt.resume + "/manifest.json", "not a tessera.checkpoint/1 manifest (schema, a step >= 0 and tensors)",
+                       "give a directory written by a training run");
     for (const auto& name : order) {
       if (!m["tensors"].contains(name))
         throw InputError(opt.resume + "/manifest.json", "the checkpoint has no '" + name + "'", "resume with the scenario that wrote it");
+      if (!m["tensors"][name].is_string()) throw InputError(opt.resume + "/manifest.json", "tensor '" + name + "' is not a file name");
       Tensor t = read_npy((dir / m["tensors"][name].get<std::string>()).string());
       if (t.shape() != state.at(name).shape() || t.dtype() != state.at(name).dtype())
         throw InputError(opt.resume, "'" + name + "' is " + std::string(dtype_name(t.dtype())) + shape_str(t.shape()) + ", the model's is " +

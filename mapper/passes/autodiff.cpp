@@ -174,7 +174,7 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
   const double numel = static_cast<double>(shape_numel(yv.shape));
   const double batch = yv.shape.empty() ? 1.0 : static_cast<double>(yv.shape[0]);
   std::string loss;
-  std::string scale_in, scale_lp;  // dynamic loss scaling: the state input and its cast
+  std::string scale_in;  // dynamic loss scaling: the scale's state input
   if (spec.loss_scaling) {
     scale_in = "loss_scale";
     if (g.has_value(scale_in)) throw InputError(forward.source, "the model already has a value named 'loss_scale'", "rename it");
@@ -183,9 +183,6 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
     Tensor s0(master, {});
     s0 = Tensor::from_f32({}, {static_cast<float>(spec.init_scale)}).cast(master);
     tg.initial[scale_in] = s0;
-    graph::Attributes to;
-    to.set("to", int64_t{dt == DType::f16 ? 10 : dt == DType::bf16 ? 16 : dt == DType::f64 ? 11 : 1});
-    scale_lp = dt == master ? scale_in : b.node("Cast", {scale_in}, to, "lp/loss_scale");
   }
   const std::string target = low(spec.target);
   if (spec.loss == "mse") {
@@ -193,6 +190,9 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
     loss = b.reduce_mean_all(b.mul(diff, diff));
     grad[out] = b.mul(diff, b.scalar(2.0 / numel));
   } else if (spec.loss == "softmax_cross_entropy") {
+    if (yv.shape.size() != 2)
+      throw InputError("/training/loss", "softmax_cross_entropy takes logits [batch, classes]; '" + out + "' is " + shape_str(yv.shape),
+                       "reshape the output to 2-D, or use mse");
     graph::Attributes ax;
     ax.set("axis", int64_t{-1});
     const std::string logp = b.node("LogSoftmax", {out}, ax);
@@ -202,7 +202,18 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
   } else {
     throw InputError("/training/loss", "unknown loss '" + spec.loss + "'", "mse or softmax_cross_entropy");
   }
-  if (spec.loss_scaling) grad[out] = b.mul(grad[out], scale_lp);
+  if (spec.loss_scaling) {
+    // Scaled in the master precision (the scale itself may not fit the compute type: fp16's largest
+    // value is 65504 < 65536), then cast back: only a product too large for it overflows.
+    if (dt == master) {
+      grad[out] = b.mul(grad[out], scale_in);
+    } else {
+      graph::Attributes up, down;
+      up.set("to", int64_t{master == DType::f64 ? 11 : 1});
+      down.set("to", int64_t{dt == DType::f16 ? 10 : 16});
+      grad[out] = b.node("Cast", {bm.mul(bm.node("Cast", {grad[out]}, up), scale_in)}, down);
+    }
+  }
   {  // name it "loss" (in the master precision)
     graph::Node id;
     if (mixed) {
@@ -329,6 +340,12 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
     return spec.loss_scaling ? bm.node("Where", {finite, next, cur}) : next;
   };
   std::vector<std::pair<std::string, std::string>> opt_state;
+  if (spec.optimizer == "adam" && spec.loss_scaling) {
+    g.values["adam_updates"] = graph::Value{"adam_updates", master, {}, true, std::nullopt, false};
+    g.inputs.push_back("adam_updates");
+    tg.initial["adam_updates"] = Tensor(master, {});
+    opt_state.push_back({"adam_updates", name_as(bm.node("Where", {finite, bm.add("adam_updates", bm.scalar(1.0)), "adam_updates"}), "next:adam_updates")});
+  }
   for (const auto& p : tg.params) {
     std::string gp = g32.at(p);
     if (spec.weight_decay != 0) gp = bm.add(gp, bm.mul(p, bm.scalar(spec.weight_decay)));
@@ -342,12 +359,15 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
       next = bm.sub(p, bm.mul(v2, lr));
     } else if (spec.optimizer == "adam") {
       const std::string m = state_input("adam_m:" + p, tg.initial.at(p)), v = state_input("adam_v:" + p, tg.initial.at(p));
+      // Bias correction counts the updates made: with loss scaling a skipped step is not one
+      // (GradScaler skips optimizer.step()), so the count is state of its own.
+      const std::string t_opt = spec.loss_scaling ? bm.add("adam_updates", bm.scalar(1.0)) : std::string("step");
       const std::string m2 = bm.add(bm.mul(m, bm.scalar(spec.beta1)), bm.mul(gp, bm.scalar(1 - spec.beta1)));
       const std::string v2 = bm.add(bm.mul(v, bm.scalar(spec.beta2)), bm.mul(bm.mul(gp, gp), bm.scalar(1 - spec.beta2)));
       opt_state.push_back({m, name_as(keep_if_skipped(m2, m), "next:" + m)});
       opt_state.push_back({v, name_as(keep_if_skipped(v2, v), "next:" + v)});
-      const std::string bc1 = bm.sub(bm.scalar(1.0), bm.node("Pow", {bm.scalar(spec.beta1), "step"}));
-      const std::string bc2 = bm.sub(bm.scalar(1.0), bm.node("Pow", {bm.scalar(spec.beta2), "step"}));
+      const std::string bc1 = bm.sub(bm.scalar(1.0), bm.node("Pow", {bm.scalar(spec.beta1), t_opt}));
+      const std::string bc2 = bm.sub(bm.scalar(1.0), bm.node("Pow", {bm.scalar(spec.beta2), t_opt}));
       const std::string mhat = bm.node("Div", {m2, bc1}), vhat = bm.node("Div", {v2, bc2});
       next = bm.sub(p, bm.node("Div", {bm.mul(mhat, lr), bm.add(bm.node("Sqrt", {vhat}), bm.scalar(spec.eps))}));
     } else {

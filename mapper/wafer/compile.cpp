@@ -357,7 +357,9 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   const std::string L = std::to_string(l);
   const std::string wbuf = ws ? (l % 2 ? "Wb" : "Wa") : "W" + L;
   const int64_t B = k.B, kb = k.kb, nb = k.nb;
-  const int rj = 4 * static_cast<int>(l % 4), rb = rj + 1, rt = rj + 2;
+  // Three registers per layer (r0..r14 for 5 layers): layers that share PEs (weight streaming)
+  // never share a counter.
+  const int rj = 3 * static_cast<int>(l), rb = rj + 1, rt = rj + 2;
   // Task ids are priorities (the lowest runnable id goes first): weight loads (4 per layer, ids
   // 0-19) before x tasks (20-24) so a load is never starved by a busy layer, then the reduce
   // (25-29), the hand-off (30-34) and the input's send (35).
@@ -415,7 +417,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   o << "  add r" << rj << ", r" << rj << ", 1\n  sub r" << rt << ", r" << rj << ", " << kb << "\n  bnz r" << rt << ", x" << L << "\n";
   o << "  mov r" << rj << ", 0\n  add r" << rb << ", r" << rb << ", 1\n  sub r" << rt << ", r" << rb << ", " << B << "\n  bnz r" << rt << ", x" << L
     << "\n";
-  o << "  activate red" << L << "\n";
+  o << "  mov r" << rb << ", 0\n  activate red" << L << "\n";
   if (ws && l + 2 < c.kernels.size()) o << "  unblock ld" << l + 2 << "   # the buffer is free for the layer after next\n";
   o << "x" << L << ":\n  ret\n";
   o << ".task red" << L << " local id=" << id_red << "   # partial sums along the chain; bias and activation at its end\n";

@@ -32,7 +32,9 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
   std::vector<std::vector<int64_t>> compute_end_of, wready_of;  // per kernel: per PE (row-major in its rect)
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     DenseKernel& k = c.kernels[l];
-    const int64_t Lk = k.kblocks();                       // chain length (positions along K)
+    // The chains and lines span the whole rectangle (weight streaming pads blocks with zeros to
+    // cover it; pipelined rectangles are exactly kblocks x nblocks).
+    const int64_t Lk = k.k_on_columns ? k.w : k.h;        // chain length (positions along K)
     const int64_t Ln = k.k_on_columns ? k.h : k.w;        // PEs along an x line (N axis)
     const bool wrap_ld = ws && l + 2 < c.kernels.size();
     // Per x value: mul, dsd_off, mul, dsd_off, bnz, fmacs (setup + nb / width), add, sub, bnz, ret;
@@ -41,7 +43,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     // fp16: fmachs (fp32 SIMD class) for both.
     const int64_t per_x = 9 + S + cdiv(k.nb, c.fp16 ? w32 : wf);
     const int64_t first_x = 10 + S + cdiv(k.nb, w32);
-    const int64_t compute = k.B * ((k.kb - 1) * per_x + first_x) + 4 * k.B + 1 + (wrap_ld ? 1 : 0);
+    const int64_t compute = k.B * ((k.kb - 1) * per_x + first_x) + 4 * k.B + 2 + (wrap_ld ? 1 : 0);
     k.est.compute = compute;
     k.est.flops = 2.0 * static_cast<double>(k.B * k.K * k.N) + static_cast<double>(k.B * k.N) * (k.relu ? 2 : 1);
     k.est.weight_bytes = static_cast<double>(k.K * k.N) * 4;
@@ -122,8 +124,8 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     // Then bias and activation over B nb elements at the fp32 width, then the hand-off.
     const int64_t n_el = k.B * k.nb;
     int64_t end = 0, compute_end = 0, transfer = 0;
-    std::vector<int64_t> next(static_cast<size_t>(k.nblocks()), 0);
-    for (int64_t pn = 0; pn < k.nblocks(); ++pn) {
+    std::vector<int64_t> next(static_cast<size_t>(Ln), 0);
+    for (int64_t pn = 0; pn < Ln; ++pn) {
       int64_t lead = INT64_MIN;  // max_j(T(j) + S - j * pass)
       int64_t tmax = 0;
       for (int64_t pk = 0; pk < Lk; ++pk) {

@@ -37,6 +37,7 @@ TEST_CASE("session: step schedules for several steps / checkpoint_steps / activa
       {5, 0, 8, {}, {4}, 5, true},                       // capped at num_steps
       {1, 1, 1, {0}, {0}, 1, false},
       {12, 5, 5, {4, 9, 11}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 1, true},  // gcd(5, 5, 10, 12) = 1
+      {12, 18, 4, {11}, {3, 7, 11}, 4, false},           // k > num_steps: only the last step; gcd(4, 12) = 4
   };
   for (const auto& c : cases) {
     INFO("steps " << c.steps << " checkpoint_steps " << c.ckpt << " activation_steps " << c.act);
