@@ -1,4 +1,7 @@
 #include "sim/check.hpp"
+#include "sim/report.hpp"
+#include "sim/console.hpp"
+#include "isa/npy.hpp"
 
 #include <cstdio>
 
@@ -39,6 +42,33 @@ OutputCheck check_output(const std::string& name, const Tensor& actual, const Te
                        " exceeds expect.max_rel_error " + fmt(expect["max_rel_error"].get<double>()));
   }
   return oc;
+}
+
+std::string check_machine_output(const std::string& name, const Tensor& out, const std::string& file, const Tensor* reference, Tolerance ref_tol,
+                                 const nlohmann::json& expect, nlohmann::json& report, bool& all_pass, std::vector<std::string>& failures) {
+  const auto& con = Console::get();
+  std::vector<OutputCheck> checks;
+  if (expect["outputs"].contains(name)) {
+    const nlohmann::json& e = expect["outputs"][name];
+    const Tolerance tol{e["rtol"].get<double>(), e["atol"].get<double>()};
+    if (e.contains("file")) checks.push_back(check_output(name, out, read_npy(e["file"].get<std::string>()), tol, "file", expect, failures));
+    else ref_tol = tol;
+  }
+  if (reference) checks.push_back(check_output(name, out, *reference, ref_tol, "reference", expect, failures));
+  std::string line;
+  for (const auto& c : checks) {
+    nlohmann::json r = output_record(name, file, &c.cmp, c.tol.rtol, c.tol.atol);
+    r["against"] = c.against;
+    report["outputs"].push_back(r);
+    all_pass = all_pass && c.cmp.pass;
+    line += "  vs " + c.against + ": max abs err " + format_num(c.cmp.max_abs_error, "%.3g") + " max rel err " + format_num(c.cmp.max_rel_error, "%.3g") + " " +
+            (c.cmp.pass ? con.green("PASS") : con.red("FAIL"));
+  }
+  if (checks.empty()) {
+    report["outputs"].push_back(output_record(name, file, nullptr, 0, 0));
+    line += "  (no expected values)";
+  }
+  return line;
 }
 
 void check_latency_error(const nlohmann::json& expect, double err_pct, nlohmann::json& report, bool& all_pass,

@@ -31,6 +31,14 @@ struct OutputCheck {
 OutputCheck check_output(const std::string& name, const Tensor& actual, const Tensor& expected, Tolerance tol,
                          const std::string& against, const nlohmann::json& expect, std::vector<std::string>& failures);
 
+// One machine output checked against its expected file (expect.outputs.NAME.file, at that entry's
+// tolerance) and against `reference` when given (at `ref_tol`, or the entry's tolerance when the
+// entry has no file): a record per check in report["outputs"] (with `file`, the saved .npy),
+// failures into `failures` and all_pass; returns the console text of the checks ("  vs file: max abs
+// err ... PASS", or "  (no expected values)").
+std::string check_machine_output(const std::string& name, const Tensor& out, const std::string& file, const Tensor* reference, Tolerance ref_tol,
+                                 const nlohmann::json& expect, nlohmann::json& report, bool& all_pass, std::vector<std::string>& failures);
+
 // expect.latency_error_pct (when the scenario gives it) against the predicted-vs-simulated error
 // `err_pct`: a check record in report["checks"]; on failure all_pass turns false and a line joins
 // `failures`.

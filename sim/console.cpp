@@ -62,4 +62,10 @@ void Progress::finish() {
   active_ = false;
 }
 
+std::string format_num(double v, const char* format) {
+  char b[64];
+  std::snprintf(b, sizeof b, format, v);
+  return b;
+}
+
 }  // namespace tessera::sim

@@ -5,6 +5,9 @@
 
 namespace tessera::sim {
 
+// A number through printf's `format` (figures on the console and in messages).
+std::string format_num(double v, const char* format = "%.4g");
+
 enum class Verbosity { quiet, normal, verbose };
 
 class Console {

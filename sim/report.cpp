@@ -1,4 +1,5 @@
 #include "sim/report.hpp"
+#include "sim/console.hpp"
 
 #include <cctype>
 #include <cmath>
@@ -81,6 +82,27 @@ void write_report(const std::string& out_dir, const json& report, double wall_s,
   host.update(host_extra);
   write_file_atomic(dir + "/host.json", host.dump(2) + "\n");
   write_file_atomic(dir + "/report.json", report.dump(2) + "\n");
+}
+
+void compare_published(nlohmann::json& report, double simulated_s) {
+  const nlohmann::json& pub = report["latency"]["published_s"];
+  if (pub.is_null()) return;
+  const double pv = pub.get<double>();
+  report["latency"]["simulated_vs_published_pct"] = (simulated_s - pv) / pv * 100.0;
+  Console::get().out("published " + format_num(pv * 1e6, "%.4f") + " us (" + report["latency"]["published_source"].get<std::string>() +
+                     "): simulated is " + format_num((simulated_s - pv) / pv * 100.0, "%+.1f") + "%");
+}
+
+int finish_run(const std::string& out_dir, nlohmann::json& report, bool all_pass, const std::vector<std::string>& failures, double wall_s,
+               const nlohmann::json& host_extra) {
+  auto& con = Console::get();
+  for (const auto& f : failures) report["checks"].push_back({{"check", "outputs"}, {"pass", false}, {"detail", f}});
+  report["pass"] = all_pass;
+  write_report(out_dir, report, wall_s, host_extra);
+  con.out("report: " + (std::filesystem::path(out_dir) / "report.json").string());
+  if (all_pass) return 0;
+  for (const auto& f : failures) con.error("check failed: " + f);
+  return 1;
 }
 
 }  // namespace tessera::sim

@@ -2,6 +2,7 @@
 // report.json (schema tessera.report/1, docs/report.md) and the human summary.
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "isa/compare.hpp"
 #include "sim/scenario.hpp"
@@ -21,6 +22,16 @@ nlohmann::json output_record(const std::string& name, const std::string& file, c
 // report.json is byte-identical for the same scenario and seed.
 void write_report(const std::string& out_dir, const nlohmann::json& report, double wall_s,
                   const nlohmann::json& host_extra = nlohmann::json::object());
+
+// report["latency"]: when the scenario gives a published latency, the simulated one's difference
+// from it (simulated_vs_published_pct), also printed.
+void compare_published(nlohmann::json& report, double simulated_s);
+
+// The end of a machine run: the failed checks into report["checks"], report["pass"], report.json
+// (and host.json: the run's wall time `wall_s`, `host_extra`) written and named on the console, the
+// failures printed; returns the exit code (0, or 1 when a check failed).
+int finish_run(const std::string& out_dir, nlohmann::json& report, bool all_pass, const std::vector<std::string>& failures, double wall_s,
+               const nlohmann::json& host_extra = nlohmann::json::object());
 
 // A tensor name as a file name: characters other than letters, digits, '-', '_' and '.' become '_'
 // (ONNX names such as "/self_attn/Add_output_0" must not create directories).

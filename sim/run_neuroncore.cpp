@@ -32,12 +32,6 @@ using namespace tessera::neuroncore;
 
 namespace {
 
-std::string fmt(double v, const char* f = "%.4g") {
-  char b[48];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
-
 Tensor input_tensor(const json& spec, const Shape& shape) {
   if (spec.contains("file")) return read_npy(spec["file"].get<std::string>());
   const json& r = spec["random"];
@@ -162,9 +156,9 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
     for (const auto& b : job.compiled->outputs)
       job.outputs.push_back({b.name, job.prog.find_hbm(b.hbm), b.transposed, graph->value(b.name).shape});
     job.init = job.compiled->hbm_init;
-    con.out(con.bold("predicted") + " " + fmt(job.compiled->predicted_s * 1e6, "%.3f") + " us (compiled " +
+    con.out(con.bold("predicted") + " " + format_num(job.compiled->predicted_s * 1e6, "%.3f") + " us (compiled " +
             std::to_string(job.prog.kernels.size()) + " kernels, " + std::to_string(job.prog.instrs.size()) +
-            " instructions in " + std::to_string(job.prog.bundles.size()) + " bundles, " + fmt(job.compile_s * 1e3, "%.1f") +
+            " instructions in " + std::to_string(job.prog.bundles.size()) + " bundles, " + format_num(job.compile_s * 1e3, "%.1f") +
             " ms)");
     write_file_atomic((std::filesystem::path(opt.out_dir) / "compile_report.txt").string(), compile_report(*job.compiled, cfg));
     if (opt.emit_program) write_file_atomic((std::filesystem::path(opt.out_dir) / "program.s").string(), disassemble(job.prog));
@@ -401,8 +395,8 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
       finish_step(report, std::move(rec), closures, sched, step, values, opt.out_dir, step_spans.back().end_s, closure_marks);
     }
     if (sched.steps > 1)
-      con.out(std::to_string(sched.steps) + " steps: " + fmt(t_steps * 1e6, "%.4f") + " us simulated in all, " +
-              fmt(t_steps / static_cast<double>(sched.steps) * 1e6, "%.4f") + " us per step");
+      con.out(std::to_string(sched.steps) + " steps: " + format_num(t_steps * 1e6, "%.4f") + " us simulated in all, " +
+              format_num(t_steps / static_cast<double>(sched.steps) * 1e6, "%.4f") + " us per step");
   }
 
   // Outputs.
@@ -423,42 +417,14 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
       file = s.resolved["outputs"]["dir"].get<std::string>() + "/" + safe_file_name(b.name) + ".npy";
       write_npy((std::filesystem::path(opt.out_dir) / file).string(), out);
     }
-    std::string line = "  " + b.name + " " + std::string(dtype_name(out.dtype())) + shape_str(out.shape());
-    std::vector<OutputCheck> checks;
-    Tolerance ref_tol = deftol;
-    if (expect["outputs"].contains(b.name)) {
-      const json& e = expect["outputs"][b.name];
-      const Tolerance tol{e["rtol"].get<double>(), e["atol"].get<double>()};
-      if (e.contains("file"))
-        checks.push_back(check_output(b.name, out, read_npy(e["file"].get<std::string>()), tol, "file", expect, failures));
-      else
-        ref_tol = tol;
-    }
-    if (reference.count(b.name)) checks.push_back(check_output(b.name, out, reference.at(b.name), ref_tol, "reference", expect, failures));
-    for (const auto& c : checks) {
-      json r = output_record(b.name, file, &c.cmp, c.tol.rtol, c.tol.atol);
-      r["against"] = c.against;
-      report["outputs"].push_back(r);
-      all_pass = all_pass && c.cmp.pass;
-      line += "  vs " + c.against + ": max abs err " + fmt(c.cmp.max_abs_error, "%.3g") + " max rel err " +
-              fmt(c.cmp.max_rel_error, "%.3g") + " " + (c.cmp.pass ? con.green("PASS") : con.red("FAIL"));
-    }
-    if (checks.empty()) {
-      report["outputs"].push_back(output_record(b.name, file, nullptr, 0, 0));
-      line += "  (no expected values)";
-    }
-    con.out(line);
+    const auto ref = reference.find(b.name);
+    con.out("  " + b.name + " " + std::string(dtype_name(out.dtype())) + shape_str(out.shape()) +
+            check_machine_output(b.name, out, file, ref == reference.end() ? nullptr : &ref->second, deftol, expect, report, all_pass, failures));
   }
 
-  con.out(con.bold("simulated") + " " + fmt(sim_s * 1e6, "%.4f") + " us (" + std::to_string(st.bundles) +
+  con.out(con.bold("simulated") + " " + format_num(sim_s * 1e6, "%.4f") + " us (" + std::to_string(st.bundles) +
           " bundles, preset " + s.preset + ")");
-  const json& pub = report["latency"]["published_s"];
-  if (!pub.is_null()) {
-    const double p = pub.get<double>();
-    report["latency"]["simulated_vs_published_pct"] = (sim_s - p) / p * 100.0;
-    con.out("published " + fmt(p * 1e6, "%.4f") + " us (" + report["latency"]["published_source"].get<std::string>() +
-            "): simulated is " + fmt((sim_s - p) / p * 100.0, "%+.1f") + "%");
-  }
+  compare_published(report, sim_s);
   for (int l = 0; l < kLanes; ++l) {
     const auto i = static_cast<size_t>(l);
     if (!st.instructions[i]) continue;
@@ -481,16 +447,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
     report["trace"] = {{"file", s.resolved["trace"]["file"]}};
     con.out(note);
   }
-  for (const auto& f : failures) report["checks"].push_back({{"check", "outputs"}, {"pass", false}, {"detail", f}});
-  report["pass"] = all_pass;
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  write_report(opt.out_dir, report, wall, {{"compile_s", job.compile_s}});
-  con.out("report: " + (std::filesystem::path(opt.out_dir) / "report.json").string());
-  if (!all_pass) {
-    for (const auto& f : failures) con.error("check failed: " + f);
-    return 1;
-  }
-  return 0;
+  return finish_run(opt.out_dir, report, all_pass, failures, std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count(), {{"compile_s", job.compile_s}});
 }
 
 }  // namespace tessera::sim

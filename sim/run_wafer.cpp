@@ -35,12 +35,6 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string fmt(double v, const char* f = "%.4g") {
-  char b[48];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
-
 struct ArrayPlace {
   int64_t x0 = 0, y0 = 0, w = 0, h = 0, count = 0;
 };
@@ -453,11 +447,7 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
                                {"error_pct", nullptr}});
   report["faults"] = faults;
   report["stats"] = wafer_stats_json(st, fabric_s);
-  json mx_figures, sx_figures;
-  {
-    mx_figures = stream_figures(mx.transfers());
-    sx_figures = stream_figures(sx.transfers());
-  }
+  const json mx_figures = stream_figures(mx.transfers()), sx_figures = stream_figures(sx.transfers());
   if (!streamed.empty() || !reduces.empty() || !mx_init.empty())
     report["weight_streaming"] = {{"memoryx", {{"bytes_read", mx.stats().bytes_read},
                                                {"bytes_written", mx.stats().bytes_written},
@@ -516,7 +506,7 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
       r["against"] = "file";
       report["outputs"].push_back(r);
       all_pass = all_pass && c.cmp.pass;
-      line += "  vs file: max abs err " + fmt(c.cmp.max_abs_error, "%.3g") + " " + (c.cmp.pass ? con.green("PASS") : con.red("FAIL"));
+      line += "  vs file: max abs err " + format_num(c.cmp.max_abs_error, "%.3g") + " " + (c.cmp.pass ? con.green("PASS") : con.red("FAIL"));
     } else {
       report["outputs"].push_back(output_record(name, file, nullptr, 0, 0));
       line += "  (no expected values)";
@@ -525,17 +515,11 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   }
   if (!streamed.empty() || !reduces.empty())
     con.out("weight streaming: MemoryX read " + std::to_string(mx.stats().bytes_read) + " B, " + std::to_string(mx.stats().updates) +
-            " update(s); fabric done at " + fmt(fabric_s * 1e6, "%.4f") + " us, last update at " + fmt(sim_s * 1e6, "%.4f") + " us");
-  con.out(con.bold("simulated") + " " + fmt(sim_s * 1e6, "%.4f") + " us (" + std::to_string(st.cycles) + " cycles at " +
-          fmt(cfg.clock_hz / 1e6, "%.0f") + " MHz, " + std::to_string(st.program_pes) + " PEs, " + std::to_string(st.wavelet_hops) +
+            " update(s); fabric done at " + format_num(fabric_s * 1e6, "%.4f") + " us, last update at " + format_num(sim_s * 1e6, "%.4f") + " us");
+  con.out(con.bold("simulated") + " " + format_num(sim_s * 1e6, "%.4f") + " us (" + std::to_string(st.cycles) + " cycles at " +
+          format_num(cfg.clock_hz / 1e6, "%.0f") + " MHz, " + std::to_string(st.program_pes) + " PEs, " + std::to_string(st.wavelet_hops) +
           " wavelet hops, preset " + s.preset + ")");
-  const json& pub = report["latency"]["published_s"];
-  if (!pub.is_null()) {
-    const double pv = pub.get<double>();
-    report["latency"]["simulated_vs_published_pct"] = (sim_s - pv) / pv * 100.0;
-    con.out("published " + fmt(pv * 1e6, "%.4f") + " us (" + report["latency"]["published_source"].get<std::string>() +
-            "): simulated is " + fmt((sim_s - pv) / pv * 100.0, "%+.1f") + "%");
-  }
+  compare_published(report, sim_s);
   if (s.resolved.contains("trace")) {
     const std::string note = write_trace_file(s.resolved["trace"],
                                               build_wafer_trace(s.resolved["trace"], L, fab, std::filesystem::path(layout_path).stem().string(), &mx, &sx,
@@ -544,16 +528,7 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
     report["trace"] = {{"file", s.resolved["trace"]["file"]}};
     con.out(note);
   }
-  for (const auto& f : failures) report["checks"].push_back({{"check", "outputs"}, {"pass", false}, {"detail", f}});
-  report["pass"] = all_pass;
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  write_report(opt.out_dir, report, wall);
-  con.out("report: " + (std::filesystem::path(opt.out_dir) / "report.json").string());
-  if (!all_pass) {
-    for (const auto& f : failures) con.error("check failed: " + f);
-    return 1;
-  }
-  return 0;
+  return finish_run(opt.out_dir, report, all_pass, failures, std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count());
 }
 
 }  // namespace tessera::sim

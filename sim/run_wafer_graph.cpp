@@ -30,16 +30,6 @@ namespace tessera::sim {
 
 using json = nlohmann::json;
 
-namespace {
-
-std::string fmt(double v, const char* f = "%.4g") {
-  char b[48];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
-
-}  // namespace
-
 int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   auto& con = Console::get();
   const auto wall0 = std::chrono::steady_clock::now();
@@ -93,9 +83,9 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   const bool ws = cp.mode == wafer::MapMode::weight_streaming;
   int64_t pes = 0;
   for (const auto& k : cp.kernels) pes = ws ? std::max(pes, k.pes()) : pes + k.pes();
-  con.out(con.bold("predicted") + " " + fmt(cp.predicted_s * 1e6, "%.3f") + " us (" + std::to_string(cp.predicted_cycles) + " cycles; compiled " +
+  con.out(con.bold("predicted") + " " + format_num(cp.predicted_s * 1e6, "%.3f") + " us (" + std::to_string(cp.predicted_cycles) + " cycles; compiled " +
           std::to_string(cp.kernels.size()) + " kernel(s), " + (ws ? "weight streaming" : "pipelined") + ", " + std::to_string(pes) + " PEs in " +
-          std::to_string(cp.fabric_width) + " x " + std::to_string(cp.fabric_height) + ", " + fmt(compile_s * 1e3, "%.1f") + " ms)");
+          std::to_string(cp.fabric_width) + " x " + std::to_string(cp.fabric_height) + ", " + format_num(compile_s * 1e3, "%.1f") + " ms)");
   const std::filesystem::path out(opt.out_dir);
   write_file_atomic((out / "compile_report.txt").string(), wafer::compile_report(cp, cfg));
   if (opt.emit_program) {
@@ -246,7 +236,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     for (const auto& k : cp.kernels) flops += k.est.flops;
     report["latency"]["flops"] = flops;
     report["latency"]["effective_flops_per_s"] = flops / sim_s;
-    con.out("effective " + fmt(flops / sim_s / 1e12, "%.4f") + " TFLOP/s (" + fmt(flops, "%.4g") + " FLOPs in " + std::to_string(st.cycles) +
+    con.out("effective " + format_num(flops / sim_s / 1e12, "%.4f") + " TFLOP/s (" + format_num(flops, "%.4g") + " FLOPs in " + std::to_string(st.cycles) +
             " simulated cycles)");
   }
   check_latency_error(expect, err, report, all_pass, failures);
@@ -269,8 +259,8 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
          {{"bytes_broadcast", sx.stats().bytes_broadcast}, {"busy_s", sf["busy_s"]}, {"achieved_bandwidth_Bps", sf["achieved_bandwidth_Bps"]}}},
         {"port_wavelets", st.port_in_wavelets},
         {"layers", layers}};
-    con.out("weight streaming: MemoryX read " + fmt(static_cast<double>(mx.stats().bytes_read), "%.0f") + " B at " +
-            fmt(mf["achieved_bandwidth_Bps"].get<double>() / 1e9, "%.2f") + " GB/s achieved; " +
+    con.out("weight streaming: MemoryX read " + format_num(static_cast<double>(mx.stats().bytes_read), "%.0f") + " B at " +
+            format_num(mf["achieved_bandwidth_Bps"].get<double>() / 1e9, "%.2f") + " GB/s achieved; " +
             std::to_string(st.port_in_wavelets) + " weight wavelets into the fabric");
   }
 
@@ -303,7 +293,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     finish_step(report, std::move(rec), closures, sched, step, {{cp.output, y}}, opt.out_dir, t_steps, closure_marks);
   }
   if (sched.steps > 1)
-    con.out(std::to_string(sched.steps) + " steps: " + fmt(t_steps * 1e6, "%.4f") + " us simulated in all, " + fmt(t_steps / static_cast<double>(sched.steps) * 1e6, "%.4f") +
+    con.out(std::to_string(sched.steps) + " steps: " + format_num(t_steps * 1e6, "%.4f") + " us simulated in all, " + format_num(t_steps / static_cast<double>(sched.steps) * 1e6, "%.4f") +
             " us per step");
   // The reference on the last step's inputs.
   const std::map<std::string, Tensor> reference = reference::execute(g, inputs);
@@ -311,41 +301,17 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   // Outputs.
   const Tolerance deftol = default_tolerance(compute);
   {
-    json rec;
     std::string file;
     if (s.resolved["outputs"]["save"].get<bool>()) {
       file = s.resolved["outputs"]["dir"].get<std::string>() + "/" + safe_file_name(cp.output) + ".npy";
       write_npy((out / file).string(), y);
     }
-    std::string line = "\n  " + cp.output + " " + std::string(dtype_name(y.dtype())) + shape_str(y.shape());
-    std::vector<OutputCheck> checks;
-    Tolerance ref_tol = deftol;
-    if (expect["outputs"].contains(cp.output)) {
-      const json& e = expect["outputs"][cp.output];
-      const Tolerance tol{e["rtol"].get<double>(), e["atol"].get<double>()};
-      if (e.contains("file")) checks.push_back(check_output(cp.output, y, read_npy(e["file"].get<std::string>()), tol, "file", expect, failures));
-      else ref_tol = tol;
-    }
-    checks.push_back(check_output(cp.output, y, reference.at(cp.output), ref_tol, "reference", expect, failures));
-    for (const auto& c : checks) {
-      json r = output_record(cp.output, file, &c.cmp, c.tol.rtol, c.tol.atol);
-      r["against"] = c.against;
-      report["outputs"].push_back(r);
-      all_pass = all_pass && c.cmp.pass;
-      line += "  vs " + c.against + ": max abs err " + fmt(c.cmp.max_abs_error, "%.3g") + " max rel err " + fmt(c.cmp.max_rel_error, "%.3g") + " " +
-              (c.cmp.pass ? con.green("PASS") : con.red("FAIL"));
-    }
-    con.out(line);
+    con.out("\n  " + cp.output + " " + std::string(dtype_name(y.dtype())) + shape_str(y.shape()) +
+            check_machine_output(cp.output, y, file, &reference.at(cp.output), deftol, expect, report, all_pass, failures));
   }
-  con.out(con.bold("simulated") + " " + fmt(sim_s * 1e6, "%.4f") + " us (" + std::to_string(st.cycles) + " cycles at " + fmt(cfg.clock_hz / 1e6, "%.0f") +
+  con.out(con.bold("simulated") + " " + format_num(sim_s * 1e6, "%.4f") + " us (" + std::to_string(st.cycles) + " cycles at " + format_num(cfg.clock_hz / 1e6, "%.0f") +
           " MHz, " + std::to_string(st.program_pes) + " PEs, " + std::to_string(st.wavelet_hops) + " wavelet hops, preset " + s.preset + ")");
-  const json& pub = report["latency"]["published_s"];
-  if (!pub.is_null()) {
-    const double pv = pub.get<double>();
-    report["latency"]["simulated_vs_published_pct"] = (sim_s - pv) / pv * 100.0;
-    con.out("published " + fmt(pv * 1e6, "%.4f") + " us (" + report["latency"]["published_source"].get<std::string>() + "): simulated is " +
-            fmt((sim_s - pv) / pv * 100.0, "%+.1f") + "%");
-  }
+  compare_published(report, sim_s);
   if (s.resolved.contains("trace")) {
     const std::string note = write_trace_file(
         s.resolved["trace"], build_wafer_trace(s.resolved["trace"], L, fab, s.name, &mx, &sx, t_start.to_seconds() - last_start, pred_spans, sim_spans,
@@ -354,16 +320,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     report["trace"] = {{"file", s.resolved["trace"]["file"]}};
     con.out(note);
   }
-  for (const auto& f : failures) report["checks"].push_back({{"check", "outputs"}, {"pass", false}, {"detail", f}});
-  report["pass"] = all_pass;
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  write_report(opt.out_dir, report, wall, {{"compile_s", compile_s}});
-  con.out("report: " + (out / "report.json").string());
-  if (!all_pass) {
-    for (const auto& f : failures) con.error("check failed: " + f);
-    return 1;
-  }
-  return 0;
+  return finish_run(opt.out_dir, report, all_pass, failures, std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count(), {{"compile_s", compile_s}});
 }
 
 }  // namespace tessera::sim

@@ -25,12 +25,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string fmt(double v, const char* f = "%.6g") {
-  char b[48];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
-
 passes::TrainingSpec spec_of(const json& t, const std::string& compute) {
   passes::TrainingSpec sp;
   if (compute == "fp16") sp.compute = DType::f16;
@@ -152,8 +146,8 @@ int run_reference_training(const Scenario& s, const RunOptions& opt, const graph
       rec["skipped"] = skipped;
       if (skipped) {
         ++skipped_steps;
-        con.info("step " + std::to_string(step) + ": gradients overflowed at loss scale " + fmt(rec["loss_scale"].get<double>()) + "; update skipped, scale -> " +
-                 fmt(rec["next_loss_scale"].get<double>()));
+        con.info("step " + std::to_string(step) + ": gradients overflowed at loss scale " + format_num(rec["loss_scale"].get<double>(), "%.6g") + "; update skipped, scale -> " +
+                 format_num(rec["next_loss_scale"].get<double>(), "%.6g"));
       }
     }
     if (sched.is_checkpoint(step)) {
@@ -165,13 +159,13 @@ int run_reference_training(const Scenario& s, const RunOptions& opt, const graph
     finish_step(report, std::move(rec), closures, sched, step, values, opt.out_dir, 0.0, marks);
   }
   con.out("trained " + std::to_string(sched.steps - first) + " step(s) (" + spec.optimizer + ", " + spec.loss +
-          (spec.compute != DType::f32 ? ", mixed " + std::string(dtype_name(spec.compute)) : std::string()) + "): loss " + fmt(losses.front()) + " -> " +
-          fmt(losses.back()));
+          (spec.compute != DType::f32 ? ", mixed " + std::string(dtype_name(spec.compute)) : std::string()) + "): loss " + format_num(losses.front(), "%.6g") + " -> " +
+          format_num(losses.back(), "%.6g"));
   if (spec.loss_scaling) {
     const double final_scale = state.at("loss_scale").cast(DType::f64).to_f64()[0];
     report["training"]["skipped_steps"] = skipped_steps;
     report["training"]["final_loss_scale"] = final_scale;
-    con.out("loss scaling: " + std::to_string(skipped_steps) + " step(s) skipped (gradient overflow), scale " + fmt(spec.init_scale) + " -> " + fmt(final_scale));
+    con.out("loss scaling: " + std::to_string(skipped_steps) + " step(s) skipped (gradient overflow), scale " + format_num(spec.init_scale, "%.6g") + " -> " + format_num(final_scale, "%.6g"));
   }
 
   // The final weights and the last step's outputs.
@@ -197,8 +191,8 @@ int run_reference_training(const Scenario& s, const RunOptions& opt, const graph
     r["against"] = "file";
     report["outputs"].push_back(r);
     all_pass = all_pass && c.cmp.pass;
-    con.out("  losses [" + std::to_string(n) + "] vs file: max abs err " + fmt(c.cmp.max_abs_error, "%.3g") + " max rel err " +
-            fmt(c.cmp.max_rel_error, "%.3g") + " " + (c.cmp.pass ? con.green("PASS") : con.red("FAIL")));
+    con.out("  losses [" + std::to_string(n) + "] vs file: max abs err " + format_num(c.cmp.max_abs_error, "%.3g") + " max rel err " +
+            format_num(c.cmp.max_rel_error, "%.3g") + " " + (c.cmp.pass ? con.green("PASS") : con.red("FAIL")));
   }
   for (const auto& name : g.outputs) {
     const std::string file = s.resolved["outputs"]["dir"].get<std::string>() + "/" + safe_file_name(name) + ".npy";

@@ -333,7 +333,7 @@ void layer_params(const DenseKernel& k, size_t l, bool ws, json& params) {
     case Dir::E: src = "px == 0"; break;
     default: src = "px == width - 1"; break;
   }
-  params["src" + L] = src;
+  if (k.input_layer) params["src" + L] = src;  // only the input layer's sources hold x (other layers get it from the fabric)
   params["first" + L] = pk + " == 0";
   params["last" + L] = pk + " == " + kl + " - 1";
   const std::string d = "(" + std::to_string(k.cr1) + " - " + std::to_string(k.cr0) + ")";

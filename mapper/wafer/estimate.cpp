@@ -136,7 +136,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       }
       compute_end = std::max(compute_end, tmax);
       int64_t t = Lk == 1 ? tmax : lead + (Lk - 1) * pass + n_el;  // the chain end holds the sum
-      t += 2 * (S + cdiv(n_el, w32)) - (k.relu ? 0 : S + cdiv(n_el, w32));  // bias, relu
+      t += (S + cdiv(n_el, w32)) * (k.relu ? 2 : 1);  // bias, then relu
       end = std::max(end, t);
       transfer = std::max(transfer, t - tmax);
       // The next kernel's x: the chain end's yout (issue, setup, out queue) -- into the next

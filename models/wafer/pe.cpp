@@ -141,8 +141,12 @@ int Fabric::Impl::run_group(uint32_t s, OpRun& op, int64_t t) {
       if (in.a[k].kind != OpndKind::dsd) continue;
       const Dsd& d = dsd(s, in.a[k].v);
       if (d.kind == DsdKind::fabin) {
-        ok = P.qcount[d.queue] > 0 && qentry(s, d.queue, P.qhead[d.queue]).ready <= t &&
-             !for_ctrl_task(pinfo[P.prog], qentry(s, d.queue, P.qhead[d.queue]));
+        if (P.qcount[d.queue] == 0) {
+          ok = false;
+        } else {
+          const Wv& w = qentry(s, d.queue, P.qhead[d.queue]);
+          ok = w.ready <= t && !(w.control && for_ctrl_task(pinfo[P.prog], w));
+        }
       } else if (d.kind == DsdKind::fabout) {
         ok = P.qcount[8u + d.queue] < out_depth[d.queue];
       } else if (d.kind == DsdKind::fifo) {
