@@ -40,7 +40,7 @@ int run_reference(const Scenario& s, const RunOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   graph::Graph g = load_model(s);
   check_expect_names(s, g);
-  if (s.resolved.contains("training")) return run_reference_training(s, opt, g);
+  if (s.resolved.contains("training")) return run_training(s, opt, g);
   const StepSchedule sched = StepSchedule::from(s.resolved["run"]);
   const auto out_sizes = output_sizes(g);
   const std::vector<StepClosure> closures = parse_closures(s.resolved["step_closures"], g.outputs, &out_sizes);
@@ -149,9 +149,14 @@ int run_scenario(const Scenario& s, const RunOptions& opt) {
   install_interrupt_handler();
   auto& con = Console::get();
   con.info("scenario " + s.name + ": target " + s.kind + (s.preset.empty() ? "" : "/" + s.preset));
-  if (s.kind != "reference" && s.resolved.contains("training"))
-    throw InputError("/training", "training runs on target.kind reference in this build (the NeuronCore and wafer compilers do not map the backward ops yet)",
-                     "set target.kind to reference, or remove /training");
+  if (s.kind == "wafer" && s.resolved.contains("training"))
+    throw InputError("/training", "training runs on target.kind reference and neuroncore in this build (the wafer compiler does not map the backward ops yet)",
+                     "set target.kind to neuroncore or reference, or remove /training");
+  if (s.kind == "neuroncore" && s.resolved.contains("training")) {
+    graph::Graph g = load_model(s);
+    check_expect_names(s, g);
+    return run_training(s, opt, g);
+  }
   if (!opt.resume.empty() && !s.resolved.contains("training"))
     throw InputError("command line", "--resume continues a training run; this scenario has no /training", "remove --resume");
   if (s.kind == "reference") return run_reference(s, opt);

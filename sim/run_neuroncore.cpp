@@ -22,6 +22,7 @@
 #include "sim/report.hpp"
 #include "sim/run.hpp"
 #include "sim/run_engines.hpp"
+#include "sim/run_neuroncore.hpp"
 #include "sim/session.hpp"
 #include "sim/trace_neuroncore.hpp"
 
@@ -81,6 +82,99 @@ DType compute_dtype(const std::string& p) { return *parse_dtype(p); }
 
 }  // namespace
 
+MappingOptions nc_mapping_options(const Scenario& s) {
+  MappingOptions mo;
+  mo.compute = compute_dtype(s.resolved["precision"]["compute"].get<std::string>());
+  const json& m = s.resolved["mapping"];
+  mo.tile_m = m.value("tile_m", 0);
+  mo.tile_n = m.value("tile_n", 0);
+  mo.buffers = m.value("buffers", 0);
+  static const std::map<std::string, MatmulSchedule> schedules = {{"auto", MatmulSchedule::automatic},
+                                                                  {"tiled", MatmulSchedule::tiled},
+                                                                  {"hoisted", MatmulSchedule::hoisted},
+                                                                  {"blocked_mn", MatmulSchedule::blocked_mn},
+                                                                  {"blocked_mnk", MatmulSchedule::blocked_mnk}};
+  mo.matmul_schedule = schedules.at(m.value("matmul_schedule", std::string("auto")));
+  mo.block_m = m.value("block_m", 0);
+  mo.block_n = m.value("block_n", 0);
+  mo.block_k = m.value("block_k", 0);
+  return mo;
+}
+
+// Run to starvation like a plain sc_start(), but in slices of simulated time so that a SIGINT is
+// seen while the model runs (the model knows nothing of it). A slice is resized to take roughly
+// 10-80 ms of wall time; slicing does not change the simulated result (reports are identical).
+void run_systemc_sliced() {
+  using sc_core::sc_time;
+  sc_time slice(10, sc_core::SC_US);
+  const sc_time min_slice(1, sc_core::SC_US), max_slice(1, sc_core::SC_SEC);
+  do {
+    const auto w0 = std::chrono::steady_clock::now();
+    // At least up to the next event: a slice that ends before it would not move time at all.
+    const sc_time next = sc_core::sc_time_to_pending_activity();
+    sc_core::sc_start(next > slice ? next : slice, sc_core::SC_EXIT_ON_STARVATION);
+    throw_if_interrupted();
+    const double w = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    if (w < 0.01 && slice < max_slice) slice = slice * 2.0;
+    else if (w > 0.08 && slice > min_slice) slice = slice / 2.0;
+  } while (sc_core::sc_pending_activity());
+}
+
+void nc_kernel_table(const Compiled& cp, const Program& prog, const NeuronCore& core, json& report) {
+  auto& con = Console::get();
+  const ClockDomain& tclk = core.clock(Lane::tensor);
+  // Kernels overlap (the scheduler starts a kernel's loads while the previous one computes), so
+  // a kernel's simulated time is from the previous kernel's end to its own: the kernel times
+  // partition the run and add up to the total, like the estimator's.
+  std::vector<models::Femtos> k1(cp.kernels.size(), core.start_time());
+  for (const auto& r : core.records()) {
+    const int16_t k = prog.instrs[static_cast<size_t>(r.instr)].kernel;
+    if (k >= 0) k1[static_cast<size_t>(k)] = std::max(k1[static_cast<size_t>(k)], r.end);
+  }
+  std::vector<models::Femtos> k0(cp.kernels.size(), core.start_time());
+  for (size_t k = 1; k < k1.size(); ++k) {
+    k1[k] = std::max(k1[k], k1[k - 1]);
+    k0[k] = k1[k - 1];
+  }
+  con.out(std::string("\n") + "kernel                        predicted      simulated    error   PE util  bound");
+  for (size_t k = 0; k < cp.kernels.size(); ++k) {
+    const auto& e = cp.kernels[k];
+    const double simk = k1[k] > k0[k] ? static_cast<double>(k1[k] - k0[k]) / 1e15 : 0.0;
+    const double err = simk > 0 ? (e.seconds - simk) / simk * 100 : 0.0;
+    report["kernels"].push_back({{"name", e.name},
+                                 {"op", e.op},
+                                 {"predicted_cycles", tclk.cycle_at_or_after(static_cast<models::Femtos>(e.seconds * 1e15))},
+                                 {"simulated_cycles", tclk.cycle_at_or_after(k1[k]) - tclk.cycle_at_or_after(k0[k])},
+                                 {"clock_hz", tclk.hz()},
+                                 {"predicted_s", e.seconds},
+                                 {"simulated_s", simk},
+                                 {"error_pct", err},
+                                 {"flops", e.flops},
+                                 {"bytes", e.bytes},
+                                 {"predicted_tensor_utilisation", e.tensor_utilisation},
+                                 {"bound", e.bound}});
+    char line[200];
+    std::snprintf(line, sizeof line, "%-28.28s %9.3f us %11.3f us %+7.1f%% %7.1f%%  %s", e.name.c_str(), e.seconds * 1e6,
+                  simk * 1e6, err, e.tensor_utilisation * 100, e.bound.c_str());
+    con.out(line);
+  }
+}
+
+void nc_write_value(NeuronCore& core, const HbmTensor& t, const Tensor& value, bool transposed) {
+  // Host-side placement: the value in the program's layout and dtype (data movement only).
+  Tensor v = transposed ? transpose2d(value.reshaped(matrix_shape(value.shape()))) : value;
+  const Tensor cast = v.dtype() == t.dtype ? v : v.cast(t.dtype);
+  core.memory().hbm_write(t.offset, cast.data(), cast.nbytes());
+}
+
+Tensor nc_read_value(NeuronCore& core, const HbmTensor& t, bool transposed, const Shape& shape) {
+  Tensor raw(t.dtype, t.shape);
+  core.memory().hbm_read(t.offset, raw.data(), raw.nbytes());
+  Tensor out = transposed ? transpose2d(raw).reshaped(shape) : raw.reshaped(shape);
+  if (out.dtype() != DType::f32 && is_float(out.dtype())) out = out.cast(DType::f32);
+  return out;
+}
+
 int run_neuroncore(const Scenario& s, const RunOptions& opt) {
   auto& con = Console::get();
   const auto wall0 = std::chrono::steady_clock::now();
@@ -123,21 +217,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
       if (!s.resolved["inputs"].contains(t.name)) job.outputs.push_back({t.name, &t, false, t.shape});
   } else {
     check_expect_names(s, *graph);
-    MappingOptions mo;
-    mo.compute = compute_dtype(s.resolved["precision"]["compute"].get<std::string>());
-    const json& m = s.resolved["mapping"];
-    mo.tile_m = m.value("tile_m", 0);
-    mo.tile_n = m.value("tile_n", 0);
-    mo.buffers = m.value("buffers", 0);
-    static const std::map<std::string, MatmulSchedule> schedules = {{"auto", MatmulSchedule::automatic},
-                                                                    {"tiled", MatmulSchedule::tiled},
-                                                                    {"hoisted", MatmulSchedule::hoisted},
-                                                                    {"blocked_mn", MatmulSchedule::blocked_mn},
-                                                                    {"blocked_mnk", MatmulSchedule::blocked_mnk}};
-    mo.matmul_schedule = schedules.at(m.value("matmul_schedule", std::string("auto")));
-    mo.block_m = m.value("block_m", 0);
-    mo.block_n = m.value("block_n", 0);
-    mo.block_k = m.value("block_k", 0);
+    const MappingOptions mo = nc_mapping_options(s);
     const auto c0 = std::chrono::steady_clock::now();
     // The compiler works on a copy with the exporter's GELU/LayerNorm decompositions fused; the
     // reference keeps running the graph as exported.
@@ -223,35 +303,14 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
   auto write_inputs = [&](const std::map<std::string, Tensor>& in) {
     if (!numerics) return;
     for (const auto& b : job.inputs) {
-      // Host-side placement: the value in the program's layout and dtype (data movement only).
-      Tensor v = in.at(b.name);
-      if (b.transposed) v = transpose2d(v.reshaped(matrix_shape(v.shape())));
-      if (b.channel_major) v = channel_major(v, b.pad);
-      const Tensor cast = v.dtype() == b.hbm->dtype ? v : v.cast(b.hbm->dtype);
-      core.memory().hbm_write(b.hbm->offset, cast.data(), cast.nbytes());
+      if (b.channel_major) nc_write_value(core, *b.hbm, channel_major(in.at(b.name), b.pad), false);
+      else nc_write_value(core, *b.hbm, in.at(b.name), b.transposed);
     }
   };
   write_inputs(given);
   core.load(job.prog);
   install_interrupt_handler();
-  // Run to starvation like a plain sc_start(), but in slices of simulated time so that a SIGINT is
-  // seen while the model runs (the model knows nothing of it). A slice is resized to take roughly
-  // 10-80 ms of wall time; slicing does not change the simulated result (reports are identical).
-  auto run_core = [&] {
-    using sc_core::sc_time;
-    sc_time slice(10, sc_core::SC_US);
-    const sc_time min_slice(1, sc_core::SC_US), max_slice(1, sc_core::SC_SEC);
-    do {
-      const auto w0 = std::chrono::steady_clock::now();
-      // At least up to the next event: a slice that ends before it would not move time at all.
-      const sc_time next = sc_core::sc_time_to_pending_activity();
-      sc_core::sc_start(next > slice ? next : slice, sc_core::SC_EXIT_ON_STARVATION);
-      throw_if_interrupted();
-      const double w = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
-      if (w < 0.01 && slice < max_slice) slice = slice * 2.0;
-      else if (w > 0.08 && slice > min_slice) slice = slice / 2.0;
-    } while (sc_core::sc_pending_activity());
-  };
+  const auto run_core = run_systemc_sliced;
   run_core();
   if (!core.finished()) throw std::runtime_error("the NeuronCore did not finish (SystemC ran out of events)");
   // Reported without throwing: unwinding after SystemC's coroutines ran trips ASan's stack
@@ -273,41 +332,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
   // Kernels: predicted by the estimator, simulated as the span of their instructions.
   if (job.compiled) {
     const Compiled& cp = *job.compiled;
-    // Kernels overlap (the scheduler starts a kernel's loads while the previous one computes), so
-    // a kernel's simulated time is from the previous kernel's end to its own: the kernel times
-    // partition the run and add up to the total, like the estimator's.
-    std::vector<models::Femtos> k1(cp.kernels.size(), core.start_time());
-    for (const auto& r : core.records()) {
-      const int16_t k = job.prog.instrs[static_cast<size_t>(r.instr)].kernel;
-      if (k >= 0) k1[static_cast<size_t>(k)] = std::max(k1[static_cast<size_t>(k)], r.end);
-    }
-    std::vector<models::Femtos> k0(cp.kernels.size(), core.start_time());
-    for (size_t k = 1; k < k1.size(); ++k) {
-      k1[k] = std::max(k1[k], k1[k - 1]);
-      k0[k] = k1[k - 1];
-    }
-    con.out(std::string("\n") + "kernel                        predicted      simulated    error   PE util  bound");
-    for (size_t k = 0; k < cp.kernels.size(); ++k) {
-      const auto& e = cp.kernels[k];
-      const double simk = k1[k] > k0[k] ? static_cast<double>(k1[k] - k0[k]) / 1e15 : 0.0;
-      const double err = simk > 0 ? (e.seconds - simk) / simk * 100 : 0.0;
-      report["kernels"].push_back({{"name", e.name},
-                                   {"op", e.op},
-                                   {"predicted_cycles", tclk.cycle_at_or_after(static_cast<models::Femtos>(e.seconds * 1e15))},
-                                   {"simulated_cycles", tclk.cycle_at_or_after(k1[k]) - tclk.cycle_at_or_after(k0[k])},
-                                   {"clock_hz", tclk.hz()},
-                                   {"predicted_s", e.seconds},
-                                   {"simulated_s", simk},
-                                   {"error_pct", err},
-                                   {"flops", e.flops},
-                                   {"bytes", e.bytes},
-                                   {"predicted_tensor_utilisation", e.tensor_utilisation},
-                                   {"bound", e.bound}});
-      char line[200];
-      std::snprintf(line, sizeof line, "%-28.28s %9.3f us %11.3f us %+7.1f%% %7.1f%%  %s", e.name.c_str(), e.seconds * 1e6,
-                    simk * 1e6, err, e.tensor_utilisation * 100, e.bound.c_str());
-      con.out(line);
-    }
+    nc_kernel_table(cp, job.prog, core, report);
     const double err = (cp.predicted_s - sim_s) / sim_s * 100;
     report["latency"]["predicted_s"] = cp.predicted_s;
     report["latency"]["error_pct"] = err;
@@ -362,13 +387,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
 
   // Steps: closures on each step's outputs, read from HBM; later steps run the same program on the
   // same core with their own inputs. The outputs checked below are the last step's.
-  auto read_output = [&](const Binding& b) {
-    Tensor raw(b.hbm->dtype, b.hbm->shape);
-    core.memory().hbm_read(b.hbm->offset, raw.data(), raw.nbytes());
-    Tensor out = b.transposed ? transpose2d(raw).reshaped(b.shape) : raw.reshaped(b.shape);
-    if (out.dtype() != DType::f32 && is_float(out.dtype())) out = out.cast(DType::f32);
-    return out;
-  };
+  auto read_output = [&](const Binding& b) { return nc_read_value(core, *b.hbm, b.transposed, b.shape); };
   std::vector<PredictedKernel> step_spans;
   std::vector<StepMark> closure_marks;
   const models::Femtos first_start = core.start_time();

@@ -1,7 +1,8 @@
-// Training runs on the reference target (docs/training.md): the training-step graph of
-// mapper/passes/autodiff runs every step; weights and optimizer state carry over from step to step
-// (the reference executor is the machine here); checkpoints and --resume; the loss per step against
-// an expected file.
+// Training runs (docs/training.md): the training-step graph of mapper/passes/autodiff runs every
+// step on a TrainMachine (the reference executor, or the NeuronCore model with the state in HBM);
+// weights and optimizer state carry over from step to step on the machine; checkpoints and
+// --resume; the loss per step against an expected file and, on a simulated machine, the losses and
+// final state against the reference executor run on the same inputs.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -73,9 +74,28 @@ void write_checkpoint(const std::string& out_dir, int64_t step, const std::map<s
   write_file_atomic((dir / "manifest.json").string(), m.dump(2) + "\n");
 }
 
+// The reference executor as the machine: the state held on the host between steps.
+class ReferenceTrainer : public TrainMachine {
+ public:
+  explicit ReferenceTrainer(const passes::TrainingGraph& tg) : tg_(tg) {}
+  void set_state(const std::map<std::string, Tensor>& state) override { state_ = state; }
+  std::map<std::string, Tensor> step(const std::map<std::string, Tensor>& inputs) override {
+    std::map<std::string, Tensor> in = inputs;
+    for (const auto& [k, v] : state_) in[k] = v;
+    auto out = reference::execute(tg_.g, in);
+    for (const auto& [st, nx] : tg_.state) state_[st] = out.at(nx);
+    return out;
+  }
+  std::map<std::string, Tensor> state() override { return state_; }
+
+ private:
+  const passes::TrainingGraph& tg_;
+  std::map<std::string, Tensor> state_;
+};
+
 }  // namespace
 
-int run_reference_training(const Scenario& s, const RunOptions& opt, const graph::Graph& g) {
+int run_training(const Scenario& s, const RunOptions& opt, const graph::Graph& g) {
   auto& con = Console::get();
   const auto t0 = std::chrono::steady_clock::now();
   const passes::TrainingSpec spec = spec_of(s.resolved["training"], s.resolved["precision"]["compute"].get<std::string>());
@@ -122,27 +142,49 @@ int run_reference_training(const Scenario& s, const RunOptions& opt, const graph
     con.info("resuming after step " + std::to_string(first - 1) + " from " + opt.resume);
   }
 
+  // The machine; on a simulated one the reference executor runs the same steps beside it (the
+  // independent check of its numerics).
+  std::unique_ptr<TrainMachine> machine, ref;
+  if (s.kind == "neuroncore") {
+    machine = make_neuroncore_trainer(s, tg, opt);
+    ref = std::make_unique<ReferenceTrainer>(tg);
+    ref->set_state(state);
+  } else {
+    machine = std::make_unique<ReferenceTrainer>(tg);
+  }
+  machine->set_state(state);
+  machine->first_step = first;
+
   json report = new_report(s);
   report["training"] = {{"parameters", tg.params}, {"state", order}, {"loss", spec.loss}, {"optimizer", spec.optimizer}, {"first_step", first}};
-  std::vector<double> losses;
+  std::vector<double> losses, ref_losses;
   int64_t skipped_steps = 0;
   std::map<std::string, Tensor> outputs;
   std::vector<StepMark> marks;
+  double t_sim = 0;
   for (int64_t step = first; step < sched.steps; ++step) {
     throw_if_interrupted();
     std::map<std::string, Tensor> in = step_inputs.at(step);
-    for (const auto& [k, v] : state) in[k] = v;
     in["step"] = Tensor::from_f32({}, {static_cast<float>(step + 1)}).cast(tg.g.value("step").dtype);
-    outputs = reference::execute(tg.g, in);
-    for (const auto& [st, nx] : tg.state) state[st] = outputs.at(nx);
+    const double scale_before = spec.loss_scaling ? machine->state().at("loss_scale").cast(DType::f64).to_f64()[0] : 0.0;
+    outputs = machine->step(in);
     const double loss = outputs.at("loss").cast(DType::f64).to_f64()[0];
     losses.push_back(loss);
     json rec = {{"step", step}, {"loss", loss}, {"learning_rate", outputs.at("learning_rate").cast(DType::f64).to_f64()[0]},
                 {"activation", sched.is_activation(step)}, {"checkpoint", sched.is_checkpoint(step)}};
+    if (ref) {
+      const auto ro = ref->step(in);
+      ref_losses.push_back(ro.at("loss").cast(DType::f64).to_f64()[0]);
+      rec["reference_loss"] = ref_losses.back();
+    }
+    if (machine->step_seconds() > 0) {
+      rec["simulated_s"] = machine->step_seconds();
+      t_sim += machine->step_seconds();
+    }
     if (spec.loss_scaling) {
       const bool skipped = outputs.at("skipped").cast(DType::f64).to_f64()[0] != 0;
-      rec["loss_scale"] = in.at("loss_scale").cast(DType::f64).to_f64()[0];
-      rec["next_loss_scale"] = state.at("loss_scale").cast(DType::f64).to_f64()[0];
+      rec["loss_scale"] = scale_before;
+      rec["next_loss_scale"] = machine->state().at("loss_scale").cast(DType::f64).to_f64()[0];
       rec["skipped"] = skipped;
       if (skipped) {
         ++skipped_steps;
@@ -151,13 +193,14 @@ int run_reference_training(const Scenario& s, const RunOptions& opt, const graph
       }
     }
     if (sched.is_checkpoint(step)) {
-      write_checkpoint(opt.out_dir, step, state, order);
+      write_checkpoint(opt.out_dir, step, machine->state(), order);
       rec["checkpoint_dir"] = "checkpoints/step_" + std::to_string(step);
     }
     std::map<std::string, Tensor> values;
     for (const auto& o : outs) values[o] = outputs.at(o);
-    finish_step(report, std::move(rec), closures, sched, step, values, opt.out_dir, 0.0, marks);
+    finish_step(report, std::move(rec), closures, sched, step, values, opt.out_dir, t_sim, marks);
   }
+  state = machine->state();
   con.out("trained " + std::to_string(sched.steps - first) + " step(s) (" + spec.optimizer + ", " + spec.loss +
           (spec.compute != DType::f32 ? ", mixed " + std::string(dtype_name(spec.compute)) : std::string()) + "): loss " + format_num(losses.front(), "%.6g") + " -> " +
           format_num(losses.back(), "%.6g"));
@@ -173,6 +216,31 @@ int run_reference_training(const Scenario& s, const RunOptions& opt, const graph
   std::vector<std::string> failures;
   for (const auto& p : tg.params) write_npy((fs::path(opt.out_dir) / "params" / (safe_file_name(p) + ".npy")).string(), state.at(p));
   const json& expect = s.resolved["expect"];
+  if (ref) {
+    // The machine against the reference executor: every step's loss and the final state.
+    const Tolerance tol = default_tolerance(s.resolved["precision"]["compute"].get<std::string>());
+    const size_t n = losses.size();
+    Tensor got = Tensor::from_f32({static_cast<int64_t>(n)}, std::vector<float>(losses.begin(), losses.end()));
+    Tensor exp = Tensor::from_f32({static_cast<int64_t>(n)}, std::vector<float>(ref_losses.begin(), ref_losses.end()));
+    const OutputCheck c = check_output("loss", got, exp, tol, "reference", json::object(), failures);
+    json r = output_record("loss", "", &c.cmp, tol.rtol, tol.atol);
+    r["against"] = "reference";
+    report["outputs"].push_back(r);
+    all_pass = all_pass && c.cmp.pass;
+    con.out("  losses [" + std::to_string(n) + "] vs reference executor: max abs err " + format_num(c.cmp.max_abs_error, "%.3g") + " max rel err " +
+            format_num(c.cmp.max_rel_error, "%.3g") + " " + (c.cmp.pass ? con.green("PASS") : con.red("FAIL")));
+    const auto ref_state = ref->state();
+    for (const auto& name : order) {
+      const OutputCheck sc = check_output(name, state.at(name).cast(DType::f32), ref_state.at(name).cast(DType::f32), tol, "reference", json::object(), failures);
+      json sr = output_record(name, "", &sc.cmp, tol.rtol, tol.atol);
+      sr["against"] = "reference";
+      sr["state"] = true;
+      report["outputs"].push_back(sr);
+      all_pass = all_pass && sc.cmp.pass;
+      con.out("  " + name + " (final, from HBM) vs reference executor: max abs err " + format_num(sc.cmp.max_abs_error, "%.3g") + " max rel err " +
+              format_num(sc.cmp.max_rel_error, "%.3g") + " " + (sc.cmp.pass ? con.green("PASS") : con.red("FAIL")));
+    }
+  }
   if (expect.contains("losses")) {
     const json& e = expect["losses"];
     Tensor want = read_npy(e["file"].get<std::string>());
@@ -199,7 +267,13 @@ int run_reference_training(const Scenario& s, const RunOptions& opt, const graph
     if (s.resolved["outputs"]["save"].get<bool>()) write_npy((fs::path(opt.out_dir) / file).string(), outputs.at(name));
     report["outputs"].push_back(output_record(name, file, nullptr, 0, 0));
   }
-  report["latency"]["note"] = "the reference target has no timing model";
+  if (t_sim > 0) {
+    report["latency"]["simulated_s"] = t_sim;
+    report["latency"]["simulated_per_step_s"] = t_sim / static_cast<double>(losses.size());
+  } else {
+    report["latency"]["note"] = "the reference target has no timing model";
+  }
+  machine->finish(report, marks);
   for (const auto& f : failures) report["checks"].push_back({{"check", "losses"}, {"pass", false}, {"detail", f}});
   report["pass"] = all_pass;
   throw_if_interrupted();

@@ -45,6 +45,30 @@ bool binary_alu(const std::string& op, Alu& a) {
   return true;
 }
 
+// Comparisons the vector engine computes as 1.0 / 0.0 (tensor_tensor or tensor_scalar).
+bool compare_alu(const std::string& op, Alu& a) {
+  if (op == "Greater") a = Alu::is_gt;
+  else if (op == "GreaterOrEqual") a = Alu::is_ge;
+  else if (op == "Less") a = Alu::is_lt;
+  else if (op == "LessOrEqual") a = Alu::is_le;
+  else if (op == "Equal") a = Alu::is_equal;
+  else return false;
+  return true;
+}
+
+// The comparison with its operands swapped (c > x is x < c).
+Alu swapped(Alu a) {
+  switch (a) {
+    case Alu::is_gt: return Alu::is_lt;
+    case Alu::is_ge: return Alu::is_le;
+    case Alu::is_lt: return Alu::is_gt;
+    case Alu::is_le: return Alu::is_ge;
+    default: return a;
+  }
+}
+
+bool is_reduce(const std::string& op) { return op == "ReduceSum" || op == "ReduceMean"; }
+
 struct MatmulPlan {
   const Node* node = nullptr;
   std::string a, w, out;        // operands (graph values) and final output value after fusion
@@ -62,17 +86,20 @@ class Compiler {
   }
 
   Compiled run() {
+    if (!opt_.in_place.empty() && opt_.compute != DType::f32)
+      throw InputError("/precision/compute", "state updated in place on the NeuronCore (training) is compiled in fp32 only in this build",
+                       "set precision.compute to fp32 (mixed-precision training runs on target.kind reference)");
     analyze_heads();
     analyze_convs();
     check_supported();
     plan_fusion();
     assign_layouts();
     allocate_io();
-    const auto order = g_.topo_order();
-    for (size_t idx : order) {
+    for (size_t idx : emission_order()) {
       const Node& n = g_.nodes[idx];
       if (fused_.count(n.name) || view_nodes_.count(n.name)) continue;
       if (batched_.count(n.name)) emit_bmm(n);
+      else if (is_reduce(n.op)) emit_reduce(n);
       else if (n.op == "Conv") emit_conv(convs_.at(n.name));
       else if (n.op == "MaxPool") emit_pool(n);
       else if (n.op == "Gather") emit_gather(n);
@@ -105,10 +132,94 @@ class Compiler {
   static Block whole(const Stored& s) { return {s.offset, s.dtype, s.rows, s.cols, s.cols}; }
 
   // ---- analysis ------------------------------------------------------------------------------
+  // Topological order in which a kernel that writes state in place (MappingOptions::in_place) comes
+  // after every node reading that state: the scoreboard keeps program order, so a read placed after
+  // the update would see the next step's value.
+  std::vector<size_t> emission_order() const {
+    const auto topo = g_.topo_order();
+    if (opt_.in_place.empty()) return topo;
+    const auto prod = g_.producers();
+    std::vector<std::set<size_t>> after(g_.nodes.size());  // node -> nodes that must precede it
+    for (size_t i = 0; i < g_.nodes.size(); ++i)
+      for (const auto& in : g_.nodes[i].inputs) {
+        auto it = prod.find(in);
+        if (it != prod.end()) after[i].insert(it->second);
+      }
+    for (const auto& [st, next] : opt_.in_place) {
+      auto w = prod.find(storage(next));
+      if (w == prod.end()) continue;
+      for (size_t i = 0; i < g_.nodes.size(); ++i)
+        if (i != w->second && std::any_of(g_.nodes[i].inputs.begin(), g_.nodes[i].inputs.end(),
+                                          [&](const std::string& v) { return !v.empty() && g_.has_value(v) && view(v).first == st; }))
+          after[w->second].insert(i);
+    }
+    std::vector<size_t> order;
+    std::vector<bool> done(g_.nodes.size(), false);
+    // Repeatedly take the first node in topological order whose predecessors are all placed.
+    while (order.size() < g_.nodes.size()) {
+      bool progress = false;
+      for (size_t idx : topo) {
+        if (done[idx] || !std::all_of(after[idx].begin(), after[idx].end(), [&](size_t p) { return done[p]; })) continue;
+        done[idx] = true;
+        order.push_back(idx);
+        progress = true;
+        break;
+      }
+      if (!progress) throw InputError(g_.source, "state updated in place is read after its update", "report it with the scenario");
+    }
+    return order;
+  }
+
+  // A constant with one element (a scalar operand the vector engine takes as an immediate).
+  std::optional<double> scalar_const(const std::string& v) const {
+    if (v.empty() || !g_.has_value(v)) return std::nullopt;
+    const auto& val = g_.value(storage(v));
+    if (!val.data || val.data->numel() != 1) return std::nullopt;
+    return val.data->cast(DType::f64).to_f64()[0];
+  }
+
+  bool has_scalar_operand(const Node& n) const {
+    return std::any_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& v) { return scalar_const(v).has_value(); });
+  }
+
+  // A computed value of one element (a learning rate or bias correction that depends on the step):
+  // broadcast to every element of the other operand.
+  bool one_element(const std::string& v) const {
+    return !v.empty() && g_.has_value(v) && shape_numel(g_.value(v).shape) == 1 && !scalar_const(v);
+  }
+  bool has_one_element_operand(const Node& n) const {
+    return std::any_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& v) { return one_element(v); });
+  }
+
   bool is_row_kernel(const Node& n) const {
     Alu a;
-    if (n.op == "Softmax" || n.op == "LayerNormalization") return true;
-    return binary_alu(n.op, a) && g_.value(n.inputs[0]).shape != g_.value(n.inputs[1]).shape;
+    if (n.op == "Softmax" || n.op == "LogSoftmax" || n.op == "LayerNormalization") return true;
+    return binary_alu(n.op, a) && !has_scalar_operand(n) && !has_one_element_operand(n) && g_.value(n.inputs[0]).shape != g_.value(n.inputs[1]).shape;
+  }
+
+  // How a ReduceSum/ReduceMean reduces its input's [rows, cols] matrix view.
+  enum class Reduce { all, over_last, over_leading };
+  std::optional<Reduce> reduce_kind(const Node& n) const {
+    const Shape& s = g_.value(n.inputs[0]).shape;
+    const int64_t r = static_cast<int64_t>(s.size());
+    std::vector<int64_t> axes = n.attrs.get_ints("axes", {});
+    if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
+      const auto& av = g_.value(n.inputs[1]);
+      if (!av.data) return std::nullopt;
+      axes = av.data->cast(DType::i64).to_i64();
+    }
+    if (axes.empty()) {
+      if (n.attrs.get_int("noop_with_empty_axes", 0)) return std::nullopt;
+      return Reduce::all;
+    }
+    std::set<int64_t> set;
+    for (int64_t a : axes) set.insert(a < 0 ? a + r : a);
+    if (static_cast<int64_t>(set.size()) == r) return Reduce::all;
+    if (set == std::set<int64_t>{r - 1}) return Reduce::over_last;
+    std::set<int64_t> lead;
+    for (int64_t i = 0; i + 1 < r; ++i) lead.insert(i);
+    if (set == lead) return Reduce::over_leading;
+    return std::nullopt;
   }
 
   // A row kernel's data input (for a binary op: the non-constant operand; Add/Mul commute).
@@ -170,6 +281,25 @@ class Compiler {
         if ((n.op == "Reshape" || n.op == "Flatten" || n.op == "Squeeze" || n.op == "Unsqueeze") &&
             layout_free_shape(g_.value(n.inputs[0]).shape) != layout_free_shape(out.shape))
           d.add(g_.where(n), "a reshape that changes the 2-D matrix view is not compiled yet");
+      } else if ((binary_alu(n.op, a) || compare_alu(n.op, a) || n.op == "Pow") && has_scalar_operand(n)) {
+        // A scalar constant operand: an immediate of tensor_scalar.
+        if (n.op == "Pow" && scalar_const(n.inputs[0]) && !(*scalar_const(n.inputs[0]) > 0))
+          d.add(g_.where(n), "Pow with a constant base is compiled as exp(x ln c): the base must be positive");
+      } else if ((binary_alu(n.op, a) || compare_alu(n.op, a) || n.op == "Pow") && has_one_element_operand(n)) {
+        // A one-element operand: broadcast from HBM to every partition, read with stride 0.
+      } else if (compare_alu(n.op, a) || n.op == "Pow") {
+        if (g_.value(n.inputs[0]).shape != g_.value(n.inputs[1]).shape)
+          d.add(g_.where(n), n.op + " with broadcasting is not compiled yet (" + shape_str(g_.value(n.inputs[0]).shape) + " and " +
+                                 shape_str(g_.value(n.inputs[1]).shape) + ")");
+      } else if (n.op == "Where") {
+        for (size_t k = 0; k < 3; ++k)
+          if (g_.value(n.inputs[k]).shape != out.shape && (k == 0 || !scalar_const(n.inputs[k])))
+            d.add(g_.where(n), "Where is compiled with a condition of the output's shape and values of that shape or scalar constants, got " +
+                                   shape_str(g_.value(n.inputs[k]).shape) + " for input " + std::to_string(k));
+      } else if (is_reduce(n.op)) {
+        if (!reduce_kind(n))
+          d.add(g_.where(n), n.op + " is compiled over all axes, the last axis, or all but the last; not over these",
+                "run the model on target.kind \"reference\"");
       } else if (binary_alu(n.op, a)) {
         const bool commutes = n.op == "Add" || n.op == "Mul";
         const bool swap = commutes && g_.value(n.inputs[0]).data && !g_.value(n.inputs[1]).data;
@@ -191,10 +321,10 @@ class Compiler {
                                  std::to_string(cfg_.sbuf_partition_bytes / 2) + " bytes) in " + std::string(dtype_name(opt_.compute)),
                 "the gather keeps a column of the table per partition; use a smaller vocabulary or run on target.kind \"reference\"");
         if (is_float(idx.dtype)) d.add(g_.where(n), "Gather indices must be integers, got " + std::string(dtype_name(idx.dtype)));
-      } else if (n.op == "Softmax") {
+      } else if (n.op == "Softmax" || n.op == "LogSoftmax") {
         const int64_t r = static_cast<int64_t>(out.shape.size());
         const int64_t axis = n.attrs.get_int("axis", g_.opset >= 13 ? -1 : 1);
-        if (axis != -1 && axis != r - 1) d.add(g_.where(n), "Softmax over an axis other than the last is not compiled yet");
+        if (axis != -1 && axis != r - 1) d.add(g_.where(n), n.op + " over an axis other than the last is not compiled yet");
         if (out.shape.back() > kMaxRowElems) d.add(g_.where(n), "rows longer than " + std::to_string(kMaxRowElems) + " elements are not compiled yet");
       } else if (n.op == "LayerNormalization") {
         const int64_t r = static_cast<int64_t>(out.shape.size());
@@ -226,6 +356,15 @@ class Compiler {
     return it == alias_of_.end() ? v : storage(it->second);
   }
 
+  // A bias the matmul epilogue adds per output column: a constant of N elements, or (fp32 only: the
+  // epilogue reads fp32) a 1-D graph input of N elements, e.g. a bias being trained.
+  bool bias_value(const std::string& v, int64_t N) const {
+    const auto& val = g_.value(v);
+    if (shape_numel(val.shape) != N) return false;
+    if (val.data) return true;
+    return opt_.compute == DType::f32 && val.shape.size() == 1 && std::find(g_.inputs.begin(), g_.inputs.end(), v) != g_.inputs.end();
+  }
+
   void plan_fusion() {
     for (const auto& n : g_.nodes) {
       if ((n.op != "MatMul" && n.op != "Gemm") || batched_.count(n.name)) continue;
@@ -237,8 +376,10 @@ class Compiler {
       p.out = n.outputs[0];
       if (n.op == "Gemm" && n.inputs.size() > 2 && !n.inputs[2].empty()) {
         const auto& c = g_.value(n.inputs[2]);
-        if (!c.data || shape_numel(c.shape) != g_.value(p.out).shape.back())
-          unsupported(n, "Gemm's C must be a constant bias of the output's last dimension");
+        if (!bias_value(n.inputs[2], g_.value(p.out).shape.back()))
+          unsupported(n, std::string("Gemm's C must be a bias of the output's last dimension: a constant") +
+                             (opt_.compute == DType::f32 ? ", or a 1-D graph input" : ", or a 1-D graph input with precision.compute fp32") +
+                             ", got " + (c.data ? "a constant " : "") + shape_str(c.shape));
         p.bias = n.inputs[2];
       }
       // Absorb a following bias Add and one activation, each the only consumer.
@@ -249,8 +390,7 @@ class Compiler {
         Func f;
         if (step == 0 && p.bias.empty() && next.op == "Add") {
           const std::string other = next.inputs[0] == p.out ? next.inputs[1] : next.inputs[0];
-          const auto& ov = g_.value(other);
-          if (ov.data && shape_numel(ov.shape) == g_.value(p.out).shape.back()) {
+          if (bias_value(other, g_.value(p.out).shape.back())) {
             p.bias = other;
             p.fused.push_back(next.name);
             p.out = next.outputs[0];
@@ -281,26 +421,38 @@ class Compiler {
     // Transposes are views too: value -> (source, flipped).
     for (const auto& n : g_.nodes)
       if (n.op == "Transpose" && !view_nodes_.count(n.name) && !trivial_transpose(n)) transpose_of_[n.outputs[0]] = n.inputs[0];
-    // 1. Row kernels (softmax, layer norm, a constant broadcast along rows) keep rows on partitions.
+    // 0. State updated in place keeps one layout: its next value is stored where it is.
+    for (const auto& [st, next] : opt_.in_place) tie_.emplace(storage(next), st);
+    // 1. Row kernels (softmax, layer norm, a constant broadcast along rows) keep rows on partitions
+    // (an input laid out the other way is read from a transposed copy).
     for (const auto& n : g_.nodes)
       if (is_row_kernel(n) && !fused_.count(n.name) && !view_nodes_.count(n.name)) {
-        require(row_input(n), false, n);
+        want(row_input(n), false);
         require(n.outputs[0], false, n);
       }
-    // 2. Elementwise ops keep their operands' layout, forward in topological order.
+    // 2. Elementwise ops keep their operands' layout, forward in topological order: the output and
+    // operands not yet laid out take the first laid-out operand's; one laid out the other way is read
+    // from a transposed copy. Reductions prefer the reduced axis along the free dimension.
     for (size_t idx : g_.topo_order()) {
       const Node& n = g_.nodes[idx];
       Func f;
       Alu a;
-      if (fused_.count(n.name) || view_nodes_.count(n.name) || is_row_kernel(n) || !(unary_func(n.op, f) || binary_alu(n.op, a)))
+      if (fused_.count(n.name) || view_nodes_.count(n.name) || is_row_kernel(n)) continue;
+      if (is_reduce(n.op)) {
+        const auto k = reduce_kind(n);
+        if (k && *k != Reduce::all) want(n.inputs[0], *k == Reduce::over_leading);
         continue;
+      }
+      if (!(unary_func(n.op, f) || binary_alu(n.op, a) || compare_alu(n.op, a) || n.op == "Pow" || n.op == "Where")) continue;
       for (const auto& in : n.inputs) {
+        if (scalar_const(in)) continue;
         auto [st, flip] = view(in);
         auto it = layout_.find(st);
         if (it == layout_.end()) continue;
         const bool in_t = it->second != flip;
-        require(n.outputs[0], in_t, n);
-        for (const auto& other : n.inputs) require(other, in_t, n);
+        want(n.outputs[0], in_t);
+        for (const auto& other : n.inputs)
+          if (!scalar_const(other)) want(other, in_t);
         break;
       }
     }
@@ -739,6 +891,10 @@ class Compiler {
   // A soft requirement: set the layout if free, else ask for a transposed copy.
   void want(const std::string& v, bool transposed_view) {
     auto [st, flip] = view(v);
+    if (auto t = tie_.find(st); t != tie_.end()) {  // stored where the state is: the state's layout
+      want(t->second, transposed_view != flip);
+      return;
+    }
     const bool w = transposed_view != flip;
     auto it = layout_.find(st);
     if (it == layout_.end()) layout_[st] = w;
@@ -759,6 +915,7 @@ class Compiler {
 
   void require(const std::string& v, bool transposed, const Node& at) {
     auto [s, flip] = view(v);
+    if (auto t = tie_.find(s); t != tie_.end()) return require(t->second, transposed != flip, at);
     const bool want = transposed != flip;
     auto it = layout_.find(s);
     if (it != layout_.end() && it->second != want)
@@ -767,6 +924,7 @@ class Compiler {
   }
 
   bool transposed(const std::string& stored) const {
+    if (auto t = tie_.find(stored); t != tie_.end()) return transposed(t->second);
     auto it = layout_.find(stored);
     return it != layout_.end() && it->second;
   }
@@ -788,6 +946,7 @@ class Compiler {
 
   Stored stored(const std::string& v) {
     auto [s, flip] = view(v);
+    if (auto t = tie_.find(s); t != tie_.end()) return stored(t->second);  // next state: in place
     auto it = stored_.find(s);
     if (it != stored_.end()) return it->second;
     const auto& val = g_.value(s);
@@ -806,7 +965,8 @@ class Compiler {
     const bool is_out = is_output(s);
     // Integer values (gather indices) live as int32; floating ones in the compute dtype, graph
     // outputs in fp32.
-    const DType dt = !is_float(val.dtype) ? DType::i32 : is_out ? DType::f32 : opt_.compute;
+    // Booleans (comparisons) are 1.0 / 0.0 in the compute dtype.
+    const DType dt = val.dtype == DType::boolean ? opt_.compute : !is_float(val.dtype) ? DType::i32 : is_out ? DType::f32 : opt_.compute;
     const Shape shape = t ? Shape{c, r} : Shape{r, c};
     const int64_t off = hbm_alloc(s, dt, shape);
     return stored_[s] = Stored{off, dt, shape[0], shape[1]};
@@ -835,7 +995,8 @@ class Compiler {
                          "end the model with a Flatten/Gemm, or run it on target.kind \"reference\"");
       auto [s, flip] = view(o);
       stored(o);
-      c_.outputs.push_back({o, s, transposed(s) != flip});
+      auto t = tie_.find(s);  // a next-state output lives in its state's HBM tensor
+      c_.outputs.push_back({o, t == tie_.end() ? s : t->second, transposed(s) != flip});
     }
   }
 
@@ -865,6 +1026,10 @@ class Compiler {
     auto [st, flip] = view(v);
     const bool w = want_t != flip;
     if (transposed(st) == w) return stored(v);
+    {
+      const Stored s = stored(v);
+      if (s.rows == 1 || s.cols == 1) return Stored{s.offset, s.dtype, s.cols, s.rows};  // a vector reads the same either way
+    }
     auto it = copy_.find(st);
     if (it != copy_.end()) return it->second;
     const Stored src = stored(st);
@@ -1374,6 +1539,11 @@ class Compiler {
     auto it = stored_.find("bias:" + v);
     if (it != stored_.end()) return it->second;
     const auto& val = g_.value(v);
+    if (!val.data) {  // a graph input (bias_value): fp32 in HBM already, a vector either way round
+      const Stored s = stored(v);
+      if (s.dtype != DType::f32) throw std::logic_error("a non-constant bias must be stored fp32");
+      return stored_["bias:" + v] = Stored{s.offset, s.dtype, 1, N};
+    }
     Tensor data = val.data->cast(DType::f32).reshaped({N});
     const int64_t off = hbm_alloc(v, DType::f32, {N});
     c_.hbm_init.push_back({v, data});
@@ -1389,7 +1559,7 @@ class Compiler {
     c_.stream_buffers.push_back(2);
     c_.pieces.push_back({1, 1});
     const std::string& xin_name = row_input(n);
-    const Stored X = stored(xin_name);
+    const Stored X = operand(xin_name, false);
     const Stored O = stored(n.outputs[0]);
     const int64_t R = X.rows, C = X.cols;
     const int32_t Ci = static_cast<int32_t>(C);
@@ -1411,7 +1581,7 @@ class Compiler {
       eps = n.attrs.get_float("epsilon", 1e-5);
       if (n.inputs.size() > 1 && !n.inputs[1].empty()) gamma = replicated(n.inputs[1]);
       if (n.inputs.size() > 2 && !n.inputs[2].empty()) beta = replicated(n.inputs[2]);
-    } else if (n.op != "Softmax") {
+    } else if (n.op != "Softmax" && n.op != "LogSoftmax") {
       binary_alu(n.op, alu);
       operand = replicated(xin_name == n.inputs[0] ? n.inputs[1] : n.inputs[0]);
     }
@@ -1426,7 +1596,47 @@ class Compiler {
       const int64_t xb = xin + (t % 2) * C * 4, yb = yout + (t % 2) * C * 4, sm = small + (t % 2) * 16 * 4;
       const AccessPattern x = row(pr, xb, X.dtype), y = row(pr, yb, O.dtype);
       em_.dma(x, in_hbm(X.dtype, pr, C, X.offset + r0 * C * static_cast<int64_t>(dtype_size(X.dtype)), {{Ci, 1}}));
-      if (n.op == "Softmax") {
+      if (n.op == "LogSoftmax") {
+        // x - max - ln(sum exp(x - max)): the exp's accumulated sum, its log, one bias column.
+        Instr mx;
+        mx.op = Op::tensor_reduce;
+        mx.alu = Alu::max;
+        mx.negate = true;  // -max
+        mx.dst = col(pr, sm);
+        mx.src0 = x;
+        emit(mx, Lane::vector);
+        Instr ex;
+        ex.op = Op::activation;
+        ex.func = Func::exp;
+        ex.imm[0] = 1.0;
+        ex.dst = row(pr, work);
+        ex.src0 = x;
+        ex.src1 = col(pr, sm);
+        ex.aux = col(pr, sm + 4);  // sum of the exponentials
+        emit(ex, Lane::scalar);
+        Instr ln;
+        ln.op = Op::activation;
+        ln.func = Func::log;
+        ln.imm[0] = 1.0;
+        ln.dst = col(pr, sm + 8);
+        ln.src0 = col(pr, sm + 4);
+        emit(ln, Lane::scalar);
+        Instr bs;
+        bs.op = Op::tensor_tensor;
+        bs.alu = Alu::subtract;
+        bs.dst = col(pr, sm + 12);  // -max - ln(sum)
+        bs.src0 = col(pr, sm);
+        bs.src1 = col(pr, sm + 8);
+        emit(bs, Lane::vector);
+        Instr o;
+        o.op = Op::activation;
+        o.func = Func::identity;
+        o.imm[0] = 1.0;
+        o.dst = y;
+        o.src0 = x;
+        o.src1 = col(pr, sm + 12);
+        emit(o, Lane::scalar);
+      } else if (n.op == "Softmax") {
         Instr mx;
         mx.op = Op::tensor_reduce;
         mx.alu = Alu::max;
@@ -1532,66 +1742,218 @@ class Compiler {
     }
   }
 
+  // Elementwise kernels: a unary function (scalar engine), a binary op or comparison of two tensors
+  // (tensor_tensor) or of a tensor and a scalar constant (tensor_scalar, the constant an immediate),
+  // or Where (select; a scalar constant read as a broadcast column). The tensors are viewed as
+  // [P, F] with P the largest divisor of the element count up to 128, in chunks of 2048 columns.
   void emit_elementwise(const Node& n) {
     // Operands laid out unlike the output are read from a transposed copy.
     const std::string out = n.outputs[0];
     const bool out_t = transposed(view(out).first) != view(out).second;
-    const Stored X = operand(n.inputs[0], out_t);
-    Stored Bs{};
-    Alu a0 = Alu::add;
-    if (binary_alu(n.op, a0)) Bs = operand(n.inputs[1], out_t);
+    struct Operand {
+      std::optional<double> c;  // a scalar constant
+      Stored s{};
+    };
+    std::vector<Operand> ops;
+    for (const auto& in : n.inputs) {
+      Operand o;
+      o.c = scalar_const(in);
+      if (!o.c) o.s = operand(in, out_t);
+      ops.push_back(o);
+    }
     em_.begin_kernel(n.name);
     c_.stream_buffers.push_back(2);
     c_.pieces.push_back({1, 1});
     const Stored O = stored(out);
     Func f = Func::identity;
     Alu a = Alu::add;
+    const bool unary = unary_func(n.op, f), where = n.op == "Where";
+    const bool binary = binary_alu(n.op, a) || compare_alu(n.op, a) || n.op == "Pow";
+    if (n.op == "Pow") a = Alu::pow;
+    if (!unary && !binary && !where) unsupported(n, "op " + n.op);
+    for (const auto& o : ops)
+      if (!o.c && o.s.rows * o.s.cols != O.rows * O.cols && o.s.rows * o.s.cols != 1) unsupported(n, "a standalone broadcast is not compiled yet");
+    auto bcast = [&](const Operand& o) { return !o.c && o.s.rows * o.s.cols == 1 && O.rows * O.cols > 1; };
     const int64_t total = O.rows * O.cols;
-    // View the matrix as [P, F] with P the largest divisor of the element count up to 128.
     int64_t P = std::min<int64_t>(cfg_.partitions, total);
     while (total % P) --P;
     const int64_t F_all = total / P;
     const int64_t chunk = std::min<int64_t>(F_all, 2048);
+    const int32_t pp = static_cast<int32_t>(P);
     Sbuf sb{0, cfg_.sbuf_partition_bytes, n.name};
-    const int64_t xin = sb.take(2 * chunk * 4), yout = sb.take(2 * chunk * 4);
-    int64_t bin = -1;
-    const bool binary = binary_alu(n.op, a);
-    if (binary) {
-      const auto& bv = g_.value(n.inputs[1]);
-      if (bv.shape != g_.value(n.inputs[0]).shape) unsupported(n, "a standalone broadcast is not compiled yet");
-      bin = sb.take(2 * chunk * 4);
-    } else if (!unary_func(n.op, f)) {
-      unsupported(n, "op " + n.op);
-    }
+    std::vector<int64_t> buf(ops.size(), -1);
+    for (size_t k = 0; k < ops.size(); ++k) buf[k] = ops[k].c || bcast(ops[k]) ? sb.take(4) : sb.take(2 * chunk * 4);
+    const int64_t yout = sb.take(2 * chunk * 4);
     c_.sbuf_high_water = std::max(c_.sbuf_high_water, sb.next);
+    if (where)  // the constants of a select, as columns read with stride 0
+      for (size_t k = 1; k < ops.size(); ++k)
+        if (ops[k].c) {
+          Instr ms;
+          ms.op = Op::memset;
+          ms.imm[0] = *ops[k].c;
+          ms.dst = on_chip(Space::sbuf, DType::f32, 0, pp, buf[k], {{1, 1}});
+          em_.emit(ms, Lane::vector);
+        }
+    for (size_t k = 0; k < ops.size(); ++k)  // one-element operands: one value on every partition
+      if (bcast(ops[k])) em_.dma(on_chip(Space::sbuf, ops[k].s.dtype, 0, pp, buf[k], {{1, 1}}), in_hbm(ops[k].s.dtype, pp, 0, ops[k].s.offset, {{1, 1}}));
     int64_t i = 0;
     for (int64_t f0 = 0; f0 < F_all; f0 += chunk, ++i) {
-      const int64_t fn = std::min(chunk, F_all - f0);
-      const int32_t pp = static_cast<int32_t>(P);
-      const int32_t fi = static_cast<int32_t>(fn);
-      auto hbm_of = [&](const Stored& s) {
-        return in_hbm(s.dtype, pp, F_all, s.offset + f0 * static_cast<int64_t>(dtype_size(s.dtype)), {{fi, 1}});
+      const int32_t fi = static_cast<int32_t>(std::min(chunk, F_all - f0));
+      auto hbm_of = [&](const Stored& st) {
+        return in_hbm(st.dtype, pp, F_all, st.offset + f0 * static_cast<int64_t>(dtype_size(st.dtype)), {{fi, 1}});
       };
-      const AccessPattern x = on_chip(Space::sbuf, X.dtype, 0, pp, xin + (i % 2) * chunk * 4, {{fi, 1}});
+      std::vector<AccessPattern> x(ops.size());
+      for (size_t k = 0; k < ops.size(); ++k) {
+        if (ops[k].c || bcast(ops[k])) {
+          x[k] = on_chip(Space::sbuf, ops[k].c ? DType::f32 : ops[k].s.dtype, 0, pp, buf[k], {{fi, 0}});
+          continue;
+        }
+        x[k] = on_chip(Space::sbuf, ops[k].s.dtype, 0, pp, buf[k] + (i % 2) * chunk * 4, {{fi, 1}});
+        em_.dma(x[k], hbm_of(ops[k].s));
+      }
       const AccessPattern y = on_chip(Space::sbuf, O.dtype, 0, pp, yout + (i % 2) * chunk * 4, {{fi, 1}});
-      em_.dma(x, hbm_of(X));
       Instr in;
       in.dst = y;
-      in.src0 = x;
-      if (binary) {
-        const AccessPattern b = on_chip(Space::sbuf, Bs.dtype, 0, pp, bin + (i % 2) * chunk * 4, {{fi, 1}});
-        em_.dma(b, hbm_of(Bs));
-        in.op = Op::tensor_tensor;
-        in.alu = a;
-        in.src1 = b;
-        em_.emit(in, Lane::vector);
-      } else {
+      if (unary) {
         in.op = Op::activation;
         in.func = f;
         in.imm[0] = 1.0;
+        in.src0 = x[0];
         em_.emit(in, Lane::scalar);
+      } else if (where) {
+        in.op = Op::select;
+        in.src0 = x[0];
+        in.src1 = x[1];
+        in.aux = x[2];
+        em_.emit(in, Lane::vector);
+      } else if (!ops[0].c && !ops[1].c) {
+        in.op = Op::tensor_tensor;
+        in.alu = a;
+        in.src0 = x[0];
+        in.src1 = x[1];
+        em_.emit(in, Lane::vector);
+      } else {
+        // x op c, or c op x: commutative ops and comparisons swap; c - x = x * -1 + c; c / x =
+        // reciprocal(x) * c.
+        const bool c_first = ops[0].c.has_value();
+        const double c = c_first ? *ops[0].c : *ops[1].c;
+        in.op = Op::tensor_scalar;
+        in.src0 = x[c_first ? 1 : 0];
+        in.alu = c_first ? swapped(a) : a;
+        in.imm[0] = c;
+        in.alu1 = Alu::bypass;
+        if (c_first && a == Alu::subtract) {
+          in.alu = Alu::multiply;
+          in.imm[0] = -1.0;
+          in.alu1 = Alu::add;
+          in.imm[1] = c;
+        } else if (c_first && a == Alu::pow) {  // c ^ x = exp(x ln c), c > 0
+          in.op = Op::activation;
+          in.func = Func::exp;
+          in.imm[0] = std::log(c);
+          in.imm[1] = 0.0;
+          in.alu = Alu::add;
+          em_.emit(in, Lane::scalar);
+          em_.dma(hbm_of(O), y);
+          continue;
+        } else if (c_first && a == Alu::divide) {
+          Instr rc;
+          rc.op = Op::activation;
+          rc.func = Func::reciprocal;
+          rc.imm[0] = 1.0;
+          rc.dst = y;
+          rc.src0 = x[1];
+          em_.emit(rc, Lane::scalar);
+          in.src0 = y;
+          in.alu = Alu::multiply;
+        }
+        em_.emit(in, Lane::vector);
       }
       em_.dma(hbm_of(O), y);
+    }
+  }
+
+  // ReduceSum / ReduceMean over all elements, the last axis, or all but the last: the reduced axis
+  // lies along the free dimension (the input read in the layout that puts it there), tensor_reduce
+  // per partition tile and free chunk, partial sums added; over all elements the per-partition sums
+  // are then reduced across partitions (gpsimd partition_all_reduce). A mean scales at the end.
+  void emit_reduce(const Node& n) {
+    const Reduce k = *reduce_kind(n);
+    const std::string& xin = n.inputs[0];
+    const bool want_t = k == Reduce::over_leading ? true : k == Reduce::over_last ? false : transposed(view(xin).first) != view(xin).second;
+    const Stored X = operand(xin, want_t);  // [partition dim, free dim]
+    em_.begin_kernel(n.name);
+    c_.stream_buffers.push_back(2);
+    c_.pieces.push_back({1, 1});
+    const Stored O = stored(n.outputs[0]);
+    const double count = k == Reduce::all ? static_cast<double>(X.rows * X.cols) : static_cast<double>(X.cols);
+    const double scale = n.op == "ReduceMean" ? 1.0 / count : 1.0;
+    const int64_t chunk = std::min<int64_t>(X.cols, 2048);
+    const int32_t P = static_cast<int32_t>(std::min<int64_t>(cfg_.partitions, X.rows));
+    Sbuf sb{0, cfg_.sbuf_partition_bytes, n.name};
+    const int64_t xbuf = sb.take(2 * chunk * 4), acc = sb.take(2 * 4), part = sb.take(2 * 4), total = sb.take(4), res = sb.take(2 * 4);
+    c_.sbuf_high_water = std::max(c_.sbuf_high_water, sb.next);
+    const int64_t xes = static_cast<int64_t>(dtype_size(X.dtype)), oes = static_cast<int64_t>(dtype_size(O.dtype));
+    auto col = [&](int32_t parts, int64_t off, DType t = DType::f32) { return on_chip(Space::sbuf, t, 0, parts, off, {{1, 1}}); };
+    auto add_into = [&](const AccessPattern& dst, const AccessPattern& src) {
+      Instr ad;
+      ad.op = Op::tensor_tensor;
+      ad.alu = Alu::add;
+      ad.dst = dst;
+      ad.src0 = dst;
+      ad.src1 = src;
+      em_.emit(ad, Lane::vector);
+    };
+    auto finish = [&](int32_t parts, const AccessPattern& src, int64_t slot) {  // scale into the output dtype
+      Instr sc;
+      sc.op = Op::tensor_scalar;
+      sc.alu = Alu::multiply;
+      sc.imm[0] = scale;
+      sc.alu1 = Alu::bypass;
+      sc.src0 = src;
+      sc.dst = col(parts, res + slot * 4, O.dtype);
+      em_.emit(sc, Lane::vector);
+      return sc.dst;
+    };
+    int64_t t = 0, c = 0;
+    for (int64_t p0 = 0; p0 < X.rows; p0 += P, ++t) {
+      const int32_t pr = static_cast<int32_t>(std::min<int64_t>(P, X.rows - p0));
+      const AccessPattern a = col(pr, acc + (t % 2) * 4);
+      for (int64_t f0 = 0; f0 < X.cols; f0 += chunk, ++c) {
+        const int32_t fi = static_cast<int32_t>(std::min(chunk, X.cols - f0));
+        const AccessPattern x = on_chip(Space::sbuf, X.dtype, 0, pr, xbuf + (c % 2) * chunk * 4, {{fi, 1}});
+        em_.dma(x, in_hbm(X.dtype, pr, X.cols, X.offset + (p0 * X.cols + f0) * xes, {{fi, 1}}));
+        Instr rd;
+        rd.op = Op::tensor_reduce;
+        rd.alu = Alu::add;
+        rd.src0 = x;
+        rd.dst = f0 == 0 ? a : col(pr, part + (c % 2) * 4);
+        em_.emit(rd, Lane::vector);
+        if (f0 > 0) add_into(a, rd.dst);
+      }
+      if (k == Reduce::all) {
+        if (p0 == 0) {
+          Instr ms;
+          ms.op = Op::memset;
+          ms.imm[0] = 0.0;
+          ms.dst = col(P, total);
+          em_.emit(ms, Lane::vector);
+        }
+        add_into(col(pr, total), a);
+      } else {
+        const AccessPattern r = finish(pr, a, t % 2);
+        em_.dma(in_hbm(O.dtype, pr, 1, O.offset + p0 * oes, {{1, 1}}), r, Emitter::DmaClass::bulk);
+      }
+    }
+    if (k == Reduce::all) {
+      Instr ar;
+      ar.op = Op::partition_all_reduce;
+      ar.alu = Alu::add;
+      ar.src0 = col(P, total);
+      ar.dst = col(P, acc);
+      em_.emit(ar, Lane::gpsimd);
+      const AccessPattern r = finish(1, col(1, acc), 0);
+      em_.dma(in_hbm(O.dtype, 1, 1, O.offset, {{1, 1}}), r, Emitter::DmaClass::bulk);
     }
   }
 
@@ -1612,6 +1974,7 @@ class Compiler {
   std::map<std::string, CmStore> cm_;
   std::map<std::string, std::string> alias_of_, transpose_of_;
   std::map<std::string, bool> layout_;
+  std::map<std::string, std::string> tie_;  // storage of a next-state output -> the state it is stored in
   std::set<std::string> copies_;        // stored values that also need a transposed copy
   std::map<std::string, Stored> copy_;  // ... and where the copy is, once made
   std::map<std::string, Stored> stored_;

@@ -39,6 +39,10 @@ struct MappingOptions {
   // Tiles per block (the tutorial's TILES_IN_BLOCK_M/N/K) for the blocked schedules; 0: the
   // tutorial's values (blocked_mn 2x2, blocked_mnk 16x2x8).
   int64_t block_m = 0, block_n = 0, block_k = 0;
+  // State updated in place (training): (input S, output holding S's next value). The output is
+  // stored where S is, so the next step reads it without a host round trip; the kernel writing it
+  // runs after every kernel that reads S. Needs compute fp32 (S and its next value share a dtype).
+  std::vector<std::pair<std::string, std::string>> in_place;
 };
 
 // How a graph input or output sits in HBM.

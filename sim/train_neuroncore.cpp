@@ -1,0 +1,158 @@
+// Training on the NeuronCore model (docs/training.md): the training-step graph is compiled once
+// with its state (weights, optimizer state) updated in place in HBM; the core is elaborated once
+// and runs the program every step. The host writes only the step's data (x, target, step) before a
+// step and reads the outputs after it; the state is written once (initial values or a checkpoint)
+// and read back only for checkpoints and at the end.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include "isa/fileio.hpp"
+#include "isa/neuroncore/asm.hpp"
+#include "isa/neuroncore/validate.hpp"
+#include "mapper/passes/passes.hpp"
+#include "models/common/clock.hpp"
+#include "sim/console.hpp"
+#include "sim/run_neuroncore.hpp"
+#include "sim/train.hpp"
+
+namespace tessera::sim {
+
+using json = nlohmann::json;
+using namespace tessera::neuroncore;
+
+namespace {
+
+class NeuronCoreTrainer : public TrainMachine {
+ public:
+  NeuronCoreTrainer(const Scenario& s, const passes::TrainingGraph& tg, const RunOptions& opt) : tg_(tg), cfg_(CoreConfig::from(s.params)) {
+    auto& con = Console::get();
+    if (!s.resolved["run"]["numerics"].get<bool>())
+      throw InputError("/run/numerics", "training needs values (the loss, the updated weights); run.numerics is false", "remove --no-numerics");
+    MappingOptions mo = nc_mapping_options(s);
+    mo.in_place = tg.state;
+    graph::Graph cg = tg.g;
+    passes::fuse_patterns(cg);
+    const auto c0 = std::chrono::steady_clock::now();
+    compiled_ = compile(cg, cfg_, mo);
+    compile_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+    try {
+      validate(compiled_.program, cfg_);
+    } catch (const InputError& e) {
+      throw std::runtime_error(std::string("the compiler produced an invalid program: ") + e.what());
+    }
+    const Program& prog = compiled_.program;
+    con.out(con.bold("predicted") + " " + format_num(compiled_.predicted_s * 1e6, "%.3f") + " us per training step (compiled " +
+            std::to_string(prog.kernels.size()) + " kernels, " + std::to_string(prog.instrs.size()) + " instructions in " +
+            std::to_string(prog.bundles.size()) + " bundles, " + format_num(compile_s_ * 1e3, "%.1f") + " ms)");
+    write_file_atomic((std::filesystem::path(opt.out_dir) / "compile_report.txt").string(), compile_report(compiled_, cfg_));
+    if (opt.emit_program) write_file_atomic((std::filesystem::path(opt.out_dir) / "program.s").string(), disassemble(prog));
+    for (const auto& [in, nx] : tg.state) state_names_.insert(in);
+    if (s.resolved.contains("trace")) trace_cfg_ = s.resolved["trace"];
+    out_dir_ = opt.out_dir;
+
+    models::set_fs_resolution();
+    CoreOptions copt;
+    copt.numerics = true;
+    copt.max_time = static_cast<models::Femtos>(s.resolved["run"]["max_time"].get<double>() * 1e15);
+    core_ = std::make_unique<NeuronCore>("core", cfg_, copt);
+    for (const auto& [name, data] : compiled_.hbm_init) {
+      const HbmTensor* t = prog.find_hbm(name);
+      core_->memory().hbm_write(t->offset, data.data(), data.nbytes());
+    }
+    install_interrupt_handler();
+  }
+
+  void set_state(const std::map<std::string, Tensor>& state) override {
+    for (const auto& b : compiled_.inputs)
+      if (state_names_.count(b.name)) nc_write_value(*core_, hbm(b), state.at(b.name), b.transposed);
+  }
+
+  std::map<std::string, Tensor> step(const std::map<std::string, Tensor>& inputs) override {
+    for (const auto& b : compiled_.inputs)
+      if (!state_names_.count(b.name)) nc_write_value(*core_, hbm(b), inputs.at(b.name), b.transposed);
+    core_->load(compiled_.program);
+    run_systemc_sliced();
+    if (!core_->finished()) throw std::runtime_error("the NeuronCore did not finish a training step (SystemC ran out of events)");
+    if (core_->error()) throw std::runtime_error("training step " + std::to_string(steps_) + ": " + *core_->error());
+    const CoreStats st = core_->stats();
+    last_s_ = static_cast<double>(st.end_time - core_->start_time()) / 1e15;
+    if (steps_++ == 0) {
+      first_ = st;
+      origin_ = core_->start_time();
+    }
+    const double t0 = static_cast<double>(core_->start_time() - origin_) / 1e15;
+    spans_.push_back({"step " + std::to_string(first_step + steps_ - 1), t0, t0 + last_s_});
+    total_s_ += last_s_;
+    std::map<std::string, Tensor> out;
+    for (const auto& b : compiled_.outputs)
+      if (!b.name.starts_with("next:")) out[b.name] = nc_read_value(*core_, hbm(b), b.transposed, tg_.g.value(b.name).shape);
+    return out;
+  }
+
+  std::map<std::string, Tensor> state() override {
+    std::map<std::string, Tensor> st;
+    for (const auto& b : compiled_.inputs)
+      if (state_names_.count(b.name)) st[b.name] = nc_read_value(*core_, hbm(b), b.transposed, tg_.g.value(b.name).shape).cast(tg_.initial.at(b.name).dtype());
+    return st;
+  }
+
+  double step_seconds() const override { return last_s_; }
+
+  void finish(json& report, const std::vector<StepMark>& closures) override {
+    auto& con = Console::get();
+    const double per_step = steps_ ? total_s_ / static_cast<double>(steps_) : 0.0;
+    const double err = per_step > 0 ? (compiled_.predicted_s - per_step) / per_step * 100 : 0.0;
+    report["latency"]["predicted_s"] = compiled_.predicted_s;
+    report["latency"]["error_pct"] = err;
+    report["compile"] = {{"kernels", compiled_.kernels.size()},
+                         {"instructions", compiled_.program.instrs.size()},
+                         {"bundles", compiled_.program.bundles.size()},
+                         {"sbuf_high_water_bytes_per_partition", compiled_.sbuf_high_water},
+                         {"hbm_bytes", compiled_.hbm_bytes},
+                         {"compile_s", compile_s_},
+                         {"in_place_state", tg_.state.size()}};
+    report["stats"] = {{"bundles_per_step", first_.bundles}, {"hbm_read_bytes_first_step", first_.hbm_read_bytes}, {"hbm_write_bytes_first_step", first_.hbm_write_bytes}};
+    nc_kernel_table(compiled_, compiled_.program, *core_, report);  // the last step's
+    char line[200];
+    std::snprintf(line, sizeof line, "%s %.3f us per step predicted, %.3f us simulated (%+.1f%%), %.3f us for %lld step(s)",
+                  con.bold("training step").c_str(), compiled_.predicted_s * 1e6, per_step * 1e6, err, total_s_ * 1e6, static_cast<long long>(steps_));
+    con.out(line);
+    if (trace_cfg_.is_object()) {
+      std::vector<PredictedKernel> predicted;
+      double t = 0;
+      for (const auto& k : compiled_.kernels) {
+        predicted.push_back({k.name, t, t + k.seconds});
+        t += k.seconds;
+      }
+      con.out(write_neuroncore_trace(trace_cfg_, compiled_.program, *core_, predicted, out_dir_, spans_, closures, static_cast<int64_t>(origin_)));
+      report["trace"] = {{"file", trace_cfg_["file"]}};
+    }
+  }
+
+ private:
+  const HbmTensor& hbm(const IoBinding& b) const { return *compiled_.program.find_hbm(b.hbm); }
+
+  const passes::TrainingGraph& tg_;
+  CoreConfig cfg_;
+  Compiled compiled_;
+  double compile_s_ = 0;
+  std::set<std::string> state_names_;
+  std::unique_ptr<NeuronCore> core_;
+  CoreStats first_{};
+  json trace_cfg_;
+  std::string out_dir_;
+  models::Femtos origin_ = 0;
+  std::vector<PredictedKernel> spans_;  // the steps on the host track
+  double last_s_ = 0, total_s_ = 0;
+  int64_t steps_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainMachine> make_neuroncore_trainer(const Scenario& s, const passes::TrainingGraph& tg, const RunOptions& opt) {
+  return std::make_unique<NeuronCoreTrainer>(s, tg, opt);
+}
+
+}  // namespace tessera::sim
