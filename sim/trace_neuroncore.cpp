@@ -118,7 +118,8 @@ std::string fmt_size(size_t n) {
 TraceBuilder build_neuroncore_trace(const json& cfg, const Program& prog, const NeuronCore& core,
                                     const std::vector<PredictedKernel>& predicted,
                                     const std::vector<PredictedKernel>& steps,
-                                    const std::vector<StepMark>& closures, int64_t origin_fs) {
+                                    const std::vector<StepMark>& closures, int64_t origin_fs,
+                                    const std::vector<PredictedKernel>& phases) {
   const std::string detail = cfg.value("detail", std::string("kernel"));
   if (detail != "kernel" && detail != "instruction" && detail != "pe")
     throw InputError("/trace/detail", "unknown trace detail '" + detail + "'", "use kernel, instruction or pe");
@@ -193,6 +194,13 @@ TraceBuilder build_neuroncore_trace(const json& cfg, const Program& prog, const 
       b.slice(ht, k.name, s0, s1, {{"seconds", k.end_s - k.start_s}});
     }
     for (const auto& m : closures) b.instant(ht, m.name, std::llround(m.t_s * 1e9), m.args);
+    if (!phases.empty()) {
+      const uint64_t pt = b.thread(hp, "phases", kPredictedKernelsTid + 2);
+      for (const auto& k : phases) {
+        const int64_t s0 = std::llround(k.start_s * 1e9), s1 = std::max(s0, static_cast<int64_t>(std::llround(k.end_s * 1e9)));
+        b.slice(pt, k.name, s0, s1, {{"seconds", k.end_s - k.start_s}});
+      }
+    }
   }
   // The compiler's prediction.
   if (!predicted.empty()) {
@@ -379,8 +387,9 @@ std::string write_trace_file(const json& cfg, const TraceBuilder& b, const std::
 std::string write_neuroncore_trace(const json& cfg, const Program& prog, const NeuronCore& core,
                                    const std::vector<PredictedKernel>& predicted, const std::string& out_dir,
                                    const std::vector<PredictedKernel>& steps,
-                                   const std::vector<StepMark>& closures, int64_t origin_fs) {
-  return write_trace_file(cfg, build_neuroncore_trace(cfg, prog, core, predicted, steps, closures, origin_fs), out_dir);
+                                   const std::vector<StepMark>& closures, int64_t origin_fs,
+                                   const std::vector<PredictedKernel>& phases) {
+  return write_trace_file(cfg, build_neuroncore_trace(cfg, prog, core, predicted, steps, closures, origin_fs, phases), out_dir);
 }
 
 }  // namespace tessera::sim

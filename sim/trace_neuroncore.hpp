@@ -56,7 +56,8 @@ traces::TraceBuilder build_neuroncore_trace(const nlohmann::json& trace_cfg, con
                                             const std::vector<PredictedKernel>& predicted,
                                             const std::vector<PredictedKernel>& steps = {},
                                             const std::vector<StepMark>& closures = {},
-                                            int64_t origin_fs = -1);
+                                            int64_t origin_fs = -1,
+                                            const std::vector<PredictedKernel>& phases = {});
 
 // Writes a built trace into out_dir/<trace.file> atomically in trace.format ("perfetto" or
 // "json"), warns when the byte budget trimmed it, and returns the one-line note (shared by every
@@ -71,9 +72,11 @@ std::string write_neuroncore_trace(const nlohmann::json& trace_cfg, const neuron
                                    const std::string& out_dir,
                                    const std::vector<PredictedKernel>& steps = {},
                                    const std::vector<StepMark>& closures = {},
-                                   int64_t origin_fs = -1);
+                                   int64_t origin_fs = -1,
+                                   const std::vector<PredictedKernel>& phases = {});
 // Multi-step runs: `steps` (slices on a "host" process's "steps" track) and the step closures (instants
 // at the steps' ends with their values as args); the core's records (the last step's) are placed
-// from `origin_fs`, the first step's start, so they sit in that step's slice.
+// from `origin_fs`, the first step's start, so they sit in that step's slice. Training runs add
+// `phases` (forward, loss, backward, optimizer spans of every step) on the host's "phases" track.
 
 }  // namespace tessera::sim

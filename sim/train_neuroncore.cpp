@@ -84,6 +84,7 @@ class NeuronCoreTrainer : public TrainMachine {
     }
     const double t0 = static_cast<double>(core_->start_time() - origin_) / 1e15;
     spans_.push_back({"step " + std::to_string(first_step + steps_ - 1), t0, t0 + last_s_});
+    add_phases(t0);
     total_s_ += last_s_;
     std::map<std::string, Tensor> out;
     for (const auto& b : compiled_.outputs)
@@ -126,13 +127,43 @@ class NeuronCoreTrainer : public TrainMachine {
         predicted.push_back({k.name, t, t + k.seconds});
         t += k.seconds;
       }
-      con.out(write_neuroncore_trace(trace_cfg_, compiled_.program, *core_, predicted, out_dir_, spans_, closures, static_cast<int64_t>(origin_)));
+      con.out(write_neuroncore_trace(trace_cfg_, compiled_.program, *core_, predicted, out_dir_, spans_, closures, static_cast<int64_t>(origin_), phases_));
       report["trace"] = {{"file", trace_cfg_["file"]}};
     }
   }
 
  private:
   const HbmTensor& hbm(const IoBinding& b) const { return *compiled_.program.find_hbm(b.hbm); }
+
+  // The step's phases (forward, loss, backward, optimizer) as spans of its kernels: a kernel runs
+  // from the previous kernel's end to its own last instruction's; a transposed copy belongs to
+  // the phase of the kernel it is made for (the next one); consecutive kernels of a phase merge.
+  void add_phases(double t0) {
+    const Program& prog = compiled_.program;
+    const size_t nk = prog.kernels.size();
+    if (kernel_phase_.empty()) {
+      kernel_phase_.resize(nk);
+      std::string next = "optimizer";
+      for (size_t k = nk; k-- > 0;) {
+        auto it = tg_.phase_of.find(prog.kernels[k]);
+        if (it != tg_.phase_of.end()) next = it->second;
+        kernel_phase_[k] = next;
+      }
+    }
+    std::vector<models::Femtos> end(nk, core_->start_time());
+    for (const auto& r : core_->records()) {
+      const int16_t k = prog.instrs[static_cast<size_t>(r.instr)].kernel;
+      if (k >= 0) end[static_cast<size_t>(k)] = std::max(end[static_cast<size_t>(k)], r.end);
+    }
+    models::Femtos prev = core_->start_time();
+    for (size_t k = 0; k < nk; ++k) {
+      end[k] = std::max(end[k], prev);
+      const double a = t0 + static_cast<double>(prev - core_->start_time()) / 1e15, b = t0 + static_cast<double>(end[k] - core_->start_time()) / 1e15;
+      if (!phases_.empty() && phases_.back().name == kernel_phase_[k] && phases_.back().end_s == a) phases_.back().end_s = b;
+      else phases_.push_back({kernel_phase_[k], a, b});
+      prev = end[k];
+    }
+  }
 
   const passes::TrainingGraph& tg_;
   CoreConfig cfg_;
@@ -144,7 +175,9 @@ class NeuronCoreTrainer : public TrainMachine {
   json trace_cfg_;
   std::string out_dir_;
   models::Femtos origin_ = 0;
-  std::vector<PredictedKernel> spans_;  // the steps on the host track
+  std::vector<PredictedKernel> spans_;   // the steps on the host track
+  std::vector<PredictedKernel> phases_;  // ... and their phases
+  std::vector<std::string> kernel_phase_;
   double last_s_ = 0, total_s_ = 0;
   int64_t steps_ = 0;
 };

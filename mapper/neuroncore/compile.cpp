@@ -1809,7 +1809,7 @@ class Compiler {
           continue;
         }
         x[k] = on_chip(Space::sbuf, ops[k].s.dtype, 0, pp, buf[k] + (i % 2) * chunk * 4, {{fi, 1}});
-        em_.dma(x[k], hbm_of(ops[k].s));
+        em_.dma(x[k], hbm_of(ops[k].s), Emitter::DmaClass::spread);
       }
       const AccessPattern y = on_chip(Space::sbuf, O.dtype, 0, pp, yout + (i % 2) * chunk * 4, {{fi, 1}});
       Instr in;
@@ -1854,7 +1854,7 @@ class Compiler {
           in.imm[1] = 0.0;
           in.alu = Alu::add;
           em_.emit(in, Lane::scalar);
-          em_.dma(hbm_of(O), y);
+          em_.dma(hbm_of(O), y, Emitter::DmaClass::spread_store);
           continue;
         } else if (c_first && a == Alu::divide) {
           Instr rc;
@@ -1869,7 +1869,7 @@ class Compiler {
         }
         em_.emit(in, Lane::vector);
       }
-      em_.dma(hbm_of(O), y);
+      em_.dma(hbm_of(O), y, Emitter::DmaClass::spread_store);
     }
   }
 
@@ -1922,7 +1922,7 @@ class Compiler {
       for (int64_t f0 = 0; f0 < X.cols; f0 += chunk, ++c) {
         const int32_t fi = static_cast<int32_t>(std::min(chunk, X.cols - f0));
         const AccessPattern x = on_chip(Space::sbuf, X.dtype, 0, pr, xbuf + (c % 2) * chunk * 4, {{fi, 1}});
-        em_.dma(x, in_hbm(X.dtype, pr, X.cols, X.offset + (p0 * X.cols + f0) * xes, {{fi, 1}}));
+        em_.dma(x, in_hbm(X.dtype, pr, X.cols, X.offset + (p0 * X.cols + f0) * xes, {{fi, 1}}), Emitter::DmaClass::spread);
         Instr rd;
         rd.op = Op::tensor_reduce;
         rd.alu = Alu::add;

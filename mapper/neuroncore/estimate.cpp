@@ -20,6 +20,7 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
     bool computing = false;              // a compute instruction has been seen
     double prologue_s = 0;               // the longest load before the first compute instruction
     bool prologue_dependent = false;     // one of those loads reads an earlier kernel's output
+    bool reads_previous = false;         // a load reads what the kernel just before wrote
     double last_tail_s = 0, last_store_s = 0;
     std::string op;
   };
@@ -30,11 +31,12 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
     return std::pair<int64_t, int64_t>{f.b_lo, f.b_hi};
   };
   int16_t current = -1;
-  std::vector<std::pair<int64_t, int64_t>> pending_ranges;
+  std::vector<std::pair<int64_t, int64_t>> pending_ranges, previous_ranges;
   for (const Instr& in : p.instrs) {
     if (in.kernel < 0) continue;
     if (in.kernel != current) {
       stored_ranges.insert(stored_ranges.end(), pending_ranges.begin(), pending_ranges.end());
+      previous_ranges = std::move(pending_ranges);
       pending_ranges.clear();
       current = in.kernel;
     }
@@ -64,6 +66,11 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
         a.stream_s += t;
       }
       if (in.src0.space == Space::hbm || in.dst.space == Space::hbm) a.hbm_bytes += static_cast<double>(bytes);
+      if (in.src0.space == Space::hbm) {
+        const auto r = hbm_range(in.src0);
+        for (const auto& w : previous_ranges)
+          if (r.first < w.second && w.first < r.second) a.reads_previous = true;
+      }
       if (!a.computing && in.src0.space == Space::hbm) {
         a.prologue_s = std::max(a.prologue_s, t);
         const auto r = hbm_range(in.src0);
@@ -90,7 +97,7 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
     }
     if (in.op == Op::activation || in.op == Op::tensor_tensor) a.last_tail_s = s;
   }
-  double total = 0;
+  double total = 0, previous_drain = 0;
   for (size_t k = 0; k < nk; ++k) {
     Acc& a = acc[k];
     KernelEstimate& e = c.kernels[k];
@@ -137,6 +144,10 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
     // release of its buffer): each step takes max(C, f C + L).
     const double f = k < c.serial_fraction.size() ? c.serial_fraction[k] : 0.0;
     e.seconds = std::max(compute, memory - a.prologue_s + f * compute) + edges;
+    // A kernel that reads nothing the kernel before it wrote is scheduled beside it: its fixed
+    // latency before its first compute (the prologue) runs under the previous kernel's drain.
+    if (k > 0 && !a.reads_previous) e.seconds -= std::min(prologue, previous_drain);
+    previous_drain = a.last_tail_s + a.last_store_s + cfg.dma_trigger_latency;
     e.flops = a.flops;
     e.bytes = a.hbm_bytes;
     e.tensor_utilisation = e.seconds > 0 ? e.tensor_s / e.seconds : 0;

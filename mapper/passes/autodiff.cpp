@@ -112,6 +112,11 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
   int counter = 0;
   Builder b{g, dt, counter};
   Builder bm{g, master, counter};
+  // Nodes are appended section by section: the nodes added since the last mark belong to `phase`.
+  size_t marked = 0;
+  auto mark = [&](const std::string& phase) {
+    for (; marked < g.nodes.size(); ++marked) tg.phase_of[g.nodes[marked].name] = phase;
+  };
 
   // Trainable parameters: float initializers that MatMul, Gemm or Add read.
   std::set<std::string> params;
@@ -169,6 +174,7 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
   }
   if (!needs.count(out)) throw InputError("/training/output", "'" + out + "' does not depend on any weight", kHint);
 
+  mark("forward");  // the model's nodes and the casts they read
   // The loss and its gradient with respect to the output.
   std::map<std::string, std::string> grad;
   const double numel = static_cast<double>(shape_numel(yv.shape));
@@ -237,6 +243,7 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
   };
   auto shape = [&](const std::string& v) { return forward.value(v).shape; };
 
+  mark("loss");
   // Backward, in reverse topological order of the forward nodes.
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const graph::Node& n = forward.nodes[*it];
@@ -271,6 +278,7 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
     }
   }
 
+  mark("backward");
   // Optimizer: the update of every parameter (and its state), as graph ops in the master
   // precision (bm).
   g.outputs = {"loss"};
@@ -389,6 +397,7 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
     tg.state.push_back({"loss_scale", name_as(s2, "next:loss_scale")});
     tg.state.push_back({cnt, name_as(c2, "next:" + cnt)});
   }
+  mark("optimizer");
   passes::infer_and_fold(g);
   graph::verify(g);
   return tg;

@@ -55,6 +55,8 @@ struct TrainingGraph {
   std::vector<std::pair<std::string, std::string>> state;
   std::map<std::string, Tensor> initial;                // initial state: parameter values, zeros
   std::map<std::string, std::string> grad_of;           // parameter -> its gradient value (an output too)
+  // Node name -> the phase of the step it belongs to: "forward", "loss", "backward", "optimizer".
+  std::map<std::string, std::string> phase_of;
 };
 
 TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpec& spec);
