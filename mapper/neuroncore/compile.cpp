@@ -86,9 +86,6 @@ class Compiler {
   }
 
   Compiled run() {
-    if (!opt_.in_place.empty() && opt_.compute != DType::f32)
-      throw InputError("/precision/compute", "state updated in place on the NeuronCore (training) is compiled in fp32 only in this build",
-                       "set precision.compute to fp32 (mixed-precision training runs on target.kind reference)");
     analyze_heads();
     analyze_convs();
     check_supported();
@@ -170,6 +167,14 @@ class Compiler {
     return order;
   }
 
+  // A computed row vector ([N] or [1, N]) broadcast along the rows of a row kernel.
+  static bool row_vector(const graph::Value& v) {
+    return !v.data && (v.shape.size() == 1 || (v.shape.size() == 2 && v.shape[0] == 1));
+  }
+
+  // A training-step graph (state updated in place): float values keep their graph dtypes.
+  bool train() const { return !opt_.in_place.empty(); }
+
   // A constant with one element (a scalar operand the vector engine takes as an immediate).
   std::optional<double> scalar_const(const std::string& v) const {
     if (v.empty() || !g_.has_value(v)) return std::nullopt;
@@ -225,6 +230,7 @@ class Compiler {
   // A row kernel's data input (for a binary op: the non-constant operand; Add/Mul commute).
   const std::string& row_input(const Node& n) const {
     if ((n.op == "Add" || n.op == "Mul") && g_.value(n.inputs[0]).data && !g_.value(n.inputs[1]).data) return n.inputs[1];
+    if ((n.op == "Add" || n.op == "Mul") && n.inputs.size() == 2 && g_.value(n.inputs[0]).shape != g_.value(n.outputs[0]).shape) return n.inputs[1];
     return n.inputs[0];
   }
 
@@ -275,6 +281,10 @@ class Compiler {
           d.add(g_.where(n), "Gemm with alpha or beta other than 1 is not compiled yet");
         if (n.op == "Gemm" && n.attrs.get_int("transA", 0))
           d.add(g_.where(n), "Gemm with transA is not compiled yet");
+      } else if (n.op == "Cast") {
+        if (!is_float(out.dtype) || !is_float(g_.value(n.inputs[0]).dtype))
+          d.add(g_.where(n), "Cast is compiled between float types only, got " + std::string(dtype_name(g_.value(n.inputs[0]).dtype)) + " to " +
+                                 std::string(dtype_name(out.dtype)));
       } else if (unary_func(n.op, f) || is_alias(n)) {
         if (n.op == "Transpose" && g_.value(n.inputs[0]).shape.size() != 2 && !trivial_transpose(n))
           d.add(g_.where(n), "only 2-D transposes are compiled (as a layout change)");
@@ -293,8 +303,8 @@ class Compiler {
                                  shape_str(g_.value(n.inputs[1]).shape) + ")");
       } else if (n.op == "Where") {
         for (size_t k = 0; k < 3; ++k)
-          if (g_.value(n.inputs[k]).shape != out.shape && (k == 0 || !scalar_const(n.inputs[k])))
-            d.add(g_.where(n), "Where is compiled with a condition of the output's shape and values of that shape or scalar constants, got " +
+          if (g_.value(n.inputs[k]).shape != out.shape && !scalar_const(n.inputs[k]) && !one_element(n.inputs[k]))
+            d.add(g_.where(n), "Where is compiled with operands of the output's shape or of one element, got " +
                                    shape_str(g_.value(n.inputs[k]).shape) + " for input " + std::to_string(k));
       } else if (is_reduce(n.op)) {
         if (!reduce_kind(n))
@@ -305,7 +315,7 @@ class Compiler {
         const bool swap = commutes && g_.value(n.inputs[0]).data && !g_.value(n.inputs[1]).data;
         const auto& A = g_.value(n.inputs[swap ? 1 : 0]);
         const auto& B = g_.value(n.inputs[swap ? 0 : 1]);
-        const bool bias_like = B.data && shape_numel(B.shape) == out.shape.back() && A.shape == out.shape;
+        const bool bias_like = (B.data || row_vector(B)) && shape_numel(B.shape) == out.shape.back() && A.shape == out.shape;
         if (A.shape != B.shape && !bias_like)
           d.add(g_.where(n), "elementwise ops with broadcasting other than a constant along the last axis are not compiled yet (" +
                                  shape_str(A.shape) + " and " + shape_str(B.shape) + ")");
@@ -362,7 +372,8 @@ class Compiler {
     const auto& val = g_.value(v);
     if (shape_numel(val.shape) != N) return false;
     if (val.data) return true;
-    return opt_.compute == DType::f32 && val.shape.size() == 1 && std::find(g_.inputs.begin(), g_.inputs.end(), v) != g_.inputs.end();
+    const DType stored_dt = train() ? val.dtype : opt_.compute;
+    return stored_dt == DType::f32 && val.shape.size() == 1 && std::find(g_.inputs.begin(), g_.inputs.end(), v) != g_.inputs.end();
   }
 
   void plan_fusion() {
@@ -443,7 +454,7 @@ class Compiler {
         if (k && *k != Reduce::all) want(n.inputs[0], *k == Reduce::over_leading);
         continue;
       }
-      if (!(unary_func(n.op, f) || binary_alu(n.op, a) || compare_alu(n.op, a) || n.op == "Pow" || n.op == "Where")) continue;
+      if (!(unary_func(n.op, f) || binary_alu(n.op, a) || compare_alu(n.op, a) || n.op == "Pow" || n.op == "Where" || n.op == "Cast")) continue;
       for (const auto& in : n.inputs) {
         if (scalar_const(in)) continue;
         auto [st, flip] = view(in);
@@ -956,7 +967,7 @@ class Compiler {
       // Constants: converted to the layout and dtype the kernels read, at compile time.
       Tensor data = val.data->cast(DType::f32);
       if (t) data = transpose2d(data.reshaped({r, c}));
-      const DType dt = opt_.compute;
+      const DType dt = train() && is_float(val.dtype) ? val.dtype : opt_.compute;
       const Shape shape = t ? Shape{c, r} : Shape{r, c};
       const int64_t off = hbm_alloc(s, dt, shape);
       c_.hbm_init.push_back({s, data.reshaped(shape).cast(dt)});
@@ -966,7 +977,13 @@ class Compiler {
     // Integer values (gather indices) live as int32; floating ones in the compute dtype, graph
     // outputs in fp32.
     // Booleans (comparisons) are 1.0 / 0.0 in the compute dtype.
-    const DType dt = val.dtype == DType::boolean ? opt_.compute : !is_float(val.dtype) ? DType::i32 : is_out ? DType::f32 : opt_.compute;
+    // Training graphs (mixed precision) keep every float value in its own dtype: fp32 master
+    // weights, optimizer state and gradients, fp16/bf16 forward and backward values.
+    const DType dt = val.dtype == DType::boolean ? opt_.compute
+                     : !is_float(val.dtype)      ? DType::i32
+                     : is_out                    ? DType::f32
+                     : train()                   ? val.dtype
+                                                 : opt_.compute;
     const Shape shape = t ? Shape{c, r} : Shape{r, c};
     const int64_t off = hbm_alloc(s, dt, shape);
     return stored_[s] = Stored{off, dt, shape[0], shape[1]};
@@ -1034,8 +1051,9 @@ class Compiler {
     if (it != copy_.end()) return it->second;
     const Stored src = stored(st);
     const std::string name = st + "@T";
-    const int64_t off = hbm_alloc(name, opt_.compute, {src.cols, src.rows});
-    const Stored dst{off, opt_.compute, src.cols, src.rows};
+    const DType cdt = train() ? src.dtype : opt_.compute;  // training: fp32 values stay fp32
+    const int64_t off = hbm_alloc(name, cdt, {src.cols, src.rows});
+    const Stored dst{off, cdt, src.cols, src.rows};
     emit_transpose(name, src, dst);
     return copy_[st] = dst;
   }
@@ -1567,10 +1585,18 @@ class Compiler {
     const int64_t xin = sb.take(2 * C * 4), work = sb.take(C * 4), yout = sb.take(2 * C * 4), small = sb.take(2 * 16 * 4);
     const int32_t P = static_cast<int32_t>(std::min<int64_t>(cfg_.partitions, R));
     // Constant row vectors (gamma, beta, or the broadcast operand), replicated on every partition.
+    // A computed row vector is read in its own dtype (operand_dt).
+    DType operand_dt = DType::f32;
     auto replicated = [&](const std::string& v) {
-      const Stored B = stored_bias(v, false, C);
+      Stored B{};
+      if (g_.value(v).data) {
+        B = stored_bias(v, false, C);
+      } else {
+        B = stored(v);
+        operand_dt = B.dtype;
+      }
       const int64_t off = sb.take(C * 4);
-      em_.dma(on_chip(Space::sbuf, DType::f32, 0, P, off, {{Ci, 1}}), in_hbm(DType::f32, P, 0, B.offset, {{Ci, 1}}),
+      em_.dma(on_chip(Space::sbuf, B.dtype, 0, P, off, {{Ci, 1}}), in_hbm(B.dtype, P, 0, B.offset, {{Ci, 1}}),
               Emitter::DmaClass::bulk);
       return off;
     };
@@ -1734,7 +1760,7 @@ class Compiler {
         op.alu = alu;
         op.dst = y;
         op.src0 = x;
-        op.src1 = row(pr, operand);
+        op.src1 = row(pr, operand, operand_dt);
         emit(op, Lane::vector);
       }
       em_.dma(in_hbm(O.dtype, pr, C, O.offset + r0 * C * static_cast<int64_t>(dtype_size(O.dtype)), {{Ci, 1}}), y,
@@ -1767,7 +1793,7 @@ class Compiler {
     const Stored O = stored(out);
     Func f = Func::identity;
     Alu a = Alu::add;
-    const bool unary = unary_func(n.op, f), where = n.op == "Where";
+    const bool unary = unary_func(n.op, f) || n.op == "Cast", where = n.op == "Where";  // Cast: identity into the output's dtype
     const bool binary = binary_alu(n.op, a) || compare_alu(n.op, a) || n.op == "Pow";
     if (n.op == "Pow") a = Alu::pow;
     if (!unary && !binary && !where) unsupported(n, "op " + n.op);
@@ -1984,7 +2010,32 @@ class Compiler {
 }  // namespace
 
 Compiled compile(const Graph& g, const CoreConfig& cfg, const MappingOptions& opt) {
-  Compiler c(g, cfg, opt);
+  if (opt.in_place.empty()) {
+    Compiler c(g, cfg, opt);
+    return c.run();
+  }
+  // Training graphs: a Gemm whose C is computed (a bias cast to the compute dtype) becomes the
+  // Gemm and an Add of that row vector (a row kernel): the matmul epilogue adds fp32 biases only.
+  Graph t = g;
+  const size_t n0 = t.nodes.size();
+  for (size_t i = 0; i < n0; ++i) {
+    Node& n = t.nodes[i];
+    if (n.op != "Gemm" || n.inputs.size() < 3 || n.inputs[2].empty()) continue;
+    const auto& c = t.value(n.inputs[2]);
+    const bool graph_input = std::find(t.inputs.begin(), t.inputs.end(), n.inputs[2]) != t.inputs.end();
+    if (c.data || (graph_input && c.dtype == DType::f32)) continue;
+    const std::string bias = n.inputs[2], out = n.outputs[0], mid = out + "#nobias";
+    n.inputs.resize(2);
+    n.outputs[0] = mid;
+    t.values[mid] = graph::Value{mid, t.value(out).dtype, t.value(out).shape, false, std::nullopt, false};
+    Node add;
+    add.op = "Add";
+    add.name = n.name + "/bias";
+    add.inputs = {mid, bias};
+    add.outputs = {out};
+    t.nodes.push_back(std::move(add));
+  }
+  Compiler c(t, cfg, opt);
   return c.run();
 }
 
