@@ -145,8 +145,8 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
     const double f = k < c.serial_fraction.size() ? c.serial_fraction[k] : 0.0;
     e.seconds = std::max(compute, memory - a.prologue_s + f * compute) + edges;
     // A kernel that reads nothing the kernel before it wrote is scheduled beside it: its fixed
-    // latency before its first compute (the prologue) runs under the previous kernel's drain.
-    if (k > 0 && !a.reads_previous) e.seconds -= std::min(prologue, previous_drain);
+    // latencies (the prologue before its first compute, its drain) run under the previous kernel's drain.
+    if (k > 0 && !a.reads_previous) e.seconds -= std::min(edges, previous_drain);
     previous_drain = a.last_tail_s + a.last_store_s + cfg.dma_trigger_latency;
     e.flops = a.flops;
     e.bytes = a.hbm_bytes;
