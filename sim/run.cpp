@@ -149,10 +149,8 @@ int run_scenario(const Scenario& s, const RunOptions& opt) {
   install_interrupt_handler();
   auto& con = Console::get();
   con.info("scenario " + s.name + ": target " + s.kind + (s.preset.empty() ? "" : "/" + s.preset));
-  if (s.kind == "wafer" && s.resolved.contains("training"))
-    throw InputError("/training", "training runs on target.kind reference and neuroncore in this build (the wafer compiler does not map the backward ops yet)",
-                     "set target.kind to neuroncore or reference, or remove /training");
-  if (s.kind == "neuroncore" && s.resolved.contains("training")) {
+  if ((s.kind == "neuroncore" || s.kind == "wafer") && s.resolved.contains("training") && !s.resolved["model"].contains("layout") &&
+      !s.resolved["model"].contains("program")) {
     graph::Graph g = load_model(s);
     check_expect_names(s, g);
     return run_training(s, opt, g);

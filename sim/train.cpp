@@ -145,8 +145,8 @@ int run_training(const Scenario& s, const RunOptions& opt, const graph::Graph& g
   // The machine; on a simulated one the reference executor runs the same steps beside it (the
   // independent check of its numerics).
   std::unique_ptr<TrainMachine> machine, ref;
-  if (s.kind == "neuroncore") {
-    machine = make_neuroncore_trainer(s, tg, opt);
+  if (s.kind == "neuroncore" || s.kind == "wafer") {
+    machine = s.kind == "wafer" ? make_wafer_trainer(s, g, tg, spec, opt) : make_neuroncore_trainer(s, tg, opt);
     ref = std::make_unique<ReferenceTrainer>(tg);
     ref->set_state(state);
   } else {
@@ -237,7 +237,7 @@ int run_training(const Scenario& s, const RunOptions& opt, const graph::Graph& g
       sr["state"] = true;
       report["outputs"].push_back(sr);
       all_pass = all_pass && sc.cmp.pass;
-      con.out("  " + name + " (final, from HBM) vs reference executor: max abs err " + format_num(sc.cmp.max_abs_error, "%.3g") + " max rel err " +
+      con.out("  " + name + " (final, from the machine) vs reference executor: max abs err " + format_num(sc.cmp.max_abs_error, "%.3g") + " max rel err " +
               format_num(sc.cmp.max_rel_error, "%.3g") + " " + (sc.cmp.pass ? con.green("PASS") : con.red("FAIL")));
     }
   }

@@ -40,6 +40,11 @@ class TrainMachine {
 // The training step on the NeuronCore model (train_neuroncore.cpp): compiled once, the state in HBM.
 std::unique_ptr<TrainMachine> make_neuroncore_trainer(const Scenario& s, const passes::TrainingGraph& tg, const RunOptions& opt);
 
+// The training step on the wafer (train_wafer.cpp): the forward graph compiled with its backward
+// pass in weight-streaming mode; weights in MemoryX, biases in PE SRAM.
+std::unique_ptr<TrainMachine> make_wafer_trainer(const Scenario& s, const graph::Graph& forward, const passes::TrainingGraph& tg,
+                                                 const passes::TrainingSpec& spec, const RunOptions& opt);
+
 // `tessera run` of a scenario with /training (reference or neuroncore target).
 int run_training(const Scenario& s, const RunOptions& opt, const graph::Graph& forward);
 }  // namespace tessera::sim

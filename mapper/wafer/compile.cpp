@@ -80,10 +80,13 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
         for (int64_t b = 0; b < k.N; ++b)
           k.W[static_cast<size_t>(a * k.N + b)] = trans_b ? wv[static_cast<size_t>(b * k.K + a)] : wv[static_cast<size_t>(a * k.N + b)];
       k.bias.assign(static_cast<size_t>(k.N), 0.0f);
+      k.w_value = n.inputs[1];
+      k.w_trans = trans_b;
       if (n.op == "Gemm" && n.inputs.size() > 2 && !n.inputs[2].empty()) {
         const Tensor* c = constant(n.inputs[2]);
         if (!c || c->numel() != k.N) unsupported("Gemm bias must be a constant of " + std::to_string(k.N) + " values (per output feature)");
         k.bias = c->to_f32();
+        k.b_value = n.inputs[2];
       }
       ks.push_back(std::move(k));
     } else if (n.op == "Add") {
@@ -91,6 +94,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       if (ks.empty() || !c || c->numel() != ks.back().N || ks.back().relu) unsupported("Add is mapped only as a bias (a constant of N values) right after a MatMul or Gemm");
       const auto cv = c->to_f32();
       for (int64_t b = 0; b < ks.back().N; ++b) ks.back().bias[static_cast<size_t>(b)] += cv[static_cast<size_t>(b)];
+      ks.back().b_value = ks.back().b_value.empty() ? n.inputs[1] : "*";  // "*": two biases (training refuses it)
       ks.back().op += "+Add";
       ks.back().nodes.push_back(n.name);
       ks.back().name = n.name.empty() ? n.outputs[0] : n.name;
@@ -196,6 +200,13 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
     st.push_back({l, '0', {r}});
     st.push_back({l, '1', {r}});
     if (c.mode == MapMode::weight_streaming) st.push_back({l, 'w', {r}});
+    if (c.training) st.push_back({l, 'b', {r}});
+  }
+  if (c.training) {  // the loss chain along the last layer's chain ends
+    const DenseKernel& k = c.kernels.back();
+    const RectR r{k.x0, k.y0, k.x0 + k.w - 1, k.y0 + k.h - 1};
+    st.push_back({c.kernels.size() - 1, 'L', {r}});
+    st.push_back({c.kernels.size() - 1, 'M', {r}});
   }
   using G = boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS>;
   G g(st.size());
@@ -211,8 +222,9 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
   const auto used = static_cast<int64_t>(boost::sequential_vertex_coloring(g, cmap));
   const int64_t avail = cfg.colors - opt.reserved_colors;
   auto label = [&](size_t v) {
+    const char w = st[v].what;
     return "kernel '" + c.kernels[st[v].kernel].name + "' " +
-           (st[v].what == 'x' ? "x multicast" : st[v].what == 'w' ? "weight stream" : std::string("reduce ") + st[v].what);
+           (w == 'x' ? "x multicast" : w == 'w' ? "weight stream" : w == 'b' ? "dy multicast" : w == 'L' || w == 'M' ? "loss chain" : std::string("reduce ") + w);
   };
   if (used > avail) {
     size_t worst = 0;
@@ -232,7 +244,8 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
   for (size_t v = 0; v < st.size(); ++v) {
     DenseKernel& k = c.kernels[st[v].kernel];
     const int col = static_cast<int>(opt.reserved_colors + static_cast<int64_t>(color[v]));
-    (st[v].what == 'x' ? k.cx : st[v].what == '0' ? k.cr0 : st[v].what == '1' ? k.cr1 : k.cw) = col;
+    const char w = st[v].what;
+    (w == 'x' ? k.cx : w == '0' ? k.cr0 : w == '1' ? k.cr1 : w == 'b' ? k.cb : w == 'L' ? c.cl0 : w == 'M' ? c.cl1 : k.cw) = col;
     by_color[col].push_back(label(v));
   }
   c.colors_used = static_cast<int>(used);
@@ -374,6 +387,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
     << kb << " x " << nb << (k.k_on_columns ? ", K along columns" : ", K along rows") << "\n";
   if (!ws) o << ".data " << wbuf << " " << we << " " << kb * nb << "   # W block, column j = the weights of x_j\n";
   o << ".data y" << L << " f32 " << B * nb << "\n";
+  if (c.training) o << ".data xsave" << L << " f32 " << B * kb << "   # the x values this PE took (the weight gradient needs them)\n.dsd xsv" << L << " mem1d xsave" << L << " len=1\n";
   if (k.input_layer) o << ".if $src" << L << "\n.data xs" << L << " " << we << " " << B * kb << "\n.endif\n";
   o << ".if $last" << L << "\n.data bias" << L << " f32 " << nb << "\n";
   if (h && has_next) o << ".data y16_" << L << " f16 " << B * nb << "   # y in fp16, as the next layer takes it\n";
@@ -404,6 +418,8 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
       << " async\n  ret\n.endif\n";
   o << ".task onx" << L << " data id=" << id_onx << " color=" << k.cx << " queue=0" << (ws ? " blocked" : "")
     << "   # one x value: y[b, :] += W[:, j] * x\n";
+  if (c.training)
+    o << "  mul r" << rt << ", r" << rb << ", " << kb << "\n  add r" << rt << ", r" << rt << ", r" << rj << "\n  dsd_off xsv" << L << ", r" << rt << "\n  fmovs xsv" << L << ", wv\n";
   o << "  mul r" << rt << ", r" << rj << ", " << nb << "\n  dsd_off wcol" << L << ", r" << rt << "\n";
   o << "  mul r" << rt << ", r" << rb << ", " << nb << "\n  dsd_off yrow" << L << ", r" << rt << "\n";
   // The first column of a sample sets y (so y needs no clearing between steps), the others add.
@@ -427,7 +443,8 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   if (k.relu) o << "  fmaxs yall" << L << ", yall" << L << ", 0.0\n";
   if (has_next) o << "  activate out" << L << "\n  ret\n.else\n  " << (final_layer ? "halt" : "ret") << "\n";
   o << ".endif\n";
-  if (!has_next) o << "  " << (final_layer ? "halt" : "ret") << "\n";
+  if (!has_next && c.training) o << ".if $last" << L << "\n  activate lossk\n.endif\n  ret\n";  // the loss, then the backward pass
+  else if (!has_next) o << "  " << (final_layer ? "halt" : "ret") << "\n";
   if (has_next)  // y is complete at the chain end: send it on as the next layer's x
     o << ".if $last" << L << "\n.task out" << L << " local id=" << id_out << "\n" << (h ? "  fs2h y16m" + L + ", yall" + L + "\n" : "") << "  " << mov
       << " yout" << L << ", " << (h ? "y16m" : "yall") << L << (ws ? " async\n  ret" : "\n  halt") << "\n.endif\n";
@@ -447,6 +464,162 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Training (weight streaming): routes, parameters and the backward program of every layer.
+
+// dy multicast: from each chain end back along its chain to every position (the chain end's own
+// copy through its ramp), on color cb.
+void dy_routes(const DenseKernel& k, json& routes) {
+  const int64_t len = k.k_on_columns ? k.w : k.h;
+  const char* back = k.k_on_columns ? "W" : "N";
+  const char* from = k.k_on_columns ? "E" : "S";
+  for (int64_t p = 0; p < len; ++p) {
+    std::string rx, tx;
+    if (p == len - 1) rx = "[\"RAMP\"]", tx = len > 1 ? dirs({{true, back}, {true, "RAMP"}}) : "[\"RAMP\"]";
+    else if (p > 0) rx = "[\"" + std::string(from) + "\"]", tx = dirs({{true, back}, {true, "RAMP"}});
+    else rx = "[\"" + std::string(from) + "\"]", tx = "[\"RAMP\"]";
+    if (k.k_on_columns) routes.push_back(route(k.cb, p, 0, 1, k.h, rx, tx));
+    else routes.push_back(route(k.cb, 0, p, k.w, 1, rx, tx));
+  }
+}
+
+// The chain's color at position p (the forward reduce's alternation).
+int chain_color(const DenseKernel& k, int64_t p) { return p % 2 == 0 ? k.cr0 : k.cr1; }
+
+// Weight gradients leave the chain end off the fabric's edge (E or S) into the gradient port, on
+// the color the chain end would send on.
+void grad_port_routes(const DenseKernel& k, json& routes) {
+  const int64_t len = k.k_on_columns ? k.w : k.h;
+  const int col = chain_color(k, len - 1);
+  if (k.k_on_columns) routes.push_back(route(col, len - 1, 0, 1, k.h, "[\"RAMP\"]", "[\"E\"]"));
+  else routes.push_back(route(col, 0, len - 1, k.w, 1, "[\"RAMP\"]", "[\"S\"]"));
+}
+
+// The loss chain along the last layer's chain ends (its N axis), towards S or E, colors cl0/cl1.
+void loss_routes(const Compiled& c, json& routes) {
+  const DenseKernel& k = c.kernels.back();
+  const int64_t len = k.k_on_columns ? k.h : k.w;  // chain ends along the N axis
+  const char* fwd = k.k_on_columns ? "S" : "E";
+  const char* back = k.k_on_columns ? "N" : "W";
+  for (int64_t q = 0; q < len; ++q) {
+    std::vector<std::pair<int, std::pair<std::string, std::string>>> at;
+    if (q + 1 < len) at.push_back({q % 2 == 0 ? c.cl0 : c.cl1, {"[\"RAMP\"]", "[\"" + std::string(fwd) + "\"]"}});
+    if (q > 0) at.push_back({(q - 1) % 2 == 0 ? c.cl0 : c.cl1, {"[\"" + std::string(back) + "\"]", "[\"RAMP\"]"}});
+    for (const auto& [col, rt] : at) {
+      if (k.k_on_columns) routes.push_back(route(col, k.w - 1, q, 1, 1, rt.first, rt.second));
+      else routes.push_back(route(col, q, k.h - 1, 1, 1, rt.first, rt.second));
+    }
+  }
+}
+
+void train_params(const Compiled& c, json& params) {
+  const DenseKernel& k = c.kernels.back();
+  const std::string pn = k.k_on_columns ? "py" : "px", nl = k.k_on_columns ? "height" : "width";
+  params["lfirst"] = pn + " == 0";
+  params["llast"] = pn + " == " + nl + " - 1";
+  const std::string d = "(" + std::to_string(c.cl1) + " - " + std::to_string(c.cl0) + ")";
+  params["lcout"] = std::to_string(c.cl0) + " + (" + pn + " % 2) * " + d;
+  params["lcin"] = std::to_string(c.cl0) + " + ((" + pn + " + 1) % 2) * " + d;
+}
+
+std::string fnum(double v) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.9g", v);
+  std::string s = b;
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+// The loss at the last layer's chain ends (after its forward `red`): d = y - t, dy = 2 d / (B N),
+// the sum of d^2 over the PE's block, summed along the chain ends; the last one scales it by
+// 1 / (B N) into `loss`. Then the layer's backward starts (bstart).
+void loss_text(const Compiled& c, std::ostringstream& o) {
+  const size_t l = c.kernels.size() - 1;
+  const DenseKernel& k = c.kernels.back();
+  const std::string L = std::to_string(l);
+  const int64_t n = k.B * k.nb;
+  const double inv = 1.0 / static_cast<double>(k.B * k.N);
+  o << "# ---- loss (mean squared error) at the chain ends of kernel " << l << "\n";
+  o << ".if $last" << L << "\n.data tgt f32 " << n << "   # the target block, placed by the host each step\n.data dd f32 " << n << "\n.data lacc f32 1\n";
+  o << ".if $llast\n.data loss f32 1\n.dsd lossm mem1d loss\n.endif\n";
+  o << ".dsd tgtm mem1d tgt\n.dsd ddm mem1d dd\n.dsd de mem1d dd len=1\n.dsd laccm mem1d lacc\n";
+  o << ".if !$llast\n.dsd lto fabout f32 color=$lcout queue=1 len=1\n.endif\n";
+  o << ".if !$lfirst\n.dsd lfrom fabin f32 color=$lcin queue=7 len=1\n.endif\n";
+  o << ".task lossk local id=60\n  fsubs ddm, yall" << L << ", tgtm\n  fmuls dym" << L << ", ddm, " << fnum(2.0 * inv) << "\n  fmuls ddm, ddm, ddm\n";
+  o << "  dsd_off de, 0\n  fmovs laccm, de\n  mov r14, 1\nlp:\n  sub r15, r14, " << n << "\n  bz r15, le\n  dsd_off de, r14\n  fadds laccm, laccm, de\n  add r14, r14, 1\n  jmp lp\nle:\n";
+  o << ".if $lfirst\n.if !$llast\n  fmovs lto, laccm\n.endif\n.else\n.if $llast\n  fadds laccm, laccm, lfrom\n.else\n  fadds lto, laccm, lfrom\n.endif\n.endif\n";
+  o << ".if $llast\n  fmuls lossm, laccm, " << fnum(inv) << "\n.endif\n  activate bstart" << L << "\n  ret\n.endif\n";
+}
+
+// The backward pass of kernel l on every PE. dy[b, i] arrives as wavelets (color cb, from the
+// chain end): the weight gradient's column i += x[b, :] dy[b, i] (x as saved in the forward pass)
+// and, from layer 1 on, the input gradient's row b += W[:, i] dy[b, i]. After the last wavelet the
+// input gradient is reduced along the x lines (the previous layer's chains, so it ends at that
+// layer's chain ends) and the weight-gradient block goes out along the chain (own block first, then
+// the blocks from behind) to the gradient port. Both reuse the forward chains' colors, so they use
+// the same queues (a color arrives in one input queue of a PE).
+void backward_text(const Compiled& c, size_t l, double lr, std::ostringstream& o) {
+  const DenseKernel& k = c.kernels[l];
+  const std::string L = std::to_string(l), P = l ? std::to_string(l - 1) : "";
+  const int64_t B = k.B, kb = k.kb, nb = k.nb;
+  const std::string wbuf = l % 2 ? "Wb" : "Wa";
+  const int rI = 6 + 3 * static_cast<int>(l), rB = rI + 1, rT = rI + 2;
+  const int li = static_cast<int>(l);
+  o << "# ---- backward of kernel " << l << ": " << k.name << "\n";
+  o << ".data gW" << L << " f32 " << kb * nb << "   # the weight gradient block (as W's block)\n";
+  if (l) o << ".data dx" << L << " f32 " << B * kb << "   # the input gradient (partial over this PE's columns)\n";
+  o << ".dsd gcol" << L << " mem1d gW" << L << " len=" << kb << " stride=" << nb << "\n.dsd xrow" << L << " mem1d xsave" << L << " len=" << kb << "\n";
+  o << ".dsd gWm" << L << " mem1d gW" << L << "\n";
+  if (l) {
+    o << ".dsd wcolT" << L << " mem1d " << wbuf << " len=" << kb << " stride=" << nb << "\n.dsd dxrow" << L << " mem1d dx" << L << " len=" << kb << "\n";
+    o << ".dsd dxm" << L << " mem1d dx" << L << "\n";
+    o << ".if !$first" << P << "\n.dsd dxfrom" << L << " fabin f32 color=$cin" << P << " queue=1 len=" << B * kb << "\n.endif\n";
+    o << ".if !$last" << P << "\n.dsd dxto" << L << " fabout f32 color=$cout" << P << " queue=2 len=" << B * kb << "\n.endif\n";
+  }
+  o << ".dsd gto" << L << " fabout f32 color=$cout" << L << " queue=2 len=" << kb * nb << "\n";
+  o << ".if $pre" << L << "\n.dsd gto2" << L << " fabout f32 color=$cout" << L << " queue=2 len=$npre" << L << "\n.dsd gfrom" << L << " fabin f32 color=$cin" << L
+    << " queue=1 len=$npre" << L << "\n.endif\n";
+  // Chain ends: dy, the bias update, the multicast.
+  o << ".if $last" << L << "\n.data dy" << L << " f32 " << B * nb << "\n.data db" << L << " f32 " << nb << "\n";
+  if (k.relu) o << ".data mk" << L << " f32 " << B * nb << "\n.dsd mkm" << L << " mem1d mk" << L << "\n";
+  o << ".dsd dym" << L << " mem1d dy" << L << "\n.dsd dyrow" << L << " mem1d dy" << L << " len=" << nb << "\n.dsd dbm" << L << " mem1d db" << L << "\n";
+  o << ".dsd biasm" << L << " mem1d bias" << L << "\n.dsd dyout" << L << " fabout f32 color=" << k.cb << " queue=3 len=" << B * nb << "\n";
+  o << ".task bstart" << L << " local id=" << 56 + li << "   # dy complete: ReLU mask, bias update, multicast\n";
+  if (k.relu)  // the ReLU's derivative [y > 0] as -max(-y 2^100, -1): 1 for y >= 2^-100, 0 for y = 0 (y = relu(z) >= 0)
+    o << "  fmuls mkm" << L << ", yall" << L << ", -1.2676506e30\n  fmaxs mkm" << L << ", mkm" << L << ", -1.0\n  fnegs mkm" << L << ", mkm" << L
+      << "\n  fmuls dym" << L << ", dym" << L << ", mkm" << L << "\n";
+  o << "  dsd_off dyrow" << L << ", 0\n  fmovs dbm" << L << ", dyrow" << L << "\n  mov r14, 1\nbl" << L << ":\n  sub r15, r14, " << B << "\n  bz r15, bd" << L
+    << "\n  mul r15, r14, " << nb << "\n  dsd_off dyrow" << L << ", r15\n  fadds dbm" << L << ", dbm" << L << ", dyrow" << L << "\n  add r14, r14, 1\n  jmp bl" << L
+    << "\nbd" << L << ":\n  fmacs biasm" << L << ", biasm" << L << ", dbm" << L << ", " << fnum(-lr) << "\n";
+  o << "  fmovs dyout" << L << ", dym" << L << " async\n  ret\n.endif\n";
+  // Every PE: one task per dy wavelet.
+  const bool last_layer = l + 1 == c.kernels.size();
+  o << ".task bdy" << L << " data id=" << 40 + li << " color=" << k.cb << " queue=4" << (last_layer ? "" : " blocked") << "   # wv = dy[b, i]\n";
+  o << "  mul r" << rT << ", r" << rB << ", " << kb << "\n  dsd_off xrow" << L << ", r" << rT << "\n  dsd_off gcol" << L << ", r" << rI << "\n";
+  o << "  bnz r" << rB << ", ga" << L << "\n  fmuls gcol" << L << ", xrow" << L << ", wv\n  jmp gb" << L << "\nga" << L << ":\n  fmacs gcol" << L << ", gcol" << L
+    << ", xrow" << L << ", wv\ngb" << L << ":\n";
+  if (l) {
+    o << "  dsd_off dxrow" << L << ", r" << rT << "\n  dsd_off wcolT" << L << ", r" << rI << "\n  bnz r" << rI << ", da" << L << "\n  fmuls dxrow" << L << ", wcolT" << L
+      << ", wv\n  jmp dc" << L << "\nda" << L << ":\n  fmacs dxrow" << L << ", dxrow" << L << ", wcolT" << L << ", wv\ndc" << L << ":\n";
+  }
+  o << "  add r" << rI << ", r" << rI << ", 1\n  sub r" << rT << ", r" << rI << ", " << nb << "\n  bnz r" << rT << ", bx" << L << "\n  mov r" << rI << ", 0\n  add r" << rB
+    << ", r" << rB << ", 1\n  sub r" << rT << ", r" << rB << ", " << B << "\n  bnz r" << rT << ", bx" << L << "\n  mov r" << rB << ", 0\n  activate bdone" << L << "\nbx" << L
+    << ":\n  ret\n";
+  // All of dy seen: the input gradient's reduce (synchronous), then the weight gradient out.
+  o << ".task bdone" << L << " local id=" << 44 + li << "\n";
+  if (l) {
+    o << ".if $first" << P << "\n.if $last" << P << "\n  fmovs dym" << P << ", dxm" << L << "\n.else\n  fmovs dxto" << L << ", dxm" << L << "\n.endif\n.else\n.if $last" << P
+      << "\n  fadds dym" << P << ", dxm" << L << ", dxfrom" << L << "\n.else\n  fadds dxto" << L << ", dxm" << L << ", dxfrom" << L << "\n.endif\n.endif\n";
+    o << ".if $last" << P << "\n  activate bstart" << P << "\n.endif\n";
+  }
+  o << "  fmovs gto" << L << ", gWm" << L << " async activate=g2" << L << "\n  ret\n";
+  o << ".task g2" << L << " local id=" << 48 + li << "\n.if $pre" << L << "\n  fmovs gto2" << L << ", gfrom" << L << " async activate=g3" << L << "\n.else\n  activate g3" << L
+    << "\n.endif\n  ret\n";
+  o << ".task g3" << L << " local id=" << 52 + li << "   # the gradient block has left\n";
+  if (l) o << "  unblock bdy" << P << "\n  ret\n";
+  else o << "  halt\n";
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -463,6 +636,16 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   c.fp16 = opt.fp16;
   const int64_t wbytes_pe = c.fp16 ? 2 : 4;
   if (c.kernels.size() > 5) throw InputError(g.source, std::to_string(c.kernels.size()) + " dense layers; this build maps at most 5 (task ids and colors per layer)", kOpsHint);
+  c.training = opt.training;
+  if (c.training) {
+    const char* hint = "training on the wafer maps up to two dense layers (Gemm/MatMul, bias, ReLU) with weight streaming in fp32 (docs/wafer-compiler.md); run it on target.kind neuroncore or reference";
+    if (opt.mode != MapMode::weight_streaming) throw InputError("/mapping/mode", "training on the wafer runs in weight_streaming mode (weights and their updates in MemoryX)", "set mapping.mode to weight_streaming");
+    if (c.fp16) throw InputError("/precision/compute", "training on the wafer is compiled in fp32 in this build", hint);
+    if (c.kernels.size() > 2)
+      throw InputError(g.source, std::to_string(c.kernels.size()) + " dense layers: training keeps every layer's weight block from the forward pass (two buffers), so at most 2", hint);
+    for (const auto& k : c.kernels)
+      if (k.b_value == "*") throw InputError("kernel '" + k.name + "'", "two biases (Gemm's C and an Add) are not trained on the wafer", hint);
+  }
 
   if (opt.mode == MapMode::pipelined) {
     // The smallest block (most PEs, shortest per-PE work) whose staircase fits the fabric and whose
@@ -532,6 +715,13 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       (l % 2 ? wb : wa) = std::max(l % 2 ? wb : wa, k.kb * k.nb * wbytes_pe);
       data += pe_bytes(k, false, wbytes_pe);
     }
+    if (c.training)
+      for (size_t l = 0; l < c.kernels.size(); ++l) {
+        const DenseKernel& k = c.kernels[l];
+        data += (k.B * k.kb * (l ? 2 : 1) + k.kb * k.nb) * 4;  // saved x, weight gradient, input gradient
+        data += (k.B * k.nb * (k.relu ? 2 : 1) + k.nb) * 4;    // chain ends: dy, mask, bias gradient
+        if (l + 1 == c.kernels.size()) data += (2 * k.B * k.nb + 2) * 4;  // target, d, loss
+      }
     c.sram_high_water = data + wa + wb;
     if (c.sram_high_water > area) {
       size_t big = 0;
@@ -577,6 +767,23 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       layer_text(c, l, o);
       ports.push_back({{"name", k.port}, {"dir", "in"}, {"side", k.k_on_columns ? "W" : "N"}, {"x", 0}, {"y", 0}, {"length", k.lanes}, {"color", k.cw},
                        {"type", c.fp16 ? "f16" : "f32"}});
+    }
+    if (c.training) {
+      for (size_t l = 0; l < c.kernels.size(); ++l) {
+        DenseKernel& k = c.kernels[l];
+        dy_routes(k, routes);
+        grad_port_routes(k, routes);
+        backward_text(c, l, opt.learning_rate, o);
+        k.grad_port = "grads" + std::to_string(l);
+        const int64_t len = k.k_on_columns ? k.w : k.h;
+        ports.push_back({{"name", k.grad_port}, {"dir", "out"}, {"side", k.k_on_columns ? "E" : "S"}, {"x", k.k_on_columns ? k.w - 1 : 0},
+                         {"y", k.k_on_columns ? 0 : k.h - 1}, {"length", k.lanes}, {"color", chain_color(k, len - 1)}, {"type", "f32"}});
+      }
+      loss_routes(c, routes);
+      train_params(c, params);
+      loss_text(c, o);
+      c.loss_x = c.fabric_width - 1;
+      c.loss_y = c.fabric_height - 1;
     }
     std::string decl;
     for (const auto& [name, v] : params.items()) decl += ".param " + name + "\n";
@@ -663,6 +870,44 @@ std::vector<float> Compiled::memoryx_layout(const DenseKernel& k) const {
       if (kk < k.K && nn < k.N) out[static_cast<size_t>(t * k.lanes + lane)] = k.W[static_cast<size_t>(kk * k.N + nn)];
     }
   return out;
+}
+
+std::vector<HostArray> Compiled::place_target(const Tensor& t) const {
+  const DenseKernel& k = kernels.back();
+  const auto v = t.to_f32();
+  std::vector<HostArray> out;
+  for (int64_t i = 0; i < k.nblocks(); ++i) {
+    const int64_t px = k.k_on_columns ? k.w - 1 : i, py = k.k_on_columns ? i : k.h - 1;
+    HostArray a{k.x0 + px, k.y0 + py, "tgt", std::vector<float>(static_cast<size_t>(k.B * k.nb), 0.0f)};
+    for (int64_t b = 0; b < k.B; ++b)
+      for (int64_t n = 0; n < k.nb && i * k.nb + n < k.N; ++n) a.values[static_cast<size_t>(b * k.nb + n)] = v[static_cast<size_t>(b * k.N + i * k.nb + n)];
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+std::vector<float> Compiled::gradient_layout(const DenseKernel& k, const std::vector<std::vector<float>>& lanes) const {
+  // Lane `lane` carries the blocks of its chain from the chain end back: stream block q is the
+  // block of position len - 1 - q; MemoryX holds block `pos` at stream positions pos * bs ...
+  const int64_t bs = k.kb * k.nb, len = k.lane_len / bs;
+  std::vector<float> out(static_cast<size_t>(k.lanes * k.lane_len), 0.0f);
+  for (int64_t lane = 0; lane < k.lanes; ++lane)
+    for (int64_t pos = 0; pos < len; ++pos)
+      for (int64_t e = 0; e < bs; ++e)
+        out[static_cast<size_t>((pos * bs + e) * k.lanes + lane)] = lanes[static_cast<size_t>(lane)][static_cast<size_t>((len - 1 - pos) * bs + e)];
+  return out;
+}
+
+std::vector<float> Compiled::from_memoryx_layout(const DenseKernel& k, const std::vector<float>& mx) const {
+  std::vector<float> w(static_cast<size_t>(k.K * k.N), 0.0f);
+  const int64_t bs = k.kb * k.nb;
+  for (int64_t t = 0; t < k.lane_len; ++t)
+    for (int64_t lane = 0; lane < k.lanes; ++lane) {
+      const int64_t pos = t / bs, e = t % bs, j = e / k.nb, i = e % k.nb;
+      const int64_t kk = pos * k.kb + j, nn = lane * k.nb + i;
+      if (kk < k.K && nn < k.N) w[static_cast<size_t>(kk * k.N + nn)] = mx[static_cast<size_t>(t * k.lanes + lane)];
+    }
+  return w;
 }
 
 std::string compile_report(const Compiled& c, const WaferConfig& cfg) {

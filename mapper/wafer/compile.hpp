@@ -41,6 +41,14 @@ struct MappingOptions {
   int64_t rect_height = 0;
   int64_t reserved_colors = 0;   // colors the allocator may not use (0 .. reserved-1)
   bool fp16 = false;             // precision.compute fp16: fp16 weights and activations, fp32 sums (fmachs)
+  // Training (weight streaming, fp32, MSE loss, SGD; docs/wafer-compiler.md "Training"): after the
+  // forward pass the programs form the loss and its gradient at the last layer's chain ends, run
+  // every layer's backward pass on the same rectangle (dy multicast back along the chains, weight
+  // gradient blocks and input gradients on every PE, the input gradient reduced along the x lines
+  // to the previous layer's chain ends, masked by its ReLU), update the biases in place at the
+  // chain ends and send each layer's weight gradient out of an edge port for SwarmX and MemoryX.
+  bool training = false;
+  double learning_rate = 0;      // SGD, for the biases on the wafer (MemoryX updates the weights)
 };
 
 // One dense layer placed on the fabric.
@@ -56,9 +64,13 @@ struct DenseKernel {
   bool relu = false;
   std::vector<float> W;              // [K, N] row-major (fp32 master values)
   std::vector<float> bias;           // [N] (zeros without a bias)
+  std::string w_value, b_value;      // graph values of the weight and the bias ("" without one)
+  bool w_trans = false;              // the weight value is [N, K] (Gemm transB)
   bool input_layer = false;          // its x comes from the graph input (held by its source PEs)
   // Colors: x multicast, the two alternating reduce colors, weights (weight streaming only).
   int cx = -1, cr0 = -1, cr1 = -1, cw = -1;
+  int cb = -1;                       // training: dy multicast back along the chains
+  std::string grad_port;             // training: the edge port its weight gradient leaves by
   // Weight streaming: the MemoryX tensor and input port of its weights; lanes and values per lane.
   std::string mx_tensor, port;
   int64_t lanes = 0, lane_len = 0;
@@ -102,6 +114,17 @@ struct Compiled {
   double predicted_s = 0;
   double clock_hz = 0;
   int64_t sram_high_water = 0;                  // bytes of data per PE, the largest
+  // Training: the loss chain's colors; the PE (rect-relative) that ends up with the loss.
+  bool training = false;
+  int cl0 = -1, cl1 = -1;
+  int64_t loss_x = 0, loss_y = 0;
+  // The last layer's chain-end PEs and the target block each holds (array "tgt": [B, nb]).
+  std::vector<HostArray> place_target(const Tensor& t) const;
+  // A layer's weight gradient as MemoryX holds the weights (memoryx_layout order) from the lanes
+  // of its gradient port (each lane: the blocks of its chain, the chain end's first).
+  std::vector<float> gradient_layout(const DenseKernel& k, const std::vector<std::vector<float>>& lanes) const;
+  // The inverse of memoryx_layout: [K, N] values from MemoryX order.
+  std::vector<float> from_memoryx_layout(const DenseKernel& k, const std::vector<float>& mx) const;
   // Host-side placement (data movement only): the graph input's values as PE arrays; the output
   // gathered back from the PEs that hold it.
   std::vector<HostArray> place_input(const Tensor& x) const;

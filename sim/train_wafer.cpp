@@ -1,0 +1,249 @@
+// Training on the wafer (docs/training.md, docs/wafer-compiler.md "Training"): the forward graph is
+// compiled once in weight-streaming mode with its backward pass (mapper/wafer, MappingOptions::
+// training); the fabric, MemoryX and SwarmX are elaborated once. Every step the host places the
+// step's x and target in the PEs that take them, SwarmX streams each layer's weights from MemoryX,
+// the fabric runs forward and backward, each layer's weight gradient leaves through its edge port,
+// and SwarmX hands it to MemoryX, which applies SGD to its fp32 master weights. Biases live and are
+// updated in the chain-end PEs' SRAM. The state is written once (initial values or a checkpoint's)
+// and read back from MemoryX and the PEs only for checkpoints and at the end.
+#include <chrono>
+#include <filesystem>
+#include <set>
+
+#include "isa/fileio.hpp"
+#include "isa/numeric.hpp"
+#include "isa/wafer/asm.hpp"
+#include "mapper/wafer/compile.hpp"
+#include "models/common/clock.hpp"
+#include "models/wafer/fabric.hpp"
+#include "models/wafer/weight_stream.hpp"
+#include "sim/console.hpp"
+#include "sim/train.hpp"
+
+namespace tessera::sim {
+
+using json = nlohmann::json;
+
+namespace {
+
+class WaferTrainer : public TrainMachine {
+ public:
+  WaferTrainer(const Scenario& s, const graph::Graph& forward, const passes::TrainingGraph& tg, const passes::TrainingSpec& spec, const RunOptions& opt)
+      : tg_(tg), cfg_(wafer::WaferConfig::from(s.params)) {
+    auto& con = Console::get();
+    const char* hint = "training on the wafer takes mse, sgd with a constant learning rate, fp32; run other set-ups on target.kind neuroncore or reference";
+    if (spec.loss != "mse") throw InputError("/training/loss", "training on the wafer computes the mean squared error only in this build", hint);
+    if (spec.optimizer != "sgd" || spec.weight_decay != 0) throw InputError("/training/optimizer", "MemoryX applies plain SGD (no momentum, Adam or weight decay) in this build", hint);
+    if (spec.schedule != "constant") throw InputError("/training/optimizer/schedule", "the wafer takes a constant learning rate in this build", hint);
+    if (spec.compute != DType::f32 || spec.loss_scaling) throw InputError("/precision/compute", "training on the wafer runs in fp32 in this build", hint);
+    const json& m = s.resolved["mapping"];
+    if (m["mode"].get<std::string>() != "weight_streaming")
+      throw InputError("/mapping/mode", "training on the wafer runs in weight_streaming mode (the weights and their updates live in MemoryX)",
+                       "set mapping.mode to weight_streaming");
+    wafer::MappingOptions mo;
+    mo.mode = wafer::MapMode::weight_streaming;
+    mo.training = true;
+    mo.learning_rate = spec.learning_rate;
+    if (m.contains("wafer_rect")) {
+      const auto r = m["wafer_rect"].get<std::vector<int64_t>>();
+      if (r.size() != 2) throw InputError("/mapping/wafer_rect", "a rectangle is [width, height] in PEs");
+      mo.rect_width = r[0];
+      mo.rect_height = r[1];
+    }
+    const auto c0 = std::chrono::steady_clock::now();
+    cp_ = wafer::compile(forward, cfg_, mo);
+    const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+    for (const auto& k : cp_.kernels)
+      for (const auto& v : {k.w_value, k.b_value})
+        if (!v.empty() && !tg.initial.count(v)) throw std::logic_error("wafer training: '" + v + "' is not a trained parameter");
+    if (tg.state.size() != tg.params.size()) throw std::logic_error("wafer training: SGD has no optimizer state");
+    con.out(con.bold("compiled") + " " + std::to_string(cp_.kernels.size()) + " layer(s) with their backward pass on " + std::to_string(cp_.fabric_width) + " x " +
+            std::to_string(cp_.fabric_height) + " PEs, weights streamed from MemoryX, gradients to MemoryX (" + format_num(compile_s * 1e3, "%.1f") +
+            " ms); forward predicted " + format_num(cp_.predicted_s * 1e6, "%.3f") + " us (the backward pass is not estimated yet)");
+    const std::filesystem::path out(opt.out_dir);
+    write_file_atomic((out / "compile_report.txt").string(), wafer::compile_report(cp_, cfg_));
+    if (opt.emit_program) {
+      std::filesystem::create_directories(out / "compiled");
+      write_file_atomic((out / "layout.json").string(), cp_.layout_json);
+      for (const auto& [file, text] : cp_.programs) write_file_atomic((out / file).string(), text);
+    }
+    try {
+      L_ = wafer::load_layout_text(cp_.layout_json, "compiled layout", "", cfg_, &cp_.programs);
+    } catch (const InputError& e) {
+      throw std::runtime_error(std::string("the wafer compiler produced an invalid training layout: ") + e.what());
+    }
+    models::set_fs_resolution();
+    wafer::FabricOptions fo;
+    fo.max_cycles = static_cast<int64_t>(s.resolved["run"]["max_time"].get<double>() * cfg_.clock_hz);
+    fo.stop = [] { return interrupted(); };
+    fo.task_ends = true;
+    fo.eager_memory_ops = true;
+    fo.host_memory_budget = static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>());
+    fab_ = std::make_unique<wafer::Fabric>("wafer", cfg_, fo);
+    fab_->load(L_);  // the fabric keeps pointers into the layout: it lives as long as the trainer
+    mx_ = std::make_unique<wafer::MemoryX>("memoryx", cfg_);
+    sx_ = std::make_unique<wafer::SwarmX>("swarmx", cfg_);
+    sx_->socket.bind(mx_->socket);
+    mx_->set_sgd(spec.learning_rate);
+    install_interrupt_handler();
+  }
+
+  void set_state(const std::map<std::string, Tensor>& state) override {
+    for (auto& k : cp_.kernels) {
+      k.W = kn_of(k, state.at(k.w_value));
+      if (mx_->has(k.mx_tensor)) throw std::logic_error("wafer training: the state is put into MemoryX once");
+      mx_->add_tensor(k.mx_tensor, cp_.memoryx_layout(k));
+      std::vector<float> b(static_cast<size_t>(k.N), 0.0f);
+      if (!k.b_value.empty()) b = state.at(k.b_value).to_f32();
+      for_chain_ends(k, [&](int64_t x, int64_t y, int64_t i) {
+        std::vector<float> v(static_cast<size_t>(k.nb), 0.0f);
+        for (int64_t n = 0; n < k.nb && i * k.nb + n < k.N; ++n) v[static_cast<size_t>(n)] = b[static_cast<size_t>(i * k.nb + n)];
+        fab_->write_array(x, y, "bias" + std::to_string(&k - cp_.kernels.data()), v);
+      });
+    }
+  }
+
+  std::map<std::string, Tensor> step(const std::map<std::string, Tensor>& in) override {
+    for (const auto& a : cp_.place_input(in.at(cp_.input))) fab_->write_array(a.x, a.y, a.array, a.values);
+    for (const auto& a : cp_.place_target(in.at(tg_.g.inputs.at(target_index())))) fab_->write_array(a.x, a.y, a.array, a.values);
+    const sc_core::sc_time t_start = sc_core::sc_time_stamp();
+    const models::ClockDomain& ck = fab_->clock();
+    const int64_t c_start = ck.cycle_at_or_after(static_cast<models::Femtos>(t_start.value()));
+    for (const auto& k : cp_.kernels) {  // every layer's weights, in layer order, from the step's start
+      const wafer::SwarmX::Stream st = sx_->broadcast(mx_->address(k.mx_tensor), mx_->count(k.mx_tensor), t_start);
+      for (int64_t lane = 0; lane < k.lanes; ++lane) {
+        std::vector<uint32_t> pl(static_cast<size_t>(k.lane_len));
+        std::vector<int64_t> ready(static_cast<size_t>(k.lane_len));
+        for (int64_t t = 0; t < k.lane_len; ++t) {
+          const size_t i = static_cast<size_t>(t * k.lanes + lane);
+          pl[static_cast<size_t>(t)] = float_bits(st.values[i]);
+          ready[static_cast<size_t>(t)] = std::max<int64_t>(t ? ready[static_cast<size_t>(t - 1)] : 0,
+                                                            ck.cycle_at_or_after(static_cast<models::Femtos>(st.ready[i].value())) - c_start);
+        }
+        fab_->set_port_stream(k.port, lane, std::move(pl), std::move(ready));
+      }
+    }
+    fab_->start();
+    sc_core::sc_start();
+    throw_if_interrupted();
+    if (fab_->error()) throw std::runtime_error("training step " + std::to_string(first_step + steps_) + ": " + *fab_->error());
+    if (!fab_->finished()) throw std::runtime_error("the fabric did not finish a training step (SystemC ran out of events)");
+    const wafer::FabricStats& st = fab_->stats();
+    sc_core::sc_time t_end = sc_core::sc_time::from_value(static_cast<uint64_t>(ck.time_of(c_start + st.cycles)));
+    // Each layer's weight gradient: the lanes of its port, through SwarmX into MemoryX's update
+    // window (SGD on the fp32 masters).
+    for (const auto& k : cp_.kernels) {
+      std::vector<std::vector<float>> lanes;
+      int64_t last = 0;
+      for (int64_t lane = 0; lane < k.lanes; ++lane) {
+        const auto& o = fab_->port_output(k.grad_port, lane);
+        if (static_cast<int64_t>(o.size()) != k.lane_len)
+          throw std::runtime_error("training step: gradient port '" + k.grad_port + "' lane " + std::to_string(lane) + " collected " + std::to_string(o.size()) +
+                                   " wavelets, expected " + std::to_string(k.lane_len));
+        std::vector<float> v(o.size());
+        for (size_t i = 0; i < o.size(); ++i) v[i] = bits_float(o[i].first);
+        if (!o.empty()) last = std::max(last, o.back().second);
+        lanes.push_back(std::move(v));
+      }
+      const sc_core::sc_time t0 = sc_core::sc_time::from_value(static_cast<uint64_t>(ck.time_of(c_start + last)));
+      t_end = std::max(t_end, sx_->reduce_update(mx_->address(k.mx_tensor), {cp_.gradient_layout(k, lanes)}, t0));
+    }
+    // Advance simulated time to the last update, so the next step starts after it.
+    if (t_end > sc_core::sc_time_stamp()) sc_core::sc_start(t_end - sc_core::sc_time_stamp());
+    last_s_ = (t_end - t_start).to_seconds();
+    fabric_cycles_ += st.cycles;
+    ++steps_;
+    std::map<std::string, Tensor> out;
+    out[cp_.output] = cp_.gather_output([&](int64_t x, int64_t y, const std::string& a) { return fab_->read_array(x, y, a); });
+    out["loss"] = Tensor::from_f32({}, {fab_->read_array(cp_.loss_x, cp_.loss_y, "loss").at(0)});
+    out["learning_rate"] = Tensor::from_f32({}, {static_cast<float>(lr_of())});
+    return out;
+  }
+
+  std::map<std::string, Tensor> state() override {
+    std::map<std::string, Tensor> st;
+    for (const auto& k : cp_.kernels) {
+      const std::vector<float> w = cp_.from_memoryx_layout(k, mx_->values(k.mx_tensor));  // [K, N]
+      const Shape& ws = tg_.initial.at(k.w_value).shape();
+      std::vector<float> g(w.size());
+      for (int64_t a = 0; a < k.K; ++a)
+        for (int64_t b = 0; b < k.N; ++b) (k.w_trans ? g[static_cast<size_t>(b * k.K + a)] : g[static_cast<size_t>(a * k.N + b)]) = w[static_cast<size_t>(a * k.N + b)];
+      st[k.w_value] = Tensor::from_f32(ws, std::move(g));
+      if (!k.b_value.empty()) {
+        std::vector<float> b(static_cast<size_t>(k.N), 0.0f);
+        for_chain_ends(k, [&](int64_t x, int64_t y, int64_t i) {
+          const auto v = fab_->read_array(x, y, "bias" + std::to_string(&k - cp_.kernels.data()));
+          for (int64_t n = 0; n < k.nb && i * k.nb + n < k.N; ++n) b[static_cast<size_t>(i * k.nb + n)] = v[static_cast<size_t>(n)];
+        });
+        st[k.b_value] = Tensor::from_f32(tg_.initial.at(k.b_value).shape(), std::move(b));
+      }
+    }
+    return st;
+  }
+
+  double step_seconds() const override { return last_s_; }
+
+  void finish(json& report, const std::vector<StepMark>&) override {
+    auto& con = Console::get();
+    json layers = json::array();
+    for (const auto& k : cp_.kernels)
+      layers.push_back({{"name", k.name}, {"rect", {k.w, k.h}}, {"block", {k.kb, k.nb}}, {"weights_port", k.port}, {"gradient_port", k.grad_port}});
+    report["compile"] = {{"mode", "weight_streaming"}, {"training", true}, {"layers", layers}, {"fabric", {cp_.fabric_width, cp_.fabric_height}},
+                         {"colors_used", cp_.colors_used}, {"sram_high_water_bytes", cp_.sram_high_water}};
+    report["latency"]["predicted_forward_s"] = cp_.predicted_s;
+    report["latency"]["note"] = "the backward pass is not estimated yet: no predicted step time";
+    report["weight_streaming"] = {{"memoryx", {{"bytes_read", mx_->stats().bytes_read}, {"bytes_written", mx_->stats().bytes_written}, {"updates", mx_->stats().updates}}},
+                                  {"swarmx", {{"bytes_broadcast", sx_->stats().bytes_broadcast}, {"bytes_reduced", sx_->stats().bytes_reduced}}}};
+    report["stats"] = {{"fabric_cycles", fabric_cycles_}, {"steps", steps_}};
+    con.out(con.bold("training step") + " " + format_num(last_s_ * 1e6, "%.3f") + " us simulated (fabric " +
+            format_num(static_cast<double>(fabric_cycles_) / static_cast<double>(std::max<int64_t>(1, steps_)), "%.0f") + " cycles per step, then the MemoryX update); MemoryX read " +
+            std::to_string(mx_->stats().bytes_read) + " B, SwarmX reduced " + std::to_string(sx_->stats().bytes_reduced) + " B of gradients");
+  }
+
+ private:
+  // The graph's weight value as [K, N].
+  static std::vector<float> kn_of(const wafer::DenseKernel& k, const Tensor& w) {
+    const auto v = w.to_f32();
+    std::vector<float> o(static_cast<size_t>(k.K * k.N));
+    for (int64_t a = 0; a < k.K; ++a)
+      for (int64_t b = 0; b < k.N; ++b) o[static_cast<size_t>(a * k.N + b)] = k.w_trans ? v[static_cast<size_t>(b * k.K + a)] : v[static_cast<size_t>(a * k.N + b)];
+    return o;
+  }
+  template <class F>
+  static void for_chain_ends(const wafer::DenseKernel& k, F f) {
+    for (int64_t i = 0; i < k.nblocks(); ++i) f(k.x0 + (k.k_on_columns ? k.w - 1 : i), k.y0 + (k.k_on_columns ? i : k.h - 1), i);
+  }
+  size_t target_index() const {
+    for (size_t i = 0; i < tg_.g.inputs.size(); ++i)
+      if (tg_.g.inputs[i] == target_name) return i;
+    throw std::logic_error("no target input");
+  }
+  double lr_of() const { return lr; }
+
+ public:
+  std::string target_name;
+  double lr = 0;
+
+ private:
+  const passes::TrainingGraph& tg_;
+  wafer::WaferConfig cfg_;
+  wafer::Compiled cp_;
+  wafer::LoadedLayout L_;
+  std::unique_ptr<wafer::Fabric> fab_;
+  std::unique_ptr<wafer::MemoryX> mx_;
+  std::unique_ptr<wafer::SwarmX> sx_;
+  double last_s_ = 0;
+  int64_t fabric_cycles_ = 0, steps_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainMachine> make_wafer_trainer(const Scenario& s, const graph::Graph& forward, const passes::TrainingGraph& tg, const passes::TrainingSpec& spec,
+                                                 const RunOptions& opt) {
+  auto t = std::make_unique<WaferTrainer>(s, forward, tg, spec, opt);
+  t->target_name = spec.target;
+  t->lr = spec.learning_rate;
+  return t;
+}
+
+}  // namespace tessera::sim
