@@ -19,6 +19,7 @@
 #include "models/wafer/weight_stream.hpp"
 #include "sim/console.hpp"
 #include "sim/train.hpp"
+#include "sim/trace_wafer.hpp"
 
 namespace tessera::sim {
 
@@ -77,6 +78,10 @@ class WaferTrainer : public TrainMachine {
     fo.max_cycles = static_cast<int64_t>(s.resolved["run"]["max_time"].get<double>() * cfg_.clock_hz);
     fo.stop = [] { return interrupted(); };
     fo.task_ends = true;
+    fo.record = s.resolved.contains("trace");
+    if (fo.record) trace_cfg_ = s.resolved["trace"];
+    out_dir_ = opt.out_dir;
+    name_ = s.name;
     fo.eager_memory_ops = true;
     fo.host_memory_budget = static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>());
     fab_ = std::make_unique<wafer::Fabric>("wafer", cfg_, fo);
@@ -151,6 +156,21 @@ class WaferTrainer : public TrainMachine {
     // Advance simulated time to the last update, so the next step starts after it.
     if (t_end > sc_core::sc_time_stamp()) sc_core::sc_start(t_end - sc_core::sc_time_stamp());
     last_s_ = (t_end - t_start).to_seconds();
+    {  // the step's phases: forward until the last chain end has its output, the loss until the loss
+       // PE has it, the backward pass until the fabric is done, then the MemoryX update
+      const double t0 = t_start.to_seconds() - (steps_ ? first_start_s_ : (first_start_s_ = t_start.to_seconds()));
+      const double cyc = 1.0 / cfg_.clock_hz;
+      const auto& kl = cp_.kernels.back();
+      int64_t fwd = 0;
+      for_chain_ends(kl, [&](int64_t x, int64_t y, int64_t) { fwd = std::max(fwd, fab_->task_end(x, y, "red" + std::to_string(cp_.kernels.size() - 1))); });
+      const int64_t loss = std::max(fwd, fab_->task_end(cp_.loss_x, cp_.loss_y, "lossk"));
+      spans_.push_back({"step " + std::to_string(first_step + steps_), t0, t0 + last_s_});
+      phases_.push_back({"forward", t0, t0 + static_cast<double>(fwd) * cyc});
+      phases_.push_back({"loss", t0 + static_cast<double>(fwd) * cyc, t0 + static_cast<double>(loss) * cyc});
+      phases_.push_back({"backward", t0 + static_cast<double>(loss) * cyc, t0 + static_cast<double>(st.cycles) * cyc});
+      phases_.push_back({"weight update (MemoryX)", t0 + static_cast<double>(st.cycles) * cyc, t0 + last_s_});
+      last_step_t0_ = t0;
+    }
     fabric_cycles_ += st.cycles;
     ++steps_;
     std::map<std::string, Tensor> out;
@@ -183,8 +203,16 @@ class WaferTrainer : public TrainMachine {
 
   double step_seconds() const override { return last_s_; }
 
-  void finish(json& report, const std::vector<StepMark>&) override {
+  void finish(json& report, const std::vector<StepMark>& closures) override {
     auto& con = Console::get();
+    if (trace_cfg_.is_object()) {
+      // Step slices and closures on the host track, the phases of every step as the "kernels"
+      // process, MemoryX/SwarmX transfers (weight streams out, gradients in) and the last step's PE detail.
+      con.out(write_trace_file(trace_cfg_,
+                               build_wafer_trace(trace_cfg_, L_, *fab_, name_, mx_.get(), sx_.get(), first_start_s_, {}, phases_, spans_, closures, last_step_t0_),
+                               out_dir_));
+      report["trace"] = {{"file", trace_cfg_["file"]}};
+    }
     json layers = json::array();
     for (const auto& k : cp_.kernels)
       layers.push_back({{"name", k.name}, {"rect", {k.w, k.h}}, {"block", {k.kb, k.nb}}, {"weights_port", k.port}, {"gradient_port", k.grad_port}});
@@ -232,7 +260,10 @@ class WaferTrainer : public TrainMachine {
   std::unique_ptr<wafer::Fabric> fab_;
   std::unique_ptr<wafer::MemoryX> mx_;
   std::unique_ptr<wafer::SwarmX> sx_;
-  double last_s_ = 0;
+  double last_s_ = 0, first_start_s_ = 0, last_step_t0_ = 0;
+  json trace_cfg_;
+  std::string out_dir_, name_;
+  std::vector<PredictedKernel> spans_, phases_;
   int64_t fabric_cycles_ = 0, steps_ = 0;
 };
 
