@@ -32,8 +32,8 @@ class WaferTrainer : public TrainMachine {
   WaferTrainer(const Scenario& s, const graph::Graph& forward, const passes::TrainingGraph& tg, const passes::TrainingSpec& spec, const RunOptions& opt)
       : tg_(tg), cfg_(wafer::WaferConfig::from(s.params)) {
     auto& con = Console::get();
-    const char* hint = "training on the wafer takes mse, sgd with a constant learning rate, fp32; run other set-ups on target.kind neuroncore or reference";
-    if (spec.loss != "mse") throw InputError("/training/loss", "training on the wafer computes the mean squared error only in this build", hint);
+    const char* hint = "training on the wafer takes mse or softmax cross-entropy, sgd with a constant learning rate, fp32; run other set-ups on target.kind neuroncore or reference";
+
     if (spec.optimizer != "sgd" || spec.weight_decay != 0) throw InputError("/training/optimizer", "MemoryX applies plain SGD (no momentum, Adam or weight decay) in this build", hint);
     if (spec.schedule != "constant") throw InputError("/training/optimizer/schedule", "the wafer takes a constant learning rate in this build", hint);
     if (spec.compute != DType::f32 || spec.loss_scaling) throw InputError("/precision/compute", "training on the wafer runs in fp32 in this build", hint);
@@ -45,6 +45,7 @@ class WaferTrainer : public TrainMachine {
     mo.mode = wafer::MapMode::weight_streaming;
     mo.training = true;
     mo.learning_rate = spec.learning_rate;
+    mo.loss = spec.loss;
     if (m.contains("wafer_rect")) {
       const auto r = m["wafer_rect"].get<std::vector<int64_t>>();
       if (r.size() != 2) throw InputError("/mapping/wafer_rect", "a rectangle is [width, height] in PEs");

@@ -46,6 +46,16 @@ class Classifier(nn.Module):  # 10 -> 32 -> 3, softmax cross-entropy
         return self.fc2(torch.tanh(self.fc1(x)))
 
 
+class ReluClassifier(nn.Module):  # 10 -> 32 -> 3, ReLU, softmax cross-entropy (the wafer maps ReLU, not Tanh)
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(10, 32)
+        self.fc2 = nn.Linear(32, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
 def regression_data(rng):
     a = rng.normal(size=(8, 4)).astype(np.float32)
     x = rng.normal(size=(STEPS, 16, 8)).astype(np.float32)
@@ -106,6 +116,7 @@ def main():
     cases = [
         ("mlp", Regressor, regression_data, "mse", [("sgd", 0.05), ("adam", 0.01), ("sgd_exponential", 0.1)], (16, 8)),
         ("classifier", Classifier, classification_data, "softmax_cross_entropy", [("momentum", 0.05)], (24, 10)),
+        ("relu_classifier", ReluClassifier, classification_data, "softmax_cross_entropy", [("sgd", 0.1)], (24, 10)),
     ]
     for name, cls, data, loss, opts, shape in cases:
         rng = np.random.default_rng(2026)

@@ -551,6 +551,86 @@ void loss_text(const Compiled& c, std::ostringstream& o) {
   o << ".if $llast\n  fmuls lossm, laccm, " << fnum(inv) << "\n.endif\n  activate bstart" << L << "\n  ret\n.endif\n";
 }
 
+// exp(X) in place for X <= 0 (the PEs have no exp): clamp at -80, t = X / 16, a degree-12 Taylor
+// polynomial of exp(t) by Horner into T, squared four times (exp(X) = exp(X/16)^16). Relative error
+// at most 5e-6 for X in [-20, 0] (measured 4.1e-6: fp32 rounding, multiplied by 16 through the
+// squarings; tests/unit/test_wafer_fabric.cpp); below -20 the
+// result stays under 1e-8 (it is added to a sum >= 1).
+}  // namespace
+
+void exp_text(std::ostringstream& o, const std::string& X, const std::string& T) {
+  o << "  fmaxs " << X << ", " << X << ", -80.0\n  fmuls " << X << ", " << X << ", 0.0625\n";
+  o << "  fmuls " << T << ", " << X << ", " << fnum(1.0 / 12) << "\n  fadds " << T << ", " << T << ", 1.0\n";
+  for (int k = 11; k >= 1; --k) {
+    o << "  fmuls " << T << ", " << T << ", " << X << "\n";
+    if (k > 1) o << "  fmuls " << T << ", " << T << ", " << fnum(1.0 / k) << "\n";
+    o << "  fadds " << T << ", " << T << ", 1.0\n";
+  }
+  for (int k = 0; k < 4; ++k) o << "  fmuls " << T << ", " << T << ", " << T << "\n";
+  o << "  fmovs " << X << ", " << T << "\n";
+}
+
+// R = 1 / S by Newton's iteration r = r (2 - s r) from r0 = 2 / (lo + hi), for S in [lo, hi]: the
+// error (hi - lo) / (hi + lo) squares each time; 8 iterations.
+void recip_text(std::ostringstream& o, const std::string& R, const std::string& S, const std::string& U, double lo, double hi) {
+  o << "  fmovs " << R << ", " << fnum(2.0 / (lo + hi)) << "\n";
+  for (int i = 0; i < 8; ++i)
+    o << "  fmuls " << U << ", " << S << ", " << R << "\n  fmuls " << U << ", " << U << ", -1.0\n  fadds " << U << ", " << U << ", 2.0\n  fmuls " << R << ", " << R
+      << ", " << U << "\n";
+}
+
+namespace {
+
+// Softmax cross-entropy at the last layer's chain end (every class on this PE; docs/wafer-compiler.md):
+// per sample m = max z, e = exp(z - m), s = sum e, p = e / s; dy = (p - t) / B; the loss
+// sum_c t (m + ln s - z) / B, ln s by Newton's iteration y += s exp(-y) - 1 from 2 (s - 1) / (s + 1).
+void xent_text(const Compiled& c, std::ostringstream& o) {
+  const size_t l = c.kernels.size() - 1;
+  const DenseKernel& k = c.kernels.back();
+  const std::string L = std::to_string(l);
+  const int64_t B = k.B, N = k.N, nb = k.nb;
+  o << "# ---- loss (softmax cross-entropy) at the chain end of kernel " << l << "\n";
+  o << ".if $last" << L << "\n.data tgt f32 " << B * nb << "   # the target block (one-hot or soft), placed by the host each step\n";
+  o << ".data xe f32 " << B * N << "\n.data xt f32 " << B * N << "\n.data xm f32 " << B << "\n.data xs f32 " << B << "\n.data xr f32 " << B << "\n.data xu f32 " << B
+    << "\n.data xy f32 " << B << "\n.data xv f32 " << B << "\n.data xw f32 " << B << "\n.data lacc f32 1\n.data loss f32 1\n";
+  o << ".dsd xem mem1d xe\n.dsd xtm mem1d xt\n.dsd xmm mem1d xm\n.dsd xsm mem1d xs\n.dsd xrm mem1d xr\n.dsd xum mem1d xu\n.dsd xym mem1d xy\n.dsd xvm mem1d xv\n.dsd xwm mem1d xw\n";
+  o << ".dsd laccm mem1d lacc\n.dsd lossm mem1d loss\n.dsd de mem1d xe len=1\n";
+  for (int64_t cc = 0; cc < N; ++cc) {
+    const std::string C = std::to_string(cc);
+    o << ".dsd z" << C << " mem1d y" << L << " off=" << cc << " len=" << B << " stride=" << nb << "\n";
+    o << ".dsd t" << C << " mem1d tgt off=" << cc << " len=" << B << " stride=" << nb << "\n";
+    o << ".dsd g" << C << " mem1d dy" << L << " off=" << cc << " len=" << B << " stride=" << nb << "\n";
+    o << ".dsd e" << C << " mem1d xe off=" << cc << " len=" << B << " stride=" << N << "\n";
+  }
+  o << ".task lossk local id=60\n";
+  o << "  fmovs xmm, z0\n";
+  for (int64_t cc = 1; cc < N; ++cc) o << "  fmaxs xmm, xmm, z" << cc << "\n";
+  for (int64_t cc = 0; cc < N; ++cc) o << "  fsubs e" << cc << ", z" << cc << ", xmm\n";
+  exp_text(o, "xem", "xtm");
+  o << "  fmovs xsm, e0\n";
+  for (int64_t cc = 1; cc < N; ++cc) o << "  fadds xsm, xsm, e" << cc << "\n";
+  recip_text(o, "xrm", "xsm", "xum", 1.0, static_cast<double>(N));
+  // dy = (e r - t) / B (padding columns stay 0)
+  o << "  fmovs dym" << L << ", 0.0\n";
+  for (int64_t cc = 0; cc < N; ++cc)
+    o << "  fmuls g" << cc << ", e" << cc << ", xrm\n  fsubs g" << cc << ", g" << cc << ", t" << cc << "\n  fmuls g" << cc << ", g" << cc << ", " << fnum(1.0 / static_cast<double>(B)) << "\n";
+  // ln s: y0 = 2 (s - 1) / (s + 1), then y += s exp(-y) - 1, five times
+  o << "  fadds xvm, xsm, 1.0\n";
+  recip_text(o, "xym", "xvm", "xum", 2.0, static_cast<double>(N) + 1.0);
+  o << "  fadds xvm, xsm, -1.0\n  fmuls xym, xym, xvm\n  fmuls xym, xym, 2.0\n";
+  for (int i = 0; i < 5; ++i) {
+    o << "  fmuls xwm, xym, -1.0\n";
+    // exp of a B-long vector: its own temporaries (xv as T)
+    exp_text(o, "xwm", "xvm");
+    o << "  fmuls xwm, xwm, xsm\n  fadds xym, xym, xwm\n  fadds xym, xym, -1.0\n";
+  }
+  // per (b, c): t (m + ln s - z), summed
+  o << "  fadds xym, xym, xmm\n";
+  for (int64_t cc = 0; cc < N; ++cc) o << "  fsubs e" << cc << ", xym, z" << cc << "\n  fmuls e" << cc << ", e" << cc << ", t" << cc << "\n";
+  o << "  dsd_off de, 0\n  fmovs laccm, de\n  mov r14, 1\nlp:\n  sub r15, r14, " << B * N << "\n  bz r15, le\n  dsd_off de, r14\n  fadds laccm, laccm, de\n  add r14, r14, 1\n  jmp lp\nle:\n";
+  o << "  fmuls lossm, laccm, " << fnum(1.0 / static_cast<double>(B)) << "\n  activate bstart" << L << "\n  ret\n.endif\n";
+}
+
 // The backward pass of kernel l on every PE. dy[b, i] arrives as wavelets (color cb, from the
 // chain end): the weight gradient's column i += x[b, :] dy[b, i] (x as saved in the forward pass)
 // and, from layer 1 on, the input gradient's row b += W[:, i] dy[b, i]. After the last wavelet the
@@ -645,6 +725,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       throw InputError(g.source, std::to_string(c.kernels.size()) + " dense layers: training keeps every layer's weight block from the forward pass (two buffers), so at most 2", hint);
     for (const auto& k : c.kernels)
       if (k.b_value == "*") throw InputError("kernel '" + k.name + "'", "two biases (Gemm's C and an Add) are not trained on the wafer", hint);
+    if (opt.loss != "mse" && opt.loss != "softmax_cross_entropy") throw InputError("/training/loss", "the wafer computes mse or softmax_cross_entropy", hint);
   }
 
   if (opt.mode == MapMode::pipelined) {
@@ -709,6 +790,13 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       throw InputError("/mapping/wafer_rect", "the rectangle " + std::to_string(w) + " x " + std::to_string(h) + " is larger than the fabric " +
                                                  std::to_string(cfg.fabric_width) + " x " + std::to_string(cfg.fabric_height));
     place_streaming(c.kernels, w, h);
+    if (opt.training && opt.loss == "softmax_cross_entropy" && (c.kernels.back().k_on_columns ? h : w) != 1) {
+      const DenseKernel& k = c.kernels.back();
+      throw InputError("/mapping/wafer_rect", "softmax cross-entropy runs on one PE per sample row: the last layer's " + std::to_string(k.N) + " classes must lie on one chain-end PE, but the " +
+                                                  std::to_string(w) + " x " + std::to_string(h) + " rectangle splits them into " + std::to_string(k.nblocks()) + " blocks",
+                       std::string("give a rectangle one PE ") + (k.k_on_columns ? "high" : "wide") + " along the last layer's output axis, e.g. \"wafer_rect\": [" +
+                           (k.k_on_columns ? std::to_string(w) + ", 1" : "1, " + std::to_string(h)) + "]");
+    }
     int64_t wa = 0, wb = 0, data = 16;
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
@@ -781,7 +869,8 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       }
       loss_routes(c, routes);
       train_params(c, params);
-      loss_text(c, o);
+      if (opt.loss == "softmax_cross_entropy") xent_text(c, o);
+      else loss_text(c, o);
       c.loss_x = c.fabric_width - 1;
       c.loss_y = c.fabric_height - 1;
     }

@@ -23,6 +23,7 @@
 // for the other), multicast along the lines; every PE keeps its own block and lets the rest pass.
 #include <cstdint>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,7 @@ struct MappingOptions {
   // chain ends and send each layer's weight gradient out of an edge port for SwarmX and MemoryX.
   bool training = false;
   double learning_rate = 0;      // SGD, for the biases on the wafer (MemoryX updates the weights)
+  std::string loss = "mse";      // mse | softmax_cross_entropy (all classes on one chain-end PE)
 };
 
 // One dense layer placed on the fabric.
@@ -143,6 +145,14 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
 // compile_report.txt: the estimate in the columns of Cerebras' compile report (samples/s, compute
 // samples/s, transmission samples/s, active PEs, compute utilisation), overall and per kernel.
 std::string compile_report(const Compiled& c, const WaferConfig& cfg);
+
+// PE instruction text (docs/wafer-asm.md) for functions the PEs have no instruction for, as the
+// softmax cross-entropy uses them (tests/unit/test_wafer_fabric.cpp checks their accuracy):
+// exp_text: X = exp(X) in place for X <= 0, T a temporary DSD of X's length (clamp at -80, X / 16,
+// degree-12 Taylor polynomial, squared four times); recip_text: R = 1 / S for S in [lo, hi] by 8
+// Newton iterations from 2 / (lo + hi), U a temporary.
+void exp_text(std::ostringstream& o, const std::string& X, const std::string& T);
+void recip_text(std::ostringstream& o, const std::string& R, const std::string& S, const std::string& U, double lo, double hi);
 
 // mapper/wafer/estimate.cpp: fills every kernel's `est` and the totals.
 void estimate(Compiled& c, const WaferConfig& cfg);

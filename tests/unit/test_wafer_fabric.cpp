@@ -21,6 +21,7 @@
 #include "isa/numeric.hpp"
 #include "isa/wafer/asm.hpp"
 #include "models/common/clock.hpp"
+#include "mapper/wafer/compile.hpp"
 #include "models/wafer/fabric.hpp"
 
 using namespace tessera;
@@ -832,4 +833,49 @@ TEST_CASE("wafer-fabric: eager memory-only ops give the same run as element by e
       CHECK(a.halt_cycle(x, y) == b.halt_cycle(x, y));
       CHECK(a.read_array(x, y, "y") == b.read_array(x, y, "y"));
     }
+}
+
+// The softmax cross-entropy's exp and reciprocal on a PE (mapper/wafer: the PEs have no exp or
+// divide instruction): the generated instruction text run on one PE, against the C library.
+namespace {
+std::vector<float> run_pe_function(const std::string& body, const std::vector<float>& in, int64_t n) {
+  const WaferConfig c = preset_config("wse2");
+  std::ostringstream prog;
+  prog << ".data x f32 " << n << "\n.data r f32 " << n << "\n.data t f32 " << n << "\n.data u f32 " << n << "\n.dsd xm mem1d x\n.dsd rm mem1d r\n.dsd tm mem1d t\n.dsd um mem1d u\n";
+  prog << ".task main local id=8 active\n" << body << "  halt\n";
+  const std::string layout = R"({"fabric": {"width": 1, "height": 1}, "rects": [{"name": "pe", "x": 0, "y": 0, "width": 1, "height": 1, "program": "f.pe"}]})";
+  Run r(c, load({{"f.pe", prog.str()}}, layout, c));
+  r.fab->write_array(0, 0, "x", in);
+  r.go();
+  REQUIRE_FALSE(r.fab->error());
+  return body.find("rm") != std::string::npos ? r.fab->read_array(0, 0, "r") : r.fab->read_array(0, 0, "x");
+}
+}  // namespace
+
+TEST_CASE("wafer-fabric: the PE exp (scaling and squaring of a Taylor polynomial) is within 5e-6 relative on [-20, 0] (measured 4.1e-6) and 1e-8 below", "[wafer-fabric]") {
+  std::vector<float> in;
+  for (int i = 0; i <= 400; ++i) in.push_back(-0.05f * static_cast<float>(i));  // 0 .. -20
+  for (float v : {-25.0f, -50.0f, -80.0f, -200.0f, -1e30f}) in.push_back(v);
+  std::ostringstream o;
+  exp_text(o, "xm", "tm");
+  const auto out = run_pe_function(o.str(), in, static_cast<int64_t>(in.size()));
+  double worst = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const double want = std::exp(static_cast<double>(in[i]));
+    if (in[i] >= -20.0f) worst = std::max(worst, std::abs(out[i] - want) / want);
+    else CHECK(std::abs(out[i] - want) <= 1e-8);
+    CHECK(out[i] >= 0.0f);
+  }
+  INFO("worst relative error on [-20, 0]: " << worst);
+  CHECK(worst <= 5e-6);  // fp32 rounding in the Horner steps, multiplied by 16 through the squarings
+  CHECK(std::abs(out[0] - 1.0) <= 1e-6);
+}
+
+TEST_CASE("wafer-fabric: the PE reciprocal (Newton) is within 1e-6 relative over [1, 10]", "[wafer-fabric]") {
+  std::vector<float> in;
+  for (int i = 0; i <= 90; ++i) in.push_back(1.0f + 0.1f * static_cast<float>(i));
+  std::ostringstream o;
+  recip_text(o, "rm", "xm", "um", 1.0, 10.0);
+  const auto out = run_pe_function(o.str(), in, static_cast<int64_t>(in.size()));
+  for (size_t i = 0; i < in.size(); ++i) CHECK(std::abs(out[i] * static_cast<double>(in[i]) - 1.0) <= 1e-6);
 }
