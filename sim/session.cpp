@@ -176,6 +176,11 @@ std::vector<StepClosure> parse_closures(const json& closures, const std::vector<
                              }()));
     out.push_back(std::move(c));
   }
+  for (const auto& c : cpp_step_closures()) {  // the C++ API's, after the scenario's
+    bool ok = true;
+    for (const auto& n : c.tensors) ok = check_name(n, c.where) && ok;
+    if (ok) out.push_back(c);
+  }
   d.throw_if_any();
   return out;
 }
@@ -192,7 +197,11 @@ json run_closures(const std::vector<StepClosure>& closures, const StepSchedule& 
   for (const auto& c : closures) {
     if (c.on_checkpoint ? !ckpt : !act) continue;  // skipped on this step
     json r = {{"closure", c.name}, {"kind", c.kind}, {"on", c.on_checkpoint ? "checkpoint" : "activation"}};
-    if (c.kind == "log") {
+    if (c.kind == "callback") {
+      std::map<std::string, Tensor> view;
+      for (const auto& n : c.tensors) view[n] = value_of(n);
+      c.fn(step, view);
+    } else if (c.kind == "log") {
       json vals = json::object();
       std::string line = "step " + std::to_string(step) + ":";
       for (const auto& n : c.tensors) {
@@ -339,6 +348,39 @@ std::map<std::string, Tensor> StepInputs::at(int64_t step) const {
     }
   }
   return out;
+}
+
+std::vector<StepClosure>& cpp_step_closures() {
+  static std::vector<StepClosure> v;
+  return v;
+}
+
+Session::Session(const std::string& scenario, RunOptions opt, const std::vector<std::string>& sets) : s_(load_scenario(scenario, sets)), opt_(std::move(opt)) {
+  if (opt_.out_dir.empty()) opt_.out_dir = (std::filesystem::path("out") / s_.name).string();
+}
+
+void Session::add_step_closure(std::string name, std::vector<std::string> tensors, StepClosureFn fn, bool on_checkpoint) {
+  StepClosure c;
+  c.kind = "callback";
+  c.name = std::move(name);
+  c.tensors = std::move(tensors);
+  c.fn = std::move(fn);
+  c.on_checkpoint = on_checkpoint;
+  c.where = "C++ step closure '" + c.name + "'";
+  closures_.push_back(std::move(c));
+}
+
+int Session::run() {
+  struct Scope {  // the registry holds this run's closures only while it runs
+    explicit Scope(const std::vector<StepClosure>& c) { cpp_step_closures() = c; }
+    ~Scope() { cpp_step_closures().clear(); }
+  } scope(closures_);
+  try {
+    return run_scenario(s_, opt_);
+  } catch (const CheckFailed& e) {
+    Console::get().error(e.what());
+    return 1;
+  }
 }
 
 }  // namespace tessera::sim

@@ -8,12 +8,14 @@
 // host time does not advance simulated time.
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "isa/tensor.hpp"
 #include "mapper/graph/graph.hpp"
+#include "sim/run.hpp"
 #include "sim/scenario.hpp"
 #include "sim/trace_neuroncore.hpp"
 
@@ -33,9 +35,15 @@ struct StepSchedule {
   bool is_activation(int64_t step) const;
 };
 
-// One step closure of the scenario (/step_closures/N).
+// A step closure written in C++ (Session::add_step_closure): called at the end of each step it
+// runs on with the step index and a read-only view of the tensors it named (graph outputs or
+// "step"), as the machine holds them. It runs on the host: simulated time does not advance.
+using StepClosureFn = std::function<void(int64_t step, const std::map<std::string, Tensor>& tensors)>;
+
+// One step closure of the scenario (/step_closures/N), or of the C++ API.
 struct StepClosure {
-  std::string kind;                  // log, dump, assert
+  std::string kind;                  // log, dump, assert, callback (C++)
+  StepClosureFn fn;                  // callback
   std::string name;                  // label (default: kind and tensors / the condition)
   std::vector<std::string> tensors;  // log, dump: graph outputs, or "step"
   std::string condition;             // assert
@@ -52,6 +60,29 @@ struct StepClosure {
 // tensor is reported here rather than after a step has run.
 std::vector<StepClosure> parse_closures(const nlohmann::json& closures, const std::vector<std::string>& outputs,
                                         const std::map<std::string, int64_t>* sizes = nullptr);
+// C++ step closures (Session::add_step_closure) that parse_closures appends to the scenario's
+// (with their names checked against the outputs like the scenario's); empty outside a Session run.
+std::vector<StepClosure>& cpp_step_closures();
+
+// The C++ API of a run: the scenario loaded like `tessera run` does, plus step closures in C++,
+// e.g.
+//   sim::Session s("scenarios/neuroncore/train/train_mlp_sgd.json", {.out_dir = "out/x"});
+//   s.add_step_closure("loss curve", {"loss"}, [&](int64_t step, const auto& t) { curve.push_back(t.at("loss")); });
+//   int code = s.run();  // 0 ok, 1 a check failed; bad input throws InputError
+// Closures run on activation steps (on_checkpoint: on checkpoint steps), as the scenario's do.
+class Session {
+ public:
+  Session(const std::string& scenario, RunOptions opt, const std::vector<std::string>& sets = {});
+  void add_step_closure(std::string name, std::vector<std::string> tensors, StepClosureFn fn, bool on_checkpoint = false);
+  int run();
+  const Scenario& scenario() const { return s_; }
+
+ private:
+  Scenario s_;
+  RunOptions opt_;
+  std::vector<StepClosure> closures_;
+};
+
 // Elements of each graph output (for parse_closures).
 std::map<std::string, int64_t> output_sizes(const graph::Graph& g);
 

@@ -5,11 +5,17 @@
 // activation step when (step + 1) % activation_steps == 0 or it is the last -- and closures.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "isa/error.hpp"
+#include "isa/fileio.hpp"
 #include "sim/session.hpp"
 
 using namespace tessera;
 using namespace tessera::sim;
+using Catch::Matchers::Contains;
 
 namespace {
 std::vector<int64_t> which(const StepSchedule& s, bool checkpoint) {
@@ -88,4 +94,37 @@ TEST_CASE("session: closures are checked against the graph outputs with JSON poi
     CHECK_THAT(e.diagnostics()[1].message, Catch::Contains("unknown reduction 'maxx'"));
     CHECK(e.diagnostics()[2].where == "/step_closures/2");
   }
+}
+
+// The C++ API (sim::Session): closures in C++ receive the step and the machine's values, on the
+// scenario's activation (or checkpoint) steps; here on the NeuronCore training run (SystemC: one
+// elaboration in this test's process), compared with the report the run writes.
+TEST_CASE("session: C++ step closures see the machine's loss on activation and checkpoint steps", "[session]") {
+  const std::string out = (std::filesystem::temp_directory_path() / ("tessera_session_api_" + std::to_string(::getpid()))).string();
+  Session s(std::string(TESSERA_SOURCE_DIR) + "/scenarios/neuroncore/train/train_mlp_sgd.json", RunOptions{out, false, ""}, {"trace.detail=kernel"});
+  std::vector<std::pair<int64_t, double>> act, ckpt;
+  s.add_step_closure("losses", {"loss", "step"}, [&](int64_t step, const std::map<std::string, Tensor>& t) {
+    CHECK(t.at("step").to_f32()[0] == static_cast<float>(step));
+    act.push_back({step, t.at("loss").cast(DType::f64).to_f64()[0]});
+  });
+  s.add_step_closure("at checkpoints", {"loss"}, [&](int64_t step, const std::map<std::string, Tensor>& t) { ckpt.push_back({step, t.at("loss").to_f32()[0]}); }, true);
+  REQUIRE(s.run() == 0);
+  // activation_steps 5, checkpoint_steps 10 of 25 steps: activations 4, 9, 14, 19, 24; checkpoints 9, 19, 24.
+  REQUIRE(act.size() == 5);
+  REQUIRE(ckpt.size() == 3);
+  CHECK(ckpt[0].first == 9);
+  CHECK(ckpt[2].first == 24);
+  const nlohmann::json r = nlohmann::json::parse(read_file(out + "/report.json"));
+  for (size_t i = 0; i < act.size(); ++i) {
+    CHECK(act[i].first == static_cast<int64_t>(5 * i + 4));
+    CHECK(act[i].second == r["steps"][static_cast<size_t>(act[i].first)]["loss"].get<double>());
+  }
+  std::filesystem::remove_all(out);
+}
+
+TEST_CASE("session: a C++ step closure naming a tensor the graph does not have is refused before the run", "[session]") {
+  Session s(std::string(TESSERA_SOURCE_DIR) + "/scenarios/reference/train_mlp_sgd.json", RunOptions{"/tmp/tessera_never_written", false, ""});
+  s.add_step_closure("typo", {"los"}, [](int64_t, const std::map<std::string, Tensor>&) {});
+  CHECK_THROWS_WITH(s.run(), Contains("C++ step closure 'typo'") && Contains("did you mean 'loss'"));
+  CHECK_FALSE(std::filesystem::exists("/tmp/tessera_never_written/report.json"));
 }
