@@ -12,8 +12,9 @@ namespace tessera::passes {
 namespace {
 
 const char* kHint =
-    "training differentiates MatMul, Gemm, Add, Relu, Tanh and Sigmoid (docs/training.md); other ops on the path from a weight to the loss are not "
-    "supported yet";
+    "training differentiates MatMul, Gemm, Add, Sub, Mul, Div, Neg, Relu, Tanh, Sigmoid, Exp, Log, Sqrt, Pow (constant exponent), Erf, Softmax, "
+    "LayerNormalization, ReduceSum, ReduceMean and the shape ops Reshape/Flatten/Squeeze/Unsqueeze/Identity/Transpose (docs/training.md); other ops on "
+    "the path from a weight to the loss (Conv, pooling, Gather...) are not supported yet";
 
 // Builds nodes into the training graph with fresh value names.
 struct Builder {
@@ -57,6 +58,13 @@ struct Builder {
     g.values[n] = graph::Value{n, DType::i64, t.shape(), true, t, false};
     return n;
   }
+  // Reshape x to a static shape.
+  std::string reshape(const std::string& x, const Shape& shape) { return node("Reshape", {x, ints(std::vector<int64_t>(shape.begin(), shape.end()))}); }
+  std::string transpose_perm(const std::string& x, const std::vector<int64_t>& perm) {
+    graph::Attributes a;
+    a.set("perm", perm);
+    return node("Transpose", {x}, a);
+  }
   std::string transpose(const std::string& x) {
     graph::Attributes a;
     a.set("perm", std::vector<int64_t>{1, 0});
@@ -73,6 +81,14 @@ struct Builder {
     if (g.opset >= 13) return node("ReduceSum", {x, ints(axes)}, a);
     a.set("axes", axes);
     return node("ReduceSum", {x}, a);
+  }
+  // Mean over `axes` (opset >= 18 takes them as an input).
+  std::string reduce_mean(const std::string& x, const std::vector<int64_t>& axes, bool keepdims) {
+    graph::Attributes a;
+    a.set("keepdims", int64_t{keepdims ? 1 : 0});
+    if (g.opset >= 18) return node("ReduceMean", {x, ints(axes)}, a);
+    a.set("axes", axes);
+    return node("ReduceMean", {x}, a);
   }
   std::string reduce_mean_all(const std::string& x) {
     graph::Attributes a;
@@ -121,9 +137,11 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
   // Trainable parameters: float initializers that MatMul, Gemm or Add read.
   std::set<std::string> params;
   for (const auto& n : forward.nodes) {
-    if (n.op != "MatMul" && n.op != "Gemm" && n.op != "Add") continue;
+    if (n.op != "MatMul" && n.op != "Gemm" && n.op != "Add" && n.op != "LayerNormalization") continue;
     for (const auto& i : n.inputs)
-      if (!i.empty() && forward.has_value(i) && forward.value(i).is_initializer && forward.value(i).data && is_float(forward.value(i).dtype)) params.insert(i);
+      if (!i.empty() && forward.has_value(i) && forward.value(i).is_initializer && forward.value(i).data && is_float(forward.value(i).dtype) &&
+          !forward.value(i).shape.empty())  // a 0-d initializer is a folded constant (an epsilon, a 1), not a weight
+        params.insert(i);
   }
   if (params.empty()) throw InputError(forward.source, "the model has no trainable weights (float initializers of MatMul, Gemm or Add)", kHint);
   for (const auto& n : forward.nodes)  // graph order, stable
@@ -252,9 +270,24 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
     auto in = [&](size_t k) { return low(n.inputs[k]); };  // the operand as the forward node read it
     auto wants = [&](size_t k) { return k < n.inputs.size() && !n.inputs[k].empty() && needs.count(n.inputs[k]) != 0; };
     if (n.op == "MatMul") {
-      if (shape(n.inputs[0]).size() != 2 || shape(n.inputs[1]).size() != 2) throw InputError(forward.where(n), "MatMul gradients are 2-D only in this build", kHint);
-      if (wants(0)) acc(n.inputs[0], b.node("MatMul", {go, b.transpose(in(1))}));
-      if (wants(1)) acc(n.inputs[1], b.node("MatMul", {b.transpose(in(0)), go}));
+      const Shape &sa = shape(n.inputs[0]), &sb = shape(n.inputs[1]);
+      if (sa.size() == 2 && sb.size() == 2) {
+        if (wants(0)) acc(n.inputs[0], b.node("MatMul", {go, b.transpose(in(1))}));
+        if (wants(1)) acc(n.inputs[1], b.node("MatMul", {b.transpose(in(0)), go}));
+      } else if (sa.size() == sb.size() && std::equal(sa.begin(), sa.end() - 2, sb.begin())) {  // batched, same batch dims
+        std::vector<int64_t> perm;
+        for (size_t i = 0; i < sa.size(); ++i) perm.push_back(static_cast<int64_t>(i));
+        std::swap(perm[sa.size() - 1], perm[sa.size() - 2]);
+        if (wants(0)) acc(n.inputs[0], b.node("MatMul", {go, b.transpose_perm(in(1), perm)}));
+        if (wants(1)) acc(n.inputs[1], b.node("MatMul", {b.transpose_perm(in(0), perm), go}));
+      } else if (sb.size() == 2 && sa.size() > 2) {  // [.., M, K] @ [K, N]: the weight's gradient sums over the leading axes
+        Shape a2{shape_numel(sa) / sa.back(), sa.back()};
+        Shape g2{a2[0], sb[1]};
+        if (wants(0)) acc(n.inputs[0], b.node("MatMul", {go, b.transpose(in(1))}));
+        if (wants(1)) acc(n.inputs[1], b.node("MatMul", {b.transpose(b.reshape(in(0), a2)), b.reshape(go, g2)}));
+      } else {
+        throw InputError(forward.where(n), "MatMul gradients with broadcast batch dimensions (" + shape_str(sa) + " @ " + shape_str(sb) + ") are not supported", kHint);
+      }
     } else if (n.op == "Gemm") {
       if (n.attrs.get_int("transA", 0) || n.attrs.get_float("alpha", 1.0) != 1.0 || n.attrs.get_float("beta", 1.0) != 1.0)
         throw InputError(forward.where(n), "Gemm gradients need alpha = beta = 1 and no transA", kHint);
@@ -273,6 +306,100 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
     } else if (n.op == "Sigmoid") {
       const std::string y = n.outputs[0];
       if (wants(0)) acc(n.inputs[0], b.mul(go, b.mul(y, b.sub(b.scalar(1.0), y))));
+    } else if (n.op == "Sub" || n.op == "Mul" || n.op == "Div") {
+      const Shape& so = shape(n.outputs[0]);
+      if (n.op == "Sub") {
+        if (wants(0)) acc(n.inputs[0], b.unbroadcast(go, shape(n.inputs[0]), so));
+        if (wants(1)) acc(n.inputs[1], b.unbroadcast(b.node("Neg", {go}), shape(n.inputs[1]), so));
+      } else if (n.op == "Mul") {
+        if (wants(0)) acc(n.inputs[0], b.unbroadcast(b.mul(go, in(1)), shape(n.inputs[0]), so));
+        if (wants(1)) acc(n.inputs[1], b.unbroadcast(b.mul(go, in(0)), shape(n.inputs[1]), so));
+      } else {  // d(a / c) = go / c, -go a / c^2
+        if (wants(0)) acc(n.inputs[0], b.unbroadcast(b.node("Div", {go, in(1)}), shape(n.inputs[0]), so));
+        if (wants(1)) acc(n.inputs[1], b.unbroadcast(b.node("Neg", {b.node("Div", {b.mul(go, n.outputs[0]), in(1)})}), shape(n.inputs[1]), so));
+      }
+    } else if (n.op == "Neg") {
+      if (wants(0)) acc(n.inputs[0], b.node("Neg", {go}));
+    } else if (n.op == "Exp") {
+      if (wants(0)) acc(n.inputs[0], b.mul(go, n.outputs[0]));
+    } else if (n.op == "Log") {
+      if (wants(0)) acc(n.inputs[0], b.node("Div", {go, in(0)}));
+    } else if (n.op == "Sqrt") {
+      if (wants(0)) acc(n.inputs[0], b.node("Div", {go, b.mul(n.outputs[0], b.scalar(2.0))}));
+    } else if (n.op == "Pow") {
+      const auto& e = forward.value(n.inputs[1]);
+      if (!e.data || e.data->numel() != 1) throw InputError(forward.where(n), "Pow gradients need a constant scalar exponent", kHint);
+      const double p = e.data->cast(DType::f64).to_f64()[0];
+      if (wants(0)) acc(n.inputs[0], b.mul(go, b.mul(b.node("Pow", {in(0), b.scalar(p - 1)}), b.scalar(p))));
+    } else if (n.op == "Erf") {  // 2 / sqrt(pi) exp(-x^2)
+      if (wants(0)) acc(n.inputs[0], b.mul(go, b.mul(b.node("Exp", {b.node("Neg", {b.mul(in(0), in(0))})}), b.scalar(1.1283791670955126))));
+    } else if (n.op == "Reshape" || n.op == "Flatten" || n.op == "Squeeze" || n.op == "Unsqueeze" || n.op == "Identity") {
+      if (wants(0)) acc(n.inputs[0], b.reshape(go, shape(n.inputs[0])));
+    } else if (n.op == "Transpose") {
+      const size_t r = shape(n.inputs[0]).size();
+      std::vector<int64_t> perm = n.attrs.get_ints("perm");
+      if (perm.empty())
+        for (size_t i = 0; i < r; ++i) perm.push_back(static_cast<int64_t>(r - 1 - i));
+      std::vector<int64_t> inv(r);
+      for (size_t i = 0; i < r; ++i) inv[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+      if (wants(0)) acc(n.inputs[0], b.transpose_perm(go, inv));
+    } else if (n.op == "ReduceSum" || n.op == "ReduceMean") {
+      // The gradient spread back over the reduced axes: go with the reduced axes kept as 1, times
+      // ones of the input's shape (broadcast), divided by the count for a mean.
+      const Shape& si = shape(n.inputs[0]);
+      std::vector<int64_t> axes = n.attrs.get_ints("axes");
+      if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
+        const auto& av = forward.value(n.inputs[1]);
+        if (!av.data) throw InputError(forward.where(n), "reduction gradients need constant axes", kHint);
+        axes = av.data->cast(DType::i64).to_i64();
+      }
+      const int64_t r = static_cast<int64_t>(si.size());
+      std::vector<bool> red(si.size(), axes.empty());
+      for (int64_t a : axes) red[static_cast<size_t>(a < 0 ? a + r : a)] = true;
+      Shape keep = si;
+      double count = 1;
+      for (size_t i = 0; i < si.size(); ++i)
+        if (red[i]) {
+          keep[i] = 1;
+          count *= static_cast<double>(si[i]);
+        }
+      graph::Value ones{b.fresh("ones"), dt, si, true, Tensor::from_f32(si, std::vector<float>(static_cast<size_t>(shape_numel(si)), 1.0f)).cast(dt), false};
+      const std::string on = ones.name;
+      g.values[on] = std::move(ones);
+      std::string gx = b.mul(b.reshape(go, keep), on);
+      if (n.op == "ReduceMean") gx = b.mul(gx, b.scalar(1.0 / count));
+      if (wants(0)) acc(n.inputs[0], gx);
+    } else if (n.op == "Softmax") {  // dx = y (go - sum(go y))
+      const int64_t r = static_cast<int64_t>(shape(n.inputs[0]).size());
+      const int64_t axis = n.attrs.get_int("axis", forward.opset >= 13 ? -1 : 1);
+      if (axis != -1 && axis != r - 1) throw InputError(forward.where(n), "Softmax gradients over the last axis only", kHint);
+      const std::string y = n.outputs[0];
+      if (wants(0)) acc(n.inputs[0], b.mul(y, b.sub(go, b.reduce_sum(b.mul(go, y), {r - 1}, true))));
+    } else if (n.op == "LayerNormalization") {
+      // Over the last axis: xh = (x - mean) rstd; y = xh scale + bias. d bias = sum go, d scale =
+      // sum go xh (over the leading axes); dxh = go scale; dx = rstd (dxh - mean(dxh) - xh mean(dxh xh)).
+      const Shape& si = shape(n.inputs[0]);
+      const int64_t r = static_cast<int64_t>(si.size());
+      const int64_t axis = n.attrs.get_int("axis", -1);
+      if (axis != -1 && axis != r - 1) throw InputError(forward.where(n), "LayerNormalization gradients over the last axis only", kHint);
+      if (n.outputs.size() > 1 && !n.outputs[1].empty()) throw InputError(forward.where(n), "LayerNormalization with Mean/InvStdDev outputs is not differentiated", kHint);
+      const double eps = n.attrs.get_float("epsilon", 1e-5);
+      const std::string x = in(0);
+      const std::string mu = b.reduce_mean(x, {r - 1}, true);
+      const std::string xc = b.sub(x, mu);
+      const std::string var = b.reduce_mean(b.mul(xc, xc), {r - 1}, true);
+      const std::string rstd = b.node("Div", {b.scalar(1.0), b.node("Sqrt", {b.add(var, b.scalar(eps))})});
+      const std::string xh = b.mul(xc, rstd);
+      std::vector<int64_t> lead;
+      for (int64_t i = 0; i + 1 < r; ++i) lead.push_back(i);
+      const bool has_scale = n.inputs.size() > 1 && !n.inputs[1].empty();
+      if (n.inputs.size() > 2 && !n.inputs[2].empty() && wants(2)) acc(n.inputs[2], b.reshape(b.reduce_sum(go, lead, false), shape(n.inputs[2])));
+      if (has_scale && wants(1)) acc(n.inputs[1], b.reshape(b.reduce_sum(b.mul(go, xh), lead, false), shape(n.inputs[1])));
+      if (wants(0)) {
+        const std::string dxh = has_scale ? b.mul(go, in(1)) : go;
+        auto mean_last = [&](const std::string& v) { return b.reduce_mean(v, {r - 1}, true); };
+        acc(n.inputs[0], b.mul(rstd, b.sub(b.sub(dxh, mean_last(dxh)), b.mul(xh, mean_last(b.mul(dxh, xh))))));
+      }
     } else {
       throw InputError(forward.where(n), "no gradient for " + n.op + " in this build", kHint);
     }
