@@ -275,6 +275,7 @@ int run_training(const Scenario& s, const RunOptions& opt, const graph::Graph& g
     report["latency"]["note"] = "the reference target has no timing model";
   }
   machine->finish(report, marks);
+  if (report["latency"].value("error_pct", json()).is_number()) check_latency_error(expect, report["latency"]["error_pct"].get<double>(), report, all_pass, failures);
   for (const auto& f : failures) report["checks"].push_back({{"check", "losses"}, {"pass", false}, {"detail", f}});
   report["pass"] = all_pass;
   throw_if_interrupted();

@@ -61,7 +61,10 @@ class WaferTrainer : public TrainMachine {
     if (tg.state.size() != tg.params.size()) throw std::logic_error("wafer training: SGD has no optimizer state");
     con.out(con.bold("compiled") + " " + std::to_string(cp_.kernels.size()) + " layer(s) with their backward pass on " + std::to_string(cp_.fabric_width) + " x " +
             std::to_string(cp_.fabric_height) + " PEs, weights streamed from MemoryX, gradients to MemoryX (" + format_num(compile_s * 1e3, "%.1f") +
-            " ms); forward predicted " + format_num(cp_.predicted_s * 1e6, "%.3f") + " us (the backward pass is not estimated yet)");
+            " ms)");
+    con.out(con.bold("predicted") + " " + format_num(cp_.predicted_s * 1e6, "%.3f") + " us per training step (forward to cycle " +
+            std::to_string(cp_.train_est.forward) + ", loss to " + std::to_string(cp_.train_est.loss) + ", backward to " + std::to_string(cp_.train_est.backward) +
+            ", MemoryX updates done at " + format_num(cp_.train_est.update_end_s * 1e6, "%.3f") + " us)");
     const std::filesystem::path out(opt.out_dir);
     write_file_atomic((out / "compile_report.txt").string(), wafer::compile_report(cp_, cfg_));
     if (opt.emit_program) {
@@ -157,6 +160,7 @@ class WaferTrainer : public TrainMachine {
     // Advance simulated time to the last update, so the next step starts after it.
     if (t_end > sc_core::sc_time_stamp()) sc_core::sc_start(t_end - sc_core::sc_time_stamp());
     last_s_ = (t_end - t_start).to_seconds();
+    total_s_ += last_s_;
     {  // the step's phases: forward until the last chain end has its output, the loss until the loss
        // PE has it, the backward pass until the fabric is done, then the MemoryX update
       const double t0 = t_start.to_seconds() - (steps_ ? first_start_s_ : (first_start_s_ = t_start.to_seconds()));
@@ -171,6 +175,11 @@ class WaferTrainer : public TrainMachine {
       phases_.push_back({"backward", t0 + static_cast<double>(loss) * cyc, t0 + static_cast<double>(st.cycles) * cyc});
       phases_.push_back({"weight update (MemoryX)", t0 + static_cast<double>(st.cycles) * cyc, t0 + last_s_});
       last_step_t0_ = t0;
+      const auto& e = cp_.train_est;  // the estimate's phases, at the last step's place
+      pred_ = {{"forward", t0, t0 + static_cast<double>(e.forward) * cyc},
+               {"loss", t0 + static_cast<double>(e.forward) * cyc, t0 + static_cast<double>(e.loss) * cyc},
+               {"backward", t0 + static_cast<double>(e.loss) * cyc, t0 + static_cast<double>(e.backward) * cyc},
+               {"weight update (MemoryX)", t0 + static_cast<double>(e.backward) * cyc, t0 + cp_.predicted_s}};
     }
     fabric_cycles_ += st.cycles;
     ++steps_;
@@ -210,7 +219,7 @@ class WaferTrainer : public TrainMachine {
       // Step slices and closures on the host track, the phases of every step as the "kernels"
       // process, MemoryX/SwarmX transfers (weight streams out, gradients in) and the last step's PE detail.
       con.out(write_trace_file(trace_cfg_,
-                               build_wafer_trace(trace_cfg_, L_, *fab_, name_, mx_.get(), sx_.get(), first_start_s_, {}, phases_, spans_, closures, last_step_t0_),
+                               build_wafer_trace(trace_cfg_, L_, *fab_, name_, mx_.get(), sx_.get(), first_start_s_, pred_, phases_, spans_, closures, last_step_t0_),
                                out_dir_));
       report["trace"] = {{"file", trace_cfg_["file"]}};
     }
@@ -219,12 +228,17 @@ class WaferTrainer : public TrainMachine {
       layers.push_back({{"name", k.name}, {"rect", {k.w, k.h}}, {"block", {k.kb, k.nb}}, {"weights_port", k.port}, {"gradient_port", k.grad_port}});
     report["compile"] = {{"mode", "weight_streaming"}, {"training", true}, {"layers", layers}, {"fabric", {cp_.fabric_width, cp_.fabric_height}},
                          {"colors_used", cp_.colors_used}, {"sram_high_water_bytes", cp_.sram_high_water}};
-    report["latency"]["predicted_forward_s"] = cp_.predicted_s;
-    report["latency"]["note"] = "the backward pass is not estimated yet: no predicted step time";
+    const double per_step = total_s_ / static_cast<double>(std::max<int64_t>(1, steps_));
+    const double err = per_step > 0 ? (cp_.predicted_s - per_step) / per_step * 100 : 0.0;
+    report["latency"]["predicted_s"] = cp_.predicted_s;
+    report["latency"]["error_pct"] = err;
+    report["latency"]["predicted_phases_cycles"] = {{"forward", cp_.train_est.forward}, {"loss", cp_.train_est.loss}, {"backward", cp_.train_est.backward}};
+    report["latency"]["predicted_update_end_s"] = cp_.train_est.update_end_s;
     report["weight_streaming"] = {{"memoryx", {{"bytes_read", mx_->stats().bytes_read}, {"bytes_written", mx_->stats().bytes_written}, {"updates", mx_->stats().updates}}},
                                   {"swarmx", {{"bytes_broadcast", sx_->stats().bytes_broadcast}, {"bytes_reduced", sx_->stats().bytes_reduced}}}};
     report["stats"] = {{"fabric_cycles", fabric_cycles_}, {"steps", steps_}};
-    con.out(con.bold("training step") + " " + format_num(last_s_ * 1e6, "%.3f") + " us simulated (fabric " +
+    con.out(con.bold("training step") + " " + format_num(cp_.predicted_s * 1e6, "%.3f") + " us predicted, " + format_num(per_step * 1e6, "%.3f") + " us simulated (" +
+            format_num(err, "%+.1f") + "%; fabric " +
             format_num(static_cast<double>(fabric_cycles_) / static_cast<double>(std::max<int64_t>(1, steps_)), "%.0f") + " cycles per step, then the MemoryX update); MemoryX read " +
             std::to_string(mx_->stats().bytes_read) + " B, SwarmX reduced " + std::to_string(sx_->stats().bytes_reduced) + " B of gradients");
   }
@@ -261,10 +275,10 @@ class WaferTrainer : public TrainMachine {
   std::unique_ptr<wafer::Fabric> fab_;
   std::unique_ptr<wafer::MemoryX> mx_;
   std::unique_ptr<wafer::SwarmX> sx_;
-  double last_s_ = 0, first_start_s_ = 0, last_step_t0_ = 0;
+  double last_s_ = 0, total_s_ = 0, first_start_s_ = 0, last_step_t0_ = 0;
   json trace_cfg_;
   std::string out_dir_, name_;
-  std::vector<PredictedKernel> spans_, phases_;
+  std::vector<PredictedKernel> spans_, phases_, pred_;
   int64_t fabric_cycles_ = 0, steps_ = 0;
 };
 

@@ -717,6 +717,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   const int64_t wbytes_pe = c.fp16 ? 2 : 4;
   if (c.kernels.size() > 5) throw InputError(g.source, std::to_string(c.kernels.size()) + " dense layers; this build maps at most 5 (task ids and colors per layer)", kOpsHint);
   c.training = opt.training;
+  c.loss = opt.loss;
   if (c.training) {
     const char* hint = "training on the wafer maps up to two dense layers (Gemm/MatMul, bias, ReLU) with weight streaming in fp32 (docs/wafer-compiler.md); run it on target.kind neuroncore or reference";
     if (opt.mode != MapMode::weight_streaming) throw InputError("/mapping/mode", "training on the wafer runs in weight_streaming mode (weights and their updates in MemoryX)", "set mapping.mode to weight_streaming");

@@ -114,10 +114,17 @@ struct Compiled {
   std::vector<std::pair<std::string, std::vector<std::string>>> color_streams;  // color -> streams using it (report)
   int64_t predicted_cycles = 0;
   double predicted_s = 0;
+  // Training: the estimate of one step (predicted_s is the whole step: the fabric's forward,
+  // loss and backward pass, and the MemoryX updates after it); its parts in cycles from the start.
+  struct TrainEstimate {
+    int64_t forward = 0, loss = 0, backward = 0;  // ends: last chain end's forward, last loss, fabric
+    double update_end_s = 0;                       // the last MemoryX update done
+  } train_est;
   double clock_hz = 0;
   int64_t sram_high_water = 0;                  // bytes of data per PE, the largest
   // Training: the loss chain's colors; the PE (rect-relative) that ends up with the loss.
   bool training = false;
+  std::string loss;                             // training: mse | softmax_cross_entropy
   int cl0 = -1, cl1 = -1;
   int64_t loss_x = 0, loss_y = 0;
   // The last layer's chain-end PEs and the target block each holds (array "tgt": [B, nb]).

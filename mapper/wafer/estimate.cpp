@@ -15,6 +15,148 @@ namespace {
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
+// ---------------------------------------------------------------------------------------------
+// Training (compile.cpp backward_text, loss_text, xent_text): the loss at the last layer's chain
+// ends, then per layer (last to first) the dy multicast, the per-wavelet tasks, the input
+// gradient's reduce and the weight gradient's gather to the port, then the MemoryX updates.
+namespace {
+
+void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<int64_t>& fwd_end) {
+  const int64_t S = cfg.setup_cycles, hop = cfg.hop_latency, pass = 2 + hop;
+  const int64_t wf = std::max<int64_t>(1, cfg.simd_fmacs);
+  const double hz = cfg.clock_hz;
+  auto dsd = [&](int64_t len, Op op = Op::fadds, int64_t stride = 1) { return S + cdiv(len, std::max<int64_t>(1, simd_width(op, stride, cfg))); };
+  const size_t L = c.kernels.size();
+  const DenseKernel& kl = c.kernels.back();
+  const int64_t B = kl.B;
+  // ---- the loss, per chain end q of the last layer: when its bstart begins
+  const int64_t Lq = static_cast<int64_t>(fwd_end.size());
+  std::vector<int64_t> bstart(static_cast<size_t>(Lq), 0);
+  int64_t loss_end = 0;
+  const bool xent = c.loss == "softmax_cross_entropy";
+  if (!xent) {
+    const int64_t n = B * kl.nb;
+    const int64_t body = 3 * dsd(n) + 1 + dsd(1) + 1 + (n - 1) * (5 + dsd(1)) + 2;
+    int64_t lead = INT64_MIN;
+    for (int64_t q = 0; q < Lq; ++q) {
+      const int64_t own = fwd_end[static_cast<size_t>(q)] + 2 + body;  // red: activate lossk, ret
+      lead = std::max(lead, own + S - q * pass);
+      int64_t sent = lead + q * pass + 1;  // this position's one-element send (or the end's fadds) done
+      if (q == Lq - 1) sent += dsd(1);     // the end scales the sum into `loss`
+      bstart[static_cast<size_t>(q)] = sent + 2;
+      loss_end = std::max(loss_end, sent);
+    }
+  } else {
+    const int64_t N = kl.N, nb = kl.nb, BN = B * N;
+    const int64_t exp_ops = 41;  // exp_text: clamp, scale, 1 + 31 Horner steps, 4 squarings, copy
+    int64_t body = dsd(B, Op::fmovs, nb) + (N - 1) * dsd(B, Op::fmaxs, nb) + N * dsd(B, Op::fsubs, std::max(nb, N));
+    body += exp_ops * dsd(BN) + dsd(B, Op::fmovs, N) + (N - 1) * dsd(B, Op::fadds, N) + 33 * dsd(B);  // exp, sum, 1 / s
+    body += dsd(B * nb) + 3 * N * dsd(B, Op::fmuls, std::max(nb, N));                              // dy
+    body += dsd(B) + 33 * dsd(B) + 3 * dsd(B) + 5 * ((1 + exp_ops + 3) * dsd(B));                  // ln s
+    body += dsd(B) + 2 * N * dsd(B, Op::fmuls, std::max(nb, N));                                   // t (m + ln s - z)
+    body += 1 + dsd(1) + 1 + (BN - 1) * (5 + dsd(1)) + 2 + dsd(1);                                 // the sum, the loss
+    for (int64_t q = 0; q < Lq; ++q) {
+      const int64_t sent = fwd_end[static_cast<size_t>(q)] + 2 + body;
+      bstart[static_cast<size_t>(q)] = sent + 2;
+      loss_end = std::max(loss_end, sent);
+    }
+  }
+  c.train_est.forward = *std::max_element(fwd_end.begin(), fwd_end.end());
+  c.train_est.loss = loss_end;
+
+  // ---- the backward pass, layer by layer; `freed` per PE: its previous layer's gradient block has left
+  std::vector<int64_t> freed;
+  std::vector<int64_t> port_end_of(L, 0);
+  int64_t fabric_end = 0;
+  for (size_t li = L; li-- > 0;) {
+    const DenseKernel& k = c.kernels[li];
+    const int64_t Lk = k.k_on_columns ? k.w : k.h, Ln = k.k_on_columns ? k.h : k.w;
+    const int64_t kb = k.kb, nb = k.nb, n = B * nb, bs = kb * nb;
+    if (freed.empty()) freed.assign(static_cast<size_t>(k.w * k.h), 0);
+    // bstart at each chain end q: mask (ReLU), bias gradient and update, then the multicast
+    const int64_t body = (k.relu ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + dsd(nb, Op::fmacs) + 1;
+    // per dy wavelet at every PE (bdy): the weight gradient's fmacs (fmuls for the first sample),
+    // from layer 1 on the input gradient's (fmuls for the first column), and the bookkeeping
+    const int64_t g_mac = dsd(kb, Op::fmacs, nb), g_first = dsd(kb, Op::fmuls, nb) + 1;
+    const int64_t x_mac = dsd(kb, Op::fmacs, nb), x_first = dsd(kb, Op::fmuls, nb) + 1;
+    int64_t work = n * (li ? 12 : 8) + (n - nb) * g_mac + nb * g_first + 4 * B + 2;
+    if (li) work += (n - B) * x_mac + B * x_first;
+    std::vector<int64_t> bdy_end(static_cast<size_t>(k.w * k.h), 0);
+    for (int64_t q = 0; q < Ln; ++q) {
+      const int64_t send = bstart[static_cast<size_t>(q)] + body;  // fmovs dyout issues
+      for (int64_t p = 0; p < Lk; ++p) {
+        const int64_t px = k.k_on_columns ? p : q, py = k.k_on_columns ? q : p;
+        const size_t i = static_cast<size_t>(py * k.w + px);
+        const int64_t first = send + S + (Lk - 1 - p) * hop + 2;
+        bdy_end[i] = std::max(first, freed[i] + 1) + work;
+      }
+    }
+    // bdone: the input gradient reduced along the x lines (the previous layer's chains), then the
+    // gather; the reduce's end starts the previous layer's bstart.
+    std::vector<int64_t> gstart(static_cast<size_t>(k.w * k.h), 0);
+    std::vector<int64_t> next_bstart;
+    if (li) {
+      const int64_t ne = B * kb;
+      next_bstart.assign(static_cast<size_t>(Lk), 0);
+      for (int64_t p = 0; p < Lk; ++p) {  // an x line: fixed K position p, N positions 0..Ln-1
+        int64_t lead = INT64_MIN;
+        for (int64_t q = 0; q < Ln; ++q) {
+          const int64_t px = k.k_on_columns ? p : q, py = k.k_on_columns ? q : p;
+          const size_t i = static_cast<size_t>(py * k.w + px);
+          lead = std::max(lead, bdy_end[i] + 2 + S - q * pass);
+          gstart[i] = lead + q * pass + ne + 1;  // this position's part is out (or summed, at the end)
+        }
+        next_bstart[static_cast<size_t>(p)] = lead + (Ln - 1) * pass + ne + 3;
+      }
+    } else {
+      for (size_t i = 0; i < gstart.size(); ++i) gstart[i] = bdy_end[i] + 2;
+    }
+    // the gather along each chain (N position q): own block, then the blocks from behind, relayed;
+    // the chain end's output carries Lk blocks at a wavelet per cycle.
+    int64_t port_end = 0;
+    std::vector<int64_t> line_end(static_cast<size_t>(Ln), 0);
+    for (int64_t q = 0; q < Ln; ++q) {
+      int64_t e = 0;
+      for (int64_t p = 0; p < Lk; ++p) {
+        const int64_t px = k.k_on_columns ? p : q, py = k.k_on_columns ? q : p;
+        const int64_t g = gstart[static_cast<size_t>(py * k.w + px)];
+        // from p: its own block (setup, bs wavelets), then (beyond the chain end) every later
+        // position's relay stage (completion, g2, setup) and the remaining blocks
+        e = std::max(e, g + S + (Lk - p) * bs + (Lk - 1 - p) * pass + (p < Lk - 1 ? 0 : 0));
+        if (p == Lk - 1 && Lk > 1) e = std::max(e, g + 2 * S + 2 + Lk * bs);
+      }
+      line_end[static_cast<size_t>(q)] = e + pass;
+      port_end = std::max(port_end, e + pass);
+    }
+    port_end_of[li] = port_end;
+    for (int64_t q = 0; q < Ln; ++q)
+      for (int64_t p = 0; p < Lk; ++p) {
+        const int64_t px = k.k_on_columns ? p : q, py = k.k_on_columns ? q : p;
+        freed[static_cast<size_t>(py * k.w + px)] = line_end[static_cast<size_t>(q)] + 2;
+        fabric_end = std::max(fabric_end, line_end[static_cast<size_t>(q)] + 3);
+      }
+    bstart = next_bstart;
+  }
+  c.train_est.backward = fabric_end;
+  // ---- MemoryX: each layer's gradient through the tree (bytes at the SwarmX bandwidth, then its
+  // latency) and written at the MemoryX bandwidth (its latency after the last burst), last layer first
+  double tree = 0, store = 0, done = 0;
+  for (size_t li = L; li-- > 0;) {
+    const DenseKernel& k = c.kernels[li];
+    const double bytes = static_cast<double>(k.lanes * k.lane_len) * 4;
+    const double t0 = static_cast<double>(port_end_of[li]) / hz;
+    tree = std::max(t0, tree) + bytes / cfg.swarmx_bandwidth;
+    const double at = tree + cfg.swarmx_latency;
+    store = std::max(at, store) + bytes / cfg.memoryx_bandwidth;
+    done = std::max(done, store + cfg.memoryx_latency);
+  }
+  c.train_est.update_end_s = done;
+  c.predicted_cycles = fabric_end;
+  c.predicted_s = std::max(static_cast<double>(fabric_end) / hz, done);
+}
+
+}  // namespace
+
 void estimate(Compiled& c, const WaferConfig& cfg) {
   const int64_t S = cfg.setup_cycles, hop = cfg.hop_latency;
   const int64_t wf = std::max<int64_t>(1, cfg.simd_fmacs), w32 = std::max<int64_t>(1, cfg.simd_fp32);
@@ -29,6 +171,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
   double mx_bytes_before = 0;
 
   std::vector<int64_t> x0_next;  // per K block of the next kernel: first x readable at its source PE
+  std::vector<int64_t> last_chain_end;  // the last kernel's chain ends: when each holds its output
   std::vector<std::vector<int64_t>> compute_end_of, wready_of;  // per kernel: per PE (row-major in its rect)
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     DenseKernel& k = c.kernels[l];
@@ -41,8 +184,10 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     // the first of a sample's kb values takes fmuls (fp32 width) and a jmp instead of fmacs; every
     // kb values the sample counter wraps (mov, add, sub, bnz); the last value activates the reduce.
     // fp16: fmachs (fp32 SIMD class) for both.
-    const int64_t per_x = 9 + S + cdiv(k.nb, c.fp16 ? w32 : wf);
-    const int64_t first_x = 10 + S + cdiv(k.nb, w32);
+    // Training: each x value is also saved (mul, add, dsd_off, a one-element fmovs).
+    const int64_t save_x = c.training ? 3 + S + 1 : 0;
+    const int64_t per_x = 9 + S + cdiv(k.nb, c.fp16 ? w32 : wf) + save_x;
+    const int64_t first_x = 10 + S + cdiv(k.nb, w32) + save_x;
     const int64_t compute = k.B * ((k.kb - 1) * per_x + first_x) + 4 * k.B + 2 + (wrap_ld ? 1 : 0);
     k.est.compute = compute;
     k.est.flops = 2.0 * static_cast<double>(k.B * k.K * k.N) + static_cast<double>(k.B * k.N) * (k.relu ? 2 : 1);
@@ -144,6 +289,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       // fp16: fs2h converts y first (activate the task, then S + B nb / conversion width).
       const int64_t conv = c.fp16 ? S + cdiv(n_el, std::max<int64_t>(1, cfg.simd_convert)) : 0;
       next[static_cast<size_t>(pn)] = (ws ? t + S + 2 : t + S + pass) + conv;
+      if (l + 1 == c.kernels.size()) last_chain_end.push_back(t);
     }
     k.est.compute_end = compute_end;
     k.est.end = end;
@@ -155,6 +301,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
   // The run ends when the last chain end halts.
   c.predicted_cycles = c.kernels.empty() ? 0 : c.kernels.back().est.end + 1;
   c.predicted_s = static_cast<double>(c.predicted_cycles) / hz;
+  if (c.training) estimate_training(c, cfg, last_chain_end);
 }
 
 }  // namespace tessera::wafer
