@@ -7,10 +7,18 @@
 
 #include "sim/run.hpp"
 
+namespace sc_core {
+class sc_time;
+}
 namespace tessera::wafer {
 class Fabric;
+class MemoryX;
+class SwarmX;
+struct Compiled;
 struct FabricStats;
+struct LoadedLayout;
 struct StreamTransfer;
+struct WaferConfig;
 }
 
 namespace tessera::sim {
@@ -25,6 +33,14 @@ void report_wafer_faults(nlohmann::json& faults, const std::vector<std::string>&
 // achieved_bandwidth_Bps).
 nlohmann::json wafer_stats_json(const wafer::FabricStats& st, double fabric_s);
 nlohmann::json stream_figures(const std::vector<wafer::StreamTransfer>& log);
+
+// Compiled wafer programs (run_wafer_graph.cpp, shared with train_wafer.cpp): `--emit-program`
+// writes the layout and PE programs; the compiled layout loaded (a failure is a compiler bug);
+// every layer's weights streamed from MemoryX through SwarmX into its port from `t_start` (weight
+// streaming; fp16 mappings take the fp32 masters rounded at the port).
+void write_compiled_wafer(const wafer::Compiled& cp, const RunOptions& opt);
+wafer::LoadedLayout load_compiled_wafer(const wafer::Compiled& cp, const wafer::WaferConfig& cfg);
+void stream_compiled_weights(const wafer::Compiled& cp, wafer::Fabric& fab, wafer::MemoryX& mx, wafer::SwarmX& sx, const sc_core::sc_time& t_start);
 
 // A model (ONNX or inline graph) compiled by mapper/wafer and run on the fabric.
 int run_wafer_graph(const Scenario& s, const RunOptions& opt);

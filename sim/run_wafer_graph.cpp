@@ -30,6 +30,43 @@ namespace tessera::sim {
 
 using json = nlohmann::json;
 
+void write_compiled_wafer(const wafer::Compiled& cp, const RunOptions& opt) {
+  if (!opt.emit_program) return;
+  const std::filesystem::path out(opt.out_dir);
+  std::filesystem::create_directories(out / "compiled");
+  write_file_atomic((out / "layout.json").string(), cp.layout_json);
+  for (const auto& [file, text] : cp.programs) write_file_atomic((out / file).string(), text);
+}
+
+wafer::LoadedLayout load_compiled_wafer(const wafer::Compiled& cp, const wafer::WaferConfig& cfg) {
+  try {
+    return wafer::load_layout_text(cp.layout_json, "compiled layout", "", cfg, &cp.programs);
+  } catch (const InputError& e) {
+    throw std::runtime_error(std::string("the wafer compiler produced an invalid layout: ") + e.what());
+  }
+}
+
+void stream_compiled_weights(const wafer::Compiled& cp, wafer::Fabric& fab, wafer::MemoryX& mx, wafer::SwarmX& sx, const sc_core::sc_time& t_start) {
+  const models::ClockDomain& ck = fab.clock();
+  const int64_t c_start = ck.cycle_at_or_after(static_cast<models::Femtos>(t_start.value()));
+  for (const auto& k : cp.kernels) {  // in layer order, from the step's start (MemoryX serves them one after another)
+    const wafer::SwarmX::Stream st = sx.broadcast(mx.address(k.mx_tensor), mx.count(k.mx_tensor), t_start);
+    for (int64_t lane = 0; lane < k.lanes; ++lane) {
+      std::vector<uint32_t> pl(static_cast<size_t>(k.lane_len));
+      std::vector<int64_t> ready(static_cast<size_t>(k.lane_len));
+      for (int64_t t = 0; t < k.lane_len; ++t) {
+        const size_t i = static_cast<size_t>(t * k.lanes + lane);
+        // MemoryX holds fp32 masters; an fp16 mapping takes them rounded to fp16 at the port.
+        pl[static_cast<size_t>(t)] = cp.fp16 ? fp32_to_fp16(st.values[i]) : float_bits(st.values[i]);
+        ready[static_cast<size_t>(t)] = ck.cycle_at_or_after(static_cast<models::Femtos>(st.ready[i].value())) - c_start;
+      }
+      // Ready cycles must not decrease along a lane (SwarmX hands bursts out in order).
+      for (size_t t = 1; t < ready.size(); ++t) ready[t] = std::max(ready[t], ready[t - 1]);
+      fab.set_port_stream(k.port, lane, std::move(pl), std::move(ready));
+    }
+  }
+}
+
 int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   auto& con = Console::get();
   const auto wall0 = std::chrono::steady_clock::now();
@@ -88,17 +125,8 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
           std::to_string(cp.fabric_width) + " x " + std::to_string(cp.fabric_height) + ", " + format_num(compile_s * 1e3, "%.1f") + " ms)");
   const std::filesystem::path out(opt.out_dir);
   write_file_atomic((out / "compile_report.txt").string(), wafer::compile_report(cp, cfg));
-  if (opt.emit_program) {
-    std::filesystem::create_directories(out / "compiled");
-    write_file_atomic((out / "layout.json").string(), cp.layout_json);
-    for (const auto& [file, text] : cp.programs) write_file_atomic((out / file).string(), text);
-  }
-  wafer::LoadedLayout L;
-  try {
-    L = wafer::load_layout_text(cp.layout_json, "compiled layout", "", cfg, &cp.programs);
-  } catch (const InputError& e) {
-    throw std::runtime_error(std::string("the wafer compiler produced an invalid layout: ") + e.what());
-  }
+  write_compiled_wafer(cp, opt);
+  const wafer::LoadedLayout L = load_compiled_wafer(cp, cfg);
 
   // Elaborate the fabric (and MemoryX / SwarmX), place constants and inputs, stream weights.
   models::set_fs_resolution();
@@ -117,7 +145,6 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   wafer::SwarmX sx("swarmx", cfg);
   sx.socket.bind(mx.socket);
   for (const auto& a : cp.constants) fab.write_array(a.x, a.y, a.array, a.values);
-  const models::ClockDomain& ck = fab.clock();
   // Every layer's weights go to MemoryX in the order its lines consume them (weight streaming).
   if (ws)
     for (const auto& k : cp.kernels) mx.add_tensor(k.mx_tensor, cp.memoryx_layout(k));
@@ -127,24 +154,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   auto start_step = [&](const std::map<std::string, Tensor>& in) {
     for (const auto& a : cp.place_input(in.at(cp.input))) fab.write_array(a.x, a.y, a.array, a.values);
     t_start = sc_core::sc_time_stamp();
-    const int64_t c_start = ck.cycle_at_or_after(static_cast<models::Femtos>(t_start.value()));
-    if (!ws) return;
-    for (const auto& k : cp.kernels) {
-      const wafer::SwarmX::Stream st = sx.broadcast(mx.address(k.mx_tensor), mx.count(k.mx_tensor), t_start);
-      for (int64_t lane = 0; lane < k.lanes; ++lane) {
-        std::vector<uint32_t> pl(static_cast<size_t>(k.lane_len));
-        std::vector<int64_t> ready(static_cast<size_t>(k.lane_len));
-        for (int64_t t = 0; t < k.lane_len; ++t) {
-          const size_t i = static_cast<size_t>(t * k.lanes + lane);
-          // MemoryX holds fp32 masters; an fp16 mapping takes them rounded to fp16 at the port.
-          pl[static_cast<size_t>(t)] = cp.fp16 ? fp32_to_fp16(st.values[i]) : float_bits(st.values[i]);
-          ready[static_cast<size_t>(t)] = ck.cycle_at_or_after(static_cast<models::Femtos>(st.ready[i].value())) - c_start;
-        }
-        // Ready cycles must not decrease along a lane (SwarmX hands bursts out in order).
-        for (size_t t = 1; t < ready.size(); ++t) ready[t] = std::max(ready[t], ready[t - 1]);
-        fab.set_port_stream(k.port, lane, std::move(pl), std::move(ready));
-      }
-    }
+    if (ws) stream_compiled_weights(cp, fab, mx, sx, t_start);
   };
   // Faults are armed for the first step only.
   std::vector<std::string> fault_what;

@@ -18,6 +18,7 @@
 #include "models/wafer/fabric.hpp"
 #include "models/wafer/weight_stream.hpp"
 #include "sim/console.hpp"
+#include "sim/run_wafer.hpp"
 #include "sim/train.hpp"
 #include "sim/trace_wafer.hpp"
 
@@ -67,16 +68,8 @@ class WaferTrainer : public TrainMachine {
             ", MemoryX updates done at " + format_num(cp_.train_est.update_end_s * 1e6, "%.3f") + " us)");
     const std::filesystem::path out(opt.out_dir);
     write_file_atomic((out / "compile_report.txt").string(), wafer::compile_report(cp_, cfg_));
-    if (opt.emit_program) {
-      std::filesystem::create_directories(out / "compiled");
-      write_file_atomic((out / "layout.json").string(), cp_.layout_json);
-      for (const auto& [file, text] : cp_.programs) write_file_atomic((out / file).string(), text);
-    }
-    try {
-      L_ = wafer::load_layout_text(cp_.layout_json, "compiled layout", "", cfg_, &cp_.programs);
-    } catch (const InputError& e) {
-      throw std::runtime_error(std::string("the wafer compiler produced an invalid training layout: ") + e.what());
-    }
+    write_compiled_wafer(cp_, opt);
+    L_ = load_compiled_wafer(cp_, cfg_);
     models::set_fs_resolution();
     wafer::FabricOptions fo;
     fo.max_cycles = static_cast<int64_t>(s.resolved["run"]["max_time"].get<double>() * cfg_.clock_hz);
@@ -118,20 +111,7 @@ class WaferTrainer : public TrainMachine {
     const sc_core::sc_time t_start = sc_core::sc_time_stamp();
     const models::ClockDomain& ck = fab_->clock();
     const int64_t c_start = ck.cycle_at_or_after(static_cast<models::Femtos>(t_start.value()));
-    for (const auto& k : cp_.kernels) {  // every layer's weights, in layer order, from the step's start
-      const wafer::SwarmX::Stream st = sx_->broadcast(mx_->address(k.mx_tensor), mx_->count(k.mx_tensor), t_start);
-      for (int64_t lane = 0; lane < k.lanes; ++lane) {
-        std::vector<uint32_t> pl(static_cast<size_t>(k.lane_len));
-        std::vector<int64_t> ready(static_cast<size_t>(k.lane_len));
-        for (int64_t t = 0; t < k.lane_len; ++t) {
-          const size_t i = static_cast<size_t>(t * k.lanes + lane);
-          pl[static_cast<size_t>(t)] = float_bits(st.values[i]);
-          ready[static_cast<size_t>(t)] = std::max<int64_t>(t ? ready[static_cast<size_t>(t - 1)] : 0,
-                                                            ck.cycle_at_or_after(static_cast<models::Femtos>(st.ready[i].value())) - c_start);
-        }
-        fab_->set_port_stream(k.port, lane, std::move(pl), std::move(ready));
-      }
-    }
+    stream_compiled_weights(cp_, *fab_, *mx_, *sx_, t_start);
     fab_->start();
     sc_core::sc_start();
     throw_if_interrupted();

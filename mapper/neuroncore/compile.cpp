@@ -1622,12 +1622,12 @@ class Compiler {
       const int64_t xb = xin + (t % 2) * C * 4, yb = yout + (t % 2) * C * 4, sm = small + (t % 2) * 16 * 4;
       const AccessPattern x = row(pr, xb, X.dtype), y = row(pr, yb, O.dtype);
       em_.dma(x, in_hbm(X.dtype, pr, C, X.offset + r0 * C * static_cast<int64_t>(dtype_size(X.dtype)), {{Ci, 1}}));
-      if (n.op == "LogSoftmax") {
-        // x - max - ln(sum exp(x - max)): the exp's accumulated sum, its log, one bias column.
+      if (n.op == "Softmax" || n.op == "LogSoftmax") {
+        // -max (the exp's bias), then exp(x - max) with its sum accumulated.
         Instr mx;
         mx.op = Op::tensor_reduce;
         mx.alu = Alu::max;
-        mx.negate = true;  // -max
+        mx.negate = true;
         mx.dst = col(pr, sm);
         mx.src0 = x;
         emit(mx, Lane::vector);
@@ -1640,6 +1640,9 @@ class Compiler {
         ex.src1 = col(pr, sm);
         ex.aux = col(pr, sm + 4);  // sum of the exponentials
         emit(ex, Lane::scalar);
+      }
+      if (n.op == "LogSoftmax") {
+        // x - max - ln(sum): the sum's log and one bias column.
         Instr ln;
         ln.op = Op::activation;
         ln.func = Func::log;
@@ -1663,22 +1666,6 @@ class Compiler {
         o.src1 = col(pr, sm + 12);
         emit(o, Lane::scalar);
       } else if (n.op == "Softmax") {
-        Instr mx;
-        mx.op = Op::tensor_reduce;
-        mx.alu = Alu::max;
-        mx.negate = true;  // -max, the exp's bias
-        mx.dst = col(pr, sm);
-        mx.src0 = x;
-        emit(mx, Lane::vector);
-        Instr ex;
-        ex.op = Op::activation;
-        ex.func = Func::exp;
-        ex.imm[0] = 1.0;
-        ex.dst = row(pr, work);
-        ex.src0 = x;
-        ex.src1 = col(pr, sm);
-        ex.aux = col(pr, sm + 4);  // sum of the exponentials
-        emit(ex, Lane::scalar);
         Instr rc;
         rc.op = Op::activation;
         rc.func = Func::reciprocal;
