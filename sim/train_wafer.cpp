@@ -35,7 +35,9 @@ class WaferTrainer : public TrainMachine {
     auto& con = Console::get();
     const char* hint = "training on the wafer takes mse or softmax cross-entropy, sgd with a constant learning rate, fp32; run other set-ups on target.kind neuroncore or reference";
 
-    if (spec.optimizer != "sgd" || spec.weight_decay != 0) throw InputError("/training/optimizer", "MemoryX applies plain SGD (no momentum, Adam or weight decay) in this build", hint);
+    if ((spec.optimizer != "sgd" && spec.optimizer != "momentum") || spec.weight_decay != 0)
+      throw InputError("/training/optimizer", "MemoryX applies SGD, with or without momentum (no Adam or weight decay) in this build", hint);
+    momentum_ = spec.optimizer == "momentum" ? spec.momentum : 0.0;
     if (spec.schedule != "constant") throw InputError("/training/optimizer/schedule", "the wafer takes a constant learning rate in this build", hint);
     if (spec.compute != DType::f32 || spec.loss_scaling) throw InputError("/precision/compute", "training on the wafer runs in fp32 in this build", hint);
     const json& m = s.resolved["mapping"];
@@ -47,6 +49,7 @@ class WaferTrainer : public TrainMachine {
     mo.training = true;
     mo.learning_rate = spec.learning_rate;
     mo.loss = spec.loss;
+    mo.momentum = momentum_;
     if (m.contains("wafer_rect")) {
       const auto r = m["wafer_rect"].get<std::vector<int64_t>>();
       if (r.size() != 2) throw InputError("/mapping/wafer_rect", "a rectangle is [width, height] in PEs");
@@ -59,7 +62,7 @@ class WaferTrainer : public TrainMachine {
     for (const auto& k : cp_.kernels)
       for (const auto& v : {k.w_value, k.b_value})
         if (!v.empty() && !tg.initial.count(v)) throw std::logic_error("wafer training: '" + v + "' is not a trained parameter");
-    if (tg.state.size() != tg.params.size()) throw std::logic_error("wafer training: SGD has no optimizer state");
+    if (tg.state.size() != tg.params.size() * (momentum_ != 0 ? 2 : 1)) throw std::logic_error("wafer training: unexpected optimizer state");
     con.out(con.bold("compiled") + " " + std::to_string(cp_.kernels.size()) + " layer(s) with their backward pass on " + std::to_string(cp_.fabric_width) + " x " +
             std::to_string(cp_.fabric_height) + " PEs, weights streamed from MemoryX, gradients to MemoryX (" + format_num(compile_s * 1e3, "%.1f") +
             " ms)");
@@ -86,7 +89,7 @@ class WaferTrainer : public TrainMachine {
     mx_ = std::make_unique<wafer::MemoryX>("memoryx", cfg_);
     sx_ = std::make_unique<wafer::SwarmX>("swarmx", cfg_);
     sx_->socket.bind(mx_->socket);
-    mx_->set_sgd(spec.learning_rate);
+    mx_->set_sgd(spec.learning_rate, momentum_);
     install_interrupt_handler();
   }
 
@@ -95,13 +98,23 @@ class WaferTrainer : public TrainMachine {
       k.W = kn_of(k, state.at(k.w_value));
       if (mx_->has(k.mx_tensor)) throw std::logic_error("wafer training: the state is put into MemoryX once");
       mx_->add_tensor(k.mx_tensor, cp_.memoryx_layout(k));
-      std::vector<float> b(static_cast<size_t>(k.N), 0.0f);
-      if (!k.b_value.empty()) b = state.at(k.b_value).to_f32();
-      for_chain_ends(k, [&](int64_t x, int64_t y, int64_t i) {
-        std::vector<float> v(static_cast<size_t>(k.nb), 0.0f);
-        for (int64_t n = 0; n < k.nb && i * k.nb + n < k.N; ++n) v[static_cast<size_t>(n)] = b[static_cast<size_t>(i * k.nb + n)];
-        fab_->write_array(x, y, "bias" + std::to_string(&k - cp_.kernels.data()), v);
-      });
+      const std::string l = std::to_string(&k - cp_.kernels.data());
+      if (momentum_ != 0) {  // the weights' velocity in MemoryX, in the weights' order
+        wafer::DenseKernel kv = k;
+        kv.W = kn_of(k, state.at("momentum:" + k.w_value));
+        mx_->set_velocity(k.mx_tensor, cp_.memoryx_layout(kv));
+      }
+      auto to_chain_ends = [&](const std::string& value, const std::string& array) {
+        std::vector<float> b(static_cast<size_t>(k.N), 0.0f);
+        if (!value.empty()) b = state.at(value).to_f32();
+        for_chain_ends(k, [&](int64_t x, int64_t y, int64_t i) {
+          std::vector<float> v(static_cast<size_t>(k.nb), 0.0f);
+          for (int64_t n = 0; n < k.nb && i * k.nb + n < k.N; ++n) v[static_cast<size_t>(n)] = b[static_cast<size_t>(i * k.nb + n)];
+          fab_->write_array(x, y, array, v);
+        });
+      };
+      to_chain_ends(k.b_value, "bias" + l);
+      if (momentum_ != 0) to_chain_ends(k.b_value.empty() ? "" : "momentum:" + k.b_value, "vb" + l);
     }
   }
 
@@ -179,13 +192,25 @@ class WaferTrainer : public TrainMachine {
       for (int64_t a = 0; a < k.K; ++a)
         for (int64_t b = 0; b < k.N; ++b) (k.w_trans ? g[static_cast<size_t>(b * k.K + a)] : g[static_cast<size_t>(a * k.N + b)]) = w[static_cast<size_t>(a * k.N + b)];
       st[k.w_value] = Tensor::from_f32(ws, std::move(g));
-      if (!k.b_value.empty()) {
+      const std::string l = std::to_string(&k - cp_.kernels.data());
+      if (momentum_ != 0) {
+        const std::vector<float> v = cp_.from_memoryx_layout(k, mx_->velocity(k.mx_tensor));
+        std::vector<float> gv(v.size());
+        for (int64_t a = 0; a < k.K; ++a)
+          for (int64_t b = 0; b < k.N; ++b) (k.w_trans ? gv[static_cast<size_t>(b * k.K + a)] : gv[static_cast<size_t>(a * k.N + b)]) = v[static_cast<size_t>(a * k.N + b)];
+        st["momentum:" + k.w_value] = Tensor::from_f32(ws, std::move(gv));
+      }
+      auto from_chain_ends = [&](const std::string& value, const std::string& array) {
         std::vector<float> b(static_cast<size_t>(k.N), 0.0f);
         for_chain_ends(k, [&](int64_t x, int64_t y, int64_t i) {
-          const auto v = fab_->read_array(x, y, "bias" + std::to_string(&k - cp_.kernels.data()));
+          const auto v = fab_->read_array(x, y, array);
           for (int64_t n = 0; n < k.nb && i * k.nb + n < k.N; ++n) b[static_cast<size_t>(i * k.nb + n)] = v[static_cast<size_t>(n)];
         });
-        st[k.b_value] = Tensor::from_f32(tg_.initial.at(k.b_value).shape(), std::move(b));
+        st[value] = Tensor::from_f32(tg_.initial.at(value).shape(), std::move(b));
+      };
+      if (!k.b_value.empty()) {
+        from_chain_ends(k.b_value, "bias" + l);
+        if (momentum_ != 0) from_chain_ends("momentum:" + k.b_value, "vb" + l);
       }
     }
     return st;
@@ -255,6 +280,7 @@ class WaferTrainer : public TrainMachine {
   std::unique_ptr<wafer::Fabric> fab_;
   std::unique_ptr<wafer::MemoryX> mx_;
   std::unique_ptr<wafer::SwarmX> sx_;
+  double momentum_ = 0;
   double last_s_ = 0, total_s_ = 0, first_start_s_ = 0, last_step_t0_ = 0;
   json trace_cfg_;
   std::string out_dir_, name_;

@@ -116,7 +116,7 @@ def main():
     cases = [
         ("mlp", Regressor, regression_data, "mse", [("sgd", 0.05), ("adam", 0.01), ("sgd_exponential", 0.1)], (16, 8)),
         ("classifier", Classifier, classification_data, "softmax_cross_entropy", [("momentum", 0.05)], (24, 10)),
-        ("relu_classifier", ReluClassifier, classification_data, "softmax_cross_entropy", [("sgd", 0.1)], (24, 10)),
+        ("relu_classifier", ReluClassifier, classification_data, "softmax_cross_entropy", [("sgd", 0.1), ("momentum", 0.05)], (24, 10)),
     ]
     for name, cls, data, loss, opts, shape in cases:
         rng = np.random.default_rng(2026)

@@ -664,13 +664,19 @@ void backward_text(const Compiled& c, size_t l, double lr, std::ostringstream& o
   if (k.relu) o << ".data mk" << L << " f32 " << B * nb << "\n.dsd mkm" << L << " mem1d mk" << L << "\n";
   o << ".dsd dym" << L << " mem1d dy" << L << "\n.dsd dyrow" << L << " mem1d dy" << L << " len=" << nb << "\n.dsd dbm" << L << " mem1d db" << L << "\n";
   o << ".dsd biasm" << L << " mem1d bias" << L << "\n.dsd dyout" << L << " fabout f32 color=" << k.cb << " queue=3 len=" << B * nb << "\n";
+  if (c.momentum != 0) o << ".data vb" << L << " f32 " << nb << "   # the bias velocity (momentum), kept from step to step\n.dsd vbm" << L << " mem1d vb" << L << "\n";
   o << ".task bstart" << L << " local id=" << 56 + li << "   # dy complete: ReLU mask, bias update, multicast\n";
   if (k.relu)  // the ReLU's derivative [y > 0] as -max(-y 2^100, -1): 1 for y >= 2^-100, 0 for y = 0 (y = relu(z) >= 0)
     o << "  fmuls mkm" << L << ", yall" << L << ", -1.2676506e30\n  fmaxs mkm" << L << ", mkm" << L << ", -1.0\n  fnegs mkm" << L << ", mkm" << L
       << "\n  fmuls dym" << L << ", dym" << L << ", mkm" << L << "\n";
   o << "  dsd_off dyrow" << L << ", 0\n  fmovs dbm" << L << ", dyrow" << L << "\n  mov r14, 1\nbl" << L << ":\n  sub r15, r14, " << B << "\n  bz r15, bd" << L
     << "\n  mul r15, r14, " << nb << "\n  dsd_off dyrow" << L << ", r15\n  fadds dbm" << L << ", dbm" << L << ", dyrow" << L << "\n  add r14, r14, 1\n  jmp bl" << L
-    << "\nbd" << L << ":\n  fmacs biasm" << L << ", biasm" << L << ", dbm" << L << ", " << fnum(-lr) << "\n";
+    << "\nbd" << L << ":\n";
+  if (c.momentum != 0)  // v = mu v + db; b -= lr v (torch's SGD with momentum)
+    o << "  fmuls vbm" << L << ", vbm" << L << ", " << fnum(c.momentum) << "\n  fadds vbm" << L << ", vbm" << L << ", dbm" << L << "\n  fmacs biasm" << L << ", biasm" << L
+      << ", vbm" << L << ", " << fnum(-lr) << "\n";
+  else
+    o << "  fmacs biasm" << L << ", biasm" << L << ", dbm" << L << ", " << fnum(-lr) << "\n";
   o << "  fmovs dyout" << L << ", dym" << L << " async\n  ret\n.endif\n";
   // Every PE: one task per dy wavelet.
   const bool last_layer = l + 1 == c.kernels.size();
@@ -718,6 +724,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   if (c.kernels.size() > 5) throw InputError(g.source, std::to_string(c.kernels.size()) + " dense layers; this build maps at most 5 (task ids and colors per layer)", kOpsHint);
   c.training = opt.training;
   c.loss = opt.loss;
+  c.momentum = opt.momentum;
   if (c.training) {
     const char* hint = "training on the wafer maps up to two dense layers (Gemm/MatMul, bias, ReLU) with weight streaming in fp32 (docs/wafer-compiler.md); run it on target.kind neuroncore or reference";
     if (opt.mode != MapMode::weight_streaming) throw InputError("/mapping/mode", "training on the wafer runs in weight_streaming mode (weights and their updates in MemoryX)", "set mapping.mode to weight_streaming");

@@ -50,6 +50,7 @@ struct MappingOptions {
   // chain ends and send each layer's weight gradient out of an edge port for SwarmX and MemoryX.
   bool training = false;
   double learning_rate = 0;      // SGD, for the biases on the wafer (MemoryX updates the weights)
+  double momentum = 0;           // SGD with momentum: the biases' velocities in PE SRAM (vb<l>)
   std::string loss = "mse";      // mse | softmax_cross_entropy (all classes on one chain-end PE)
 };
 
@@ -125,6 +126,7 @@ struct Compiled {
   // Training: the loss chain's colors; the PE (rect-relative) that ends up with the loss.
   bool training = false;
   std::string loss;                             // training: mse | softmax_cross_entropy
+  double momentum = 0;                          // training: SGD momentum (0: plain SGD)
   int cl0 = -1, cl1 = -1;
   int64_t loss_x = 0, loss_y = 0;
   // The last layer's chain-end PEs and the target block each holds (array "tgt": [B, nb]).

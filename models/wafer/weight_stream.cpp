@@ -37,7 +37,19 @@ uint64_t MemoryX::add_tensor(const std::string& name, std::vector<float> values)
   const uint64_t addr = mem_.size() * 4;
   tensors_[name] = {addr, values.size()};
   mem_.insert(mem_.end(), values.begin(), values.end());
+  vel_.resize(mem_.size(), 0.0f);
   return addr;
+}
+
+std::vector<float> MemoryX::velocity(const std::string& name) const {
+  const auto& [addr, n] = tensors_.at(name);
+  return {vel_.begin() + static_cast<std::ptrdiff_t>(addr / 4), vel_.begin() + static_cast<std::ptrdiff_t>(addr / 4 + n)};
+}
+
+void MemoryX::set_velocity(const std::string& name, const std::vector<float>& v) {
+  const auto& [addr, n] = tensors_.at(name);
+  if (v.size() != n) throw std::logic_error("MemoryX::set_velocity: " + std::to_string(v.size()) + " values for '" + name + "' of " + std::to_string(n));
+  std::copy(v.begin(), v.end(), vel_.begin() + static_cast<std::ptrdiff_t>(addr / 4));
 }
 
 std::vector<float> MemoryX::values(const std::string& name) const {
@@ -70,8 +82,18 @@ void MemoryX::b_transport(tlm::tlm_generic_payload& p, sc_time& delay) {
   } else {
     std::vector<float> g(n / 4);
     std::memcpy(g.data(), p.get_data_ptr(), n);
-    const float lr = static_cast<float>(lr_);
-    for (size_t i = 0; i < g.size(); ++i) m[i] = m[i] - lr * g[i];
+    const float lr = static_cast<float>(lr_), mu = static_cast<float>(mu_);
+    if (mu_ == 0) {
+      for (size_t i = 0; i < g.size(); ++i) m[i] = m[i] - lr * g[i];
+    } else {  // in the order torch's SGD (and the reference graph) rounds: v mu, + g; v lr, w -
+      float* v = vel_.data() + addr / 4;
+      for (size_t i = 0; i < g.size(); ++i) {
+        const float vm = v[i] * mu;
+        v[i] = vm + g[i];
+        const float step = v[i] * lr;
+        m[i] = m[i] - step;
+      }
+    }
     stats_.bytes_written += static_cast<int64_t>(n);
     ++stats_.updates;
   }

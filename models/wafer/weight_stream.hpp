@@ -35,8 +35,9 @@ const char* transfer_kind_name(StreamTransfer::Kind k);
 // transaction of n bytes that arrives at t occupies the store from s = max(t, busy) for
 // n / memoryx.bandwidth and completes memoryx.latency after that (the latency is pipelined:
 // bursts of one stream follow each other at the bandwidth). Reads and writes below kUpdateWindow move data; a write at
-// kUpdateWindow + a is a gradient for the weights at a: MemoryX applies its optimizer
-// (SGD: w -= learning_rate * g, in fp32) as part of the write.
+// kUpdateWindow + a is a gradient for the weights at a: MemoryX applies its optimizer as part of
+// the write, in fp32: SGD w -= learning_rate * g; with momentum mu (torch.optim.SGD's, no
+// dampening) v = mu v + g, w -= learning_rate * v, the velocity v kept in MemoryX beside w.
 class MemoryX : public sc_core::sc_module {
  public:
   static constexpr uint64_t kUpdateWindow = uint64_t{1} << 62;
@@ -50,7 +51,13 @@ class MemoryX : public sc_core::sc_module {
   uint64_t address(const std::string& name) const { return tensors_.at(name).first; }
   int64_t count(const std::string& name) const { return static_cast<int64_t>(tensors_.at(name).second); }
   std::vector<float> values(const std::string& name) const;
-  void set_sgd(double learning_rate) { lr_ = learning_rate; }
+  void set_sgd(double learning_rate, double momentum = 0) {
+    lr_ = learning_rate;
+    mu_ = momentum;
+  }
+  // The optimizer state of a tensor (the momentum's velocity; zeros until the first update).
+  std::vector<float> velocity(const std::string& name) const;
+  void set_velocity(const std::string& name, const std::vector<float>& v);
 
   struct Stats {
     int64_t bytes_read = 0, bytes_written = 0, updates = 0, transactions = 0;
@@ -62,8 +69,9 @@ class MemoryX : public sc_core::sc_module {
   void b_transport(tlm::tlm_generic_payload& p, sc_core::sc_time& delay);
   const WaferConfig& cfg_;
   std::vector<float> mem_;                                      // all tensors, fp32
+  std::vector<float> vel_;                                      // their velocities (momentum)
   std::map<std::string, std::pair<uint64_t, size_t>> tensors_;  // name -> (address, count)
-  double lr_ = 0;
+  double lr_ = 0, mu_ = 0;
   sc_core::sc_time busy_until_ = sc_core::SC_ZERO_TIME;
   Stats stats_;
   std::vector<StreamTransfer> log_;
