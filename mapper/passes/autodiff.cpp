@@ -12,9 +12,9 @@ namespace tessera::passes {
 namespace {
 
 const char* kHint =
-    "training differentiates MatMul, Gemm, Add, Sub, Mul, Div, Neg, Relu, Tanh, Sigmoid, Exp, Log, Sqrt, Pow (constant exponent), Erf, Softmax, "
+    "training differentiates MatMul, Gemm, Conv (2-D), Add, Sub, Mul, Div, Neg, Relu, Tanh, Sigmoid, Exp, Log, Sqrt, Pow (constant exponent), Erf, Softmax, "
     "LayerNormalization, ReduceSum, ReduceMean and the shape ops Reshape/Flatten/Squeeze/Unsqueeze/Identity/Transpose (docs/training.md); other ops on "
-    "the path from a weight to the loss (Conv, pooling, Gather...) are not supported yet";
+    "the path from a weight to the loss (pooling, Gather...) are not supported yet";
 
 // Builds nodes into the training graph with fresh value names.
 struct Builder {
@@ -137,7 +137,7 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
   // Trainable parameters: float initializers that MatMul, Gemm or Add read.
   std::set<std::string> params;
   for (const auto& n : forward.nodes) {
-    if (n.op != "MatMul" && n.op != "Gemm" && n.op != "Add" && n.op != "LayerNormalization") continue;
+    if (n.op != "MatMul" && n.op != "Gemm" && n.op != "Add" && n.op != "LayerNormalization" && n.op != "Conv") continue;
     for (const auto& i : n.inputs)
       if (!i.empty() && forward.has_value(i) && forward.value(i).is_initializer && forward.value(i).data && is_float(forward.value(i).dtype) &&
           !forward.value(i).shape.empty())  // a 0-d initializer is a folded constant (an epsilon, a 1), not a weight
@@ -306,6 +306,33 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
     } else if (n.op == "Sigmoid") {
       const std::string y = n.outputs[0];
       if (wants(0)) acc(n.inputs[0], b.mul(go, b.mul(y, b.sub(b.scalar(1.0), y))));
+    } else if (n.op == "Conv") {
+      // 2-D, group 1, no dilation, explicit pads. dX = ConvTranspose(dY, W) to X's size; dW = the
+      // correlation of X and dY: a Conv of X^T ([Ci, N, H, W]) with dY^T ([Co, N, OH, OW]) as the
+      // kernel, dilated by the forward stride, with the forward pads, cut to the kernel size and
+      // transposed back; dB = dY summed over N, OH, OW.
+      const Shape &sx = shape(n.inputs[0]), &sw = shape(n.inputs[1]);
+      if (sx.size() != 4 || n.attrs.get_int("group", 1) != 1 || n.attrs.get_ints("dilations", {1, 1}) != std::vector<int64_t>{1, 1} ||
+          n.attrs.get_string("auto_pad", "NOTSET") != "NOTSET")
+        throw InputError(forward.where(n), "Conv gradients are 2-D, group 1, without dilation or auto_pad in this build", kHint);
+      const std::vector<int64_t> strides = n.attrs.get_ints("strides", {1, 1});
+      const std::vector<int64_t> pads = n.attrs.get_ints("pads", {0, 0, 0, 0});
+      if (wants(0)) {
+        graph::Attributes a;
+        a.set("strides", strides);
+        a.set("pads", pads);
+        a.set("output_shape", std::vector<int64_t>{sx[2], sx[3]});
+        acc(n.inputs[0], b.node("ConvTranspose", {go, in(1)}, a));
+      }
+      if (wants(1)) {
+        graph::Attributes a;
+        a.set("dilations", strides);
+        a.set("pads", pads);
+        const std::string full = b.node("Conv", {b.transpose_perm(in(0), {1, 0, 2, 3}), b.transpose_perm(go, {1, 0, 2, 3})}, a);
+        const std::string cut = b.node("Slice", {full, b.ints({0, 0}), b.ints({sw[2], sw[3]}), b.ints({2, 3})});
+        acc(n.inputs[1], b.transpose_perm(cut, {1, 0, 2, 3}));
+      }
+      if (n.inputs.size() > 2 && !n.inputs[2].empty() && wants(2)) acc(n.inputs[2], b.reduce_sum(go, {0, 2, 3}, false));
     } else if (n.op == "Sub" || n.op == "Mul" || n.op == "Div") {
       const Shape& so = shape(n.outputs[0]);
       if (n.op == "Sub") {

@@ -23,7 +23,6 @@ namespace {
 
 void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<int64_t>& fwd_end) {
   const int64_t S = cfg.setup_cycles, hop = cfg.hop_latency, pass = 2 + hop;
-  const int64_t wf = std::max<int64_t>(1, cfg.simd_fmacs);
   const double hz = cfg.clock_hz;
   auto dsd = [&](int64_t len, Op op = Op::fadds, int64_t stride = 1) { return S + cdiv(len, std::max<int64_t>(1, simd_width(op, stride, cfg))); };
   const size_t L = c.kernels.size();

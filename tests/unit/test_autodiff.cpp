@@ -260,3 +260,50 @@ TEST_CASE("autodiff: LayerNorm/attention/elementwise/reduction gradients match f
   }
   CHECK(checked == 4 + 4 + 16 + 16 + 4);
 }
+
+// A convolution (stride 2, padding 1) feeding a Gemm: the Conv's weight and bias gradients (a
+// ConvTranspose for the input, a dilated correlation for the weight) against finite differences.
+TEST_CASE("autodiff: Conv gradients (stride 2, pads 1) match finite differences in fp64", "[autodiff]") {
+  const json j = json::parse(R"js({
+    "opset": 17,
+    "inputs": {"x": {"shape": [2, 2, 5, 5], "dtype": "fp64"}},
+    "outputs": ["y"],
+    "initializers": {
+      "W": {"shape": [3, 2, 3, 3], "dtype": "fp64", "random": {"seed": 41, "dist": "normal", "scale": 0.4}},
+      "B": {"shape": [3], "dtype": "fp64", "random": {"seed": 42, "dist": "normal", "scale": 0.3}},
+      "Wf": {"shape": [27, 2], "dtype": "fp64", "random": {"seed": 43, "dist": "normal", "scale": 0.3}},
+      "bf": {"shape": [2], "dtype": "fp64", "random": {"seed": 44, "dist": "normal", "scale": 0.3}}},
+    "nodes": [
+      {"op": "Conv", "inputs": ["x", "W", "B"], "outputs": ["c"], "attrs": {"strides": [2, 2], "pads": [1, 1, 1, 1], "kernel_shape": [3, 3]}},
+      {"op": "Tanh", "inputs": ["c"], "outputs": ["t"]},
+      {"op": "Flatten", "inputs": ["t"], "outputs": ["f"], "attrs": {"axis": 1}},
+      {"op": "Gemm", "inputs": ["f", "Wf", "bf"], "outputs": ["y"]}]})js");
+  graph::Graph g = frontend::load_json_graph(j, "/model/graph", "");
+  passes::prepare(g);
+  passes::TrainingSpec spec;
+  const passes::TrainingGraph tg = passes::make_training_graph(g, spec);
+  REQUIRE(tg.params == std::vector<std::string>{"W", "B", "Wf", "bf"});
+  auto in = tg.initial;
+  in["x"] = f64({2, 2, 5, 5}, 51);
+  in["target"] = f64({2, 2}, 52);
+  Tensor step(DType::f64, {});
+  step.as<double>()[0] = 1;
+  in["step"] = step;
+  const auto out = reference::execute(tg.g, in);
+  const double eps = 1e-6;
+  int checked = 0;
+  for (const auto& p : tg.params) {
+    const auto gr = out.at("grad:" + p).to_f64();
+    REQUIRE(static_cast<int64_t>(gr.size()) == tg.initial.at(p).numel());
+    for (size_t e = 0; e < gr.size(); ++e) {
+      auto plus = in, minus = in;
+      plus[p].as<double>()[e] += eps;
+      minus[p].as<double>()[e] -= eps;
+      const double fd = (loss_of(tg, plus) - loss_of(tg, minus)) / (2 * eps);
+      INFO("d/d" << p << "[" << e << "]: autodiff " << gr[e] << " finite difference " << fd);
+      CHECK(std::fabs(gr[e] - fd) <= 1e-7 * std::max(1.0, std::fabs(fd)));
+      ++checked;
+    }
+  }
+  CHECK(checked == 54 + 3 + 54 + 2);
+}
