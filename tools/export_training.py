@@ -56,6 +56,24 @@ class ReluClassifier(nn.Module):  # 10 -> 32 -> 3, ReLU, softmax cross-entropy (
         return self.fc2(torch.relu(self.fc1(x)))
 
 
+class SmallCNN(nn.Module):  # [1, 8, 8] -> Conv 3x3 (4 channels, padding 1) -> ReLU -> MaxPool 2 -> Linear 64 -> 3
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.fc = nn.Linear(64, 3)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(nn.functional.max_pool2d(torch.relu(self.conv(x)), 2), 1))
+
+
+def image_data(rng):  # 8x8 images: one of three fixed patterns, scaled, plus noise; one-hot labels
+    patterns = rng.normal(size=(3, 1, 8, 8)).astype(np.float32)
+    labels = rng.integers(0, 3, size=(STEPS, 16))
+    x = (patterns[labels] * rng.uniform(0.5, 1.5, size=(STEPS, 16, 1, 1, 1)) + 0.5 * rng.normal(size=(STEPS, 16, 1, 8, 8))).astype(np.float32)
+    t = np.eye(3, dtype=np.float32)[labels]
+    return x, t
+
+
 def regression_data(rng):
     a = rng.normal(size=(8, 4)).astype(np.float32)
     x = rng.normal(size=(STEPS, 16, 8)).astype(np.float32)
@@ -117,6 +135,7 @@ def main():
         ("mlp", Regressor, regression_data, "mse", [("sgd", 0.05), ("adam", 0.01), ("sgd_exponential", 0.1)], (16, 8)),
         ("classifier", Classifier, classification_data, "softmax_cross_entropy", [("momentum", 0.05)], (24, 10)),
         ("relu_classifier", ReluClassifier, classification_data, "softmax_cross_entropy", [("sgd", 0.1), ("momentum", 0.05)], (24, 10)),
+        ("cnn", SmallCNN, image_data, "softmax_cross_entropy", [("sgd", 0.05)], (16, 1, 8, 8)),
     ]
     for name, cls, data, loss, opts, shape in cases:
         rng = np.random.default_rng(2026)

@@ -12,9 +12,9 @@ namespace tessera::passes {
 namespace {
 
 const char* kHint =
-    "training differentiates MatMul, Gemm, Conv (2-D), Add, Sub, Mul, Div, Neg, Relu, Tanh, Sigmoid, Exp, Log, Sqrt, Pow (constant exponent), Erf, Softmax, "
+    "training differentiates MatMul, Gemm, Conv (2-D), MaxPool (tiling windows), Add, Sub, Mul, Div, Neg, Relu, Tanh, Sigmoid, Exp, Log, Sqrt, Pow (constant exponent), Erf, Softmax, "
     "LayerNormalization, ReduceSum, ReduceMean and the shape ops Reshape/Flatten/Squeeze/Unsqueeze/Identity/Transpose (docs/training.md); other ops on "
-    "the path from a weight to the loss (pooling, Gather...) are not supported yet";
+    "the path from a weight to the loss (overlapping or padded pooling, average pooling, Gather...) are not supported yet";
 
 // Builds nodes into the training graph with fresh value names.
 struct Builder {
@@ -333,6 +333,24 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
         acc(n.inputs[1], b.transpose_perm(cut, {1, 0, 2, 3}));
       }
       if (n.inputs.size() > 2 && !n.inputs[2].empty() && wants(2)) acc(n.inputs[2], b.reduce_sum(go, {0, 2, 3}, false));
+    } else if (n.op == "MaxPool") {
+      // Non-overlapping 2-D windows (kernel = strides, no pads): dY goes to the positions that hold
+      // their window's max -- Y repeated over each window (Reshape, Expand, Reshape) compared with X.
+      const Shape &sx = shape(n.inputs[0]), &sy = shape(n.outputs[0]);
+      const auto ks = n.attrs.get_ints("kernel_shape");
+      const auto st = n.attrs.get_ints("strides", ks);
+      const auto pads = n.attrs.get_ints("pads", {0, 0, 0, 0});
+      if (sx.size() != 4 || ks.size() != 2 || st != ks || pads != std::vector<int64_t>{0, 0, 0, 0} || n.outputs.size() > 1 ||
+          n.attrs.get_int("ceil_mode", 0) || sx[2] != sy[2] * ks[0] || sx[3] != sy[3] * ks[1])
+        throw InputError(forward.where(n), "MaxPool gradients need 2-D windows that tile the input (kernel = strides, no pads)", kHint);
+      const Shape six{sy[0], sy[1], sy[2], 1, sy[3], 1}, big{sy[0], sy[1], sy[2], ks[0], sy[3], ks[1]};
+      auto spread = [&](const std::string& v) {
+        return b.reshape(b.node("Expand", {b.reshape(v, six), b.ints(std::vector<int64_t>(big.begin(), big.end()))}), sx);
+      };
+      if (wants(0)) {
+        const std::string at_max = b.node("Equal", {in(0), spread(n.outputs[0])});
+        acc(n.inputs[0], b.node("Where", {at_max, spread(go), b.scalar(0.0)}));
+      }
     } else if (n.op == "Sub" || n.op == "Mul" || n.op == "Div") {
       const Shape& so = shape(n.outputs[0]);
       if (n.op == "Sub") {

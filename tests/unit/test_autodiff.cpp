@@ -147,7 +147,7 @@ TEST_CASE("autodiff: an op without a gradient is named", "[autodiff]") {
                      "s4": {"shape": [4], "dtype": "int64", "values": [1, 1, 2, 3]}, "s2": {"shape": [2], "dtype": "int64", "values": [2, 3]}},
     "nodes": [{"name": "mm", "op": "MatMul", "inputs": ["x", "W"], "outputs": ["h"]},
               {"name": "to4d", "op": "Reshape", "inputs": ["h", "s4"], "outputs": ["h4"]},
-              {"name": "pool", "op": "MaxPool", "inputs": ["h4"], "outputs": ["p"], "attrs": {"kernel_shape": [1, 1]}},
+              {"name": "pool", "op": "AveragePool", "inputs": ["h4"], "outputs": ["p"], "attrs": {"kernel_shape": [1, 1]}},
               {"name": "back", "op": "Reshape", "inputs": ["p", "s2"], "outputs": ["y"]}]})js");
   graph::Graph g = frontend::load_json_graph(j, "/model/graph", "");
   passes::prepare(g);
@@ -155,7 +155,7 @@ TEST_CASE("autodiff: an op without a gradient is named", "[autodiff]") {
     passes::make_training_graph(g, {});
     FAIL("should throw");
   } catch (const InputError& e) {
-    CHECK_THAT(e.what(), Catch::Contains("node 'pool' (MaxPool") && Catch::Contains("no gradient for MaxPool"));
+    CHECK_THAT(e.what(), Catch::Contains("node 'pool' (AveragePool") && Catch::Contains("no gradient for AveragePool"));
   }
 }
 
@@ -306,4 +306,49 @@ TEST_CASE("autodiff: Conv gradients (stride 2, pads 1) match finite differences 
     }
   }
   CHECK(checked == 54 + 3 + 54 + 2);
+}
+
+// Conv -> Relu -> MaxPool 2x2 (windows tiling the input) -> Flatten -> Gemm: the pool routes the
+// gradient to each window's max (random data: no ties).
+TEST_CASE("autodiff: MaxPool gradients (2x2 windows) match finite differences in fp64", "[autodiff]") {
+  const json j = json::parse(R"js({
+    "opset": 17,
+    "inputs": {"x": {"shape": [2, 1, 6, 6], "dtype": "fp64"}},
+    "outputs": ["y"],
+    "initializers": {
+      "W": {"shape": [2, 1, 3, 3], "dtype": "fp64", "random": {"seed": 61, "dist": "normal", "scale": 0.5}},
+      "B": {"shape": [2], "dtype": "fp64", "random": {"seed": 62, "dist": "normal", "scale": 0.3}},
+      "Wf": {"shape": [18, 3], "dtype": "fp64", "random": {"seed": 63, "dist": "normal", "scale": 0.3}}},
+    "nodes": [
+      {"op": "Conv", "inputs": ["x", "W", "B"], "outputs": ["c"], "attrs": {"pads": [1, 1, 1, 1]}},
+      {"op": "Relu", "inputs": ["c"], "outputs": ["r"]},
+      {"op": "MaxPool", "inputs": ["r"], "outputs": ["p"], "attrs": {"kernel_shape": [2, 2], "strides": [2, 2]}},
+      {"op": "Flatten", "inputs": ["p"], "outputs": ["f"], "attrs": {"axis": 1}},
+      {"op": "MatMul", "inputs": ["f", "Wf"], "outputs": ["y"]}]})js");
+  graph::Graph g = frontend::load_json_graph(j, "/model/graph", "");
+  passes::prepare(g);
+  const passes::TrainingGraph tg = passes::make_training_graph(g, passes::TrainingSpec{});
+  REQUIRE(tg.params == std::vector<std::string>{"W", "B", "Wf"});
+  auto in = tg.initial;
+  in["x"] = f64({2, 1, 6, 6}, 71);
+  in["target"] = f64({2, 3}, 72);
+  Tensor step(DType::f64, {});
+  step.as<double>()[0] = 1;
+  in["step"] = step;
+  const auto out = reference::execute(tg.g, in);
+  const double eps = 1e-6;
+  int checked = 0;
+  for (const auto& p : tg.params) {
+    const auto gr = out.at("grad:" + p).to_f64();
+    for (size_t e = 0; e < gr.size(); ++e) {
+      auto plus = in, minus = in;
+      plus[p].as<double>()[e] += eps;
+      minus[p].as<double>()[e] -= eps;
+      const double fd = (loss_of(tg, plus) - loss_of(tg, minus)) / (2 * eps);
+      INFO("d/d" << p << "[" << e << "]: autodiff " << gr[e] << " finite difference " << fd);
+      CHECK(std::fabs(gr[e] - fd) <= 1e-7 * std::max(1.0, std::fabs(fd)));
+      ++checked;
+    }
+  }
+  CHECK(checked == 18 + 2 + 54);
 }
