@@ -30,8 +30,9 @@ passes::TrainingSpec spec_of(const json& t, const std::string& compute) {
   passes::TrainingSpec sp;
   if (compute == "fp16") sp.compute = DType::f16;
   else if (compute == "bf16") sp.compute = DType::bf16;
+  else if (compute == "cbf16") sp.compute = DType::cbf16;
   else if (compute != "fp32")
-    throw InputError("/precision/compute", "training takes fp32, or fp16/bf16 (mixed precision on fp32 master weights); not '" + compute + "'");
+    throw InputError("/precision/compute", "training takes fp32, or fp16/bf16/cbf16 (mixed precision on fp32 master weights); not '" + compute + "'");
   if (t.contains("loss_scaling")) {
     const json& l = t["loss_scaling"];
     sp.loss_scaling = true;

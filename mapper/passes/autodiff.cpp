@@ -5,6 +5,7 @@
 #include <set>
 
 #include "isa/error.hpp"
+#include "mapper/frontend/onnx_dtype.hpp"
 #include "mapper/passes/passes.hpp"
 
 namespace tessera::passes {
@@ -170,7 +171,7 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
   };
   if (mixed) {
     graph::Attributes to;
-    to.set("to", int64_t{spec.compute == DType::f16 ? 10 : 16});  // FLOAT16, BFLOAT16
+    to.set("to", int64_t{spec.compute == DType::f16 ? 10 : spec.compute == DType::cbf16 ? frontend::kCastToCbf16 : 16});  // FLOAT16, cbf16, BFLOAT16
     const size_t nfwd = g.nodes.size();
     std::vector<std::string> cast_of = tg.params;
     for (const auto& i : forward.inputs)
@@ -234,7 +235,7 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
     } else {
       graph::Attributes up, down;
       up.set("to", int64_t{master == DType::f64 ? 11 : 1});
-      down.set("to", int64_t{dt == DType::f16 ? 10 : 16});
+      down.set("to", int64_t{dt == DType::f16 ? 10 : dt == DType::cbf16 ? frontend::kCastToCbf16 : 16});
       grad[out] = b.node("Cast", {bm.mul(bm.node("Cast", {grad[out]}, up), scale_in)}, down);
     }
   }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "mapper/frontend/onnx_dtype.hpp"
 #include "mapper/reference/ops.hpp"
 
 namespace tessera::reference {
@@ -384,10 +385,11 @@ std::vector<Tensor> op_cast(const OpCall& c) {
     case 16: t = DType::bf16; break;
     case 17: t = DType::f8e4m3; break;
     case 19: t = DType::f8e5m2; break;
+    case frontend::kCastToCbf16: t = DType::cbf16; break;
     default:
       fail(c, "Cast to ONNX type code " + std::to_string(to) + " is not supported",
            "supported 'to' codes: 1 float, 2 uint8, 3 int8, 5 int16, 6 int32, 7 int64, 9 bool, 10 float16, "
-           "11 double, 16 bfloat16, 17 float8e4m3fn, 19 float8e5m2");
+           "11 double, 16 bfloat16, 17 float8e4m3fn, 19 float8e5m2 (and tessera's 1001 cbfloat16)");
   }
   if ((t == DType::f8e4m3 || t == DType::f8e5m2) && attrs(c).get_int("saturate", 1) != 0) {
     // ONNX opset 19: saturate = 1 clamps out-of-range values to the largest finite fp8 value.
