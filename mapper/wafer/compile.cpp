@@ -21,7 +21,7 @@ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 const char* kOpsHint =
     "the wafer compiler maps chains of dense layers in this build: Gemm, or MatMul by a constant weight, with an optional bias Add "
-    "and Relu (docs/wafer-compiler.md); run other models on target.kind neuroncore or reference";
+    "and Relu or Tanh (docs/wafer-compiler.md); run other models on target.kind neuroncore or reference";
 
 // ---------------------------------------------------------------------------------------------
 // Graph -> dense layers.
@@ -34,7 +34,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
   // Ops first: every node the compiler cannot map, named (all of them at once).
   DiagnosticList unmapped;
   for (const auto& n : g.nodes)
-    if (n.op != "Gemm" && n.op != "MatMul" && n.op != "Add" && n.op != "Relu")
+    if (n.op != "Gemm" && n.op != "MatMul" && n.op != "Add" && n.op != "Relu" && n.op != "Tanh")
       unmapped.add(g.where(n), "op " + n.op + " is not mapped by the wafer compiler in this build", kOpsHint);
   unmapped.throw_if_any();
   input = g.inputs[0];
@@ -91,15 +91,21 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       ks.push_back(std::move(k));
     } else if (n.op == "Add") {
       const Tensor* c = n.inputs.size() > 1 ? constant(n.inputs[1]) : nullptr;
-      if (ks.empty() || !c || c->numel() != ks.back().N || ks.back().relu) unsupported("Add is mapped only as a bias (a constant of N values) right after a MatMul or Gemm");
+      if (ks.empty() || !c || c->numel() != ks.back().N || ks.back().relu || ks.back().tanh) unsupported("Add is mapped only as a bias (a constant of N values) right after a MatMul or Gemm");
       const auto cv = c->to_f32();
       for (int64_t b = 0; b < ks.back().N; ++b) ks.back().bias[static_cast<size_t>(b)] += cv[static_cast<size_t>(b)];
       ks.back().b_value = ks.back().b_value.empty() ? n.inputs[1] : "*";  // "*": two biases (training refuses it)
       ks.back().op += "+Add";
       ks.back().nodes.push_back(n.name);
       ks.back().name = n.name.empty() ? n.outputs[0] : n.name;
+    } else if (n.op == "Tanh") {
+      if (ks.empty() || ks.back().relu || ks.back().tanh) unsupported("Tanh is mapped only right after a dense layer");
+      ks.back().tanh = true;
+      ks.back().op += "+Tanh";
+      ks.back().nodes.push_back(n.name);
+      ks.back().name = n.name.empty() ? n.outputs[0] : n.name;
     } else if (n.op == "Relu") {
-      if (ks.empty() || ks.back().relu) unsupported("Relu is mapped only right after a dense layer");
+      if (ks.empty() || ks.back().relu || ks.back().tanh) unsupported("Relu is mapped only right after a dense layer");
       ks.back().relu = true;
       ks.back().op += "+Relu";
       ks.back().nodes.push_back(n.name);
@@ -118,6 +124,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
 int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes) {
   int64_t b = k.B * k.nb * 4 + (own_w ? k.kb * k.nb * wbytes : 0);  // y, W
   b += k.nb * 4;                                                     // bias (chain end)
+  if (k.tanh) b += 3 * k.B * k.nb * 4;                               // tanh temporaries (chain end)
   if (wbytes == 2) b += k.B * k.nb * 2;                              // y in fp16 (chain end)
   if (k.input_layer) b += k.B * k.kb * wbytes;                       // xs (source)
   return b + 16;
@@ -401,6 +408,8 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   o << ".if !$first" << L << "\n.dsd from" << L << " fabin f32 color=$cin" << L << " queue=1 len=" << B * nb << "\n.endif\n";
   o << ".if !$last" << L << "\n.dsd to" << L << " fabout f32 color=$cout" << L << " queue=2 len=" << B * nb << "\n.endif\n";
   o << ".if $last" << L << "\n.dsd bm" << L << " mem4d bias" << L << " dims=" << B << ":0," << nb << ":1   # the bias again for every sample\n";
+  if (k.tanh)  // the activation's temporaries
+    for (const char* t : {"ta", "tb", "tc"}) o << ".data " << t << L << "_a f32 " << B * nb << "\n.dsd " << t << L << " mem1d " << t << L << "_a\n";
   if (has_next) o << ".dsd yout" << L << " fabout " << we << " color=" << c.kernels[l + 1].cx << " queue=1 len=" << B * nb << "\n";
   if (has_next && h) o << ".dsd y16m" << L << " mem1d y16_" << L << "\n";
   o << ".endif\n";
@@ -441,6 +450,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
     << ", from" << L << "\n.endif\n.else\n.if !$last" << L << "\n  fmovs to" << L << ", yall" << L << "\n.endif\n.endif\n";
   o << ".if $last" << L << "\n  fadds yall" << L << ", yall" << L << ", bm" << L << "\n";
   if (k.relu) o << "  fmaxs yall" << L << ", yall" << L << ", 0.0\n";
+  if (k.tanh) tanh_text(o, "yall" + L, "ta" + L, "tb" + L, "tc" + L);
   if (has_next) o << "  activate out" << L << "\n  ret\n.else\n  " << (final_layer ? "halt" : "ret") << "\n";
   o << ".endif\n";
   if (!has_next && c.training) o << ".if $last" << L << "\n  activate lossk\n.endif\n  ret\n";  // the loss, then the backward pass
@@ -579,6 +589,21 @@ void recip_text(std::ostringstream& o, const std::string& R, const std::string& 
       << ", " << U << "\n";
 }
 
+void tanh_text(std::ostringstream& o, const std::string& Y, const std::string& T, const std::string& U, const std::string& V) {
+  o << "  fnegs " << T << ", " << Y << "\n  fmaxs " << T << ", " << T << ", " << Y << "\n";  // |y|
+  o << "  fmuls " << V << ", " << Y << ", 1.2676506e30\n  fnegs " << V << ", " << V << "\n  fmaxs " << V << ", " << V << ", -1.0\n  fnegs " << V << ", " << V
+    << "\n  fmaxs " << V << ", " << V << ", -1.0\n";  // sign(y)
+  o << "  fmuls " << T << ", " << T << ", -0.125\n  fmaxs " << T << ", " << T << ", -2.5\n";  // t = -|y| / 8 (|y| <= 20)
+  o << "  fmuls " << U << ", " << T << ", " << fnum(1.0 / 12) << "\n  fadds " << U << ", " << U << ", 1.0\n";
+  for (int k = 11; k >= 2; --k)
+    o << "  fmuls " << U << ", " << U << ", " << T << "\n  fmuls " << U << ", " << U << ", " << fnum(1.0 / k) << "\n  fadds " << U << ", " << U << ", 1.0\n";
+  o << "  fmuls " << U << ", " << U << ", " << T << "\n";  // m = expm1(t)
+  for (int k = 0; k < 4; ++k) o << "  fadds " << T << ", " << U << ", 2.0\n  fmuls " << U << ", " << U << ", " << T << "\n";  // m = expm1(-2|y|)
+  o << "  fadds " << T << ", " << U << ", 2.0\n  fmuls " << U << ", " << U << ", " << V << "\n  fmuls " << U << ", " << U << ", -1.0\n";
+  recip_text(o, Y, T, V, 1.0, 2.0);
+  o << "  fmuls " << Y << ", " << Y << ", " << U << "\n";
+}
+
 namespace {
 
 // Softmax cross-entropy at the last layer's chain end (every class on this PE; docs/wafer-compiler.md):
@@ -661,7 +686,7 @@ void backward_text(const Compiled& c, size_t l, double lr, std::ostringstream& o
     << " queue=1 len=$npre" << L << "\n.endif\n";
   // Chain ends: dy, the bias update, the multicast.
   o << ".if $last" << L << "\n.data dy" << L << " f32 " << B * nb << "\n.data db" << L << " f32 " << nb << "\n";
-  if (k.relu) o << ".data mk" << L << " f32 " << B * nb << "\n.dsd mkm" << L << " mem1d mk" << L << "\n";
+  if (k.relu || k.tanh) o << ".data mk" << L << " f32 " << B * nb << "\n.dsd mkm" << L << " mem1d mk" << L << "\n";
   o << ".dsd dym" << L << " mem1d dy" << L << "\n.dsd dyrow" << L << " mem1d dy" << L << " len=" << nb << "\n.dsd dbm" << L << " mem1d db" << L << "\n";
   o << ".dsd biasm" << L << " mem1d bias" << L << "\n.dsd dyout" << L << " fabout f32 color=" << k.cb << " queue=3 len=" << B * nb << "\n";
   if (c.momentum != 0) o << ".data vb" << L << " f32 " << nb << "   # the bias velocity (momentum), kept from step to step\n.dsd vbm" << L << " mem1d vb" << L << "\n";
@@ -669,6 +694,9 @@ void backward_text(const Compiled& c, size_t l, double lr, std::ostringstream& o
   if (k.relu)  // the ReLU's derivative [y > 0] as -max(-y 2^100, -1): 1 for y >= 2^-100, 0 for y = 0 (y = relu(z) >= 0)
     o << "  fmuls mkm" << L << ", yall" << L << ", -1.2676506e30\n  fmaxs mkm" << L << ", mkm" << L << ", -1.0\n  fnegs mkm" << L << ", mkm" << L
       << "\n  fmuls dym" << L << ", dym" << L << ", mkm" << L << "\n";
+  if (k.tanh)  // the derivative 1 - y^2
+    o << "  fmuls mkm" << L << ", yall" << L << ", yall" << L << "\n  fmuls mkm" << L << ", mkm" << L << ", -1.0\n  fadds mkm" << L << ", mkm" << L
+      << ", 1.0\n  fmuls dym" << L << ", dym" << L << ", mkm" << L << "\n";
   o << "  dsd_off dyrow" << L << ", 0\n  fmovs dbm" << L << ", dyrow" << L << "\n  mov r14, 1\nbl" << L << ":\n  sub r15, r14, " << B << "\n  bz r15, bd" << L
     << "\n  mul r15, r14, " << nb << "\n  dsd_off dyrow" << L << ", r15\n  fadds dbm" << L << ", dbm" << L << ", dyrow" << L << "\n  add r14, r14, 1\n  jmp bl" << L
     << "\nbd" << L << ":\n";
@@ -815,7 +843,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       for (size_t l = 0; l < c.kernels.size(); ++l) {
         const DenseKernel& k = c.kernels[l];
         data += (k.B * k.kb * (l ? 2 : 1) + k.kb * k.nb) * 4;  // saved x, weight gradient, input gradient
-        data += (k.B * k.nb * (k.relu ? 2 : 1) + k.nb) * 4;    // chain ends: dy, mask, bias gradient
+        data += (k.B * k.nb * (k.relu || k.tanh ? 2 : 1) + k.nb) * 4;  // chain ends: dy, mask, bias gradient
         if (l + 1 == c.kernels.size()) data += (2 * k.B * k.nb + 2) * 4;  // target, d, loss
       }
     c.sram_high_water = data + wa + wb;

@@ -65,6 +65,7 @@ struct DenseKernel {
   Dir x_flow = Dir::S;               // direction x values travel along the K axis' lines
   int64_t x0 = 0, y0 = 0, w = 0, h = 0;  // the rectangle (fabric coordinates)
   bool relu = false;
+  bool tanh = false;                 // Tanh instead of Relu (computed with the exp polynomial: tanh_text)
   std::vector<float> W;              // [K, N] row-major (fp32 master values)
   std::vector<float> bias;           // [N] (zeros without a bias)
   std::string w_value, b_value;      // graph values of the weight and the bias ("" without one)
@@ -162,6 +163,12 @@ std::string compile_report(const Compiled& c, const WaferConfig& cfg);
 // Newton iterations from 2 / (lo + hi), U a temporary.
 void exp_text(std::ostringstream& o, const std::string& X, const std::string& T);
 void recip_text(std::ostringstream& o, const std::string& R, const std::string& S, const std::string& U, double lo, double hi);
+// Y = tanh(Y) in place, T, U, V temporaries of Y's length: m = expm1(-2|y|) by a degree-12 Taylor
+// polynomial of expm1(-|y| / 8) (|y| clamped at 20) doubled four times (expm1(2t) = m (m + 2):
+// relative accuracy kept near 0, where 1 - exp would cancel), tanh(|y|) = -m / (2 + m) (recip_text
+// over [1, 2]), times sign(y) (y 2^100 clamped to [-1, 1]). Emits kTanhOps DSD operations.
+void tanh_text(std::ostringstream& o, const std::string& Y, const std::string& T, const std::string& U, const std::string& V);
+inline constexpr int kExpOps = 41, kRecipOps = 33, kTanhOps = 2 + 5 + 2 + 33 + 8 + 1 + 2 + kRecipOps + 1;
 
 // mapper/wafer/estimate.cpp: fills every kernel's `est` and the totals.
 void estimate(Compiled& c, const WaferConfig& cfg);

@@ -73,7 +73,7 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     const int64_t kb = k.kb, nb = k.nb, n = B * nb, bs = kb * nb;
     if (freed.empty()) freed.assign(static_cast<size_t>(k.w * k.h), 0);
     // bstart at each chain end q: mask (ReLU), bias gradient and update, then the multicast
-    const int64_t body = (k.relu ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + dsd(nb, Op::fmacs) + 1 + (c.momentum != 0 ? 2 * dsd(nb) : 0);
+    const int64_t body = (k.relu || k.tanh ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + dsd(nb, Op::fmacs) + 1 + (c.momentum != 0 ? 2 * dsd(nb) : 0);
     // per dy wavelet at every PE (bdy): the weight gradient's fmacs (fmuls for the first sample),
     // from layer 1 on the input gradient's (fmuls for the first column), and the bookkeeping
     const int64_t g_mac = dsd(kb, Op::fmacs, nb), g_first = dsd(kb, Op::fmuls, nb) + 1;
@@ -280,7 +280,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       }
       compute_end = std::max(compute_end, tmax);
       int64_t t = Lk == 1 ? tmax : lead + (Lk - 1) * pass + n_el;  // the chain end holds the sum
-      t += (S + cdiv(n_el, w32)) * (k.relu ? 2 : 1);  // bias, then relu
+      t += (S + cdiv(n_el, w32)) * (1 + (k.relu ? 1 : 0) + (k.tanh ? kTanhOps : 0));  // bias, then relu or tanh (tanh_text)
       end = std::max(end, t);
       transfer = std::max(transfer, t - tmax);
       // The next kernel's x: the chain end's yout (issue, setup, out queue) -- into the next

@@ -838,7 +838,7 @@ TEST_CASE("wafer-fabric: eager memory-only ops give the same run as element by e
 // The softmax cross-entropy's exp and reciprocal on a PE (mapper/wafer: the PEs have no exp or
 // divide instruction): the generated instruction text run on one PE, against the C library.
 namespace {
-std::vector<float> run_pe_function(const std::string& body, const std::vector<float>& in, int64_t n) {
+std::vector<float> run_pe_function(const std::string& body, const std::vector<float>& in, int64_t n, const std::string& result = "x") {
   const WaferConfig c = preset_config("wse2");
   std::ostringstream prog;
   prog << ".data x f32 " << n << "\n.data r f32 " << n << "\n.data t f32 " << n << "\n.data u f32 " << n << "\n.dsd xm mem1d x\n.dsd rm mem1d r\n.dsd tm mem1d t\n.dsd um mem1d u\n";
@@ -848,7 +848,7 @@ std::vector<float> run_pe_function(const std::string& body, const std::vector<fl
   r.fab->write_array(0, 0, "x", in);
   r.go();
   REQUIRE_FALSE(r.fab->error());
-  return body.find("rm") != std::string::npos ? r.fab->read_array(0, 0, "r") : r.fab->read_array(0, 0, "x");
+  return r.fab->read_array(0, 0, result);
 }
 }  // namespace
 
@@ -876,6 +876,24 @@ TEST_CASE("wafer-fabric: the PE reciprocal (Newton) is within 1e-6 relative over
   for (int i = 0; i <= 90; ++i) in.push_back(1.0f + 0.1f * static_cast<float>(i));
   std::ostringstream o;
   recip_text(o, "rm", "xm", "um", 1.0, 10.0);
-  const auto out = run_pe_function(o.str(), in, static_cast<int64_t>(in.size()));
+  const auto out = run_pe_function(o.str(), in, static_cast<int64_t>(in.size()), "r");
   for (size_t i = 0; i < in.size(); ++i) CHECK(std::abs(out[i] * static_cast<double>(in[i]) - 1.0) <= 1e-6);
+}
+
+TEST_CASE("wafer-fabric: the PE tanh (expm1 polynomial, doubling, Newton reciprocal) is within 1e-6 relative on [-20, 20]", "[wafer-fabric]") {
+  std::vector<float> in;
+  for (int i = -400; i <= 400; ++i) in.push_back(0.05f * static_cast<float>(i));
+  for (float v : {1e-6f, -3e-5f, 1e-3f, 0.3f, 50.0f, -1e30f}) in.push_back(v);
+  std::ostringstream o;
+  tanh_text(o, "xm", "tm", "um", "rm");
+  const auto out = run_pe_function(o.str(), in, static_cast<int64_t>(in.size()));
+  double worst = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const double want = std::tanh(static_cast<double>(in[i]));
+    const double err = std::abs(out[i] - want) / std::max(std::abs(want), 1e-30);
+    if (in[i] != 0.0f) worst = std::max(worst, err);
+    else CHECK(out[i] == 0.0f);
+  }
+  INFO("worst relative error: " << worst);
+  CHECK(worst <= 1e-6);
 }
