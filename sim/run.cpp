@@ -149,8 +149,10 @@ int run_scenario(const Scenario& s, const RunOptions& opt) {
   install_interrupt_handler();
   auto& con = Console::get();
   con.info("scenario " + s.name + ": target " + s.kind + (s.preset.empty() ? "" : "/" + s.preset));
-  if ((s.kind == "neuroncore" || s.kind == "wafer") && s.resolved.contains("training") && !s.resolved["model"].contains("layout") &&
-      !s.resolved["model"].contains("program")) {
+  if (s.resolved.contains("training") && (s.resolved["model"].contains("layout") || s.resolved["model"].contains("program")))
+    throw InputError("/training", "training needs a model graph (onnx or graph) to differentiate; hand-written programs and layouts are not trained",
+                     "give /model/onnx or /model/graph, or remove /training");
+  if ((s.kind == "neuroncore" || s.kind == "wafer") && s.resolved.contains("training")) {
     graph::Graph g = load_model(s);
     check_expect_names(s, g);
     return run_training(s, opt, g);

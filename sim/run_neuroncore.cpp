@@ -185,6 +185,8 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
     throw InputError("/run/steps", "multi-step runs of hand-written programs are not supported yet (compiled models take run.steps)", "set run.steps to 1");
   if (!has_model_graph && !s.resolved["step_closures"].empty())
     throw InputError("/step_closures", "step closures need a model (compiled runs); hand-written programs do not take them yet", "remove /step_closures");
+  if (!has_model_graph && !cpp_step_closures().empty())
+    throw InputError("C++ step closure '" + cpp_step_closures().front().name + "'", "step closures need a model (compiled runs); hand-written programs do not take them yet");
   const StepSchedule sched = StepSchedule::from(s.resolved["run"]);
   for (const auto& w : sched.warnings) con.warn(w);
 
@@ -264,7 +266,9 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
       const auto sizes = output_sizes(*graph);
       closures = parse_closures(s.resolved["step_closures"], graph->outputs, &sizes);
     }
-    if (!closures.empty() && !numerics) throw InputError("/step_closures", "step closures need values: run.numerics is false", "remove the closures or --no-numerics");
+    if (!closures.empty() && !numerics)
+      throw InputError(s.resolved["step_closures"].empty() ? "C++ step closure '" + closures.front().name + "'" : std::string("/step_closures"),
+                       "step closures need values: run.numerics is false", "remove the closures or --no-numerics");
     if (sched.steps > 1) step_inputs.emplace(s, *graph, sched.steps);
   }
 

@@ -26,6 +26,7 @@
 #include "sim/run.hpp"
 #include "sim/run_engines.hpp"
 #include "sim/run_wafer.hpp"
+#include "sim/session.hpp"
 #include "sim/trace_neuroncore.hpp"
 #include "sim/trace_wafer.hpp"
 
@@ -204,6 +205,8 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
     throw InputError("/run/steps", "multi-step runs of hand-written layouts are not supported yet (compiled models take run.steps)", "set run.steps to 1");
   if (!s.resolved["step_closures"].empty())
     throw InputError("/step_closures", "step closures need a model (compiled runs); hand-written layouts do not take them yet", "remove /step_closures");
+  if (!cpp_step_closures().empty())
+    throw InputError("C++ step closure '" + cpp_step_closures().front().name + "'", "step closures need a model (compiled runs); hand-written layouts do not take them yet");
   if (!s.resolved["run"]["numerics"].get<bool>()) con.warn("/run/numerics: the wafer model always computes values");
 
   const wafer::WaferConfig cfg = wafer::WaferConfig::from(s.params);

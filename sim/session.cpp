@@ -371,9 +371,10 @@ void Session::add_step_closure(std::string name, std::vector<std::string> tensor
 }
 
 int Session::run() {
-  struct Scope {  // the registry holds this run's closures only while it runs
-    explicit Scope(const std::vector<StepClosure>& c) { cpp_step_closures() = c; }
-    ~Scope() { cpp_step_closures().clear(); }
+  struct Scope {  // the registry holds this run's closures while it runs (a run inside a closure restores the outer's)
+    std::vector<StepClosure> outer;
+    explicit Scope(const std::vector<StepClosure>& c) : outer(std::move(cpp_step_closures())) { cpp_step_closures() = c; }
+    ~Scope() { cpp_step_closures() = std::move(outer); }
   } scope(closures_);
   try {
     return run_scenario(s_, opt_);

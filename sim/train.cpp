@@ -167,7 +167,7 @@ int run_training(const Scenario& s, const RunOptions& opt, const graph::Graph& g
     throw_if_interrupted();
     std::map<std::string, Tensor> in = step_inputs.at(step);
     in["step"] = Tensor::from_f32({}, {static_cast<float>(step + 1)}).cast(tg.g.value("step").dtype);
-    const double scale_before = spec.loss_scaling ? machine->state().at("loss_scale").cast(DType::f64).to_f64()[0] : 0.0;
+    const double scale_before = spec.loss_scaling ? machine->state_scalar("loss_scale") : 0.0;
     outputs = machine->step(in);
     const double loss = outputs.at("loss").cast(DType::f64).to_f64()[0];
     losses.push_back(loss);
@@ -185,7 +185,7 @@ int run_training(const Scenario& s, const RunOptions& opt, const graph::Graph& g
     if (spec.loss_scaling) {
       const bool skipped = outputs.at("skipped").cast(DType::f64).to_f64()[0] != 0;
       rec["loss_scale"] = scale_before;
-      rec["next_loss_scale"] = machine->state().at("loss_scale").cast(DType::f64).to_f64()[0];
+      rec["next_loss_scale"] = machine->state_scalar("loss_scale");
       rec["skipped"] = skipped;
       if (skipped) {
         ++skipped_steps;

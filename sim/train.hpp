@@ -30,6 +30,8 @@ class TrainMachine {
   virtual std::map<std::string, Tensor> step(const std::map<std::string, Tensor>& inputs) = 0;
   // The state as the machine holds it now (read from its memory).
   virtual std::map<std::string, Tensor> state() = 0;
+  // One one-value state tensor (the loss scale), read alone.
+  virtual double state_scalar(const std::string& name) { return state().at(name).cast(DType::f64).to_f64()[0]; }
   // Simulated seconds of the last step (0: no timing model).
   virtual double step_seconds() const { return 0; }
   // Machine figures for the report and console after the last step, and its trace (when the

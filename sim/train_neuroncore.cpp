@@ -99,6 +99,12 @@ class NeuronCoreTrainer : public TrainMachine {
     return st;
   }
 
+  double state_scalar(const std::string& name) override {
+    for (const auto& b : compiled_.inputs)
+      if (b.name == name) return nc_read_value(*core_, hbm(b), b.transposed, tg_.g.value(b.name).shape).cast(DType::f64).to_f64()[0];
+    throw std::logic_error("no state tensor '" + name + "'");
+  }
+
   double step_seconds() const override { return last_s_; }
 
   void finish(json& report, const std::vector<StepMark>& closures) override {

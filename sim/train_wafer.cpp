@@ -33,7 +33,7 @@ class WaferTrainer : public TrainMachine {
   WaferTrainer(const Scenario& s, const graph::Graph& forward, const passes::TrainingGraph& tg, const passes::TrainingSpec& spec, const RunOptions& opt)
       : tg_(tg), cfg_(wafer::WaferConfig::from(s.params)) {
     auto& con = Console::get();
-    const char* hint = "training on the wafer takes mse or softmax cross-entropy, sgd with a constant learning rate, fp32; run other set-ups on target.kind neuroncore or reference";
+    const char* hint = "training on the wafer takes mse or softmax cross-entropy, sgd or momentum with a constant learning rate, fp32; run other set-ups on target.kind neuroncore or reference";
 
     if ((spec.optimizer != "sgd" && spec.optimizer != "momentum") || spec.weight_decay != 0)
       throw InputError("/training/optimizer", "MemoryX applies SGD, with or without momentum (no Adam or weight decay) in this build", hint);

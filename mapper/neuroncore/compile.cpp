@@ -302,6 +302,7 @@ class Compiler {
           d.add(g_.where(n), n.op + " with broadcasting is not compiled yet (" + shape_str(g_.value(n.inputs[0]).shape) + " and " +
                                  shape_str(g_.value(n.inputs[1]).shape) + ")");
       } else if (n.op == "Where") {
+        if (scalar_const(n.inputs[0])) d.add(g_.where(n), "Where with a constant condition is not compiled (fold it)");
         for (size_t k = 0; k < 3; ++k)
           if (g_.value(n.inputs[k]).shape != out.shape && !scalar_const(n.inputs[k]) && !one_element(n.inputs[k]))
             d.add(g_.where(n), "Where is compiled with operands of the output's shape or of one element, got " +
@@ -2010,7 +2011,7 @@ Compiled compile(const Graph& g, const CoreConfig& cfg, const MappingOptions& op
     if (n.op != "Gemm" || n.inputs.size() < 3 || n.inputs[2].empty()) continue;
     const auto& c = t.value(n.inputs[2]);
     const bool graph_input = std::find(t.inputs.begin(), t.inputs.end(), n.inputs[2]) != t.inputs.end();
-    if (c.data || (graph_input && c.dtype == DType::f32)) continue;
+    if (c.data || (graph_input && c.dtype == DType::f32 && c.shape.size() == 1)) continue;  // as Compiler::bias_value fuses
     const std::string bias = n.inputs[2], out = n.outputs[0], mid = out + "#nobias";
     n.inputs.resize(2);
     n.outputs[0] = mid;

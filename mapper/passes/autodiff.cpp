@@ -135,7 +135,7 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
     for (; marked < g.nodes.size(); ++marked) tg.phase_of[g.nodes[marked].name] = phase;
   };
 
-  // Trainable parameters: float initializers that MatMul, Gemm or Add read.
+  // Trainable parameters: float initializers (rank >= 1) that MatMul, Gemm, Conv, Add or LayerNormalization read.
   std::set<std::string> params;
   for (const auto& n : forward.nodes) {
     if (n.op != "MatMul" && n.op != "Gemm" && n.op != "Add" && n.op != "LayerNormalization" && n.op != "Conv") continue;
@@ -144,7 +144,7 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
           !forward.value(i).shape.empty())  // a 0-d initializer is a folded constant (an epsilon, a 1), not a weight
         params.insert(i);
   }
-  if (params.empty()) throw InputError(forward.source, "the model has no trainable weights (float initializers of MatMul, Gemm or Add)", kHint);
+  if (params.empty()) throw InputError(forward.source, "the model has no trainable weights (float initializers of MatMul, Gemm, Conv, Add or LayerNormalization)", kHint);
   for (const auto& n : forward.nodes)  // graph order, stable
     for (const auto& i : n.inputs)
       if (params.count(i) && std::find(tg.params.begin(), tg.params.end(), i) == tg.params.end()) tg.params.push_back(i);
@@ -272,6 +272,7 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
     auto wants = [&](size_t k) { return k < n.inputs.size() && !n.inputs[k].empty() && needs.count(n.inputs[k]) != 0; };
     if (n.op == "MatMul") {
       const Shape &sa = shape(n.inputs[0]), &sb = shape(n.inputs[1]);
+      if (sa.size() < 2 || sb.size() < 2) throw InputError(forward.where(n), "MatMul gradients need operands of rank 2 or more (got " + shape_str(sa) + " @ " + shape_str(sb) + ")", kHint);
       if (sa.size() == 2 && sb.size() == 2) {
         if (wants(0)) acc(n.inputs[0], b.node("MatMul", {go, b.transpose(in(1))}));
         if (wants(1)) acc(n.inputs[1], b.node("MatMul", {b.transpose(in(0)), go}));
@@ -287,7 +288,7 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
         if (wants(0)) acc(n.inputs[0], b.node("MatMul", {go, b.transpose(in(1))}));
         if (wants(1)) acc(n.inputs[1], b.node("MatMul", {b.transpose(b.reshape(in(0), a2)), b.reshape(go, g2)}));
       } else {
-        throw InputError(forward.where(n), "MatMul gradients with broadcast batch dimensions (" + shape_str(sa) + " @ " + shape_str(sb) + ") are not supported", kHint);
+        throw InputError(forward.where(n), "MatMul gradients of " + shape_str(sa) + " @ " + shape_str(sb) + " (broadcast batch dimensions) are not supported", kHint);
       }
     } else if (n.op == "Gemm") {
       if (n.attrs.get_int("transA", 0) || n.attrs.get_float("alpha", 1.0) != 1.0 || n.attrs.get_float("beta", 1.0) != 1.0)
@@ -320,9 +321,14 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
       const std::vector<int64_t> pads = n.attrs.get_ints("pads", {0, 0, 0, 0});
       if (wants(0)) {
         graph::Attributes a;
+        // The forward pads as they are, and output_padding for the rows and columns the forward
+        // stride skipped at the end (always < stride): output_shape would re-centre the pads.
+        const Shape& so = shape(n.outputs[0]);
+        std::vector<int64_t> opad(2);
+        for (size_t i = 0; i < 2; ++i) opad[i] = sx[2 + i] + pads[i] + pads[2 + i] - sw[2 + i] - strides[i] * (so[2 + i] - 1);
         a.set("strides", strides);
         a.set("pads", pads);
-        a.set("output_shape", std::vector<int64_t>{sx[2], sx[3]});
+        a.set("output_padding", opad);
         acc(n.inputs[0], b.node("ConvTranspose", {go, in(1)}, a));
       }
       if (wants(1)) {
@@ -400,8 +406,14 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
         axes = av.data->cast(DType::i64).to_i64();
       }
       const int64_t r = static_cast<int64_t>(si.size());
+      if (axes.empty() && n.attrs.get_int("noop_with_empty_axes", 0))
+        throw InputError(forward.where(n), "a reduction with noop_with_empty_axes and no axes is not differentiated", kHint);
       std::vector<bool> red(si.size(), axes.empty());
-      for (int64_t a : axes) red[static_cast<size_t>(a < 0 ? a + r : a)] = true;
+      for (int64_t a : axes) {
+        const int64_t ax = a < 0 ? a + r : a;
+        if (ax < 0 || ax >= r) throw InputError(forward.where(n), "axis " + std::to_string(a) + " is out of range for " + shape_str(si), kHint);
+        red[static_cast<size_t>(ax)] = true;
+      }
       Shape keep = si;
       double count = 1;
       for (size_t i = 0; i < si.size(); ++i)
@@ -439,8 +451,9 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
       std::vector<int64_t> lead;
       for (int64_t i = 0; i + 1 < r; ++i) lead.push_back(i);
       const bool has_scale = n.inputs.size() > 1 && !n.inputs[1].empty();
-      if (n.inputs.size() > 2 && !n.inputs[2].empty() && wants(2)) acc(n.inputs[2], b.reshape(b.reduce_sum(go, lead, false), shape(n.inputs[2])));
-      if (has_scale && wants(1)) acc(n.inputs[1], b.reshape(b.reduce_sum(b.mul(go, xh), lead, false), shape(n.inputs[1])));
+      auto over_lead = [&](const std::string& v) { return lead.empty() ? v : b.reduce_sum(v, lead, false); };
+      if (n.inputs.size() > 2 && !n.inputs[2].empty() && wants(2)) acc(n.inputs[2], b.reshape(over_lead(go), shape(n.inputs[2])));
+      if (has_scale && wants(1)) acc(n.inputs[1], b.reshape(over_lead(b.mul(go, xh)), shape(n.inputs[1])));
       if (wants(0)) {
         const std::string dxh = has_scale ? b.mul(go, in(1)) : go;
         auto mean_last = [&](const std::string& v) { return b.reduce_mean(v, {r - 1}, true); };

@@ -6,10 +6,10 @@
 //            tensor (the state carried from step to step), and "step" (a scalar: the 1-based step
 //            index, for Adam's bias correction)
 //   outputs: "loss" (a scalar), the forward outputs, and the updated parameter and state tensors
-// Trainable parameters are the float initializers read as weights or biases by MatMul, Gemm and
-// Add. The backward pass covers MatMul (2-D), Gemm (alpha = beta = 1, no transA), Add (same shapes,
-// or a bias broadcast along the last axis), Relu, Tanh and Sigmoid; any other op on the path from
-// a parameter to the loss is an error naming the node. Losses: mean squared error, and softmax
+// Trainable parameters are the float initializers (rank >= 1) read by MatMul, Gemm, Conv, Add and
+// LayerNormalization. The backward pass covers the ops listed in docs/training.md (matmuls, Conv,
+// MaxPool, elementwise ops and activations, Softmax, LayerNormalization, reductions, shape ops);
+// any other op on the path from a parameter to the loss is an error naming the node. Losses: mean squared error, and softmax
 // cross-entropy against one-hot (or soft) targets, averaged over the batch. Optimizers: SGD,
 // SGD with momentum, Adam (weight decay added to the gradient, as torch.optim.SGD/Adam do).
 // Every op used is in the reference executor's set, so the training step runs where the forward

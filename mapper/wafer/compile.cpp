@@ -368,6 +368,12 @@ void layer_params(const DenseKernel& k, size_t l, bool ws, json& params) {
   }
 }
 
+// The input queue of kernel l's chain colors (a color arrives in one queue of a PE). Training
+// gives odd and even layers different ones: a fabin takes the head of its queue whatever its
+// color, and in the backward pass a PE reads the input gradient on layer l-1's colors while the
+// gradient blocks from behind it may already be arriving on layer l's.
+int chain_queue(const Compiled& c, size_t l) { return c.training && l % 2 ? 5 : 1; }
+
 // PE program text of kernel l (its `.data`, `.dsd` and tasks), names suffixed with l.
 void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   const DenseKernel& k = c.kernels[l];
@@ -405,7 +411,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   if (k.input_layer)
     o << ".if $src" << L << "\n.dsd xsm" << L << " mem1d xs" << L << "\n.dsd xout" << L << " fabout " << we << " color=" << k.cx << " queue=0 len=" << B * kb
       << "\n.endif\n";
-  o << ".if !$first" << L << "\n.dsd from" << L << " fabin f32 color=$cin" << L << " queue=1 len=" << B * nb << "\n.endif\n";
+  o << ".if !$first" << L << "\n.dsd from" << L << " fabin f32 color=$cin" << L << " queue=" << chain_queue(c, l) << " len=" << B * nb << "\n.endif\n";
   o << ".if !$last" << L << "\n.dsd to" << L << " fabout f32 color=$cout" << L << " queue=2 len=" << B * nb << "\n.endif\n";
   o << ".if $last" << L << "\n.dsd bm" << L << " mem4d bias" << L << " dims=" << B << ":0," << nb << ":1   # the bias again for every sample\n";
   if (k.tanh)  // the activation's temporaries
@@ -678,12 +684,12 @@ void backward_text(const Compiled& c, size_t l, double lr, std::ostringstream& o
   if (l) {
     o << ".dsd wcolT" << L << " mem1d " << wbuf << " len=" << kb << " stride=" << nb << "\n.dsd dxrow" << L << " mem1d dx" << L << " len=" << kb << "\n";
     o << ".dsd dxm" << L << " mem1d dx" << L << "\n";
-    o << ".if !$first" << P << "\n.dsd dxfrom" << L << " fabin f32 color=$cin" << P << " queue=1 len=" << B * kb << "\n.endif\n";
+    o << ".if !$first" << P << "\n.dsd dxfrom" << L << " fabin f32 color=$cin" << P << " queue=" << chain_queue(c, l - 1) << " len=" << B * kb << "\n.endif\n";
     o << ".if !$last" << P << "\n.dsd dxto" << L << " fabout f32 color=$cout" << P << " queue=2 len=" << B * kb << "\n.endif\n";
   }
   o << ".dsd gto" << L << " fabout f32 color=$cout" << L << " queue=2 len=" << kb * nb << "\n";
   o << ".if $pre" << L << "\n.dsd gto2" << L << " fabout f32 color=$cout" << L << " queue=2 len=$npre" << L << "\n.dsd gfrom" << L << " fabin f32 color=$cin" << L
-    << " queue=1 len=$npre" << L << "\n.endif\n";
+    << " queue=" << chain_queue(c, l) << " len=$npre" << L << "\n.endif\n";
   // Chain ends: dy, the bias update, the multicast.
   o << ".if $last" << L << "\n.data dy" << L << " f32 " << B * nb << "\n.data db" << L << " f32 " << nb << "\n";
   if (k.relu || k.tanh) o << ".data mk" << L << " f32 " << B * nb << "\n.dsd mkm" << L << " mem1d mk" << L << "\n";
@@ -754,7 +760,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   c.loss = opt.loss;
   c.momentum = opt.momentum;
   if (c.training) {
-    const char* hint = "training on the wafer maps up to two dense layers (Gemm/MatMul, bias, ReLU) with weight streaming in fp32 (docs/wafer-compiler.md); run it on target.kind neuroncore or reference";
+    const char* hint = "training on the wafer maps up to two dense layers (Gemm/MatMul, bias, ReLU or Tanh) with weight streaming in fp32, MSE or softmax cross-entropy (docs/wafer-compiler.md); run it on target.kind neuroncore or reference";
     if (opt.mode != MapMode::weight_streaming) throw InputError("/mapping/mode", "training on the wafer runs in weight_streaming mode (weights and their updates in MemoryX)", "set mapping.mode to weight_streaming");
     if (c.fp16) throw InputError("/precision/compute", "training on the wafer is compiled in fp32 in this build", hint);
     if (c.kernels.size() > 2)
@@ -826,6 +832,10 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       throw InputError("/mapping/wafer_rect", "the rectangle " + std::to_string(w) + " x " + std::to_string(h) + " is larger than the fabric " +
                                                  std::to_string(cfg.fabric_width) + " x " + std::to_string(cfg.fabric_height));
     place_streaming(c.kernels, w, h);
+    if (opt.training && opt.loss == "softmax_cross_entropy" && c.kernels.back().N > 16)
+      throw InputError("/training/loss", "softmax cross-entropy on the wafer takes up to 16 classes (its Newton reciprocal and logarithm are accurate over sums in [1, 16]); the model has " +
+                                             std::to_string(c.kernels.back().N),
+                       "run it on target.kind neuroncore or reference");
     if (opt.training && opt.loss == "softmax_cross_entropy" && (c.kernels.back().k_on_columns ? h : w) != 1) {
       const DenseKernel& k = c.kernels.back();
       throw InputError("/mapping/wafer_rect", "softmax cross-entropy runs on one PE per sample row: the last layer's " + std::to_string(k.N) + " classes must lie on one chain-end PE, but the " +
@@ -844,7 +854,9 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
         const DenseKernel& k = c.kernels[l];
         data += (k.B * k.kb * (l ? 2 : 1) + k.kb * k.nb) * 4;  // saved x, weight gradient, input gradient
         data += (k.B * k.nb * (k.relu || k.tanh ? 2 : 1) + k.nb) * 4;  // chain ends: dy, mask, bias gradient
-        if (l + 1 == c.kernels.size()) data += (2 * k.B * k.nb + 2) * 4;  // target, d, loss
+        if (opt.momentum != 0) data += k.nb * 4;                       // chain ends: the bias velocity
+        if (l + 1 == c.kernels.size())
+          data += (opt.loss == "softmax_cross_entropy" ? k.B * k.nb + 2 * k.B * k.N + 7 * k.B + 2 : 2 * k.B * k.nb + 2) * 4;  // target, work arrays, loss
       }
     c.sram_high_water = data + wa + wb;
     if (c.sram_high_water > area) {

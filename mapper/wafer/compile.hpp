@@ -42,7 +42,8 @@ struct MappingOptions {
   int64_t rect_height = 0;
   int64_t reserved_colors = 0;   // colors the allocator may not use (0 .. reserved-1)
   bool fp16 = false;             // precision.compute fp16: fp16 weights and activations, fp32 sums (fmachs)
-  // Training (weight streaming, fp32, MSE loss, SGD; docs/wafer-compiler.md "Training"): after the
+  // Training (weight streaming, fp32, MSE or softmax cross-entropy, SGD with or without momentum;
+  // docs/wafer-compiler.md "Training"): after the
   // forward pass the programs form the loss and its gradient at the last layer's chain ends, run
   // every layer's backward pass on the same rectangle (dy multicast back along the chains, weight
   // gradient blocks and input gradients on every PE, the input gradient reduced along the x lines

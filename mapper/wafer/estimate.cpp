@@ -47,11 +47,11 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     }
   } else {
     const int64_t N = kl.N, nb = kl.nb, BN = B * N;
-    const int64_t exp_ops = 41;  // exp_text: clamp, scale, 1 + 31 Horner steps, 4 squarings, copy
+    const int64_t exp_ops = kExpOps;
     int64_t body = dsd(B, Op::fmovs, nb) + (N - 1) * dsd(B, Op::fmaxs, nb) + N * dsd(B, Op::fsubs, std::max(nb, N));
-    body += exp_ops * dsd(BN) + dsd(B, Op::fmovs, N) + (N - 1) * dsd(B, Op::fadds, N) + 33 * dsd(B);  // exp, sum, 1 / s
+    body += exp_ops * dsd(BN) + dsd(B, Op::fmovs, N) + (N - 1) * dsd(B, Op::fadds, N) + kRecipOps * dsd(B);  // exp, sum, 1 / s
     body += dsd(B * nb) + 3 * N * dsd(B, Op::fmuls, std::max(nb, N));                              // dy
-    body += dsd(B) + 33 * dsd(B) + 3 * dsd(B) + 5 * ((1 + exp_ops + 3) * dsd(B));                  // ln s
+    body += dsd(B) + kRecipOps * dsd(B) + 3 * dsd(B) + 5 * ((1 + exp_ops + 3) * dsd(B));           // ln s
     body += dsd(B) + 2 * N * dsd(B, Op::fmuls, std::max(nb, N));                                   // t (m + ln s - z)
     body += 1 + dsd(1) + 1 + (BN - 1) * (5 + dsd(1)) + 2 + dsd(1);                                 // the sum, the loss
     for (int64_t q = 0; q < Lq; ++q) {
@@ -121,7 +121,7 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
         const int64_t g = gstart[static_cast<size_t>(py * k.w + px)];
         // from p: its own block (setup, bs wavelets), then (beyond the chain end) every later
         // position's relay stage (completion, g2, setup) and the remaining blocks
-        e = std::max(e, g + S + (Lk - p) * bs + (Lk - 1 - p) * pass + (p < Lk - 1 ? 0 : 0));
+        e = std::max(e, g + S + (Lk - p) * bs + (Lk - 1 - p) * pass);
         if (p == Lk - 1 && Lk > 1) e = std::max(e, g + 2 * S + 2 + Lk * bs);
       }
       line_end[static_cast<size_t>(q)] = e + pass;

@@ -352,3 +352,46 @@ TEST_CASE("autodiff: MaxPool gradients (2x2 windows) match finite differences in
   }
   CHECK(checked == 18 + 2 + 54);
 }
+
+// Asymmetric pads and a stride that skips input rows at the end (8 + 0 + 1 - 3 = 6: the stride 3
+// reaches row 6 of 9 padded rows, leaving 2): the input gradient must keep the forward pads.
+TEST_CASE("autodiff: Conv gradients with asymmetric pads and stride 3 match finite differences in fp64", "[autodiff]") {
+  const json j = json::parse(R"js({
+    "opset": 17,
+    "inputs": {"x": {"shape": [1, 2, 8, 8], "dtype": "fp64"}},
+    "outputs": ["y"],
+    "initializers": {
+      "W0": {"shape": [2, 2, 1, 1], "dtype": "fp64", "random": {"seed": 80, "dist": "normal", "scale": 0.5}},
+      "W": {"shape": [2, 2, 3, 3], "dtype": "fp64", "random": {"seed": 81, "dist": "normal", "scale": 0.4}}},
+    "nodes": [
+      {"op": "Conv", "inputs": ["x", "W0"], "outputs": ["c0"]},
+      {"op": "Tanh", "inputs": ["c0"], "outputs": ["t0"]},
+      {"op": "Conv", "inputs": ["t0", "W"], "outputs": ["c"], "attrs": {"strides": [3, 3], "pads": [0, 1, 1, 0]}},
+      {"op": "Flatten", "inputs": ["c"], "outputs": ["y"], "attrs": {"axis": 1}}]})js");
+  graph::Graph g = frontend::load_json_graph(j, "/model/graph", "");
+  passes::prepare(g);
+  const passes::TrainingGraph tg = passes::make_training_graph(g, passes::TrainingSpec{});
+  REQUIRE(tg.params == std::vector<std::string>{"W0", "W"});
+  auto in = tg.initial;
+  in["x"] = f64({1, 2, 8, 8}, 82);
+  in["target"] = f64({1, 18}, 83);
+  Tensor step(DType::f64, {});
+  step.as<double>()[0] = 1;
+  in["step"] = step;
+  const auto out = reference::execute(tg.g, in);
+  const double eps = 1e-6;
+  int checked = 0;
+  for (const auto& p : tg.params) {
+    const auto gr = out.at("grad:" + p).to_f64();
+    for (size_t e = 0; e < gr.size(); ++e) {
+      auto plus = in, minus = in;
+      plus[p].as<double>()[e] += eps;
+      minus[p].as<double>()[e] -= eps;
+      const double fd = (loss_of(tg, plus) - loss_of(tg, minus)) / (2 * eps);
+      INFO("d/d" << p << "[" << e << "]: autodiff " << gr[e] << " finite difference " << fd);
+      CHECK(std::fabs(gr[e] - fd) <= 1e-7 * std::max(1.0, std::fabs(fd)));
+      ++checked;
+    }
+  }
+  CHECK(checked == 4 + 36);
+}
