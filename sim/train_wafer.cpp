@@ -82,7 +82,9 @@ class WaferTrainer : public TrainMachine {
     if (fo.record) trace_cfg_ = s.resolved["trace"];
     out_dir_ = opt.out_dir;
     name_ = s.name;
-    fo.eager_memory_ops = true;
+    // Faults (run.faults) are armed for the first step; a bit flipped mid-op must be seen element by element.
+    fo.eager_memory_ops = s.resolved["run"]["faults"].empty();
+    scenario_ = &s;
     fo.host_memory_budget = static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>());
     fab_ = std::make_unique<wafer::Fabric>("wafer", cfg_, fo);
     fab_->load(L_);  // the fabric keeps pointers into the layout: it lives as long as the trainer
@@ -119,6 +121,7 @@ class WaferTrainer : public TrainMachine {
   }
 
   std::map<std::string, Tensor> step(const std::map<std::string, Tensor>& in) override {
+    if (steps_ == 0) faults_ = arm_wafer_faults(*scenario_, *fab_, fault_what_);
     for (const auto& a : cp_.place_input(in.at(cp_.input))) fab_->write_array(a.x, a.y, a.array, a.values);
     for (const auto& a : cp_.place_target(in.at(tg_.g.inputs.at(target_index())))) fab_->write_array(a.x, a.y, a.array, a.values);
     const sc_core::sc_time t_start = sc_core::sc_time_stamp();
@@ -128,6 +131,10 @@ class WaferTrainer : public TrainMachine {
     fab_->start();
     sc_core::sc_start();
     throw_if_interrupted();
+    if (steps_ == 0 && !faults_.empty()) {
+      report_wafer_faults(faults_, fault_what_, *fab_);
+      fab_->clear_faults();
+    }
     if (fab_->error()) throw std::runtime_error("training step " + std::to_string(first_step + steps_) + ": " + *fab_->error());
     if (!fab_->finished()) throw std::runtime_error("the fabric did not finish a training step (SystemC ran out of events)");
     const wafer::FabricStats& st = fab_->stats();
@@ -231,6 +238,7 @@ class WaferTrainer : public TrainMachine {
     json layers = json::array();
     for (const auto& k : cp_.kernels)
       layers.push_back({{"name", k.name}, {"rect", {k.w, k.h}}, {"block", {k.kb, k.nb}}, {"weights_port", k.port}, {"gradient_port", k.grad_port}});
+    if (!faults_.empty()) report["faults"] = faults_;
     report["compile"] = {{"mode", "weight_streaming"}, {"training", true}, {"layers", layers}, {"fabric", {cp_.fabric_width, cp_.fabric_height}},
                          {"colors_used", cp_.colors_used}, {"sram_high_water_bytes", cp_.sram_high_water}};
     const double per_step = total_s_ / static_cast<double>(std::max<int64_t>(1, steps_));
@@ -281,6 +289,9 @@ class WaferTrainer : public TrainMachine {
   std::unique_ptr<wafer::MemoryX> mx_;
   std::unique_ptr<wafer::SwarmX> sx_;
   double momentum_ = 0;
+  const Scenario* scenario_ = nullptr;
+  json faults_ = json::array();
+  std::vector<std::string> fault_what_;
   double last_s_ = 0, total_s_ = 0, first_start_s_ = 0, last_step_t0_ = 0;
   json trace_cfg_;
   std::string out_dir_, name_;
