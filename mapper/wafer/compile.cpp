@@ -1108,7 +1108,7 @@ std::string compile_report(const Compiled& c, const WaferConfig& cfg) {
     const auto& e = c.train_est;
     std::snprintf(line, sizeof line,
                   "\nTraining step (%s, %s): forward to cycle %lld, loss to %lld, backward to %lld (the fabric's end), MemoryX updates done at %.3f us;\n"
-                  "  step %.3f us predicted, %.1f training samples/s\n",
+                  "  step %.3f us predicted, %.1f training samples/s (the overall figures above are the fabric's part)\n",
                   c.loss.c_str(), c.momentum != 0 ? "SGD with momentum" : "SGD", static_cast<long long>(e.forward), static_cast<long long>(e.loss),
                   static_cast<long long>(e.backward), e.update_end_s * 1e6, c.predicted_s * 1e6, static_cast<double>(B) / c.predicted_s);
     o << line;
