@@ -118,7 +118,6 @@ class NeuronCoreTrainer : public TrainMachine {
                          {"bundles", compiled_.program.bundles.size()},
                          {"sbuf_high_water_bytes_per_partition", compiled_.sbuf_high_water},
                          {"hbm_bytes", compiled_.hbm_bytes},
-                         {"compile_s", compile_s_},
                          {"in_place_state", tg_.state.size()}};
     report["stats"] = {{"bundles_per_step", first_.bundles}, {"hbm_read_bytes_first_step", first_.hbm_read_bytes}, {"hbm_write_bytes_first_step", first_.hbm_write_bytes}};
     nc_kernel_table(compiled_, compiled_.program, *core_, report);  // the last step's
