@@ -127,7 +127,9 @@ class WaferTrainer : public TrainMachine {
     const sc_core::sc_time t_start = sc_core::sc_time_stamp();
     const models::ClockDomain& ck = fab_->clock();
     const int64_t c_start = ck.cycle_at_or_after(static_cast<models::Femtos>(t_start.value()));
-    stream_compiled_weights(cp_, *fab_, *mx_, *sx_, t_start);
+    std::vector<int> copies;  // the first layer's weights stream again for its backward pass when three layers do not fit two buffers
+    for (size_t l = 0; l < cp_.kernels.size(); ++l) copies.push_back(l + 2 < cp_.kernels.size() ? 2 : 1);
+    stream_compiled_weights(cp_, *fab_, *mx_, *sx_, t_start, copies);
     fab_->start();
     sc_core::sc_start();
     throw_if_interrupted();

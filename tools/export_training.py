@@ -74,6 +74,17 @@ def image_data(rng):  # 8x8 images: one of three fixed patterns, scaled, plus no
     return x, t
 
 
+class DeepRegressor(nn.Module):  # MLP regression 8 -> 16 -> 12 -> 4 (three layers: the wafer streams the first one's weights again)
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 12)
+        self.fc3 = nn.Linear(12, 4)
+
+    def forward(self, x):
+        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
 def regression_data(rng):
     a = rng.normal(size=(8, 4)).astype(np.float32)
     x = rng.normal(size=(STEPS, 16, 8)).astype(np.float32)
@@ -136,6 +147,7 @@ def main():
         ("classifier", Classifier, classification_data, "softmax_cross_entropy", [("momentum", 0.05)], (24, 10)),
         ("relu_classifier", ReluClassifier, classification_data, "softmax_cross_entropy", [("sgd", 0.1), ("momentum", 0.05)], (24, 10)),
         ("cnn", SmallCNN, image_data, "softmax_cross_entropy", [("sgd", 0.05)], (16, 1, 8, 8)),
+        ("mlp3", DeepRegressor, regression_data, "mse", [("sgd", 0.05)], (16, 8)),
     ]
     for name, cls, data, loss, opts, shape in cases:
         rng = np.random.default_rng(2026)
