@@ -58,30 +58,38 @@ double loss_of(const passes::TrainingGraph& tg, const std::map<std::string, Tens
   return reference::execute(tg.g, in).at("loss").to_f64()[0];
 }
 
+// Every parameter gradient of one step of `tg` on `in` (the "step" input set here) against central
+// finite differences (eps 1e-6, within 1e-7 relative); returns how many elements were checked.
+int fd_check(const passes::TrainingGraph& tg, std::map<std::string, Tensor> in) {
+  Tensor step(DType::f64, {});
+  step.as<double>()[0] = 1;
+  in["step"] = step;
+  const auto out = reference::execute(tg.g, in);
+  const double eps = 1e-6;
+  int checked = 0;
+  for (const auto& p : tg.params) {
+    const auto gr = out.at("grad:" + p).to_f64();
+    REQUIRE(static_cast<int64_t>(gr.size()) == tg.initial.at(p).numel());
+    for (size_t e = 0; e < gr.size(); ++e) {
+      auto plus = in, minus = in;
+      plus[p].as<double>()[e] += eps;
+      minus[p].as<double>()[e] -= eps;
+      const double fd = (loss_of(tg, plus) - loss_of(tg, minus)) / (2 * eps);
+      INFO("d/d" << p << "[" << e << "]: autodiff " << gr[e] << " finite difference " << fd);
+      CHECK(std::fabs(gr[e] - fd) <= 1e-7 * std::max(1.0, std::fabs(fd)));
+      ++checked;
+    }
+  }
+  return checked;
+}
+
 void gradient_check(const std::string& loss, const Tensor& target) {
   passes::TrainingSpec spec;
   spec.loss = loss;
   const passes::TrainingGraph tg = passes::make_training_graph(mlp64(), spec);
   REQUIRE(tg.params == std::vector<std::string>{"W1", "b1", "W2", "b2", "W3", "b3"});
   const Tensor x = f64({3, 4}, 11);
-  const auto in = feeds(tg, x, target);
-  const auto out = reference::execute(tg.g, in);
-  const double eps = 1e-6;
-  int checked = 0;
-  for (const auto& p : tg.params) {
-    const auto g = out.at("grad:" + p).to_f64();
-    REQUIRE(static_cast<int64_t>(g.size()) == tg.initial.at(p).numel());
-    for (size_t e = 0; e < g.size(); ++e) {
-      auto plus = in, minus = in;
-      plus[p].as<double>()[e] += eps;
-      minus[p].as<double>()[e] -= eps;
-      const double fd = (loss_of(tg, plus) - loss_of(tg, minus)) / (2 * eps);
-      INFO(loss << " d/d" << p << "[" << e << "]: autodiff " << g[e] << " finite difference " << fd);
-      CHECK(std::fabs(g[e] - fd) <= 1e-7 * std::max(1.0, std::fabs(fd)));
-      ++checked;
-    }
-  }
-  CHECK(checked == 20 + 5 + 10 + 2 + 6 + 3);
+  CHECK(fd_check(tg, feeds(tg, x, target)) == 20 + 5 + 10 + 2 + 6 + 3);
 }
 
 }  // namespace
@@ -240,25 +248,7 @@ TEST_CASE("autodiff: LayerNorm/attention/elementwise/reduction gradients match f
   auto in = tg.initial;
   in["x"] = f64({2, 3, 4}, 31);
   in["target"] = f64({6, 1}, 32);
-  Tensor step(DType::f64, {});
-  step.as<double>()[0] = 1;
-  in["step"] = step;
-  const auto out = reference::execute(tg.g, in);
-  const double eps = 1e-6;
-  int checked = 0;
-  for (const auto& p : tg.params) {
-    const auto gr = out.at("grad:" + p).to_f64();
-    for (size_t e = 0; e < gr.size(); ++e) {
-      auto plus = in, minus = in;
-      plus[p].as<double>()[e] += eps;
-      minus[p].as<double>()[e] -= eps;
-      const double fd = (loss_of(tg, plus) - loss_of(tg, minus)) / (2 * eps);
-      INFO("d/d" << p << "[" << e << "]: autodiff " << gr[e] << " finite difference " << fd);
-      CHECK(std::fabs(gr[e] - fd) <= 1e-7 * std::max(1.0, std::fabs(fd)));
-      ++checked;
-    }
-  }
-  CHECK(checked == 4 + 4 + 16 + 16 + 4);
+  CHECK(fd_check(tg, in) == 4 + 4 + 16 + 16 + 4);
 }
 
 // A convolution (stride 2, padding 1) feeding a Gemm: the Conv's weight and bias gradients (a
@@ -286,26 +276,7 @@ TEST_CASE("autodiff: Conv gradients (stride 2, pads 1) match finite differences 
   auto in = tg.initial;
   in["x"] = f64({2, 2, 5, 5}, 51);
   in["target"] = f64({2, 2}, 52);
-  Tensor step(DType::f64, {});
-  step.as<double>()[0] = 1;
-  in["step"] = step;
-  const auto out = reference::execute(tg.g, in);
-  const double eps = 1e-6;
-  int checked = 0;
-  for (const auto& p : tg.params) {
-    const auto gr = out.at("grad:" + p).to_f64();
-    REQUIRE(static_cast<int64_t>(gr.size()) == tg.initial.at(p).numel());
-    for (size_t e = 0; e < gr.size(); ++e) {
-      auto plus = in, minus = in;
-      plus[p].as<double>()[e] += eps;
-      minus[p].as<double>()[e] -= eps;
-      const double fd = (loss_of(tg, plus) - loss_of(tg, minus)) / (2 * eps);
-      INFO("d/d" << p << "[" << e << "]: autodiff " << gr[e] << " finite difference " << fd);
-      CHECK(std::fabs(gr[e] - fd) <= 1e-7 * std::max(1.0, std::fabs(fd)));
-      ++checked;
-    }
-  }
-  CHECK(checked == 54 + 3 + 54 + 2);
+  CHECK(fd_check(tg, in) == 54 + 3 + 54 + 2);
 }
 
 // Conv -> Relu -> MaxPool 2x2 (windows tiling the input) -> Flatten -> Gemm: the pool routes the
@@ -332,25 +303,7 @@ TEST_CASE("autodiff: MaxPool gradients (2x2 windows) match finite differences in
   auto in = tg.initial;
   in["x"] = f64({2, 1, 6, 6}, 71);
   in["target"] = f64({2, 3}, 72);
-  Tensor step(DType::f64, {});
-  step.as<double>()[0] = 1;
-  in["step"] = step;
-  const auto out = reference::execute(tg.g, in);
-  const double eps = 1e-6;
-  int checked = 0;
-  for (const auto& p : tg.params) {
-    const auto gr = out.at("grad:" + p).to_f64();
-    for (size_t e = 0; e < gr.size(); ++e) {
-      auto plus = in, minus = in;
-      plus[p].as<double>()[e] += eps;
-      minus[p].as<double>()[e] -= eps;
-      const double fd = (loss_of(tg, plus) - loss_of(tg, minus)) / (2 * eps);
-      INFO("d/d" << p << "[" << e << "]: autodiff " << gr[e] << " finite difference " << fd);
-      CHECK(std::fabs(gr[e] - fd) <= 1e-7 * std::max(1.0, std::fabs(fd)));
-      ++checked;
-    }
-  }
-  CHECK(checked == 18 + 2 + 54);
+  CHECK(fd_check(tg, in) == 18 + 2 + 54);
 }
 
 // Asymmetric pads and a stride that skips input rows at the end (8 + 0 + 1 - 3 = 6: the stride 3
@@ -375,23 +328,5 @@ TEST_CASE("autodiff: Conv gradients with asymmetric pads and stride 3 match fini
   auto in = tg.initial;
   in["x"] = f64({1, 2, 8, 8}, 82);
   in["target"] = f64({1, 18}, 83);
-  Tensor step(DType::f64, {});
-  step.as<double>()[0] = 1;
-  in["step"] = step;
-  const auto out = reference::execute(tg.g, in);
-  const double eps = 1e-6;
-  int checked = 0;
-  for (const auto& p : tg.params) {
-    const auto gr = out.at("grad:" + p).to_f64();
-    for (size_t e = 0; e < gr.size(); ++e) {
-      auto plus = in, minus = in;
-      plus[p].as<double>()[e] += eps;
-      minus[p].as<double>()[e] -= eps;
-      const double fd = (loss_of(tg, plus) - loss_of(tg, minus)) / (2 * eps);
-      INFO("d/d" << p << "[" << e << "]: autodiff " << gr[e] << " finite difference " << fd);
-      CHECK(std::fabs(gr[e] - fd) <= 1e-7 * std::max(1.0, std::fabs(fd)));
-      ++checked;
-    }
-  }
-  CHECK(checked == 4 + 36);
+  CHECK(fd_check(tg, in) == 4 + 36);
 }
