@@ -40,10 +40,7 @@ nlohmann::json stream_figures(const std::vector<wafer::StreamTransfer>& log);
 // streaming; fp16 mappings take the fp32 masters rounded at the port).
 void write_compiled_wafer(const wafer::Compiled& cp, const RunOptions& opt);
 wafer::LoadedLayout load_compiled_wafer(const wafer::Compiled& cp, const wafer::WaferConfig& cfg);
-// `copies` (optional, per layer): how many times its weights stream in one run (training streams
-// a layer's weights again for its backward pass when they were not kept).
-void stream_compiled_weights(const wafer::Compiled& cp, wafer::Fabric& fab, wafer::MemoryX& mx, wafer::SwarmX& sx, const sc_core::sc_time& t_start,
-                             const std::vector<int>& copies = {});
+void stream_compiled_weights(const wafer::Compiled& cp, wafer::Fabric& fab, wafer::MemoryX& mx, wafer::SwarmX& sx, const sc_core::sc_time& t_start);
 
 // A model (ONNX or inline graph) compiled by mapper/wafer and run on the fabric.
 int run_wafer_graph(const Scenario& s, const RunOptions& opt);

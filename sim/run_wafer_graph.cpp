@@ -46,37 +46,25 @@ wafer::LoadedLayout load_compiled_wafer(const wafer::Compiled& cp, const wafer::
   }
 }
 
-void stream_compiled_weights(const wafer::Compiled& cp, wafer::Fabric& fab, wafer::MemoryX& mx, wafer::SwarmX& sx, const sc_core::sc_time& t_start,
-                             const std::vector<int>& copies) {
+void stream_compiled_weights(const wafer::Compiled& cp, wafer::Fabric& fab, wafer::MemoryX& mx, wafer::SwarmX& sx, const sc_core::sc_time& t_start) {
   const models::ClockDomain& ck = fab.clock();
   const int64_t c_start = ck.cycle_at_or_after(static_cast<models::Femtos>(t_start.value()));
-  // In layer order, from the step's start (MemoryX serves them one after another); second copies
-  // after all the first ones.
-  std::vector<std::vector<std::vector<uint32_t>>> pl(cp.kernels.size());
-  std::vector<std::vector<std::vector<int64_t>>> ready(cp.kernels.size());
-  const int rounds = copies.empty() ? 1 : *std::max_element(copies.begin(), copies.end());
-  for (int r = 0; r < rounds; ++r)
-    for (size_t l = 0; l < cp.kernels.size(); ++l) {
-      if (r >= (copies.empty() ? 1 : copies[l])) continue;
-      const auto& k = cp.kernels[l];
-      const wafer::SwarmX::Stream st = sx.broadcast(mx.address(k.mx_tensor), mx.count(k.mx_tensor), t_start);
-      pl[l].resize(static_cast<size_t>(k.lanes));
-      ready[l].resize(static_cast<size_t>(k.lanes));
-      for (int64_t lane = 0; lane < k.lanes; ++lane)
-        for (int64_t t = 0; t < k.lane_len; ++t) {
-          const size_t i = static_cast<size_t>(t * k.lanes + lane);
-          // MemoryX holds fp32 masters; an fp16 mapping takes them rounded to fp16 at the port.
-          pl[l][static_cast<size_t>(lane)].push_back(cp.fp16 ? fp32_to_fp16(st.values[i]) : float_bits(st.values[i]));
-          ready[l][static_cast<size_t>(lane)].push_back(ck.cycle_at_or_after(static_cast<models::Femtos>(st.ready[i].value())) - c_start);
-        }
-    }
-  for (size_t l = 0; l < cp.kernels.size(); ++l)
-    for (int64_t lane = 0; lane < cp.kernels[l].lanes; ++lane) {
-      auto& rd = ready[l][static_cast<size_t>(lane)];
+  for (const auto& k : cp.kernels) {  // in layer order, from the step's start (MemoryX serves them one after another)
+    const wafer::SwarmX::Stream st = sx.broadcast(mx.address(k.mx_tensor), mx.count(k.mx_tensor), t_start);
+    for (int64_t lane = 0; lane < k.lanes; ++lane) {
+      std::vector<uint32_t> pl(static_cast<size_t>(k.lane_len));
+      std::vector<int64_t> ready(static_cast<size_t>(k.lane_len));
+      for (int64_t t = 0; t < k.lane_len; ++t) {
+        const size_t i = static_cast<size_t>(t * k.lanes + lane);
+        // MemoryX holds fp32 masters; an fp16 mapping takes them rounded to fp16 at the port.
+        pl[static_cast<size_t>(t)] = cp.fp16 ? fp32_to_fp16(st.values[i]) : float_bits(st.values[i]);
+        ready[static_cast<size_t>(t)] = ck.cycle_at_or_after(static_cast<models::Femtos>(st.ready[i].value())) - c_start;
+      }
       // Ready cycles must not decrease along a lane (SwarmX hands bursts out in order).
-      for (size_t t = 1; t < rd.size(); ++t) rd[t] = std::max(rd[t], rd[t - 1]);
-      fab.set_port_stream(cp.kernels[l].port, lane, std::move(pl[l][static_cast<size_t>(lane)]), std::move(rd));
+      for (size_t t = 1; t < ready.size(); ++t) ready[t] = std::max(ready[t], ready[t - 1]);
+      fab.set_port_stream(k.port, lane, std::move(pl), std::move(ready));
     }
+  }
 }
 
 int run_wafer_graph(const Scenario& s, const RunOptions& opt) {

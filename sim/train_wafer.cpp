@@ -127,17 +127,20 @@ class WaferTrainer : public TrainMachine {
     const sc_core::sc_time t_start = sc_core::sc_time_stamp();
     const models::ClockDomain& ck = fab_->clock();
     const int64_t c_start = ck.cycle_at_or_after(static_cast<models::Femtos>(t_start.value()));
-    std::vector<int> copies;  // the first layer's weights stream again for its backward pass when three layers do not fit two buffers
-    for (size_t l = 0; l < cp_.kernels.size(); ++l) copies.push_back(l + 2 < cp_.kernels.size() ? 2 : 1);
-    stream_compiled_weights(cp_, *fab_, *mx_, *sx_, t_start, copies);
+    stream_compiled_weights(cp_, *fab_, *mx_, *sx_, t_start);
     fab_->start();
     sc_core::sc_start();
     throw_if_interrupted();
-    if (steps_ == 0 && !faults_.empty()) {
+    const bool faulted = steps_ == 0 && !faults_.empty();
+    if (faulted) {
       report_wafer_faults(faults_, fault_what_, *fab_);
       fab_->clear_faults();
     }
-    if (fab_->error()) throw std::runtime_error("training step " + std::to_string(first_step + steps_) + ": " + *fab_->error());
+    if (fab_->error()) {
+      const std::string where = "compiled training layout, step " + std::to_string(first_step + steps_);
+      if (faulted) throw InputError(where, *fab_->error(), "the faults injected by run.faults stopped the run");
+      throw std::runtime_error(where + ": " + *fab_->error());
+    }
     if (!fab_->finished()) throw std::runtime_error("the fabric did not finish a training step (SystemC ran out of events)");
     const wafer::FabricStats& st = fab_->stats();
     sc_core::sc_time t_end = sc_core::sc_time::from_value(static_cast<uint64_t>(ck.time_of(c_start + st.cycles)));

@@ -369,10 +369,10 @@ void layer_params(const DenseKernel& k, size_t l, bool ws, json& params) {
 }
 
 // The input queue of kernel l's chain colors (a color arrives in one queue of a PE). Training
-// gives odd and even layers different ones: a fabin takes the head of its queue whatever its
-// color, and in the backward pass a PE reads the input gradient on layer l-1's colors while the
-// gradient blocks from behind it may already be arriving on layer l's.
-int chain_queue(const Compiled& c, size_t l) { return c.training && l % 2 ? 5 : 1; }
+// gives every layer its own (1, 5, 6): a fabin takes the head of its queue whatever its color, and
+// in the backward pass a PE reads the input gradient on layer l-1's colors while gradient blocks
+// (layer l's, or layer l+1's still draining) may arrive from a neighbour on another layer's.
+int chain_queue(const Compiled& c, size_t l) { return !c.training || l == 0 ? 1 : l == 1 ? 5 : 6; }
 
 // PE program text of kernel l (its `.data`, `.dsd` and tasks), names suffixed with l.
 void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
@@ -662,24 +662,6 @@ void xent_text(const Compiled& c, std::ostringstream& o) {
   o << "  fmuls lossm, laccm, " << fnum(1.0 / static_cast<double>(B)) << "\n  activate bstart" << L << "\n  ret\n.endif\n";
 }
 
-// Training: whether layer l's weights must stream in again for its backward pass (the two weight
-// buffers hold the last two layers' after the forward pass).
-bool reloads(const Compiled& c, size_t l) { return c.training && l + 2 < c.kernels.size(); }
-
-// The second stream of layer l's weights (reloads): the same pre/own/post walk of the line's
-// stream as the forward load, into the same buffer, task ids 12-15 (the forward loads of layers 3
-// and 4, which training never has); its end lets the layer's dy tasks run.
-void reload_text(size_t l, std::ostringstream& o) {
-  const std::string L = std::to_string(l);
-  o << "# ---- kernel " << l << "'s weights again, for its backward pass\n";
-  o << ".task rl" << L << " local id=12\n.if $pre" << L << "\n  fmovs jpre" << L << ", wpre" << L << " async activate=rlb" << L << "\n.else\n  fmovs wbuf" << L
-    << ", wkeep" << L << " async activate=rlc" << L << "\n.endif\n  ret\n";
-  o << ".task rlb" << L << " local id=13\n  fmovs wbuf" << L << ", wkeep" << L << " async activate=rlc" << L << "\n  ret\n";
-  o << ".task rlc" << L << " local id=14\n.if $post" << L << "\n  fmovs jpost" << L << ", wpost" << L << " async activate=rld" << L << "\n.else\n  activate rld" << L
-    << "\n.endif\n  ret\n";
-  o << ".task rld" << L << " local id=15\n  unblock bdy" << L << "\n  ret\n";
-}
-
 // The backward pass of kernel l on every PE. dy[b, i] arrives as wavelets (color cb, from the
 // chain end): the weight gradient's column i += x[b, :] dy[b, i] (x as saved in the forward pass)
 // and, from layer 1 on, the input gradient's row b += W[:, i] dy[b, i]. After the last wavelet the
@@ -754,10 +736,7 @@ void backward_text(const Compiled& c, size_t l, double lr, std::ostringstream& o
   o << ".task g2" << L << " local id=" << 48 + li << "\n.if $pre" << L << "\n  fmovs gto2" << L << ", gfrom" << L << " async activate=g3" << L << "\n.else\n  activate g3" << L
     << "\n.endif\n  ret\n";
   o << ".task g3" << L << " local id=" << 52 + li << "   # the gradient block has left\n";
-  // The previous layer's backward starts once this layer's gradient block has left -- and, if its
-  // weights were not kept (the two buffers hold the last two layers'), once they have streamed in again.
-  if (l && reloads(c, l - 1)) o << "  activate rl" << P << "\n  ret\n";
-  else if (l) o << "  unblock bdy" << P << "\n  ret\n";
+  if (l) o << "  unblock bdy" << P << "\n  ret\n";
   else o << "  halt\n";
 }
 
@@ -781,11 +760,14 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   c.loss = opt.loss;
   c.momentum = opt.momentum;
   if (c.training) {
-    const char* hint = "training on the wafer maps up to two dense layers (Gemm/MatMul, bias, ReLU or Tanh) with weight streaming in fp32, MSE or softmax cross-entropy (docs/wafer-compiler.md); run it on target.kind neuroncore or reference";
+    const char* hint = "training on the wafer maps up to three dense layers (Gemm/MatMul, bias, ReLU or Tanh) with weight streaming in fp32, MSE or softmax cross-entropy (docs/wafer-compiler.md); run it on target.kind neuroncore or reference";
     if (opt.mode != MapMode::weight_streaming) throw InputError("/mapping/mode", "training on the wafer runs in weight_streaming mode (weights and their updates in MemoryX)", "set mapping.mode to weight_streaming");
     if (c.fp16) throw InputError("/precision/compute", "training on the wafer is compiled in fp32 in this build", hint);
     if (c.kernels.size() > 3)
-      throw InputError(g.source, std::to_string(c.kernels.size()) + " dense layers: training maps at most 3 (the first layer's weights stream again for its backward pass; task ids)", hint);
+      throw InputError(g.source, std::to_string(c.kernels.size()) +
+                                     " dense layers: training maps at most 3 (the backward pass reads the weights of every layer but the first from the two buffers "
+                                     "that hold the last two layers'; a fourth would need its weights streamed again)",
+                       hint);
     for (const auto& k : c.kernels)
       if (k.b_value == "*") throw InputError("kernel '" + k.name + "'", "two biases (Gemm's C and an Add) are not trained on the wafer", hint);
     if (opt.loss != "mse" && opt.loss != "softmax_cross_entropy") throw InputError("/training/loss", "the wafer computes mse or softmax_cross_entropy", hint);
@@ -931,7 +913,6 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
         dy_routes(k, routes);
         grad_port_routes(k, routes);
         backward_text(c, l, opt.learning_rate, o);
-        if (reloads(c, l)) reload_text(l, o);
         k.grad_port = "grads" + std::to_string(l);
         const int64_t len = k.k_on_columns ? k.w : k.h;
         ports.push_back({{"name", k.grad_port}, {"dir", "out"}, {"side", k.k_on_columns ? "E" : "S"}, {"x", k.k_on_columns ? k.w - 1 : 0},

@@ -80,20 +80,6 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     const int64_t x_mac = dsd(kb, Op::fmacs, nb), x_first = dsd(kb, Op::fmuls, nb) + 1;
     int64_t work = n * (li ? 12 : 8) + (n - nb) * g_mac + nb * g_first + 4 * B + 2;
     if (li) work += (n - B) * x_mac + B * x_first;
-    // A layer whose weights stream in again (three layers) starts its dy tasks when its block is
-    // back: the line's stream (every PE of the line takes it) once the line's last PE has started
-    // its reload, then lane_len wavelets with the forward load's boundary gaps.
-    if (li + 2 < L) {
-      const int64_t qw = 2 + static_cast<int64_t>(li);
-      const int64_t Q = qw < static_cast<int64_t>(cfg.input_depth.size()) ? cfg.input_depth[static_cast<size_t>(qw)] : 1;
-      const int64_t gap = std::max<int64_t>(0, S + 2 - Q);
-      for (int64_t q = 0; q < Ln; ++q) {
-        int64_t go = 0;
-        for (int64_t p = 0; p < Lk; ++p) go = std::max(go, freed[static_cast<size_t>((k.k_on_columns ? q : p) * k.w + (k.k_on_columns ? p : q))]);
-        const int64_t t_last = go + 2 + S + k.lane_len - 1 + (Lk - 1) * gap;
-        for (int64_t p = 0; p < Lk; ++p) freed[static_cast<size_t>((k.k_on_columns ? q : p) * k.w + (k.k_on_columns ? p : q))] = t_last + (p + 1) * hop + 5;
-      }
-    }
     std::vector<int64_t> bdy_end(static_cast<size_t>(k.w * k.h), 0);
     for (int64_t q = 0; q < Ln; ++q) {
       const int64_t send = bstart[static_cast<size_t>(q)] + body;  // fmovs dyout issues
