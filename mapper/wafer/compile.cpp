@@ -34,7 +34,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
   // Ops first: every node the compiler cannot map, named (all of them at once).
   DiagnosticList unmapped;
   for (const auto& n : g.nodes)
-    if (n.op != "Gemm" && n.op != "MatMul" && n.op != "Add" && n.op != "Relu" && n.op != "Tanh")
+    if (n.op != "Gemm" && n.op != "MatMul" && n.op != "Add" && n.op != "Relu" && n.op != "Tanh" && n.op != "Softmax")
       unmapped.add(g.where(n), "op " + n.op + " is not mapped by the wafer compiler in this build", kOpsHint);
   unmapped.throw_if_any();
   input = g.inputs[0];
@@ -98,6 +98,14 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       ks.back().op += "+Add";
       ks.back().nodes.push_back(n.name);
       ks.back().name = n.name.empty() ? n.outputs[0] : n.name;
+    } else if (n.op == "Softmax") {
+      const int64_t r = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());
+      const int64_t axis = n.attrs.get_int("axis", g.opset >= 13 ? -1 : 1);
+      if (ks.empty() || ks.back().softmax || (axis != -1 && axis != r - 1)) unsupported("Softmax is mapped only over the features, after the last dense layer");
+      ks.back().softmax = true;
+      ks.back().op += "+Softmax";
+      ks.back().nodes.push_back(n.name);
+      ks.back().name = n.name.empty() ? n.outputs[0] : n.name;
     } else if (n.op == "Tanh") {
       if (ks.empty() || ks.back().relu || ks.back().tanh) unsupported("Tanh is mapped only right after a dense layer");
       ks.back().tanh = true;
@@ -125,6 +133,7 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes) {
   int64_t b = k.B * k.nb * 4 + (own_w ? k.kb * k.nb * wbytes : 0);  // y, W
   b += k.nb * 4;                                                     // bias (chain end)
   if (k.tanh) b += 3 * k.B * k.nb * 4;                               // tanh temporaries (chain end)
+  if (k.softmax) b += (2 * k.B * k.N + 4 * k.B) * 4;                 // softmax arrays (chain end)
   if (wbytes == 2) b += k.B * k.nb * 2;                              // y in fp16 (chain end)
   if (k.input_layer) b += k.B * k.kb * wbytes;                       // xs (source)
   return b + 16;
@@ -374,6 +383,21 @@ void layer_params(const DenseKernel& k, size_t l, bool ws, json& params) {
 // (layer l's, or layer l+1's still draining) may arrive from a neighbour on another layer's.
 int chain_queue(const Compiled& c, size_t l) { return !c.training || l == 0 ? 1 : l == 1 ? 5 : 6; }
 
+// Softmax over the N outputs of each sample at the (single) chain end: m = max, e = exp(z - m)
+// (exp_text), s = sum e (in [1, N]), y = e / s (recip_text). kSoftmaxOps(N) operations.
+void softmax_text(std::ostringstream& o, const DenseKernel& k, const std::string& L) {
+  const int64_t N = k.N;
+  const std::string z = "sz" + L + "_", e = "sx" + L + "_";
+  o << "  fmovs sm" << L << ", " << z << "0\n";
+  for (int64_t cc = 1; cc < N; ++cc) o << "  fmaxs sm" << L << ", sm" << L << ", " << z << cc << "\n";
+  for (int64_t cc = 0; cc < N; ++cc) o << "  fsubs " << e << cc << ", " << z << cc << ", sm" << L << "\n";
+  exp_text(o, "sem" + L, "stm" + L);
+  o << "  fmovs ss" << L << ", " << e << "0\n";
+  for (int64_t cc = 1; cc < N; ++cc) o << "  fadds ss" << L << ", ss" << L << ", " << e << cc << "\n";
+  recip_text(o, "sr" + L, "ss" + L, "su" + L, 1.0, static_cast<double>(N));
+  for (int64_t cc = 0; cc < N; ++cc) o << "  fmuls " << z << cc << ", " << e << cc << ", sr" << L << "\n";
+}
+
 // PE program text of kernel l (its `.data`, `.dsd` and tasks), names suffixed with l.
 void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   const DenseKernel& k = c.kernels[l];
@@ -416,6 +440,14 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   o << ".if $last" << L << "\n.dsd bm" << L << " mem4d bias" << L << " dims=" << B << ":0," << nb << ":1   # the bias again for every sample\n";
   if (k.tanh)  // the activation's temporaries
     for (const char* t : {"ta", "tb", "tc"}) o << ".data " << t << L << "_a f32 " << B * nb << "\n.dsd " << t << L << " mem1d " << t << L << "_a\n";
+  if (k.softmax) {  // per class c: the logits' column (stride nb) and the exponentials' (stride N)
+    o << ".data se" << L << " f32 " << B * k.N << "\n.data st" << L << " f32 " << B * k.N << "\n";
+    for (const char* t : {"sm", "ss", "sr", "su"}) o << ".data " << t << L << "_a f32 " << B << "\n.dsd " << t << L << " mem1d " << t << L << "_a\n";
+    o << ".dsd sem" << L << " mem1d se" << L << "\n.dsd stm" << L << " mem1d st" << L << "\n";
+    for (int64_t cc = 0; cc < k.N; ++cc)
+      o << ".dsd sz" << L << "_" << cc << " mem1d y" << L << " off=" << cc << " len=" << B << " stride=" << nb << "\n.dsd sx" << L << "_" << cc << " mem1d se" << L
+        << " off=" << cc << " len=" << B << " stride=" << k.N << "\n";
+  }
   if (has_next) o << ".dsd yout" << L << " fabout " << we << " color=" << c.kernels[l + 1].cx << " queue=1 len=" << B * nb << "\n";
   if (has_next && h) o << ".dsd y16m" << L << " mem1d y16_" << L << "\n";
   o << ".endif\n";
@@ -457,6 +489,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   o << ".if $last" << L << "\n  fadds yall" << L << ", yall" << L << ", bm" << L << "\n";
   if (k.relu) o << "  fmaxs yall" << L << ", yall" << L << ", 0.0\n";
   if (k.tanh) tanh_text(o, "yall" + L, "ta" + L, "tb" + L, "tc" + L);
+  if (k.softmax) softmax_text(o, k, L);
   if (has_next) o << "  activate out" << L << "\n  ret\n.else\n  " << (final_layer ? "halt" : "ret") << "\n";
   o << ".endif\n";
   if (!has_next && c.training) o << ".if $last" << L << "\n  activate lossk\n.endif\n  ret\n";  // the loss, then the backward pass
@@ -752,6 +785,14 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   c.input_shape = g.value(c.input).shape;
   c.output_shape = g.value(c.output).shape;
   c.kernels.front().input_layer = true;
+  for (size_t l = 0; l + 1 < c.kernels.size(); ++l)
+    if (c.kernels[l].softmax) throw InputError("kernel '" + c.kernels[l].name + "'", "Softmax is mapped only after the last dense layer", kOpsHint);
+  if (c.kernels.back().softmax && c.kernels.back().N > 16)
+    throw InputError("kernel '" + c.kernels.back().name + "'", "Softmax on the wafer takes up to 16 outputs per sample (its Newton reciprocal's range); this one has " +
+                                                             std::to_string(c.kernels.back().N), kOpsHint);
+  if (c.kernels.back().softmax && opt.training)
+    throw InputError("kernel '" + c.kernels.back().name + "'", "a model ending in Softmax is not trained on the wafer",
+                     "end the model with the logits and use \"loss\": \"softmax_cross_entropy\"");
   const int64_t area = cfg.data_area_bytes();
   c.fp16 = opt.fp16;
   const int64_t wbytes_pe = c.fp16 ? 2 : 4;
@@ -785,6 +826,10 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     for (const int64_t b : cands) {
       std::vector<DenseKernel> ks = c.kernels;
       const auto [W, H] = place_pipelined(ks, b);
+      if (ks.back().softmax && ks.back().nblocks() != 1) {
+        if (why.empty()) why = "block " + std::to_string(b) + ": the Softmax's " + std::to_string(ks.back().N) + " outputs would span several PEs";
+        continue;
+      }
       int64_t worst = 0;
       size_t wk = 0;
       for (size_t l = 0; l < ks.size(); ++l)
@@ -835,6 +880,12 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       throw InputError("/mapping/wafer_rect", "the rectangle " + std::to_string(w) + " x " + std::to_string(h) + " is larger than the fabric " +
                                                  std::to_string(cfg.fabric_width) + " x " + std::to_string(cfg.fabric_height));
     place_streaming(c.kernels, w, h);
+    if (c.kernels.back().softmax && c.kernels.back().nblocks() != 1) {
+      const DenseKernel& k = c.kernels.back();
+      throw InputError("/mapping/wafer_rect", "the Softmax's " + std::to_string(k.N) + " outputs per sample must lie on one PE, but the " + std::to_string(w) + " x " +
+                                                  std::to_string(h) + " rectangle splits them into " + std::to_string(k.nblocks()) + " blocks",
+                       std::string("give a rectangle one PE ") + (k.k_on_columns ? "high" : "wide") + " along the last layer's output axis");
+    }
     if (opt.training && opt.loss == "softmax_cross_entropy" && c.kernels.back().N > 16)
       throw InputError("/training/loss", "softmax cross-entropy on the wafer takes up to 16 classes (its Newton reciprocal and logarithm are accurate over sums in [1, 16]); the model has " +
                                              std::to_string(c.kernels.back().N),

@@ -67,6 +67,7 @@ struct DenseKernel {
   int64_t x0 = 0, y0 = 0, w = 0, h = 0;  // the rectangle (fabric coordinates)
   bool relu = false;
   bool tanh = false;                 // Tanh instead of Relu (computed with the exp polynomial: tanh_text)
+  bool softmax = false;              // a Softmax over the outputs after it (last layer; all N on one PE)
   std::vector<float> W;              // [K, N] row-major (fp32 master values)
   std::vector<float> bias;           // [N] (zeros without a bias)
   std::string w_value, b_value;      // graph values of the weight and the bias ("" without one)

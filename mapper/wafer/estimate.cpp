@@ -281,6 +281,12 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       compute_end = std::max(compute_end, tmax);
       int64_t t = Lk == 1 ? tmax : lead + (Lk - 1) * pass + n_el;  // the chain end holds the sum
       t += (S + cdiv(n_el, w32)) * (1 + (k.relu ? 1 : 0) + (k.tanh ? kTanhOps : 0));  // bias, then relu or tanh (tanh_text)
+      if (k.softmax) {  // softmax_text over the N outputs of the B samples (strided columns)
+        auto op = [&](int64_t len, Op o2, int64_t stride) { return S + cdiv(len, std::max<int64_t>(1, simd_width(o2, stride, cfg))); };
+        const int64_t N = k.N, B = k.B;
+        t += op(B, Op::fmovs, k.nb) + (N - 1) * op(B, Op::fmaxs, k.nb) + N * op(B, Op::fsubs, std::max(k.nb, N)) + kExpOps * op(B * N, Op::fmuls, 1) +
+             op(B, Op::fmovs, N) + (N - 1) * op(B, Op::fadds, N) + kRecipOps * op(B, Op::fmuls, 1) + N * op(B, Op::fmuls, std::max(k.nb, N));
+      }
       end = std::max(end, t);
       transfer = std::max(transfer, t - tmax);
       // The next kernel's x: the chain end's yout (issue, setup, out queue) -- into the next
