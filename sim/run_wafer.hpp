@@ -15,6 +15,8 @@ class Fabric;
 class MemoryX;
 class SwarmX;
 struct Compiled;
+struct MappingOptions;
+struct FabricOptions;
 struct FabricStats;
 struct LoadedLayout;
 struct StreamTransfer;
@@ -39,6 +41,11 @@ nlohmann::json stream_figures(const std::vector<wafer::StreamTransfer>& log);
 // every layer's weights streamed from MemoryX through SwarmX into its port from `t_start` (weight
 // streaming; fp16 mappings take the fp32 masters rounded at the port).
 void write_compiled_wafer(const wafer::Compiled& cp, const RunOptions& opt);
+// /mapping/wafer_rect into the compiler's rectangle (an error at the pointer unless [width, height]).
+void wafer_rect_option(const nlohmann::json& mapping, wafer::MappingOptions& mo);
+// The fabric options of a compiled run: run.max_time, run.host_memory, a trace's records, task
+// ends, SIGINT polling, eager memory-only ops unless run.faults are armed.
+wafer::FabricOptions compiled_fabric_options(const Scenario& s, const wafer::WaferConfig& cfg);
 wafer::LoadedLayout load_compiled_wafer(const wafer::Compiled& cp, const wafer::WaferConfig& cfg);
 void stream_compiled_weights(const wafer::Compiled& cp, wafer::Fabric& fab, wafer::MemoryX& mx, wafer::SwarmX& sx, const sc_core::sc_time& t_start);
 

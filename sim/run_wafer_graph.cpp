@@ -30,6 +30,27 @@ namespace tessera::sim {
 
 using json = nlohmann::json;
 
+void wafer_rect_option(const json& m, wafer::MappingOptions& mo) {
+  if (!m.contains("wafer_rect")) return;
+  const auto r = m["wafer_rect"].get<std::vector<int64_t>>();
+  if (r.size() != 2) throw InputError("/mapping/wafer_rect", "a rectangle is [width, height] in PEs");
+  mo.rect_width = r[0];
+  mo.rect_height = r[1];
+}
+
+wafer::FabricOptions compiled_fabric_options(const Scenario& s, const wafer::WaferConfig& cfg) {
+  wafer::FabricOptions fo;
+  fo.max_cycles = static_cast<int64_t>(s.resolved["run"]["max_time"].get<double>() * cfg.clock_hz);
+  fo.record = s.resolved.contains("trace");
+  fo.stop = [] { return interrupted(); };  // SIGINT stops a long fabric run (tessera exits 130, nothing written)
+  fo.task_ends = true;
+  // The compiled programs never write what a memory-only op reads while it runs, so those ops may
+  // compute at issue -- unless faults are armed: a bit flipped mid-op must be seen element by element.
+  fo.eager_memory_ops = s.resolved["run"]["faults"].empty();
+  fo.host_memory_budget = static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>());
+  return fo;
+}
+
 void write_compiled_wafer(const wafer::Compiled& cp, const RunOptions& opt) {
   if (!opt.emit_program) return;
   const std::filesystem::path out(opt.out_dir);
@@ -93,12 +114,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   mo.fp16 = compute == "fp16";
   const std::string mode = m["mode"].get<std::string>();
   if (m.contains("wafer_block")) mo.block = m["wafer_block"].get<int64_t>();
-  if (m.contains("wafer_rect")) {
-    const auto r = m["wafer_rect"].get<std::vector<int64_t>>();
-    if (r.size() != 2) throw InputError("/mapping/wafer_rect", "a rectangle is [width, height] in PEs");
-    mo.rect_width = r[0];
-    mo.rect_height = r[1];
-  }
+  wafer_rect_option(m, mo);
   const auto c0 = std::chrono::steady_clock::now();
   wafer::Compiled cp;
   if (mode == "weight_streaming") {
@@ -130,16 +146,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
 
   // Elaborate the fabric (and MemoryX / SwarmX), place constants and inputs, stream weights.
   models::set_fs_resolution();
-  wafer::FabricOptions fo;
-  fo.max_cycles = static_cast<int64_t>(s.resolved["run"]["max_time"].get<double>() * cfg.clock_hz);
-  fo.record = s.resolved.contains("trace");
-  fo.stop = [] { return interrupted(); };  // SIGINT stops a long fabric run (tessera exits 130, nothing written)
-  fo.task_ends = true;
-  // The compiled programs never write what a memory-only op reads while it runs, so those ops may
-  // compute at issue -- unless faults are armed: a bit flipped mid-op must be seen element by element.
-  fo.eager_memory_ops = s.resolved["run"]["faults"].empty();
-  fo.host_memory_budget = static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>());
-  wafer::Fabric fab("wafer", cfg, fo);
+  wafer::Fabric fab("wafer", cfg, compiled_fabric_options(s, cfg));
   fab.load(L);
   wafer::MemoryX mx("memoryx", cfg);
   wafer::SwarmX sx("swarmx", cfg);

@@ -31,7 +31,7 @@ namespace {
 class WaferTrainer : public TrainMachine {
  public:
   WaferTrainer(const Scenario& s, const graph::Graph& forward, const passes::TrainingGraph& tg, const passes::TrainingSpec& spec, const RunOptions& opt)
-      : tg_(tg), cfg_(wafer::WaferConfig::from(s.params)) {
+      : tg_(tg), cfg_(wafer::WaferConfig::from(s.params)), target_(spec.target), lr_(spec.learning_rate) {
     auto& con = Console::get();
     const char* hint = "training on the wafer takes mse or softmax cross-entropy, sgd or momentum with a constant learning rate, fp32; run other set-ups on target.kind neuroncore or reference";
 
@@ -50,12 +50,7 @@ class WaferTrainer : public TrainMachine {
     mo.learning_rate = spec.learning_rate;
     mo.loss = spec.loss;
     mo.momentum = momentum_;
-    if (m.contains("wafer_rect")) {
-      const auto r = m["wafer_rect"].get<std::vector<int64_t>>();
-      if (r.size() != 2) throw InputError("/mapping/wafer_rect", "a rectangle is [width, height] in PEs");
-      mo.rect_width = r[0];
-      mo.rect_height = r[1];
-    }
+    wafer_rect_option(m, mo);
     const auto c0 = std::chrono::steady_clock::now();
     cp_ = wafer::compile(forward, cfg_, mo);
     const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
@@ -74,19 +69,11 @@ class WaferTrainer : public TrainMachine {
     write_compiled_wafer(cp_, opt);
     L_ = load_compiled_wafer(cp_, cfg_);
     models::set_fs_resolution();
-    wafer::FabricOptions fo;
-    fo.max_cycles = static_cast<int64_t>(s.resolved["run"]["max_time"].get<double>() * cfg_.clock_hz);
-    fo.stop = [] { return interrupted(); };
-    fo.task_ends = true;
-    fo.record = s.resolved.contains("trace");
-    if (fo.record) trace_cfg_ = s.resolved["trace"];
+    if (s.resolved.contains("trace")) trace_cfg_ = s.resolved["trace"];
     out_dir_ = opt.out_dir;
     name_ = s.name;
-    // Faults (run.faults) are armed for the first step; a bit flipped mid-op must be seen element by element.
-    fo.eager_memory_ops = s.resolved["run"]["faults"].empty();
-    scenario_ = &s;
-    fo.host_memory_budget = static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>());
-    fab_ = std::make_unique<wafer::Fabric>("wafer", cfg_, fo);
+    scenario_ = &s;  // run.faults are armed for the first step
+    fab_ = std::make_unique<wafer::Fabric>("wafer", cfg_, compiled_fabric_options(s, cfg_));
     fab_->load(L_);  // the fabric keeps pointers into the layout: it lives as long as the trainer
     mx_ = std::make_unique<wafer::MemoryX>("memoryx", cfg_);
     sx_ = std::make_unique<wafer::SwarmX>("swarmx", cfg_);
@@ -123,7 +110,7 @@ class WaferTrainer : public TrainMachine {
   std::map<std::string, Tensor> step(const std::map<std::string, Tensor>& in) override {
     if (steps_ == 0) faults_ = arm_wafer_faults(*scenario_, *fab_, fault_what_);
     for (const auto& a : cp_.place_input(in.at(cp_.input))) fab_->write_array(a.x, a.y, a.array, a.values);
-    for (const auto& a : cp_.place_target(in.at(tg_.g.inputs.at(target_index())))) fab_->write_array(a.x, a.y, a.array, a.values);
+    for (const auto& a : cp_.place_target(in.at(target_))) fab_->write_array(a.x, a.y, a.array, a.values);
     const sc_core::sc_time t_start = sc_core::sc_time_stamp();
     const models::ClockDomain& ck = fab_->clock();
     const int64_t c_start = ck.cycle_at_or_after(static_cast<models::Femtos>(t_start.value()));
@@ -191,7 +178,8 @@ class WaferTrainer : public TrainMachine {
     std::map<std::string, Tensor> out;
     out[cp_.output] = cp_.gather_output([&](int64_t x, int64_t y, const std::string& a) { return fab_->read_array(x, y, a); });
     out["loss"] = Tensor::from_f32({}, {fab_->read_array(cp_.loss_x, cp_.loss_y, "loss").at(0)});
-    out["learning_rate"] = Tensor::from_f32({}, {static_cast<float>(lr_of())});
+    // The constant rate the PE programs and MemoryX apply (the wafer takes no schedule).
+    out["learning_rate"] = Tensor::from_f32({}, {static_cast<float>(lr_)});
     return out;
   }
 
@@ -274,20 +262,10 @@ class WaferTrainer : public TrainMachine {
   static void for_chain_ends(const wafer::DenseKernel& k, F f) {
     for (int64_t i = 0; i < k.nblocks(); ++i) f(k.x0 + (k.k_on_columns ? k.w - 1 : i), k.y0 + (k.k_on_columns ? i : k.h - 1), i);
   }
-  size_t target_index() const {
-    for (size_t i = 0; i < tg_.g.inputs.size(); ++i)
-      if (tg_.g.inputs[i] == target_name) return i;
-    throw std::logic_error("no target input");
-  }
-  double lr_of() const { return lr; }
-
- public:
-  std::string target_name;
-  double lr = 0;
-
- private:
   const passes::TrainingGraph& tg_;
   wafer::WaferConfig cfg_;
+  std::string target_;  // the graph input holding the targets
+  double lr_;
   wafer::Compiled cp_;
   wafer::LoadedLayout L_;
   std::unique_ptr<wafer::Fabric> fab_;
@@ -308,10 +286,7 @@ class WaferTrainer : public TrainMachine {
 
 std::unique_ptr<TrainMachine> make_wafer_trainer(const Scenario& s, const graph::Graph& forward, const passes::TrainingGraph& tg, const passes::TrainingSpec& spec,
                                                  const RunOptions& opt) {
-  auto t = std::make_unique<WaferTrainer>(s, forward, tg, spec, opt);
-  t->target_name = spec.target;
-  t->lr = spec.learning_rate;
-  return t;
+  return std::make_unique<WaferTrainer>(s, forward, tg, spec, opt);
 }
 
 }  // namespace tessera::sim

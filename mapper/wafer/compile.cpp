@@ -26,6 +26,13 @@ const char* kOpsHint =
 // ---------------------------------------------------------------------------------------------
 // Graph -> dense layers.
 
+// A node fused into the dense layer before it: named in its op and node list, the layer named by it.
+void absorb(DenseKernel& k, const graph::Node& n) {
+  k.op += "+" + n.op;
+  k.nodes.push_back(n.name);
+  k.name = n.name.empty() ? n.outputs[0] : n.name;
+}
+
 std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input, std::string& output) {
   if (g.inputs.size() != 1 || g.outputs.size() != 1)
     throw InputError(g.source, "the wafer compiler maps graphs with one input and one output (this one has " + std::to_string(g.inputs.size()) +
@@ -95,29 +102,17 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       const auto cv = c->to_f32();
       for (int64_t b = 0; b < ks.back().N; ++b) ks.back().bias[static_cast<size_t>(b)] += cv[static_cast<size_t>(b)];
       ks.back().b_value = ks.back().b_value.empty() ? n.inputs[1] : "*";  // "*": two biases (training refuses it)
-      ks.back().op += "+Add";
-      ks.back().nodes.push_back(n.name);
-      ks.back().name = n.name.empty() ? n.outputs[0] : n.name;
+      absorb(ks.back(), n);
     } else if (n.op == "Softmax") {
       const int64_t r = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());
       const int64_t axis = n.attrs.get_int("axis", g.opset >= 13 ? -1 : 1);
       if (ks.empty() || ks.back().softmax || (axis != -1 && axis != r - 1)) unsupported("Softmax is mapped only over the features, after the last dense layer");
       ks.back().softmax = true;
-      ks.back().op += "+Softmax";
-      ks.back().nodes.push_back(n.name);
-      ks.back().name = n.name.empty() ? n.outputs[0] : n.name;
-    } else if (n.op == "Tanh") {
-      if (ks.empty() || ks.back().relu || ks.back().tanh) unsupported("Tanh is mapped only right after a dense layer");
-      ks.back().tanh = true;
-      ks.back().op += "+Tanh";
-      ks.back().nodes.push_back(n.name);
-      ks.back().name = n.name.empty() ? n.outputs[0] : n.name;
-    } else if (n.op == "Relu") {
-      if (ks.empty() || ks.back().relu || ks.back().tanh) unsupported("Relu is mapped only right after a dense layer");
-      ks.back().relu = true;
-      ks.back().op += "+Relu";
-      ks.back().nodes.push_back(n.name);
-      ks.back().name = n.name.empty() ? n.outputs[0] : n.name;
+      absorb(ks.back(), n);
+    } else if (n.op == "Relu" || n.op == "Tanh") {
+      if (ks.empty() || ks.back().relu || ks.back().tanh) unsupported(n.op + " is mapped only right after a dense layer");
+      (n.op == "Relu" ? ks.back().relu : ks.back().tanh) = true;
+      absorb(ks.back(), n);
     } else {
       unsupported("op " + n.op + " is not mapped by the wafer compiler in this build");
     }

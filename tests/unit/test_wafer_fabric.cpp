@@ -897,3 +897,21 @@ TEST_CASE("wafer-fabric: the PE tanh (expm1 polynomial, doubling, Newton recipro
   INFO("worst relative error: " << worst);
   CHECK(worst <= 1e-6);
 }
+
+// The estimate counts these generators' operations by constants (kExpOps, kRecipOps, kTanhOps):
+// they must be what the generators emit (every DSD op line starts with an "f" opcode).
+TEST_CASE("wafer-fabric: the exp, reciprocal and tanh generators emit the operation counts the estimate uses", "[wafer-fabric]") {
+  auto ops = [](const std::string& text) {
+    std::istringstream in(text);
+    int n = 0;
+    for (std::string line; std::getline(in, line);) n += line.rfind("  f", 0) == 0 ? 1 : 0;
+    return n;
+  };
+  std::ostringstream e, r, t;
+  exp_text(e, "xm", "tm");
+  recip_text(r, "rm", "xm", "um", 1.0, 2.0);
+  tanh_text(t, "xm", "tm", "um", "rm");
+  CHECK(ops(e.str()) == kExpOps);
+  CHECK(ops(r.str()) == kRecipOps);
+  CHECK(ops(t.str()) == kTanhOps);
+}
