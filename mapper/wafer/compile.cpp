@@ -20,8 +20,9 @@ namespace {
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 const char* kOpsHint =
-    "the wafer compiler maps chains of dense layers in this build: Gemm, or MatMul by a constant weight, with an optional bias Add "
-    "and Relu or Tanh (docs/wafer-compiler.md); run other models on target.kind neuroncore or reference";
+    "the wafer compiler maps chains of layers in this build: Gemm, or MatMul by a constant weight, with an optional bias Add, "
+    "Conv (the first one may be padded), MaxPool after a Conv, a Flatten into a dense layer, Relu or Tanh, and a final Softmax "
+    "(docs/wafer-compiler.md); run other models on target.kind neuroncore or reference";
 
 // ---------------------------------------------------------------------------------------------
 // Graph -> dense layers.
@@ -41,15 +42,18 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
   // Ops first: every node the compiler cannot map, named (all of them at once).
   DiagnosticList unmapped;
   for (const auto& n : g.nodes)
-    if (n.op != "Gemm" && n.op != "MatMul" && n.op != "Add" && n.op != "Relu" && n.op != "Tanh" && n.op != "Softmax")
+    if (n.op != "Gemm" && n.op != "MatMul" && n.op != "Add" && n.op != "Relu" && n.op != "Tanh" && n.op != "Softmax" && n.op != "Conv" &&
+        n.op != "MaxPool" && n.op != "Flatten" && n.op != "Reshape")
       unmapped.add(g.where(n), "op " + n.op + " is not mapped by the wafer compiler in this build", kOpsHint);
   unmapped.throw_if_any();
   input = g.inputs[0];
   output = g.outputs[0];
   const graph::Value& in = g.value(input);
-  if (in.shape.size() != 2) throw InputError("graph input '" + input + "'", "is " + shape_str(in.shape) + "; the wafer compiler takes [batch, features]", kOpsHint);
+  if (in.shape.size() != 2 && in.shape.size() != 4)
+    throw InputError("graph input '" + input + "'", "is " + shape_str(in.shape) + "; the wafer compiler takes [batch, features] or, into a Conv, [batch, channels, height, width]", kOpsHint);
   std::vector<DenseKernel> ks;
   std::string cur = input;  // the activation flowing through the chain
+  bool flat = false;        // cur is a Flatten of the last kernel's spatial output
   auto constant = [&](const std::string& v) -> const Tensor* {
     if (v.empty() || !g.has_value(v)) return nullptr;
     const graph::Value& val = g.value(v);
@@ -63,7 +67,82 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       bool uses = std::find(n.inputs.begin(), n.inputs.end(), cur) != n.inputs.end();
       unsupported(uses ? "takes the running activation as a later input" : "does not continue the chain of layers (it does not read '" + cur + "')");
     }
-    if (n.op == "Gemm" || n.op == "MatMul") {
+    const Shape& cs = g.value(cur).shape;
+    if (cs.size() == 4 && n.op != "Conv" && n.op != "MaxPool" && n.op != "Relu" && n.op != "Tanh" && n.op != "Flatten" && n.op != "Reshape")
+      unsupported(n.op + " on a feature map " + shape_str(cs) + ": the wafer compiler maps Conv, Relu, Tanh, MaxPool and a Flatten to [batch, features] there");
+    if (n.op == "Conv") {
+      const Tensor* w = n.inputs.size() > 1 ? constant(n.inputs[1]) : nullptr;
+      if (cs.size() != 4 || !w || w->rank() != 4) unsupported("Conv needs a [batch, channels, height, width] input and a constant 4-D weight");
+      if (!ks.empty() && !ks.back().spatial()) unsupported("Conv reads the output of a dense layer; the wafer compiler maps convolutions on the input or after another Conv");
+      if (n.attrs.get_int("group", 1) != 1) unsupported("grouped Conv (group != 1) is not mapped on the wafer");
+      for (const int64_t d : n.attrs.get_ints("dilations", {1, 1}))
+        if (d != 1) unsupported("dilated Conv is not mapped on the wafer");
+      const std::string ap = n.attrs.get_string("auto_pad", "NOTSET");
+      if (ap != "NOTSET" && ap != "VALID") unsupported("Conv auto_pad " + ap + " is not mapped; give explicit pads");
+      const std::vector<int64_t> st = n.attrs.get_ints("strides", {1, 1}), pads = n.attrs.get_ints("pads", {0, 0, 0, 0});
+      if (st.size() != 2 || pads.size() != 4) unsupported("Conv needs 2-D strides and 4 pads");
+      const bool padded = pads[0] || pads[1] || pads[2] || pads[3];
+      if (padded && !ks.empty())
+        unsupported("a padded Conv after another kernel (its input would need a zero border on the chain-end PEs); only the first Conv may be padded in this build");
+      DenseKernel k;
+      k.name = n.name.empty() ? n.outputs[0] : n.name;
+      k.op = "Conv";
+      k.nodes = {n.name};
+      k.xread = DenseKernel::XRead::conv;
+      k.samples = cs[0];
+      k.cin = cs[1];
+      k.N = w->shape()[0];
+      if (w->shape()[1] != k.cin) unsupported("weight " + shape_str(w->shape()) + " does not match the input's " + std::to_string(k.cin) + " channels");
+      k.kh = w->shape()[2];
+      k.kw = w->shape()[3];
+      k.sh = st[0];
+      k.sw = st[1];
+      k.pad_t = pads[0];
+      k.pad_l = pads[1];
+      k.ih = cs[2] + pads[0] + pads[2];
+      k.iw = cs[3] + pads[1] + pads[3];
+      k.oh = (k.ih - k.kh) / k.sh + 1;
+      k.ow = (k.iw - k.kw) / k.sw + 1;
+      if (k.oh < 1 || k.ow < 1) unsupported("the Conv window is larger than its padded input");
+      k.B = k.samples * k.oh * k.ow;
+      k.K = k.kflops = k.cin * k.kh * k.kw;
+      k.Wconv = w->to_f32();
+      k.bias.assign(static_cast<size_t>(k.N), 0.0f);
+      k.w_value = n.inputs[1];
+      if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
+        const Tensor* c = constant(n.inputs[2]);
+        if (!c || c->numel() != k.N) unsupported("Conv bias must be a constant of " + std::to_string(k.N) + " values (per output channel)");
+        k.bias = c->to_f32();
+        k.b_value = n.inputs[2];
+      }
+      ks.push_back(std::move(k));
+    } else if (n.op == "MaxPool") {
+      if (ks.empty() || !ks.back().spatial() || ks.back().pkh || ks.back().softmax)
+        unsupported("MaxPool is mapped once after a Conv (and its activation), at the Conv's chain ends");
+      DenseKernel& k = ks.back();
+      const std::vector<int64_t> kshape = n.attrs.get_ints("kernel_shape"), st = n.attrs.get_ints("strides", kshape);
+      for (const int64_t p : n.attrs.get_ints("pads", {0, 0, 0, 0}))
+        if (p) unsupported("padded MaxPool is not mapped on the wafer");
+      if (n.attrs.get_int("ceil_mode", 0) || n.attrs.get_int("storage_order", 0) || n.outputs.size() > 1)
+        unsupported("MaxPool with ceil_mode, storage_order or an Indices output is not mapped on the wafer");
+      for (const int64_t d : n.attrs.get_ints("dilations", {1, 1}))
+        if (d != 1) unsupported("dilated MaxPool is not mapped on the wafer");
+      if (kshape.size() != 2 || st.size() != 2) unsupported("MaxPool needs a 2-D kernel_shape and strides");
+      k.pkh = kshape[0];
+      k.pkw = kshape[1];
+      k.psh = st[0];
+      k.psw = st[1];
+      k.ph = (k.oh - k.pkh) / k.psh + 1;
+      k.pw = (k.ow - k.pkw) / k.psw + 1;
+      if (k.ph < 1 || k.pw < 1) unsupported("the MaxPool window is larger than its input");
+      absorb(k, n);
+    } else if (n.op == "Flatten" || n.op == "Reshape") {
+      const Shape& os = g.value(n.outputs[0]).shape;
+      const bool to_rows = cs.size() == 4 && os.size() == 2 && os[0] == cs[0] && os[1] == cs[1] * cs[2] * cs[3];
+      if (!to_rows || ks.empty() || !ks.back().spatial() || (n.op == "Flatten" && n.attrs.get_int("axis", 1) != 1))
+        unsupported(n.op + " is mapped only as a Flatten of a Conv's [batch, C, H, W] output to [batch, C*H*W]");
+      flat = true;  // the next dense layer reads the holders channel-major
+    } else if (n.op == "Gemm" || n.op == "MatMul") {
       const Tensor* w = n.inputs.size() > 1 ? constant(n.inputs[1]) : nullptr;
       if (!w || w->rank() != 2) unsupported(n.op + " needs a constant 2-D weight as its second input");
       const Shape& xs = g.value(cur).shape;
@@ -71,7 +150,15 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       k.name = n.name.empty() ? n.outputs[0] : n.name;
       k.op = n.op;
       k.nodes = {n.name};
-      k.B = xs[0];
+      k.B = k.samples = xs[0];
+      if (!ks.empty() && ks.back().spatial() && !flat) unsupported(n.op + " after a Conv needs a Flatten between them");
+      if (flat) {
+        const DenseKernel& p = ks.back();
+        k.xread = DenseKernel::XRead::flatten;
+        k.cin = p.N;
+        k.P = p.pkh ? p.ph * p.pw : p.oh * p.ow;
+        flat = false;
+      }
       bool trans_b = false;
       if (n.op == "Gemm") {
         if (n.attrs.get_float("alpha", 1.0) != 1.0 || n.attrs.get_float("beta", 1.0) != 1.0) unsupported("Gemm with alpha or beta other than 1");
@@ -82,6 +169,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       k.K = trans_b ? w->shape()[1] : w->shape()[0];
       k.N = trans_b ? w->shape()[0] : w->shape()[1];
       if (k.K != xs[1]) unsupported("weight " + shape_str(w->shape()) + " does not match the activation " + shape_str(xs));
+      k.kflops = k.K;
       k.W.resize(static_cast<size_t>(k.K * k.N));
       for (int64_t a = 0; a < k.K; ++a)
         for (int64_t b = 0; b < k.N; ++b)
@@ -110,7 +198,8 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       ks.back().softmax = true;
       absorb(ks.back(), n);
     } else if (n.op == "Relu" || n.op == "Tanh") {
-      if (ks.empty() || ks.back().relu || ks.back().tanh) unsupported(n.op + " is mapped only right after a dense layer");
+      // After a MaxPool, Relu is applied before the pool instead (max commutes with a monotone function).
+      if (ks.empty() || ks.back().relu || ks.back().tanh || flat || ks.back().softmax) unsupported(n.op + " is mapped only right after a dense layer or Conv");
       (n.op == "Relu" ? ks.back().relu : ks.back().tanh) = true;
       absorb(ks.back(), n);
     } else {
@@ -120,6 +209,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
   }
   if (ks.empty()) throw InputError(g.source, "the graph has no dense layer to map", kOpsHint);
   if (cur != output) throw InputError(g.source, "the graph's output '" + output + "' is not the end of the layer chain", kOpsHint);
+  if (flat) throw InputError(g.source, "the graph ends in a Flatten; the wafer compiler maps a Flatten only into a dense layer", kOpsHint);
   return ks;
 }
 
@@ -129,9 +219,38 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes) {
   b += k.nb * 4;                                                     // bias (chain end)
   if (k.tanh) b += 3 * k.B * k.nb * 4;                               // tanh temporaries (chain end)
   if (k.softmax) b += (2 * k.B * k.N + 4 * k.B) * 4;                 // softmax arrays (chain end)
-  if (wbytes == 2) b += k.B * k.nb * 2;                              // y in fp16 (chain end)
-  if (k.input_layer) b += k.B * k.kb * wbytes;                       // xs (source)
+  if (k.pkh) b += k.rows_out() * k.nb * 4;                           // the pooled output (chain end)
+  if (wbytes == 2) b += k.rows_out() * k.nb * 2;                     // y in fp16 (chain end)
+  if (k.input_layer) b += (k.spatial() ? k.samples * k.ih * k.iw * k.cblk : k.B * k.kb) * wbytes;  // xs (source)
   return b + 16;
+}
+
+// Convolutions and Flatten consumers read whole channel blocks from the PE that holds them: the
+// producer's nb channels (or, for the graph input, cb channels per source), so kb = cb kh kw
+// (conv) or cb P (flatten) and the K blocks line up with the producer's N blocks.
+void channel_blocks(std::vector<DenseKernel>& ks, size_t l, int64_t input_cb) {
+  DenseKernel& k = ks[l];
+  if (k.xread == DenseKernel::XRead::rows) return;
+  k.cblk = l == 0 ? input_cb : ks[l - 1].nb;
+  k.kb = k.cblk * (k.spatial() ? k.kh * k.kw : k.P);
+}
+
+// A conv's W [cin kh kw, N] in the order its lines take x values: K block j holds channels
+// j cb .. j cb + cb - 1, within it (kh, kw, channel) -- the holder's [h, w, c] order, so that kw and
+// the channels are one contiguous run of the gathered send. K becomes kblocks kb (zero rows pad).
+void conv_weights(DenseKernel& k) {
+  if (!k.spatial()) return;
+  const int64_t kblocks = cdiv(k.cin, k.cblk);
+  k.K = kblocks * k.kb;
+  k.W.assign(static_cast<size_t>(k.K * k.N), 0.0f);
+  for (int64_t j = 0; j < kblocks; ++j)
+    for (int64_t a = 0; a < k.kh; ++a)
+      for (int64_t b = 0; b < k.kw; ++b)
+        for (int64_t c = 0; c < k.cblk && j * k.cblk + c < k.cin; ++c) {
+          const int64_t row = j * k.kb + (a * k.kw + b) * k.cblk + c, ci = j * k.cblk + c;
+          for (int64_t n = 0; n < k.N; ++n)
+            k.W[static_cast<size_t>(row * k.N + n)] = k.Wconv[static_cast<size_t>(((n * k.cin + ci) * k.kh + a) * k.kw + b)];
+        }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -149,6 +268,7 @@ std::pair<int64_t, int64_t> place_pipelined(std::vector<DenseKernel>& ks, int64_
   for (size_t l = 0; l < ks.size(); ++l) {
     DenseKernel& k = ks[l];
     k.kb = k.nb = b;
+    channel_blocks(ks, l, std::min(b, k.cin));
     k.k_on_columns = l % 2 == 0;
     k.x_flow = k.k_on_columns ? Dir::S : Dir::E;
     k.w = k.k_on_columns ? k.kblocks() : k.nblocks();
@@ -182,6 +302,7 @@ void place_streaming(std::vector<DenseKernel>& ks, int64_t w, int64_t h) {
     k.h = h;
     k.kb = cdiv(k.K, k.k_on_columns ? w : h);
     k.nb = cdiv(k.N, k.k_on_columns ? h : w);
+    channel_blocks(ks, l, cdiv(k.cin, k.k_on_columns ? w : h));
   }
 }
 
@@ -393,6 +514,28 @@ void softmax_text(std::ostringstream& o, const DenseKernel& k, const std::string
   for (int64_t cc = 0; cc < N; ++cc) o << "  fmuls " << z << cc << ", " << e << cc << ", sr" << L << "\n";
 }
 
+// The im2col send of a conv's x values (docs/wafer-compiler.md "Convolutions"): `src` a 4-D DSD
+// over one sample of the holder array (oh, ow, kh, then kw and the channels as one run), moved by
+// `stride` elements per sample; each send is async and activates the task again for the next
+// sample (r15 counts; `rt` is a scratch register of the receiving layer, free between its tasks),
+// the last one without, so no task runs after the gather ends. `halt_after`: the sender takes no
+// part in the layer (pipelined chain ends): the last send blocks and the PE halts.
+void gather_text(std::ostringstream& o, const std::string& task, int id, bool active, const std::string& src, const std::string& out, int64_t stride,
+                 int64_t samples, int rt, const std::string& mov, bool halt_after) {
+  o << ".task " << task << " local id=" << id << (active ? " active" : "") << "   # one sample's im2col rows per send\n";
+  o << "  mul r" << rt << ", r15, " << stride << "\n  dsd_off " << src << ", r" << rt << "\n  add r15, r15, 1\n  sub r" << rt << ", r15, " << samples << "\n  bz r"
+    << rt << ", " << task << "_z\n";
+  o << "  " << mov << " " << out << ", " << src << " async activate=" << task << "\n  ret\n";
+  o << task << "_z:\n  mov r15, 0\n  " << mov << " " << out << ", " << src << (halt_after ? "\n  halt\n" : " async\n  ret\n");
+}
+
+// The DSD dims of a conv's im2col walk over one sample of its [ih, iw, cb] holder.
+std::string im2col_dims(const DenseKernel& n) {
+  const int64_t cb = n.cblk;
+  return std::to_string(n.oh) + ":" + std::to_string(n.sh * n.iw * cb) + "," + std::to_string(n.ow) + ":" + std::to_string(n.sw * cb) + "," +
+         std::to_string(n.kh) + ":" + std::to_string(n.iw * cb) + "," + std::to_string(n.kw * cb) + ":1";
+}
+
 // PE program text of kernel l (its `.data`, `.dsd` and tasks), names suffixed with l.
 void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   const DenseKernel& k = c.kernels[l];
@@ -420,14 +563,23 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   if (!ws) o << ".data " << wbuf << " " << we << " " << kb * nb << "   # W block, column j = the weights of x_j\n";
   o << ".data y" << L << " f32 " << B * nb << "\n";
   if (c.training) o << ".data xsave" << L << " f32 " << B * kb << "   # the x values this PE took (the weight gradient needs them)\n.dsd xsv" << L << " mem1d xsave" << L << " len=1\n";
-  if (k.input_layer) o << ".if $src" << L << "\n.data xs" << L << " " << we << " " << B * kb << "\n.endif\n";
+  const DenseKernel* nk = has_next ? &c.kernels[l + 1] : nullptr;
+  const std::string N1 = std::to_string(l + 1);
+  const int64_t rows = k.rows_out();
+  if (k.input_layer)
+    o << ".if $src" << L << "\n.data xs" << L << " " << we << " " << (k.spatial() ? k.samples * k.ih * k.iw * k.cblk : B * kb)
+      << (k.spatial() ? "   # [sample, h, w, channel] with the zero border" : "") << "\n.endif\n";
   o << ".if $last" << L << "\n.data bias" << L << " f32 " << nb << "\n";
-  if (h && has_next) o << ".data y16_" << L << " f16 " << B * nb << "   # y in fp16, as the next layer takes it\n";
+  if (k.pkh) o << ".data p" << L << " f32 " << rows * nb << "   # the MaxPool's output [sample, ph, pw, channel]\n";
+  if (h && has_next) o << ".data y16_" << L << " f16 " << rows * nb << "   # y in fp16, as the next layer takes it\n";
   o << ".endif\n";
   o << ".dsd wcol" << L << " mem1d " << wbuf << " len=" << nb << "\n";
   o << ".dsd yrow" << L << " mem1d y" << L << " len=" << nb << "\n";
   o << ".dsd yall" << L << " mem1d y" << L << "\n";
-  if (k.input_layer)
+  if (k.input_layer && k.spatial())
+    o << ".if $src" << L << "\n.dsd xsm" << L << " mem4d xs" << L << " dims=" << im2col_dims(k) << "\n.dsd xout" << L << " fabout " << we << " color=" << k.cx
+      << " queue=0 len=" << k.oh * k.ow * kb << "\n.endif\n";
+  else if (k.input_layer)
     o << ".if $src" << L << "\n.dsd xsm" << L << " mem1d xs" << L << "\n.dsd xout" << L << " fabout " << we << " color=" << k.cx << " queue=0 len=" << B * kb
       << "\n.endif\n";
   o << ".if !$first" << L << "\n.dsd from" << L << " fabin f32 color=$cin" << L << " queue=" << chain_queue(c, l) << " len=" << B * nb << "\n.endif\n";
@@ -443,7 +595,22 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
       o << ".dsd sz" << L << "_" << cc << " mem1d y" << L << " off=" << cc << " len=" << B << " stride=" << nb << "\n.dsd sx" << L << "_" << cc << " mem1d se" << L
         << " off=" << cc << " len=" << B << " stride=" << k.N << "\n";
   }
-  if (has_next) o << ".dsd yout" << L << " fabout " << we << " color=" << c.kernels[l + 1].cx << " queue=1 len=" << B * nb << "\n";
+  if (k.pkh) {  // the pool's windows over y: one 4-D walk per window offset
+    o << ".dsd pall" << L << " mem1d p" << L << "\n";
+    for (int64_t a = 0; a < k.pkh; ++a)
+      for (int64_t b = 0; b < k.pkw; ++b)
+        o << ".dsd pw" << L << "_" << a * k.pkw + b << " mem4d y" << L << " off=" << (a * k.ow + b) * nb << " dims=" << k.samples << ":" << k.oh * k.ow * nb << ","
+          << k.ph << ":" << k.psh * k.ow * nb << "," << k.pw << ":" << k.psw * nb << "," << nb << ":1\n";
+  }
+  // The array the next layer's x values are read from, and how.
+  const std::string hold = h ? "y16_" + L : k.pkh ? "p" + L : "y" + L;
+  if (has_next) {
+    const int64_t len = nk->spatial() ? nk->oh * nk->ow * nk->kb : rows * nb;
+    o << ".dsd yout" << L << " fabout " << we << " color=" << nk->cx << " queue=1 len=" << len << "\n";
+    if (nk->xread == DenseKernel::XRead::flatten)  // [sample, P, nb] read channel-major: the Flatten's order
+      o << ".dsd gx" << N1 << " mem4d " << hold << " dims=" << nk->samples << ":" << nk->P * nb << "," << nb << ":1," << nk->P << ":" << nb << "\n";
+    if (nk->spatial()) o << ".dsd gx" << N1 << " mem4d " << hold << " dims=" << im2col_dims(*nk) << "\n";
+  }
   if (has_next && h) o << ".dsd y16m" << L << " mem1d y16_" << L << "\n";
   o << ".endif\n";
   if (ws) {
@@ -455,9 +622,14 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
     o << ".dsd jpost" << L << " mem4d junk dims=$post" << L << ":0," << kb << ":0," << nb << ":0\n.endif\n";
   }
   // Tasks.
-  if (k.input_layer)
+  if (k.input_layer && k.spatial()) {
+    o << ".if $src" << L << "\n";
+    gather_text(o, "send" + L, id_send, true, "xsm" + L, "xout" + L, k.ih * k.iw * k.cblk, k.samples, rt, mov, false);
+    o << ".endif\n";
+  } else if (k.input_layer) {
     o << ".if $src" << L << "\n.task send" << L << " local id=" << id_send << " active\n  " << mov << " xout" << L << ", xsm" << L
       << " async\n  ret\n.endif\n";
+  }
   o << ".task onx" << L << " data id=" << id_onx << " color=" << k.cx << " queue=0" << (ws ? " blocked" : "")
     << "   # one x value: y[b, :] += W[:, j] * x\n";
   if (c.training)
@@ -485,13 +657,27 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   if (k.relu) o << "  fmaxs yall" << L << ", yall" << L << ", 0.0\n";
   if (k.tanh) tanh_text(o, "yall" + L, "ta" + L, "tb" + L, "tc" + L);
   if (k.softmax) softmax_text(o, k, L);
+  if (k.pkh) {  // MaxPool: the first window's values, then the max with every other window
+    o << "  fmovs pall" << L << ", pw" << L << "_0\n";
+    for (int64_t i = 1; i < k.pkh * k.pkw; ++i) o << "  fmaxs pall" << L << ", pall" << L << ", pw" << L << "_" << i << "\n";
+  }
   if (has_next) o << "  activate out" << L << "\n  ret\n.else\n  " << (final_layer ? "halt" : "ret") << "\n";
   o << ".endif\n";
   if (!has_next && c.training) o << ".if $last" << L << "\n  activate lossk\n.endif\n  ret\n";  // the loss, then the backward pass
   else if (!has_next) o << "  " << (final_layer ? "halt" : "ret") << "\n";
-  if (has_next)  // y is complete at the chain end: send it on as the next layer's x
-    o << ".if $last" << L << "\n.task out" << L << " local id=" << id_out << "\n" << (h ? "  fs2h y16m" + L + ", yall" + L + "\n" : "") << "  " << mov
-      << " yout" << L << ", " << (h ? "y16m" : "yall") << L << (ws ? " async\n  ret" : "\n  halt") << "\n.endif\n";
+  if (has_next) {  // y is complete at the chain end: send it on as the next layer's x
+    const std::string full = k.pkh ? "pall" + L : "yall" + L;
+    o << ".if $last" << L << "\n.task out" << L << " local id=" << id_out << "\n" << (h ? "  fs2h y16m" + L + ", " + full + "\n" : "");
+    if (nk->spatial()) {
+      o << "  activate gs" << N1 << "\n  ret\n";
+      gather_text(o, "gs" + N1, 35 + static_cast<int>(l + 1), false, "gx" + N1, "yout" + L, nk->ih * nk->iw * nk->cblk, nk->samples, 3 * static_cast<int>(l + 1) + 2,
+                  mov, !ws);
+    } else {
+      const std::string src = nk->xread == DenseKernel::XRead::flatten ? "gx" + N1 : h ? "y16m" + L : full;
+      o << "  " << mov << " yout" << L << ", " << src << (ws ? " async\n  ret" : "\n  halt") << "\n";
+    }
+    o << ".endif\n";
+  }
   if (ws) {
     // Loads run one layer after another (a PE's ramp takes one wavelet per cycle: two streams at
     // once would halve both); layer l loads once layer l-1's block is in (activated by ldd{l-1})
@@ -804,8 +990,10 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
                                      " dense layers: training maps at most 3 (the backward pass reads the weights of every layer but the first from the two buffers "
                                      "that hold the last two layers'; a fourth would need its weights streamed again)",
                        hint);
-    for (const auto& k : c.kernels)
+    for (const auto& k : c.kernels) {
       if (k.b_value == "*") throw InputError("kernel '" + k.name + "'", "two biases (Gemm's C and an Add) are not trained on the wafer", hint);
+      if (k.xread != DenseKernel::XRead::rows) throw InputError("kernel '" + k.name + "'", "convolutions are not trained on the wafer in this build", hint);
+    }
     if (opt.loss != "mse" && opt.loss != "softmax_cross_entropy") throw InputError("/training/loss", "the wafer computes mse or softmax_cross_entropy", hint);
   }
 
@@ -865,7 +1053,8 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     int64_t wneed = 1, hneed = 1;
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
-      const int64_t on_cols = l % 2 == 0 ? k.K : k.N, on_rows = l % 2 == 0 ? k.N : k.K;
+      const int64_t kd = k.xread == DenseKernel::XRead::rows ? k.K : k.cin;  // conv / flatten: channel blocks along K
+      const int64_t on_cols = l % 2 == 0 ? kd : k.N, on_rows = l % 2 == 0 ? k.N : kd;
       wneed = std::max(wneed, cdiv(on_cols, kMinBlock));
       hneed = std::max(hneed, cdiv(on_rows, kMinBlock));
     }
@@ -928,6 +1117,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       k.lane_len = (k.k_on_columns ? k.w : k.h) * k.kb * k.nb;
     }
   }
+  for (auto& k : c.kernels) conv_weights(k);
   allocate_colors(c, cfg, opt);
 
   // Layout and programs.
@@ -1036,6 +1226,18 @@ std::vector<HostArray> Compiled::place_input(const Tensor& x) const {
     int64_t px = 0, py = 0;
     if (k.k_on_columns) px = i, py = k.x_flow == Dir::S ? 0 : k.h - 1;
     else py = i, px = k.x_flow == Dir::E ? 0 : k.w - 1;
+    if (k.spatial()) {  // channels i cb .. i cb + cb - 1 as [sample, h, w, channel], inside a zero border
+      const Shape& xs = input_shape;
+      HostArray a{k.x0 + px, k.y0 + py, "xs0", std::vector<float>(static_cast<size_t>(k.samples * k.ih * k.iw * k.cblk), 0.0f)};
+      for (int64_t s = 0; s < k.samples; ++s)
+        for (int64_t c = 0; c < k.cblk && i * k.cblk + c < k.cin; ++c)
+          for (int64_t y = 0; y < xs[2]; ++y)
+            for (int64_t x2 = 0; x2 < xs[3]; ++x2)
+              a.values[static_cast<size_t>(((s * k.ih + y + k.pad_t) * k.iw + x2 + k.pad_l) * k.cblk + c)] =
+                  v[static_cast<size_t>(((s * k.cin + i * k.cblk + c) * xs[2] + y) * xs[3] + x2)];
+      out.push_back(std::move(a));
+      continue;
+    }
     HostArray a{k.x0 + px, k.y0 + py, "xs0", std::vector<float>(static_cast<size_t>(k.B * k.kb), 0.0f)};
     for (int64_t b = 0; b < k.B; ++b)
       for (int64_t j = 0; j < k.kb && i * k.kb + j < k.K; ++j) a.values[static_cast<size_t>(b * k.kb + j)] = v[static_cast<size_t>(b * k.K + i * k.kb + j)];
@@ -1100,7 +1302,7 @@ std::string compile_report(const Compiled& c, const WaferConfig& cfg) {
   std::ostringstream o;
   char line[512];
   const double hz = cfg.clock_hz;
-  const int64_t B = c.kernels.front().B;
+  const int64_t B = c.kernels.front().samples;
   double flops = 0;
   int64_t compute = 0, transfer = 0, active = 0;
   for (const auto& k : c.kernels) {

@@ -73,6 +73,26 @@ struct DenseKernel {
   std::string w_value, b_value;      // graph values of the weight and the bias ("" without one)
   bool w_trans = false;              // the weight value is [N, K] (Gemm transB)
   bool input_layer = false;          // its x comes from the graph input (held by its source PEs)
+  // How the x values are read from the array that holds the input (docs/wafer-compiler.md
+  // "Convolutions"): `rows` -- [B, kb] as it is; `conv` -- im2col rows gathered by strided sends
+  // from a [samples, ih, iw, cb] holder (one 4-D DSD per sample: oh, ow, kh, then kw and the cb
+  // channels together; the K order within a block is (kh, kw, channel), W permuted to match);
+  // `flatten` -- a Flatten's [samples, C * P] from a [samples, P, cb] holder (channel-major).
+  enum class XRead { rows, conv, flatten };
+  XRead xread = XRead::rows;
+  int64_t samples = 0;               // the graph's batch (B = samples * oh * ow for a conv)
+  int64_t kflops = 0;                // the contraction counted for FLOPs (K without padding)
+  int64_t cin = 0, cblk = 0;           // conv / flatten: input channels, channels per holder PE
+  int64_t ih = 1, iw = 1;            // conv: the holder's spatial dims per sample (with the zero border)
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, oh = 1, ow = 1;  // conv window, strides, output dims
+  int64_t pad_t = 0, pad_l = 0;      // conv on the graph input: the border the host places
+  int64_t P = 1;                     // flatten: positions per channel
+  std::vector<float> Wconv;          // conv: the weight as ONNX has it, [N, cin kh kw] (W built once cb is known)
+  // A MaxPool after the activation, at the chain ends: window, strides, output dims (pkh = 0: none).
+  int64_t pkh = 0, pkw = 0, psh = 1, psw = 1, ph = 0, pw = 0;
+  bool spatial() const { return xread == XRead::conv; }
+  // Rows of the output the next kernel reads (after the pool), per block of nb channels.
+  int64_t rows_out() const { return pkh ? samples * ph * pw : B; }
   // Colors: x multicast, the two alternating reduce colors, weights (weight streaming only).
   int cx = -1, cr0 = -1, cr1 = -1, cw = -1;
   int cb = -1;                       // training: dy multicast back along the chains
@@ -180,14 +200,17 @@ void estimate(Compiled& c, const WaferConfig& cfg);
 template <class Read>
 Tensor Compiled::gather_output(Read read) const {
   const DenseKernel& k = kernels.back();
-  std::vector<float> out(static_cast<size_t>(k.B * k.N), 0.0f);
+  // Rows per sample: 1, or a conv's (pooled) positions, which the output has channel-major.
+  const int64_t R = k.rows_out() / k.samples;
+  std::vector<float> out(static_cast<size_t>(k.rows_out() * k.N), 0.0f);
   // The chain ends: the last column (K on columns) or the last row (K on rows); block i of N.
   for (int64_t i = 0; i < k.nblocks(); ++i) {
     const int64_t px = k.k_on_columns ? k.w - 1 : i, py = k.k_on_columns ? i : k.h - 1;
-    const std::vector<float> y = read(k.x0 + px, k.y0 + py, "y" + std::to_string(&k - kernels.data()));
-    for (int64_t b = 0; b < k.B; ++b)
-      for (int64_t n = 0; n < k.nb && i * k.nb + n < k.N; ++n)
-        out[static_cast<size_t>(b * k.N + i * k.nb + n)] = y[static_cast<size_t>(b * k.nb + n)];
+    const std::vector<float> y = read(k.x0 + px, k.y0 + py, (k.pkh ? "p" : "y") + std::to_string(&k - kernels.data()));
+    for (int64_t s = 0; s < k.samples; ++s)
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t n = 0; n < k.nb && i * k.nb + n < k.N; ++n)
+          out[static_cast<size_t>((s * k.N + i * k.nb + n) * R + r)] = y[static_cast<size_t>((s * R + r) * k.nb + n)];
   }
   return Tensor::from_f32(output_shape, std::move(out));
 }

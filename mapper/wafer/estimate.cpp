@@ -189,12 +189,12 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     const int64_t first_x = 10 + S + cdiv(k.nb, w32) + save_x;
     const int64_t compute = k.B * ((k.kb - 1) * per_x + first_x) + 4 * k.B + 2 + (wrap_ld ? 1 : 0);
     k.est.compute = compute;
-    k.est.flops = 2.0 * static_cast<double>(k.B * k.K * k.N) + static_cast<double>(k.B * k.N) * (k.relu ? 2 : 1);
-    k.est.weight_bytes = static_cast<double>(k.K * k.N) * 4;
+    k.est.flops = 2.0 * static_cast<double>(k.B * k.kflops * k.N) + static_cast<double>(k.B * k.N) * (k.relu ? 2 : 1);
+    k.est.weight_bytes = static_cast<double>(k.kflops * k.N) * 4;
 
     // When the first x of each K block is readable at its source PE.
     std::vector<int64_t> x0(static_cast<size_t>(Lk), 0);
-    if (l == 0) std::fill(x0.begin(), x0.end(), S + 2);  // `send` at cycle 0, its own ramp
+    if (l == 0) std::fill(x0.begin(), x0.end(), S + 2 + (k.spatial() ? 5 : 0));  // `send` at cycle 0 (a conv's: its offset first), its own ramp
     else x0 = x0_next;
 
     // Weights in place (weight streaming): a line's stream passes every PE of the line and each
@@ -287,13 +287,17 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         t += op(B, Op::fmovs, k.nb) + (N - 1) * op(B, Op::fmaxs, k.nb) + N * op(B, Op::fsubs, std::max(k.nb, N)) + kExpOps * op(B * N, Op::fmuls, 1) +
              op(B, Op::fmovs, N) + (N - 1) * op(B, Op::fadds, N) + kRecipOps * op(B, Op::fmuls, 1) + N * op(B, Op::fmuls, std::max(k.nb, N));
       }
+      if (k.pkh) t += k.pkh * k.pkw * (S + cdiv(k.rows_out() * k.nb, w32));  // MaxPool: a copy, then a max per other window
       end = std::max(end, t);
       transfer = std::max(transfer, t - tmax);
       // The next kernel's x: the chain end's yout (issue, setup, out queue) -- into the next
       // rectangle (pipelined: router, link, ramp) or to its own ramp (weight streaming, async).
       // fp16: fs2h converts y first (activate the task, then S + B nb / conversion width).
-      const int64_t conv = c.fp16 ? S + cdiv(n_el, std::max<int64_t>(1, cfg.simd_convert)) : 0;
-      next[static_cast<size_t>(pn)] = (ws ? t + S + 2 : t + S + pass) + conv;
+      const int64_t conv = c.fp16 ? S + cdiv(k.rows_out() * k.nb, std::max<int64_t>(1, cfg.simd_convert)) : 0;
+      // A conv's im2col gather: the out task activates the gather task (activate, ret, the switch),
+      // which sets the first sample's offset (mul, dsd_off, add, sub, bz) before its send.
+      const int64_t gather = l + 1 < c.kernels.size() && c.kernels[l + 1].spatial() ? 3 + 5 : 0;
+      next[static_cast<size_t>(pn)] = (ws ? t + S + 2 : t + S + pass) + conv + gather;
       if (l + 1 == c.kernels.size()) last_chain_end.push_back(t);
     }
     k.est.compute_end = compute_end;
