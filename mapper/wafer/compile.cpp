@@ -221,18 +221,27 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes) {
   if (k.softmax) b += (2 * k.B * k.N + 4 * k.B) * 4;                 // softmax arrays (chain end)
   if (k.pkh) b += k.rows_out() * k.nb * 4;                           // the pooled output (chain end)
   if (wbytes == 2) b += k.rows_out() * k.nb * 2;                     // y in fp16 (chain end)
-  if (k.input_layer) b += (k.spatial() ? k.samples * k.ih * k.iw * k.cblk : k.B * k.kb) * wbytes;  // xs (source)
+  if (k.input_layer) b += (k.spatial() ? k.xs_elems() : k.B * k.kb) * wbytes;  // xs (source)
   return b + 16;
 }
 
 // Convolutions and Flatten consumers read whole channel blocks from the PE that holds them: the
-// producer's nb channels (or, for the graph input, cb channels per source), so kb = cb kh kw
-// (conv) or cb P (flatten) and the K blocks line up with the producer's N blocks.
-void channel_blocks(std::vector<DenseKernel>& ks, size_t l, int64_t input_cb) {
+// producer's nb channels, so kb = cb kh kw (conv) or cb P (flatten) and the K blocks line up with
+// the producer's N blocks. The first Conv reads the graph input, which the host places: cb
+// channels per source, and its kernel rows split over the lines left (`lines` along K; pipelined:
+// about `per_line` K values per line) -- every source of a channel block holds the block's image,
+// each line starts its walk at its own kernel row, so an input with few channels still spreads
+// its K over many lines.
+void channel_blocks(std::vector<DenseKernel>& ks, size_t l, int64_t input_cb, int64_t lines, int64_t per_line) {
   DenseKernel& k = ks[l];
   if (k.xread == DenseKernel::XRead::rows) return;
   k.cblk = l == 0 ? input_cb : ks[l - 1].nb;
-  k.kb = k.cblk * (k.spatial() ? k.kh * k.kw : k.P);
+  k.khb = k.kh;
+  if (l == 0 && k.spatial()) {
+    const int64_t spare = std::max<int64_t>(1, lines / cdiv(k.cin, k.cblk));
+    k.khb = lines > 0 ? cdiv(k.kh, std::min(k.kh, spare)) : std::clamp<int64_t>(per_line / (k.cblk * k.kw), 1, k.kh);
+  }
+  k.kb = k.cblk * (k.spatial() ? k.khb * k.kw : k.P);
 }
 
 // A conv's W [cin kh kw, N] in the order its lines take x values: K block j holds channels
@@ -240,14 +249,14 @@ void channel_blocks(std::vector<DenseKernel>& ks, size_t l, int64_t input_cb) {
 // the channels are one contiguous run of the gathered send. K becomes kblocks kb (zero rows pad).
 void conv_weights(DenseKernel& k) {
   if (!k.spatial()) return;
-  const int64_t kblocks = cdiv(k.cin, k.cblk);
+  const int64_t kblocks = k.kblocks(), nkh = k.kh_blocks();
   k.K = kblocks * k.kb;
   k.W.assign(static_cast<size_t>(k.K * k.N), 0.0f);
-  for (int64_t j = 0; j < kblocks; ++j)
-    for (int64_t a = 0; a < k.kh; ++a)
+  for (int64_t j = 0; j < kblocks; ++j)  // line j: channel block j / nkh, kernel rows from (j % nkh) khb
+    for (int64_t a = (j % nkh) * k.khb; a < std::min(k.kh, (j % nkh + 1) * k.khb); ++a)
       for (int64_t b = 0; b < k.kw; ++b)
-        for (int64_t c = 0; c < k.cblk && j * k.cblk + c < k.cin; ++c) {
-          const int64_t row = j * k.kb + (a * k.kw + b) * k.cblk + c, ci = j * k.cblk + c;
+        for (int64_t c = 0; c < k.cblk && j / nkh * k.cblk + c < k.cin; ++c) {
+          const int64_t row = j * k.kb + ((a - (j % nkh) * k.khb) * k.kw + b) * k.cblk + c, ci = j / nkh * k.cblk + c;
           for (int64_t n = 0; n < k.N; ++n)
             k.W[static_cast<size_t>(row * k.N + n)] = k.Wconv[static_cast<size_t>(((n * k.cin + ci) * k.kh + a) * k.kw + b)];
         }
@@ -268,7 +277,7 @@ std::pair<int64_t, int64_t> place_pipelined(std::vector<DenseKernel>& ks, int64_
   for (size_t l = 0; l < ks.size(); ++l) {
     DenseKernel& k = ks[l];
     k.kb = k.nb = b;
-    channel_blocks(ks, l, std::min(b, k.cin));
+    channel_blocks(ks, l, std::min(b, k.cin), 0, b);
     k.k_on_columns = l % 2 == 0;
     k.x_flow = k.k_on_columns ? Dir::S : Dir::E;
     k.w = k.k_on_columns ? k.kblocks() : k.nblocks();
@@ -302,7 +311,7 @@ void place_streaming(std::vector<DenseKernel>& ks, int64_t w, int64_t h) {
     k.h = h;
     k.kb = cdiv(k.K, k.k_on_columns ? w : h);
     k.nb = cdiv(k.N, k.k_on_columns ? h : w);
-    channel_blocks(ks, l, cdiv(k.cin, k.k_on_columns ? w : h));
+    channel_blocks(ks, l, cdiv(k.cin, k.k_on_columns ? w : h), k.k_on_columns ? w : h, 0);
   }
 }
 
@@ -479,6 +488,8 @@ void layer_params(const DenseKernel& k, size_t l, bool ws, json& params) {
     default: src = "px == width - 1"; break;
   }
   if (k.input_layer) params["src" + L] = src;  // only the input layer's sources hold x (other layers get it from the fabric)
+  if (k.input_layer && k.spatial())  // the first kernel row of the source's line (its walk's start)
+    params["xoff" + L] = "(" + std::string(k.k_on_columns ? "px" : "py") + " % " + std::to_string(k.kh_blocks()) + ") * " + std::to_string(k.khb * k.iw * k.cblk);
   params["first" + L] = pk + " == 0";
   params["last" + L] = pk + " == " + kl + " - 1";
   const std::string d = "(" + std::to_string(k.cr1) + " - " + std::to_string(k.cr0) + ")";
@@ -533,7 +544,7 @@ void gather_text(std::ostringstream& o, const std::string& task, int id, bool ac
 std::string im2col_dims(const DenseKernel& n) {
   const int64_t cb = n.cblk;
   return std::to_string(n.oh) + ":" + std::to_string(n.sh * n.iw * cb) + "," + std::to_string(n.ow) + ":" + std::to_string(n.sw * cb) + "," +
-         std::to_string(n.kh) + ":" + std::to_string(n.iw * cb) + "," + std::to_string(n.kw * cb) + ":1";
+         std::to_string(n.khb) + ":" + std::to_string(n.iw * cb) + "," + std::to_string(n.kw * cb) + ":1";
 }
 
 // PE program text of kernel l (its `.data`, `.dsd` and tasks), names suffixed with l.
@@ -567,7 +578,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   const std::string N1 = std::to_string(l + 1);
   const int64_t rows = k.rows_out();
   if (k.input_layer)
-    o << ".if $src" << L << "\n.data xs" << L << " " << we << " " << (k.spatial() ? k.samples * k.ih * k.iw * k.cblk : B * kb)
+    o << ".if $src" << L << "\n.data xs" << L << " " << we << " " << (k.spatial() ? k.xs_elems() : B * kb)
       << (k.spatial() ? "   # [sample, h, w, channel] with the zero border" : "") << "\n.endif\n";
   o << ".if $last" << L << "\n.data bias" << L << " f32 " << nb << "\n";
   if (k.pkh) o << ".data p" << L << " f32 " << rows * nb << "   # the MaxPool's output [sample, ph, pw, channel]\n";
@@ -577,7 +588,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   o << ".dsd yrow" << L << " mem1d y" << L << " len=" << nb << "\n";
   o << ".dsd yall" << L << " mem1d y" << L << "\n";
   if (k.input_layer && k.spatial())
-    o << ".if $src" << L << "\n.dsd xsm" << L << " mem4d xs" << L << " dims=" << im2col_dims(k) << "\n.dsd xout" << L << " fabout " << we << " color=" << k.cx
+    o << ".if $src" << L << "\n.dsd xsm" << L << " mem4d xs" << L << " off=$xoff" << L << " dims=" << im2col_dims(k) << "\n.dsd xout" << L << " fabout " << we << " color=" << k.cx
       << " queue=0 len=" << k.oh * k.ow * kb << "\n.endif\n";
   else if (k.input_layer)
     o << ".if $src" << L << "\n.dsd xsm" << L << " mem1d xs" << L << "\n.dsd xout" << L << " fabout " << we << " color=" << k.cx << " queue=0 len=" << B * kb
@@ -1003,7 +1014,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     std::vector<int64_t> cands;
     if (opt.block > 0) cands = {opt.block};
     else
-      for (int64_t b = 4; b <= 4096; b *= 2) cands.push_back(b);
+      for (int64_t b = 1; b <= 4096; b *= 2) cands.push_back(b);
     std::string why;
     bool placed = false;
     for (const int64_t b : cands) {
@@ -1228,13 +1239,13 @@ std::vector<HostArray> Compiled::place_input(const Tensor& x) const {
     else py = i, px = k.x_flow == Dir::E ? 0 : k.w - 1;
     if (k.spatial()) {  // channels i cb .. i cb + cb - 1 as [sample, h, w, channel], inside a zero border
       const Shape& xs = input_shape;
-      HostArray a{k.x0 + px, k.y0 + py, "xs0", std::vector<float>(static_cast<size_t>(k.samples * k.ih * k.iw * k.cblk), 0.0f)};
+      HostArray a{k.x0 + px, k.y0 + py, "xs0", std::vector<float>(static_cast<size_t>(k.xs_elems()), 0.0f)};
       for (int64_t s = 0; s < k.samples; ++s)
-        for (int64_t c = 0; c < k.cblk && i * k.cblk + c < k.cin; ++c)
+        for (int64_t c = 0, cc = i / k.kh_blocks() * k.cblk; c < k.cblk && cc + c < k.cin; ++c)
           for (int64_t y = 0; y < xs[2]; ++y)
             for (int64_t x2 = 0; x2 < xs[3]; ++x2)
               a.values[static_cast<size_t>(((s * k.ih + y + k.pad_t) * k.iw + x2 + k.pad_l) * k.cblk + c)] =
-                  v[static_cast<size_t>(((s * k.cin + i * k.cblk + c) * xs[2] + y) * xs[3] + x2)];
+                  v[static_cast<size_t>(((s * k.cin + cc + c) * xs[2] + y) * xs[3] + x2)];
       out.push_back(std::move(a));
       continue;
     }

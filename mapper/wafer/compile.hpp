@@ -85,6 +85,7 @@ struct DenseKernel {
   int64_t cin = 0, cblk = 0;           // conv / flatten: input channels, channels per holder PE
   int64_t ih = 1, iw = 1;            // conv: the holder's spatial dims per sample (with the zero border)
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, oh = 1, ow = 1;  // conv window, strides, output dims
+  int64_t khb = 1;                   // conv: kernel rows per line (the first Conv splits them over lines; others take all)
   int64_t pad_t = 0, pad_l = 0;      // conv on the graph input: the border the host places
   int64_t P = 1;                     // flatten: positions per channel
   std::vector<float> Wconv;          // conv: the weight as ONNX has it, [N, cin kh kw] (W built once cb is known)
@@ -112,7 +113,11 @@ struct DenseKernel {
     double flops = 0, weight_bytes = 0;
   } est;
   // Per-axis helpers.
-  int64_t kblocks() const { return (K + kb - 1) / kb; }
+  int64_t kblocks() const { return spatial() ? (cin + cblk - 1) / cblk * ((kh + khb - 1) / khb) : (K + kb - 1) / kb; }
+  int64_t kh_blocks() const { return (kh + khb - 1) / khb; }
+  // The first Conv's source array: the samples' [ih, iw, cb] images, and rows the last kernel-row
+  // block's walk may pass beyond them (their weights are zero) when khb does not divide kh.
+  int64_t xs_elems() const { return (samples * ih + kh_blocks() * khb - kh) * iw * cblk; }
   int64_t nblocks() const { return (N + nb - 1) / nb; }
   int64_t pes() const { return w * h; }
 };
