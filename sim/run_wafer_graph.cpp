@@ -70,6 +70,9 @@ wafer::LoadedLayout load_compiled_wafer(const wafer::Compiled& cp, const wafer::
 void stream_compiled_weights(const wafer::Compiled& cp, wafer::Fabric& fab, wafer::MemoryX& mx, wafer::SwarmX& sx, const sc_core::sc_time& t_start) {
   const models::ClockDomain& ck = fab.clock();
   const int64_t c_start = ck.cycle_at_or_after(static_cast<models::Femtos>(t_start.value()));
+  // Kernels sharing a port (weight streaming, one per orientation) queue their streams on its
+  // lanes in layer order.
+  std::map<std::pair<std::string, int64_t>, std::pair<std::vector<uint32_t>, std::vector<int64_t>>> lanes_of;
   for (const auto& k : cp.kernels) {  // in layer order, from the step's start (MemoryX serves them one after another)
     const wafer::SwarmX::Stream st = sx.broadcast(mx.address(k.mx_tensor), mx.count(k.mx_tensor), t_start);
     for (int64_t lane = 0; lane < k.lanes; ++lane) {
@@ -81,10 +84,15 @@ void stream_compiled_weights(const wafer::Compiled& cp, wafer::Fabric& fab, wafe
         pl[static_cast<size_t>(t)] = cp.fp16 ? fp32_to_fp16(st.values[i]) : float_bits(st.values[i]);
         ready[static_cast<size_t>(t)] = ck.cycle_at_or_after(static_cast<models::Femtos>(st.ready[i].value())) - c_start;
       }
-      // Ready cycles must not decrease along a lane (SwarmX hands bursts out in order).
-      for (size_t t = 1; t < ready.size(); ++t) ready[t] = std::max(ready[t], ready[t - 1]);
-      fab.set_port_stream(k.port, lane, std::move(pl), std::move(ready));
+      auto& [all, rdy] = lanes_of[{k.port, lane}];
+      all.insert(all.end(), pl.begin(), pl.end());
+      rdy.insert(rdy.end(), ready.begin(), ready.end());
     }
+  }
+  for (auto& [pl, v] : lanes_of) {
+    // Ready cycles must not decrease along a lane (SwarmX hands bursts out in order).
+    for (size_t t = 1; t < v.second.size(); ++t) v.second[t] = std::max(v.second[t], v.second[t - 1]);
+    fab.set_port_stream(pl.first, pl.second, std::move(v.first), std::move(v.second));
   }
 }
 

@@ -43,7 +43,8 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
   DiagnosticList unmapped;
   for (const auto& n : g.nodes)
     if (n.op != "Gemm" && n.op != "MatMul" && n.op != "Add" && n.op != "Relu" && n.op != "Tanh" && n.op != "Softmax" && n.op != "Conv" &&
-        n.op != "MaxPool" && n.op != "Flatten" && n.op != "Reshape")
+        n.op != "MaxPool" && n.op != "Flatten" && n.op != "Reshape" && n.op != "Div" && n.op != "Mul" && n.op != "Erf" && n.op != "ReduceMean" &&
+        n.op != "Sub" && n.op != "Pow" && n.op != "Sqrt" && n.op != "LayerNormalization")
       unmapped.add(g.where(n), "op " + n.op + " is not mapped by the wafer compiler in this build", kOpsHint);
   unmapped.throw_if_any();
   input = g.inputs[0];
@@ -59,13 +60,34 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
     const graph::Value& val = g.value(v);
     return val.data ? &*val.data : nullptr;
   };
+  // Patterns spanning several nodes (GELU's erf form, a decomposed LayerNorm) are matched from
+  // their first node; the rest are marked consumed.
+  std::map<std::string, std::vector<size_t>> uses;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& v : g.nodes[i].inputs) uses[v].push_back(i);
+  std::set<size_t> consumed;
+  auto sole = [&](const std::string& v, const char* op) -> long {  // the one consumer of v, if it is `op`
+    const auto it = uses.find(v);
+    if (it == uses.end() || it->second.size() != 1 || g.nodes[it->second[0]].op != op) return -1;
+    return static_cast<long>(it->second[0]);
+  };
+  auto other_in = [](const graph::Node& nn, const std::string& v) -> std::string {
+    if (nn.inputs.size() != 2) return "";
+    return nn.inputs[0] == v ? nn.inputs[1] : nn.inputs[1] == v ? nn.inputs[0] : "";
+  };
+  auto scalar = [&](const std::string& v, double want, double tol) {
+    const Tensor* t = constant(v);
+    return t && t->numel() == 1 && std::fabs(t->to_f32()[0] - want) <= tol;
+  };
   for (const size_t i : g.topo_order()) {
     const graph::Node& n = g.nodes[i];
+    if (consumed.count(i)) continue;
     auto unsupported = [&](const std::string& why) { throw InputError(g.where(n), why, kOpsHint); };
-    if (n.inputs.empty() || n.inputs[0] != cur) {
-      // Every node must continue the chain from its first input.
-      bool uses = std::find(n.inputs.begin(), n.inputs.end(), cur) != n.inputs.end();
-      unsupported(uses ? "takes the running activation as a later input" : "does not continue the chain of layers (it does not read '" + cur + "')");
+    const bool commutative = n.op == "Add" || n.op == "Mul";
+    if (n.inputs.empty() || (n.inputs[0] != cur && !(commutative && n.inputs.size() > 1 && n.inputs[1] == cur))) {
+      // Every node must continue the chain from its first input (either input of Add or Mul).
+      bool uses_cur = std::find(n.inputs.begin(), n.inputs.end(), cur) != n.inputs.end();
+      unsupported(uses_cur ? "takes the running activation as a later input" : "does not continue the chain of layers (it does not read '" + cur + "')");
     }
     const Shape& cs = g.value(cur).shape;
     if (cs.size() == 4 && n.op != "Conv" && n.op != "MaxPool" && n.op != "Relu" && n.op != "Tanh" && n.op != "Flatten" && n.op != "Reshape")
@@ -115,6 +137,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
         k.bias = c->to_f32();
         k.b_value = n.inputs[2];
       }
+      k.in_value = cur;
       ks.push_back(std::move(k));
     } else if (n.op == "MaxPool") {
       if (ks.empty() || !ks.back().spatial() || ks.back().pkh || ks.back().softmax)
@@ -183,23 +206,111 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
         k.bias = c->to_f32();
         k.b_value = n.inputs[2];
       }
+      k.in_value = cur;
       ks.push_back(std::move(k));
+    } else if (n.op == "Add" && !ks.empty() && !constant(other_in(n, cur)) && !other_in(n, cur).empty()) {
+      // A residual: the other input must be the input of an earlier kernel (held on the PEs).
+      const std::string o2 = other_in(n, cur);
+      long r = -1;
+      for (size_t q = 0; q < ks.size(); ++q)
+        if (ks[q].in_value == o2) r = static_cast<long>(q);
+      if (r < 0 || ks.back().residual >= 0 || ks.back().layernorm || ks.back().softmax || ks.back().spatial())
+        unsupported("Add of two activations is mapped only as a residual: the running activation plus the input of an earlier dense layer, before any LayerNorm");
+      ks.back().residual = r;
+      absorb(ks.back(), n);
     } else if (n.op == "Add") {
-      const Tensor* c = n.inputs.size() > 1 ? constant(n.inputs[1]) : nullptr;
-      if (ks.empty() || !c || c->numel() != ks.back().N || ks.back().relu || ks.back().tanh) unsupported("Add is mapped only as a bias (a constant of N values) right after a MatMul or Gemm");
+      const Tensor* c = constant(other_in(n, cur));
+      if (ks.empty() || !c || c->numel() != ks.back().N || ks.back().relu || ks.back().tanh || ks.back().gelu || ks.back().residual >= 0 || ks.back().layernorm)
+        unsupported("Add is mapped only as a bias (a constant of N values) right after a MatMul or Gemm, or as a residual");
       const auto cv = c->to_f32();
       for (int64_t b = 0; b < ks.back().N; ++b) ks.back().bias[static_cast<size_t>(b)] += cv[static_cast<size_t>(b)];
-      ks.back().b_value = ks.back().b_value.empty() ? n.inputs[1] : "*";  // "*": two biases (training refuses it)
+      ks.back().b_value = ks.back().b_value.empty() ? other_in(n, cur) : "*";  // "*": two biases (training refuses it)
       absorb(ks.back(), n);
     } else if (n.op == "Softmax") {
       const int64_t r = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());
       const int64_t axis = n.attrs.get_int("axis", g.opset >= 13 ? -1 : 1);
-      if (ks.empty() || ks.back().softmax || (axis != -1 && axis != r - 1)) unsupported("Softmax is mapped only over the features, after the last dense layer");
+      if (ks.empty() || ks.back().softmax || ks.back().residual >= 0 || ks.back().layernorm || (axis != -1 && axis != r - 1))
+        unsupported("Softmax is mapped only over the features, after the last dense layer");
       ks.back().softmax = true;
       absorb(ks.back(), n);
+    } else if ((n.op == "Div" && scalar(other_in(n, cur), std::sqrt(2.0), 1e-5)) || (n.op == "Mul" && scalar(other_in(n, cur), std::sqrt(0.5), 1e-6))) {
+      // GELU, erf form: Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5
+      const long e = sole(n.outputs[0], "Erf");
+      const long a = e < 0 ? -1 : sole(g.nodes[static_cast<size_t>(e)].outputs[0], "Add");
+      const long m = a < 0 || !scalar(other_in(g.nodes[static_cast<size_t>(a)], g.nodes[static_cast<size_t>(e)].outputs[0]), 1.0, 1e-6)
+                         ? -1
+                         : sole(g.nodes[static_cast<size_t>(a)].outputs[0], "Mul");
+      const long h = m < 0 || other_in(g.nodes[static_cast<size_t>(m)], g.nodes[static_cast<size_t>(a)].outputs[0]) != cur ? -1
+                                                                                                                          : sole(g.nodes[static_cast<size_t>(m)].outputs[0], "Mul");
+      if (h < 0 || !scalar(other_in(g.nodes[static_cast<size_t>(h)], g.nodes[static_cast<size_t>(m)].outputs[0]), 0.5, 1e-6))
+        unsupported(n.op + " is mapped only as the start of GELU's erf form: Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5");
+      if (ks.empty() || ks.back().relu || ks.back().tanh || ks.back().gelu || ks.back().residual >= 0 || ks.back().layernorm || ks.back().spatial())
+        unsupported("GELU is mapped only right after a dense layer");
+      ks.back().gelu = true;
+      absorb(ks.back(), n);
+      for (const long q : {e, a, m, h}) consumed.insert(static_cast<size_t>(q)), absorb(ks.back(), g.nodes[static_cast<size_t>(q)]);
+      cur = g.nodes[static_cast<size_t>(h)].outputs[0];
+      continue;
+    } else if (n.op == "ReduceMean" || n.op == "LayerNormalization") {
+      // LayerNorm over the last axis: the LayerNormalization op, or its decomposition ReduceMean ->
+      // Sub -> Pow 2 -> ReduceMean -> Add eps -> Sqrt -> Div -> Mul gamma -> Add beta.
+      const int64_t rank = static_cast<int64_t>(cs.size());
+      const std::string why = "is mapped only as a LayerNorm over the features (LayerNormalization, or ReduceMean -> Sub -> Pow 2 -> ReduceMean -> Add eps -> Sqrt -> Div -> Mul -> Add)";
+      if (ks.empty() || ks.back().layernorm || ks.back().softmax || ks.back().spatial()) unsupported("LayerNorm is mapped only after a dense layer");
+      DenseKernel& k = ks.back();
+      const Tensor *gam = nullptr, *bet = nullptr;
+      std::string out;
+      if (n.op == "LayerNormalization") {
+        const int64_t ax = n.attrs.get_int("axis", -1);
+        if ((ax != -1 && ax != rank - 1) || n.inputs.size() < 2) unsupported(n.op + " " + why);
+        gam = constant(n.inputs[1]);
+        bet = n.inputs.size() > 2 ? constant(n.inputs[2]) : nullptr;
+        k.ln_eps = n.attrs.get_float("epsilon", 1e-5);
+        out = n.outputs[0];
+      } else {
+        const std::vector<int64_t> axes = n.attrs.get_ints("axes", {});
+        if (axes.size() != 1 || (axes[0] != -1 && axes[0] != rank - 1) || !n.attrs.get_int("keepdims", 1)) unsupported(n.op + " " + why);
+        long sub = -1;
+        for (const size_t u : uses[cur])
+          if (g.nodes[u].op == "Sub" && g.nodes[u].inputs.size() == 2 && g.nodes[u].inputs[0] == cur && g.nodes[u].inputs[1] == n.outputs[0]) sub = static_cast<long>(u);
+        if (sub < 0 || sole(n.outputs[0], "Sub") != sub) unsupported(n.op + " " + why);
+        const std::string d = g.nodes[static_cast<size_t>(sub)].outputs[0];
+        long pw = -1, dv = -1;
+        for (const size_t u : uses[d]) {
+          if (g.nodes[u].op == "Pow" && g.nodes[u].inputs[0] == d && scalar(g.nodes[u].inputs[1], 2.0, 0)) pw = static_cast<long>(u);
+          if (g.nodes[u].op == "Div" && g.nodes[u].inputs[0] == d) dv = static_cast<long>(u);
+        }
+        if (pw < 0 || dv < 0 || uses[d].size() != 2) unsupported(n.op + " " + why);
+        const long rm = sole(g.nodes[static_cast<size_t>(pw)].outputs[0], "ReduceMean");
+        const long ae = rm < 0 ? -1 : sole(g.nodes[static_cast<size_t>(rm)].outputs[0], "Add");
+        const Tensor* eps = ae < 0 ? nullptr : constant(other_in(g.nodes[static_cast<size_t>(ae)], g.nodes[static_cast<size_t>(rm)].outputs[0]));
+        const long sq = ae < 0 ? -1 : sole(g.nodes[static_cast<size_t>(ae)].outputs[0], "Sqrt");
+        if (!eps || eps->numel() != 1 || sq < 0 || g.nodes[static_cast<size_t>(dv)].inputs[1] != g.nodes[static_cast<size_t>(sq)].outputs[0])
+          unsupported(n.op + " " + why);
+        k.ln_eps = eps->to_f32()[0];
+        const long mu = sole(g.nodes[static_cast<size_t>(dv)].outputs[0], "Mul");
+        const long ad = mu < 0 ? -1 : sole(g.nodes[static_cast<size_t>(mu)].outputs[0], "Add");
+        if (ad < 0) unsupported(n.op + " " + why + " (with the scale and bias)");
+        gam = constant(other_in(g.nodes[static_cast<size_t>(mu)], g.nodes[static_cast<size_t>(dv)].outputs[0]));
+        bet = constant(other_in(g.nodes[static_cast<size_t>(ad)], g.nodes[static_cast<size_t>(mu)].outputs[0]));
+        for (const long q : {sub, pw, rm, ae, sq, dv, mu, ad}) consumed.insert(static_cast<size_t>(q));
+        absorb(k, n);
+        for (const long q : {sub, pw, rm, ae, sq, dv, mu, ad}) k.nodes.push_back(g.nodes[static_cast<size_t>(q)].name);
+        out = g.nodes[static_cast<size_t>(ad)].outputs[0];
+      }
+      if (!gam || gam->numel() != k.N || (bet && bet->numel() != k.N)) unsupported("LayerNorm needs a constant scale (and bias) of " + std::to_string(k.N) + " values");
+      k.layernorm = true;
+      k.ln_gamma = gam->to_f32();
+      k.ln_beta = bet ? bet->to_f32() : std::vector<float>(static_cast<size_t>(k.N), 0.0f);
+      if (n.op == "LayerNormalization") absorb(k, n);
+      k.op = k.op.substr(0, k.op.find("+ReduceMean")) + (n.op == "LayerNormalization" ? "" : "+LayerNorm");
+      k.name = out;
+      cur = out;
+      continue;
     } else if (n.op == "Relu" || n.op == "Tanh") {
       // After a MaxPool, Relu is applied before the pool instead (max commutes with a monotone function).
-      if (ks.empty() || ks.back().relu || ks.back().tanh || flat || ks.back().softmax) unsupported(n.op + " is mapped only right after a dense layer or Conv");
+      if (ks.empty() || ks.back().relu || ks.back().tanh || ks.back().gelu || flat || ks.back().softmax || ks.back().residual >= 0 || ks.back().layernorm)
+        unsupported(n.op + " is mapped only right after a dense layer or Conv");
       (n.op == "Relu" ? ks.back().relu : ks.back().tanh) = true;
       absorb(ks.back(), n);
     } else {
@@ -328,9 +439,25 @@ struct Stream {
 
 void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& opt) {
   std::vector<Stream> st;
+  // Weight streaming (inference): kernels of one orientation share their reduce and weight colors
+  // -- the same routes, used one kernel after another (a PE finishes a kernel's tasks before the
+  // next kernel's data reaches it; the streams come in order) -- so only the x multicasts, which
+  // select a data task each, need a color per kernel.
+  const bool share = c.mode == MapMode::weight_streaming && !c.training;
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     const DenseKernel& k = c.kernels[l];
     const RectR r{k.x0, k.y0, k.x0 + k.w - 1, k.y0 + k.h - 1};
+    bool first_of_kind = true;
+    for (size_t q = 0; q < l; ++q) first_of_kind = first_of_kind && c.kernels[q].k_on_columns != k.k_on_columns;
+    if (k.layernorm) {  // the edge chain and the broadcast back, along the chain ends
+      st.push_back({l, 'n', {r}});
+      st.push_back({l, 'o', {r}});
+      st.push_back({l, 'p', {r}});
+    }
+    if (share && !first_of_kind) {
+      st.push_back({l, 'x', {r}});
+      continue;
+    }
     Stream x{l, 'x', {r}};
     if (l > 0) {  // the previous layer's chain ends send this layer's x
       const DenseKernel& p = c.kernels[l - 1];
@@ -365,7 +492,7 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
   auto label = [&](size_t v) {
     const char w = st[v].what;
     return "kernel '" + c.kernels[st[v].kernel].name + "' " +
-           (w == 'x' ? "x multicast" : w == 'w' ? "weight stream" : w == 'b' ? "dy multicast" : w == 'L' || w == 'M' ? "loss chain" : std::string("reduce ") + w);
+           (w == 'x' ? "x multicast" : w == 'w' ? "weight stream" : w == 'b' ? "dy multicast" : w == 'L' || w == 'M' ? "loss chain" : w == 'n' || w == 'o' ? "LayerNorm chain" : w == 'p' ? "LayerNorm broadcast" : std::string("reduce ") + w);
   };
   if (used > avail) {
     size_t worst = 0;
@@ -378,7 +505,7 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
     for (const auto& n : ks) names += (names.empty() ? "" : ", ") + n;
     throw InputError("color allocation", "the routes need " + std::to_string(used) + " colors, " + std::to_string(avail) +
                                              " are available (router.colors - reserved); " + label(worst) + " conflicts with streams of " + names,
-                     c.mode == MapMode::weight_streaming ? "weight streaming uses 4 colors per layer on one rectangle: map fewer layers"
+                     c.mode == MapMode::weight_streaming ? "weight streaming uses a color per layer plus 3 per orientation (4 per layer when training) on one rectangle: map fewer layers"
                                                          : "use a larger block (mapping.wafer_block) or weight streaming");
   }
   std::map<int, std::vector<std::string>> by_color;
@@ -386,9 +513,19 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
     DenseKernel& k = c.kernels[st[v].kernel];
     const int col = static_cast<int>(opt.reserved_colors + static_cast<int64_t>(color[v]));
     const char w = st[v].what;
-    (w == 'x' ? k.cx : w == '0' ? k.cr0 : w == '1' ? k.cr1 : w == 'b' ? k.cb : w == 'L' ? c.cl0 : w == 'M' ? c.cl1 : k.cw) = col;
+    (w == 'x' ? k.cx : w == '0' ? k.cr0 : w == '1' ? k.cr1 : w == 'b' ? k.cb : w == 'L' ? c.cl0 : w == 'M' ? c.cl1 : w == 'n' ? k.cn0 : w == 'o' ? k.cn1 : w == 'p' ? k.cnb : k.cw) = col;
     by_color[col].push_back(label(v));
   }
+  if (share)  // the shared colors: from the first kernel of the same orientation
+    for (size_t l = 0; l < c.kernels.size(); ++l)
+      for (size_t q = 0; q < l; ++q)
+        if (c.kernels[q].k_on_columns == c.kernels[l].k_on_columns) {
+          c.kernels[l].cr0 = c.kernels[q].cr0, c.kernels[l].cr1 = c.kernels[q].cr1, c.kernels[l].cw = c.kernels[q].cw;
+          by_color[c.kernels[l].cr0].push_back("kernel '" + c.kernels[l].name + "' reduce 0 (shared)");
+          by_color[c.kernels[l].cr1].push_back("kernel '" + c.kernels[l].name + "' reduce 1 (shared)");
+          by_color[c.kernels[l].cw].push_back("kernel '" + c.kernels[l].name + "' weight stream (shared)");
+          break;
+        }
   c.colors_used = static_cast<int>(used);
   for (auto& [col, v] : by_color) c.color_streams.push_back({std::to_string(col), v});
 }
@@ -564,7 +701,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   // (25-29), the hand-off (30-34) and the input's send (35).
   const int li = static_cast<int>(l);
   const int id_ld = 4 * li, id_onx = 20 + li, id_red = 25 + li, id_out = 30 + li, id_send = 35;
-  const int qw = 2 + static_cast<int>(l);
+  const int qw = c.weight_queue(l);
   // fp16 compute: W blocks and x values in fp16, products exact in fp32 (fmachs), partial sums,
   // bias and activation in fp32; the chain end converts y to fp16 before sending it on.
   const bool h = c.fp16;
@@ -1123,7 +1260,8 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       DenseKernel& k = c.kernels[l];
       k.mx_tensor = "W" + std::to_string(l) + "." + k.name;
-      k.port = "weights" + std::to_string(l);
+      // Inference: one port per orientation (the kernels share its color); training: one per layer.
+      k.port = c.training ? "weights" + std::to_string(l) : k.k_on_columns ? "weights_w" : "weights_n";
       k.lanes = k.k_on_columns ? k.h : k.w;
       k.lane_len = (k.k_on_columns ? k.w : k.h) * k.kb * k.nb;
     }
@@ -1147,12 +1285,19 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
       x_routes(k, true, routes);
-      reduce_routes(k, routes);
-      weight_routes(k, routes);
+      bool first_of_kind = true;  // kernels of one orientation share reduce and weight colors (inference): one set of routes
+      for (size_t q = 0; q < l; ++q) first_of_kind = first_of_kind && c.kernels[q].k_on_columns != k.k_on_columns;
+      if (c.training || first_of_kind) {
+        reduce_routes(k, routes);
+        weight_routes(k, routes);
+      }
       layer_params(k, l, true, params);
       layer_text(c, l, o);
-      ports.push_back({{"name", k.port}, {"dir", "in"}, {"side", k.k_on_columns ? "W" : "N"}, {"x", 0}, {"y", 0}, {"length", k.lanes}, {"color", k.cw},
-                       {"type", c.fp16 ? "f16" : "f32"}});
+      bool have = false;
+      for (const auto& pj : ports) have = have || pj["name"] == k.port;
+      if (!have)
+        ports.push_back({{"name", k.port}, {"dir", "in"}, {"side", k.k_on_columns ? "W" : "N"}, {"x", 0}, {"y", 0}, {"length", k.lanes}, {"color", k.cw},
+                         {"type", c.fp16 ? "f16" : "f32"}});
     }
     if (c.training) {
       for (size_t l = 0; l < c.kernels.size(); ++l) {

@@ -68,6 +68,17 @@ struct DenseKernel {
   bool relu = false;
   bool tanh = false;                 // Tanh instead of Relu (computed with the exp polynomial: tanh_text)
   bool softmax = false;              // a Softmax over the outputs after it (last layer; all N on one PE)
+  bool gelu = false;                 // GELU, erf form (gelu_text: an erf polynomial with the exp polynomial)
+  // A residual: after the activation, the chain ends add the input of kernel `residual`, which
+  // lies on the same PEs in the same blocks (weight streaming: a kernel two orientations back).
+  int64_t residual = -1;
+  // LayerNorm over each row's N outputs after that, along the chain ends (two passes: the mean,
+  // then the variance, each summed along the edge and broadcast back; rsqrt by Newton).
+  bool layernorm = false;
+  std::vector<float> ln_gamma, ln_beta;
+  double ln_eps = 1e-5;
+  int cn0 = -1, cn1 = -1, cnb = -1;  // LayerNorm: the edge chain's two colors, the broadcast back
+  std::string in_value;              // the graph value it reads
   std::vector<float> W;              // [K, N] row-major (fp32 master values)
   std::vector<float> bias;           // [N] (zeros without a bias)
   std::string w_value, b_value;      // graph values of the weight and the bias ("" without one)
@@ -164,6 +175,9 @@ struct Compiled {
   std::vector<float> gradient_layout(const DenseKernel& k, const std::vector<std::vector<float>>& lanes) const;
   // The inverse of memoryx_layout: [K, N] values from MemoryX order.
   std::vector<float> from_memoryx_layout(const DenseKernel& k, const std::vector<float>& mx) const;
+  // Weight streaming: the input queue of kernel l's weight stream -- one per orientation when
+  // kernels share their weight colors (inference), one per layer when training.
+  int weight_queue(size_t l) const { return training ? 2 + static_cast<int>(l) : kernels[l].k_on_columns ? 2 : 3; }
   // Host-side placement (data movement only): the graph input's values as PE arrays; the output
   // gathered back from the PEs that hold it.
   std::vector<HostArray> place_input(const Tensor& x) const;
@@ -196,6 +210,14 @@ void recip_text(std::ostringstream& o, const std::string& R, const std::string& 
 // over [1, 2]), times sign(y) (y 2^100 clamped to [-1, 1]). Emits kTanhOps DSD operations.
 void tanh_text(std::ostringstream& o, const std::string& Y, const std::string& T, const std::string& U, const std::string& V);
 inline constexpr int kExpOps = 41, kRecipOps = 33, kTanhOps = 2 + 5 + 2 + 33 + 8 + 1 + 2 + kRecipOps + 1;
+// Y = gelu(Y) = Y Phi(Y) (erf form) in place, T, U, V, W temporaries of Y's length: erf(|y| / sqrt 2)
+// by Abramowitz and Stegun 7.1.26 (|error| <= 1.5e-7; the argument clamped at 6) with t = 1 / (1 + p z)
+// (recip_text over [1, 1 + 6 p]) and exp(-z^2) (exp_text), signed by sign(y). kGeluOps operations.
+void gelu_text(std::ostringstream& o, const std::string& Y, const std::string& T, const std::string& U, const std::string& V, const std::string& W);
+inline constexpr int kGeluOps = 7 + kRecipOps + 9 + 2 + kExpOps + 1 + 5 + 2 + 4;
+// Newton iterations of the LayerNorm's 1 / sqrt(var + eps) from 0.01: converges for var + eps in
+// [1e-5, 3e4] (docs/wafer-compiler.md "LayerNorm").
+inline constexpr int kRsqrtIters = 32;
 
 // mapper/wafer/estimate.cpp: fills every kernel's `est` and the totals.
 void estimate(Compiled& c, const WaferConfig& cfg);

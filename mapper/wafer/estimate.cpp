@@ -207,7 +207,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     // absorbs the stream meanwhile.
     std::vector<int64_t> wready(static_cast<size_t>(k.w * k.h), 0);
     if (ws) {
-      const int64_t qw = 2 + static_cast<int64_t>(l);
+      const int64_t qw = c.weight_queue(l);
       const int64_t Q = qw < static_cast<int64_t>(cfg.input_depth.size()) ? cfg.input_depth[static_cast<size_t>(qw)] : 1;
       const int64_t gap = std::max<int64_t>(0, S + 2 - Q);
       const double bytes = static_cast<double>(k.lanes * k.lane_len) * 4;
