@@ -18,6 +18,7 @@ using json = nlohmann::json;
 namespace {
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+std::string fnum(double v);  // a float literal for PE text (defined with the training code)
 
 const char* kOpsHint =
     "the wafer compiler maps chains of layers in this build: Gemm, or MatMul by a constant weight, with an optional bias Add, "
@@ -331,6 +332,8 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes) {
   if (k.tanh) b += 3 * k.B * k.nb * 4;                               // tanh temporaries (chain end)
   if (k.softmax) b += (2 * k.B * k.N + 4 * k.B) * 4;                 // softmax arrays (chain end)
   if (k.pkh) b += k.rows_out() * k.nb * 4;                           // the pooled output (chain end)
+  if (k.gelu) b += 4 * k.B * k.nb * 4;                               // GELU temporaries (chain end)
+  if (k.layernorm) b += (k.B * k.nb + 4 * k.B + 3 * k.nb) * 4;       // LayerNorm arrays (chain end)
   if (wbytes == 2) b += k.rows_out() * k.nb * 2;                     // y in fp16 (chain end)
   if (k.input_layer) b += (k.spatial() ? k.xs_elems() : k.B * k.kb) * wbytes;  // xs (source)
   return b + 16;
@@ -677,6 +680,71 @@ void gather_text(std::ostringstream& o, const std::string& task, int id, bool ac
   o << task << "_z:\n  mov r15, 0\n  " << mov << " " << out << ", " << src << (halt_after ? "\n  halt\n" : " async\n  ret\n");
 }
 
+// LayerNorm along kernel k's chain ends (its N axis, towards S or E): the chain on cn0/cn1 (position
+// q sends on cn0 for even q), the broadcast back from the last one to every position (its own copy
+// through its ramp) on cnb.
+void ln_routes(const DenseKernel& k, json& routes) {
+  const int64_t len = k.k_on_columns ? k.h : k.w;
+  const char* fwd = k.k_on_columns ? "S" : "E";
+  const char* back = k.k_on_columns ? "N" : "W";
+  auto at = [&](int col, int64_t q, const std::string& rx, const std::string& tx) {
+    if (k.k_on_columns) routes.push_back(route(col, k.w - 1, q, 1, 1, rx, tx));
+    else routes.push_back(route(col, q, k.h - 1, 1, 1, rx, tx));
+  };
+  for (int64_t q = 0; q < len; ++q) {
+    if (q + 1 < len) at(q % 2 == 0 ? k.cn0 : k.cn1, q, "[\"RAMP\"]", "[\"" + std::string(fwd) + "\"]");
+    if (q > 0) at((q - 1) % 2 == 0 ? k.cn0 : k.cn1, q, "[\"" + std::string(back) + "\"]", "[\"RAMP\"]");
+    if (q == len - 1) at(k.cnb, q, "[\"RAMP\"]", len > 1 ? dirs({{true, back}, {true, "RAMP"}}) : "[\"RAMP\"]");
+    else if (q > 0) at(k.cnb, q, "[\"" + std::string(fwd) + "\"]", dirs({{true, back}, {true, "RAMP"}}));
+    else at(k.cnb, q, "[\"" + std::string(fwd) + "\"]", "[\"RAMP\"]");
+  }
+}
+
+void ln_params(const DenseKernel& k, size_t l, json& params) {
+  const std::string L = std::to_string(l), pn = k.k_on_columns ? "py" : "px", nl = k.k_on_columns ? "height" : "width";
+  params["lnfirst" + L] = pn + " == 0";
+  params["lnlast" + L] = pn + " == " + nl + " - 1";
+  const std::string d = "(" + std::to_string(k.cn1) + " - " + std::to_string(k.cn0) + ")";
+  params["lncout" + L] = std::to_string(k.cn0) + " + (" + pn + " % 2) * " + d;
+  params["lncin" + L] = std::to_string(k.cn0) + " + ((" + pn + " + 1) % 2) * " + d;
+}
+
+// The array holding kernel l's output where the next kernels read it.
+std::string hold_array(const Compiled& c, size_t l) {
+  const DenseKernel& k = c.kernels[l];
+  return c.fp16 ? "y16_" + std::to_string(l) : k.pkh ? "p" + std::to_string(l) : "y" + std::to_string(l);
+}
+
+// LayerNorm at kernel l's chain ends (in `red`, after bias, activation and residual): row sums
+// summed along the edge, the mean broadcast back and subtracted; the squared deviations' sums
+// likewise, 1 / sqrt(var + eps) by kRsqrtIters Newton steps from 0.01 at the edge's end, broadcast
+// back; then the scale and bias.
+void ln_text(const DenseKernel& k, size_t l, bool padded, std::ostringstream& o) {
+  const std::string L = std::to_string(l);
+  const int64_t nb = k.nb;
+  auto sums = [&](const std::string& col) {
+    o << "  fmovs lnsm" << L << ", " << col << L << "_0\n";
+    for (int64_t n = 1; n < nb; ++n) o << "  fadds lnsm" << L << ", lnsm" << L << ", " << col << L << "_" << n << "\n";
+    o << ".if $lnfirst" << L << "\n.if !$lnlast" << L << "\n  fmovs lnto" << L << ", lnsm" << L << "\n.endif\n.else\n.if $lnlast" << L << "\n  fadds lnsm" << L
+      << ", lnsm" << L << ", lnfr" << L << "\n.else\n  fadds lnto" << L << ", lnsm" << L << ", lnfr" << L << "\n.endif\n.endif\n";
+  };
+  const std::string invn = fnum(1.0 / static_cast<double>(k.N));
+  sums("lyc");
+  o << ".if $lnlast" << L << "\n  fmuls lncm" << L << ", lnsm" << L << ", " << invn << "\n  fmovs lnbo" << L << ", lncm" << L << " async\n.endif\n";
+  o << "  fmovs lnrm" << L << ", lnbi" << L << "\n  fsubs yall" << L << ", yall" << L << ", lnrb" << L << "\n";
+  if (padded) o << "  fmuls yall" << L << ", yall" << L << ", lnkb" << L << "   # padded features stay 0\n";
+  o << "  fmuls lnqm" << L << ", yall" << L << ", yall" << L << "\n";
+  sums("lqc");
+  o << ".if $lnlast" << L << "\n  fmuls lntm" << L << ", lnsm" << L << ", " << invn << "\n  fadds lntm" << L << ", lntm" << L << ", " << fnum(k.ln_eps) << "\n  fmovs lncm" << L
+    << ", 0.01\n";
+  for (int i = 0; i < kRsqrtIters; ++i)
+    o << "  fmuls lnsm" << L << ", lncm" << L << ", lncm" << L << "\n  fmuls lnsm" << L << ", lnsm" << L << ", lntm" << L << "\n  fmacs lnsm" << L << ", 1.5, lnsm" << L
+      << ", -0.5\n  fmuls lncm" << L << ", lncm" << L << ", lnsm" << L << "\n";
+  o << "  fmovs lnbo" << L << ", lncm" << L << " async\n.endif\n";
+  o << "  fmovs lnrm" << L << ", lnbi" << L << "\n  fmuls yall" << L << ", yall" << L << ", lnrb" << L << "\n  fmuls yall" << L << ", yall" << L << ", lngb" << L
+    << "\n  fadds yall" << L << ", yall" << L << ", lnbb" << L << "\n";
+}
+
 // The DSD dims of a conv's im2col walk over one sample of its [ih, iw, cb] holder.
 std::string im2col_dims(const DenseKernel& n) {
   const int64_t cb = n.cblk;
@@ -735,6 +803,29 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   o << ".if $last" << L << "\n.dsd bm" << L << " mem4d bias" << L << " dims=" << B << ":0," << nb << ":1   # the bias again for every sample\n";
   if (k.tanh)  // the activation's temporaries
     for (const char* t : {"ta", "tb", "tc"}) o << ".data " << t << L << "_a f32 " << B * nb << "\n.dsd " << t << L << " mem1d " << t << L << "_a\n";
+  if (k.gelu)
+    for (const char* t : {"ga", "gb", "gc", "gd"}) o << ".data " << t << L << "_a f32 " << B * nb << "\n.dsd " << t << L << " mem1d " << t << L << "_a\n";
+  if (k.residual >= 0) {  // the residual: the input of kernel r, held here in the same blocks
+    const size_t r = static_cast<size_t>(k.residual);
+    o << ".dsd res" << L << " mem1d " << (r == 0 ? "xs0" : hold_array(c, r - 1)) << " len=" << B * nb << "\n";
+  }
+  if (k.layernorm) {
+    o << ".data lns" << L << " f32 " << B << "\n.data lnc" << L << " f32 " << B << "\n.data lnr" << L << " f32 " << B << "\n.data lnq" << L << " f32 " << B * nb << "\n";
+    o << ".data lng" << L << " f32 " << nb << "\n.data lnb" << L << " f32 " << nb << "\n";
+    for (const char* t : {"lns", "lnc", "lnr", "lnq"}) o << ".dsd " << t << "m" << L << " mem1d " << t << L << "\n";
+    o << ".dsd lnrb" << L << " mem4d lnr" << L << " dims=" << B << ":1," << nb << ":0\n";
+    o << ".dsd lngb" << L << " mem4d lng" << L << " dims=" << B << ":0," << nb << ":1\n.dsd lnbb" << L << " mem4d lnb" << L << " dims=" << B << ":0," << nb << ":1\n";
+    if ((k.k_on_columns ? k.h : k.w) * nb > k.N)
+      o << ".data lnk" << L << " f32 " << nb << "   # 1 for real features, 0 for padding\n.dsd lnkb" << L << " mem4d lnk" << L << " dims=" << B << ":0," << nb << ":1\n";
+    for (int64_t n = 0; n < nb; ++n)
+      o << ".dsd lyc" << L << "_" << n << " mem1d y" << L << " off=" << n << " len=" << B << " stride=" << nb << "\n.dsd lqc" << L << "_" << n << " mem1d lnq" << L
+        << " off=" << n << " len=" << B << " stride=" << nb << "\n";
+    o << ".if !$lnlast" << L << "\n.dsd lnto" << L << " fabout f32 color=$lncout" << L << " queue=2 len=" << B << "\n.endif\n";
+    o << ".if !$lnfirst" << L << "\n.dsd lnfr" << L << " fabin f32 color=$lncin" << L << " queue=4 len=" << B << "\n.endif\n";
+    o << ".if $lnlast" << L << "\n.dsd lnbo" << L << " fabout f32 color=" << k.cnb << " queue=3 len=" << B << "\n.data lnt" << L << " f32 " << B << "\n.dsd lntm" << L
+      << " mem1d lnt" << L << "\n.endif\n";
+    o << ".dsd lnbi" << L << " fabin f32 color=" << k.cnb << " queue=5 len=" << B << "\n";
+  }
   if (k.softmax) {  // per class c: the logits' column (stride nb) and the exponentials' (stride N)
     o << ".data se" << L << " f32 " << B * k.N << "\n.data st" << L << " f32 " << B * k.N << "\n";
     for (const char* t : {"sm", "ss", "sr", "su"}) o << ".data " << t << L << "_a f32 " << B << "\n.dsd " << t << L << " mem1d " << t << L << "_a\n";
@@ -751,7 +842,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
           << k.ph << ":" << k.psh * k.ow * nb << "," << k.pw << ":" << k.psw * nb << "," << nb << ":1\n";
   }
   // The array the next layer's x values are read from, and how.
-  const std::string hold = h ? "y16_" + L : k.pkh ? "p" + L : "y" + L;
+  const std::string hold = hold_array(c, l);
   if (has_next) {
     const int64_t len = nk->spatial() ? nk->oh * nk->ow * nk->kb : rows * nb;
     o << ".dsd yout" << L << " fabout " << we << " color=" << nk->cx << " queue=1 len=" << len << "\n";
@@ -804,7 +895,10 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   o << ".if $last" << L << "\n  fadds yall" << L << ", yall" << L << ", bm" << L << "\n";
   if (k.relu) o << "  fmaxs yall" << L << ", yall" << L << ", 0.0\n";
   if (k.tanh) tanh_text(o, "yall" + L, "ta" + L, "tb" + L, "tc" + L);
+  if (k.gelu) gelu_text(o, "yall" + L, "ga" + L, "gb" + L, "gc" + L, "gd" + L);
   if (k.softmax) softmax_text(o, k, L);
+  if (k.residual >= 0) o << "  fadds yall" << L << ", yall" << L << ", res" << L << "\n";
+  if (k.layernorm) ln_text(k, l, (k.k_on_columns ? k.h : k.w) * nb > k.N, o);
   if (k.pkh) {  // MaxPool: the first window's values, then the max with every other window
     o << "  fmovs pall" << L << ", pw" << L << "_0\n";
     for (int64_t i = 1; i < k.pkh * k.pkw; ++i) o << "  fmaxs pall" << L << ", pall" << L << ", pw" << L << "_" << i << "\n";
@@ -970,6 +1064,25 @@ void tanh_text(std::ostringstream& o, const std::string& Y, const std::string& T
   o << "  fadds " << T << ", " << U << ", 2.0\n  fmuls " << U << ", " << U << ", " << V << "\n  fmuls " << U << ", " << U << ", -1.0\n";
   recip_text(o, Y, T, V, 1.0, 2.0);
   o << "  fmuls " << Y << ", " << Y << ", " << U << "\n";
+}
+
+void gelu_text(std::ostringstream& o, const std::string& Y, const std::string& T, const std::string& U, const std::string& V, const std::string& W) {
+  constexpr double p = 0.3275911, zmax = 6.0;  // Abramowitz and Stegun 7.1.26
+  o << "  fnegs " << T << ", " << Y << "\n  fmaxs " << T << ", " << T << ", " << Y << "\n  fmuls " << T << ", " << T << ", " << fnum(std::sqrt(0.5)) << "\n";
+  o << "  fnegs " << T << ", " << T << "\n  fmaxs " << T << ", " << T << ", " << fnum(-zmax) << "\n  fnegs " << T << ", " << T << "\n";  // z = min(|y| / sqrt 2, 6)
+  o << "  fmacs " << U << ", 1.0, " << T << ", " << fnum(p) << "\n";                                                                 // 1 + p z
+  recip_text(o, V, U, W, 1.0, 1.0 + p * zmax);                                                                                      // t
+  o << "  fmuls " << U << ", " << V << ", 1.061405429\n";
+  for (const char* a : {"-1.453152027", "1.421413741", "-0.284496736", "0.254829592"})
+    o << "  fadds " << U << ", " << U << ", " << a << "\n  fmuls " << U << ", " << U << ", " << V << "\n";                         // t (a1 + t (a2 + ...))
+  o << "  fmuls " << W << ", " << T << ", " << T << "\n  fnegs " << W << ", " << W << "\n";
+  exp_text(o, W, V);                                                                                                                 // exp(-z^2)
+  o << "  fmuls " << U << ", " << U << ", " << W << "\n";                                                                             // 1 - erf(z)
+  o << "  fmuls " << T << ", " << Y << ", 1.2676506e30\n  fmaxs " << T << ", " << T << ", -1.0\n  fnegs " << T << ", " << T << "\n  fmaxs " << T << ", "
+    << T << ", -1.0\n  fnegs " << T << ", " << T << "\n";                                                                          // sign(y)
+  o << "  fnegs " << U << ", " << U << "\n  fadds " << U << ", " << U << ", 1.0\n";                                                // erf(z)
+  o << "  fmuls " << U << ", " << U << ", " << T << "\n  fadds " << U << ", " << U << ", 1.0\n  fmuls " << Y << ", " << Y << ", " << U << "\n  fmuls " << Y
+    << ", " << Y << ", 0.5\n";
 }
 
 namespace {
@@ -1267,6 +1380,26 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     }
   }
   for (auto& k : c.kernels) conv_weights(k);
+  // Residuals: the held input must lie on this kernel's chain ends in the same blocks.
+  for (size_t l = 0; l < c.kernels.size(); ++l) {
+    const DenseKernel& k = c.kernels[l];
+    if (k.residual < 0) continue;
+    const DenseKernel& r = c.kernels[static_cast<size_t>(k.residual)];
+    const std::string where = "kernel '" + k.name + "'";
+    if (c.mode != MapMode::weight_streaming)
+      throw InputError(where, "a residual Add is mapped in weight-streaming mode (every kernel on one rectangle, the held input on the PEs where the sum is formed)",
+                       "use \"mapping\": {\"mode\": \"weight_streaming\"}");
+    if (c.fp16) throw InputError("/precision/compute", "a residual Add is mapped in fp32 on the wafer in this build", "use precision.compute fp32");
+    if (r.k_on_columns == k.k_on_columns || r.kb != k.nb || r.B != k.B || r.spatial())
+      throw InputError(where, "the residual's input (kernel '" + r.name + "') does not lie on this kernel's chain ends in the same blocks (an even number of dense layers between them, or blocks " +
+                                  std::to_string(r.kb) + " vs " + std::to_string(k.nb) + ")",
+                       "a residual spans an odd number of dense layers after its input, e.g. x + W2 f(W1 x)");
+  }
+  if (c.training)
+    for (const auto& k : c.kernels)
+      if (k.gelu || k.layernorm || k.residual >= 0)
+        throw InputError("kernel '" + k.name + "'", "GELU, LayerNorm and residuals are not trained on the wafer in this build",
+                         "train it on target.kind neuroncore or reference");
   allocate_colors(c, cfg, opt);
 
   // Layout and programs.
@@ -1292,6 +1425,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
         weight_routes(k, routes);
       }
       layer_params(k, l, true, params);
+      if (k.layernorm) ln_routes(k, routes), ln_params(k, l, params);
       layer_text(c, l, o);
       bool have = false;
       for (const auto& pj : ports) have = have || pj["name"] == k.port;
@@ -1331,6 +1465,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       reduce_routes(k, routes);
       if (l + 1 < c.kernels.size()) handoff_routes(k, c.kernels[l + 1], routes);
       layer_params(k, l, false, params);
+      if (k.layernorm) ln_routes(k, routes), ln_params(k, l, params);
       std::ostringstream o;
       o << "# tessera wafer compiler, pipelined: kernel " << l << " on " << k.w << " x " << k.h << " PEs at (" << k.x0 << "," << k.y0 << ")\n";
       layer_text(c, l, o);
@@ -1365,6 +1500,19 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
           for (int64_t i = 0; i < k.nb; ++i)
             if (nbk * k.nb + i < k.N) a.values[static_cast<size_t>(i)] = k.bias[static_cast<size_t>(nbk * k.nb + i)];
           c.constants.push_back(std::move(a));
+          if (k.layernorm) {  // the scale and bias of the block's features (0 beyond N), and the mask when padded
+            HostArray g{k.x0 + px, k.y0 + py, "lng" + std::to_string(l), std::vector<float>(static_cast<size_t>(k.nb), 0.0f)};
+            HostArray b2{k.x0 + px, k.y0 + py, "lnb" + std::to_string(l), std::vector<float>(static_cast<size_t>(k.nb), 0.0f)};
+            HostArray m{k.x0 + px, k.y0 + py, "lnk" + std::to_string(l), std::vector<float>(static_cast<size_t>(k.nb), 0.0f)};
+            for (int64_t i = 0; i < k.nb && nbk * k.nb + i < k.N; ++i) {
+              g.values[static_cast<size_t>(i)] = k.ln_gamma[static_cast<size_t>(nbk * k.nb + i)];
+              b2.values[static_cast<size_t>(i)] = k.ln_beta[static_cast<size_t>(nbk * k.nb + i)];
+              m.values[static_cast<size_t>(i)] = 1.0f;
+            }
+            c.constants.push_back(std::move(g));
+            c.constants.push_back(std::move(b2));
+            if ((k.k_on_columns ? k.h : k.w) * k.nb > k.N) c.constants.push_back(std::move(m));
+          }
         }
       }
   }

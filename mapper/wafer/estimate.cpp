@@ -268,7 +268,8 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     // Then bias and activation over B nb elements at the fp32 width, then the hand-off.
     const int64_t n_el = k.B * k.nb;
     int64_t end = 0, compute_end = 0, transfer = 0;
-    std::vector<int64_t> next(static_cast<size_t>(Ln), 0);
+    std::vector<int64_t> next(static_cast<size_t>(Ln), 0), t_of(static_cast<size_t>(Ln), 0), tmax_of(static_cast<size_t>(Ln), 0);
+    auto dsd = [&](int64_t len, Op o2 = Op::fadds, int64_t stride = 1) { return S + cdiv(len, std::max<int64_t>(1, simd_width(o2, stride, cfg))); };
     for (int64_t pn = 0; pn < Ln; ++pn) {
       int64_t lead = INT64_MIN;  // max_j(T(j) + S - j * pass)
       int64_t tmax = 0;
@@ -280,13 +281,42 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       }
       compute_end = std::max(compute_end, tmax);
       int64_t t = Lk == 1 ? tmax : lead + (Lk - 1) * pass + n_el;  // the chain end holds the sum
-      t += (S + cdiv(n_el, w32)) * (1 + (k.relu ? 1 : 0) + (k.tanh ? kTanhOps : 0));  // bias, then relu or tanh (tanh_text)
+      t += (S + cdiv(n_el, w32)) * (1 + (k.relu ? 1 : 0) + (k.tanh ? kTanhOps : 0) + (k.gelu ? kGeluOps : 0) + (k.residual >= 0 ? 1 : 0));  // bias, activation (tanh_text, gelu_text), residual
       if (k.softmax) {  // softmax_text over the N outputs of the B samples (strided columns)
         auto op = [&](int64_t len, Op o2, int64_t stride) { return S + cdiv(len, std::max<int64_t>(1, simd_width(o2, stride, cfg))); };
         const int64_t N = k.N, B = k.B;
         t += op(B, Op::fmovs, k.nb) + (N - 1) * op(B, Op::fmaxs, k.nb) + N * op(B, Op::fsubs, std::max(k.nb, N)) + kExpOps * op(B * N, Op::fmuls, 1) +
              op(B, Op::fmovs, N) + (N - 1) * op(B, Op::fadds, N) + kRecipOps * op(B, Op::fmuls, 1) + N * op(B, Op::fmuls, std::max(k.nb, N));
       }
+      t_of[static_cast<size_t>(pn)] = t;
+      tmax_of[static_cast<size_t>(pn)] = tmax;
+    }
+    if (k.layernorm) {
+      // LayerNorm along the chain ends (compile.cpp ln_text), twice: each position's row sums (nb
+      // strided ops over B), the pipelined chain of B values to the edge's end (the reduce's
+      // formula), its own ops there, then the broadcast back -- hop by hop, B wavelets -- which
+      // each position takes before its next ops.
+      const int64_t B = k.B, nb = k.nb;
+      const bool padded = Ln * nb > k.N;
+      auto pass_ln = [&](std::vector<int64_t>& T, int64_t at_end) {
+        const int64_t local = dsd(B, Op::fmovs, nb) + (nb - 1) * dsd(B, Op::fadds, nb);
+        int64_t lead = INT64_MIN;
+        for (int64_t q = 0; q < Ln; ++q) lead = std::max(lead, T[static_cast<size_t>(q)] + local + S - q * pass);
+        const int64_t chain = Ln == 1 ? T[0] + local : lead + (Ln - 1) * pass + B;
+        const int64_t sent = chain + at_end + S + 1;  // the async broadcast's first wavelet leaves
+        for (int64_t q = 0; q < Ln; ++q) {
+          const int64_t own = T[static_cast<size_t>(q)] + local + (q + 1 < Ln ? S + B : 0);  // this position's part of the chain is out
+          T[static_cast<size_t>(q)] = std::max(own, sent + (Ln - 1 - q) * hop + B + 2) + 1;
+        }
+      };
+      pass_ln(t_of, dsd(B));
+      for (auto& tq : t_of) tq += dsd(n_el) * (padded ? 3 : 2);  // subtract the mean (mask), square
+      pass_ln(t_of, 2 * dsd(B) + dsd(B, Op::fmovs) + 4 * kRsqrtIters * dsd(B));
+      for (auto& tq : t_of) tq += 3 * dsd(n_el);  // times rstd, scale, bias
+    }
+    for (int64_t pn = 0; pn < Ln; ++pn) {
+      int64_t t = t_of[static_cast<size_t>(pn)];
+      const int64_t tmax = tmax_of[static_cast<size_t>(pn)];
       if (k.pkh) t += k.pkh * k.pkw * (S + cdiv(k.rows_out() * k.nb, w32));  // MaxPool: a copy, then a max per other window
       end = std::max(end, t);
       transfer = std::max(transfer, t - tmax);
