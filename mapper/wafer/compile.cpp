@@ -21,9 +21,9 @@ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 std::string fnum(double v);  // a float literal for PE text (defined with the training code)
 
 const char* kOpsHint =
-    "the wafer compiler maps chains of layers in this build: Gemm, or MatMul by a constant weight, with an optional bias Add, "
-    "Conv (the first one may be padded), MaxPool after a Conv, a Flatten into a dense layer, Relu or Tanh, and a final Softmax "
-    "(docs/wafer-compiler.md); run other models on target.kind neuroncore or reference";
+    "the wafer compiler maps in this build: Gemm, or MatMul by a constant weight, with a bias Add; Conv (padded only the first), "
+    "MaxPool after a Conv, a Flatten into a dense layer; Relu, Tanh, GELU (erf form); a final Softmax; and in weight streaming "
+    "residual Adds, LayerNorm and multi-head attention (docs/wafer-compiler.md); run other models on target.kind neuroncore or reference";
 
 // ---------------------------------------------------------------------------------------------
 // Graph -> dense layers.
@@ -45,13 +45,13 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
   for (const auto& n : g.nodes)
     if (n.op != "Gemm" && n.op != "MatMul" && n.op != "Add" && n.op != "Relu" && n.op != "Tanh" && n.op != "Softmax" && n.op != "Conv" &&
         n.op != "MaxPool" && n.op != "Flatten" && n.op != "Reshape" && n.op != "Div" && n.op != "Mul" && n.op != "Erf" && n.op != "ReduceMean" &&
-        n.op != "Sub" && n.op != "Pow" && n.op != "Sqrt" && n.op != "LayerNormalization")
+        n.op != "Sub" && n.op != "Pow" && n.op != "Sqrt" && n.op != "LayerNormalization" && n.op != "Transpose")
       unmapped.add(g.where(n), "op " + n.op + " is not mapped by the wafer compiler in this build", kOpsHint);
   unmapped.throw_if_any();
   input = g.inputs[0];
   output = g.outputs[0];
   const graph::Value& in = g.value(input);
-  if (in.shape.size() != 2 && in.shape.size() != 4)
+  if (in.shape.size() < 2 || in.shape.size() > 4)
     throw InputError("graph input '" + input + "'", "is " + shape_str(in.shape) + "; the wafer compiler takes [batch, features] or, into a Conv, [batch, channels, height, width]", kOpsHint);
   std::vector<DenseKernel> ks;
   std::string cur = input;  // the activation flowing through the chain
@@ -80,11 +80,153 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
     const Tensor* t = constant(v);
     return t && t->numel() == 1 && std::fabs(t->to_f32()[0] - want) <= tol;
   };
+  // Layout-only nodes: a Reshape that keeps the last axis, or a Transpose that only moves axes of
+  // size 1, leaves the rows as they are -- its output is an alias of its input.
+  std::map<std::string, std::string> alias;
+  std::map<std::string, size_t> producer;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& v : g.nodes[i].outputs) producer[v] = i;
+  auto canon = [&](std::string v) {
+    for (auto it = alias.find(v); it != alias.end(); it = alias.find(v)) v = it->second;
+    return v;
+  };
   for (const size_t i : g.topo_order()) {
     const graph::Node& n = g.nodes[i];
+    if ((n.op != "Reshape" && n.op != "Transpose") || n.inputs.empty()) continue;
+    const Shape& a = g.value(n.inputs[0]).shape;
+    const Shape& b = g.value(n.outputs[0]).shape;
+    if (a.empty() || b.empty() || a.back() != b.back() || a.size() < 2 || b.size() < 2) continue;
+    bool keeps = true;
+    if (n.op == "Transpose") {
+      std::vector<int64_t> perm = n.attrs.get_ints("perm", {});
+      int64_t last = -1;
+      for (const int64_t d : perm)
+        if (a[static_cast<size_t>(d)] != 1) keeps = keeps && d > last, last = d;
+    }
+    if (keeps) alias[n.outputs[0]] = n.inputs[0], consumed.insert(i);
+  }
+  // Multi-head attention (PyTorch's export for one sequence): Q, K, V rows [S, d] -> Reshape
+  // [S, H, dh] -> Transpose to [H, S, dh] (K: [H, dh, S]) -> MatMul(Q / c, K) -> Softmax -> MatMul(., V)
+  // -> Transpose [S, H, dh] -> Reshape [S, d]: one block, attached to the kernel computing V.
+  struct AttnBlock {
+    std::string q, k, v, out;
+    int64_t heads = 0, dh = 0;
+    double scale = 1;
+    bool done = false;
+  };
+  std::vector<AttnBlock> blocks;
+  for (const size_t i : g.topo_order()) {
+    const graph::Node& sm = g.nodes[i];
+    if (sm.op != "Softmax" || !producer.count(sm.inputs[0])) continue;
+    const graph::Node& a = g.nodes[producer[sm.inputs[0]]];
+    const long ci = sole(sm.outputs[0], "MatMul");
+    if (a.op != "MatMul" || ci < 0) continue;
+    const graph::Node& cm = g.nodes[static_cast<size_t>(ci)];
+    if (cm.inputs[0] != sm.outputs[0] || g.value(sm.outputs[0]).shape.size() != 3) continue;
+    std::vector<size_t> path = {producer[sm.inputs[0]], i, static_cast<size_t>(ci)};
+    AttnBlock blk;
+    // Back from an operand: scalar scalings, a Transpose with `perm`, a Reshape from rows to [S, H, dh].
+    auto trace = [&](std::string v, const std::vector<int64_t>& perm, double* scale) -> std::string {
+      bool transposed = false;
+      while (producer.count(v)) {
+        const size_t pi = producer[v];
+        const graph::Node& pn = g.nodes[pi];
+        if (scale && (pn.op == "Div" || pn.op == "Mul") && pn.inputs.size() == 2 && constant(pn.inputs[1]) && constant(pn.inputs[1])->numel() == 1) {
+          const double c = constant(pn.inputs[1])->to_f32()[0];
+          *scale *= pn.op == "Div" ? 1.0 / c : c;
+          v = pn.inputs[0];
+        } else if (pn.op == "Transpose" && !transposed && pn.attrs.get_ints("perm", {}) == perm) {
+          transposed = true;
+          v = pn.inputs[0];
+        } else if (pn.op == "Reshape" && transposed && g.value(v).shape.size() == 3) {
+          const Shape& hs = g.value(v).shape;  // [S, H, dh]
+          if (blk.heads && (blk.heads != hs[1] || blk.dh != hs[2])) return "";
+          blk.heads = hs[1];
+          blk.dh = hs[2];
+          path.push_back(pi);
+          return pn.inputs[0];
+        } else {
+          return "";
+        }
+        path.push_back(pi);
+      }
+      return "";
+    };
+    blk.q = trace(a.inputs[0], {1, 0, 2}, &blk.scale);
+    blk.k = trace(a.inputs[1], {1, 2, 0}, nullptr);
+    blk.v = trace(cm.inputs[1], {1, 0, 2}, nullptr);
+    const long t = sole(cm.outputs[0], "Transpose");
+    const long r = t < 0 ? -1 : sole(g.nodes[static_cast<size_t>(t)].outputs[0], "Reshape");
+    if (blk.q.empty() || blk.k.empty() || blk.v.empty() || r < 0 || g.nodes[static_cast<size_t>(t)].attrs.get_ints("perm", {}) != std::vector<int64_t>{1, 0, 2})
+      continue;
+    path.push_back(static_cast<size_t>(t));
+    path.push_back(static_cast<size_t>(r));
+    blk.out = g.nodes[static_cast<size_t>(r)].outputs[0];
+    const Shape& os = g.value(blk.out).shape;
+    if (os.empty() || os.back() != blk.heads * blk.dh) continue;
+    for (const size_t q : path) consumed.insert(q);
+    blocks.push_back(blk);
+  }
+  // Nodes in a topological order that keeps the file's order where it can (Kahn's algorithm,
+  // smallest index first): kernels are numbered -- and run -- in the order the model lists them.
+  std::vector<size_t> order;
+  {
+    std::vector<int> pending(g.nodes.size(), 0);
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      for (const auto& v : g.nodes[i].inputs)
+        if (producer.count(v)) ++pending[i];
+    std::set<size_t> ready;
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      if (!pending[i]) ready.insert(i);
+    while (!ready.empty()) {
+      const size_t i = *ready.begin();
+      ready.erase(ready.begin());
+      order.push_back(i);
+      for (const auto& v : g.nodes[i].outputs)
+        for (const size_t u : uses[v])
+          for (const auto& vi : g.nodes[u].inputs)
+            if (vi == v && --pending[u] == 0) ready.insert(u);
+    }
+  }
+  std::vector<std::string> kout;  // each kernel's output value so far
+  for (const size_t i : order) {
     if (consumed.count(i)) continue;
+    graph::Node n = g.nodes[i];
+    for (auto& v : n.inputs) v = canon(v);
+    if (ks.size() > kout.size()) kout.push_back(cur);  // the previous node's result
+    else if (!ks.empty()) kout.back() = cur;
+    // An attention block whose V is the running activation and whose Q and K are kernels' outputs
+    // attaches to the kernel computing V.
+    for (auto& blk : blocks) {
+      if (blk.done || canon(blk.v) != cur || ks.empty()) continue;
+      const auto qi = std::find(kout.begin(), kout.end(), canon(blk.q)), ki = std::find(kout.begin(), kout.end(), canon(blk.k));
+      if (qi == kout.end() || ki == kout.end()) continue;  // V first: reported below
+      DenseKernel& k = ks.back();
+      if (k.relu || k.tanh || k.gelu || k.residual >= 0 || k.layernorm || k.attn || k.spatial())
+        throw InputError("kernel '" + k.name + "'", "attention is mapped right after the dense layer computing V (with its bias)", kOpsHint);
+      k.attn = true;
+      k.attn_q = qi - kout.begin();
+      k.attn_k = ki - kout.begin();
+      k.heads = blk.heads;
+      k.dh = blk.dh;
+      k.attn_scale = blk.scale;
+      k.op += "+Attention";
+      k.name = blk.out;
+      cur = kout.back() = blk.out;
+      blk.done = true;
+    }
     auto unsupported = [&](const std::string& why) { throw InputError(g.where(n), why, kOpsHint); };
     const bool commutative = n.op == "Add" || n.op == "Mul";
+    // A dense layer may read the graph input or any kernel's output (weight streaming); the rest
+    // continue the running activation.
+    const bool dense = n.op == "Gemm" || n.op == "MatMul";
+    long src = -2;
+    if (dense && !n.inputs.empty()) {
+      if (n.inputs[0] == input) src = -1;
+      for (size_t q = 0; q < kout.size(); ++q)
+        if (kout[q] == n.inputs[0]) src = static_cast<long>(q);
+      if (src >= -1 && n.inputs[0] != cur) cur = n.inputs[0], flat = false;
+    }
     if (n.inputs.empty() || (n.inputs[0] != cur && !(commutative && n.inputs.size() > 1 && n.inputs[1] == cur))) {
       // Every node must continue the chain from its first input (either input of Add or Mul).
       bool uses_cur = std::find(n.inputs.begin(), n.inputs.end(), cur) != n.inputs.end();
@@ -112,6 +254,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       k.op = "Conv";
       k.nodes = {n.name};
       k.xread = DenseKernel::XRead::conv;
+      k.src = static_cast<long>(ks.size()) - 1;
       k.samples = cs[0];
       k.cin = cs[1];
       k.N = w->shape()[0];
@@ -169,8 +312,15 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
     } else if (n.op == "Gemm" || n.op == "MatMul") {
       const Tensor* w = n.inputs.size() > 1 ? constant(n.inputs[1]) : nullptr;
       if (!w || w->rank() != 2) unsupported(n.op + " needs a constant 2-D weight as its second input");
-      const Shape& xs = g.value(cur).shape;
+      Shape xs = g.value(cur).shape;  // rows: every axis but the last
+      if (n.op == "MatMul" && xs.size() > 2) {
+        int64_t rows = 1;
+        for (size_t d = 0; d + 1 < xs.size(); ++d) rows *= xs[d];
+        xs = {rows, xs.back()};
+      }
+      if (xs.size() != 2) unsupported(n.op + " on " + shape_str(g.value(cur).shape) + ": the wafer compiler maps dense layers on [rows, features]");
       DenseKernel k;
+      k.src = src >= -1 ? src : static_cast<long>(ks.size()) - 1;
       k.name = n.name.empty() ? n.outputs[0] : n.name;
       k.op = n.op;
       k.nodes = {n.name};
@@ -320,7 +470,10 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
     cur = n.outputs[0];
   }
   if (ks.empty()) throw InputError(g.source, "the graph has no dense layer to map", kOpsHint);
-  if (cur != output) throw InputError(g.source, "the graph's output '" + output + "' is not the end of the layer chain", kOpsHint);
+  for (const auto& blk : blocks)
+    if (!blk.done)
+      throw InputError(g.source, "an attention block (its output '" + blk.out + "') must follow the dense layers computing its Q, K and then V (each with its bias)", kOpsHint);
+  if (cur != canon(output)) throw InputError(g.source, "the graph's output '" + output + "' is not the end of the layer chain", kOpsHint);
   if (flat) throw InputError(g.source, "the graph ends in a Flatten; the wafer compiler maps a Flatten only into a dense layer", kOpsHint);
   return ks;
 }
@@ -333,6 +486,7 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes) {
   if (k.softmax) b += (2 * k.B * k.N + 4 * k.B) * 4;                 // softmax arrays (chain end)
   if (k.pkh) b += k.rows_out() * k.nb * 4;                           // the pooled output (chain end)
   if (k.gelu) b += 4 * k.B * k.nb * 4;                               // GELU temporaries (chain end)
+  if (k.attn) b += (k.B * k.nb + 2 * k.B * k.B + k.B * k.dh + 4 * k.B) * 4;  // attention arrays (chain end)
   if (k.layernorm) b += (k.B * k.nb + 4 * k.B + 3 * k.nb) * 4;       // LayerNorm arrays (chain end)
   if (wbytes == 2) b += k.rows_out() * k.nb * 2;                     // y in fp16 (chain end)
   if (k.input_layer) b += (k.spatial() ? k.xs_elems() : k.B * k.kb) * wbytes;  // xs (source)
@@ -418,7 +572,9 @@ std::pair<int64_t, int64_t> place_pipelined(std::vector<DenseKernel>& ks, int64_
 void place_streaming(std::vector<DenseKernel>& ks, int64_t w, int64_t h) {
   for (size_t l = 0; l < ks.size(); ++l) {
     DenseKernel& k = ks[l];
-    k.k_on_columns = l % 2 == 0;
+    // The orientation follows the data: the graph input sits on the south row (K along the
+    // columns), a kernel's outputs on its chain ends -- the east column or the south row.
+    k.k_on_columns = k.src < 0 || !ks[static_cast<size_t>(k.src)].k_on_columns;
     k.x_flow = k.k_on_columns ? Dir::N : Dir::W;  // from the previous layer's outputs: the south row / east column
     k.x0 = k.y0 = 0;
     k.w = w;
@@ -712,7 +868,7 @@ void ln_params(const DenseKernel& k, size_t l, json& params) {
 // The array holding kernel l's output where the next kernels read it.
 std::string hold_array(const Compiled& c, size_t l) {
   const DenseKernel& k = c.kernels[l];
-  return c.fp16 ? "y16_" + std::to_string(l) : k.pkh ? "p" + std::to_string(l) : "y" + std::to_string(l);
+  return c.fp16 ? "y16_" + std::to_string(l) : k.attn ? "att" + std::to_string(l) : k.pkh ? "p" + std::to_string(l) : "y" + std::to_string(l);
 }
 
 // LayerNorm at kernel l's chain ends (in `red`, after bias, activation and residual): row sums
@@ -745,6 +901,31 @@ void ln_text(const DenseKernel& k, size_t l, bool padded, std::ostringstream& o)
     << "\n  fadds yall" << L << ", yall" << L << ", lnbb" << L << "\n";
 }
 
+// Multi-head attention at the chain end of the kernel computing V (rows S = B), for each of the nb /
+// dh heads in the PE's block: scores[s, t] = sum_j Q[s, j] K[t, j] (per j one product of two
+// broadcast walks, S x S), times the scale; softmax over t (row max, exp_text, row sum, recip_text
+// over [1, S]); out[s, j] = sum_t P[s, t] V[t, j] (per t one product of broadcast walks, S x dh).
+void attention_text(const DenseKernel& k, size_t l, std::ostringstream& o) {
+  const std::string L = std::to_string(l);
+  const int64_t S = k.B, dh = k.dh, hp = k.nb / dh;
+  for (int64_t hh = 0; hh < hp; ++hh) {
+    const std::string H = L + "_" + std::to_string(hh);
+    o << "  fmuls ascm" << L << ", aq" << H << "_0, ak" << H << "_0\n";
+    for (int64_t j = 1; j < dh; ++j) o << "  fmuls atmm" << L << ", aq" << H << "_" << j << ", ak" << H << "_" << j << "\n  fadds ascm" << L << ", ascm" << L << ", atmm" << L << "\n";
+    o << "  fmuls ascm" << L << ", ascm" << L << ", " << fnum(k.attn_scale) << "\n";
+    o << "  fmovs amm" << L << ", acol" << L << "_0\n";
+    for (int64_t t = 1; t < S; ++t) o << "  fmaxs amm" << L << ", amm" << L << ", acol" << L << "_" << t << "\n";
+    o << "  fsubs ascm" << L << ", ascm" << L << ", amb" << L << "\n";
+    exp_text(o, "ascm" + L, "atmm" + L);
+    o << "  fmovs asm" << L << ", acol" << L << "_0\n";
+    for (int64_t t = 1; t < S; ++t) o << "  fadds asm" << L << ", asm" << L << ", acol" << L << "_" << t << "\n";
+    recip_text(o, "arm" + L, "asm" + L, "aum" + L, 1.0, static_cast<double>(S));
+    o << "  fmuls ascm" << L << ", ascm" << L << ", arb" << L << "\n";
+    o << "  fmuls ao" << H << ", ap" << L << "_0, av" << H << "_0\n";
+    for (int64_t t = 1; t < S; ++t) o << "  fmuls atom" << L << ", ap" << L << "_" << t << ", av" << H << "_" << t << "\n  fadds ao" << H << ", ao" << H << ", atom" << L << "\n";
+  }
+}
+
 // The DSD dims of a conv's im2col walk over one sample of its [ih, iw, cb] holder.
 std::string im2col_dims(const DenseKernel& n) {
   const int64_t cb = n.cblk;
@@ -756,19 +937,23 @@ std::string im2col_dims(const DenseKernel& n) {
 void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   const DenseKernel& k = c.kernels[l];
   const bool ws = c.mode == MapMode::weight_streaming;
-  const bool has_next = l + 1 < c.kernels.size();
-  const bool final_layer = ws ? !has_next : true;
+  const std::vector<size_t>& rd = c.readers[l + 1];  // the kernels reading this one's output
+  const bool has_next = !rd.empty();
+  const bool final_layer = ws ? l + 1 == c.kernels.size() : true;
   const std::string L = std::to_string(l);
   const std::string wbuf = ws ? (l % 2 ? "Wb" : "Wa") : "W" + L;
   const int64_t B = k.B, kb = k.kb, nb = k.nb;
-  // Three registers per layer (r0..r14 for 5 layers): layers that share PEs (weight streaming)
-  // never share a counter.
-  const int rj = 3 * static_cast<int>(l), rb = rj + 1, rt = rj + 2;
+  // Three registers per layer (r0..r14 for up to 5 layers): layers that share PEs (weight
+  // streaming) never share a counter. With more layers all share r0..r2: a PE finishes a kernel's
+  // x tasks (the counters back at 0) before the next kernel's x values reach it.
+  const int nk5 = std::max<int>(5, static_cast<int>(c.kernels.size()));
+  const int rj = nk5 > 5 ? 0 : 3 * static_cast<int>(l), rb = rj + 1, rt = rj + 2;
   // Task ids are priorities (the lowest runnable id goes first): weight loads (4 per layer, ids
-  // 0-19) before x tasks (20-24) so a load is never starved by a busy layer, then the reduce
-  // (25-29), the hand-off (30-34) and the input's send (35).
+  // 0-19 for 5 layers) before x tasks (20-24) so a load is never starved by a busy layer, then the
+  // reduce (25-29), the hand-off (30-34) and the input's send (35); with n > 5 layers the same
+  // order with bases 4n, 5n, 6n, 7n.
   const int li = static_cast<int>(l);
-  const int id_ld = 4 * li, id_onx = 20 + li, id_red = 25 + li, id_out = 30 + li, id_send = 35;
+  const int id_ld = 4 * li, id_onx = 4 * nk5 + li, id_red = 5 * nk5 + li, id_out = 6 * nk5 + li, id_send = 7 * nk5;
   const int qw = c.weight_queue(l);
   // fp16 compute: W blocks and x values in fp16, products exact in fp32 (fmachs), partial sums,
   // bias and activation in fp32; the chain end converts y to fp16 before sending it on.
@@ -779,8 +964,8 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   if (!ws) o << ".data " << wbuf << " " << we << " " << kb * nb << "   # W block, column j = the weights of x_j\n";
   o << ".data y" << L << " f32 " << B * nb << "\n";
   if (c.training) o << ".data xsave" << L << " f32 " << B * kb << "   # the x values this PE took (the weight gradient needs them)\n.dsd xsv" << L << " mem1d xsave" << L << " len=1\n";
-  const DenseKernel* nk = has_next ? &c.kernels[l + 1] : nullptr;
-  const std::string N1 = std::to_string(l + 1);
+  const DenseKernel* nk = has_next ? &c.kernels[rd[0]] : nullptr;
+  const std::string N1 = has_next ? std::to_string(rd[0]) : "";
   const int64_t rows = k.rows_out();
   if (k.input_layer)
     o << ".if $src" << L << "\n.data xs" << L << " " << we << " " << (k.spatial() ? k.xs_elems() : B * kb)
@@ -795,9 +980,12 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   if (k.input_layer && k.spatial())
     o << ".if $src" << L << "\n.dsd xsm" << L << " mem4d xs" << L << " off=$xoff" << L << " dims=" << im2col_dims(k) << "\n.dsd xout" << L << " fabout " << we << " color=" << k.cx
       << " queue=0 len=" << k.oh * k.ow * kb << "\n.endif\n";
-  else if (k.input_layer)
-    o << ".if $src" << L << "\n.dsd xsm" << L << " mem1d xs" << L << "\n.dsd xout" << L << " fabout " << we << " color=" << k.cx << " queue=0 len=" << B * kb
-      << "\n.endif\n";
+  else if (k.input_layer) {
+    o << ".if $src" << L << "\n.dsd xsm" << L << " mem1d xs" << L << "\n.dsd xout" << L << " fabout " << we << " color=" << k.cx << " queue=0 len=" << B * kb << "\n";
+    for (size_t j = 1; j < c.readers[0].size(); ++j)  // the graph input's other readers
+      o << ".dsd xout" << L << "_" << j << " fabout " << we << " color=" << c.kernels[c.readers[0][j]].cx << " queue=0 len=" << B * kb << "\n";
+    o << ".endif\n";
+  }
   o << ".if !$first" << L << "\n.dsd from" << L << " fabin f32 color=$cin" << L << " queue=" << chain_queue(c, l) << " len=" << B * nb << "\n.endif\n";
   o << ".if !$last" << L << "\n.dsd to" << L << " fabout f32 color=$cout" << L << " queue=2 len=" << B * nb << "\n.endif\n";
   o << ".if $last" << L << "\n.dsd bm" << L << " mem4d bias" << L << " dims=" << B << ":0," << nb << ":1   # the bias again for every sample\n";
@@ -807,7 +995,8 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
     for (const char* t : {"ga", "gb", "gc", "gd"}) o << ".data " << t << L << "_a f32 " << B * nb << "\n.dsd " << t << L << " mem1d " << t << L << "_a\n";
   if (k.residual >= 0) {  // the residual: the input of kernel r, held here in the same blocks
     const size_t r = static_cast<size_t>(k.residual);
-    o << ".dsd res" << L << " mem1d " << (r == 0 ? "xs0" : hold_array(c, r - 1)) << " len=" << B * nb << "\n";
+    const int64_t rs = c.kernels[r].src;
+    o << ".dsd res" << L << " mem1d " << (rs < 0 ? "xs0" : hold_array(c, static_cast<size_t>(rs))) << " len=" << B * nb << "\n";
   }
   if (k.layernorm) {
     o << ".data lns" << L << " f32 " << B << "\n.data lnc" << L << " f32 " << B << "\n.data lnr" << L << " f32 " << B << "\n.data lnq" << L << " f32 " << B * nb << "\n";
@@ -825,6 +1014,26 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
     o << ".if $lnlast" << L << "\n.dsd lnbo" << L << " fabout f32 color=" << k.cnb << " queue=3 len=" << B << "\n.data lnt" << L << " f32 " << B << "\n.dsd lntm" << L
       << " mem1d lnt" << L << "\n.endif\n";
     o << ".dsd lnbi" << L << " fabin f32 color=" << k.cnb << " queue=5 len=" << B << "\n";
+  }
+  if (k.attn) {  // attention: scores [S, S] and their work array, the output [S, nb], per-row temporaries
+    const int64_t S = B, dh = k.dh, hp = nb / dh;
+    const std::string Q = std::to_string(k.attn_q), K = std::to_string(k.attn_k);
+    o << ".data att" << L << " f32 " << S * nb << "   # the attention's output: what the next kernels read\n.data asc" << L << " f32 " << S * S << "\n.data atm" << L << " f32 "
+      << S * S << "\n.data ato" << L << " f32 " << S * dh << "\n";
+    for (const char* t : {"am", "as", "ar", "au"}) o << ".data " << t << L << " f32 " << S << "\n.dsd " << t << "m" << L << " mem1d " << t << L << "\n";
+    o << ".dsd aall" << L << " mem1d att" << L << "\n.dsd ascm" << L << " mem1d asc" << L << "\n.dsd atmm" << L << " mem1d atm" << L << "\n.dsd atom" << L << " mem1d ato" << L << "\n";
+    o << ".dsd amb" << L << " mem4d am" << L << " dims=" << S << ":1," << S << ":0\n.dsd arb" << L << " mem4d ar" << L << " dims=" << S << ":1," << S << ":0\n";
+    for (int64_t t = 0; t < S; ++t)
+      o << ".dsd acol" << L << "_" << t << " mem1d asc" << L << " off=" << t << " len=" << S << " stride=" << S << "\n.dsd ap" << L << "_" << t << " mem4d asc" << L << " off=" << t
+        << " dims=" << S << ":" << S << "," << dh << ":0\n";
+    for (int64_t hh = 0; hh < hp; ++hh) {
+      for (int64_t j = 0; j < dh; ++j)
+        o << ".dsd aq" << L << "_" << hh << "_" << j << " mem4d y" << Q << " off=" << hh * dh + j << " dims=" << S << ":" << nb << "," << S << ":0\n.dsd ak" << L << "_" << hh << "_"
+          << j << " mem4d y" << K << " off=" << hh * dh + j << " dims=" << S << ":0," << S << ":" << nb << "\n";
+      for (int64_t t = 0; t < S; ++t)
+        o << ".dsd av" << L << "_" << hh << "_" << t << " mem4d y" << L << " off=" << t * nb + hh * dh << " dims=" << S << ":0," << dh << ":1\n";
+      o << ".dsd ao" << L << "_" << hh << " mem4d att" << L << " off=" << hh * dh << " dims=" << S << ":" << nb << "," << dh << ":1\n";
+    }
   }
   if (k.softmax) {  // per class c: the logits' column (stride nb) and the exponentials' (stride N)
     o << ".data se" << L << " f32 " << B * k.N << "\n.data st" << L << " f32 " << B * k.N << "\n";
@@ -846,6 +1055,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   if (has_next) {
     const int64_t len = nk->spatial() ? nk->oh * nk->ow * nk->kb : rows * nb;
     o << ".dsd yout" << L << " fabout " << we << " color=" << nk->cx << " queue=1 len=" << len << "\n";
+    for (size_t j = 1; j < rd.size(); ++j) o << ".dsd yout" << L << "_" << j << " fabout " << we << " color=" << c.kernels[rd[j]].cx << " queue=1 len=" << len << "\n";
     if (nk->xread == DenseKernel::XRead::flatten)  // [sample, P, nb] read channel-major: the Flatten's order
       o << ".dsd gx" << N1 << " mem4d " << hold << " dims=" << nk->samples << ":" << nk->P * nb << "," << nb << ":1," << nk->P << ":" << nb << "\n";
     if (nk->spatial()) o << ".dsd gx" << N1 << " mem4d " << hold << " dims=" << im2col_dims(*nk) << "\n";
@@ -866,8 +1076,13 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
     gather_text(o, "send" + L, id_send, true, "xsm" + L, "xout" + L, k.ih * k.iw * k.cblk, k.samples, rt, mov, false);
     o << ".endif\n";
   } else if (k.input_layer) {
-    o << ".if $src" << L << "\n.task send" << L << " local id=" << id_send << " active\n  " << mov << " xout" << L << ", xsm" << L
-      << " async\n  ret\n.endif\n";
+    const size_t nr = c.readers[0].size();  // one send per reader of the graph input, one after another
+    o << ".if $src" << L << "\n.task send" << L << " local id=" << id_send << " active\n  " << mov << " xout" << L << ", xsm" << L << " async"
+      << (nr > 1 ? " activate=send" + L + "_1" : "") << "\n  ret\n";
+    for (size_t j = 1; j < nr; ++j)
+      o << ".task send" << L << "_" << j << " local id=" << c.extra_send_id[0] + static_cast<int>(j) - 1 << "\n  " << mov << " xout" << L << "_" << j << ", xsm" << L
+        << " async" << (j + 1 < nr ? " activate=send" + L + "_" + std::to_string(j + 1) : "") << "\n  ret\n";
+    o << ".endif\n";
   }
   o << ".task onx" << L << " data id=" << id_onx << " color=" << k.cx << " queue=0" << (ws ? " blocked" : "")
     << "   # one x value: y[b, :] += W[:, j] * x\n";
@@ -896,6 +1111,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   if (k.relu) o << "  fmaxs yall" << L << ", yall" << L << ", 0.0\n";
   if (k.tanh) tanh_text(o, "yall" + L, "ta" + L, "tb" + L, "tc" + L);
   if (k.gelu) gelu_text(o, "yall" + L, "ga" + L, "gb" + L, "gc" + L, "gd" + L);
+  if (k.attn) attention_text(k, l, o);
   if (k.softmax) softmax_text(o, k, L);
   if (k.residual >= 0) o << "  fadds yall" << L << ", yall" << L << ", res" << L << "\n";
   if (k.layernorm) ln_text(k, l, (k.k_on_columns ? k.h : k.w) * nb > k.N, o);
@@ -908,15 +1124,18 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   if (!has_next && c.training) o << ".if $last" << L << "\n  activate lossk\n.endif\n  ret\n";  // the loss, then the backward pass
   else if (!has_next) o << "  " << (final_layer ? "halt" : "ret") << "\n";
   if (has_next) {  // y is complete at the chain end: send it on as the next layer's x
-    const std::string full = k.pkh ? "pall" + L : "yall" + L;
+    const std::string full = k.attn ? "aall" + L : k.pkh ? "pall" + L : "yall" + L;
     o << ".if $last" << L << "\n.task out" << L << " local id=" << id_out << "\n" << (h ? "  fs2h y16m" + L + ", " + full + "\n" : "");
     if (nk->spatial()) {
       o << "  activate gs" << N1 << "\n  ret\n";
-      gather_text(o, "gs" + N1, 35 + static_cast<int>(l + 1), false, "gx" + N1, "yout" + L, nk->ih * nk->iw * nk->cblk, nk->samples, 3 * static_cast<int>(l + 1) + 2,
+      gather_text(o, "gs" + N1, id_send + static_cast<int>(rd[0]), false, "gx" + N1, "yout" + L, nk->ih * nk->iw * nk->cblk, nk->samples, 3 * static_cast<int>(l + 1) + 2,
                   mov, !ws);
     } else {
       const std::string src = nk->xread == DenseKernel::XRead::flatten ? "gx" + N1 : h ? "y16m" + L : full;
-      o << "  " << mov << " yout" << L << ", " << src << (ws ? " async\n  ret" : "\n  halt") << "\n";
+      o << "  " << mov << " yout" << L << ", " << src << (ws ? " async" + (rd.size() > 1 ? " activate=out" + L + "_1" : std::string()) + "\n  ret" : "\n  halt") << "\n";
+      for (size_t j = 1; j < rd.size(); ++j)  // the other readers, one after another
+        o << ".task out" << L << "_" << j << " local id=" << c.extra_send_id[l + 1] + static_cast<int>(j) - 1 << "\n  " << mov << " yout" << L << "_" << j << ", " << src
+          << " async" << (j + 1 < rd.size() ? " activate=out" + L + "_" + std::to_string(j + 1) : "") << "\n  ret\n";
     }
     o << ".endif\n";
   }
@@ -1227,6 +1446,37 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   c.input_shape = g.value(c.input).shape;
   c.output_shape = g.value(c.output).shape;
   c.kernels.front().input_layer = true;
+  const int64_t nker = static_cast<int64_t>(c.kernels.size());
+  if (nker > 8) throw InputError(g.source, std::to_string(nker) + " dense layers; this build maps at most 8 (task ids)", kOpsHint);
+  c.readers.assign(c.kernels.size() + 1, {});
+  for (size_t l = 0; l < c.kernels.size(); ++l) c.readers[static_cast<size_t>(c.kernels[l].src + 1)].push_back(l);
+  {
+    const int nk5 = std::max<int>(5, static_cast<int>(nker));
+    int next_id = 8 * nk5 + 1;  // after the sends and gathers (7n + reader)
+    c.extra_send_id.assign(c.readers.size(), 0);
+    for (size_t p = 0; p < c.readers.size(); ++p) {
+      c.extra_send_id[p] = next_id;
+      next_id += std::max<int>(0, static_cast<int>(c.readers[p].size()) - 1);
+    }
+    if (next_id > static_cast<int>(cfg.task_count))
+      throw InputError(g.source, "the kernels' sends need task ids up to " + std::to_string(next_id - 1) + "; a PE has " + std::to_string(cfg.task_count), kOpsHint);
+  }
+  for (size_t l = 0; l < c.kernels.size(); ++l) {
+    const DenseKernel& k = c.kernels[l];
+    if (opt.mode == MapMode::pipelined && k.src != static_cast<int64_t>(l) - 1)
+      throw InputError("/mapping/mode", "kernel '" + k.name + "' reads " + (k.src < 0 ? std::string("the graph input") : "kernel '" + c.kernels[static_cast<size_t>(k.src)].name + "'") +
+                                            ", not the kernel before it: pipelined mode maps chains of layers",
+                       "use \"mapping\": {\"mode\": \"weight_streaming\"} for branching graphs (every kernel on one rectangle)");
+    if (c.readers[l + 1].size() > 1 || (k.src < 0 && c.readers[0].size() > 1))
+      for (const size_t r : c.readers[l + 1])
+        if (c.kernels[r].xread != DenseKernel::XRead::rows || k.spatial())
+          throw InputError("kernel '" + c.kernels[r].name + "'", "a convolution's output read by several kernels is not mapped", kOpsHint);
+    if (k.attn && opt.mode == MapMode::pipelined)
+      throw InputError("/mapping/mode", "kernel '" + k.name + "': attention is mapped in weight-streaming mode (Q, K and V on the same PEs)", "use \"mapping\": {\"mode\": \"weight_streaming\"}");
+    if (k.attn && (k.B > 16 || c.fp16))
+      throw InputError("kernel '" + k.name + "'", "attention on the wafer takes up to 16 rows (its softmax's Newton reciprocal over [1, S]) in fp32; this one has " + std::to_string(k.B),
+                       "run it on target.kind neuroncore or reference");
+  }
   for (size_t l = 0; l + 1 < c.kernels.size(); ++l)
     if (c.kernels[l].softmax) throw InputError("kernel '" + c.kernels[l].name + "'", "Softmax is mapped only after the last dense layer", kOpsHint);
   if (c.kernels.back().softmax && c.kernels.back().N > 16)
@@ -1238,7 +1488,6 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   const int64_t area = cfg.data_area_bytes();
   c.fp16 = opt.fp16;
   const int64_t wbytes_pe = c.fp16 ? 2 : 4;
-  if (c.kernels.size() > 5) throw InputError(g.source, std::to_string(c.kernels.size()) + " dense layers; this build maps at most 5 (task ids and colors per layer)", kOpsHint);
   c.training = opt.training;
   c.loss = opt.loss;
   c.momentum = opt.momentum;
@@ -1312,15 +1561,27 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     // within the fabric, unless given.
     constexpr int64_t kMinBlock = 16;
     int64_t wneed = 1, hneed = 1;
+    for (size_t l = 0; l < c.kernels.size(); ++l)  // the orientations (place_streaming's rule)
+      c.kernels[l].k_on_columns = c.kernels[l].src < 0 || !c.kernels[static_cast<size_t>(c.kernels[l].src)].k_on_columns;
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
       const int64_t kd = k.xread == DenseKernel::XRead::rows ? k.K : k.cin;  // conv / flatten: channel blocks along K
-      const int64_t on_cols = l % 2 == 0 ? kd : k.N, on_rows = l % 2 == 0 ? k.N : kd;
+      const int64_t on_cols = k.k_on_columns ? kd : k.N, on_rows = k.k_on_columns ? k.N : kd;
       wneed = std::max(wneed, cdiv(on_cols, kMinBlock));
       hneed = std::max(hneed, cdiv(on_rows, kMinBlock));
     }
-    const int64_t w = opt.rect_width > 0 ? opt.rect_width : std::min(cfg.fabric_width, wneed);
-    const int64_t h = opt.rect_height > 0 ? opt.rect_height : std::min(cfg.fabric_height, hneed);
+    int64_t w = opt.rect_width > 0 ? opt.rect_width : std::min(cfg.fabric_width, wneed);
+    int64_t h = opt.rect_height > 0 ? opt.rect_height : std::min(cfg.fabric_height, hneed);
+    for (const auto& k : c.kernels)  // attention: whole heads per chain-end PE (nb a multiple of dh)
+      if (k.attn) {
+        int64_t& len = k.k_on_columns ? h : w;
+        const bool given = k.k_on_columns ? opt.rect_height > 0 : opt.rect_width > 0;
+        while (!given && len > 1 && cdiv(k.N, len) % k.dh != 0) --len;
+        if (cdiv(k.N, len) % k.dh != 0)
+          throw InputError("/mapping/wafer_rect", "the attention of kernel '" + k.name + "' needs whole heads on each chain-end PE: " + std::to_string(k.N) + " features over " +
+                                                      std::to_string(len) + " PEs is not a multiple of the head size " + std::to_string(k.dh),
+                           std::string("give a rectangle whose ") + (k.k_on_columns ? "height" : "width") + " divides the number of heads (" + std::to_string(k.heads) + ")");
+      }
     if (w > cfg.fabric_width || h > cfg.fabric_height)
       throw InputError("/mapping/wafer_rect", "the rectangle " + std::to_string(w) + " x " + std::to_string(h) + " is larger than the fabric " +
                                                  std::to_string(cfg.fabric_width) + " x " + std::to_string(cfg.fabric_height));
@@ -1380,6 +1641,12 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     }
   }
   for (auto& k : c.kernels) conv_weights(k);
+  for (const auto& k : c.kernels)
+    if (k.attn) {
+      const DenseKernel &q = c.kernels[static_cast<size_t>(k.attn_q)], &kk = c.kernels[static_cast<size_t>(k.attn_k)];
+      if (q.k_on_columns != k.k_on_columns || kk.k_on_columns != k.k_on_columns || q.nb != k.nb || kk.nb != k.nb || q.B != k.B || kk.B != k.B || q.N != k.N || kk.N != k.N)
+        throw InputError("kernel '" + k.name + "'", "the attention's Q, K and V must come out on the same PEs in the same blocks (dense layers of the same input and size)", kOpsHint);
+    }
   // Residuals: the held input must lie on this kernel's chain ends in the same blocks.
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     const DenseKernel& k = c.kernels[l];
@@ -1387,7 +1654,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     const DenseKernel& r = c.kernels[static_cast<size_t>(k.residual)];
     const std::string where = "kernel '" + k.name + "'";
     if (c.mode != MapMode::weight_streaming)
-      throw InputError(where, "a residual Add is mapped in weight-streaming mode (every kernel on one rectangle, the held input on the PEs where the sum is formed)",
+      throw InputError("/mapping/mode", where + ": a residual Add is mapped in weight-streaming mode (every kernel on one rectangle, the held input on the PEs where the sum is formed)",
                        "use \"mapping\": {\"mode\": \"weight_streaming\"}");
     if (c.fp16) throw InputError("/precision/compute", "a residual Add is mapped in fp32 on the wafer in this build", "use precision.compute fp32");
     if (r.k_on_columns == k.k_on_columns || r.kb != k.nb || r.B != k.B || r.spatial())

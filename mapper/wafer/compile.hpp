@@ -79,6 +79,14 @@ struct DenseKernel {
   double ln_eps = 1e-5;
   int cn0 = -1, cn1 = -1, cnb = -1;  // LayerNorm: the edge chain's two colors, the broadcast back
   std::string in_value;              // the graph value it reads
+  int64_t src = -1;                  // the kernel whose output it reads (-1: the graph input)
+  // Multi-head attention at this kernel's chain ends (it computes V; kernels attn_q and attn_k
+  // computed Q and K on the same PEs, in the same blocks): per head, scores, softmax over the keys
+  // and the values' weighted sum, local to the PE (each PE's block holds whole heads). The output
+  // replaces V as what the next kernels read (`att<l>`).
+  bool attn = false;
+  int64_t attn_q = -1, attn_k = -1, heads = 0, dh = 0;
+  double attn_scale = 1;
   std::vector<float> W;              // [K, N] row-major (fp32 master values)
   std::vector<float> bias;           // [N] (zeros without a bias)
   std::string w_value, b_value;      // graph values of the weight and the bias ("" without one)
@@ -147,6 +155,10 @@ struct Compiled {
   std::string layout_json;                      // tessera.wafer-layout/1
   std::map<std::string, std::string> programs;  // program path in the layout -> text
   std::vector<DenseKernel> kernels;             // in execution order
+  // Per holder p + 1 (p = -1: the graph input's sources, else kernel p's chain ends): the kernels
+  // that read it, in order; the task id of the send to its second reader (the others follow).
+  std::vector<std::vector<size_t>> readers;
+  std::vector<int> extra_send_id;
   std::vector<HostArray> constants;
   std::string input, output;                    // graph values
   Shape input_shape, output_shape;

@@ -169,7 +169,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
   const double bw = std::min(cfg.memoryx_bandwidth, cfg.swarmx_bandwidth);
   double mx_bytes_before = 0;
 
-  std::vector<int64_t> x0_next;  // per K block of the next kernel: first x readable at its source PE
+  std::vector<std::vector<int64_t>> next_of;  // per kernel, per chain end: its output's first x readable at the reader's source PE
   std::vector<int64_t> last_chain_end;  // the last kernel's chain ends: when each holds its output
   std::vector<std::vector<int64_t>> compute_end_of, wready_of;  // per kernel: per PE (row-major in its rect)
   for (size_t l = 0; l < c.kernels.size(); ++l) {
@@ -194,8 +194,8 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
 
     // When the first x of each K block is readable at its source PE.
     std::vector<int64_t> x0(static_cast<size_t>(Lk), 0);
-    if (l == 0) std::fill(x0.begin(), x0.end(), S + 2 + (k.spatial() ? 5 : 0));  // `send` at cycle 0 (a conv's: its offset first), its own ramp
-    else x0 = x0_next;
+    if (k.src < 0) std::fill(x0.begin(), x0.end(), S + 2 + (k.spatial() ? 5 : 0));  // `send` at cycle 0 (a conv's: its offset first), its own ramp
+    else x0 = next_of[static_cast<size_t>(k.src)];
 
     // Weights in place (weight streaming): a line's stream passes every PE of the line and each
     // takes its block (three async ops: the blocks before it, its own, the blocks after). Loads
@@ -257,7 +257,10 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         const int64_t d = from_start ? pn : Ln - 1 - pn;
         const int64_t px = k.k_on_columns ? pk : pn, py = k.k_on_columns ? pn : pk;
         const size_t i = static_cast<size_t>(py * k.w + px);
-        const int64_t st = std::max(x0[static_cast<size_t>(pk)] + d * hop, wready[i]);
+        int64_t st = std::max(x0[static_cast<size_t>(pk)] + d * hop, wready[i]);
+        // Weight streaming: a PE takes the kernels' x values in kernel order (one input queue), so
+        // a reader after the first of the same data waits for the PE's previous kernel.
+        if (ws && l > 0) st = std::max(st, compute_end_of[l - 1][i] + 2);
         first_start = std::min(first_start, st);
         cend[i] = st + compute;
       }
@@ -282,6 +285,15 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       compute_end = std::max(compute_end, tmax);
       int64_t t = Lk == 1 ? tmax : lead + (Lk - 1) * pass + n_el;  // the chain end holds the sum
       t += (S + cdiv(n_el, w32)) * (1 + (k.relu ? 1 : 0) + (k.tanh ? kTanhOps : 0) + (k.gelu ? kGeluOps : 0) + (k.residual >= 0 ? 1 : 0));  // bias, activation (tanh_text, gelu_text), residual
+      if (k.attn) {  // compile.cpp attention_text, per head of the PE's block
+        const int64_t Sq = k.B, dh = k.dh, hp = k.nb / k.dh, SS = Sq * Sq;
+        auto op = [&](int64_t len, int64_t stride) { return S + cdiv(len, std::max<int64_t>(1, simd_width(Op::fmuls, stride, cfg))); };
+        const int64_t head = dh * op(SS, k.nb) + (dh - 1) * op(SS, 1) + op(SS, 1)   // scores, scale
+                             + Sq * op(Sq, Sq) + op(SS, 1) + kExpOps * op(SS, 1)        // row max, subtract, exp
+                             + Sq * op(Sq, Sq) + kRecipOps * op(Sq, 1) + op(SS, 1)      // row sum, 1 / sum, P
+                             + (2 * Sq - 1) * op(Sq * dh, 1);                           // P V
+        t += hp * head;
+      }
       if (k.softmax) {  // softmax_text over the N outputs of the B samples (strided columns)
         auto op = [&](int64_t len, Op o2, int64_t stride) { return S + cdiv(len, std::max<int64_t>(1, simd_width(o2, stride, cfg))); };
         const int64_t N = k.N, B = k.B;
@@ -326,14 +338,15 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       const int64_t conv = c.fp16 ? S + cdiv(k.rows_out() * k.nb, std::max<int64_t>(1, cfg.simd_convert)) : 0;
       // A conv's im2col gather: the out task activates the gather task (activate, ret, the switch),
       // which sets the first sample's offset (mul, dsd_off, add, sub, bz) before its send.
-      const int64_t gather = l + 1 < c.kernels.size() && c.kernels[l + 1].spatial() ? 3 + 5 : 0;
+      const std::vector<size_t>& rd = c.readers[l + 1];
+      const int64_t gather = !rd.empty() && c.kernels[rd[0]].spatial() ? 3 + 5 : 0;
       next[static_cast<size_t>(pn)] = (ws ? t + S + 2 : t + S + pass) + conv + gather;
       if (l + 1 == c.kernels.size()) last_chain_end.push_back(t);
     }
     k.est.compute_end = compute_end;
     k.est.end = end;
     k.est.transfer = transfer;
-    x0_next = std::move(next);
+    next_of.push_back(std::move(next));
     compute_end_of.push_back(std::move(cend));
     wready_of.push_back(std::move(wready));
   }
