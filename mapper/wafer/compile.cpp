@@ -613,6 +613,11 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
       st.push_back({l, 'o', {r}});
       st.push_back({l, 'p', {r}});
     }
+    if (k.attn_group() > 1) {  // attention's per-head chains and broadcasts, along the chain ends
+      st.push_back({l, 'a', {r}});
+      st.push_back({l, 'c', {r}});
+      st.push_back({l, 'e', {r}});
+    }
     if (share && !first_of_kind) {
       st.push_back({l, 'x', {r}});
       continue;
@@ -651,7 +656,7 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
   auto label = [&](size_t v) {
     const char w = st[v].what;
     return "kernel '" + c.kernels[st[v].kernel].name + "' " +
-           (w == 'x' ? "x multicast" : w == 'w' ? "weight stream" : w == 'b' ? "dy multicast" : w == 'L' || w == 'M' ? "loss chain" : w == 'n' || w == 'o' ? "LayerNorm chain" : w == 'p' ? "LayerNorm broadcast" : std::string("reduce ") + w);
+           (w == 'x' ? "x multicast" : w == 'w' ? "weight stream" : w == 'b' ? "dy multicast" : w == 'L' || w == 'M' ? "loss chain" : w == 'n' || w == 'o' ? "LayerNorm chain" : w == 'p' ? "LayerNorm broadcast" : w == 'a' || w == 'c' ? "attention score chain" : w == 'e' ? "attention P broadcast" : std::string("reduce ") + w);
   };
   if (used > avail) {
     size_t worst = 0;
@@ -672,7 +677,8 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
     DenseKernel& k = c.kernels[st[v].kernel];
     const int col = static_cast<int>(opt.reserved_colors + static_cast<int64_t>(color[v]));
     const char w = st[v].what;
-    (w == 'x' ? k.cx : w == '0' ? k.cr0 : w == '1' ? k.cr1 : w == 'b' ? k.cb : w == 'L' ? c.cl0 : w == 'M' ? c.cl1 : w == 'n' ? k.cn0 : w == 'o' ? k.cn1 : w == 'p' ? k.cnb : k.cw) = col;
+    (w == 'x' ? k.cx : w == '0' ? k.cr0 : w == '1' ? k.cr1 : w == 'b' ? k.cb : w == 'L' ? c.cl0 : w == 'M' ? c.cl1 : w == 'n' ? k.cn0 : w == 'o' ? k.cn1 : w == 'p' ? k.cnb
+     : w == 'a' ? k.ca0 : w == 'c' ? k.ca1 : w == 'e' ? k.cab : k.cw) = col;
     by_color[col].push_back(label(v));
   }
   if (share)  // the shared colors: from the first kernel of the same orientation
@@ -865,6 +871,38 @@ void ln_params(const DenseKernel& k, size_t l, json& params) {
   params["lncin" + L] = std::to_string(k.cn0) + " + ((" + pn + " + 1) % 2) * " + d;
 }
 
+// Attention with heads split over g chain-end PEs: per group of g consecutive positions, the
+// partial scores' chain towards its last position (ca0 / ca1 alternating within the group) and
+// the broadcast of P back from it (cab; adjacent groups use no link between them).
+void attn_routes(const DenseKernel& k, json& routes) {
+  const int64_t len = k.k_on_columns ? k.h : k.w, g = k.attn_group();
+  const char* fwd = k.k_on_columns ? "S" : "E";
+  const char* back = k.k_on_columns ? "N" : "W";
+  auto at = [&](int col, int64_t q, const std::string& rx, const std::string& tx) {
+    if (k.k_on_columns) routes.push_back(route(col, k.w - 1, q, 1, 1, rx, tx));
+    else routes.push_back(route(col, q, k.h - 1, 1, 1, rx, tx));
+  };
+  for (int64_t q = 0; q < len; ++q) {
+    const int64_t ql = q % g;
+    const bool first = ql == 0, last = ql == g - 1 || q == len - 1;
+    if (!last) at(ql % 2 == 0 ? k.ca0 : k.ca1, q, "[\"RAMP\"]", "[\"" + std::string(fwd) + "\"]");
+    if (!first) at((ql - 1) % 2 == 0 ? k.ca0 : k.ca1, q, "[\"" + std::string(back) + "\"]", "[\"RAMP\"]");
+    if (last) at(k.cab, q, "[\"RAMP\"]", first ? "[\"RAMP\"]" : dirs({{true, back}, {true, "RAMP"}}));
+    else if (!first) at(k.cab, q, "[\"" + std::string(fwd) + "\"]", dirs({{true, back}, {true, "RAMP"}}));
+    else at(k.cab, q, "[\"" + std::string(fwd) + "\"]", "[\"RAMP\"]");
+  }
+}
+
+void attn_params(const DenseKernel& k, size_t l, json& params) {
+  const std::string L = std::to_string(l), pn = k.k_on_columns ? "py" : "px", nl = k.k_on_columns ? "height" : "width";
+  const std::string g = std::to_string(k.attn_group());
+  params["agfirst" + L] = pn + " % " + g + " == 0";
+  params["aglast" + L] = "(" + pn + " % " + g + " == " + g + " - 1) + (" + pn + " == " + nl + " - 1)";
+  const std::string d = "(" + std::to_string(k.ca1) + " - " + std::to_string(k.ca0) + ")";
+  params["acout" + L] = std::to_string(k.ca0) + " + ((" + pn + " % " + g + ") % 2) * " + d;
+  params["acin" + L] = std::to_string(k.ca0) + " + (((" + pn + " % " + g + ") + 1) % 2) * " + d;
+}
+
 // The array holding kernel l's output where the next kernels read it.
 std::string hold_array(const Compiled& c, size_t l) {
   const DenseKernel& k = c.kernels[l];
@@ -907,11 +945,14 @@ void ln_text(const DenseKernel& k, size_t l, bool padded, std::ostringstream& o)
 // over [1, S]); out[s, j] = sum_t P[s, t] V[t, j] (per t one product of broadcast walks, S x dh).
 void attention_text(const DenseKernel& k, size_t l, std::ostringstream& o) {
   const std::string L = std::to_string(l);
-  const int64_t S = k.B, dh = k.dh, hp = k.nb / dh;
+  const int64_t S = k.B, g = k.attn_group(), w = g > 1 ? k.nb : k.dh, hp = g > 1 ? 1 : k.nb / k.dh;
   for (int64_t hh = 0; hh < hp; ++hh) {
     const std::string H = L + "_" + std::to_string(hh);
     o << "  fmuls ascm" << L << ", aq" << H << "_0, ak" << H << "_0\n";
-    for (int64_t j = 1; j < dh; ++j) o << "  fmuls atmm" << L << ", aq" << H << "_" << j << ", ak" << H << "_" << j << "\n  fadds ascm" << L << ", ascm" << L << ", atmm" << L << "\n";
+    for (int64_t j = 1; j < w; ++j) o << "  fmuls atmm" << L << ", aq" << H << "_" << j << ", ak" << H << "_" << j << "\n  fadds ascm" << L << ", ascm" << L << ", atmm" << L << "\n";
+    if (g > 1)  // the head's partial scores summed along its group, to the group's last PE
+      o << ".if $agfirst" << L << "\n.if !$aglast" << L << "\n  fmovs aton" << L << ", ascm" << L << "\n.endif\n.else\n.if $aglast" << L << "\n  fadds ascm" << L << ", ascm" << L
+        << ", afr" << L << "\n.else\n  fadds aton" << L << ", ascm" << L << ", afr" << L << "\n.endif\n.endif\n.if $aglast" << L << "\n";
     o << "  fmuls ascm" << L << ", ascm" << L << ", " << fnum(k.attn_scale) << "\n";
     o << "  fmovs amm" << L << ", acol" << L << "_0\n";
     for (int64_t t = 1; t < S; ++t) o << "  fmaxs amm" << L << ", amm" << L << ", acol" << L << "_" << t << "\n";
@@ -921,6 +962,8 @@ void attention_text(const DenseKernel& k, size_t l, std::ostringstream& o) {
     for (int64_t t = 1; t < S; ++t) o << "  fadds asm" << L << ", asm" << L << ", acol" << L << "_" << t << "\n";
     recip_text(o, "arm" + L, "asm" + L, "aum" + L, 1.0, static_cast<double>(S));
     o << "  fmuls ascm" << L << ", ascm" << L << ", arb" << L << "\n";
+    if (g > 1)  // P back to the group (the last PE's own copy through its ramp) into atm
+      o << "  fmovs abo" << L << ", ascm" << L << " async\n.endif\n  fmovs atmm" << L << ", abi" << L << "\n";
     o << "  fmuls ao" << H << ", ap" << L << "_0, av" << H << "_0\n";
     for (int64_t t = 1; t < S; ++t) o << "  fmuls atom" << L << ", ap" << L << "_" << t << ", av" << H << "_" << t << "\n  fadds ao" << H << ", ao" << H << ", atom" << L << "\n";
   }
@@ -1016,16 +1059,22 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
     o << ".dsd lnbi" << L << " fabin f32 color=" << k.cnb << " queue=5 len=" << B << "\n";
   }
   if (k.attn) {  // attention: scores [S, S] and their work array, the output [S, nb], per-row temporaries
-    const int64_t S = B, dh = k.dh, hp = nb / dh;
+    const int64_t S = B, g = k.attn_group(), dh = g > 1 ? nb : k.dh, hp = g > 1 ? 1 : nb / k.dh;  // dh here: the head's features on this PE
     const std::string Q = std::to_string(k.attn_q), K = std::to_string(k.attn_k);
     o << ".data att" << L << " f32 " << S * nb << "   # the attention's output: what the next kernels read\n.data asc" << L << " f32 " << S * S << "\n.data atm" << L << " f32 "
       << S * S << "\n.data ato" << L << " f32 " << S * dh << "\n";
+    if (g > 1) {
+      o << ".if !$aglast" << L << "\n.dsd aton" << L << " fabout f32 color=$acout" << L << " queue=2 len=" << S * S << "\n.endif\n";
+      o << ".if !$agfirst" << L << "\n.dsd afr" << L << " fabin f32 color=$acin" << L << " queue=6 len=" << S * S << "\n.endif\n";
+      o << ".if $aglast" << L << "\n.dsd abo" << L << " fabout f32 color=" << k.cab << " queue=3 len=" << S * S << "\n.endif\n";
+      o << ".dsd abi" << L << " fabin f32 color=" << k.cab << " queue=7 len=" << S * S << "\n";
+    }
     for (const char* t : {"am", "as", "ar", "au"}) o << ".data " << t << L << " f32 " << S << "\n.dsd " << t << "m" << L << " mem1d " << t << L << "\n";
     o << ".dsd aall" << L << " mem1d att" << L << "\n.dsd ascm" << L << " mem1d asc" << L << "\n.dsd atmm" << L << " mem1d atm" << L << "\n.dsd atom" << L << " mem1d ato" << L << "\n";
     o << ".dsd amb" << L << " mem4d am" << L << " dims=" << S << ":1," << S << ":0\n.dsd arb" << L << " mem4d ar" << L << " dims=" << S << ":1," << S << ":0\n";
     for (int64_t t = 0; t < S; ++t)
-      o << ".dsd acol" << L << "_" << t << " mem1d asc" << L << " off=" << t << " len=" << S << " stride=" << S << "\n.dsd ap" << L << "_" << t << " mem4d asc" << L << " off=" << t
-        << " dims=" << S << ":" << S << "," << dh << ":0\n";
+        o << ".dsd acol" << L << "_" << t << " mem1d asc" << L << " off=" << t << " len=" << S << " stride=" << S << "\n.dsd ap" << L << "_" << t << " mem4d "
+          << (g > 1 ? "atm" : "asc") << L << " off=" << t << " dims=" << S << ":" << S << "," << dh << ":0\n";
     for (int64_t hh = 0; hh < hp; ++hh) {
       for (int64_t j = 0; j < dh; ++j)
         o << ".dsd aq" << L << "_" << hh << "_" << j << " mem4d y" << Q << " off=" << hh * dh + j << " dims=" << S << ":" << nb << "," << S << ":0\n.dsd ak" << L << "_" << hh << "_"
@@ -1576,11 +1625,12 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       if (k.attn) {
         int64_t& len = k.k_on_columns ? h : w;
         const bool given = k.k_on_columns ? opt.rect_height > 0 : opt.rect_width > 0;
-        while (!given && len > 1 && cdiv(k.N, len) % k.dh != 0) --len;
-        if (cdiv(k.N, len) % k.dh != 0)
-          throw InputError("/mapping/wafer_rect", "the attention of kernel '" + k.name + "' needs whole heads on each chain-end PE: " + std::to_string(k.N) + " features over " +
-                                                      std::to_string(len) + " PEs is not a multiple of the head size " + std::to_string(k.dh),
-                           std::string("give a rectangle whose ") + (k.k_on_columns ? "height" : "width") + " divides the number of heads (" + std::to_string(k.heads) + ")");
+        auto fits = [&](int64_t n) { const int64_t b = cdiv(k.N, n); return b % k.dh == 0 || k.dh % b == 0; };
+        while (!given && len > 1 && !fits(len)) --len;
+        if (!fits(len))
+          throw InputError("/mapping/wafer_rect", "the attention of kernel '" + k.name + "' needs whole heads, or whole fractions of one, on each chain-end PE: " + std::to_string(k.N) +
+                                                      " features over " + std::to_string(len) + " PEs is " + std::to_string(cdiv(k.N, len)) + " per PE, heads have " + std::to_string(k.dh),
+                           std::string("give a rectangle whose ") + (k.k_on_columns ? "height" : "width") + " makes the features per PE a multiple or a divisor of the head size");
       }
     if (w > cfg.fabric_width || h > cfg.fabric_height)
       throw InputError("/mapping/wafer_rect", "the rectangle " + std::to_string(w) + " x " + std::to_string(h) + " is larger than the fabric " +
@@ -1693,6 +1743,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       }
       layer_params(k, l, true, params);
       if (k.layernorm) ln_routes(k, routes), ln_params(k, l, params);
+      if (k.attn_group() > 1) attn_routes(k, routes), attn_params(k, l, params);
       layer_text(c, l, o);
       bool have = false;
       for (const auto& pj : ports) have = have || pj["name"] == k.port;
@@ -1733,6 +1784,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       if (l + 1 < c.kernels.size()) handoff_routes(k, c.kernels[l + 1], routes);
       layer_params(k, l, false, params);
       if (k.layernorm) ln_routes(k, routes), ln_params(k, l, params);
+      if (k.attn_group() > 1) attn_routes(k, routes), attn_params(k, l, params);
       std::ostringstream o;
       o << "# tessera wafer compiler, pipelined: kernel " << l << " on " << k.w << " x " << k.h << " PEs at (" << k.x0 << "," << k.y0 << ")\n";
       layer_text(c, l, o);

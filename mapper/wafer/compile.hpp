@@ -87,6 +87,11 @@ struct DenseKernel {
   bool attn = false;
   int64_t attn_q = -1, attn_k = -1, heads = 0, dh = 0;
   double attn_scale = 1;
+  // Heads split over chain-end PEs (nb < dh, dh a multiple of nb): g = dh / nb PEs per head sum
+  // their partial scores along the edge (ca0/ca1) and the group's last PE, after the softmax,
+  // broadcasts P back (cab). g = 1: whole heads per PE.
+  int ca0 = -1, ca1 = -1, cab = -1;
+  int64_t attn_group() const { return attn && nb < dh ? dh / nb : 1; }
   std::vector<float> W;              // [K, N] row-major (fp32 master values)
   std::vector<float> bias;           // [N] (zeros without a bias)
   std::string w_value, b_value;      // graph values of the weight and the bias ("" without one)

@@ -285,15 +285,6 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       compute_end = std::max(compute_end, tmax);
       int64_t t = Lk == 1 ? tmax : lead + (Lk - 1) * pass + n_el;  // the chain end holds the sum
       t += (S + cdiv(n_el, w32)) * (1 + (k.relu ? 1 : 0) + (k.tanh ? kTanhOps : 0) + (k.gelu ? kGeluOps : 0) + (k.residual >= 0 ? 1 : 0));  // bias, activation (tanh_text, gelu_text), residual
-      if (k.attn) {  // compile.cpp attention_text, per head of the PE's block
-        const int64_t Sq = k.B, dh = k.dh, hp = k.nb / k.dh, SS = Sq * Sq;
-        auto op = [&](int64_t len, int64_t stride) { return S + cdiv(len, std::max<int64_t>(1, simd_width(Op::fmuls, stride, cfg))); };
-        const int64_t head = dh * op(SS, k.nb) + (dh - 1) * op(SS, 1) + op(SS, 1)   // scores, scale
-                             + Sq * op(Sq, Sq) + op(SS, 1) + kExpOps * op(SS, 1)        // row max, subtract, exp
-                             + Sq * op(Sq, Sq) + kRecipOps * op(Sq, 1) + op(SS, 1)      // row sum, 1 / sum, P
-                             + (2 * Sq - 1) * op(Sq * dh, 1);                           // P V
-        t += hp * head;
-      }
       if (k.softmax) {  // softmax_text over the N outputs of the B samples (strided columns)
         auto op = [&](int64_t len, Op o2, int64_t stride) { return S + cdiv(len, std::max<int64_t>(1, simd_width(o2, stride, cfg))); };
         const int64_t N = k.N, B = k.B;
@@ -302,6 +293,32 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       }
       t_of[static_cast<size_t>(pn)] = t;
       tmax_of[static_cast<size_t>(pn)] = tmax;
+    }
+    if (k.attn) {
+      // compile.cpp attention_text, per head (part) of each chain end's block: the scores (w
+      // products of broadcast walks), with heads split over g PEs the group's chain of S x S
+      // partial scores to its last PE (the reduce's formula), the softmax there, P broadcast back
+      // hop by hop; then P V over the PE's w features.
+      const int64_t Sq = k.B, SS = Sq * Sq, g = k.attn_group(), w = g > 1 ? k.nb : k.dh, hp = g > 1 ? 1 : k.nb / k.dh;
+      auto op = [&](int64_t len, int64_t stride) { return S + cdiv(len, std::max<int64_t>(1, simd_width(Op::fmuls, stride, cfg))); };
+      const int64_t scores = w * op(SS, k.nb) + (w - 1) * op(SS, 1);
+      const int64_t softmax = op(SS, 1) + Sq * op(Sq, Sq) + op(SS, 1) + kExpOps * op(SS, 1) + Sq * op(Sq, Sq) + kRecipOps * op(Sq, 1) + op(SS, 1);
+      const int64_t pv = (2 * Sq - 1) * op(Sq * w, 1);
+      if (g == 1) {
+        for (auto& tq : t_of) tq += hp * (scores + softmax + pv);
+      } else {
+        for (int64_t g0 = 0; g0 < Ln; g0 += g) {
+          const int64_t gl = std::min(Ln, g0 + g) - 1;  // the group's last position
+          int64_t lead = INT64_MIN;
+          for (int64_t q = g0; q <= gl; ++q) lead = std::max(lead, t_of[static_cast<size_t>(q)] + scores + S - (q - g0) * pass);
+          const int64_t chain = gl == g0 ? t_of[static_cast<size_t>(g0)] + scores : lead + (gl - g0) * pass + SS;
+          const int64_t sent = chain + softmax + S + 1;
+          for (int64_t q = g0; q <= gl; ++q) {
+            const int64_t own = t_of[static_cast<size_t>(q)] + scores + (q < gl ? S + SS : 0);
+            t_of[static_cast<size_t>(q)] = std::max(own, sent + (gl - q) * hop + SS + 2) + 1 + pv;
+          }
+        }
+      }
     }
     if (k.layernorm) {
       // LayerNorm along the chain ends (compile.cpp ln_text), twice: each position's row sums (nb
