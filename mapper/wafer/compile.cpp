@@ -939,6 +939,10 @@ void ln_text(const DenseKernel& k, size_t l, bool padded, std::ostringstream& o)
     << "\n  fadds yall" << L << ", yall" << L << ", lnbb" << L << "\n";
 }
 
+// Queues: an async op runs on the microthread of its queue number, and weight loads keep input
+// queues 2 and 3's microthreads busy for long stretches, so the broadcasts that other PEs wait for
+// in a blocking receive (LayerNorm's on output queue 5, attention's on 4) use other numbers; the
+// chains' blocking sends use output queue 2 (blocking ops need no microthread).
 // Multi-head attention at the chain end of the kernel computing V (rows S = B), for each of the nb /
 // dh heads in the PE's block: scores[s, t] = sum_j Q[s, j] K[t, j] (per j one product of two
 // broadcast walks, S x S), times the scale; softmax over t (row max, exp_text, row sum, recip_text
@@ -1054,7 +1058,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
         << " off=" << n << " len=" << B << " stride=" << nb << "\n";
     o << ".if !$lnlast" << L << "\n.dsd lnto" << L << " fabout f32 color=$lncout" << L << " queue=2 len=" << B << "\n.endif\n";
     o << ".if !$lnfirst" << L << "\n.dsd lnfr" << L << " fabin f32 color=$lncin" << L << " queue=4 len=" << B << "\n.endif\n";
-    o << ".if $lnlast" << L << "\n.dsd lnbo" << L << " fabout f32 color=" << k.cnb << " queue=3 len=" << B << "\n.data lnt" << L << " f32 " << B << "\n.dsd lntm" << L
+    o << ".if $lnlast" << L << "\n.dsd lnbo" << L << " fabout f32 color=" << k.cnb << " queue=5 len=" << B << "\n.data lnt" << L << " f32 " << B << "\n.dsd lntm" << L
       << " mem1d lnt" << L << "\n.endif\n";
     o << ".dsd lnbi" << L << " fabin f32 color=" << k.cnb << " queue=5 len=" << B << "\n";
   }
@@ -1066,7 +1070,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
     if (g > 1) {
       o << ".if !$aglast" << L << "\n.dsd aton" << L << " fabout f32 color=$acout" << L << " queue=2 len=" << S * S << "\n.endif\n";
       o << ".if !$agfirst" << L << "\n.dsd afr" << L << " fabin f32 color=$acin" << L << " queue=6 len=" << S * S << "\n.endif\n";
-      o << ".if $aglast" << L << "\n.dsd abo" << L << " fabout f32 color=" << k.cab << " queue=3 len=" << S * S << "\n.endif\n";
+      o << ".if $aglast" << L << "\n.dsd abo" << L << " fabout f32 color=" << k.cab << " queue=4 len=" << S * S << "\n.endif\n";
       o << ".dsd abi" << L << " fabin f32 color=" << k.cab << " queue=7 len=" << S * S << "\n";
     }
     for (const char* t : {"am", "as", "ar", "au"}) o << ".data " << t << L << " f32 " << S << "\n.dsd " << t << "m" << L << " mem1d " << t << L << "\n";

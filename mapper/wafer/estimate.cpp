@@ -172,6 +172,14 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
   std::vector<std::vector<int64_t>> next_of;  // per kernel, per chain end: its output's first x readable at the reader's source PE
   std::vector<int64_t> last_chain_end;  // the last kernel's chain ends: when each holds its output
   std::vector<std::vector<int64_t>> compute_end_of, wready_of;  // per kernel: per PE (row-major in its rect)
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> busy_of;  // per kernel: per PE, its chain-end task's span
+  // A task (a load's next step) that becomes ready at PE i at cycle t while the PE runs a chain-end
+  // task runs when that task ends.
+  auto after_busy = [&](size_t i, int64_t t) {
+    for (const auto& b : busy_of)
+      if (b[i].first <= t && t < b[i].second) t = b[i].second;
+    return t;
+  };
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     DenseKernel& k = c.kernels[l];
     // The chains and lines span the whole rectangle (weight streaming pads blocks with zeros to
@@ -226,19 +234,31 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         for (int64_t p = 0; p < along; ++p) {
           const int64_t px = k.k_on_columns ? p : ln, py = k.k_on_columns ? ln : p;
           const size_t i = static_cast<size_t>(py * k.w + px);
-          if (l >= 1) go = std::max(go, wready_of[l - 1][i] + 1);
-          if (l >= 2) go = std::max(go, compute_end_of[l - 2][i] + 1);
+          if (l >= 1) go = std::max(go, after_busy(i, wready_of[l - 1][i] + 1));
+          if (l >= 2) go = std::max(go, after_busy(i, compute_end_of[l - 2][i] + 1));
         }
         // The first wavelet enters the line when it is out of SwarmX and the PEs are loading (their
         // first op set up); the last one, lane_len - 1 wavelets and the boundary gaps later, or
         // when SwarmX delivers it.
         const int64_t t0 = std::max(first, go + S);
-        const int64_t t_last = std::max(t0 + k.lane_len - 1 + (along - 1) * gap, supply_end);
+        int64_t t_last = std::max(t0 + k.lane_len - 1 + (along - 1) * gap, supply_end);
+        // A PE of the line that runs an earlier kernel's chain-end task (bias, activation,
+        // attention, LayerNorm -- long, and blocking in its receives) cannot switch its load ops
+        // meanwhile: the line's stream waits for the longest such task inside its window.
+        int64_t stall = 0;
+        for (int64_t p = 0; p < along; ++p) {
+          const int64_t px = k.k_on_columns ? p : ln, py = k.k_on_columns ? ln : p;
+          for (size_t e = 0; e < l; ++e) {
+            const auto [b0, b1] = busy_of[e][static_cast<size_t>(py * k.w + px)];
+            if (b1 > t0 && b0 < t_last) stall = std::max(stall, b1 - std::max(b0, t0));
+          }
+        }
+        t_last += stall;
         for (int64_t p = 0; p < along; ++p) {
           const int64_t px = k.k_on_columns ? p : ln, py = k.k_on_columns ? ln : p;
           // Readable at PE p (hops, ramp), taken, the op done, ldd picked and run (unblock,
           // activate the next load, ret).
-          const int64_t t = t_last + (p + 1) * hop + 1 + 1 + 3;
+          const int64_t t = after_busy(static_cast<size_t>(py * k.w + px), t_last + (p + 1) * hop + 1 + 1) + 3;
           wready[static_cast<size_t>(py * k.w + px)] = t;
           worst = std::max(worst, t);
         }
@@ -271,7 +291,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     // Then bias and activation over B nb elements at the fp32 width, then the hand-off.
     const int64_t n_el = k.B * k.nb;
     int64_t end = 0, compute_end = 0, transfer = 0;
-    std::vector<int64_t> next(static_cast<size_t>(Ln), 0), t_of(static_cast<size_t>(Ln), 0), tmax_of(static_cast<size_t>(Ln), 0);
+    std::vector<int64_t> next(static_cast<size_t>(Ln), 0), t_of(static_cast<size_t>(Ln), 0), tmax_of(static_cast<size_t>(Ln), 0), chain_of(static_cast<size_t>(Ln), 0);
     auto dsd = [&](int64_t len, Op o2 = Op::fadds, int64_t stride = 1) { return S + cdiv(len, std::max<int64_t>(1, simd_width(o2, stride, cfg))); };
     for (int64_t pn = 0; pn < Ln; ++pn) {
       int64_t lead = INT64_MIN;  // max_j(T(j) + S - j * pass)
@@ -284,6 +304,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       }
       compute_end = std::max(compute_end, tmax);
       int64_t t = Lk == 1 ? tmax : lead + (Lk - 1) * pass + n_el;  // the chain end holds the sum
+      chain_of[static_cast<size_t>(pn)] = t;
       t += (S + cdiv(n_el, w32)) * (1 + (k.relu ? 1 : 0) + (k.tanh ? kTanhOps : 0) + (k.gelu ? kGeluOps : 0) + (k.residual >= 0 ? 1 : 0));  // bias, activation (tanh_text, gelu_text), residual
       if (k.softmax) {  // softmax_text over the N outputs of the B samples (strided columns)
         auto op = [&](int64_t len, Op o2, int64_t stride) { return S + cdiv(len, std::max<int64_t>(1, simd_width(o2, stride, cfg))); };
@@ -364,6 +385,12 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     k.est.end = end;
     k.est.transfer = transfer;
     next_of.push_back(std::move(next));
+    std::vector<std::pair<int64_t, int64_t>> busy(static_cast<size_t>(k.w * k.h), {0, 0});
+    for (int64_t pn = 0; pn < Ln; ++pn) {
+      const int64_t px = k.k_on_columns ? k.w - 1 : pn, py = k.k_on_columns ? pn : k.h - 1;
+      busy[static_cast<size_t>(py * k.w + px)] = {chain_of[static_cast<size_t>(pn)], t_of[static_cast<size_t>(pn)]};
+    }
+    busy_of.push_back(std::move(busy));
     compute_end_of.push_back(std::move(cend));
     wready_of.push_back(std::move(wready));
   }

@@ -2,6 +2,7 @@
 // Execution of PE instructions and DSD operations is in pe.cpp; semantics in docs/wafer-model.md.
 #include "models/wafer/fabric.hpp"
 
+#include <cstdlib>
 #include <algorithm>
 #include <bit>
 #include <sstream>
@@ -108,7 +109,7 @@ void Fabric::run() {
     m.report(stuck_pes_, stuck_routers_);
     std::ostringstream s;
     s << *stop;
-    const size_t kShow = 12;
+    const size_t kShow = std::getenv("TESSERA_DEADLOCK_ALL") ? SIZE_MAX : 12;  // everything, for debugging
     for (size_t i = 0; i < stuck_pes_.size() && i < kShow; ++i)
       s << "\n  " << pe_label(stuck_pes_[i].x, stuck_pes_[i].y) << ": " << stuck_pes_[i].what;
     if (stuck_pes_.size() > kShow) s << "\n  ... and " << stuck_pes_.size() - kShow << " more PE(s)";
