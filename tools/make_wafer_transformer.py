@@ -11,7 +11,7 @@ the feed-forward MatMuls with GELU's erf form, residual, LayerNorm. Weights are 
 reference executor. Plain python3, no dependencies; CI never runs it.
 
     python3 tools/make_wafer_transformer.py --d 768 --heads 12 --ff 3072 --seq 16 \\
-        --out scenarios/wafer/transformer/bert_base_s16_streaming.json
+        --out scenarios/wafer/large/bert_base_s16_streaming.json
 """
 import argparse
 import json

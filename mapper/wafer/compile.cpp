@@ -188,6 +188,21 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
             if (vi == v && --pending[u] == 0) ready.insert(u);
     }
   }
+  // A new kernel of node n: its weight value, the bias from a third input (Conv, Gemm; MatMul has
+  // none), the value it reads; appended to ks.
+  auto start_kernel = [&](DenseKernel& k, const graph::Node& n, const char* per) {
+    k.bias.assign(static_cast<size_t>(k.N), 0.0f);
+    k.w_value = n.inputs[1];
+    if (n.op != "MatMul" && n.inputs.size() > 2 && !n.inputs[2].empty()) {
+      const Tensor* c = constant(n.inputs[2]);
+      if (!c || c->numel() != k.N)
+        throw InputError(g.where(n), n.op + " bias must be a constant of " + std::to_string(k.N) + " values (" + per + ")", kOpsHint);
+      k.bias = c->to_f32();
+      k.b_value = n.inputs[2];
+    }
+    k.in_value = cur;
+    ks.push_back(std::move(k));
+  };
   std::vector<std::string> kout;  // each kernel's output value so far
   for (const size_t i : order) {
     if (consumed.count(i)) continue;
@@ -273,16 +288,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       k.B = k.samples * k.oh * k.ow;
       k.K = k.kflops = k.cin * k.kh * k.kw;
       k.Wconv = w->to_f32();
-      k.bias.assign(static_cast<size_t>(k.N), 0.0f);
-      k.w_value = n.inputs[1];
-      if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
-        const Tensor* c = constant(n.inputs[2]);
-        if (!c || c->numel() != k.N) unsupported("Conv bias must be a constant of " + std::to_string(k.N) + " values (per output channel)");
-        k.bias = c->to_f32();
-        k.b_value = n.inputs[2];
-      }
-      k.in_value = cur;
-      ks.push_back(std::move(k));
+      start_kernel(k, n, "per output channel");
     } else if (n.op == "MaxPool") {
       if (ks.empty() || !ks.back().spatial() || ks.back().pkh || ks.back().softmax)
         unsupported("MaxPool is mapped once after a Conv (and its activation), at the Conv's chain ends");
@@ -348,17 +354,8 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       for (int64_t a = 0; a < k.K; ++a)
         for (int64_t b = 0; b < k.N; ++b)
           k.W[static_cast<size_t>(a * k.N + b)] = trans_b ? wv[static_cast<size_t>(b * k.K + a)] : wv[static_cast<size_t>(a * k.N + b)];
-      k.bias.assign(static_cast<size_t>(k.N), 0.0f);
-      k.w_value = n.inputs[1];
       k.w_trans = trans_b;
-      if (n.op == "Gemm" && n.inputs.size() > 2 && !n.inputs[2].empty()) {
-        const Tensor* c = constant(n.inputs[2]);
-        if (!c || c->numel() != k.N) unsupported("Gemm bias must be a constant of " + std::to_string(k.N) + " values (per output feature)");
-        k.bias = c->to_f32();
-        k.b_value = n.inputs[2];
-      }
-      k.in_value = cur;
-      ks.push_back(std::move(k));
+      start_kernel(k, n, "per output feature");
     } else if (n.op == "Add" && !ks.empty() && !constant(other_in(n, cur)) && !other_in(n, cur).empty()) {
       // A residual: the other input must be the input of an earlier kernel (held on the PEs).
       const std::string o2 = other_in(n, cur);
