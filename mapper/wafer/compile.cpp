@@ -483,7 +483,7 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes) {
   if (k.softmax) b += (2 * k.B * k.N + 4 * k.B) * 4;                 // softmax arrays (chain end)
   if (k.pkh) b += k.rows_out() * k.nb * 4;                           // the pooled output (chain end)
   if (k.gelu) b += 4 * k.B * k.nb * 4;                               // GELU temporaries (chain end)
-  if (k.attn) b += (k.B * k.nb + 2 * k.B * k.B + k.B * k.dh + 4 * k.B) * 4;  // attention arrays (chain end)
+  if (k.attn) b += (k.B * k.nb + 2 * k.attn_rows() * k.B + k.attn_rows() * k.dh + 4 * k.attn_rows()) * 4;  // attention arrays (chain end)
   if (k.layernorm) b += (k.B * k.nb + 4 * k.B + 3 * k.nb) * 4;       // LayerNorm arrays (chain end)
   if (wbytes == 2) b += k.rows_out() * k.nb * 2;                     // y in fp16 (chain end)
   if (k.input_layer) b += (k.spatial() ? k.xs_elems() : k.B * k.kb) * wbytes;  // xs (source)
@@ -946,9 +946,16 @@ void ln_text(const DenseKernel& k, size_t l, bool padded, std::ostringstream& o)
 // over [1, S]); out[s, j] = sum_t P[s, t] V[t, j] (per t one product of broadcast walks, S x dh).
 void attention_text(const DenseKernel& k, size_t l, std::ostringstream& o) {
   const std::string L = std::to_string(l);
-  const int64_t S = k.B, g = k.attn_group(), w = g > 1 ? k.nb : k.dh, hp = g > 1 ? 1 : k.nb / k.dh;
+  const int64_t S = k.B, Sq = k.attn_rows(), nq = S / Sq, g = k.attn_group(), w = g > 1 ? k.nb : k.dh, hp = g > 1 ? 1 : k.nb / k.dh;
+  // Query blocks of Sq rows, one after another (r13 counts; r14 the block's row offset): the
+  // scores of a block are Sq x S.
+  if (nq > 1) o << "  mov r13, 0\nablk" << L << ":\n  mul r14, r13, " << Sq * k.nb << "\n";
   for (int64_t hh = 0; hh < hp; ++hh) {
     const std::string H = L + "_" + std::to_string(hh);
+    if (nq > 1) {
+      for (int64_t j = 0; j < w; ++j) o << "  dsd_off aq" << H << "_" << j << ", r14\n";
+      o << "  dsd_off ao" << H << ", r14\n";
+    }
     o << "  fmuls ascm" << L << ", aq" << H << "_0, ak" << H << "_0\n";
     for (int64_t j = 1; j < w; ++j) o << "  fmuls atmm" << L << ", aq" << H << "_" << j << ", ak" << H << "_" << j << "\n  fadds ascm" << L << ", ascm" << L << ", atmm" << L << "\n";
     if (g > 1)  // the head's partial scores summed along its group, to the group's last PE
@@ -968,6 +975,7 @@ void attention_text(const DenseKernel& k, size_t l, std::ostringstream& o) {
     o << "  fmuls ao" << H << ", ap" << L << "_0, av" << H << "_0\n";
     for (int64_t t = 1; t < S; ++t) o << "  fmuls atom" << L << ", ap" << L << "_" << t << ", av" << H << "_" << t << "\n  fadds ao" << H << ", ao" << H << ", atom" << L << "\n";
   }
+  if (nq > 1) o << "  add r13, r13, 1\n  sub r14, r13, " << nq << "\n  bnz r14, ablk" << L << "\n  mov r13, 0\n";
 }
 
 // The DSD dims of a conv's im2col walk over one sample of its [ih, iw, cb] holder.
@@ -1060,29 +1068,30 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
     o << ".dsd lnbi" << L << " fabin f32 color=" << k.cnb << " queue=5 len=" << B << "\n";
   }
   if (k.attn) {  // attention: scores [S, S] and their work array, the output [S, nb], per-row temporaries
-    const int64_t S = B, g = k.attn_group(), dh = g > 1 ? nb : k.dh, hp = g > 1 ? 1 : nb / k.dh;  // dh here: the head's features on this PE
+    // S keys; Sq query rows per block (all S when the scores fit); dh here: the head's features on this PE.
+    const int64_t S = B, Sq = k.attn_rows(), g = k.attn_group(), dh = g > 1 ? nb : k.dh, hp = g > 1 ? 1 : nb / k.dh;
     const std::string Q = std::to_string(k.attn_q), K = std::to_string(k.attn_k);
-    o << ".data att" << L << " f32 " << S * nb << "   # the attention's output: what the next kernels read\n.data asc" << L << " f32 " << S * S << "\n.data atm" << L << " f32 "
-      << S * S << "\n.data ato" << L << " f32 " << S * dh << "\n";
+    o << ".data att" << L << " f32 " << S * nb << "   # the attention's output: what the next kernels read\n.data asc" << L << " f32 " << Sq * S << "\n.data atm" << L << " f32 "
+      << Sq * S << "\n.data ato" << L << " f32 " << Sq * dh << "\n";
     if (g > 1) {
-      o << ".if !$aglast" << L << "\n.dsd aton" << L << " fabout f32 color=$acout" << L << " queue=2 len=" << S * S << "\n.endif\n";
-      o << ".if !$agfirst" << L << "\n.dsd afr" << L << " fabin f32 color=$acin" << L << " queue=6 len=" << S * S << "\n.endif\n";
-      o << ".if $aglast" << L << "\n.dsd abo" << L << " fabout f32 color=" << k.cab << " queue=4 len=" << S * S << "\n.endif\n";
-      o << ".dsd abi" << L << " fabin f32 color=" << k.cab << " queue=7 len=" << S * S << "\n";
+      o << ".if !$aglast" << L << "\n.dsd aton" << L << " fabout f32 color=$acout" << L << " queue=2 len=" << Sq * S << "\n.endif\n";
+      o << ".if !$agfirst" << L << "\n.dsd afr" << L << " fabin f32 color=$acin" << L << " queue=6 len=" << Sq * S << "\n.endif\n";
+      o << ".if $aglast" << L << "\n.dsd abo" << L << " fabout f32 color=" << k.cab << " queue=4 len=" << Sq * S << "\n.endif\n";
+      o << ".dsd abi" << L << " fabin f32 color=" << k.cab << " queue=7 len=" << Sq * S << "\n";
     }
-    for (const char* t : {"am", "as", "ar", "au"}) o << ".data " << t << L << " f32 " << S << "\n.dsd " << t << "m" << L << " mem1d " << t << L << "\n";
+    for (const char* t : {"am", "as", "ar", "au"}) o << ".data " << t << L << " f32 " << Sq << "\n.dsd " << t << "m" << L << " mem1d " << t << L << "\n";
     o << ".dsd aall" << L << " mem1d att" << L << "\n.dsd ascm" << L << " mem1d asc" << L << "\n.dsd atmm" << L << " mem1d atm" << L << "\n.dsd atom" << L << " mem1d ato" << L << "\n";
-    o << ".dsd amb" << L << " mem4d am" << L << " dims=" << S << ":1," << S << ":0\n.dsd arb" << L << " mem4d ar" << L << " dims=" << S << ":1," << S << ":0\n";
+    o << ".dsd amb" << L << " mem4d am" << L << " dims=" << Sq << ":1," << S << ":0\n.dsd arb" << L << " mem4d ar" << L << " dims=" << Sq << ":1," << S << ":0\n";
     for (int64_t t = 0; t < S; ++t)
-        o << ".dsd acol" << L << "_" << t << " mem1d asc" << L << " off=" << t << " len=" << S << " stride=" << S << "\n.dsd ap" << L << "_" << t << " mem4d "
-          << (g > 1 ? "atm" : "asc") << L << " off=" << t << " dims=" << S << ":" << S << "," << dh << ":0\n";
+        o << ".dsd acol" << L << "_" << t << " mem1d asc" << L << " off=" << t << " len=" << Sq << " stride=" << S << "\n.dsd ap" << L << "_" << t << " mem4d "
+          << (g > 1 ? "atm" : "asc") << L << " off=" << t << " dims=" << Sq << ":" << S << "," << dh << ":0\n";
     for (int64_t hh = 0; hh < hp; ++hh) {
       for (int64_t j = 0; j < dh; ++j)
-        o << ".dsd aq" << L << "_" << hh << "_" << j << " mem4d y" << Q << " off=" << hh * dh + j << " dims=" << S << ":" << nb << "," << S << ":0\n.dsd ak" << L << "_" << hh << "_"
-          << j << " mem4d y" << K << " off=" << hh * dh + j << " dims=" << S << ":0," << S << ":" << nb << "\n";
+        o << ".dsd aq" << L << "_" << hh << "_" << j << " mem4d y" << Q << " off=" << hh * dh + j << " dims=" << Sq << ":" << nb << "," << S << ":0\n.dsd ak" << L << "_" << hh << "_"
+          << j << " mem4d y" << K << " off=" << hh * dh + j << " dims=" << Sq << ":0," << S << ":" << nb << "\n";
       for (int64_t t = 0; t < S; ++t)
-        o << ".dsd av" << L << "_" << hh << "_" << t << " mem4d y" << L << " off=" << t * nb + hh * dh << " dims=" << S << ":0," << dh << ":1\n";
-      o << ".dsd ao" << L << "_" << hh << " mem4d att" << L << " off=" << hh * dh << " dims=" << S << ":" << nb << "," << dh << ":1\n";
+        o << ".dsd av" << L << "_" << hh << "_" << t << " mem4d y" << L << " off=" << t * nb + hh * dh << " dims=" << Sq << ":0," << dh << ":1\n";
+      o << ".dsd ao" << L << "_" << hh << " mem4d att" << L << " off=" << hh * dh << " dims=" << Sq << ":" << nb << "," << dh << ":1\n";
     }
   }
   if (k.softmax) {  // per class c: the logits' column (stride nb) and the exponentials' (stride N)
@@ -1313,9 +1322,15 @@ void exp_text(std::ostringstream& o, const std::string& X, const std::string& T)
 
 // R = 1 / S by Newton's iteration r = r (2 - s r) from r0 = 2 / (lo + hi), for S in [lo, hi]: the
 // error (hi - lo) / (hi + lo) squares each time; 8 iterations.
+int recip_iters(double lo, double hi) {
+  // Newton's error squares each step from e0 = (hi - lo) / (hi + lo): enough steps for 1e-8, at least 8.
+  const double e0 = (hi - lo) / (hi + lo);
+  return e0 <= 0 ? 8 : std::max(8, static_cast<int>(std::ceil(std::log2(std::log(1e-8) / std::log(e0)))));
+}
+
 void recip_text(std::ostringstream& o, const std::string& R, const std::string& S, const std::string& U, double lo, double hi) {
   o << "  fmovs " << R << ", " << fnum(2.0 / (lo + hi)) << "\n";
-  for (int i = 0; i < 8; ++i)
+  for (int i = 0; i < recip_iters(lo, hi); ++i)
     o << "  fmuls " << U << ", " << S << ", " << R << "\n  fmuls " << U << ", " << U << ", -1.0\n  fadds " << U << ", " << U << ", 2.0\n  fmuls " << R << ", " << R
       << ", " << U << "\n";
 }
@@ -1523,9 +1538,8 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
           throw InputError("kernel '" + c.kernels[r].name + "'", "a convolution's output read by several kernels is not mapped", kOpsHint);
     if (k.attn && opt.mode == MapMode::pipelined)
       throw InputError("/mapping/mode", "kernel '" + k.name + "': attention is mapped in weight-streaming mode (Q, K and V on the same PEs)", "use \"mapping\": {\"mode\": \"weight_streaming\"}");
-    if (k.attn && (k.B > 16 || c.fp16))
-      throw InputError("kernel '" + k.name + "'", "attention on the wafer takes up to 16 rows (its softmax's Newton reciprocal over [1, S]) in fp32; this one has " + std::to_string(k.B),
-                       "run it on target.kind neuroncore or reference");
+    if (k.attn && c.fp16)
+      throw InputError("/precision/compute", "kernel '" + k.name + "': attention on the wafer is mapped in fp32 in this build", "use precision.compute fp32");
   }
   for (size_t l = 0; l + 1 < c.kernels.size(); ++l)
     if (c.kernels[l].softmax) throw InputError("kernel '" + c.kernels[l].name + "'", "Softmax is mapped only after the last dense layer", kOpsHint);
@@ -1620,8 +1634,13 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       wneed = std::max(wneed, cdiv(on_cols, kMinBlock));
       hneed = std::max(hneed, cdiv(on_rows, kMinBlock));
     }
-    int64_t w = opt.rect_width > 0 ? opt.rect_width : std::min(cfg.fabric_width, wneed);
-    int64_t h = opt.rect_height > 0 ? opt.rect_height : std::min(cfg.fabric_height, hneed);
+    // Not given: start from the weights' need and double both sides (within the fabric) while a
+    // PE's data does not fit -- activations of many rows need more PEs than the weights do.
+    const bool auto_rect = opt.rect_width <= 0 && opt.rect_height <= 0;
+    int64_t w = 0, h = 0;
+    for (int64_t grow = 1;; grow *= 2) {
+    w = opt.rect_width > 0 ? opt.rect_width : std::min(cfg.fabric_width, wneed * grow);
+    h = opt.rect_height > 0 ? opt.rect_height : std::min(cfg.fabric_height, hneed * grow);
     for (const auto& k : c.kernels)  // attention: whole heads per chain-end PE (nb a multiple of dh)
       if (k.attn) {
         int64_t& len = k.k_on_columns ? h : w;
@@ -1670,6 +1689,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
           data += (opt.loss == "softmax_cross_entropy" ? k.B * k.nb + 2 * k.B * k.N + 7 * k.B + 2 : 2 * k.B * k.nb + 2) * 4;  // target, work arrays, loss
       }
     c.sram_high_water = data + wa + wb;
+    if (c.sram_high_water > area && auto_rect && (wneed * grow < cfg.fabric_width || hneed * grow < cfg.fabric_height)) continue;
     if (c.sram_high_water > area) {
       size_t big = 0;
       for (size_t l = 0; l < c.kernels.size(); ++l)
@@ -1679,6 +1699,8 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
                            " rectangle (kernel '" + c.kernels[big].name + "' has " + std::to_string(c.kernels[big].kb) + " x " +
                            std::to_string(c.kernels[big].nb) + " weight blocks); the data area is " + std::to_string(area),
                        "give a larger rectangle (mapping.wafer_rect or target.params fabric.width/height) or a smaller batch");
+    }
+    break;
     }
     c.fabric_width = w;
     c.fabric_height = h;

@@ -92,6 +92,13 @@ struct DenseKernel {
   // broadcasts P back (cab). g = 1: whole heads per PE.
   int ca0 = -1, ca1 = -1, cab = -1;
   int64_t attn_group() const { return attn && nb < dh ? dh / nb : 1; }
+  // Query rows per block: all B when the B x B scores take at most 2048 values (8 KB), else the
+  // largest divisor of B whose block does.
+  int64_t attn_rows() const {
+    int64_t q = B;
+    while (q > 1 && (q * B > 2048 || B % q != 0)) --q;
+    return q;
+  }
   std::vector<float> W;              // [K, N] row-major (fp32 master values)
   std::vector<float> bias;           // [N] (zeros without a bias)
   std::string w_value, b_value;      // graph values of the weight and the bias ("" without one)
@@ -221,6 +228,9 @@ std::string compile_report(const Compiled& c, const WaferConfig& cfg);
 // Newton iterations from 2 / (lo + hi), U a temporary.
 void exp_text(std::ostringstream& o, const std::string& X, const std::string& T);
 void recip_text(std::ostringstream& o, const std::string& R, const std::string& S, const std::string& U, double lo, double hi);
+// recip_text's Newton steps over [lo, hi] (at least 8; 11 over [1, 128]) and its operation count.
+int recip_iters(double lo, double hi);
+inline int recip_ops(double lo, double hi) { return 1 + 4 * recip_iters(lo, hi); }
 // Y = tanh(Y) in place, T, U, V temporaries of Y's length: m = expm1(-2|y|) by a degree-12 Taylor
 // polynomial of expm1(-|y| / 8) (|y| clamped at 20) doubled four times (expm1(2t) = m (m + 2):
 // relative accuracy kept near 0, where 1 - exp would cancel), tanh(|y|) = -m / (2 + m) (recip_text

@@ -320,14 +320,16 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       // products of broadcast walks), with heads split over g PEs the group's chain of S x S
       // partial scores to its last PE (the reduce's formula), the softmax there, P broadcast back
       // hop by hop; then P V over the PE's w features.
-      const int64_t Sq = k.B, SS = Sq * Sq, g = k.attn_group(), w = g > 1 ? k.nb : k.dh, hp = g > 1 ? 1 : k.nb / k.dh;
+      // Query blocks of Sq rows run one after another (a block's scores: Sq x S).
+      const int64_t Sk = k.B, Sq = k.attn_rows(), nq = Sk / Sq, SS = Sq * Sk, g = k.attn_group(), w = g > 1 ? k.nb : k.dh, hp = g > 1 ? 1 : k.nb / k.dh;
       auto op = [&](int64_t len, int64_t stride) { return S + cdiv(len, std::max<int64_t>(1, simd_width(Op::fmuls, stride, cfg))); };
-      const int64_t scores = w * op(SS, k.nb) + (w - 1) * op(SS, 1);
-      const int64_t softmax = op(SS, 1) + Sq * op(Sq, Sq) + op(SS, 1) + kExpOps * op(SS, 1) + Sq * op(Sq, Sq) + kRecipOps * op(Sq, 1) + op(SS, 1);
-      const int64_t pv = (2 * Sq - 1) * op(Sq * w, 1);
+      const int64_t scores = w * op(SS, k.nb) + (w - 1) * op(SS, 1) + (nq > 1 ? w + 1 : 0);
+      const int64_t softmax = op(SS, 1) + Sk * op(Sq, Sk) + op(SS, 1) + kExpOps * op(SS, 1) + Sk * op(Sq, Sk) + recip_ops(1.0, static_cast<double>(Sk)) * op(Sq, 1) + op(SS, 1);
+      const int64_t pv = (2 * Sk - 1) * op(Sq * w, 1);
       if (g == 1) {
-        for (auto& tq : t_of) tq += hp * (scores + softmax + pv);
+        for (auto& tq : t_of) tq += nq * (hp * (scores + softmax + pv) + (nq > 1 ? 4 : 0));
       } else {
+        for (int64_t qb = 0; qb < nq; ++qb)
         for (int64_t g0 = 0; g0 < Ln; g0 += g) {
           const int64_t gl = std::min(Ln, g0 + g) - 1;  // the group's last position
           int64_t lead = INT64_MIN;
