@@ -10,8 +10,8 @@ the feed-forward MatMuls with GELU's erf form, residual, LayerNorm. Weights are 
 (tessera's `random` initializers), so the file stays small; outputs are checked against tessera's
 reference executor. Plain python3, no dependencies; CI never runs it.
 
-    python3 tools/make_wafer_transformer.py --d 768 --heads 12 --ff 3072 --seq 16 \\
-        --out scenarios/wafer/large/bert_base_s16_streaming.json
+    python3 tools/make_wafer_transformer.py --d 64 --heads 4 --ff 128 --seq 64 \\
+        --name wafer-transformer-s64 --out tests/cli/data/wafer_transformer_s64.json
 """
 import argparse
 import json
@@ -24,7 +24,7 @@ def main():
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--ff", type=int, default=3072)
     ap.add_argument("--seq", type=int, default=16)
-    ap.add_argument("--name", default="bert-base-s16-wafer-streaming")
+    ap.add_argument("--name", default="wafer-transformer")
     ap.add_argument("--rect", default="", help="mapping.wafer_rect as W,H (default: the compiler's choice)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -117,11 +117,9 @@ def main():
     sc = {
         "schema": "tessera.scenario/1",
         "name": a.name,
-        "description": (f"A transformer encoder layer with BERT-base's dimensions (d {d}, {H} heads of {dh}, ff {F}, GELU, post-norm) on {S} tokens, "
-                        f"written by tools/make_wafer_transformer.py in the form PyTorch exports (seeded random weights, {4 * d * d + 2 * d * F} "
-                        "matrix parameters), on a WSE-2 with weight streaming: every layer's weights stream from MemoryX through SwarmX. "
-                        "The sequence is 16, not BERT's usual 128: the wafer's attention keeps a head's S x S scores on a PE (64 KB at S = 128, "
-                        "more than a PE's 48 KB) and its softmax reciprocal covers S <= 16 (docs/wafer-compiler.md). Checked against the reference executor."),
+        "description": (f"A transformer encoder layer (d {d}, {H} heads of {dh}, ff {F}, GELU, post-norm) on {S} tokens, written by "
+                        f"tools/make_wafer_transformer.py in the form PyTorch exports (seeded random weights, {4 * d * d + 2 * d * F} matrix "
+                        "parameters), on the wafer with weight streaming; checked against the reference executor."),
         "target": {"kind": "wafer", "preset": "wse2"},
         "model": {"graph": {"inputs": {"x": {"shape": [1, S, d]}}, "outputs": ["y"], "initializers": init, "nodes": n}},
         "inputs": {"x": {"random": {"seed": 7, "dist": "normal", "scale": 1.0}}},

@@ -483,7 +483,7 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes) {
   if (k.softmax) b += (2 * k.B * k.N + 4 * k.B) * 4;                 // softmax arrays (chain end)
   if (k.pkh) b += k.rows_out() * k.nb * 4;                           // the pooled output (chain end)
   if (k.gelu) b += 4 * k.B * k.nb * 4;                               // GELU temporaries (chain end)
-  if (k.attn) b += (k.B * k.nb + 2 * k.attn_rows() * k.B + k.attn_rows() * k.dh + 4 * k.attn_rows()) * 4;  // attention arrays (chain end)
+  if (k.attn) b += (k.B * k.nb + 2 * k.attn_rows() * k.B + k.attn_rows() * std::min(k.dh, k.nb) + 4 * k.attn_rows()) * 4;  // attention arrays (chain end)
   if (k.layernorm) b += (k.B * k.nb + 4 * k.B + 3 * k.nb) * 4;       // LayerNorm arrays (chain end)
   if (wbytes == 2) b += k.rows_out() * k.nb * 2;                     // y in fp16 (chain end)
   if (k.input_layer) b += (k.spatial() ? k.xs_elems() : k.B * k.kb) * wbytes;  // xs (source)

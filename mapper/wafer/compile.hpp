@@ -92,11 +92,11 @@ struct DenseKernel {
   // broadcasts P back (cab). g = 1: whole heads per PE.
   int ca0 = -1, ca1 = -1, cab = -1;
   int64_t attn_group() const { return attn && nb < dh ? dh / nb : 1; }
-  // Query rows per block: all B when the B x B scores take at most 2048 values (8 KB), else the
+  // Query rows per block: all B when the B x B scores take at most 1024 values (4 KB), else the
   // largest divisor of B whose block does.
   int64_t attn_rows() const {
     int64_t q = B;
-    while (q > 1 && (q * B > 2048 || B % q != 0)) --q;
+    while (q > 1 && (q * B > 1024 || B % q != 0)) --q;
     return q;
   }
   std::vector<float> W;              // [K, N] row-major (fp32 master values)
