@@ -118,6 +118,8 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
   for (const size_t i : g.topo_order()) {
     const graph::Node& sm = g.nodes[i];
     if (sm.op != "Softmax" || !producer.count(sm.inputs[0])) continue;
+    const int64_t sm_axis = sm.attrs.get_int("axis", g.opset >= 13 ? -1 : 1), sm_rank = static_cast<int64_t>(g.value(sm.inputs[0]).shape.size());
+    if (sm_axis != -1 && sm_axis != sm_rank - 1) continue;  // over the keys only (an older opset's axis 1 would flatten the heads)
     const graph::Node& a = g.nodes[producer[sm.inputs[0]]];
     const long ci = sole(sm.outputs[0], "MatMul");
     if (a.op != "MatMul" || ci < 0) continue;
@@ -368,7 +370,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       absorb(ks.back(), n);
     } else if (n.op == "Add") {
       const Tensor* c = constant(other_in(n, cur));
-      if (ks.empty() || !c || c->numel() != ks.back().N || ks.back().relu || ks.back().tanh || ks.back().gelu || ks.back().residual >= 0 || ks.back().layernorm)
+      if (ks.empty() || !c || c->numel() != ks.back().N || ks.back().relu || ks.back().tanh || ks.back().gelu || ks.back().residual >= 0 || ks.back().softmax || ks.back().attn || ks.back().layernorm)
         unsupported("Add is mapped only as a bias (a constant of N values) right after a MatMul or Gemm, or as a residual");
       const auto cv = c->to_f32();
       for (int64_t b = 0; b < ks.back().N; ++b) ks.back().bias[static_cast<size_t>(b)] += cv[static_cast<size_t>(b)];
@@ -377,7 +379,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
     } else if (n.op == "Softmax") {
       const int64_t r = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());
       const int64_t axis = n.attrs.get_int("axis", g.opset >= 13 ? -1 : 1);
-      if (ks.empty() || ks.back().softmax || ks.back().residual >= 0 || ks.back().layernorm || (axis != -1 && axis != r - 1))
+      if (ks.empty() || ks.back().softmax || ks.back().attn || ks.back().residual >= 0 || ks.back().layernorm || (axis != -1 && axis != r - 1))
         unsupported("Softmax is mapped only over the features, after the last dense layer");
       ks.back().softmax = true;
       absorb(ks.back(), n);
@@ -392,7 +394,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
                                                                                                                           : sole(g.nodes[static_cast<size_t>(m)].outputs[0], "Mul");
       if (h < 0 || !scalar(other_in(g.nodes[static_cast<size_t>(h)], g.nodes[static_cast<size_t>(m)].outputs[0]), 0.5, 1e-6))
         unsupported(n.op + " is mapped only as the start of GELU's erf form: Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5");
-      if (ks.empty() || ks.back().relu || ks.back().tanh || ks.back().gelu || ks.back().residual >= 0 || ks.back().layernorm || ks.back().spatial())
+      if (ks.empty() || ks.back().relu || ks.back().tanh || ks.back().gelu || ks.back().softmax || ks.back().attn || ks.back().residual >= 0 || ks.back().layernorm || ks.back().spatial())
         unsupported("GELU is mapped only right after a dense layer");
       ks.back().gelu = true;
       absorb(ks.back(), n);
@@ -404,15 +406,17 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       // Sub -> Pow 2 -> ReduceMean -> Add eps -> Sqrt -> Div -> Mul gamma -> Add beta.
       const int64_t rank = static_cast<int64_t>(cs.size());
       const std::string why = "is mapped only as a LayerNorm over the features (LayerNormalization, or ReduceMean -> Sub -> Pow 2 -> ReduceMean -> Add eps -> Sqrt -> Div -> Mul -> Add)";
-      if (ks.empty() || ks.back().layernorm || ks.back().softmax || ks.back().spatial()) unsupported("LayerNorm is mapped only after a dense layer");
+      if (ks.empty() || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().spatial()) unsupported("LayerNorm is mapped only after a dense layer");
       DenseKernel& k = ks.back();
       const Tensor *gam = nullptr, *bet = nullptr;
+      bool has_beta = false;  // a bias is named (it must then be a constant)
       std::string out;
       if (n.op == "LayerNormalization") {
         const int64_t ax = n.attrs.get_int("axis", -1);
         if ((ax != -1 && ax != rank - 1) || n.inputs.size() < 2) unsupported(n.op + " " + why);
         gam = constant(n.inputs[1]);
-        bet = n.inputs.size() > 2 ? constant(n.inputs[2]) : nullptr;
+        has_beta = n.inputs.size() > 2 && !n.inputs[2].empty();
+        bet = has_beta ? constant(n.inputs[2]) : nullptr;
         k.ln_eps = n.attrs.get_float("epsilon", 1e-5);
         out = n.outputs[0];
       } else {
@@ -429,7 +433,8 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
           if (g.nodes[u].op == "Div" && g.nodes[u].inputs[0] == d) dv = static_cast<long>(u);
         }
         if (pw < 0 || dv < 0 || uses[d].size() != 2) unsupported(n.op + " " + why);
-        const long rm = sole(g.nodes[static_cast<size_t>(pw)].outputs[0], "ReduceMean");
+        long rm = sole(g.nodes[static_cast<size_t>(pw)].outputs[0], "ReduceMean");
+        if (rm >= 0 && (g.nodes[static_cast<size_t>(rm)].attrs.get_ints("axes", {}) != axes || !g.nodes[static_cast<size_t>(rm)].attrs.get_int("keepdims", 1))) rm = -1;
         const long ae = rm < 0 ? -1 : sole(g.nodes[static_cast<size_t>(rm)].outputs[0], "Add");
         const Tensor* eps = ae < 0 ? nullptr : constant(other_in(g.nodes[static_cast<size_t>(ae)], g.nodes[static_cast<size_t>(rm)].outputs[0]));
         const long sq = ae < 0 ? -1 : sole(g.nodes[static_cast<size_t>(ae)].outputs[0], "Sqrt");
@@ -440,13 +445,14 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
         const long ad = mu < 0 ? -1 : sole(g.nodes[static_cast<size_t>(mu)].outputs[0], "Add");
         if (ad < 0) unsupported(n.op + " " + why + " (with the scale and bias)");
         gam = constant(other_in(g.nodes[static_cast<size_t>(mu)], g.nodes[static_cast<size_t>(dv)].outputs[0]));
+        has_beta = true;
         bet = constant(other_in(g.nodes[static_cast<size_t>(ad)], g.nodes[static_cast<size_t>(mu)].outputs[0]));
         for (const long q : {sub, pw, rm, ae, sq, dv, mu, ad}) consumed.insert(static_cast<size_t>(q));
         absorb(k, n);
         for (const long q : {sub, pw, rm, ae, sq, dv, mu, ad}) k.nodes.push_back(g.nodes[static_cast<size_t>(q)].name);
         out = g.nodes[static_cast<size_t>(ad)].outputs[0];
       }
-      if (!gam || gam->numel() != k.N || (bet && bet->numel() != k.N)) unsupported("LayerNorm needs a constant scale (and bias) of " + std::to_string(k.N) + " values");
+      if (!gam || gam->numel() != k.N || (bet && bet->numel() != k.N) || (!bet && has_beta)) unsupported("LayerNorm needs a constant scale (and bias) of " + std::to_string(k.N) + " values");
       k.layernorm = true;
       k.ln_gamma = gam->to_f32();
       k.ln_beta = bet ? bet->to_f32() : std::vector<float>(static_cast<size_t>(k.N), 0.0f);
@@ -457,7 +463,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       continue;
     } else if (n.op == "Relu" || n.op == "Tanh") {
       // After a MaxPool, Relu is applied before the pool instead (max commutes with a monotone function).
-      if (ks.empty() || ks.back().relu || ks.back().tanh || ks.back().gelu || flat || ks.back().softmax || ks.back().residual >= 0 || ks.back().layernorm)
+      if (ks.empty() || ks.back().relu || ks.back().tanh || ks.back().gelu || ks.back().attn || flat || ks.back().softmax || ks.back().residual >= 0 || ks.back().layernorm)
         unsupported(n.op + " is mapped only right after a dense layer or Conv");
       (n.op == "Relu" ? ks.back().relu : ks.back().tanh) = true;
       absorb(ks.back(), n);
@@ -944,17 +950,20 @@ void ln_text(const DenseKernel& k, size_t l, bool padded, std::ostringstream& o)
 // dh heads in the PE's block: scores[s, t] = sum_j Q[s, j] K[t, j] (per j one product of two
 // broadcast walks, S x S), times the scale; softmax over t (row max, exp_text, row sum, recip_text
 // over [1, S]); out[s, j] = sum_t P[s, t] V[t, j] (per t one product of broadcast walks, S x dh).
-void attention_text(const DenseKernel& k, size_t l, std::ostringstream& o) {
+void attention_text(const DenseKernel& k, size_t l, int rc, std::ostringstream& o) {
   const std::string L = std::to_string(l);
   const int64_t S = k.B, Sq = k.attn_rows(), nq = S / Sq, g = k.attn_group(), w = g > 1 ? k.nb : k.dh, hp = g > 1 ? 1 : k.nb / k.dh;
-  // Query blocks of Sq rows, one after another (r13 counts; r14 the block's row offset): the
+  // Query blocks of Sq rows, one after another (the kernel's x-task registers): the
   // scores of a block are Sq x S.
-  if (nq > 1) o << "  mov r13, 0\nablk" << L << ":\n  mul r14, r13, " << Sq * k.nb << "\n";
+  // The kernel's own x-task registers: its counter (0 between its x tasks) counts the blocks, its
+  // scratch holds the offset; the counter is back at 0 at the end.
+  const std::string rq = "r" + std::to_string(rc), ro = "r" + std::to_string(rc + 2);
+  if (nq > 1) o << "  mov " << rq << ", 0\nablk" << L << ":\n  mul " << ro << ", " << rq << ", " << Sq * k.nb << "\n";
   for (int64_t hh = 0; hh < hp; ++hh) {
     const std::string H = L + "_" + std::to_string(hh);
     if (nq > 1) {
-      for (int64_t j = 0; j < w; ++j) o << "  dsd_off aq" << H << "_" << j << ", r14\n";
-      o << "  dsd_off ao" << H << ", r14\n";
+      for (int64_t j = 0; j < w; ++j) o << "  dsd_off aq" << H << "_" << j << ", " << ro << "\n";
+      o << "  dsd_off ao" << H << ", " << ro << "\n";
     }
     o << "  fmuls ascm" << L << ", aq" << H << "_0, ak" << H << "_0\n";
     for (int64_t j = 1; j < w; ++j) o << "  fmuls atmm" << L << ", aq" << H << "_" << j << ", ak" << H << "_" << j << "\n  fadds ascm" << L << ", ascm" << L << ", atmm" << L << "\n";
@@ -975,8 +984,13 @@ void attention_text(const DenseKernel& k, size_t l, std::ostringstream& o) {
     o << "  fmuls ao" << H << ", ap" << L << "_0, av" << H << "_0\n";
     for (int64_t t = 1; t < S; ++t) o << "  fmuls atom" << L << ", ap" << L << "_" << t << ", av" << H << "_" << t << "\n  fadds ao" << H << ", ao" << H << ", atom" << L << "\n";
   }
-  if (nq > 1) o << "  add r13, r13, 1\n  sub r14, r13, " << nq << "\n  bnz r14, ablk" << L << "\n  mov r13, 0\n";
+  if (nq > 1) o << "  add " << rq << ", " << rq << ", 1\n  sub " << ro << ", " << rq << ", " << nq << "\n  bnz " << ro << ", ablk" << L << "\n  mov " << rq << ", 0\n";
 }
+
+// The first of kernel l's three x-task registers (counter j, sample counter b, scratch): three per
+// layer (r0..r14) for up to 5 layers; with more, every layer's x tasks share r0..r2 (a PE
+// finishes a kernel's x tasks, the counters back at 0, before the next kernel's x values reach it).
+int x_regs(const Compiled& c, size_t l) { return c.kernels.size() > 5 ? 0 : 3 * static_cast<int>(l); }
 
 // The DSD dims of a conv's im2col walk over one sample of its [ih, iw, cb] holder.
 std::string im2col_dims(const DenseKernel& n) {
@@ -999,7 +1013,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   // streaming) never share a counter. With more layers all share r0..r2: a PE finishes a kernel's
   // x tasks (the counters back at 0) before the next kernel's x values reach it.
   const int nk5 = std::max<int>(5, static_cast<int>(c.kernels.size()));
-  const int rj = nk5 > 5 ? 0 : 3 * static_cast<int>(l), rb = rj + 1, rt = rj + 2;
+  const int rj = x_regs(c, l), rb = rj + 1, rt = rj + 2;
   // Task ids are priorities (the lowest runnable id goes first): weight loads (4 per layer, ids
   // 0-19 for 5 layers) before x tasks (20-24) so a load is never starved by a busy layer, then the
   // reduce (25-29), the hand-off (30-34) and the input's send (35); with n > 5 layers the same
@@ -1170,7 +1184,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   if (k.relu) o << "  fmaxs yall" << L << ", yall" << L << ", 0.0\n";
   if (k.tanh) tanh_text(o, "yall" + L, "ta" + L, "tb" + L, "tc" + L);
   if (k.gelu) gelu_text(o, "yall" + L, "ga" + L, "gb" + L, "gc" + L, "gd" + L);
-  if (k.attn) attention_text(k, l, o);
+  if (k.attn) attention_text(k, l, rj, o);
   if (k.softmax) softmax_text(o, k, L);
   if (k.residual >= 0) o << "  fadds yall" << L << ", yall" << L << ", res" << L << "\n";
   if (k.layernorm) ln_text(k, l, (k.k_on_columns ? k.h : k.w) * nb > k.N, o);
@@ -1187,7 +1201,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
     o << ".if $last" << L << "\n.task out" << L << " local id=" << id_out << "\n" << (h ? "  fs2h y16m" + L + ", " + full + "\n" : "");
     if (nk->spatial()) {
       o << "  activate gs" << N1 << "\n  ret\n";
-      gather_text(o, "gs" + N1, id_send + static_cast<int>(rd[0]), false, "gx" + N1, "yout" + L, nk->ih * nk->iw * nk->cblk, nk->samples, 3 * static_cast<int>(l + 1) + 2,
+      gather_text(o, "gs" + N1, id_send + static_cast<int>(rd[0]), false, "gx" + N1, "yout" + L, nk->ih * nk->iw * nk->cblk, nk->samples, x_regs(c, rd[0]) + 2,
                   mov, !ws);
     } else {
       const std::string src = nk->xread == DenseKernel::XRead::flatten ? "gx" + N1 : h ? "y16m" + L : full;
@@ -1514,17 +1528,20 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   const int64_t nker = static_cast<int64_t>(c.kernels.size());
   if (nker > 8) throw InputError(g.source, std::to_string(nker) + " dense layers; this build maps at most 8 (task ids)", kOpsHint);
   c.readers.assign(c.kernels.size() + 1, {});
+  if (c.readers.size() > 0 && c.input_shape.size() == 4)
+    for (size_t l = 1; l < c.kernels.size(); ++l)
+      if (c.kernels[l].src < 0) throw InputError("kernel '" + c.kernels[l].name + "'", "a feature-map input read by several kernels is not mapped", kOpsHint);
   for (size_t l = 0; l < c.kernels.size(); ++l) c.readers[static_cast<size_t>(c.kernels[l].src + 1)].push_back(l);
   {
     const int nk5 = std::max<int>(5, static_cast<int>(nker));
-    int next_id = 8 * nk5 + 1;  // after the sends and gathers (7n + reader)
+    int next_id = 8 * nk5;  // after the send (7n) and the gathers (7n + reader, reader < n)
     c.extra_send_id.assign(c.readers.size(), 0);
     for (size_t p = 0; p < c.readers.size(); ++p) {
       c.extra_send_id[p] = next_id;
       next_id += std::max<int>(0, static_cast<int>(c.readers[p].size()) - 1);
     }
     if (next_id > static_cast<int>(cfg.task_count))
-      throw InputError(g.source, "the kernels' sends need task ids up to " + std::to_string(next_id - 1) + "; a PE has " + std::to_string(cfg.task_count), kOpsHint);
+      throw InputError(g.source, "the kernels' sends need task ids up to " + std::to_string(next_id - 1) + "; a PE has ids 0.." + std::to_string(cfg.task_count - 1), kOpsHint);
   }
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     const DenseKernel& k = c.kernels[l];
@@ -1532,10 +1549,9 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       throw InputError("/mapping/mode", "kernel '" + k.name + "' reads " + (k.src < 0 ? std::string("the graph input") : "kernel '" + c.kernels[static_cast<size_t>(k.src)].name + "'") +
                                             ", not the kernel before it: pipelined mode maps chains of layers",
                        "use \"mapping\": {\"mode\": \"weight_streaming\"} for branching graphs (every kernel on one rectangle)");
-    if (c.readers[l + 1].size() > 1 || (k.src < 0 && c.readers[0].size() > 1))
-      for (const size_t r : c.readers[l + 1])
-        if (c.kernels[r].xread != DenseKernel::XRead::rows || k.spatial())
-          throw InputError("kernel '" + c.kernels[r].name + "'", "a convolution's output read by several kernels is not mapped", kOpsHint);
+    if (c.readers[l + 1].size() > 1 && (k.spatial() || k.pkh))  // one gather per holder: a feature map has one reader
+      throw InputError("kernel '" + k.name + "'", "a convolution's output read by several kernels is not mapped (" + std::to_string(c.readers[l + 1].size()) + " read it)",
+                       kOpsHint);
     if (k.attn && opt.mode == MapMode::pipelined)
       throw InputError("/mapping/mode", "kernel '" + k.name + "': attention is mapped in weight-streaming mode (Q, K and V on the same PEs)", "use \"mapping\": {\"mode\": \"weight_streaming\"}");
     if (k.attn && c.fp16)
@@ -1567,6 +1583,8 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     for (const auto& k : c.kernels) {
       if (k.b_value == "*") throw InputError("kernel '" + k.name + "'", "two biases (Gemm's C and an Add) are not trained on the wafer", hint);
       if (k.xread != DenseKernel::XRead::rows) throw InputError("kernel '" + k.name + "'", "convolutions are not trained on the wafer in this build", hint);
+      if (k.attn || k.src != static_cast<int64_t>(&k - c.kernels.data()) - 1)
+        throw InputError("kernel '" + k.name + "'", "attention and branching graphs (a layer reading other than the layer before it) are not trained on the wafer in this build", hint);
     }
     if (opt.loss != "mse" && opt.loss != "softmax_cross_entropy") throw InputError("/training/loss", "the wafer computes mse or softmax_cross_entropy", hint);
   }
@@ -1730,7 +1748,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       throw InputError("/mapping/mode", where + ": a residual Add is mapped in weight-streaming mode (every kernel on one rectangle, the held input on the PEs where the sum is formed)",
                        "use \"mapping\": {\"mode\": \"weight_streaming\"}");
     if (c.fp16) throw InputError("/precision/compute", "a residual Add is mapped in fp32 on the wafer in this build", "use precision.compute fp32");
-    if (r.k_on_columns == k.k_on_columns || r.kb != k.nb || r.B != k.B || r.spatial())
+    if (r.k_on_columns == k.k_on_columns || r.kb != k.nb || r.B != k.B || r.xread != DenseKernel::XRead::rows)
       throw InputError(where, "the residual's input (kernel '" + r.name + "') does not lie on this kernel's chain ends in the same blocks (an even number of dense layers between them, or blocks " +
                                   std::to_string(r.kb) + " vs " + std::to_string(k.nb) + ")",
                        "a residual spans an odd number of dense layers after its input, e.g. x + W2 f(W1 x)");

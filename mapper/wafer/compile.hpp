@@ -260,7 +260,7 @@ Tensor Compiled::gather_output(Read read) const {
   // The chain ends: the last column (K on columns) or the last row (K on rows); block i of N.
   for (int64_t i = 0; i < k.nblocks(); ++i) {
     const int64_t px = k.k_on_columns ? k.w - 1 : i, py = k.k_on_columns ? i : k.h - 1;
-    const std::vector<float> y = read(k.x0 + px, k.y0 + py, (k.pkh ? "p" : "y") + std::to_string(&k - kernels.data()));
+    const std::vector<float> y = read(k.x0 + px, k.y0 + py, (k.attn ? "att" : k.pkh ? "p" : "y") + std::to_string(&k - kernels.data()));
     for (int64_t s = 0; s < k.samples; ++s)
       for (int64_t r = 0; r < R; ++r)
         for (int64_t n = 0; n < k.nb && i * k.nb + n < k.N; ++n)
