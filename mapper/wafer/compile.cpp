@@ -845,40 +845,13 @@ void gather_text(std::ostringstream& o, const std::string& task, int id, bool ac
   o << task << "_z:\n  mov r15, 0\n  " << mov << " " << out << ", " << src << (halt_after ? "\n  halt\n" : " async\n  ret\n");
 }
 
-// LayerNorm along kernel k's chain ends (its N axis, towards S or E): the chain on cn0/cn1 (position
-// q sends on cn0 for even q), the broadcast back from the last one to every position (its own copy
-// through its ramp) on cnb.
-void ln_routes(const DenseKernel& k, json& routes) {
+// Chains along kernel k's chain ends (its N axis, towards S or E) in groups of g consecutive
+// positions: each group's chain towards its last position on colors c0/c1 (alternating within the
+// group), and the broadcast back from that last position to the group (its own copy through its
+// ramp) on cb; adjacent groups use no link between them. LayerNorm: one group, the whole edge;
+// attention with split heads: a group per head.
+void edge_group_routes(const DenseKernel& k, int64_t g, int c0, int c1, int cb, json& routes) {
   const int64_t len = k.k_on_columns ? k.h : k.w;
-  const char* fwd = k.k_on_columns ? "S" : "E";
-  const char* back = k.k_on_columns ? "N" : "W";
-  auto at = [&](int col, int64_t q, const std::string& rx, const std::string& tx) {
-    if (k.k_on_columns) routes.push_back(route(col, k.w - 1, q, 1, 1, rx, tx));
-    else routes.push_back(route(col, q, k.h - 1, 1, 1, rx, tx));
-  };
-  for (int64_t q = 0; q < len; ++q) {
-    if (q + 1 < len) at(q % 2 == 0 ? k.cn0 : k.cn1, q, "[\"RAMP\"]", "[\"" + std::string(fwd) + "\"]");
-    if (q > 0) at((q - 1) % 2 == 0 ? k.cn0 : k.cn1, q, "[\"" + std::string(back) + "\"]", "[\"RAMP\"]");
-    if (q == len - 1) at(k.cnb, q, "[\"RAMP\"]", len > 1 ? dirs({{true, back}, {true, "RAMP"}}) : "[\"RAMP\"]");
-    else if (q > 0) at(k.cnb, q, "[\"" + std::string(fwd) + "\"]", dirs({{true, back}, {true, "RAMP"}}));
-    else at(k.cnb, q, "[\"" + std::string(fwd) + "\"]", "[\"RAMP\"]");
-  }
-}
-
-void ln_params(const DenseKernel& k, size_t l, json& params) {
-  const std::string L = std::to_string(l), pn = k.k_on_columns ? "py" : "px", nl = k.k_on_columns ? "height" : "width";
-  params["lnfirst" + L] = pn + " == 0";
-  params["lnlast" + L] = pn + " == " + nl + " - 1";
-  const std::string d = "(" + std::to_string(k.cn1) + " - " + std::to_string(k.cn0) + ")";
-  params["lncout" + L] = std::to_string(k.cn0) + " + (" + pn + " % 2) * " + d;
-  params["lncin" + L] = std::to_string(k.cn0) + " + ((" + pn + " + 1) % 2) * " + d;
-}
-
-// Attention with heads split over g chain-end PEs: per group of g consecutive positions, the
-// partial scores' chain towards its last position (ca0 / ca1 alternating within the group) and
-// the broadcast of P back from it (cab; adjacent groups use no link between them).
-void attn_routes(const DenseKernel& k, json& routes) {
-  const int64_t len = k.k_on_columns ? k.h : k.w, g = k.attn_group();
   const char* fwd = k.k_on_columns ? "S" : "E";
   const char* back = k.k_on_columns ? "N" : "W";
   auto at = [&](int col, int64_t q, const std::string& rx, const std::string& tx) {
@@ -888,23 +861,31 @@ void attn_routes(const DenseKernel& k, json& routes) {
   for (int64_t q = 0; q < len; ++q) {
     const int64_t ql = q % g;
     const bool first = ql == 0, last = ql == g - 1 || q == len - 1;
-    if (!last) at(ql % 2 == 0 ? k.ca0 : k.ca1, q, "[\"RAMP\"]", "[\"" + std::string(fwd) + "\"]");
-    if (!first) at((ql - 1) % 2 == 0 ? k.ca0 : k.ca1, q, "[\"" + std::string(back) + "\"]", "[\"RAMP\"]");
-    if (last) at(k.cab, q, "[\"RAMP\"]", first ? "[\"RAMP\"]" : dirs({{true, back}, {true, "RAMP"}}));
-    else if (!first) at(k.cab, q, "[\"" + std::string(fwd) + "\"]", dirs({{true, back}, {true, "RAMP"}}));
-    else at(k.cab, q, "[\"" + std::string(fwd) + "\"]", "[\"RAMP\"]");
+    if (!last) at(ql % 2 == 0 ? c0 : c1, q, "[\"RAMP\"]", "[\"" + std::string(fwd) + "\"]");
+    if (!first) at((ql - 1) % 2 == 0 ? c0 : c1, q, "[\"" + std::string(back) + "\"]", "[\"RAMP\"]");
+    if (last) at(cb, q, "[\"RAMP\"]", first ? "[\"RAMP\"]" : dirs({{true, back}, {true, "RAMP"}}));
+    else if (!first) at(cb, q, "[\"" + std::string(fwd) + "\"]", dirs({{true, back}, {true, "RAMP"}}));
+    else at(cb, q, "[\"" + std::string(fwd) + "\"]", "[\"RAMP\"]");
   }
 }
 
-void attn_params(const DenseKernel& k, size_t l, json& params) {
+// The parameters of those groups, prefixed `pre` and suffixed with l: <pre>first, <pre>last (the
+// group's), <pre>cout / <pre>cin (the colors a position sends and takes on).
+void edge_group_params(const DenseKernel& k, size_t l, int64_t g, int c0, int c1, const std::string& pre, json& params) {
   const std::string L = std::to_string(l), pn = k.k_on_columns ? "py" : "px", nl = k.k_on_columns ? "height" : "width";
-  const std::string g = std::to_string(k.attn_group());
-  params["agfirst" + L] = pn + " % " + g + " == 0";
-  params["aglast" + L] = "(" + pn + " % " + g + " == " + g + " - 1) + (" + pn + " == " + nl + " - 1)";
-  const std::string d = "(" + std::to_string(k.ca1) + " - " + std::to_string(k.ca0) + ")";
-  params["acout" + L] = std::to_string(k.ca0) + " + ((" + pn + " % " + g + ") % 2) * " + d;
-  params["acin" + L] = std::to_string(k.ca0) + " + (((" + pn + " % " + g + ") + 1) % 2) * " + d;
+  const std::string G = std::to_string(g), q = "(" + pn + " % " + G + ")";
+  params[pre + "first" + L] = q + " == 0";
+  params[pre + "last" + L] = "(" + q + " == " + G + " - 1) + (" + pn + " == " + nl + " - 1)";
+  const std::string d = "(" + std::to_string(c1) + " - " + std::to_string(c0) + ")";
+  params[pre + "cout" + L] = std::to_string(c0) + " + (" + q + " % 2) * " + d;
+  params[pre + "cin" + L] = std::to_string(c0) + " + ((" + q + " + 1) % 2) * " + d;
 }
+
+void ln_routes(const DenseKernel& k, json& routes) { edge_group_routes(k, k.k_on_columns ? k.h : k.w, k.cn0, k.cn1, k.cnb, routes); }
+void ln_params(const DenseKernel& k, size_t l, json& params) { edge_group_params(k, l, k.k_on_columns ? k.h : k.w, k.cn0, k.cn1, "ln", params); }
+
+void attn_routes(const DenseKernel& k, json& routes) { edge_group_routes(k, k.attn_group(), k.ca0, k.ca1, k.cab, routes); }
+void attn_params(const DenseKernel& k, size_t l, json& params) { edge_group_params(k, l, k.attn_group(), k.ca0, k.ca1, "ag", params); }
 
 // The array holding kernel l's output where the next kernels read it.
 std::string hold_array(const Compiled& c, size_t l) {
@@ -1088,8 +1069,8 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
     o << ".data att" << L << " f32 " << S * nb << "   # the attention's output: what the next kernels read\n.data asc" << L << " f32 " << Sq * S << "\n.data atm" << L << " f32 "
       << Sq * S << "\n.data ato" << L << " f32 " << Sq * dh << "\n";
     if (g > 1) {
-      o << ".if !$aglast" << L << "\n.dsd aton" << L << " fabout f32 color=$acout" << L << " queue=2 len=" << Sq * S << "\n.endif\n";
-      o << ".if !$agfirst" << L << "\n.dsd afr" << L << " fabin f32 color=$acin" << L << " queue=6 len=" << Sq * S << "\n.endif\n";
+      o << ".if !$aglast" << L << "\n.dsd aton" << L << " fabout f32 color=$agcout" << L << " queue=2 len=" << Sq * S << "\n.endif\n";
+      o << ".if !$agfirst" << L << "\n.dsd afr" << L << " fabin f32 color=$agcin" << L << " queue=6 len=" << Sq * S << "\n.endif\n";
       o << ".if $aglast" << L << "\n.dsd abo" << L << " fabout f32 color=" << k.cab << " queue=4 len=" << Sq * S << "\n.endif\n";
       o << ".dsd abi" << L << " fabin f32 color=" << k.cab << " queue=7 len=" << Sq * S << "\n";
     }
