@@ -781,7 +781,7 @@ void weight_routes(const DenseKernel& k, json& routes) {
 }
 
 // Parameters of kernel l for one rectangle (expressions of px, py): source, chain position, colors.
-void layer_params(const DenseKernel& k, size_t l, bool ws, json& params) {
+void layer_params(const DenseKernel& k, size_t l, bool ws, bool training, json& params) {
   const std::string L = std::to_string(l);
   const std::string pk = k.k_on_columns ? "px" : "py";              // position along the chain (K axis)
   const std::string kl = k.k_on_columns ? "width" : "height";
@@ -800,7 +800,7 @@ void layer_params(const DenseKernel& k, size_t l, bool ws, json& params) {
   const std::string d = "(" + std::to_string(k.cr1) + " - " + std::to_string(k.cr0) + ")";
   params["cout" + L] = std::to_string(k.cr0) + " + (" + pk + " % 2) * " + d;
   params["cin" + L] = std::to_string(k.cr0) + " + ((" + pk + " + 1) % 2) * " + d;
-  if (ws) {
+  if (ws && training) {  // inference computes these at run time from px / py (no program instance per PE)
     const std::string bs = std::to_string(k.kb * k.nb);
     params["pre" + L] = pk;                                // blocks before this PE's in its line's stream
     params["post" + L] = kl + " - 1 - " + pk;              // blocks after it
@@ -1117,12 +1117,23 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   if (has_next && h) o << ".dsd y16m" << L << " mem1d y16_" << L << "\n";
   o << ".endif\n";
   if (ws) {
-    o << ".if $pre" << L << "\n.dsd wpre" << L << " fabin " << we << " color=" << k.cw << " queue=" << qw << " len=$npre" << L << "\n";
-    o << ".dsd jpre" << L << " mem4d junk dims=$pre" << L << ":0," << kb << ":0," << nb << ":0\n.endif\n";
+    // Inference: the lengths of the blocks before and after this PE's are set at run time from
+    // px / py (dsd_len), so a big rectangle does not need a program instance per PE; training
+    // keeps them as parameters (its gradient gather uses them too).
+    if (c.training) {
+      o << ".if $pre" << L << "\n.dsd wpre" << L << " fabin " << we << " color=" << k.cw << " queue=" << qw << " len=$npre" << L << "\n";
+      o << ".dsd jpre" << L << " mem4d junk dims=$pre" << L << ":0," << kb << ":0," << nb << ":0\n.endif\n";
+    } else {
+      o << ".if !$first" << L << "\n.dsd wpre" << L << " fabin " << we << " color=" << k.cw << " queue=" << qw << " len=1\n.dsd jpre" << L << " mem1d junk len=1 stride=0\n.endif\n";
+    }
     o << ".dsd wkeep" << L << " fabin " << we << " color=" << k.cw << " queue=" << qw << " len=" << kb * nb << "\n";
     o << ".dsd wbuf" << L << " mem1d " << wbuf << " len=" << kb * nb << "\n";
-    o << ".if $post" << L << "\n.dsd wpost" << L << " fabin " << we << " color=" << k.cw << " queue=" << qw << " len=$npost" << L << "\n";
-    o << ".dsd jpost" << L << " mem4d junk dims=$post" << L << ":0," << kb << ":0," << nb << ":0\n.endif\n";
+    if (c.training) {
+      o << ".if $post" << L << "\n.dsd wpost" << L << " fabin " << we << " color=" << k.cw << " queue=" << qw << " len=$npost" << L << "\n";
+      o << ".dsd jpost" << L << " mem4d junk dims=$post" << L << ":0," << kb << ":0," << nb << ":0\n.endif\n";
+    } else {
+      o << ".if !$last" << L << "\n.dsd wpost" << L << " fabin " << we << " color=" << k.cw << " queue=" << qw << " len=1\n.dsd jpost" << L << " mem1d junk len=1 stride=0\n.endif\n";
+    }
   }
   // Tasks.
   if (k.input_layer && k.spatial()) {
@@ -1199,10 +1210,16 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
     // and, from layer 2 on, once layer l-2 is done with the buffer (unblocked by onx{l-2}).
     o << ".task ld" << L << " local id=" << id_ld << (l == 0 ? " active" : "") << (l >= 2 ? " blocked" : "")
       << "   # take this PE's block from the line's weight stream\n";
-    o << ".if $pre" << L << "\n  " << mov << " jpre" << L << ", wpre" << L << " async activate=ldb" << L << "\n.else\n  " << mov << " wbuf" << L << ", wkeep" << L
+    const std::string pos = k.k_on_columns ? "px" : "py", bs = std::to_string(kb * nb), r = "r" + std::to_string(rt);
+    const int64_t kl1 = (k.k_on_columns ? k.w : k.h) - 1;
+    const std::string pre_len = c.training ? "" : "  mul " + r + ", " + pos + ", " + bs + "\n  dsd_len wpre" + L + ", " + r + "\n  dsd_len jpre" + L + ", " + r + "\n";
+    const std::string post_len =
+        c.training ? "" : "  sub " + r + ", " + std::to_string(kl1) + ", " + pos + "\n  mul " + r + ", " + r + ", " + bs + "\n  dsd_len wpost" + L + ", " + r + "\n  dsd_len jpost" + L + ", " + r + "\n";
+    const std::string has_pre = c.training ? "$pre" + L : "!$first" + L, has_post = c.training ? "$post" + L : "!$last" + L;
+    o << ".if " << has_pre << "\n" << pre_len << "  " << mov << " jpre" << L << ", wpre" << L << " async activate=ldb" << L << "\n.else\n  " << mov << " wbuf" << L << ", wkeep" << L
       << " async activate=ldc" << L << "\n.endif\n  ret\n";
     o << ".task ldb" << L << " local id=" << id_ld + 1 << "\n  " << mov << " wbuf" << L << ", wkeep" << L << " async activate=ldc" << L << "\n  ret\n";
-    o << ".task ldc" << L << " local id=" << id_ld + 2 << "\n.if $post" << L << "\n  " << mov << " jpost" << L << ", wpost" << L << " async activate=ldd"
+    o << ".task ldc" << L << " local id=" << id_ld + 2 << "\n.if " << has_post << "\n" << post_len << "  " << mov << " jpost" << L << ", wpost" << L << " async activate=ldd"
       << L << "\n.else\n  activate ldd" << L << "\n.endif\n  ret\n";
     o << ".task ldd" << L << " local id=" << id_ld + 3 << "   # the block is in place (its end is the layer's weights-ready cycle)\n  unblock onx" << L
       << "\n" << (l + 1 < c.kernels.size() ? "  activate ld" + std::to_string(l + 1) + "\n" : "") << "  ret\n";
@@ -1763,7 +1780,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
         reduce_routes(k, routes);
         weight_routes(k, routes);
       }
-      layer_params(k, l, true, params);
+      layer_params(k, l, true, c.training, params);
       if (k.layernorm) ln_routes(k, routes), ln_params(k, l, params);
       if (k.attn_group() > 1) attn_routes(k, routes), attn_params(k, l, params);
       layer_text(c, l, o);
@@ -1804,7 +1821,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       x_routes(k, l == 0, routes);
       reduce_routes(k, routes);
       if (l + 1 < c.kernels.size()) handoff_routes(k, c.kernels[l + 1], routes);
-      layer_params(k, l, false, params);
+      layer_params(k, l, false, false, params);
       if (k.layernorm) ln_routes(k, routes), ln_params(k, l, params);
       if (k.attn_group() > 1) attn_routes(k, routes), attn_params(k, l, params);
       std::ostringstream o;
