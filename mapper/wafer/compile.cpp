@@ -913,11 +913,8 @@ void ln_text(const DenseKernel& k, size_t l, bool padded, std::ostringstream& o)
   if (padded) o << "  fmuls yall" << L << ", yall" << L << ", lnkb" << L << "   # padded features stay 0\n";
   o << "  fmuls lnqm" << L << ", yall" << L << ", yall" << L << "\n";
   sums("lqc");
-  o << ".if $lnlast" << L << "\n  fmuls lntm" << L << ", lnsm" << L << ", " << invn << "\n  fadds lntm" << L << ", lntm" << L << ", " << fnum(k.ln_eps) << "\n  fmovs lncm" << L
-    << ", 0.01\n";
-  for (int i = 0; i < kRsqrtIters; ++i)
-    o << "  fmuls lnsm" << L << ", lncm" << L << ", lncm" << L << "\n  fmuls lnsm" << L << ", lnsm" << L << ", lntm" << L << "\n  fmacs lnsm" << L << ", 1.5, lnsm" << L
-      << ", -0.5\n  fmuls lncm" << L << ", lncm" << L << ", lnsm" << L << "\n";
+  o << ".if $lnlast" << L << "\n  fmuls lntm" << L << ", lnsm" << L << ", " << invn << "\n  fadds lntm" << L << ", lntm" << L << ", " << fnum(k.ln_eps) << "\n";
+  rsqrt_text(o, "lncm" + L, "lntm" + L, "lnsm" + L);
   o << "  fmovs lnbo" << L << ", lncm" << L << " async\n.endif\n";
   o << "  fmovs lnrm" << L << ", lnbi" << L << "\n  fmuls yall" << L << ", yall" << L << ", lnrb" << L << "\n  fmuls yall" << L << ", yall" << L << ", lngb" << L
     << "\n  fadds yall" << L << ", yall" << L << ", lnbb" << L << "\n";
@@ -1379,6 +1376,13 @@ void gelu_text(std::ostringstream& o, const std::string& Y, const std::string& T
   o << "  fnegs " << U << ", " << U << "\n  fadds " << U << ", " << U << ", 1.0\n";                                                // erf(z)
   o << "  fmuls " << U << ", " << U << ", " << T << "\n  fadds " << U << ", " << U << ", 1.0\n  fmuls " << Y << ", " << Y << ", " << U << "\n  fmuls " << Y
     << ", " << Y << ", 0.5\n";
+}
+
+void rsqrt_text(std::ostringstream& o, const std::string& R, const std::string& V, const std::string& T) {
+  o << "  fmovs " << R << ", 0.01\n";
+  for (int i = 0; i < kRsqrtIters; ++i)
+    o << "  fmuls " << T << ", " << R << ", " << R << "\n  fmuls " << T << ", " << T << ", " << V << "\n  fmacs " << T << ", 1.5, " << T << ", -0.5\n  fmuls " << R << ", "
+      << R << ", " << T << "\n";
 }
 
 namespace {

@@ -842,6 +842,7 @@ std::vector<float> run_pe_function(const std::string& body, const std::vector<fl
   const WaferConfig c = preset_config("wse2");
   std::ostringstream prog;
   prog << ".data x f32 " << n << "\n.data r f32 " << n << "\n.data t f32 " << n << "\n.data u f32 " << n << "\n.dsd xm mem1d x\n.dsd rm mem1d r\n.dsd tm mem1d t\n.dsd um mem1d u\n";
+  prog << ".data v f32 " << n << "\n.dsd vm mem1d v\n";
   prog << ".task main local id=8 active\n" << body << "  halt\n";
   const std::string layout = R"({"fabric": {"width": 1, "height": 1}, "rects": [{"name": "pe", "x": 0, "y": 0, "width": 1, "height": 1, "program": "f.pe"}]})";
   Run r(c, load({{"f.pe", prog.str()}}, layout, c));
@@ -898,6 +899,37 @@ TEST_CASE("wafer-fabric: the PE tanh (expm1 polynomial, doubling, Newton recipro
   CHECK(worst <= 1e-6);
 }
 
+TEST_CASE("wafer-fabric: the PE GELU (erf by Abramowitz-Stegun 7.1.26 with the exp polynomial) is within 2.5e-7 (1 + |x|) of 0.5 x (1 + erf(x / sqrt 2)) on [-10, 10]", "[wafer-fabric]") {
+  std::vector<float> in;
+  for (int i = -200; i <= 200; ++i) in.push_back(0.05f * static_cast<float>(i));
+  for (float v : {1e-6f, -3e-5f, 1e-3f, 20.0f, -20.0f, 1e30f, -1e30f}) in.push_back(v);
+  std::ostringstream o;
+  gelu_text(o, "xm", "tm", "um", "rm", "vm");
+  const auto out = run_pe_function(o.str(), in, static_cast<int64_t>(in.size()));
+  double worst = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const double x = in[i], want = 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    const double err = std::abs(out[i] - want) / (1.0 + std::min(std::abs(x), 1e6));
+    if (std::abs(x) <= 20) worst = std::max(worst, err);
+  }
+  INFO("worst error / (1 + |x|): " << worst);
+  CHECK(worst <= 2.5e-7);
+  CHECK(out[in.size() - 2] == 1e30f);   // gelu(x) = x for large x
+  CHECK(out[in.size() - 1] == 0.0f);    // and 0 for large negative x
+}
+
+TEST_CASE("wafer-fabric: the PE rsqrt of LayerNorm (32 Newton steps from 0.01) is within 1e-6 relative on [1e-5, 3e4]", "[wafer-fabric]") {
+  std::vector<float> in;
+  for (double v = 1e-5; v <= 3e4; v *= 1.07) in.push_back(static_cast<float>(v));
+  std::ostringstream o;
+  rsqrt_text(o, "rm", "xm", "tm");
+  const auto out = run_pe_function(o.str(), in, static_cast<int64_t>(in.size()), "r");
+  double worst = 0;
+  for (size_t i = 0; i < in.size(); ++i) worst = std::max(worst, std::abs(out[i] * std::sqrt(static_cast<double>(in[i])) - 1.0));
+  INFO("worst relative error: " << worst);
+  CHECK(worst <= 1e-6);
+}
+
 // The estimate counts these generators' operations by constants (kExpOps, kRecipOps, kTanhOps):
 // they must be what the generators emit (every DSD op line starts with an "f" opcode).
 TEST_CASE("wafer-fabric: the exp, reciprocal and tanh generators emit the operation counts the estimate uses", "[wafer-fabric]") {
@@ -914,4 +946,9 @@ TEST_CASE("wafer-fabric: the exp, reciprocal and tanh generators emit the operat
   CHECK(ops(e.str()) == kExpOps);
   CHECK(ops(r.str()) == kRecipOps);
   CHECK(ops(t.str()) == kTanhOps);
+  std::ostringstream gl, rs;
+  gelu_text(gl, "xm", "tm", "um", "rm", "vm");
+  rsqrt_text(rs, "rm", "xm", "tm");
+  CHECK(ops(gl.str()) == kGeluOps);
+  CHECK(ops(rs.str()) == 1 + 4 * kRsqrtIters);
 }
