@@ -781,6 +781,13 @@ void weight_routes(const DenseKernel& k, json& routes) {
 }
 
 // Parameters of kernel l for one rectangle (expressions of px, py): source, chain position, colors.
+// Weight streaming: whether a PE sets the lengths of the blocks before and after its own at run time
+// (inference, and the longest run fits a DSD length, 16 bits) or takes them as parameters (one
+// program instance per position along the chain).
+bool runtime_block_lengths(bool training, const DenseKernel& k) {
+  return !training && ((k.k_on_columns ? k.w : k.h) - 1) * k.kb * k.nb <= 65535;
+}
+
 void layer_params(const DenseKernel& k, size_t l, bool ws, bool training, json& params) {
   const std::string L = std::to_string(l);
   const std::string pk = k.k_on_columns ? "px" : "py";              // position along the chain (K axis)
@@ -800,7 +807,7 @@ void layer_params(const DenseKernel& k, size_t l, bool ws, bool training, json& 
   const std::string d = "(" + std::to_string(k.cr1) + " - " + std::to_string(k.cr0) + ")";
   params["cout" + L] = std::to_string(k.cr0) + " + (" + pk + " % 2) * " + d;
   params["cin" + L] = std::to_string(k.cr0) + " + ((" + pk + " + 1) % 2) * " + d;
-  if (ws && training) {  // inference computes these at run time from px / py (no program instance per PE)
+  if (ws && !runtime_block_lengths(training, k)) {  // else computed at run time from px / py (no program instance per PE)
     const std::string bs = std::to_string(k.kb * k.nb);
     params["pre" + L] = pk;                                // blocks before this PE's in its line's stream
     params["post" + L] = kl + " - 1 - " + pk;              // blocks after it
@@ -1117,7 +1124,8 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
     // Inference: the lengths of the blocks before and after this PE's are set at run time from
     // px / py (dsd_len), so a big rectangle does not need a program instance per PE; training
     // keeps them as parameters (its gradient gather uses them too).
-    if (c.training) {
+    const bool rt_len = runtime_block_lengths(c.training, k);
+    if (!rt_len) {
       o << ".if $pre" << L << "\n.dsd wpre" << L << " fabin " << we << " color=" << k.cw << " queue=" << qw << " len=$npre" << L << "\n";
       o << ".dsd jpre" << L << " mem4d junk dims=$pre" << L << ":0," << kb << ":0," << nb << ":0\n.endif\n";
     } else {
@@ -1125,7 +1133,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
     }
     o << ".dsd wkeep" << L << " fabin " << we << " color=" << k.cw << " queue=" << qw << " len=" << kb * nb << "\n";
     o << ".dsd wbuf" << L << " mem1d " << wbuf << " len=" << kb * nb << "\n";
-    if (c.training) {
+    if (!rt_len) {
       o << ".if $post" << L << "\n.dsd wpost" << L << " fabin " << we << " color=" << k.cw << " queue=" << qw << " len=$npost" << L << "\n";
       o << ".dsd jpost" << L << " mem4d junk dims=$post" << L << ":0," << kb << ":0," << nb << ":0\n.endif\n";
     } else {
@@ -1209,10 +1217,11 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
       << "   # take this PE's block from the line's weight stream\n";
     const std::string pos = k.k_on_columns ? "px" : "py", bs = std::to_string(kb * nb), r = "r" + std::to_string(rt);
     const int64_t kl1 = (k.k_on_columns ? k.w : k.h) - 1;
-    const std::string pre_len = c.training ? "" : "  mul " + r + ", " + pos + ", " + bs + "\n  dsd_len wpre" + L + ", " + r + "\n  dsd_len jpre" + L + ", " + r + "\n";
+    const bool rt_len = runtime_block_lengths(c.training, k);
+    const std::string pre_len = !rt_len ? "" : "  mul " + r + ", " + pos + ", " + bs + "\n  dsd_len wpre" + L + ", " + r + "\n  dsd_len jpre" + L + ", " + r + "\n";
     const std::string post_len =
-        c.training ? "" : "  sub " + r + ", " + std::to_string(kl1) + ", " + pos + "\n  mul " + r + ", " + r + ", " + bs + "\n  dsd_len wpost" + L + ", " + r + "\n  dsd_len jpost" + L + ", " + r + "\n";
-    const std::string has_pre = c.training ? "$pre" + L : "!$first" + L, has_post = c.training ? "$post" + L : "!$last" + L;
+        !rt_len ? "" : "  sub " + r + ", " + std::to_string(kl1) + ", " + pos + "\n  mul " + r + ", " + r + ", " + bs + "\n  dsd_len wpost" + L + ", " + r + "\n  dsd_len jpost" + L + ", " + r + "\n";
+    const std::string has_pre = !rt_len ? "$pre" + L : "!$first" + L, has_post = !rt_len ? "$post" + L : "!$last" + L;
     o << ".if " << has_pre << "\n" << pre_len << "  " << mov << " jpre" << L << ", wpre" << L << " async activate=ldb" << L << "\n.else\n  " << mov << " wbuf" << L << ", wkeep" << L
       << " async activate=ldc" << L << "\n.endif\n  ret\n";
     o << ".task ldb" << L << " local id=" << id_ld + 1 << "\n  " << mov << " wbuf" << L << ", wkeep" << L << " async activate=ldc" << L << "\n  ret\n";

@@ -243,7 +243,7 @@ inline constexpr int kExpOps = 41, kRecipOps = 33, kTanhOps = 2 + 5 + 2 + 33 + 8
 void gelu_text(std::ostringstream& o, const std::string& Y, const std::string& T, const std::string& U, const std::string& V, const std::string& W);
 inline constexpr int kGeluOps = 7 + kRecipOps + 9 + 2 + kExpOps + 1 + 5 + 2 + 4;
 // Newton iterations of the LayerNorm's 1 / sqrt(var + eps) from 0.01: converges for var + eps in
-// [1e-5, 3e4] (docs/wafer-compiler.md "Transformers"; tests/unit/test_wafer_fabric.cpp).
+// [1e-5, 3e4) (docs/wafer-compiler.md "Transformers"; tests/unit/test_wafer_fabric.cpp).
 inline constexpr int kRsqrtIters = 32;
 // R = 1 / sqrt(V) by kRsqrtIters steps r = r (1.5 - 0.5 V r^2) from 0.01, T a temporary.
 void rsqrt_text(std::ostringstream& o, const std::string& R, const std::string& V, const std::string& T);

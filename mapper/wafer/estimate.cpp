@@ -240,7 +240,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         // The first wavelet enters the line when it is out of SwarmX and the PEs are loading (their
         // first op set up); the last one, lane_len - 1 wavelets and the boundary gaps later, or
         // when SwarmX delivers it.
-        const int64_t t0 = std::max(first, go + S + (c.training ? 0 : 3));  // inference: the pre length set first (mul, 2 dsd_len)
+        const int64_t t0 = std::max(first, go + S + (c.training || (along - 1) * k.kb * k.nb > 65535 ? 0 : 3));  // run-time lengths: the pre length set first (mul, 2 dsd_len)
         int64_t t_last = std::max(t0 + k.lane_len - 1 + (along - 1) * gap, supply_end);
         // A PE of the line that runs an earlier kernel's chain-end task (bias, activation,
         // attention, LayerNorm -- long, and blocking in its receives) cannot switch its load ops

@@ -473,6 +473,8 @@ void Fabric::Impl::exec(uint32_t s, int64_t t) {
           if (b < 0 || b >= cfg.data_area_bytes()) throw Failure{pe_label(P.x, P.y) + ": " + where(s, P.pc) + ": offset " + std::to_string(x) + " leaves the data area"};
           d.base = static_cast<uint32_t>(b);
         } else if (d.is_mem()) {
+          if (x < 1 || x > 65535)  // a mem DSD's dimension length is 16 bits
+            throw Failure{pe_label(P.x, P.y) + ": " + where(s, P.pc) + ": length " + std::to_string(x) + " outside 1..65535 for a memory DSD"};
           d.dims[0].len = static_cast<uint16_t>(x);
         } else {
           d.length = static_cast<uint32_t>(x);
