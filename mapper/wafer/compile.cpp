@@ -41,12 +41,15 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
                                    " and " + std::to_string(g.outputs.size()) + ")",
                      kOpsHint);
   // Ops first: every node the compiler cannot map, named (all of them at once).
-  DiagnosticList unmapped;
+  std::vector<const graph::Node*> bad;
   for (const auto& n : g.nodes)
     if (n.op != "Gemm" && n.op != "MatMul" && n.op != "Add" && n.op != "Relu" && n.op != "Tanh" && n.op != "Softmax" && n.op != "Conv" &&
         n.op != "MaxPool" && n.op != "Flatten" && n.op != "Reshape" && n.op != "Div" && n.op != "Mul" && n.op != "Erf" && n.op != "ReduceMean" &&
         n.op != "Sub" && n.op != "Pow" && n.op != "Sqrt" && n.op != "LayerNormalization" && n.op != "Transpose")
-      unmapped.add(g.where(n), "op " + n.op + " is not mapped by the wafer compiler in this build", kOpsHint);
+      bad.push_back(&n);
+  DiagnosticList unmapped;  // every such node, the hint (what is mapped) once, after the last
+  for (size_t i = 0; i < bad.size(); ++i)
+    unmapped.add(g.where(*bad[i]), "op " + bad[i]->op + " is not mapped by the wafer compiler in this build", i + 1 == bad.size() ? kOpsHint : "");
   unmapped.throw_if_any();
   input = g.inputs[0];
   output = g.outputs[0];
