@@ -450,17 +450,16 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
         gam = constant(other_in(g.nodes[static_cast<size_t>(mu)], g.nodes[static_cast<size_t>(dv)].outputs[0]));
         has_beta = true;
         bet = constant(other_in(g.nodes[static_cast<size_t>(ad)], g.nodes[static_cast<size_t>(mu)].outputs[0]));
-        for (const long q : {sub, pw, rm, ae, sq, dv, mu, ad}) consumed.insert(static_cast<size_t>(q));
-        absorb(k, n);
-        for (const long q : {sub, pw, rm, ae, sq, dv, mu, ad}) k.nodes.push_back(g.nodes[static_cast<size_t>(q)].name);
+        k.nodes.push_back(n.name);
+        for (const long q : {sub, pw, rm, ae, sq, dv, mu, ad}) consumed.insert(static_cast<size_t>(q)), k.nodes.push_back(g.nodes[static_cast<size_t>(q)].name);
         out = g.nodes[static_cast<size_t>(ad)].outputs[0];
       }
       if (!gam || gam->numel() != k.N || (bet && bet->numel() != k.N) || (!bet && has_beta)) unsupported("LayerNorm needs a constant scale (and bias) of " + std::to_string(k.N) + " values");
       k.layernorm = true;
       k.ln_gamma = gam->to_f32();
       k.ln_beta = bet ? bet->to_f32() : std::vector<float>(static_cast<size_t>(k.N), 0.0f);
-      if (n.op == "LayerNormalization") absorb(k, n);
-      k.op = k.op.substr(0, k.op.find("+ReduceMean")) + (n.op == "LayerNormalization" ? "" : "+LayerNorm");
+      if (n.op == "LayerNormalization") k.nodes.push_back(n.name);
+      k.op += "+LayerNorm";
       k.name = out;
       cur = out;
       continue;
@@ -602,6 +601,14 @@ struct Stream {
   std::vector<RectR> routers;
 };
 
+// The first kernel with kernel l's orientation (l itself when none before it): in weight-streaming
+// inference the kernels of one orientation share its reduce and weight colors and routes.
+size_t first_of_orientation(const Compiled& c, size_t l) {
+  for (size_t q = 0; q < l; ++q)
+    if (c.kernels[q].k_on_columns == c.kernels[l].k_on_columns) return q;
+  return l;
+}
+
 void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& opt) {
   std::vector<Stream> st;
   // Weight streaming (inference): kernels of one orientation share their reduce and weight colors
@@ -612,8 +619,6 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     const DenseKernel& k = c.kernels[l];
     const RectR r{k.x0, k.y0, k.x0 + k.w - 1, k.y0 + k.h - 1};
-    bool first_of_kind = true;
-    for (size_t q = 0; q < l; ++q) first_of_kind = first_of_kind && c.kernels[q].k_on_columns != k.k_on_columns;
     if (k.layernorm) {  // the edge chain and the broadcast back, along the chain ends
       st.push_back({l, 'n', {r}});
       st.push_back({l, 'o', {r}});
@@ -624,7 +629,7 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
       st.push_back({l, 'c', {r}});
       st.push_back({l, 'e', {r}});
     }
-    if (share && !first_of_kind) {
+    if (share && first_of_orientation(c, l) != l) {
       st.push_back({l, 'x', {r}});
       continue;
     }
@@ -688,15 +693,15 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
     by_color[col].push_back(label(v));
   }
   if (share)  // the shared colors: from the first kernel of the same orientation
-    for (size_t l = 0; l < c.kernels.size(); ++l)
-      for (size_t q = 0; q < l; ++q)
-        if (c.kernels[q].k_on_columns == c.kernels[l].k_on_columns) {
-          c.kernels[l].cr0 = c.kernels[q].cr0, c.kernels[l].cr1 = c.kernels[q].cr1, c.kernels[l].cw = c.kernels[q].cw;
-          by_color[c.kernels[l].cr0].push_back("kernel '" + c.kernels[l].name + "' reduce 0 (shared)");
-          by_color[c.kernels[l].cr1].push_back("kernel '" + c.kernels[l].name + "' reduce 1 (shared)");
-          by_color[c.kernels[l].cw].push_back("kernel '" + c.kernels[l].name + "' weight stream (shared)");
-          break;
-        }
+    for (size_t l = 0; l < c.kernels.size(); ++l) {
+      const size_t q = first_of_orientation(c, l);
+      if (q == l) continue;
+      DenseKernel& k = c.kernels[l];
+      k.cr0 = c.kernels[q].cr0, k.cr1 = c.kernels[q].cr1, k.cw = c.kernels[q].cw;
+      by_color[k.cr0].push_back("kernel '" + k.name + "' reduce 0 (shared)");
+      by_color[k.cr1].push_back("kernel '" + k.name + "' reduce 1 (shared)");
+      by_color[k.cw].push_back("kernel '" + k.name + "' weight stream (shared)");
+    }
   c.colors_used = static_cast<int>(used);
   for (auto& [col, v] : by_color) c.color_streams.push_back({std::to_string(col), v});
 }
@@ -1542,7 +1547,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   const int64_t nker = static_cast<int64_t>(c.kernels.size());
   if (nker > 8) throw InputError(g.source, std::to_string(nker) + " dense layers; this build maps at most 8 (task ids)", kOpsHint);
   c.readers.assign(c.kernels.size() + 1, {});
-  if (c.readers.size() > 0 && c.input_shape.size() == 4)
+  if (c.input_shape.size() == 4)
     for (size_t l = 1; l < c.kernels.size(); ++l)
       if (c.kernels[l].src < 0) throw InputError("kernel '" + c.kernels[l].name + "'", "a feature-map input read by several kernels is not mapped", kOpsHint);
   for (size_t l = 0; l < c.kernels.size(); ++l) c.readers[static_cast<size_t>(c.kernels[l].src + 1)].push_back(l);
@@ -1790,9 +1795,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
       x_routes(k, true, routes);
-      bool first_of_kind = true;  // kernels of one orientation share reduce and weight colors (inference): one set of routes
-      for (size_t q = 0; q < l; ++q) first_of_kind = first_of_kind && c.kernels[q].k_on_columns != k.k_on_columns;
-      if (c.training || first_of_kind) {
+      if (c.training || first_of_orientation(c, l) == l) {  // shared colors (inference): one set of routes
         reduce_routes(k, routes);
         weight_routes(k, routes);
       }
@@ -1875,15 +1878,15 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
             if (nbk * k.nb + i < k.N) a.values[static_cast<size_t>(i)] = k.bias[static_cast<size_t>(nbk * k.nb + i)];
           c.constants.push_back(std::move(a));
           if (k.layernorm) {  // the scale and bias of the block's features (0 beyond N), and the mask when padded
-            HostArray g{k.x0 + px, k.y0 + py, "lng" + std::to_string(l), std::vector<float>(static_cast<size_t>(k.nb), 0.0f)};
+            HostArray ga{k.x0 + px, k.y0 + py, "lng" + std::to_string(l), std::vector<float>(static_cast<size_t>(k.nb), 0.0f)};
             HostArray b2{k.x0 + px, k.y0 + py, "lnb" + std::to_string(l), std::vector<float>(static_cast<size_t>(k.nb), 0.0f)};
             HostArray m{k.x0 + px, k.y0 + py, "lnk" + std::to_string(l), std::vector<float>(static_cast<size_t>(k.nb), 0.0f)};
             for (int64_t i = 0; i < k.nb && nbk * k.nb + i < k.N; ++i) {
-              g.values[static_cast<size_t>(i)] = k.ln_gamma[static_cast<size_t>(nbk * k.nb + i)];
+              ga.values[static_cast<size_t>(i)] = k.ln_gamma[static_cast<size_t>(nbk * k.nb + i)];
               b2.values[static_cast<size_t>(i)] = k.ln_beta[static_cast<size_t>(nbk * k.nb + i)];
               m.values[static_cast<size_t>(i)] = 1.0f;
             }
-            c.constants.push_back(std::move(g));
+            c.constants.push_back(std::move(ga));
             c.constants.push_back(std::move(b2));
             if ((k.k_on_columns ? k.h : k.w) * k.nb > k.N) c.constants.push_back(std::move(m));
           }

@@ -4,15 +4,17 @@
 // analytical estimate (mapper/wafer/estimate). Semantics and choices: docs/wafer-compiler.md.
 //
 // Kernel library (this build): dense layers -- Gemm, or MatMul by a constant [K, N] weight, with an
-// optional bias Add and Relu fused -- in chains (each layer's input is the previous layer's
-// output). A layer is a GEMM of X [B, K] by W [K, N] on a rectangle of PEs, the 2-D mesh GEMV
+// optional bias Add -- and convolutions (GEMMs over im2col rows gathered on the fabric), with
+// their chain-end post-ops: Relu, Tanh, GELU, MaxPool, a final Softmax, and in weight streaming
+// residual Adds, LayerNorm and multi-head attention (docs/wafer-compiler.md). A layer is a GEMM of
+// X [B, K] by W [K, N] on a rectangle of PEs, the 2-D mesh GEMV
 // algorithm of Cerebras' SDK example (gemv-checkerboard; the micro kernel scenarios/wafer/micro/
 // gemv.pe): W is split into kb x nb blocks, one per PE; the contraction dimension K runs along one
 // axis of the rectangle and N along the other. x values are multicast along the K axis' lines (each
 // fires a data task: y[b, :] += W[:, j] * x[b, j], one fmacs over nb elements), and the partial y
 // are summed along the other axis by a pipelined chain (fadds from the previous PE straight into
-// the next one's fabric queue). The PEs at the chain's end add the bias, apply Relu and send y on
-// as the next layer's x. Layers alternate which axis carries K, so a layer's output already lies
+// the next one's fabric queue). The PEs at the chain's end add the bias, run the post-ops and send
+// y on as the readers' x. A reader takes the other orientation, so a layer's output already lies
 // along the axis the next layer multicasts -- no transpose is needed between layers.
 //
 // Modes: `pipelined` places every layer on its own rectangle, each next to its producer (a

@@ -307,10 +307,9 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       chain_of[static_cast<size_t>(pn)] = t;
       t += (S + cdiv(n_el, w32)) * (1 + (k.relu ? 1 : 0) + (k.tanh ? kTanhOps : 0) + (k.gelu ? kGeluOps : 0) + (k.residual >= 0 ? 1 : 0));  // bias, activation (tanh_text, gelu_text), residual
       if (k.softmax) {  // softmax_text over the N outputs of the B samples (strided columns)
-        auto op = [&](int64_t len, Op o2, int64_t stride) { return S + cdiv(len, std::max<int64_t>(1, simd_width(o2, stride, cfg))); };
         const int64_t N = k.N, B = k.B;
-        t += op(B, Op::fmovs, k.nb) + (N - 1) * op(B, Op::fmaxs, k.nb) + N * op(B, Op::fsubs, std::max(k.nb, N)) + kExpOps * op(B * N, Op::fmuls, 1) +
-             op(B, Op::fmovs, N) + (N - 1) * op(B, Op::fadds, N) + kRecipOps * op(B, Op::fmuls, 1) + N * op(B, Op::fmuls, std::max(k.nb, N));
+        t += dsd(B, Op::fmovs, k.nb) + (N - 1) * dsd(B, Op::fmaxs, k.nb) + N * dsd(B, Op::fsubs, std::max(k.nb, N)) + kExpOps * dsd(B * N, Op::fmuls, 1) +
+             dsd(B, Op::fmovs, N) + (N - 1) * dsd(B, Op::fadds, N) + kRecipOps * dsd(B, Op::fmuls, 1) + N * dsd(B, Op::fmuls, std::max(k.nb, N));
       }
       t_of[static_cast<size_t>(pn)] = t;
       tmax_of[static_cast<size_t>(pn)] = tmax;
@@ -322,7 +321,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       // hop by hop; then P V over the PE's w features.
       // Query blocks of Sq rows run one after another (a block's scores: Sq x S).
       const int64_t Sk = k.B, Sq = k.attn_rows(), nq = Sk / Sq, SS = Sq * Sk, g = k.attn_group(), w = g > 1 ? k.nb : k.dh, hp = g > 1 ? 1 : k.nb / k.dh;
-      auto op = [&](int64_t len, int64_t stride) { return S + cdiv(len, std::max<int64_t>(1, simd_width(Op::fmuls, stride, cfg))); };
+      auto op = [&](int64_t len, int64_t stride) { return dsd(len, Op::fmuls, stride); };
       const int64_t scores = w * op(SS, k.nb) + (w - 1) * op(SS, 1) + (nq > 1 ? w + 1 : 0);
       const int64_t softmax = op(SS, 1) + Sk * op(Sq, Sk) + op(SS, 1) + kExpOps * op(SS, 1) + Sk * op(Sq, Sk) + recip_ops(1.0, static_cast<double>(Sk)) * op(Sq, 1) + op(SS, 1);
       const int64_t pv = (2 * Sk - 1) * op(Sq * w, 1);
