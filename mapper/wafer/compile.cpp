@@ -491,7 +491,8 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes) {
   if (k.softmax) b += (2 * k.B * k.N + 4 * k.B) * 4;                 // softmax arrays (chain end)
   if (k.pkh) b += k.rows_out() * k.nb * 4;                           // the pooled output (chain end)
   if (k.gelu) b += 4 * k.B * k.nb * 4;                               // GELU temporaries (chain end)
-  if (k.attn) b += (k.B * k.nb + 2 * k.attn_rows() * k.B + k.attn_rows() * std::min(k.dh, k.nb) + 4 * k.attn_rows()) * 4;  // attention arrays (chain end)
+  if (k.attn) b += (k.B * k.feat_nb() + 2 * k.attn_rows() * k.B + k.attn_rows() * std::min(k.dh, k.feat_nb()) + 4 * k.attn_rows()) * 4;  // attention arrays (chain end)
+  if (k.res_host) b += k.B * k.nb * 4;                               // the graph input's block for the residual (chain end)
   if (k.layernorm) b += (k.B * k.nb + 4 * k.B + 3 * k.nb) * 4;       // LayerNorm arrays (chain end)
   if (wbytes == 2) b += k.rows_out() * k.nb * 2;                     // y in fp16 (chain end)
   if (k.input_layer) b += (k.spatial() ? k.xs_elems() : k.B * k.kb) * wbytes;  // xs (source)
@@ -549,7 +550,8 @@ std::pair<int64_t, int64_t> place_pipelined(std::vector<DenseKernel>& ks, int64_
   int64_t x = 0, y = 0, W = 0, H = 0;
   for (size_t l = 0; l < ks.size(); ++l) {
     DenseKernel& k = ks[l];
-    k.kb = k.nb = b;
+    k.kb = b;
+    k.nb = k.qkv ? 3 * b : b;  // fused Q, K, V: fb = b features of each per chain end
     channel_blocks(ks, l, std::min(b, k.cin), 0, b);
     k.k_on_columns = l % 2 == 0;
     k.x_flow = k.k_on_columns ? Dir::S : Dir::E;
@@ -571,6 +573,95 @@ std::pair<int64_t, int64_t> place_pipelined(std::vector<DenseKernel>& ks, int64_
     H = std::max(H, y + k.h);
   }
   return {W, H};
+}
+
+// Pipelined attention (docs/wafer-compiler.md "Transformers, pipelined"): the Q, K and V kernels
+// of every attention block become one kernel -- V's, with DenseKernel::qkv -- so that a chain end
+// computes all three for its features; the Q and K kernels go and the others' indices follow.
+void fuse_qkv(std::vector<DenseKernel>& ks) {
+  const char* hint = "pipelined mode fuses an attention's Q, K and V projections into one kernel; use \"mapping\": {\"mode\": \"weight_streaming\"} for other shapes";
+  for (size_t l = 0; l < ks.size(); ++l) {
+    DenseKernel& v = ks[l];
+    if (!v.attn || v.qkv) continue;
+    const size_t qi = static_cast<size_t>(v.attn_q), ki = static_cast<size_t>(v.attn_k);
+    for (const size_t pi : {qi, ki}) {
+      const DenseKernel& p = ks[pi];
+      if (p.src != v.src || p.K != v.K || p.N != v.N || p.B != v.B || p.xread != DenseKernel::XRead::rows || v.xread != DenseKernel::XRead::rows || p.relu || p.tanh ||
+          p.gelu || p.softmax || p.residual >= 0 || p.layernorm || p.attn || p.pkh)
+        throw InputError("kernel '" + p.name + "'", "the attention's Q and K (and V, kernel '" + v.name + "') must be dense layers of the same input and size with only a bias", hint);
+      for (size_t m = 0; m < ks.size(); ++m)
+        if (m != l && ks[m].src == static_cast<int64_t>(pi))
+          throw InputError("kernel '" + ks[m].name + "'", "reads the attention's " + std::string(pi == qi ? "Q" : "K") + " projection ('" + p.name + "'), which pipelined mode fuses into kernel '" + v.name + "'", hint);
+    }
+    v.qkv = true;
+    v.attn_d = v.N;
+    v.Wq = ks[qi].W, v.Wk = ks[ki].W, v.bq = ks[qi].bias, v.bk = ks[ki].bias;
+    std::vector<std::string> nodes = ks[qi].nodes;
+    nodes.insert(nodes.end(), ks[ki].nodes.begin(), ks[ki].nodes.end());
+    nodes.insert(nodes.end(), v.nodes.begin(), v.nodes.end());
+    v.nodes = nodes;
+    v.op = "QKV(" + ks[qi].op + ")+Attention";
+    // Renumber: the removed kernels' readers (a residual of their input) read the fused one.
+    auto gone = [&](int64_t i) { return static_cast<int64_t>(i > static_cast<int64_t>(qi)) + static_cast<int64_t>(i > static_cast<int64_t>(ki)); };
+    const int64_t fused = static_cast<int64_t>(l) - gone(static_cast<int64_t>(l));
+    for (auto& k : ks)
+      for (int64_t* ref : {&k.src, &k.residual})
+        if (*ref >= 0) *ref = *ref == static_cast<int64_t>(qi) || *ref == static_cast<int64_t>(ki) ? fused : *ref - gone(*ref);
+    v.attn_q = v.attn_k = fused;
+    ks.erase(ks.begin() + static_cast<std::ptrdiff_t>(std::max(qi, ki)));
+    ks.erase(ks.begin() + static_cast<std::ptrdiff_t>(std::min(qi, ki)));
+    l = static_cast<size_t>(fused);  // on after it (earlier blocks are fused already)
+  }
+}
+
+// The fused kernel's W [K, 3 b nblocks] and bias for block edge b: chain-end block j holds Q's
+// features j b .. j b + b - 1, then K's, then V's (zero beyond d).
+void qkv_weights(DenseKernel& k, int64_t b) {
+  const int64_t d = k.attn_d, nblk = cdiv(d, b), Np = 3 * b * nblk;
+  // k.W and k.bias hold V's projection until then (each candidate block starts from them).
+  k.nflops = 3 * d;
+  std::vector<float> W(static_cast<size_t>(k.K * Np), 0.0f), bias(static_cast<size_t>(Np), 0.0f);
+  const std::vector<float>* Ws[3] = {&k.Wq, &k.Wk, &k.W};
+  const std::vector<float>* bs[3] = {&k.bq, &k.bk, &k.bias};
+  for (int64_t j = 0; j < nblk; ++j)
+    for (int64_t part = 0; part < 3; ++part)
+      for (int64_t i = 0; i < b && j * b + i < d; ++i) {
+        const int64_t col = j * 3 * b + part * b + i, f = j * b + i;
+        for (int64_t r = 0; r < k.K; ++r) W[static_cast<size_t>(r * Np + col)] = (*Ws[part])[static_cast<size_t>(r * d + f)];
+        bias[static_cast<size_t>(col)] = (*bs[part])[static_cast<size_t>(f)];
+      }
+  k.W = std::move(W);
+  k.bias = std::move(bias);
+  k.N = Np;
+}
+
+// A residual over two pipelined layers (kernel l adds the input of kernel r = its producer, which
+// reads another kernel's output): the input passes through r as identity columns after r's own
+// (padded to whole blocks of b; no activation on them) and l adds it as identity rows of its W --
+// x 1 and zeros, exact -- so it reaches l's chain ends without a route of its own.
+void pass_through(std::vector<DenseKernel>& ks, size_t l, int64_t b) {
+  DenseKernel& k2 = ks[l];
+  DenseKernel& k1 = ks[static_cast<size_t>(k2.residual)];
+  const int64_t d = k1.K, N1 = k1.N, Np = cdiv(N1, b) * b, N1p = Np + d;
+  std::vector<float> W1(static_cast<size_t>(k1.K * N1p), 0.0f), b1(static_cast<size_t>(N1p), 0.0f);
+  for (int64_t r = 0; r < k1.K; ++r) {
+    for (int64_t n = 0; n < N1; ++n) W1[static_cast<size_t>(r * N1p + n)] = k1.W[static_cast<size_t>(r * N1 + n)];
+    W1[static_cast<size_t>(r * N1p + Np + r)] = 1.0f;
+  }
+  for (int64_t n = 0; n < N1; ++n) b1[static_cast<size_t>(n)] = k1.bias[static_cast<size_t>(n)];
+  k1.W = std::move(W1);
+  k1.bias = std::move(b1);
+  k1.nflops = N1;
+  k1.N = N1p;
+  k1.act_blocks = Np / b;
+  const int64_t K2 = k2.K, K2p = Np + d, N2 = k2.N;
+  std::vector<float> W2(static_cast<size_t>(K2p * N2), 0.0f);
+  for (int64_t r = 0; r < K2; ++r)
+    for (int64_t n = 0; n < N2; ++n) W2[static_cast<size_t>(r * N2 + n)] = k2.W[static_cast<size_t>(r * N2 + n)];
+  for (int64_t r = 0; r < d; ++r) W2[static_cast<size_t>((Np + r) * N2 + r)] = 1.0f;
+  k2.W = std::move(W2);
+  k2.K = K2p;
+  k2.residual = -1;
 }
 
 // Weight streaming: every layer on the rectangle [0, w) x [0, h), K on columns for even layers.
@@ -945,18 +1036,23 @@ void ln_text(const DenseKernel& k, size_t l, bool padded, std::ostringstream& o)
 // over [1, S]); out[s, j] = sum_t P[s, t] V[t, j] (per t one product of broadcast walks, S x dh).
 void attention_text(const DenseKernel& k, size_t l, int rc, std::ostringstream& o) {
   const std::string L = std::to_string(l);
-  const int64_t S = k.B, Sq = k.attn_rows(), nq = S / Sq, g = k.attn_group(), w = g > 1 ? k.nb : k.dh, hp = g > 1 ? 1 : k.nb / k.dh;
+  const int64_t fb = k.feat_nb(), S = k.B, Sq = k.attn_rows(), nq = S / Sq, g = k.attn_group(), w = g > 1 ? fb : k.dh, hp = g > 1 ? 1 : fb / k.dh;
   // Query blocks of Sq rows, one after another (the kernel's x-task registers): the
   // scores of a block are Sq x S.
   // The kernel's own x-task registers: its counter (0 between its x tasks) counts the blocks, its
   // scratch holds the offset; the counter is back at 0 at the end.
-  const std::string rq = "r" + std::to_string(rc), ro = "r" + std::to_string(rc + 2);
-  if (nq > 1) o << "  mov " << rq << ", 0\nablk" << L << ":\n  mul " << ro << ", " << rq << ", " << Sq * k.nb << "\n";
+  // Fused Q, K, V (rows of nb = 3 fb): the output's rows (fb) move by a different offset, kept in
+  // the kernel's sample counter (0 between its x tasks, set back to 0 at the end).
+  const std::string rq = "r" + std::to_string(rc), ro = "r" + std::to_string(rc + 2), rv = fb != k.nb ? "r" + std::to_string(rc + 1) : ro;
+  if (nq > 1) {
+    o << "  mov " << rq << ", 0\nablk" << L << ":\n  mul " << ro << ", " << rq << ", " << Sq * k.nb << "\n";
+    if (rv != ro) o << "  mul " << rv << ", " << rq << ", " << Sq * fb << "\n";
+  }
   for (int64_t hh = 0; hh < hp; ++hh) {
     const std::string H = L + "_" + std::to_string(hh);
     if (nq > 1) {
       for (int64_t j = 0; j < w; ++j) o << "  dsd_off aq" << H << "_" << j << ", " << ro << "\n";
-      o << "  dsd_off ao" << H << ", " << ro << "\n";
+      o << "  dsd_off ao" << H << ", " << rv << "\n";
     }
     o << "  fmuls ascm" << L << ", aq" << H << "_0, ak" << H << "_0\n";
     for (int64_t j = 1; j < w; ++j) o << "  fmuls atmm" << L << ", aq" << H << "_" << j << ", ak" << H << "_" << j << "\n  fadds ascm" << L << ", ascm" << L << ", atmm" << L << "\n";
@@ -977,7 +1073,8 @@ void attention_text(const DenseKernel& k, size_t l, int rc, std::ostringstream& 
     o << "  fmuls ao" << H << ", ap" << L << "_0, av" << H << "_0\n";
     for (int64_t t = 1; t < S; ++t) o << "  fmuls atom" << L << ", ap" << L << "_" << t << ", av" << H << "_" << t << "\n  fadds ao" << H << ", ao" << H << ", atom" << L << "\n";
   }
-  if (nq > 1) o << "  add " << rq << ", " << rq << ", 1\n  sub " << ro << ", " << rq << ", " << nq << "\n  bnz " << ro << ", ablk" << L << "\n  mov " << rq << ", 0\n";
+  if (nq > 1) o << "  add " << rq << ", " << rq << ", 1\n  sub " << ro << ", " << rq << ", " << nq << "\n  bnz " << ro << ", ablk" << L << "\n  mov " << rq << ", 0\n"
+                << (rv != ro ? "  mov " + rv + ", 0\n" : "");
 }
 
 // The first of kernel l's three x-task registers (counter j, sample counter b, scratch): three per
@@ -1055,7 +1152,8 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   if (k.residual >= 0) {  // the residual: the input of kernel r, held here in the same blocks
     const size_t r = static_cast<size_t>(k.residual);
     const int64_t rs = c.kernels[r].src;
-    o << ".dsd res" << L << " mem1d " << (rs < 0 ? "xs0" : hold_array(c, static_cast<size_t>(rs))) << " len=" << B * nb << "\n";
+    if (k.res_host) o << ".data xr" << L << " f32 " << B * nb << "   # the graph input's block, placed by the host\n";
+    o << ".dsd res" << L << " mem1d " << (k.res_host ? "xr" + L : rs < 0 ? "xs0" : hold_array(c, static_cast<size_t>(rs))) << " len=" << B * nb << "\n";
   }
   if (k.layernorm) {
     o << ".data lns" << L << " f32 " << B << "\n.data lnc" << L << " f32 " << B << "\n.data lnr" << L << " f32 " << B << "\n.data lnq" << L << " f32 " << B * nb << "\n";
@@ -1074,11 +1172,13 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
       << " mem1d lnt" << L << "\n.endif\n";
     o << ".dsd lnbi" << L << " fabin f32 color=" << k.cnb << " queue=5 len=" << B << "\n";
   }
-  if (k.attn) {  // attention: scores [S, S] and their work array, the output [S, nb], per-row temporaries
+  if (k.attn) {  // attention: scores [S, S] and their work array, the output [S, fb], per-row temporaries
     // S keys; Sq query rows per block (all S when the scores fit); dh here: the head's features on this PE.
-    const int64_t S = B, Sq = k.attn_rows(), g = k.attn_group(), dh = g > 1 ? nb : k.dh, hp = g > 1 ? 1 : nb / k.dh;
+    // Fused (pipelined): Q, K and V in y's rows at offsets 0, fb, 2 fb; else the Q and K kernels' y arrays.
+    const int64_t fb = k.feat_nb(), S = B, Sq = k.attn_rows(), g = k.attn_group(), dh = g > 1 ? fb : k.dh, hp = g > 1 ? 1 : fb / k.dh;
     const std::string Q = std::to_string(k.attn_q), K = std::to_string(k.attn_k);
-    o << ".data att" << L << " f32 " << S * nb << "   # the attention's output: what the next kernels read\n.data asc" << L << " f32 " << Sq * S << "\n.data atm" << L << " f32 "
+    const int64_t qoff = 0, koff = k.qkv ? fb : 0, voff = k.qkv ? 2 * fb : 0;
+    o << ".data att" << L << " f32 " << S * fb << "   # the attention's output: what the next kernels read\n.data asc" << L << " f32 " << Sq * S << "\n.data atm" << L << " f32 "
       << Sq * S << "\n.data ato" << L << " f32 " << Sq * dh << "\n";
     if (g > 1) {
       o << ".if !$aglast" << L << "\n.dsd aton" << L << " fabout f32 color=$agcout" << L << " queue=2 len=" << Sq * S << "\n.endif\n";
@@ -1094,11 +1194,11 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
           << (g > 1 ? "atm" : "asc") << L << " off=" << t << " dims=" << Sq << ":" << S << "," << dh << ":0\n";
     for (int64_t hh = 0; hh < hp; ++hh) {
       for (int64_t j = 0; j < dh; ++j)
-        o << ".dsd aq" << L << "_" << hh << "_" << j << " mem4d y" << Q << " off=" << hh * dh + j << " dims=" << Sq << ":" << nb << "," << S << ":0\n.dsd ak" << L << "_" << hh << "_"
-          << j << " mem4d y" << K << " off=" << hh * dh + j << " dims=" << Sq << ":0," << S << ":" << nb << "\n";
+        o << ".dsd aq" << L << "_" << hh << "_" << j << " mem4d y" << Q << " off=" << qoff + hh * dh + j << " dims=" << Sq << ":" << nb << "," << S << ":0\n.dsd ak" << L << "_" << hh
+          << "_" << j << " mem4d y" << K << " off=" << koff + hh * dh + j << " dims=" << Sq << ":0," << S << ":" << nb << "\n";
       for (int64_t t = 0; t < S; ++t)
-        o << ".dsd av" << L << "_" << hh << "_" << t << " mem4d y" << L << " off=" << t * nb + hh * dh << " dims=" << Sq << ":0," << dh << ":1\n";
-      o << ".dsd ao" << L << "_" << hh << " mem4d att" << L << " off=" << hh * dh << " dims=" << Sq << ":" << nb << "," << dh << ":1\n";
+        o << ".dsd av" << L << "_" << hh << "_" << t << " mem4d y" << L << " off=" << t * nb + voff + hh * dh << " dims=" << Sq << ":0," << dh << ":1\n";
+      o << ".dsd ao" << L << "_" << hh << " mem4d att" << L << " off=" << hh * dh << " dims=" << Sq << ":" << fb << "," << dh << ":1\n";
     }
   }
   if (k.softmax) {  // per class c: the logits' column (stride nb) and the exponentials' (stride N)
@@ -1119,7 +1219,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   // The array the next layer's x values are read from, and how.
   const std::string hold = hold_array(c, l);
   if (has_next) {
-    const int64_t len = nk->spatial() ? nk->oh * nk->ow * nk->kb : rows * nb;
+    const int64_t len = nk->spatial() ? nk->oh * nk->ow * nk->kb : rows * k.feat_nb();
     o << ".dsd yout" << L << " fabout " << we << " color=" << nk->cx << " queue=1 len=" << len << "\n";
     for (size_t j = 1; j < rd.size(); ++j) o << ".dsd yout" << L << "_" << j << " fabout " << we << " color=" << c.kernels[rd[j]].cx << " queue=1 len=" << len << "\n";
     if (nk->xread == DenseKernel::XRead::flatten)  // [sample, P, nb] read channel-major: the Flatten's order
@@ -1186,9 +1286,12 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   o << ".if !$first" << L << "\n.if $last" << L << "\n  fadds yall" << L << ", yall" << L << ", from" << L << "\n.else\n  fadds to" << L << ", yall" << L
     << ", from" << L << "\n.endif\n.else\n.if !$last" << L << "\n  fmovs to" << L << ", yall" << L << "\n.endif\n.endif\n";
   o << ".if $last" << L << "\n  fadds yall" << L << ", yall" << L << ", bm" << L << "\n";
+  const bool act_some = (k.relu || k.tanh || k.gelu) && k.act_blocks >= 0 && k.act_blocks < k.nblocks();  // pass-through blocks take none
+  if (act_some) o << ".if $act" << L << "\n";
   if (k.relu) o << "  fmaxs yall" << L << ", yall" << L << ", 0.0\n";
   if (k.tanh) tanh_text(o, "yall" + L, "ta" + L, "tb" + L, "tc" + L);
   if (k.gelu) gelu_text(o, "yall" + L, "ga" + L, "gb" + L, "gc" + L, "gd" + L);
+  if (act_some) o << ".endif\n";
   if (k.attn) attention_text(k, l, rj, o);
   if (k.softmax) softmax_text(o, k, L);
   if (k.residual >= 0) o << "  fadds yall" << L << ", yall" << L << ", res" << L << "\n";
@@ -1541,6 +1644,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   c.mode = opt.mode;
   c.clock_hz = cfg.clock_hz;
   c.kernels = match_layers(g, c.input, c.output);
+  if (opt.mode == MapMode::pipelined) fuse_qkv(c.kernels);
   c.input_shape = g.value(c.input).shape;
   c.output_shape = g.value(c.output).shape;
   c.kernels.front().input_layer = true;
@@ -1571,8 +1675,6 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     if (c.readers[l + 1].size() > 1 && (k.spatial() || k.pkh))  // one gather per holder: a feature map has one reader
       throw InputError("kernel '" + k.name + "'", "a convolution's output read by several kernels is not mapped (" + std::to_string(c.readers[l + 1].size()) + " read it)",
                        kOpsHint);
-    if (k.attn && opt.mode == MapMode::pipelined)
-      throw InputError("/mapping/mode", "kernel '" + k.name + "': attention is mapped in weight-streaming mode (Q, K and V on the same PEs)", "use \"mapping\": {\"mode\": \"weight_streaming\"}");
     if (k.attn && c.fp16)
       throw InputError("/precision/compute", "kernel '" + k.name + "': attention on the wafer is mapped in fp32 in this build", "use precision.compute fp32");
   }
@@ -1609,6 +1711,23 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   }
 
   if (opt.mode == MapMode::pipelined) {
+    // Residuals: the graph input the host places on the kernel's chain ends; the input of the
+    // kernel it reads passes through that kernel (pass_through); others have no place here.
+    std::vector<size_t> passes;
+    for (size_t l = 0; l < c.kernels.size(); ++l) {
+      DenseKernel& k = c.kernels[l];
+      if (k.residual < 0) continue;
+      const DenseKernel& r = c.kernels[static_cast<size_t>(k.residual)];
+      if (r.src < 0 && r.xread == DenseKernel::XRead::rows) {
+        k.res_host = true;
+      } else if (k.src == k.residual && k.N == r.K && r.xread == DenseKernel::XRead::rows && k.xread == DenseKernel::XRead::rows && !r.layernorm && !r.softmax &&
+                 !r.attn && !r.pkh && r.residual < 0) {
+        passes.push_back(l);
+      } else {
+        throw InputError("/mapping/mode", "kernel '" + k.name + "': pipelined mode maps a residual of the graph input, or of the input of the kernel it reads (x + W2 f(W1 x)); this one adds the input of kernel '" + r.name + "'",
+                         "use \"mapping\": {\"mode\": \"weight_streaming\"} (every kernel on one rectangle, held inputs on the PEs)");
+      }
+    }
     // The smallest block (most PEs, shortest per-PE work) whose staircase fits the fabric and whose
     // per-PE data fits the SRAM data area; a given block is taken as is.
     std::vector<int64_t> cands;
@@ -1619,6 +1738,20 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     bool placed = false;
     for (const int64_t b : cands) {
       std::vector<DenseKernel> ks = c.kernels;
+      int64_t bad_dh = 0;  // the attention takes whole heads, or whole fractions of one, per chain end
+      for (auto& k : ks)
+        if (k.qkv) {
+          if (b % k.dh != 0 && k.dh % b != 0) bad_dh = k.dh;
+          qkv_weights(k, b);
+        }
+      if (bad_dh) {
+        if (opt.block > 0)
+          throw InputError("/mapping/wafer_block", "block " + std::to_string(b) + ": the attention's heads of " + std::to_string(bad_dh) + " features do not split into blocks of " + std::to_string(b) +
+                                                       " (a chain end takes whole heads, or whole fractions of one)",
+                           "give a block that divides the head size or is a multiple of it, or leave mapping.wafer_block out");
+        continue;  // (the search goes on to the next power of two)
+      }
+      for (const size_t l : passes) pass_through(ks, l, b);
       const auto [W, H] = place_pipelined(ks, b);
       if (ks.back().softmax && ks.back().nblocks() != 1) {
         if (why.empty()) why = "block " + std::to_string(b) + ": the Softmax's " + std::to_string(ks.back().N) + " outputs would span several PEs";
@@ -1648,7 +1781,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     }
     if (!placed) {
       int64_t wbytes = 0;
-      for (const auto& k : c.kernels) wbytes += k.K * k.N * 4;
+      for (const auto& k : c.kernels) wbytes += k.K * k.N * (k.qkv ? 3 : 1) * 4;  // (a fused kernel holds V's projection until its block is chosen)
       const int64_t sram = cfg.fabric_width * cfg.fabric_height * area;
       const std::string detail = wbytes > sram ? "more than the " + std::to_string(sram) + " bytes of SRAM data area of all " +
                                                      std::to_string(cfg.fabric_width * cfg.fabric_height) + " PEs"
@@ -1763,10 +1896,12 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     if (k.residual < 0) continue;
     const DenseKernel& r = c.kernels[static_cast<size_t>(k.residual)];
     const std::string where = "kernel '" + k.name + "'";
-    if (c.mode != MapMode::weight_streaming)
-      throw InputError("/mapping/mode", where + ": a residual Add is mapped in weight-streaming mode (every kernel on one rectangle, the held input on the PEs where the sum is formed)",
-                       "use \"mapping\": {\"mode\": \"weight_streaming\"}");
     if (c.fp16) throw InputError("/precision/compute", "a residual Add is mapped in fp32 on the wafer in this build", "use precision.compute fp32");
+    if (k.res_host) {  // the host places the graph input's blocks on the chain ends
+      if (k.N != c.input_shape.back() || k.B != r.B)
+        throw InputError(where, "the residual adds the graph input " + shape_str(c.input_shape) + " to " + std::to_string(k.B) + " x " + std::to_string(k.N) + " outputs", kOpsHint);
+      continue;
+    }
     if (r.k_on_columns == k.k_on_columns || r.kb != k.nb || r.B != k.B || r.xread != DenseKernel::XRead::rows)
       throw InputError(where, "the residual's input (kernel '" + r.name + "') does not lie on this kernel's chain ends in the same blocks (an even number of dense layers between them, or blocks " +
                                   std::to_string(r.kb) + " vs " + std::to_string(k.nb) + ")",
@@ -1841,6 +1976,8 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       reduce_routes(k, routes);
       if (l + 1 < c.kernels.size()) handoff_routes(k, c.kernels[l + 1], routes);
       layer_params(k, l, false, false, params);
+      if ((k.relu || k.tanh || k.gelu) && k.act_blocks >= 0 && k.act_blocks < k.nblocks())  // the activation's blocks (pass-through columns after them)
+        params["act" + std::to_string(l)] = std::string(k.k_on_columns ? "py" : "px") + " < " + std::to_string(k.act_blocks);
       if (k.layernorm) ln_routes(k, routes), ln_params(k, l, params);
       if (k.attn_group() > 1) attn_routes(k, routes), attn_params(k, l, params);
       std::ostringstream o;
@@ -1923,6 +2060,18 @@ std::vector<HostArray> Compiled::place_input(const Tensor& x) const {
     for (int64_t b = 0; b < k.B; ++b)
       for (int64_t j = 0; j < k.kb && i * k.kb + j < k.K; ++j) a.values[static_cast<size_t>(b * k.kb + j)] = v[static_cast<size_t>(b * k.K + i * k.kb + j)];
     out.push_back(std::move(a));
+  }
+  // Pipelined residuals of the graph input: its blocks on the adding kernel's chain ends too.
+  for (size_t l = 0; l < kernels.size(); ++l) {
+    const DenseKernel& r = kernels[l];
+    if (!r.res_host) continue;
+    for (int64_t i = 0; i < r.nblocks(); ++i) {
+      const int64_t px = r.k_on_columns ? r.w - 1 : i, py = r.k_on_columns ? i : r.h - 1;
+      HostArray a{r.x0 + px, r.y0 + py, "xr" + std::to_string(l), std::vector<float>(static_cast<size_t>(r.B * r.nb), 0.0f)};
+      for (int64_t b = 0; b < r.B; ++b)
+        for (int64_t j = 0; j < r.nb && i * r.nb + j < r.N; ++j) a.values[static_cast<size_t>(b * r.nb + j)] = v[static_cast<size_t>(b * r.N + i * r.nb + j)];
+      out.push_back(std::move(a));
+    }
   }
   return out;
 }

@@ -74,6 +74,14 @@ struct DenseKernel {
   // A residual: after the activation, the chain ends add the input of kernel `residual`, which
   // lies on the same PEs in the same blocks (weight streaming: a kernel two orientations back).
   int64_t residual = -1;
+  // Pipelined: the residual is the graph input, which the host places on this kernel's chain ends
+  // (array xr<l>) as it places it on the first kernel's sources.
+  bool res_host = false;
+  // Pipelined: the activation (Relu, Tanh, GELU) applies to the first act_blocks N blocks only
+  // (-1: all); the rest are identity columns passing the kernel's input through to the next
+  // kernel, whose identity rows add it (a residual over two pipelined layers).
+  int64_t act_blocks = -1;
+  int64_t nflops = 0;                // N counted for FLOPs when it differs (fused, pass-through columns)
   // LayerNorm over each row's N outputs after that, along the chain ends (two passes: the mean,
   // then the variance, each summed along the edge and broadcast back; rsqrt by Newton).
   bool layernorm = false;
@@ -93,7 +101,17 @@ struct DenseKernel {
   // their partial scores along the edge (ca0/ca1) and the group's last PE, after the softmax,
   // broadcasts P back (cab). g = 1: whole heads per PE.
   int ca0 = -1, ca1 = -1, cab = -1;
-  int64_t attn_group() const { return attn && nb < dh ? dh / nb : 1; }
+  // Pipelined mode: Q, K and V fused into this one kernel (docs/wafer-compiler.md "Transformers,
+  // pipelined"): W is [K, 3 d'] with each chain end's block of nb = 3 fb columns holding the fb
+  // features of Q, then of K, then of V (d' = d padded to whole blocks), so the attention finds all
+  // three on its PE; Wq, Wk, bq, bk keep the Q and K projections until the block is known.
+  bool qkv = false;
+  int64_t attn_d = 0;                // the attention's features (d)
+  std::vector<float> Wq, Wk, bq, bk;
+  // Features of the attention's output per chain-end PE and in all (nb and N unless fused).
+  int64_t feat_nb() const { return qkv ? nb / 3 : nb; }
+  int64_t feat_N() const { return qkv ? attn_d : N; }
+  int64_t attn_group() const { return attn && feat_nb() < dh ? dh / feat_nb() : 1; }
   // Query rows per block: all B when the B x B scores take at most 1024 values (4 KB), else the
   // largest divisor of B whose block does.
   int64_t attn_rows() const {
@@ -260,15 +278,16 @@ Tensor Compiled::gather_output(Read read) const {
   const DenseKernel& k = kernels.back();
   // Rows per sample: 1, or a conv's (pooled) positions, which the output has channel-major.
   const int64_t R = k.rows_out() / k.samples;
-  std::vector<float> out(static_cast<size_t>(k.rows_out() * k.N), 0.0f);
+  std::vector<float> out(static_cast<size_t>(k.rows_out() * k.feat_N()), 0.0f);
   // The chain ends: the last column (K on columns) or the last row (K on rows); block i of N.
   for (int64_t i = 0; i < k.nblocks(); ++i) {
     const int64_t px = k.k_on_columns ? k.w - 1 : i, py = k.k_on_columns ? i : k.h - 1;
     const std::vector<float> y = read(k.x0 + px, k.y0 + py, (k.attn ? "att" : k.pkh ? "p" : "y") + std::to_string(&k - kernels.data()));
+    const int64_t nb = k.feat_nb(), N = k.feat_N();
     for (int64_t s = 0; s < k.samples; ++s)
       for (int64_t r = 0; r < R; ++r)
-        for (int64_t n = 0; n < k.nb && i * k.nb + n < k.N; ++n)
-          out[static_cast<size_t>((s * k.N + i * k.nb + n) * R + r)] = y[static_cast<size_t>((s * R + r) * k.nb + n)];
+        for (int64_t n = 0; n < nb && i * nb + n < N; ++n)
+          out[static_cast<size_t>((s * N + i * nb + n) * R + r)] = y[static_cast<size_t>((s * R + r) * nb + n)];
   }
   return Tensor::from_f32(output_shape, std::move(out));
 }

@@ -197,7 +197,8 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     const int64_t first_x = 10 + S + cdiv(k.nb, w32) + save_x;
     const int64_t compute = k.B * ((k.kb - 1) * per_x + first_x) + 4 * k.B + 2 + (wrap_ld ? 1 : 0);
     k.est.compute = compute;
-    k.est.flops = 2.0 * static_cast<double>(k.B * k.kflops * k.N) + static_cast<double>(k.B * k.N) * (k.relu ? 2 : 1);
+    const int64_t nf = k.nflops ? k.nflops : k.N;  // without pass-through columns and padding
+    k.est.flops = 2.0 * static_cast<double>(k.B * k.kflops * nf) + static_cast<double>(k.B * nf) * (k.relu ? 2 : 1);
     k.est.weight_bytes = static_cast<double>(k.kflops * k.N) * 4;
 
     // When the first x of each K block is readable at its source PE.
@@ -305,7 +306,8 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       compute_end = std::max(compute_end, tmax);
       int64_t t = Lk == 1 ? tmax : lead + (Lk - 1) * pass + n_el;  // the chain end holds the sum
       chain_of[static_cast<size_t>(pn)] = t;
-      t += (S + cdiv(n_el, w32)) * (1 + (k.relu ? 1 : 0) + (k.tanh ? kTanhOps : 0) + (k.gelu ? kGeluOps : 0) + (k.residual >= 0 ? 1 : 0));  // bias, activation (tanh_text, gelu_text), residual
+      const bool act = k.act_blocks < 0 || pn < k.act_blocks;  // pass-through blocks (pipelined residuals) take no activation
+      t += (S + cdiv(n_el, w32)) * (1 + (act ? (k.relu ? 1 : 0) + (k.tanh ? kTanhOps : 0) + (k.gelu ? kGeluOps : 0) : 0) + (k.residual >= 0 ? 1 : 0));  // bias, activation (tanh_text, gelu_text), residual
       if (k.softmax) {  // softmax_text over the N outputs of the B samples (strided columns)
         const int64_t N = k.N, B = k.B;
         t += dsd(B, Op::fmovs, k.nb) + (N - 1) * dsd(B, Op::fmaxs, k.nb) + N * dsd(B, Op::fsubs, std::max(k.nb, N)) + kExpOps * dsd(B * N, Op::fmuls, 1) +
@@ -320,13 +322,13 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       // partial scores to its last PE (the reduce's formula), the softmax there, P broadcast back
       // hop by hop; then P V over the PE's w features.
       // Query blocks of Sq rows run one after another (a block's scores: Sq x S).
-      const int64_t Sk = k.B, Sq = k.attn_rows(), nq = Sk / Sq, SS = Sq * Sk, g = k.attn_group(), w = g > 1 ? k.nb : k.dh, hp = g > 1 ? 1 : k.nb / k.dh;
+      const int64_t fb = k.feat_nb(), Sk = k.B, Sq = k.attn_rows(), nq = Sk / Sq, SS = Sq * Sk, g = k.attn_group(), w = g > 1 ? fb : k.dh, hp = g > 1 ? 1 : fb / k.dh;
       auto op = [&](int64_t len, int64_t stride) { return dsd(len, Op::fmuls, stride); };
       const int64_t scores = w * op(SS, k.nb) + (w - 1) * op(SS, 1) + (nq > 1 ? w + 1 : 0);
       const int64_t softmax = op(SS, 1) + Sk * op(Sq, Sk) + op(SS, 1) + kExpOps * op(SS, 1) + Sk * op(Sq, Sk) + recip_ops(1.0, static_cast<double>(Sk)) * op(Sq, 1) + op(SS, 1);
       const int64_t pv = (2 * Sk - 1) * op(Sq * w, 1);
       if (g == 1) {
-        for (auto& tq : t_of) tq += nq * (hp * (scores + softmax + pv) + (nq > 1 ? 4 : 0));
+        for (auto& tq : t_of) tq += nq * (hp * (scores + softmax + pv) + (nq > 1 ? 4 + (fb != k.nb ? 1 : 0) : 0));
       } else {
         for (int64_t qb = 0; qb < nq; ++qb)
         for (int64_t g0 = 0; g0 < Ln; g0 += g) {
