@@ -199,7 +199,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     k.est.compute = compute;
     const int64_t nf = k.nflops ? k.nflops : k.N;  // without pass-through columns and padding
     k.est.flops = 2.0 * static_cast<double>(k.B * k.kflops * nf) + static_cast<double>(k.B * nf) * (k.relu ? 2 : 1);
-    k.est.weight_bytes = static_cast<double>(k.kflops * k.N) * 4;
+    k.est.weight_bytes = static_cast<double>(k.kflops * nf) * 4;
 
     // When the first x of each K block is readable at its source PE.
     std::vector<int64_t> x0(static_cast<size_t>(Lk), 0);
