@@ -364,6 +364,8 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
       pi.by_id.push_back(static_cast<int8_t>(k));
     }
     pi.used_q = used;
+    for (const auto& t : p.tasks)
+      if (t.kind == TaskKind::data && pi.color_q[static_cast<size_t>(t.color)] >= 0) pi.data_q = static_cast<uint8_t>(pi.data_q | (1u << pi.color_q[static_cast<size_t>(t.color)]));
     std::sort(pi.by_id.begin(), pi.by_id.end(), [&](int8_t a, int8_t b) { return p.tasks[static_cast<size_t>(a)].id < p.tasks[static_cast<size_t>(b)].id; });
   }
   // PEs.
@@ -403,6 +405,7 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
   slot_buf.resize(ns);
   bhead.assign(ns * 4, 0);
   bcount.assign(ns * 4, 0);
+  occ.assign(npe, 0);
   uint32_t nbuf = 0;
   for (size_t i = 0; i < ns; ++i) {
     slot_pe[i] = tmp[i].pe;
@@ -451,6 +454,11 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
     }
     ports.push_back(std::move(pr));
   }
+  in_lanes.clear();
+  for (size_t pi = 0; pi < ports.size(); ++pi)
+    if (ports[pi].spec->input)
+      for (size_t li = 0; li < ports[pi].lanes.size(); ++li) in_lanes.push_back({ports[pi].lanes[li].router, static_cast<uint32_t>(pi), static_cast<uint32_t>(li)});
+  std::sort(in_lanes.begin(), in_lanes.end());
   relay.assign(npe, Relay{});
   for (size_t r = 0; r < npe; ++r) {
     if (pe_slot[r] != kNone || slot_begin[r + 1] != slot_begin[r] + 1 || has_port[r]) continue;
@@ -579,6 +587,7 @@ void Fabric::Impl::reset(int64_t c0) {
   cal.clear(c0);
   std::fill(bhead.begin(), bhead.end(), 0);
   std::fill(bcount.begin(), bcount.end(), 0);
+  occ.assign(slot_begin.size() - 1, 0);
   std::fill(slot_pos.begin(), slot_pos.end(), 0);
   std::fill(link.begin(), link.end(), 0);
   std::fill(pwake_last.begin(), pwake_last.end(), -1);
@@ -788,8 +797,10 @@ void Fabric::Impl::relay_step(const Relay& rl, uint32_t r, int64_t t) {
   if (k2 >= D_) k2 -= D_;
   bf[ring[dbi] + static_cast<size_t>(k2)] = {w.payload, w.color, w.control, t + hop};
   bc[dbi] = static_cast<uint8_t>(dcnt + 1);
+  if (!dcnt) occupied(static_cast<uint32_t>(dbi / 4));
   bh[bi] = static_cast<uint8_t>(head + 1 == D_ ? 0 : head + 1);
   bc[bi] = static_cast<uint8_t>(cnt - 1);
+  if (cnt == 1) maybe_empty(static_cast<uint32_t>(bi / 4));
   FabricStats& st = f.stats_;
   ++link[static_cast<size_t>(r) * kDirs + rl.tx];
   ++st.color_hops[w.color];
@@ -815,8 +826,8 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
   Cand cand[4 * kMaxColors + 8];
   int n = 0;
   if (has_port[r]) inject(r, t);
-  const uint32_t s1 = slot_begin[r + 1];
-  for (uint32_t s = slot_begin[r]; s < s1; ++s) {
+  for (uint32_t om = occ[r]; om; om &= om - 1) {  // slots holding wavelets, ascending
+    const uint32_t s = slot_begin[r] + static_cast<uint32_t>(std::countr_zero(om));
     const uint8_t* bc = &bcount[static_cast<size_t>(s) * 4];
     for (unsigned m = slot_rx[s]; m; m &= m - 1) {  // rx directions in ascending order
       const int d = std::countr_zero(m);
@@ -906,7 +917,7 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
         int k2 = bhead[bi] + bcount[bi];
         if (k2 >= D) k2 -= D;
         bufs[slot_ring[bi] + static_cast<size_t>(k2)] = {wv.payload, wv.color, wv.control, t + hop};
-        ++bcount[bi];
+        if (!bcount[bi]++) occupied(ds);
         if (bcount[bi] > st.router_buffer_high_water) st.router_buffer_high_water = bcount[bi];
         ++st.wavelet_hops;
         wake_router(slot_pe[ds], t + hop);
@@ -919,6 +930,7 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
       const size_t bi = static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(c.dir);
       bhead[bi] = static_cast<uint8_t>(bhead[bi] + 1 == D ? 0 : bhead[bi] + 1);
       more = --bcount[bi] > 0;
+      if (!more) maybe_empty(c.slot);
       // Room again: wake the upstream neighbour, or this router if an input port feeds the buffer.
       const int64_t ux = static_cast<int64_t>(r % W) + dir_dx(static_cast<Dir>(c.dir)), uy = static_cast<int64_t>(r / W) + dir_dy(static_cast<Dir>(c.dir));
       if (ux < 0 || uy < 0 || ux >= W || uy >= H) wake_router(r, t + 1);
@@ -942,10 +954,11 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
 // side, when it has room; it arrives after a hop, like one from a neighbour.
 void Fabric::Impl::inject(uint32_t r, int64_t t) {
   FabricStats& st = f.stats_;
-  for (auto& p : ports) {
-    if (!p.spec->input) continue;
-    for (auto& ln : p.lanes) {
-      if (ln.router != r || ln.next >= ln.in.size() || ln.last >= t) continue;
+  auto it = std::lower_bound(in_lanes.begin(), in_lanes.end(), std::array<uint32_t, 3>{r, 0, 0});
+  for (; it != in_lanes.end() && (*it)[0] == r; ++it) {
+    {
+      PortLane& ln = ports[(*it)[1]].lanes[(*it)[2]];
+      if (ln.next >= ln.in.size() || ln.last >= t) continue;
       if (!ln.ready.empty() && start + ln.ready[ln.next] > t) {  // not at the port yet
         wake_router(r, start + ln.ready[ln.next]);
         continue;
@@ -955,7 +968,7 @@ void Fabric::Impl::inject(uint32_t r, int64_t t) {
       int k2 = bhead[bi] + bcount[bi];
       if (k2 >= D) k2 -= D;
       bufs[slot_ring[bi] + static_cast<size_t>(k2)] = {ln.in[ln.next++], ln.color, false, t + hop};
-      ++bcount[bi];
+      if (!bcount[bi]++) occupied(ln.slot);
       if (bcount[bi] > st.router_buffer_high_water) st.router_buffer_high_water = bcount[bi];
       ln.last = t;
       ++st.port_in_wavelets;

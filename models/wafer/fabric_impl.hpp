@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <functional>
 #include <stdexcept>
@@ -143,6 +144,7 @@ struct Fabric::Impl {
     std::array<int8_t, 64> ctrl_task{};          // control task index by hardware id (-1: none)
     bool has_ctrl = false;
     uint8_t used_q = 0;                          // input queues bound to a color
+    uint8_t data_q = 0;                          // input queues a data task takes its wavelets from
   };
   // A control wavelet that names a control task of the PE's program (its index half = task id):
   // it fires that task and is neither data for a data task nor for a fabin DSD.
@@ -179,6 +181,15 @@ struct Fabric::Impl {
   // Routers: route slots (PE, color), CSR by PE.
   std::vector<uint32_t> slot_begin, slot_pe, slot_buf, slot_down;
   std::vector<uint8_t> slot_color, slot_pos, bhead, bcount;
+  // Per router: bit j set while slot slot_begin[r] + j has a wavelet in one of its buffers (a router
+  // has at most one slot per color, kMaxColors = 32); router_step looks only at those.
+  std::vector<uint32_t> occ;
+  void occupied(uint32_t slot) { occ[slot_pe[slot]] |= 1u << (slot - slot_begin[slot_pe[slot]]); }
+  void maybe_empty(uint32_t slot) {  // after a pop from one of its buffers
+    uint32_t four;
+    std::memcpy(&four, &bcount[static_cast<size_t>(slot) * 4], 4);
+    if (!four) occ[slot_pe[slot]] &= ~(1u << (slot - slot_begin[slot_pe[slot]]));
+  }
   std::vector<uint8_t> slot_rx;      // per slot: rx over all switch positions, N/S/E/W bits
   std::vector<uint32_t> slot_ring;   // per slot and rx direction: first index of its buffer in bufs
   std::array<int64_t, 4> nb_delta{}; // PE index step to the neighbour in direction N/S/E/W
@@ -231,6 +242,8 @@ struct Fabric::Impl {
   };
   std::vector<PortRt> ports;
   std::vector<uint8_t> has_port;   // per router
+  // Input lanes by router (router, port, lane), sorted: inject looks up its router's.
+  std::vector<std::array<uint32_t, 3>> in_lanes;
   void inject(uint32_t r, int64_t t);
   PortLane* out_lane(uint32_t r, int dir, int color);
   // PEs.

@@ -39,7 +39,11 @@ void Fabric::Impl::store(uint32_t s, uint32_t addr, int bytes, uint32_t bits) {
     sram.resize(sram.size() + kPage, 0);
   }
   uint8_t* p = &sram[static_cast<size_t>(base) * kPage + addr % kPage];
-  for (int i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(bits >> (8 * i));
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(p, &bits, static_cast<size_t>(bytes));
+  } else {
+    for (int i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(bits >> (8 * i));
+  }
 }
 
 uint32_t Fabric::Impl::load_elem(uint32_t s, uint32_t addr, int bytes) const {
@@ -51,7 +55,11 @@ uint32_t Fabric::Impl::load_elem(uint32_t s, uint32_t addr, int bytes) const {
   if (base == kNone) return 0;
   const uint8_t* p = &sram[static_cast<size_t>(base) * kPage + addr % kPage];
   uint32_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= uint32_t{p[i]} << (8 * i);
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(&v, p, static_cast<size_t>(bytes));
+  } else {
+    for (int i = 0; i < bytes; ++i) v |= uint32_t{p[i]} << (8 * i);
+  }
   return v;
 }
 
@@ -74,10 +82,22 @@ float Fabric::Impl::decode(uint32_t b, Elem e) {
 
 uint32_t Fabric::Impl::mem_addr(uint32_t, const Dsd& d, int64_t i) const {
   int64_t off = 0;
+  if (d.ndims == 1 && i < d.dims[0].len) {  // the common case, without a division
+    off = i * d.dims[0].stride;
+  } else if (i >= 0 && i <= 0xffffffff) {  // 32-bit divisions (a dimension's length is 16 bits)
+    uint32_t u = static_cast<uint32_t>(i);
+    for (int k = d.ndims - 1; k >= 0; --k) {
+      const DsdDim& dm = d.dims[static_cast<size_t>(k)];
+      const uint32_t len = static_cast<uint32_t>(dm.len);
+      off += static_cast<int64_t>(u % len) * dm.stride;
+      u /= len;
+    }
+  } else {
   for (int k = d.ndims - 1; k >= 0; --k) {
     const DsdDim& dm = d.dims[static_cast<size_t>(k)];
     off += (i % dm.len) * dm.stride;
     i /= dm.len;
+  }
   }
   const int64_t a = int64_t{d.base} + off * elem_bytes(d.elem);
   return a < 0 ? 0xffffffffu : static_cast<uint32_t>(a);
@@ -246,6 +266,10 @@ bool Fabric::Impl::pick_task(uint32_t s, int64_t t) {
   Pe& P = pes[s];
   const Program& p = prog(s);
   const ProgInfo& pi = pinfo[P.prog];
+  // Nothing can fire without an active task, a wavelet for a data task, or one for a control task.
+  uint8_t nonempty = 0;
+  for (int q = 0; q < 8; ++q) nonempty = static_cast<uint8_t>(nonempty | (P.qcount[static_cast<size_t>(q)] ? 1u << q : 0u));
+  if (!(P.active & ~P.blocked) && !(nonempty & pi.data_q) && !(pi.has_ctrl && nonempty)) return false;
   for (const int8_t k : pi.by_id) {
     const uint64_t bit = uint64_t{1} << k;
     if (P.blocked & bit) continue;
