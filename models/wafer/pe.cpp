@@ -40,7 +40,8 @@ void Fabric::Impl::store(uint32_t s, uint32_t addr, int bytes, uint32_t bits) {
   }
   uint8_t* p = &sram[static_cast<size_t>(base) * kPage + addr % kPage];
   if constexpr (std::endian::native == std::endian::little) {
-    std::memcpy(p, &bits, static_cast<size_t>(bytes));
+    if (bytes == 4) std::memcpy(p, &bits, 4);  // (constant sizes: no library call)
+    else std::memcpy(p, &bits, 2);
   } else {
     for (int i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(bits >> (8 * i));
   }
@@ -56,7 +57,8 @@ uint32_t Fabric::Impl::load_elem(uint32_t s, uint32_t addr, int bytes) const {
   const uint8_t* p = &sram[static_cast<size_t>(base) * kPage + addr % kPage];
   uint32_t v = 0;
   if constexpr (std::endian::native == std::endian::little) {
-    std::memcpy(&v, p, static_cast<size_t>(bytes));
+    if (bytes == 4) std::memcpy(&v, p, 4);
+    else std::memcpy(&v, p, 2);
   } else {
     for (int i = 0; i < bytes; ++i) v |= uint32_t{p[i]} << (8 * i);
   }
