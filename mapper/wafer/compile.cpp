@@ -22,8 +22,8 @@ std::string fnum(double v);  // a float literal for PE text (defined with the tr
 
 const char* kOpsHint =
     "the wafer compiler maps in this build: Gemm, or MatMul by a constant weight, with a bias Add; Conv (padded only the first), "
-    "MaxPool after a Conv, a Flatten into a dense layer; Relu, Tanh, GELU (erf form); a final Softmax; and in weight streaming "
-    "residual Adds, LayerNorm and multi-head attention (docs/wafer-compiler.md); run other models on target.kind neuroncore or reference";
+    "MaxPool after a Conv, a Flatten into a dense layer; Relu, Tanh, GELU (erf form); a final Softmax; residual Adds, "
+    "LayerNorm and multi-head attention (pipelined: the transformer layer's pattern; docs/wafer-compiler.md); run other models on target.kind neuroncore or reference";
 
 // ---------------------------------------------------------------------------------------------
 // Graph -> dense layers.
@@ -367,7 +367,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       long r = -1;
       for (size_t q = 0; q < ks.size(); ++q)
         if (ks[q].in_value == o2) r = static_cast<long>(q);
-      if (r < 0 || ks.back().residual >= 0 || ks.back().layernorm || ks.back().softmax || ks.back().spatial())
+      if (r < 0 || ks.back().residual >= 0 || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().spatial())
         unsupported("Add of two activations is mapped only as a residual: the running activation plus the input of an earlier dense layer, before any LayerNorm");
       ks.back().residual = r;
       absorb(ks.back(), n);
@@ -579,6 +579,7 @@ std::pair<int64_t, int64_t> place_pipelined(std::vector<DenseKernel>& ks, int64_
 // of every attention block become one kernel -- V's, with DenseKernel::qkv -- so that a chain end
 // computes all three for its features; the Q and K kernels go and the others' indices follow.
 void fuse_qkv(std::vector<DenseKernel>& ks) {
+  // Refusals name /mapping/mode, so that `auto` streams such a model instead.
   const char* hint = "pipelined mode fuses an attention's Q, K and V projections into one kernel; use \"mapping\": {\"mode\": \"weight_streaming\"} for other shapes";
   for (size_t l = 0; l < ks.size(); ++l) {
     DenseKernel& v = ks[l];
@@ -588,10 +589,10 @@ void fuse_qkv(std::vector<DenseKernel>& ks) {
       const DenseKernel& p = ks[pi];
       if (p.src != v.src || p.K != v.K || p.N != v.N || p.B != v.B || p.xread != DenseKernel::XRead::rows || v.xread != DenseKernel::XRead::rows || p.relu || p.tanh ||
           p.gelu || p.softmax || p.residual >= 0 || p.layernorm || p.attn || p.pkh)
-        throw InputError("kernel '" + p.name + "'", "the attention's Q and K (and V, kernel '" + v.name + "') must be dense layers of the same input and size with only a bias", hint);
+        throw InputError("/mapping/mode", "kernel '" + p.name + "': the attention's Q and K (and V, kernel '" + v.name + "') must be dense layers of the same input and size with only a bias", hint);
       for (size_t m = 0; m < ks.size(); ++m)
         if (m != l && ks[m].src == static_cast<int64_t>(pi))
-          throw InputError("kernel '" + ks[m].name + "'", "reads the attention's " + std::string(pi == qi ? "Q" : "K") + " projection ('" + p.name + "'), which pipelined mode fuses into kernel '" + v.name + "'", hint);
+          throw InputError("/mapping/mode", "kernel '" + ks[m].name + "' reads the attention's " + std::string(pi == qi ? "Q" : "K") + " projection ('" + p.name + "'), which pipelined mode fuses into kernel '" + v.name + "'", hint);
     }
     v.qkv = true;
     v.attn_d = v.N;
@@ -605,7 +606,7 @@ void fuse_qkv(std::vector<DenseKernel>& ks) {
     auto gone = [&](int64_t i) { return static_cast<int64_t>(i > static_cast<int64_t>(qi)) + static_cast<int64_t>(i > static_cast<int64_t>(ki)); };
     const int64_t fused = static_cast<int64_t>(l) - gone(static_cast<int64_t>(l));
     for (auto& k : ks)
-      for (int64_t* ref : {&k.src, &k.residual})
+      for (int64_t* ref : {&k.src, &k.residual, &k.attn_q, &k.attn_k})  // (later blocks' Q and K are other kernels)
         if (*ref >= 0) *ref = *ref == static_cast<int64_t>(qi) || *ref == static_cast<int64_t>(ki) ? fused : *ref - gone(*ref);
     v.attn_q = v.attn_k = fused;
     ks.erase(ks.begin() + static_cast<std::ptrdiff_t>(std::max(qi, ki)));
@@ -1718,13 +1719,17 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       DenseKernel& k = c.kernels[l];
       if (k.residual < 0) continue;
       const DenseKernel& r = c.kernels[static_cast<size_t>(k.residual)];
-      if (r.src < 0 && r.xread == DenseKernel::XRead::rows) {
+      if (r.src < 0 && r.xread == DenseKernel::XRead::rows && !k.attn) {
         k.res_host = true;
       } else if (k.src == k.residual && k.N == r.K && r.xread == DenseKernel::XRead::rows && k.xread == DenseKernel::XRead::rows && !r.layernorm && !r.softmax &&
-                 !r.attn && !r.pkh && r.residual < 0) {
+                 !r.attn && !r.pkh && r.residual < 0 && !k.relu && !k.tanh && !k.gelu && !k.attn && !k.softmax && !opt.fp16) {
+        // (the identity rows add the input into the sum, before the bias: an activation of k would
+        // then act on it, where the graph adds it after)
         passes.push_back(l);
       } else {
-        throw InputError("/mapping/mode", "kernel '" + k.name + "': pipelined mode maps a residual of the graph input, or of the input of the kernel it reads (x + W2 f(W1 x)); this one adds the input of kernel '" + r.name + "'",
+        const bool after = k.relu || k.tanh || k.gelu || k.attn || k.softmax;
+        throw InputError("/mapping/mode", "kernel '" + k.name + "': pipelined mode maps a residual of the graph input, or of the input of the kernel it reads (x + W2 f(W1 x), fp32, added after the bias); this one adds the input of kernel '" + r.name + "'" +
+                                              (after && k.src == k.residual ? " after an activation or attention" : opt.fp16 && k.src == k.residual ? " in fp16" : ""),
                          "use \"mapping\": {\"mode\": \"weight_streaming\"} (every kernel on one rectangle, held inputs on the PEs)");
       }
     }

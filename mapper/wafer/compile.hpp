@@ -5,8 +5,9 @@
 //
 // Kernel library (this build): dense layers -- Gemm, or MatMul by a constant [K, N] weight, with an
 // optional bias Add -- and convolutions (GEMMs over im2col rows gathered on the fabric), with
-// their chain-end post-ops: Relu, Tanh, GELU, MaxPool, a final Softmax, and in weight streaming
-// residual Adds, LayerNorm and multi-head attention (docs/wafer-compiler.md). A layer is a GEMM of
+// their chain-end post-ops: Relu, Tanh, GELU, MaxPool, a final Softmax, residual Adds, LayerNorm
+// and multi-head attention (pipelined: Q, K and V fused into one kernel, a residual of the graph
+// input placed by the host, one over two layers passed through; docs/wafer-compiler.md). A layer is a GEMM of
 // X [B, K] by W [K, N] on a rectangle of PEs, the 2-D mesh GEMV
 // algorithm of Cerebras' SDK example (gemv-checkerboard; the micro kernel scenarios/wafer/micro/
 // gemv.pe): W is split into kb x nb blocks, one per PE; the contraction dimension K runs along one
