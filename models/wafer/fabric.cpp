@@ -904,11 +904,14 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
       ++st.color_hops[wv.color];
       if (d == static_cast<int>(Dir::RAMP)) {
         const int q = pinfo[pes[ps].prog].color_q[slot_color[c.slot]];
-        push_queue(ps, q, {wv.payload, wv.color, wv.control, t + 1});
+        const Wv in{wv.payload, wv.color, wv.control, t + 1};
+        if (!drain(ps, q, in, t + 1)) {
+          push_queue(ps, q, in);
+          wake_pe(ps, t + 1);
+        }
         ++st.ramp_deliveries;
         if (f.opt_.record)
           f.deliveries_.push_back({pes[ps].x, pes[ps].y, wv.color, static_cast<uint8_t>(q), wv.payload, t + 1 - start});
-        wake_pe(ps, t + 1);
       } else if (const uint32_t ds = slot_down[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(d)]; ds == kNone) {
         out_lane(r, d, wv.color)->out.push_back({wv.payload, t + hop - start});
         ++st.port_out_wavelets;

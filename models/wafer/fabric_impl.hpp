@@ -130,6 +130,7 @@ struct Fabric::Impl {
     int32_t width = 1;
     int64_t next = 0, start = 0;
     bool conflict_paid = false;  // pe.bank_conflicts: the extra cycle of this element group is spent
+    int64_t drained_at = 0;      // drain: the cycle the last element taken ahead counts at
   };
   struct Mt {
     OpRun op;
@@ -309,6 +310,10 @@ struct Fabric::Impl {
   static float decode(uint32_t bits, Elem e);
 
   // PE execution (pe.cpp).
+  // A wavelet the router hands to PE s's empty input queue q, readable at t1, that a running async
+  // move from that queue into memory would take at t1 anyway: taken now (stored, counted; the PE
+  // woken only when the op ends), as a weight load's blocks stream past. false: queue it.
+  bool drain(uint32_t s, int q, const Wv& w, int64_t t1);
   void pe_step(uint32_t s, int64_t t);
   bool pick_task(uint32_t s, int64_t t);
   void exec(uint32_t s, int64_t t);

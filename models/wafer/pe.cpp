@@ -133,7 +133,7 @@ bool Fabric::Impl::memory_only(uint32_t s, const Instr& in) const {
 }
 
 int Fabric::Impl::run_group(uint32_t s, OpRun& op, int64_t t) {
-  if (op.len > 0 && op.i >= op.len) return 2;  // computed at issue (eager_memory_ops)
+  if (op.len > 0 && op.i >= op.len) return op.drained_at > t ? 0 : 2;  // computed at issue (eager_memory_ops), or taken ahead (drain)
   Pe& P = pes[s];
   const Program& p = prog(s);
   const Instr& in = p.instrs[static_cast<size_t>(op.instr)];
@@ -259,6 +259,44 @@ int Fabric::Impl::run_group(uint32_t s, OpRun& op, int64_t t) {
   if (done > 0) op.conflict_paid = false;
   if (done == 0 && op.len > 0) return 0;
   return op.i >= op.len ? 2 : 1;
+}
+
+// A fast path with the same effects as queueing the wavelet and letting the microthread take it
+// at t1 (run_group): the queue is empty, so the op takes this wavelet at its ready cycle; a move
+// has one fabric source and no memory source (no bank conflict); the op's end is still found by
+// pe_step at t1 (run_group returns 2 at once), so completion, activation and records are as before.
+bool Fabric::Impl::drain(uint32_t s, int q, const Wv& w, int64_t t1) {
+  Pe& P = pes[s];
+  if (P.qcount[static_cast<size_t>(q)] || w.control || P.mts.empty()) return false;
+  const Program& p = prog(s);
+  auto reads_q = [&](const Instr& in) {
+    for (const auto& o : in.a)
+      if (o.kind == OpndKind::dsd && dsd(s, o.v).kind == DsdKind::fabin && dsd(s, o.v).queue == q) return true;
+    return false;
+  };
+  if (P.main.instr >= 0 && reads_q(p.instrs[static_cast<size_t>(P.main.instr)])) return false;
+  for (Mt& m : P.mts) {
+    const Instr& in = p.instrs[static_cast<size_t>(m.op.instr)];
+    if (!reads_q(in)) continue;
+    // The first microthread on this queue takes it (pe_step runs them in order).
+    if (in.op != Op::fmovs && in.op != Op::mov32 && in.op != Op::fmovh && in.op != Op::mov16) return false;
+    if (in.a[0].kind != OpndKind::dsd || in.a[1].kind != OpndKind::dsd || m.op.next > t1 || m.op.i >= m.op.len) return false;
+    const Dsd& dst = dsd(s, in.a[0].v);
+    const Dsd& src = dsd(s, in.a[1].v);
+    if (!dst.is_mem() || src.kind != DsdKind::fabin) return false;
+    const uint32_t v = elem_bytes(src.elem) == 2 ? (w.payload & 0xffffu) : w.payload;
+    const uint32_t r = in.op == Op::fmovh || in.op == Op::mov16 ? v & 0xffffu : v;
+    store(s, mem_addr(s, dst, m.op.i), elem_bytes(dst.elem), r);
+    ++m.op.i;
+    m.op.drained_at = t1;
+    wake_router(pe_index(s), t1 + 1);  // as the microthread's pop at t1 would (the router may use that cycle)
+    ++f.stats_.dsd_elements;
+    m.op.conflict_paid = false;
+    if (m.op.i >= m.op.len) wake_pe(s, t1);
+    last_progress = std::max(last_progress, t1 + 1);
+    return true;
+  }
+  return false;
 }
 
 // ---------------------------------------------------------------------------------------------
