@@ -364,7 +364,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       };
       pass_ln(t_of, dsd(B));
       for (auto& tq : t_of) tq += dsd(n_el) * (padded ? 3 : 2);  // subtract the mean (mask), square
-      pass_ln(t_of, 2 * dsd(B) + dsd(B, Op::fmovs) + 4 * kRsqrtIters * dsd(B));
+      pass_ln(t_of, 2 * dsd(B) + dsd(B, Op::fmovs) + kRsqrtIters * (3 * dsd(B, Op::fmuls) + dsd(B, Op::fmacs)));  // rsqrt_text: 3 fmuls and an fmacs per step
       for (auto& tq : t_of) tq += 3 * dsd(n_el);  // times rstd, scale, bias
     }
     for (int64_t pn = 0; pn < Ln; ++pn) {
