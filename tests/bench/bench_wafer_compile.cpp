@@ -1,0 +1,48 @@
+// Wafer compiler speed: compile time of PyTorch's BERT-base encoder layer (128 tokens) for a WSE-2
+// in both modes -- weight streaming (147,456 PEs) and pipelined (110,592 PEs, Q/K/V fused) -- from
+// a loaded, prepared graph to the layout text, PE programs, host constants and the estimate
+// (mapper/wafer). The acceptance asks for this figure next to the run's wall time and
+// peak RSS (those come from `tessera run`'s host.json).
+#include <benchmark/benchmark.h>
+
+#include "isa/params.hpp"
+#include "isa/wafer/isa.hpp"
+#include "mapper/frontend/onnx.hpp"
+#include "mapper/passes/passes.hpp"
+#include "mapper/wafer/compile.hpp"
+
+using namespace tessera;
+using namespace tessera::wafer;
+
+namespace {
+
+WaferConfig wse2() {
+  DiagnosticList d;
+  const TargetDesc* t = target_of_preset("wse2");
+  return WaferConfig::from(ParamSet::resolve(*t, *t->find_preset("wse2"), {}, d));
+}
+
+void BM_CompileBertLayerWafer(benchmark::State& state) {
+  graph::Graph g = frontend::load_onnx(TESSERA_SOURCE_DIR "/scenarios/models/bert_layer.onnx");
+  passes::prepare(g);
+  const WaferConfig cfg = wse2();
+  MappingOptions mo;
+  mo.mode = state.range(0) ? MapMode::pipelined : MapMode::weight_streaming;
+  int64_t pes = 0;
+  size_t layout_bytes = 0;
+  for (auto _ : state) {
+    Compiled c = compile(g, cfg, mo);
+    pes = 0;
+    for (const auto& k : c.kernels) pes = mo.mode == MapMode::weight_streaming ? std::max(pes, k.pes()) : pes + k.pes();
+    layout_bytes = c.layout_json.size();
+    benchmark::DoNotOptimize(c.predicted_s);
+  }
+  state.SetLabel(state.range(0) ? "pipelined" : "weight_streaming");
+  state.counters["PEs"] = static_cast<double>(pes);
+  state.counters["layout_bytes"] = static_cast<double>(layout_bytes);
+}
+BENCHMARK(BM_CompileBertLayerWafer)->Arg(0)->Arg(1)->ArgNames({"pipelined"})->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
