@@ -41,7 +41,8 @@ void Fabric::Impl::store(uint32_t s, uint32_t addr, int bytes, uint32_t bits) {
   uint8_t* p = &sram[static_cast<size_t>(base) * kPage + addr % kPage];
   if constexpr (std::endian::native == std::endian::little) {
     if (bytes == 4) std::memcpy(p, &bits, 4);  // (constant sizes: no library call)
-    else std::memcpy(p, &bits, 2);
+    else if (bytes == 2) std::memcpy(p, &bits, 2);
+    else for (int i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(bits >> (8 * i));  // (single bytes: faults, host reads)
   } else {
     for (int i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(bits >> (8 * i));
   }
@@ -58,7 +59,8 @@ uint32_t Fabric::Impl::load_elem(uint32_t s, uint32_t addr, int bytes) const {
   uint32_t v = 0;
   if constexpr (std::endian::native == std::endian::little) {
     if (bytes == 4) std::memcpy(&v, p, 4);
-    else std::memcpy(&v, p, 2);
+    else if (bytes == 2) std::memcpy(&v, p, 2);
+    else for (int i = 0; i < bytes; ++i) v |= uint32_t{p[i]} << (8 * i);
   } else {
     for (int i = 0; i < bytes; ++i) v |= uint32_t{p[i]} << (8 * i);
   }
@@ -265,9 +267,23 @@ int Fabric::Impl::run_group(uint32_t s, OpRun& op, int64_t t) {
 // at t1 (run_group): the queue is empty, so the op takes this wavelet at its ready cycle; a move
 // has one fabric source and no memory source (no bank conflict); the op's end is still found by
 // pe_step at t1 (run_group returns 2 at once), so completion, activation and records are as before.
+// The bytes a memory DSD's walk can touch, [lo, hi) (a bound over its dimensions).
+static std::pair<int64_t, int64_t> mem_span(const Dsd& d) {
+  int64_t lo = 0, hi = 0;
+  for (int k = 0; k < d.ndims; ++k) {
+    const int64_t e = int64_t{d.dims[static_cast<size_t>(k)].len - 1} * d.dims[static_cast<size_t>(k)].stride;
+    (e < 0 ? lo : hi) += e;
+  }
+  const int64_t eb = elem_bytes(d.elem);
+  return {int64_t{d.base} + lo * eb, int64_t{d.base} + hi * eb + eb};
+}
+
 bool Fabric::Impl::drain(uint32_t s, int q, const Wv& w, int64_t t1) {
   Pe& P = pes[s];
   if (P.qcount[static_cast<size_t>(q)] || w.control || P.mts.empty()) return false;
+  // Not when something due at t1 would see the store early: an SRAM fault, or the watchdog's stop.
+  if (next_flip < flips.size() && start + flips[next_flip].f.cycle <= t1) return false;
+  if (f.opt_.max_cycles > 0 && t1 - start > f.opt_.max_cycles) return false;
   const Program& p = prog(s);
   auto reads_q = [&](const Instr& in) {
     for (const auto& o : in.a)
@@ -284,11 +300,24 @@ bool Fabric::Impl::drain(uint32_t s, int q, const Wv& w, int64_t t1) {
     const Dsd& dst = dsd(s, in.a[0].v);
     const Dsd& src = dsd(s, in.a[1].v);
     if (!dst.is_mem() || src.kind != DsdKind::fabin) return false;
+    // Microthreads before this one run before it at t1: none of their memory operands may overlap
+    // the destination (the store is early for them).
+    const auto [dlo, dhi] = mem_span(dst);
+    for (const Mt& e : P.mts) {
+      if (&e == &m) break;
+      const Instr& ei = p.instrs[static_cast<size_t>(e.op.instr)];
+      for (const auto& o : ei.a)
+        if (o.kind == OpndKind::dsd && dsd(s, o.v).is_mem()) {
+          const auto [lo, hi] = mem_span(dsd(s, o.v));
+          if (lo < dhi && dlo < hi) return false;
+        }
+    }
     const uint32_t v = elem_bytes(src.elem) == 2 ? (w.payload & 0xffffu) : w.payload;
     const uint32_t r = in.op == Op::fmovh || in.op == Op::mov16 ? v & 0xffffu : v;
     store(s, mem_addr(s, dst, m.op.i), elem_bytes(dst.elem), r);
     ++m.op.i;
     m.op.drained_at = t1;
+    P.qhw[static_cast<size_t>(q)] = std::max<uint8_t>(P.qhw[static_cast<size_t>(q)], 1);  // (it passed through the queue)
     wake_router(pe_index(s), t1 + 1);  // as the microthread's pop at t1 would (the router may use that cycle)
     ++f.stats_.dsd_elements;
     m.op.conflict_paid = false;
