@@ -608,7 +608,6 @@ void fuse_qkv(std::vector<DenseKernel>& ks) {
     for (auto& k : ks)
       for (int64_t* ref : {&k.src, &k.residual, &k.attn_q, &k.attn_k})  // (later blocks' Q and K are other kernels)
         if (*ref >= 0) *ref = *ref == static_cast<int64_t>(qi) || *ref == static_cast<int64_t>(ki) ? fused : *ref - gone(*ref);
-    v.attn_q = v.attn_k = fused;
     ks.erase(ks.begin() + static_cast<std::ptrdiff_t>(std::max(qi, ki)));
     ks.erase(ks.begin() + static_cast<std::ptrdiff_t>(std::min(qi, ki)));
     l = static_cast<size_t>(fused);  // on after it (earlier blocks are fused already)
@@ -1287,7 +1286,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   o << ".if !$first" << L << "\n.if $last" << L << "\n  fadds yall" << L << ", yall" << L << ", from" << L << "\n.else\n  fadds to" << L << ", yall" << L
     << ", from" << L << "\n.endif\n.else\n.if !$last" << L << "\n  fmovs to" << L << ", yall" << L << "\n.endif\n.endif\n";
   o << ".if $last" << L << "\n  fadds yall" << L << ", yall" << L << ", bm" << L << "\n";
-  const bool act_some = (k.relu || k.tanh || k.gelu) && k.act_blocks >= 0 && k.act_blocks < k.nblocks();  // pass-through blocks take none
+  const bool act_some = k.act_split();  // pass-through blocks take none
   if (act_some) o << ".if $act" << L << "\n";
   if (k.relu) o << "  fmaxs yall" << L << ", yall" << L << ", 0.0\n";
   if (k.tanh) tanh_text(o, "yall" + L, "ta" + L, "tb" + L, "tc" + L);
@@ -1981,7 +1980,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       reduce_routes(k, routes);
       if (l + 1 < c.kernels.size()) handoff_routes(k, c.kernels[l + 1], routes);
       layer_params(k, l, false, false, params);
-      if ((k.relu || k.tanh || k.gelu) && k.act_blocks >= 0 && k.act_blocks < k.nblocks())  // the activation's blocks (pass-through columns after them)
+      if (k.act_split())  // the activation's blocks (pass-through columns after them)
         params["act" + std::to_string(l)] = std::string(k.k_on_columns ? "py" : "px") + " < " + std::to_string(k.act_blocks);
       if (k.layernorm) ln_routes(k, routes), ln_params(k, l, params);
       if (k.attn_group() > 1) attn_routes(k, routes), attn_params(k, l, params);

@@ -82,6 +82,7 @@ struct DenseKernel {
   // (-1: all); the rest are identity columns passing the kernel's input through to the next
   // kernel, whose identity rows add it (a residual over two pipelined layers).
   int64_t act_blocks = -1;
+  bool act_split() const { return (relu || tanh || gelu) && act_blocks >= 0 && act_blocks < nblocks(); }
   int64_t nflops = 0;                // N counted for FLOPs when it differs (fused, pass-through columns)
   // LayerNorm over each row's N outputs after that, along the chain ends (two passes: the mean,
   // then the variance, each summed along the edge and broadcast back; rsqrt by Newton).

@@ -587,7 +587,7 @@ void Fabric::Impl::reset(int64_t c0) {
   cal.clear(c0);
   std::fill(bhead.begin(), bhead.end(), 0);
   std::fill(bcount.begin(), bcount.end(), 0);
-  occ.assign(slot_begin.size() - 1, 0);
+  std::fill(occ.begin(), occ.end(), 0);
   std::fill(slot_pos.begin(), slot_pos.end(), 0);
   std::fill(link.begin(), link.end(), 0);
   std::fill(pwake_last.begin(), pwake_last.end(), -1);
@@ -959,26 +959,24 @@ void Fabric::Impl::inject(uint32_t r, int64_t t) {
   FabricStats& st = f.stats_;
   auto it = std::lower_bound(in_lanes.begin(), in_lanes.end(), std::array<uint32_t, 3>{r, 0, 0});
   for (; it != in_lanes.end() && (*it)[0] == r; ++it) {
-    {
-      PortLane& ln = ports[(*it)[1]].lanes[(*it)[2]];
-      if (ln.next >= ln.in.size() || ln.last >= t) continue;
-      if (!ln.ready.empty() && start + ln.ready[ln.next] > t) {  // not at the port yet
-        wake_router(r, start + ln.ready[ln.next]);
-        continue;
-      }
-      const size_t bi = static_cast<size_t>(ln.slot) * 4 + ln.dir;
-      if (bcount[bi] >= D) continue;  // woken when the router pops this buffer
-      int k2 = bhead[bi] + bcount[bi];
-      if (k2 >= D) k2 -= D;
-      bufs[slot_ring[bi] + static_cast<size_t>(k2)] = {ln.in[ln.next++], ln.color, false, t + hop};
-      if (!bcount[bi]++) occupied(ln.slot);
-      if (bcount[bi] > st.router_buffer_high_water) st.router_buffer_high_water = bcount[bi];
-      ln.last = t;
-      ++st.port_in_wavelets;
-      last_progress = std::max(last_progress, t + 1);
-      wake_router(r, t + hop);
-      if (ln.next < ln.in.size()) wake_router(r, t + 1);
+    PortLane& ln = ports[(*it)[1]].lanes[(*it)[2]];
+    if (ln.next >= ln.in.size() || ln.last >= t) continue;
+    if (!ln.ready.empty() && start + ln.ready[ln.next] > t) {  // not at the port yet
+      wake_router(r, start + ln.ready[ln.next]);
+      continue;
     }
+    const size_t bi = static_cast<size_t>(ln.slot) * 4 + ln.dir;
+    if (bcount[bi] >= D) continue;  // woken when the router pops this buffer
+    int k2 = bhead[bi] + bcount[bi];
+    if (k2 >= D) k2 -= D;
+    bufs[slot_ring[bi] + static_cast<size_t>(k2)] = {ln.in[ln.next++], ln.color, false, t + hop};
+    if (!bcount[bi]++) occupied(ln.slot);
+    if (bcount[bi] > st.router_buffer_high_water) st.router_buffer_high_water = bcount[bi];
+    ln.last = t;
+    ++st.port_in_wavelets;
+    last_progress = std::max(last_progress, t + 1);
+    wake_router(r, t + hop);
+    if (ln.next < ln.in.size()) wake_router(r, t + 1);
   }
 }
 

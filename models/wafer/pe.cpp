@@ -39,13 +39,10 @@ void Fabric::Impl::store(uint32_t s, uint32_t addr, int bytes, uint32_t bits) {
     sram.resize(sram.size() + kPage, 0);
   }
   uint8_t* p = &sram[static_cast<size_t>(base) * kPage + addr % kPage];
-  if constexpr (std::endian::native == std::endian::little) {
-    if (bytes == 4) std::memcpy(p, &bits, 4);  // (constant sizes: no library call)
-    else if (bytes == 2) std::memcpy(p, &bits, 2);
-    else for (int i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(bits >> (8 * i));  // (single bytes: faults, host reads)
-  } else {
-    for (int i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(bits >> (8 * i));
-  }
+  constexpr bool le = std::endian::native == std::endian::little;  // words copied whole (constant sizes: no library call)
+  if (le && bytes == 4) std::memcpy(p, &bits, 4);
+  else if (le && bytes == 2) std::memcpy(p, &bits, 2);
+  else for (int i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(bits >> (8 * i));
 }
 
 uint32_t Fabric::Impl::load_elem(uint32_t s, uint32_t addr, int bytes) const {
@@ -57,13 +54,10 @@ uint32_t Fabric::Impl::load_elem(uint32_t s, uint32_t addr, int bytes) const {
   if (base == kNone) return 0;
   const uint8_t* p = &sram[static_cast<size_t>(base) * kPage + addr % kPage];
   uint32_t v = 0;
-  if constexpr (std::endian::native == std::endian::little) {
-    if (bytes == 4) std::memcpy(&v, p, 4);
-    else if (bytes == 2) std::memcpy(&v, p, 2);
-    else for (int i = 0; i < bytes; ++i) v |= uint32_t{p[i]} << (8 * i);
-  } else {
-    for (int i = 0; i < bytes; ++i) v |= uint32_t{p[i]} << (8 * i);
-  }
+  constexpr bool le = std::endian::native == std::endian::little;
+  if (le && bytes == 4) std::memcpy(&v, p, 4);
+  else if (le && bytes == 2) std::memcpy(&v, p, 2);
+  else for (int i = 0; i < bytes; ++i) v |= uint32_t{p[i]} << (8 * i);
   return v;
 }
 
@@ -263,10 +257,6 @@ int Fabric::Impl::run_group(uint32_t s, OpRun& op, int64_t t) {
   return op.i >= op.len ? 2 : 1;
 }
 
-// A fast path with the same effects as queueing the wavelet and letting the microthread take it
-// at t1 (run_group): the queue is empty, so the op takes this wavelet at its ready cycle; a move
-// has one fabric source and no memory source (no bank conflict); the op's end is still found by
-// pe_step at t1 (run_group returns 2 at once), so completion, activation and records are as before.
 // The bytes a memory DSD's walk can touch, [lo, hi) (a bound over its dimensions).
 static std::pair<int64_t, int64_t> mem_span(const Dsd& d) {
   int64_t lo = 0, hi = 0;
@@ -278,6 +268,10 @@ static std::pair<int64_t, int64_t> mem_span(const Dsd& d) {
   return {int64_t{d.base} + lo * eb, int64_t{d.base} + hi * eb + eb};
 }
 
+// A fast path with the same effects as queueing the wavelet and letting the microthread take it
+// at t1 (run_group): the queue is empty, so the op takes this wavelet at its ready cycle; a move
+// has one fabric source and no memory source (no bank conflict); the op's end is still found by
+// pe_step at t1 (run_group returns 2 at once), so completion, activation and records are as before.
 bool Fabric::Impl::drain(uint32_t s, int q, const Wv& w, int64_t t1) {
   Pe& P = pes[s];
   if (P.qcount[static_cast<size_t>(q)] || w.control || P.mts.empty()) return false;
