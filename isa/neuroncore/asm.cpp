@@ -122,7 +122,7 @@ const std::vector<std::string>& alu_names() {
   return v;
 }
 const std::vector<std::string>& func_names() {
-  static const auto v = enum_names<Func>(static_cast<int>(Func::silu) + 1, func_name);
+  static const auto v = enum_names<Func>(static_cast<int>(Func::abs) + 1, func_name);
   return v;
 }
 // The dtypes an operand may have (docs/neuroncore-asm.md, Operands).

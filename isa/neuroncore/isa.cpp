@@ -22,7 +22,7 @@ std::string_view alu_name(Alu a) {
 
 std::string_view func_name(Func f) {
   static constexpr std::string_view names[] = {"identity", "relu", "gelu", "gelu_tanh", "sigmoid", "tanh", "exp",
-                                               "log", "sqrt", "rsqrt", "reciprocal", "square", "silu"};
+                                               "log", "sqrt", "rsqrt", "reciprocal", "square", "silu", "erf", "softplus", "mish", "abs"};
   return names[static_cast<size_t>(f)];
 }
 

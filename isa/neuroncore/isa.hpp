@@ -75,7 +75,7 @@ enum class Alu : uint8_t { add, subtract, multiply, divide, max, min, pow, bypas
 std::string_view alu_name(Alu a);
 
 // Scalar-engine activation functions: out = func(in * scale + bias).
-enum class Func : uint8_t { identity, relu, gelu, gelu_tanh, sigmoid, tanh, exp, log, sqrt, rsqrt, reciprocal, square, silu };
+enum class Func : uint8_t { identity, relu, gelu, gelu_tanh, sigmoid, tanh, exp, log, sqrt, rsqrt, reciprocal, square, silu, erf, softplus, mish, abs };
 std::string_view func_name(Func f);
 
 enum class Op : uint8_t {

@@ -68,7 +68,11 @@ inline float func_op(float x) {
   else if constexpr (F == Func::rsqrt) return 1.0f / std::sqrt(x);
   else if constexpr (F == Func::reciprocal) return 1.0f / x;
   else if constexpr (F == Func::square) return x * x;
-  else return x * sigmoid(x);  // silu
+  else if constexpr (F == Func::silu) return x * sigmoid(x);
+  else if constexpr (F == Func::erf) return std::erf(x);
+  else if constexpr (F == Func::softplus) return x > 20.0f ? x : std::log1p(std::exp(x));  // exp(x) overflows past ~88
+  else if constexpr (F == Func::mish) return x * std::tanh(x > 20.0f ? x : std::log1p(std::exp(x)));
+  else return std::fabs(x);  // abs
 }
 
 template <class G>
@@ -87,6 +91,10 @@ void with_func(Func fn, G&& g) {
     case Func::reciprocal: g(std::integral_constant<Func, Func::reciprocal>{}); return;
     case Func::square: g(std::integral_constant<Func, Func::square>{}); return;
     case Func::silu: g(std::integral_constant<Func, Func::silu>{}); return;
+    case Func::erf: g(std::integral_constant<Func, Func::erf>{}); return;
+    case Func::softplus: g(std::integral_constant<Func, Func::softplus>{}); return;
+    case Func::mish: g(std::integral_constant<Func, Func::mish>{}); return;
+    case Func::abs: g(std::integral_constant<Func, Func::abs>{}); return;
   }
   throw std::logic_error("execute: unknown activation function");
 }

@@ -735,6 +735,10 @@ double ref_func(Func f, double x) {
     case Func::reciprocal: return 1 / x;
     case Func::square: return x * x;
     case Func::silu: return x / (1 + std::exp(-x));
+    case Func::erf: return std::erf(x);
+    case Func::softplus: return std::log1p(std::exp(x));
+    case Func::mish: return x * std::tanh(std::log1p(std::exp(x)));
+    case Func::abs: return std::fabs(x);
   }
   return 0;
 }
@@ -749,7 +753,8 @@ TEST_CASE("nc-exec: activation every function with scale and bias") {
   const std::vector<float> bias{0.5f, 1.0f, 2.0f};
   m.write(sb(DType::f32, 0, P, 512, 1), kRegs0, bias.data());
   for (Func fn : {Func::identity, Func::relu, Func::gelu, Func::gelu_tanh, Func::sigmoid, Func::tanh, Func::exp,
-                  Func::log, Func::sqrt, Func::rsqrt, Func::reciprocal, Func::square, Func::silu}) {
+                  Func::log, Func::sqrt, Func::rsqrt, Func::reciprocal, Func::square, Func::silu, Func::erf, Func::softplus,
+                  Func::mish, Func::abs}) {
     INFO(func_name(fn));
     const bool positive = fn == Func::log || fn == Func::sqrt || fn == Func::rsqrt || fn == Func::reciprocal;
     Instr in = mk(Op::activation);
