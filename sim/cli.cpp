@@ -13,6 +13,7 @@
 #include "isa/error.hpp"
 #include "isa/params.hpp"
 #include "mapper/graph/summary.hpp"
+#include "mapper/passes/canonicalize.hpp"
 #include "sim/compare.hpp"
 #include "sim/conformance.hpp"
 #include "sim/console.hpp"
@@ -79,9 +80,12 @@ const Verb kVerbs[] = {
      "trn1, trn2, wse2 or wse3 (shows the preset's values). Without an argument, lists targets\n"
      "and presets. Override any parameter in a scenario under target.params.",
      cmd_params},
-    {"graph", "tessera graph SCENARIO",
+    {"graph", "tessera graph SCENARIO [--canonical]",
      "print the model's graph after shape inference and folding: nodes, shapes, dtypes, parameter bytes, FLOPs",
-     "FLOPs count a multiply-add as 2 (docs/graph.md has the convention per op).", cmd_graph},
+     "FLOPs count a multiply-add as 2 (docs/graph.md has the convention per op). --canonical prints\n"
+     "the canonical graph the compilers lower instead, after the passes that changed it\n"
+     "(docs/canonical-graph.md).",
+     cmd_graph},
     {"onnx-conformance",
      "tessera onnx-conformance DIR [--exclusions FILE] [--pass-list FILE] [--write-pass-list FILE] [--format table|summary]",
      "run the reference executor over ONNX backend tests (e.g. /usr/share/libonnx-testdata/data/node)",
@@ -164,6 +168,7 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--no-numerics") o.no_numerics = true;
     else if (a == "--emit-program") o.emit_program = true;
     else if (a == "--rerun") o.verb_opts["rerun"] = "1";
+    else if (a == "--canonical") o.verb_opts["canonical"] = "1";
     else if (a == "--out" || a.rfind("--out=", 0) == 0) o.out_dir = value("--out");
     else if (a == "--set" || a.rfind("--set=", 0) == 0) o.sets.push_back(value("--set"));
     else if (a == "--resume" || a.rfind("--resume=", 0) == 0) o.resume = value("--resume");
@@ -176,7 +181,7 @@ Options parse_args(int argc, char** argv) {
     } else if (a.size() > 1 && a[0] == '-') {
       std::vector<std::string> known = {"--help", "--quiet", "--verbose", "--out", "--set", "--no-numerics",
                                         "--exclusions", "--pass-list", "--write-pass-list", "--format",
-                                        "--jobs", "--plot", "--rerun", "--emit-program", "--resume"};
+                                        "--jobs", "--plot", "--rerun", "--emit-program", "--resume", "--canonical"};
       std::string hint = did_you_mean(a, known);
       throw InputError("command line", "unknown option '" + a + "'",
                        hint.empty() ? "see tessera --help" : "did you mean '" + hint + "'?");
@@ -236,6 +241,11 @@ int cmd_params(const Options& o) {
 int cmd_graph(const Options& o) {
   Scenario s = load_scenario(one_scenario(o, false), o.sets);
   graph::Graph g = load_model(s);
+  if (o.verb_opts.count("canonical")) {
+    std::string changed;
+    for (const auto& p : passes::canonicalize(g)) changed += (changed.empty() ? "" : ", ") + p;
+    std::cout << "canonical graph (passes that changed it: " << (changed.empty() ? "none" : changed) << ")\n";
+  }
   graph::print_graph(std::cout, g);
   return kExitOk;
 }

@@ -2,6 +2,7 @@
 // optional reference model next to it) or a graph compiled by mapper/neuroncore.
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -12,6 +13,7 @@
 #include "isa/neuroncore/validate.hpp"
 #include "isa/npy.hpp"
 #include "mapper/neuroncore/compile.hpp"
+#include "mapper/passes/canonicalize.hpp"
 #include "mapper/passes/passes.hpp"
 #include "mapper/reference/executor.hpp"
 #include "models/common/clock.hpp"
@@ -39,35 +41,37 @@ Tensor input_tensor(const json& spec, const Shape& shape) {
   return random_tensor(DType::f32, shape, r["seed"].get<uint64_t>(), r["dist"] == "normal", r["scale"].get<double>());
 }
 
-// A graph value as a [rows, cols] matrix (leading dims folded), the compiler's storage view.
-Shape matrix_shape(const Shape& s) {
-  int64_t rows = 1;
-  for (size_t i = 0; i + 1 < s.size(); ++i) rows *= s[i];
-  return {rows, s.empty() ? 1 : s.back()};
-}
-
 // What runs on the core and how graph values map to HBM.
 struct Binding {
   std::string name;        // scenario input / output name
   const HbmTensor* hbm;
-  bool transposed;         // stored as the transpose of its [rows, cols] matrix view
+  IoBinding at;            // where the value's elements sit in the tensor
   Shape shape;             // the value's own shape
-  bool channel_major = false;  // 4-D [N, C, H, W] stored [C, N, H+2p, W+2p] with a zero border
-  int64_t pad = 0;
 };
 
-// [N, C, H, W] -> [C, N, H+2p, W+2p] with zeros around (host-side placement: data movement only).
-Tensor channel_major(const Tensor& t, int64_t pad) {
-  const auto& s = t.shape();
-  const int64_t N = s[0], C = s[1], H = s[2], W = s[3], Hp = H + 2 * pad, Wp = W + 2 * pad;
-  const auto v = t.to_f32();
-  std::vector<float> o(static_cast<size_t>(C * N * Hp * Wp), 0.0f);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t w = 0; w < W; ++w)
-          o[static_cast<size_t>(((c * N + n) * Hp + h + pad) * Wp + w + pad)] = v[static_cast<size_t>(((n * C + c) * H + h) * W + w)];
-  return Tensor::from_f32({C, N, Hp, Wp}, std::move(o));
+// Element offsets of a binding's value in row-major order (its shape walked with its strides).
+std::vector<int64_t> element_offsets(const IoBinding& b, const Shape& shape) {
+  std::vector<int64_t> r(static_cast<size_t>(shape_numel(shape)));
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (size_t i = 0; i < r.size(); ++i) {
+    int64_t off = b.offset;
+    for (size_t d = 0; d < shape.size(); ++d) off += idx[d] * b.strides[d];
+    r[i] = off;
+    for (size_t d = shape.size(); d-- > 0;) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return r;
+}
+
+bool row_major(const IoBinding& b, const Shape& shape) {
+  int64_t expect = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] != 1 && b.strides[d] != expect) return false;
+    expect *= shape[d];
+  }
+  return true;
 }
 
 struct Job {
@@ -160,17 +164,41 @@ void nc_kernel_table(const Compiled& cp, const Program& prog, const NeuronCore& 
   }
 }
 
-void nc_write_value(NeuronCore& core, const HbmTensor& t, const Tensor& value, bool transposed) {
-  // Host-side placement: the value in the program's layout and dtype (data movement only).
-  Tensor v = transposed ? transpose2d(value.reshaped(matrix_shape(value.shape()))) : value;
-  const Tensor cast = v.dtype() == t.dtype ? v : v.cast(t.dtype);
-  core.memory().hbm_write(t.offset, cast.data(), cast.nbytes());
+IoBinding nc_contiguous_binding(const std::string& name, const HbmTensor& t) {
+  IoBinding b{name, t.name, 0, {}};
+  b.strides.assign(t.shape.size(), 1);
+  for (size_t d = t.shape.size(); d-- > 1;) b.strides[d - 1] = b.strides[d] * t.shape[d];
+  return b;
 }
 
-Tensor nc_read_value(NeuronCore& core, const HbmTensor& t, bool transposed, const Shape& shape) {
-  Tensor raw(t.dtype, t.shape);
-  core.memory().hbm_read(t.offset, raw.data(), raw.nbytes());
-  Tensor out = transposed ? transpose2d(raw).reshaped(shape) : raw.reshaped(shape);
+void nc_write_value(NeuronCore& core, const HbmTensor& t, const Tensor& value, const IoBinding& b) {
+  // Host-side placement: the value in the program's layout and dtype (data movement only).
+  const Tensor cast = value.dtype() == t.dtype ? value : value.cast(t.dtype);
+  const int64_t es = static_cast<int64_t>(dtype_size(t.dtype));
+  if (row_major(b, value.shape())) {
+    core.memory().hbm_write(t.offset + b.offset * es, cast.data(), cast.nbytes());
+    return;
+  }
+  std::vector<std::byte> buf(static_cast<size_t>(shape_numel(t.shape) * es));
+  core.memory().hbm_read(t.offset, buf.data(), buf.size());
+  const auto offs = element_offsets(b, value.shape());
+  for (size_t i = 0; i < offs.size(); ++i)
+    std::memcpy(buf.data() + offs[i] * es, cast.data() + static_cast<int64_t>(i) * es, static_cast<size_t>(es));
+  core.memory().hbm_write(t.offset, buf.data(), buf.size());
+}
+
+Tensor nc_read_value(NeuronCore& core, const HbmTensor& t, const IoBinding& b, const Shape& shape) {
+  const int64_t es = static_cast<int64_t>(dtype_size(t.dtype));
+  Tensor out(t.dtype, shape);
+  if (row_major(b, shape)) {
+    core.memory().hbm_read(t.offset + b.offset * es, out.data(), out.nbytes());
+  } else {
+    std::vector<std::byte> buf(static_cast<size_t>(shape_numel(t.shape) * es));
+    core.memory().hbm_read(t.offset, buf.data(), buf.size());
+    const auto offs = element_offsets(b, shape);
+    for (size_t i = 0; i < offs.size(); ++i)
+      std::memcpy(out.data() + static_cast<int64_t>(i) * es, buf.data() + offs[i] * es, static_cast<size_t>(es));
+  }
   if (out.dtype() != DType::f32 && is_float(out.dtype())) out = out.cast(DType::f32);
   return out;
 }
@@ -213,18 +241,18 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
               hint.empty() ? "declare it with .hbm in " + path : "did you mean '" + hint + "'?");
         continue;
       }
-      job.inputs.push_back({name, t, false, t->shape});
+      job.inputs.push_back({name, t, nc_contiguous_binding(name, *t), t->shape});
     }
     for (const auto& t : job.prog.hbm)
-      if (!s.resolved["inputs"].contains(t.name)) job.outputs.push_back({t.name, &t, false, t.shape});
+      if (!s.resolved["inputs"].contains(t.name)) job.outputs.push_back({t.name, &t, nc_contiguous_binding(t.name, t), t.shape});
   } else {
     check_expect_names(s, *graph);
     const MappingOptions mo = nc_mapping_options(s);
     const auto c0 = std::chrono::steady_clock::now();
-    // The compiler works on a copy with the exporter's GELU/LayerNorm decompositions fused; the
-    // reference keeps running the graph as exported.
+    // The compiler lowers the canonical graph (mapper/passes/canonicalize.hpp); the reference keeps
+    // running the graph as exported.
     graph::Graph cg = *graph;
-    passes::fuse_patterns(cg);
+    passes::canonicalize(cg);
     job.compiled = compile(cg, cfg, mo);
     job.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
     job.prog = job.compiled->program;
@@ -234,9 +262,9 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
       throw std::runtime_error(std::string("the compiler produced an invalid program: ") + e.what());
     }
     for (const auto& b : job.compiled->inputs)
-      job.inputs.push_back({b.name, job.prog.find_hbm(b.hbm), b.transposed, graph->value(b.name).shape, b.channel_major, b.pad});
+      job.inputs.push_back({b.name, job.prog.find_hbm(b.hbm), b, graph->value(b.name).shape});
     for (const auto& b : job.compiled->outputs)
-      job.outputs.push_back({b.name, job.prog.find_hbm(b.hbm), b.transposed, graph->value(b.name).shape});
+      job.outputs.push_back({b.name, job.prog.find_hbm(b.hbm), b, graph->value(b.name).shape});
     job.init = job.compiled->hbm_init;
     con.out(con.bold("predicted") + " " + format_num(job.compiled->predicted_s * 1e6, "%.3f") + " us (compiled " +
             std::to_string(job.prog.kernels.size()) + " kernels, " + std::to_string(job.prog.instrs.size()) +
@@ -306,10 +334,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
   }
   auto write_inputs = [&](const std::map<std::string, Tensor>& in) {
     if (!numerics) return;
-    for (const auto& b : job.inputs) {
-      if (b.channel_major) nc_write_value(core, *b.hbm, channel_major(in.at(b.name), b.pad), false);
-      else nc_write_value(core, *b.hbm, in.at(b.name), b.transposed);
-    }
+    for (const auto& b : job.inputs) nc_write_value(core, *b.hbm, in.at(b.name), b.at);
   };
   write_inputs(given);
   core.load(job.prog);
@@ -391,7 +416,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
 
   // Steps: closures on each step's outputs, read from HBM; later steps run the same program on the
   // same core with their own inputs. The outputs checked below are the last step's.
-  auto read_output = [&](const Binding& b) { return nc_read_value(core, *b.hbm, b.transposed, b.shape); };
+  auto read_output = [&](const Binding& b) { return nc_read_value(core, *b.hbm, b.at, b.shape); };
   std::vector<PredictedKernel> step_spans;
   std::vector<StepMark> closure_marks;
   const models::Femtos first_start = core.start_time();

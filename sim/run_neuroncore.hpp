@@ -15,8 +15,11 @@ neuroncore::MappingOptions nc_mapping_options(const Scenario& s);
 void run_systemc_sliced();
 // Host-side placement of a graph value in its HBM tensor (the program's layout and dtype), and
 // reading one back as fp32 in the value's shape.
-void nc_write_value(neuroncore::NeuronCore& core, const neuroncore::HbmTensor& t, const Tensor& value, bool transposed);
-Tensor nc_read_value(neuroncore::NeuronCore& core, const neuroncore::HbmTensor& t, bool transposed, const Shape& shape);
+// `b` says where each element of the value sits in the tensor (a layout of the compiler's choosing).
+void nc_write_value(neuroncore::NeuronCore& core, const neuroncore::HbmTensor& t, const Tensor& value, const neuroncore::IoBinding& b);
+Tensor nc_read_value(neuroncore::NeuronCore& core, const neuroncore::HbmTensor& t, const neuroncore::IoBinding& b, const Shape& shape);
+// A binding of a whole HBM tensor in row-major order (hand-written programs).
+neuroncore::IoBinding nc_contiguous_binding(const std::string& name, const neuroncore::HbmTensor& t);
 // The per-kernel table of the run just finished: predicted (the estimator) against simulated (a
 // kernel's span: from the previous kernel's end to its own last instruction's), on the console and
 // in report["kernels"].

@@ -11,6 +11,7 @@
 #include "isa/fileio.hpp"
 #include "isa/neuroncore/asm.hpp"
 #include "isa/neuroncore/validate.hpp"
+#include "mapper/passes/canonicalize.hpp"
 #include "mapper/passes/passes.hpp"
 #include "models/common/clock.hpp"
 #include "sim/console.hpp"
@@ -33,7 +34,7 @@ class NeuronCoreTrainer : public TrainMachine {
     MappingOptions mo = nc_mapping_options(s);
     mo.in_place = tg.state;
     graph::Graph cg = tg.g;
-    passes::fuse_patterns(cg);
+    passes::canonicalize(cg);
     const auto c0 = std::chrono::steady_clock::now();
     compiled_ = compile(cg, cfg_, mo);
     compile_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
@@ -66,12 +67,12 @@ class NeuronCoreTrainer : public TrainMachine {
 
   void set_state(const std::map<std::string, Tensor>& state) override {
     for (const auto& b : compiled_.inputs)
-      if (state_names_.count(b.name)) nc_write_value(*core_, hbm(b), state.at(b.name), b.transposed);
+      if (state_names_.count(b.name)) nc_write_value(*core_, hbm(b), state.at(b.name), b);
   }
 
   std::map<std::string, Tensor> step(const std::map<std::string, Tensor>& inputs) override {
     for (const auto& b : compiled_.inputs)
-      if (!state_names_.count(b.name)) nc_write_value(*core_, hbm(b), inputs.at(b.name), b.transposed);
+      if (!state_names_.count(b.name)) nc_write_value(*core_, hbm(b), inputs.at(b.name), b);
     core_->load(compiled_.program);
     run_systemc_sliced();
     if (!core_->finished()) throw std::runtime_error("the NeuronCore did not finish a training step (SystemC ran out of events)");
@@ -88,20 +89,20 @@ class NeuronCoreTrainer : public TrainMachine {
     total_s_ += last_s_;
     std::map<std::string, Tensor> out;
     for (const auto& b : compiled_.outputs)
-      if (!b.name.starts_with("next:")) out[b.name] = nc_read_value(*core_, hbm(b), b.transposed, tg_.g.value(b.name).shape);
+      if (!b.name.starts_with("next:")) out[b.name] = nc_read_value(*core_, hbm(b), b, tg_.g.value(b.name).shape);
     return out;
   }
 
   std::map<std::string, Tensor> state() override {
     std::map<std::string, Tensor> st;
     for (const auto& b : compiled_.inputs)
-      if (state_names_.count(b.name)) st[b.name] = nc_read_value(*core_, hbm(b), b.transposed, tg_.g.value(b.name).shape).cast(tg_.initial.at(b.name).dtype());
+      if (state_names_.count(b.name)) st[b.name] = nc_read_value(*core_, hbm(b), b, tg_.g.value(b.name).shape).cast(tg_.initial.at(b.name).dtype());
     return st;
   }
 
   double state_scalar(const std::string& name) override {
     for (const auto& b : compiled_.inputs)
-      if (b.name == name) return nc_read_value(*core_, hbm(b), b.transposed, tg_.g.value(b.name).shape).cast(DType::f64).to_f64()[0];
+      if (b.name == name) return nc_read_value(*core_, hbm(b), b, tg_.g.value(b.name).shape).cast(DType::f64).to_f64()[0];
     throw std::logic_error("no state tensor '" + name + "'");
   }
 

@@ -10,6 +10,12 @@
 
 namespace tessera::neuroncore {
 
+// DMA queues the compiler uses: streamed tiles on queues [0, kStreamQueues), bulk transfers (operand
+// blocks, stores) on the next kBulkQueues, so a long store never blocks a tile the tensor engine
+// waits for (queues are in order).
+inline constexpr int kStreamQueues = 12;
+inline constexpr int kBulkQueues = 4;
+
 // SBUF/PSUM operand: partitions [p0, p0+parts), `offset` bytes into each, free dims (outermost first;
 // strides in elements, 0 repeats an element: a broadcast).
 AccessPattern on_chip(Space s, DType t, int32_t p0, int32_t parts, int64_t offset, std::vector<Dim> dims);
@@ -54,7 +60,7 @@ class Emitter {
   Program& p_;
   std::vector<Item> stream_;
   int16_t kernel_ = -1;
-  int32_t stream_queues_ = 12, bulk_queues_ = 4, next_stream_ = 0, next_bulk_ = 0;  // see compile.hpp kStreamQueues
+  int32_t stream_queues_ = kStreamQueues, bulk_queues_ = kBulkQueues, next_stream_ = 0, next_bulk_ = 0;
 };
 
 }  // namespace tessera::neuroncore

@@ -8,6 +8,7 @@
 // multi-buffered), so the kernel takes the longest of these plus a prologue (its first
 // transfer) and an epilogue (the last tile's evacuation and store), which cannot overlap.
 #include "mapper/neuroncore/compile.hpp"
+#include "mapper/neuroncore/emit.hpp"
 
 namespace tessera::neuroncore {
 void estimate_kernels(Compiled& c, const CoreConfig& cfg);

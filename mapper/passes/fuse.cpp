@@ -1,13 +1,12 @@
-// Pattern fusion for compilers: the decompositions PyTorch's ONNX exporter writes for GELU (erf form)
-// and LayerNorm become the single ops the machines compute natively. The reference executor never
-// sees these rewrites: it runs the model as exported, so a compiled result is still checked against
-// the decomposition.
+// fuse_decompositions, part 1: LayerNorm and RMSNorm recognised by their structure, in the forms
+// exporters write (canonicalize.hpp). Part 2 (fuse_unary.cpp) finds activation functions by probing.
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <set>
 
+#include "mapper/passes/canonicalize.hpp"
 #include "mapper/passes/passes.hpp"
+#include "mapper/passes/rewrite.hpp"
 
 namespace tessera::passes {
 
@@ -16,158 +15,189 @@ using graph::Node;
 
 namespace {
 
-struct Index {
-  std::map<std::string, size_t> producer;
-  std::map<std::string, std::vector<size_t>> consumers;
-  explicit Index(const Graph& g) {
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-      for (const auto& o : g.nodes[i].outputs) producer[o] = i;
-      for (const auto& in : g.nodes[i].inputs) consumers[in].push_back(i);
-    }
-  }
-  // The single consumer of v, or nullptr.
-  const Node* only_consumer(const Graph& g, const std::string& v, size_t* idx = nullptr) const {
-    auto it = consumers.find(v);
-    if (it == consumers.end() || it->second.size() != 1) return nullptr;
-    if (std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end()) return nullptr;
-    if (idx) *idx = it->second[0];
-    return &g.nodes[it->second[0]];
+const std::string& other(const Node& n, const std::string& v) { return n.inputs[0] == v ? n.inputs[1] : n.inputs[0]; }
+
+struct Match {
+  std::set<size_t> nodes;  // matched nodes (removed when the match is applied)
+  const Node* node(const Rewriter& rw, const std::string& v, const char* op) {
+    const size_t i = rw.producer_index(v);
+    if (i == SIZE_MAX || rw.graph().nodes[i].op != op) return nullptr;
+    nodes.insert(i);
+    return &rw.graph().nodes[i];
   }
 };
 
-// A scalar constant's value, if `v` is one.
-bool scalar_const(const Graph& g, const std::string& v, double& out) {
-  if (!g.has_value(v)) return false;
-  const auto& val = g.value(v);
-  if (!val.data || val.data->numel() != 1 || !is_float(val.dtype)) return false;
-  out = val.data->to_f64()[0];
-  return true;
+// ReduceMean over trailing axes [first, rank) with keepdims; returns first (or -1).
+int64_t trailing_mean(const Rewriter& rw, const Node& r) {
+  if (r.op != "ReduceMean" || r.attrs.get_int("keepdims", 1) != 1) return -1;
+  const int64_t rank = static_cast<int64_t>(rw.value(r.inputs[0]).shape.size());
+  std::vector<int64_t> axes = r.attrs.get_ints("axes");
+  if (axes.empty() && r.inputs.size() > 1 && rw.constant(r.inputs[1])) axes = rw.constant(r.inputs[1])->to_i64();
+  if (axes.empty()) return -1;
+  for (auto& a : axes)
+    if (a < 0) a += rank;
+  std::sort(axes.begin(), axes.end());
+  for (size_t k = 0; k < axes.size(); ++k)
+    if (axes[k] != rank - static_cast<int64_t>(axes.size()) + static_cast<int64_t>(k)) return -1;
+  return axes[0];
 }
 
-// The other input of a binary node.
-const std::string& other(const Node& n, const std::string& v) { return n.inputs[0] == v ? n.inputs[1] : n.inputs[0]; }
-
-// x -> Div(x, sqrt2) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5), in the exporter's order (the
-// 0.5 may also multiply x first). Returns the nodes to drop and the final output.
-bool match_gelu(const Graph& g, const Index& ix, size_t erf_idx, std::vector<size_t>& drop, std::string& x, std::string& out) {
-  const Node& erf = g.nodes[erf_idx];
-  auto p = ix.producer.find(erf.inputs[0]);
-  if (p == ix.producer.end()) return false;
-  const Node& div = g.nodes[p->second];
-  double c = 0;
-  if (div.op != "Div" || !scalar_const(g, div.inputs[1], c) || std::abs(c - std::sqrt(2.0)) > 1e-3) return false;
-  x = div.inputs[0];
-  if (!ix.only_consumer(g, div.outputs[0])) return false;
-  size_t add_i = 0, mul_i = 0, half_i = 0;
-  const Node* add = ix.only_consumer(g, erf.outputs[0], &add_i);
-  double one = 0;
-  if (!add || add->op != "Add" || !scalar_const(g, other(*add, erf.outputs[0]), one) || one != 1.0) return false;
-  const Node* mul = ix.only_consumer(g, add->outputs[0], &mul_i);
-  if (!mul || mul->op != "Mul" || other(*mul, add->outputs[0]) != x) return false;
-  const Node* half = ix.only_consumer(g, mul->outputs[0], &half_i);
-  double h = 0;
-  if (!half || half->op != "Mul" || !scalar_const(g, other(*half, mul->outputs[0]), h) || h != 0.5) return false;
-  drop = {p->second, erf_idx, add_i, mul_i, half_i};
-  out = half->outputs[0];
-  return true;
-}
-
-// m = ReduceMean(x, last axis); d = Sub(x, m); q = Pow(d, 2); v = ReduceMean(q); e = Add(v, eps);
-// s = Sqrt(e); n = Div(d, s); y = Mul(n, gamma); z = Add(y, beta).
-bool match_layernorm(const Graph& g, const Index& ix, size_t mean_idx, std::vector<size_t>& drop, Node& fused) {
-  const Node& mean = g.nodes[mean_idx];
-  const std::string x = mean.inputs[0];
-  const auto& xs = g.value(x).shape;
-  auto last_axis_only = [&](const Node& r) {
-    if (r.attrs.get_int("keepdims", 1) != 1) return false;
-    std::vector<int64_t> axes = r.attrs.get_ints("axes");
-    if (axes.empty() && r.inputs.size() > 1 && g.value(r.inputs[1]).data) axes = g.value(r.inputs[1]).data->to_i64();
-    return axes.size() == 1 && (axes[0] == -1 || axes[0] == static_cast<int64_t>(xs.size()) - 1);
-  };
-  if (xs.empty() || !last_axis_only(mean)) return false;
-  // Sub(x, m): mean's only consumer.
-  size_t sub_i = 0, pow_i = 0, mean2_i = 0, add_i = 0, sqrt_i = 0, div_i = 0, mul_i = 0, badd_i = 0;
-  const Node* sub = ix.only_consumer(g, mean.outputs[0], &sub_i);
-  if (!sub || sub->op != "Sub" || sub->inputs[0] != x || sub->inputs[1] != mean.outputs[0]) return false;
-  // d has two consumers: Pow and Div.
-  auto dc = ix.consumers.find(sub->outputs[0]);
-  if (dc == ix.consumers.end() || dc->second.size() != 2) return false;
-  const Node* pw = nullptr;
-  const Node* div = nullptr;
-  for (size_t c : dc->second) {
-    if (g.nodes[c].op == "Pow") {
-      pw = &g.nodes[c];
-      pow_i = c;
-    } else if (g.nodes[c].op == "Div") {
-      div = &g.nodes[c];
-      div_i = c;
-    }
-  }
-  double two = 0;
-  if (!pw || !div || !scalar_const(g, pw->inputs[1], two) || two != 2.0) return false;
-  const Node* mean2 = ix.only_consumer(g, pw->outputs[0], &mean2_i);
-  if (!mean2 || mean2->op != "ReduceMean" || !last_axis_only(*mean2)) return false;
-  const Node* add = ix.only_consumer(g, mean2->outputs[0], &add_i);
+// v = mean(d^2 over trailing axes) + eps, d squared as Pow(d, 2) or Mul(d, d).
+struct MeanSquare {
+  std::string d;
   double eps = 0;
-  if (!add || add->op != "Add" || !scalar_const(g, other(*add, mean2->outputs[0]), eps)) return false;
-  const Node* sq = ix.only_consumer(g, add->outputs[0], &sqrt_i);
-  if (!sq || sq->op != "Sqrt") return false;
-  if (ix.only_consumer(g, sq->outputs[0]) != div || div->inputs[0] != sub->outputs[0] || div->inputs[1] != sq->outputs[0]) return false;
-  const Node* mul = ix.only_consumer(g, div->outputs[0], &mul_i);
-  if (!mul || mul->op != "Mul") return false;
-  const std::string gamma = other(*mul, div->outputs[0]);
-  const Node* badd = ix.only_consumer(g, mul->outputs[0], &badd_i);
-  if (!badd || badd->op != "Add") return false;
-  const std::string beta = other(*badd, mul->outputs[0]);
-  const int64_t C = xs.back();
-  for (const auto& p : {gamma, beta}) {
-    const auto& v = g.value(p);
-    if (!v.data || v.data->numel() != C) return false;
+  int64_t axis = -1;
+};
+std::optional<MeanSquare> mean_square(const Rewriter& rw, Match& m, const std::string& v) {
+  const Node* add = m.node(rw, v, "Add");
+  if (!add) return std::nullopt;
+  for (const auto& mv : add->inputs) {
+    const auto eps = rw.scalar(other(*add, mv));
+    const Node* mean = eps ? m.node(rw, mv, "ReduceMean") : nullptr;
+    if (!mean) continue;
+    const int64_t axis = trailing_mean(rw, *mean);
+    const size_t qi = rw.producer_index(mean->inputs[0]);
+    if (axis < 0 || qi == SIZE_MAX) return std::nullopt;
+    const Node& q = rw.graph().nodes[qi];
+    m.nodes.insert(qi);
+    if (q.op == "Pow" && rw.scalar(q.inputs[1]) == 2.0) return MeanSquare{q.inputs[0], *eps, axis};
+    if (q.op == "Mul" && q.inputs[0] == q.inputs[1]) return MeanSquare{q.inputs[0], *eps, axis};
+    return std::nullopt;
   }
-  drop = {mean_idx, sub_i, pow_i, mean2_i, add_i, sqrt_i, div_i, mul_i, badd_i};
-  fused.name = mean.name + "+layernorm";
-  fused.op = "LayerNormalization";
-  fused.inputs = {x, gamma, beta};
-  fused.outputs = {badd->outputs[0]};
-  fused.attrs.set("axis", int64_t{-1});
-  fused.attrs.set("epsilon", eps);
+  return std::nullopt;
+}
+
+// n = d / sqrt(v) or d * (1 / sqrt(v)) (Div(1, Sqrt) or Reciprocal(Sqrt)): returns v.
+std::optional<std::string> normalized(const Rewriter& rw, Match& m, const Node& n, const std::string& d) {
+  if (n.op == "Div" && n.inputs[0] == d) {
+    const Node* sq = m.node(rw, n.inputs[1], "Sqrt");
+    return sq ? std::optional<std::string>(sq->inputs[0]) : std::nullopt;
+  }
+  if (n.op != "Mul") return std::nullopt;
+  const std::string& r = other(n, d);
+  const size_t ri = rw.producer_index(r);
+  if (ri == SIZE_MAX) return std::nullopt;
+  const Node& inv = rw.graph().nodes[ri];
+  m.nodes.insert(ri);
+  std::string s;
+  if (inv.op == "Reciprocal") s = inv.inputs[0];
+  else if (inv.op == "Div" && rw.scalar(inv.inputs[0]) == 1.0) s = inv.inputs[1];
+  else return std::nullopt;
+  const Node* sq = m.node(rw, s, "Sqrt");
+  return sq ? std::optional<std::string>(sq->inputs[0]) : std::nullopt;
+}
+
+// A constant of the normalized shape (the trailing dims from axis), for scale and bias.
+bool param_of(const Rewriter& rw, const std::string& p, const Shape& xs, int64_t axis) {
+  const Tensor* t = rw.constant(p);
+  if (!t || !is_float(t->dtype())) return false;
+  return t->numel() == shape_numel(Shape(xs.begin() + axis, xs.end()));
+}
+
+// Every value produced inside the match, except `out`, is read only inside it.
+bool closed(const Rewriter& rw, const Match& m, const std::string& out) {
+  for (size_t i : m.nodes)
+    for (const auto& o : rw.graph().nodes[i].outputs) {
+      if (o == out || o.empty()) continue;
+      if (rw.is_output(o)) return false;
+      for (size_t c : rw.consumers(o))
+        if (!m.nodes.count(c)) return false;
+    }
   return true;
+}
+
+// Optional trailing Mul(., scale) and Add(., bias) with constants of the normalized shape.
+void affine_tail(const Rewriter& rw, Match& m, std::string& out, const Shape& xs, int64_t axis, std::string& scale, std::string& bias) {
+  size_t ci = 0;
+  const Node* c = rw.only_consumer(out, &ci);
+  if (c && c->op == "Mul" && param_of(rw, other(*c, out), xs, axis)) {
+    scale = other(*c, out);
+    m.nodes.insert(ci);
+    out = c->outputs[0];
+    c = rw.only_consumer(out, &ci);
+  }
+  if (c && c->op == "Add" && param_of(rw, other(*c, out), xs, axis)) {
+    bias = other(*c, out);
+    m.nodes.insert(ci);
+    out = c->outputs[0];
+  }
+}
+
+// The normalized tensor's node(s) after `d`: the consumer of d other than the square.
+bool apply(Rewriter& rw, const Match& m, Node fused, const std::string& out) {
+  if (!closed(rw, m, out)) return false;
+  for (size_t i : m.nodes) rw.remove_node(i);
+  rw.add_node(std::move(fused));
+  return true;
+}
+
+// From the ReduceMean of x's mean (LayerNorm) or of x squared (RMSNorm).
+bool try_norm(Rewriter& rw, size_t mean_idx) {
+  const Node& first = rw.graph().nodes[mean_idx];
+  if (trailing_mean(rw, first) < 0) return false;
+  const std::string x_or_sq = first.inputs[0];
+  // LayerNorm: d = x - mean(x); RMSNorm: first is mean(x^2).
+  size_t sub_i = 0;
+  const Node* sub = rw.only_consumer(first.outputs[0], &sub_i);
+  const bool layer = sub && sub->op == "Sub" && sub->inputs[1] == first.outputs[0] && sub->inputs[0] == x_or_sq;
+  Match m;
+  std::string x, d;
+  if (layer) {
+    m.nodes = {mean_idx, sub_i};
+    x = x_or_sq;
+    d = sub->outputs[0];
+  } else {
+    const size_t qi = rw.producer_index(x_or_sq);
+    if (qi == SIZE_MAX) return false;
+    const Node& q = rw.graph().nodes[qi];
+    if (!((q.op == "Pow" && rw.scalar(q.inputs[1]) == 2.0) || (q.op == "Mul" && q.inputs[0] == q.inputs[1]))) return false;
+    x = d = q.inputs[0];
+  }
+  const Shape xs = rw.value(x).shape;
+  // The consumer of d that normalizes it (a Div or Mul whose other side leads back to mean(d^2)).
+  for (size_t ni : rw.consumers(d)) {
+    const Node& n = rw.graph().nodes[ni];
+    Match mm = m;
+    mm.nodes.insert(ni);
+    const auto v = normalized(rw, mm, n, d);
+    if (!v) continue;
+    const auto ms = mean_square(rw, mm, *v);
+    if (!ms || ms->d != d) continue;
+    if (!layer && (rw.producer_index(x_or_sq) == SIZE_MAX || !mm.nodes.count(rw.producer_index(x_or_sq)) || !mm.nodes.count(mean_idx))) continue;
+    std::string out = n.outputs[0], scale, bias;
+    affine_tail(rw, mm, out, xs, ms->axis, scale, bias);
+    if (scale.empty()) {
+      std::vector<float> ones(static_cast<size_t>(shape_numel(Shape(xs.begin() + ms->axis, xs.end()))), 1.0f);
+      scale = rw.add_constant(x + "/norm_scale", Tensor::from_f32(Shape(xs.begin() + ms->axis, xs.end()), std::move(ones)).cast(rw.value(x).dtype));
+    }
+    if (!layer && !bias.empty()) continue;  // RMSNorm has no bias; leave a trailing Add alone
+    Node f{n.name + (layer ? "+layernorm" : "+rmsnorm"), layer ? "LayerNormalization" : "RMSNormalization", {}, {x, scale}, {out}};
+    if (!bias.empty()) f.inputs.push_back(bias);
+    f.attrs.set("axis", ms->axis);
+    f.attrs.set("epsilon", ms->eps);
+    return apply(rw, mm, std::move(f), out);
+  }
+  return false;
 }
 
 }  // namespace
 
-int fuse_patterns(Graph& g) {
-  int fused_count = 0;
-  bool changed = true;
-  while (changed) {
+bool fuse_unary_regions(Graph& g);  // fuse_unary.cpp
+
+bool fuse_decompositions(Graph& g) {
+  bool any = false;
+  for (bool changed = true; changed;) {
     changed = false;
-    const Index ix(g);
-    for (size_t i = 0; i < g.nodes.size() && !changed; ++i) {
-      std::vector<size_t> drop;
-      Node repl;
-      std::string x, out;
-      if (g.nodes[i].op == "Erf" && match_gelu(g, ix, i, drop, x, out)) {
-        repl.name = g.nodes[i].name + "+gelu";
-        repl.op = "Gelu";
-        repl.inputs = {x};
-        repl.outputs = {out};
-      } else if (g.nodes[i].op == "ReduceMean" && match_layernorm(g, ix, i, drop, repl)) {
-      } else {
-        continue;
-      }
-      std::set<size_t> dropset(drop.begin(), drop.end());
-      std::vector<Node> kept;
-      for (size_t k = 0; k < g.nodes.size(); ++k)
-        if (!dropset.count(k)) kept.push_back(std::move(g.nodes[k]));
-      kept.push_back(std::move(repl));
-      g.nodes = std::move(kept);
+    Rewriter rw(g);
+    for (size_t i = 0; i < g.nodes.size() && !changed; ++i)
+      if (g.nodes[i].op == "ReduceMean" && try_norm(rw, i)) changed = true;
+    if (changed) {
+      rw.commit();
       remove_dead(g);
-      ++fused_count;
-      changed = true;
+      any = true;
     }
   }
-  graph::verify(g);
-  return fused_count;
+  return fuse_unary_regions(g) || any;
 }
 
 }  // namespace tessera::passes

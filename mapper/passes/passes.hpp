@@ -15,8 +15,6 @@ void infer_and_fold(graph::Graph& g);
 void remove_dead(graph::Graph& g);
 void prepare(graph::Graph& g);
 
-// For compilers (not run by prepare): replaces the exporter's decompositions of GELU (erf form) and
-// LayerNorm over the last axis with Gelu and LayerNormalization nodes. Returns how many it fused.
-int fuse_patterns(graph::Graph& g);
+// The canonical graph the compilers lower (canonicalize, its passes): mapper/passes/canonicalize.hpp.
 
 }  // namespace tessera::passes

@@ -23,6 +23,7 @@ std::vector<OpEntry> elementwise_ops();
 std::vector<OpEntry> linalg_ops();
 std::vector<OpEntry> nn_ops();
 std::vector<OpEntry> shape_ops();
+std::vector<OpEntry> canonical_ops();  // ops_canonical.cpp
 
 namespace detail {
 

@@ -9,6 +9,7 @@
 #include "mapper/frontend/json_graph.hpp"
 #include "mapper/frontend/onnx.hpp"
 #include "mapper/neuroncore/compile.hpp"
+#include "mapper/passes/canonicalize.hpp"
 #include "mapper/passes/passes.hpp"
 
 using namespace tessera;
@@ -24,8 +25,7 @@ CoreConfig trn1() {
 
 void BM_CompileBertLayer(benchmark::State& state) {
   graph::Graph g = frontend::load_onnx(TESSERA_SOURCE_DIR "/scenarios/models/bert_layer.onnx");
-  passes::prepare(g);
-  passes::fuse_patterns(g);
+  passes::canonicalize(g);
   const CoreConfig cfg = trn1();
   MappingOptions mo;
   mo.compute = DType::bf16;

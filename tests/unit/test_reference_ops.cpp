@@ -843,7 +843,7 @@ TEST_CASE("reference: supported_ops covers the whole op set", "[reference]") {
       "LogSoftmax", "LayerNormalization", "BatchNormalization", "ReduceMean", "ReduceSum", "ReduceMax",
       "MaxPool", "AveragePool", "GlobalAveragePool", "Transpose", "Reshape", "Flatten", "Squeeze",
       "Unsqueeze", "Concat", "Split", "Slice", "Gather", "Where", "Cast", "Identity", "Constant", "Shape",
-      "Expand", "Equal", "Less", "Greater"};
+      "Expand", "Equal", "Less", "Greater", "RMSNormalization", "Swish"};
   const auto have = reference::supported_ops();
   for (const auto& name : want) {
     INFO(name);

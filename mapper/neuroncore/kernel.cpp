@@ -1,0 +1,144 @@
+#include "mapper/neuroncore/kernel.hpp"
+
+#include "isa/error.hpp"
+
+namespace tessera::neuroncore {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int64_t Sbuf::take(int64_t bytes) {
+  const int64_t off = next;
+  next += (bytes + 63) / 64 * 64;
+  if (next > limit)
+    throw InputError("kernel '" + kernel + "'", "needs " + std::to_string(next - base) + " bytes of SBUF per partition; it has " +
+                                                 std::to_string(limit - base),
+                     hint);
+  return off;
+}
+
+void Ctx::begin(const std::string& name, int64_t stream_buffers, std::pair<int64_t, int64_t> pieces) {
+  em.begin_kernel(name);
+  c.stream_buffers.push_back(stream_buffers);
+  c.pieces.push_back(pieces);
+}
+
+void Ctx::set_serial_fraction(double f) {
+  c.serial_fraction.resize(c.program.kernels.size(), 0.0);
+  c.serial_fraction.back() = f;
+}
+
+Sbuf Ctx::sbuf(const std::string& kernel, int64_t lo, int64_t hi) const {
+  Sbuf s;
+  s.next = s.base = lo;
+  s.limit = hi < 0 ? cfg.sbuf_partition_bytes : hi;
+  s.kernel = kernel;
+  return s;
+}
+
+AccessPattern Ctx::psum(int64_t i, int32_t parts, int32_t free) const {
+  return on_chip(Space::psum, DType::f32, 0, parts, (i % banks()) * cfg.psum_bank_bytes(), {{free, 1}});
+}
+
+void Ctx::tensor_tensor(Alu alu, const AccessPattern& dst, const AccessPattern& a, const AccessPattern& b) {
+  Instr in;
+  in.op = Op::tensor_tensor;
+  in.alu = alu;
+  in.dst = dst;
+  in.src0 = a;
+  in.src1 = b;
+  em.emit(in, Lane::vector);
+}
+
+void Ctx::tensor_scalar(const AccessPattern& dst, const AccessPattern& src, Alu alu0, double imm0, Alu alu1, double imm1) {
+  Instr in;
+  in.op = Op::tensor_scalar;
+  in.alu = alu0;
+  in.imm[0] = imm0;
+  in.alu1 = alu1;
+  in.imm[1] = imm1;
+  in.dst = dst;
+  in.src0 = src;
+  em.emit(in, Lane::vector);
+}
+
+void Ctx::activation(const AccessPattern& dst, const AccessPattern& src, Func func, double scale, const AccessPattern& bias, double imm_bias,
+                     const AccessPattern& aux) {
+  Instr in;
+  in.op = Op::activation;
+  in.func = func;
+  in.imm[0] = scale;
+  in.imm[1] = imm_bias;
+  in.dst = dst;
+  in.src0 = src;
+  if (bias.present()) in.src1 = bias;
+  if (aux.present()) in.aux = aux;
+  em.emit(in, Lane::scalar);
+}
+
+void Ctx::copy(const AccessPattern& dst, const AccessPattern& src) {
+  Instr in;
+  in.op = Op::tensor_copy;
+  in.dst = dst;
+  in.src0 = src;
+  em.emit(in, Lane::vector);
+}
+
+void Ctx::memset(const AccessPattern& dst, double value) {
+  Instr in;
+  in.op = Op::memset;
+  in.imm[0] = value;
+  in.dst = dst;
+  em.emit(in, Lane::vector);
+}
+
+void Ctx::reduce(const AccessPattern& dst, const AccessPattern& src, Alu alu, bool negate) {
+  Instr in;
+  in.op = Op::tensor_reduce;
+  in.alu = alu;
+  in.negate = negate;
+  in.dst = dst;
+  in.src0 = src;
+  em.emit(in, Lane::vector);
+}
+
+void Ctx::matmul_step(const AccessPattern& ps, const AccessPattern& stat, const AccessPattern& mov, bool start, bool stop) {
+  Instr ls;
+  ls.op = Op::load_stationary;
+  ls.src0 = stat;
+  em.emit(ls, Lane::tensor);
+  Instr mm;
+  mm.op = Op::multiply_moving;
+  mm.dst = ps;
+  mm.src0 = mov;
+  mm.start = start;
+  mm.stop = stop;
+  em.emit(mm, Lane::tensor);
+}
+
+void Ctx::transpose(const AccessPattern& psum_dst, const AccessPattern& src) {
+  Instr tr;
+  tr.op = Op::transpose;
+  tr.dst = psum_dst;
+  tr.src0 = src;
+  em.emit(tr, Lane::tensor);
+}
+
+bool unary_func(const std::string& op, const graph::Node& n, Func& f) {
+  static const std::pair<const char*, Func> table[] = {
+      {"Relu", Func::relu}, {"Sigmoid", Func::sigmoid}, {"Tanh", Func::tanh}, {"Exp", Func::exp},         {"Log", Func::log},
+      {"Sqrt", Func::sqrt}, {"Reciprocal", Func::reciprocal}, {"Swish", Func::silu}, {"Softplus", Func::softplus},
+      {"Mish", Func::mish}, {"Erf", Func::erf}};
+  if (op == "Gelu") {
+    f = n.attrs.get_string("approximate", "none") == "tanh" ? Func::gelu_tanh : Func::gelu;
+    return true;
+  }
+  if (op == "Swish" && n.attrs.get_float("alpha", 1.0) != 1.0) return false;
+  for (const auto& [name, fn] : table)
+    if (op == name) {
+      f = fn;
+      return true;
+    }
+  return false;
+}
+
+}  // namespace tessera::neuroncore

@@ -1,0 +1,91 @@
+#pragma once
+// What every kernel family (mapper/neuroncore/kernels/) works with: the graph, the machine, the
+// options, the storage of values, the instruction stream, and small instruction builders.
+#include <optional>
+#include <string>
+
+#include "mapper/neuroncore/emit.hpp"
+#include "mapper/neuroncore/tensors.hpp"
+
+namespace tessera::neuroncore {
+
+// A kernel that cannot be planned says why (Timeloop's EvalStatus); the driver turns it into the
+// user's error naming the node.
+struct Status {
+  bool ok = true;
+  std::string reason, hint;
+  static Status fail(std::string reason, std::string hint = {}) { return {false, std::move(reason), std::move(hint)}; }
+};
+
+// A bump allocator over SBUF bytes [next, limit) of every partition, for one kernel.
+struct Sbuf {
+  int64_t next = 0;
+  int64_t limit = 0;
+  std::string kernel;
+  int64_t base = 0;
+  std::string hint = "use a smaller tile (mapping.tile_n / tile_m) or fewer buffers (mapping.buffers)";
+  int64_t take(int64_t bytes);
+  bool fits(int64_t bytes) const { return next + (bytes + 63) / 64 * 64 <= limit; }
+};
+
+// What a matmul or convolution applies to its fp32 accumulator before storing it:
+// y = func(acc * scale + bias) + residual, or func(acc * scale + bias + residual) when the residual
+// comes first (ResNet's Add then Relu). Absorbs the graph nodes named in `fused`.
+struct Epilogue {
+  double scale = 1.0;
+  std::optional<TensorRef> bias;      // broadcast to the output's shape (stride 0 where it repeats)
+  Func func = Func::identity;
+  std::optional<TensorRef> residual;  // the output's shape
+  bool residual_first = false;
+  std::vector<std::string> fused;
+  std::string out;                    // the value written (the last fused node's output)
+  // The values a matmul reads in place of its inputs, when a scalar scale of an input moved into
+  // `scale` ((c A) @ B = c (A @ B)); empty: the node's own input.
+  std::string operand[2];
+};
+
+class Ctx {
+ public:
+  Ctx(const graph::Graph& graph, const CoreConfig& config, const MappingOptions& options, Compiled& compiled, Emitter& emitter, Storage& storage)
+      : g(graph), cfg(config), opt(options), c(compiled), em(emitter), st(storage) {}
+
+  const graph::Graph& g;
+  const CoreConfig& cfg;
+  const MappingOptions& opt;
+  Compiled& c;
+  Emitter& em;
+  Storage& st;
+
+  // Starts a kernel. `stream_buffers`: DMAs its streamed tiles keep in flight (the estimator's
+  // overlap); pieces: independent pieces and how many of them overlap.
+  void begin(const std::string& name, int64_t stream_buffers = 2, std::pair<int64_t, int64_t> pieces = {1, 1});
+  void set_stream_buffers(int64_t n) { c.stream_buffers.back() = std::max(c.stream_buffers.back(), n); }
+  void set_pieces(int64_t n, int64_t overlap) { c.pieces.back() = {n, overlap}; }
+  void set_serial_fraction(double f);
+  Sbuf sbuf(const std::string& kernel, int64_t lo = 0, int64_t hi = -1) const;
+  void used(const Sbuf& s) { c.sbuf_high_water = std::max(c.sbuf_high_water, s.next); }
+  int64_t banks() const { return std::min<int64_t>(cfg.psum_banks, 8); }
+  // A PSUM tile [parts, free] fp32 in bank i (mod the banks).
+  AccessPattern psum(int64_t i, int32_t parts, int32_t free) const;
+  void used_psum() { c.psum_high_water = std::max(c.psum_high_water, cfg.psum_bank_bytes() * banks()); }
+
+  // Instruction builders.
+  void tensor_tensor(Alu alu, const AccessPattern& dst, const AccessPattern& a, const AccessPattern& b);
+  // dst = (src alu0 imm0) alu1 imm1
+  void tensor_scalar(const AccessPattern& dst, const AccessPattern& src, Alu alu0, double imm0, Alu alu1 = Alu::bypass, double imm1 = 0);
+  // dst = func(src * scale + bias); bias a [P, 1] column when given, else `imm_bias`; aux gets the row sums.
+  void activation(const AccessPattern& dst, const AccessPattern& src, Func func, double scale = 1.0, const AccessPattern& bias = {},
+                  double imm_bias = 0.0, const AccessPattern& aux = {});
+  void copy(const AccessPattern& dst, const AccessPattern& src);
+  void memset(const AccessPattern& dst, double value);
+  void reduce(const AccessPattern& dst, const AccessPattern& src, Alu alu, bool negate = false);
+  void matmul_step(const AccessPattern& ps, const AccessPattern& stat, const AccessPattern& mov, bool start, bool stop);
+  void transpose(const AccessPattern& psum_dst, const AccessPattern& src);
+};
+
+int64_t ceil_div(int64_t a, int64_t b);
+
+// Unary ops the scalar engine computes as func(in * scale + bias).
+bool unary_func(const std::string& op, const graph::Node& n, Func& f);
+
+}  // namespace tessera::neuroncore

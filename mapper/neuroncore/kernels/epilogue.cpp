@@ -1,0 +1,94 @@
+#include "mapper/neuroncore/kernels/epilogue.hpp"
+
+#include "mapper/neuroncore/kernels/tiling.hpp"
+
+namespace tessera::neuroncore {
+
+EpilogueEmitter::EpilogueEmitter(Ctx& x, const Epilogue& ep, Sbuf& sb, int64_t free) : x_(x), ep_(ep), free_(free), sb_(&sb) {
+  if (ep.bias) bias_buf_ = sb.take(free * 4);
+  if (ep.residual) res_buf_ = sb.take(2 * free * 4);
+  if (ep.bias || ep.residual) tmp_buf_ = sb.take(free * 4);
+}
+
+void EpilogueEmitter::preload_row_bias(int64_t elem, int64_t count, int64_t stride) {
+  if (!ep_.bias || row_buf_ >= 0 || !sb_->fits(count * ep_.bias->es() + 64 * 1024)) return;  // leave room for the kernel's tiles
+  row_buf_ = sb_->take(count * ep_.bias->es());
+  row_elem_ = elem;
+  row_count_ = count;
+  row_stride_ = stride;
+  const int32_t P = static_cast<int32_t>(x_.cfg.partitions);
+  x_.em.dma(on_chip(Space::sbuf, ep_.bias->dtype, 0, P, row_buf_, {{static_cast<int32_t>(count), 1}}),
+            hbm_ap(*ep_.bias, elem, P, 0, {{static_cast<int32_t>(count), static_cast<int32_t>(stride)}}), Emitter::DmaClass::spread);
+  x_.used(*sb_);
+}
+
+namespace {
+bool per_partition(const TileView& v) {
+  for (const auto& d : v.free)
+    if (d.stride != 0 && d.num > 1) return false;
+  return true;
+}
+}  // namespace
+
+void EpilogueEmitter::run(const AccessPattern& dst, const AccessPattern& acc, const TileView& bias, const TileView& residual, int64_t t) {
+  const int32_t parts = acc.parts;
+  const std::vector<Dim> flat{{static_cast<int32_t>(acc.free_elems()), 1}};
+  const AccessPattern tmp = tmp_buf_ >= 0 ? on_chip(Space::sbuf, DType::f32, 0, parts, tmp_buf_, flat) : AccessPattern{};
+  // Loads `v` of operand `r` into SBUF at `off` (packed); returns the AP reading it in tile order.
+  auto load = [&](const TensorRef& r, const TileView& v, int64_t off) {
+    const Packed p = pack(v.free);
+    x_.em.dma(on_chip(Space::sbuf, r.dtype, 0, parts, off, p.sbuf), hbm_ap(r, v.elem, parts, v.part_stride, p.hbm), Emitter::DmaClass::spread);
+    return on_chip(Space::sbuf, r.dtype, 0, parts, off, p.read);
+  };
+  AccessPattern res;
+  if (ep_.residual) res = load(*ep_.residual, residual, res_buf_ + (t % 2) * free_ * 4);
+  // acc * scale + bias [+ residual] into tmp when more than one step follows, else straight to dst.
+  const bool col = ep_.bias && per_partition(bias);
+  AccessPattern b;
+  if (ep_.bias) {
+    const bool reuse = !col && bias.elem == last_bias_ && parts <= last_bias_parts_ && bias.part_stride == 0;
+    const int64_t j = row_buf_ >= 0 && bias.part_stride == 0 && bias.free.size() == 1 && bias.free[0].stride == row_stride_ && row_stride_ != 0
+                          ? (bias.elem - row_elem_) / row_stride_
+                          : -1;
+    if (col) {
+      b = on_chip(Space::sbuf, ep_.bias->dtype, 0, parts, bias_buf_, {{1, 1}});
+      x_.em.dma(b, hbm_ap(*ep_.bias, bias.elem, parts, bias.part_stride, {{1, 1}}));
+    } else if (j >= 0 && j + bias.free[0].num <= row_count_ && (bias.elem - row_elem_) % row_stride_ == 0) {
+      b = on_chip(Space::sbuf, ep_.bias->dtype, 0, parts, row_buf_ + j * ep_.bias->es(), {{bias.free[0].num, 1}});
+    } else if (reuse) {
+      b = on_chip(Space::sbuf, ep_.bias->dtype, 0, parts, bias_buf_, pack(bias.free).read);
+    } else {
+      b = load(*ep_.bias, bias, bias_buf_);
+      last_bias_ = bias.part_stride == 0 ? bias.elem : -1;
+      last_bias_parts_ = parts;
+    }
+  }
+  if (!ep_.residual && (!ep_.bias || col)) {  // one activation: func(acc * scale + bias[p])
+    x_.activation(dst, acc, ep_.func, ep_.scale, col ? b : AccessPattern{});
+    return;
+  }
+  // tmp = acc * scale + bias
+  if (col || !ep_.bias) {
+    x_.activation(tmp, acc, ep_.residual_first ? Func::identity : ep_.func, ep_.scale, col ? b : AccessPattern{});
+  } else {
+    if (ep_.scale != 1.0) {
+      x_.activation(tmp, acc, Func::identity, ep_.scale);
+      x_.tensor_tensor(Alu::add, tmp, tmp, b);
+    } else {
+      x_.tensor_tensor(Alu::add, tmp, acc, b);
+    }
+    if (!ep_.residual) {
+      x_.activation(dst, tmp, ep_.func);
+      return;
+    }
+    if (!ep_.residual_first && ep_.func != Func::identity) x_.activation(tmp, tmp, ep_.func);
+  }
+  if (ep_.residual_first) {
+    x_.tensor_tensor(Alu::add, tmp, tmp, res);
+    x_.activation(dst, tmp, ep_.func);
+  } else {
+    x_.tensor_tensor(Alu::add, dst, tmp, res);
+  }
+}
+
+}  // namespace tessera::neuroncore

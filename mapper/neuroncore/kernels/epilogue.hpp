@@ -1,0 +1,40 @@
+#pragma once
+// The evacuation of an accumulated output tile (PSUM, fp32) with a fused epilogue (kernel.hpp:
+// y = func(acc * scale + bias) + residual), shared by matmuls and convolutions.
+#include "mapper/neuroncore/kernel.hpp"
+
+namespace tessera::neuroncore {
+
+// How one output tile [parts, free] maps onto an operand of the output's shape: element offset of
+// the tile's first element, partition stride, free dims (counts and element strides).
+struct TileView {
+  int64_t elem = 0;
+  int64_t part_stride = 0;
+  std::vector<Dim> free;
+};
+
+class EpilogueEmitter {
+ public:
+  // Allocates the epilogue's SBUF buffers for tiles of up to [parts, free] elements.
+  EpilogueEmitter(Ctx& x, const Epilogue& ep, Sbuf& sb, int64_t free);
+  // dst (SBUF, the output's dtype) = epilogue(acc); `bias` / `residual` locate the tile in those
+  // operands (ignored when the epilogue has none). `t` alternates the double-buffered tiles.
+  void run(const AccessPattern& dst, const AccessPattern& acc, const TileView& bias, const TileView& residual, int64_t t);
+  // Loads a bias that repeats over the tile rows once for the whole kernel: `count` elements from
+  // `elem`, `stride` apart (the output's columns), replicated on every partition; tiles then read
+  // their columns of it instead of loading their own.
+  void preload_row_bias(int64_t elem, int64_t count, int64_t stride);
+  bool trivial() const { return !ep_.bias && !ep_.residual && ep_.func == Func::identity && ep_.scale == 1.0; }
+
+ private:
+  Ctx& x_;
+  const Epilogue& ep_;
+  int64_t free_ = 0;
+  Sbuf* sb_ = nullptr;
+  int64_t bias_buf_ = -1, res_buf_ = -1, tmp_buf_ = -1;
+  int64_t row_buf_ = -1, row_elem_ = 0, row_count_ = 0, row_stride_ = 1;  // a preloaded bias row
+  int64_t last_bias_ = -1;  // the bias tile loaded last (element offset), reused while it repeats
+  int32_t last_bias_parts_ = 0;
+};
+
+}  // namespace tessera::neuroncore

@@ -1,0 +1,36 @@
+#pragma once
+// The kernel families the lowering (mapper/neuroncore/lower.cpp) calls, one file each. Every family
+// checks first whether it can compile the node and returns a Status with the reason when it cannot;
+// only then does it emit instructions.
+#include "mapper/neuroncore/kernel.hpp"
+
+namespace tessera::neuroncore {
+
+// Elementwise ops with numpy broadcasting (unary functions, binary ALU ops and comparisons, Where,
+// Clip, Cast, ...): kernels/elementwise.cpp.
+bool is_elementwise(const graph::Node& n);
+Status elementwise(Ctx& x, const graph::Node& n);
+// A copy of `src` into `dst` (same shape, any strides and dtypes): materialised views, casts.
+Status copy(Ctx& x, const std::string& kernel, const TensorRef& src, const TensorRef& dst);
+// The same inside the current kernel (a Concat's inputs, a Pad's interior).
+void copy_into(Ctx& x, const std::string& kernel, const TensorRef& src, const TensorRef& dst);
+
+// MatMul of any rank with broadcast batch dimensions, operands in any strides: kernels/matmul.cpp.
+Status matmul(Ctx& x, const graph::Node& n, const Epilogue& ep);
+// Conv 1-D/2-D, any stride, dilation, pads and groups: kernels/conv.cpp.
+Status conv(Ctx& x, const graph::Node& n, const Epilogue& ep);
+// MaxPool, AveragePool (pads, ceil mode, count_include_pad), GlobalAveragePool, GlobalMaxPool:
+// kernels/pool.cpp.
+bool is_pool(const std::string& op);
+Status pool(Ctx& x, const graph::Node& n);
+// Row kernels: reductions over any axes, Softmax/LogSoftmax over any axis, LayerNormalization,
+// RMSNormalization, InstanceNormalization: kernels/rows.cpp.
+bool is_row_op(const std::string& op);
+Status rows(Ctx& x, const graph::Node& n);
+// Data movement: Concat, Pad (constant), Gather (an embedding lookup on gpsimd, or constant
+// indices as copies): kernels/movement.cpp.
+Status concat(Ctx& x, const graph::Node& n);
+Status pad(Ctx& x, const graph::Node& n);
+Status gather(Ctx& x, const graph::Node& n);
+
+}  // namespace tessera::neuroncore

@@ -1,0 +1,164 @@
+// MatMul of any rank (numpy semantics: 1-D operands promoted, batch dimensions broadcast) as 2-D
+// matmuls over strided views (kernels/matmul.hpp). When the right operand does not change across
+// the batch (a linear layer over [batch, seq, d]), the batch folds into M: one 2-D matmul.
+#include "isa/error.hpp"
+#include "mapper/neuroncore/kernels/kernels.hpp"
+#include "mapper/neuroncore/kernels/matmul.hpp"
+
+namespace tessera::neuroncore {
+
+using graph::Node;
+using graph::Strided;
+
+namespace {
+
+// A constant operand laid out for the tensor engine at compile time, in the compute dtype: A as
+// A^T (K before M, so stationary tiles load directly), B as it is.
+TensorRef constant_operand(Ctx& x, const std::string& v, bool is_a) {
+  const Tensor& data = *x.g.value(v).data;
+  const Shape& s = data.shape();
+  if (!is_a || s.size() < 2) {
+    TensorRef r = x.st.constant(v + "@mm", data.cast(DType::f32).cast(x.opt.compute));
+    return r;
+  }
+  const int64_t M = s[s.size() - 2], K = s.back(), batch = data.numel() / (M * K);
+  const auto f = data.cast(DType::f32).to_f32();
+  std::vector<float> t(f.size());
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) t[static_cast<size_t>((b * K + k) * M + m)] = f[static_cast<size_t>((b * M + m) * K + k)];
+  Shape ts = s;
+  std::swap(ts[ts.size() - 1], ts[ts.size() - 2]);
+  TensorRef r = x.st.constant(v + "@T", Tensor::from_f32(ts, std::move(t)).cast(x.opt.compute));
+  std::vector<int64_t> perm;
+  for (size_t i = 0; i < s.size(); ++i) perm.push_back(static_cast<int64_t>(i));
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  r.view = graph::permute(r.view, perm);
+  return r;
+}
+
+Strided insert_unit(Strided v, size_t at) {
+  v.shape.insert(v.shape.begin() + static_cast<std::ptrdiff_t>(at), 1);
+  v.strides.insert(v.strides.begin() + static_cast<std::ptrdiff_t>(at), 0);
+  return v;
+}
+
+Mat mat(const TensorRef& r, const Strided& v) {
+  Mat m;
+  m.ref = r;
+  m.off = v.offset;
+  m.rows = v.shape[0];
+  m.cols = v.shape[1];
+  m.rs = v.strides[0];
+  m.cs = v.strides[1];
+  return m;
+}
+
+// The last two dims of `v` at batch index `b` (row-major over v's batch dims).
+Strided batch_slice(const Strided& v, int64_t b) {
+  Strided r;
+  r.offset = v.offset;
+  const size_t nb = v.shape.size() - 2;
+  for (size_t i = nb; i-- > 0;) {
+    r.offset += (b % v.shape[i]) * v.strides[i];
+    b /= v.shape[i];
+  }
+  r.shape = {v.shape[nb], v.shape[nb + 1]};
+  r.strides = {v.strides[nb], v.strides[nb + 1]};
+  return r;
+}
+
+}  // namespace
+
+Status matmul(Ctx& x, const Node& n, const Epilogue& ep) {
+  const std::string& ain = ep.operand[0].empty() ? n.inputs[0] : ep.operand[0];
+  const std::string& bin = ep.operand[1].empty() ? n.inputs[1] : ep.operand[1];
+  const auto& av = x.g.value(ain);
+  const auto& bv = x.g.value(bin);
+  if (av.shape.empty() || bv.shape.empty()) return Status::fail("MatMul of a scalar operand");
+  TensorRef A = av.data ? constant_operand(x, ain, true) : x.st.ref(ain);
+  TensorRef B = bv.data ? constant_operand(x, bin, false) : x.st.ref(bin);
+  const TensorRef Y = x.st.ref(ep.out);
+  const bool a1 = av.shape.size() == 1, b1 = bv.shape.size() == 1;
+  // numpy promotion: [K] @ B is [1, K] @ B without the 1; A @ [K] is A @ [K, 1] without the 1.
+  auto promote_out = [&](Strided v) {
+    if (a1) v = insert_unit(v, v.shape.size() - (b1 ? 0 : 1));
+    if (b1) v = insert_unit(v, v.shape.size());
+    return v;
+  };
+  Strided a = a1 ? insert_unit(A.view, 0) : A.view;
+  Strided b = b1 ? insert_unit(B.view, 1) : B.view;
+  Strided y = promote_out(Y.view);
+  Strided bias = ep.bias ? promote_out(ep.bias->view) : y, res = ep.residual ? promote_out(ep.residual->view) : y;
+  const Shape batch(y.shape.begin(), y.shape.end() - 2);
+  const int64_t M = y.shape[y.shape.size() - 2], N = y.shape.back(), K = a.shape.back();
+  auto with_batch = [&](const Strided& v, int64_t r, int64_t c) {
+    Shape s = batch;
+    s.push_back(r);
+    s.push_back(c);
+    return graph::broadcast_to(v, s);
+  };
+  a = with_batch(a, M, K);
+  b = with_batch(b, K, N);
+  int64_t nb = shape_numel(batch);
+  // A right operand that repeats over the batch: fold the batch into M when the strides allow.
+  if (nb > 1) {
+    bool b_repeats = true;
+    for (size_t i = 0; i < batch.size(); ++i) b_repeats = b_repeats && (b.strides[i] == 0 || batch[i] == 1);
+    auto fa = graph::reshape(a, {nb * M, K});
+    auto fy = graph::reshape(y, {nb * M, N});
+    auto fbias = graph::reshape(bias, {nb * M, N});
+    auto fres = graph::reshape(res, {nb * M, N});
+    if (b_repeats && fa && fy && fbias && fres) {
+      a = *fa;
+      y = *fy;
+      bias = *fbias;
+      res = *fres;
+      b = batch_slice(b, 0);
+      nb = 1;
+    }
+  }
+  auto job_at = [&](int64_t i) {
+    const bool flat = a.shape.size() == 2;
+    const Strided ai = flat ? a : batch_slice(a, i), bi = b.shape.size() == 2 ? b : batch_slice(b, i), yi = flat ? y : batch_slice(y, i);
+    const Strided bsi = flat ? bias : batch_slice(bias, i), rsi = flat ? res : batch_slice(res, i);
+    MatmulJob j;
+    j.name = n.name;
+    j.a = mat(A, ai);
+    j.b = mat(B, bi);
+    j.out = mat(Y, yi);
+    j.bias.elem = bsi.offset;
+    j.bias_rs = bsi.strides[0];
+    j.bias_cs = bsi.strides[1];
+    j.residual.elem = rsi.offset;
+    j.res_rs = rsi.strides[0];
+    j.res_cs = rsi.strides[1];
+    return j;
+  };
+  if (x.opt.matmul_schedule != MatmulSchedule::automatic) {
+    if (nb != 1) return Status::fail("mapping.matmul_schedule applies to 2-D matmuls; this one has " + std::to_string(nb) + " batches", "use matmul_schedule auto");
+    return matmul_nki(x, job_at(0), ep);
+  }
+  x.begin(n.name, 0, {nb, nb > 1 ? 2 : 1});
+  Sbuf sb = x.sbuf(n.name);
+  EpilogueEmitter epi(x, ep, sb, 512);
+  int64_t tiles = 0;
+  if (nb == 1) {
+    const MatmulJob j = job_at(0);
+    if (j.bias_rs == 0) epi.preload_row_bias(j.bias.elem, j.out.cols, j.bias_cs);
+    matmul_auto(x, j, epi, sb, tiles);
+    x.used(sb);
+    return {};
+  }
+  // Batches alternate between two halves of SBUF, so one's loads overlap the other's compute.
+  x.used(sb);
+  const int64_t half = (sb.limit - sb.next) / 2 / 64 * 64;
+  for (int64_t i = 0; i < nb; ++i) {
+    Sbuf region = x.sbuf(n.name, sb.next + (i % 2) * half, sb.next + (i % 2 + 1) * half);
+    matmul_auto(x, job_at(i), epi, region, tiles);
+    x.used(region);
+  }
+  return {};
+}
+
+}  // namespace tessera::neuroncore

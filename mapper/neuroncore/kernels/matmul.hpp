@@ -1,0 +1,39 @@
+#pragma once
+// The 2-D matmul core shared by MatMul (kernels/matmul.cpp) and the NKI tutorial schedules
+// (kernels/matmul_nki.cpp): C[M, N] = A[M, K] @ B[K, N] over strided HBM views, with an epilogue.
+#include "mapper/neuroncore/kernels/epilogue.hpp"
+
+namespace tessera::neuroncore {
+
+// A 2-D view of a TensorRef: element (r, c) at element offset + r * rs + c * cs.
+struct Mat {
+  TensorRef ref;
+  int64_t off = 0, rows = 0, cols = 0, rs = 0, cs = 0;
+  // HBM access: partitions over rows [r0, r0 + nr), free over cols [c0, c0 + nc) -- or the other way.
+  AccessPattern by_rows(int64_t r0, int64_t nr, int64_t c0, int64_t nc) const;
+  AccessPattern by_cols(int64_t r0, int64_t nr, int64_t c0, int64_t nc) const;
+};
+
+// One 2-D matmul's operands and output, and where its epilogue operands sit (their strides along
+// the output's rows and columns; offsets of the output's first element).
+struct MatmulJob {
+  std::string name;
+  Mat a, b, out;
+  TileView bias, residual;  // for output tile (0, 0); rows and cols strides in part_stride / free[0]
+  int64_t bias_rs = 0, bias_cs = 0, res_rs = 0, res_cs = 0;
+};
+
+// Enough buffers for streamed tiles ([kp partitions, tile_bytes_per_part]) that the DMAs in flight
+// cover a tile's transfer (and the trigger latency of a refill) with the matmuls of the tiles before it.
+int64_t auto_buffers(const Ctx& x, int64_t tile_bytes_per_part, int64_t kp, int64_t parts_out, int64_t free);
+
+// Emits the job with the compiler's own loop order (the cheaper of keeping the stationary tiles or
+// the moving block resident), loading each operand tile directly when its free dimension is
+// contiguous in HBM and through the tensor engine's transpose when its partition dimension is.
+void matmul_auto(Ctx& x, const MatmulJob& job, EpilogueEmitter& epi, Sbuf& sb, int64_t& tile_count);
+
+// The NKI tutorial's loop nests (mapping.matmul_schedule); both operands must load directly (lhsT
+// and rhs contiguous along their free dimension).
+Status matmul_nki(Ctx& x, const MatmulJob& job, const Epilogue& ep);
+
+}  // namespace tessera::neuroncore

@@ -1,0 +1,253 @@
+// The compiler's own 2-D matmul loop (kernels/matmul.hpp). The tensor engine contracts over the
+// partitions: the stationary tile is A^T [K, M <= 128], the moving tile B [K, N <= 512], both with K
+// on the partitions. A tile whose free dimension is contiguous in HBM loads with one DMA; one whose
+// K is contiguous (a row-major activation as A, a transposed view as B) loads the other way round
+// and goes through the tensor engine's transpose (128 x 128 blocks into PSUM, copied back).
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "mapper/neuroncore/kernels/matmul.hpp"
+
+namespace tessera::neuroncore {
+
+AccessPattern Mat::by_rows(int64_t r0, int64_t nr, int64_t c0, int64_t nc) const {
+  return hbm_ap(ref, off + r0 * rs + c0 * cs, static_cast<int32_t>(nr), rs, {{static_cast<int32_t>(nc), static_cast<int32_t>(cs)}});
+}
+AccessPattern Mat::by_cols(int64_t r0, int64_t nr, int64_t c0, int64_t nc) const {
+  return hbm_ap(ref, off + r0 * rs + c0 * cs, static_cast<int32_t>(nc), cs, {{static_cast<int32_t>(nr), static_cast<int32_t>(rs)}});
+}
+
+namespace {
+
+// An operand seen as [K, F] with K on the partitions: A^T (F = M) or B (F = N).
+struct KF {
+  TensorRef ref;
+  int64_t off = 0, K = 0, F = 0, sk = 0, sf = 0;
+  bool transpose = false;  // loaded as [F, K] and turned by the tensor engine
+  int64_t es() const { return ref.es(); }
+};
+
+KF as_kf(const Mat& m, bool is_a) {
+  KF r;
+  r.ref = m.ref;
+  r.off = m.off;
+  if (is_a) {  // A [M, K]: (k, f) = A(f, k)
+    r.K = m.cols, r.F = m.rows, r.sk = m.cs, r.sf = m.rs;
+  } else {
+    r.K = m.rows, r.F = m.cols, r.sk = m.rs, r.sf = m.cs;
+  }
+  r.transpose = r.sf != 1 && r.sk == 1 && r.F > 1;
+  return r;
+}
+
+}  // namespace
+
+int64_t auto_buffers(const Ctx& x, int64_t tile_bytes_per_part, int64_t kp, int64_t parts_out, int64_t free) {
+  const double t_dma = dma_transfer_seconds(tile_bytes_per_part * kp, kp, x.cfg);
+  Instr probe;
+  probe.op = Op::multiply_moving;
+  probe.dst.parts = static_cast<int32_t>(parts_out);
+  probe.src0.parts = static_cast<int32_t>(kp);
+  probe.src0.ndims = 1;
+  probe.src0.dims[0] = {static_cast<int32_t>(free), 1};
+  probe.src0.dtype = x.opt.compute;
+  const double t_mm = static_cast<double>(instr_cycles(probe, x.cfg)) / x.cfg.tensor_hz;
+  return std::clamp<int64_t>(static_cast<int64_t>(std::ceil((t_dma + x.cfg.dma_trigger_latency) / t_mm)) + 2, 3, 64);
+}
+
+namespace {
+
+class Core {
+ public:
+  Core(Ctx& x, const MatmulJob& job, EpilogueEmitter& epi, Sbuf& sb, int64_t& tiles)
+      : x_(x), job_(job), epi_(epi), sb_(sb), tiles_(tiles), a_(as_kf(job.a, true)), b_(as_kf(job.b, false)) {}
+
+  void run() {
+    const int64_t M = job_.a.rows, K = job_.a.cols, N = job_.b.cols;
+    TM_ = std::min<int64_t>(x_.opt.tile_m > 0 ? x_.opt.tile_m : x_.cfg.tensor_cols, x_.cfg.tensor_cols);
+    TN_ = std::min<int64_t>(x_.opt.tile_n > 0 ? x_.opt.tile_n : 512, std::min<int64_t>(x_.cfg.max_moving_free, x_.cfg.psum_bank_bytes() / 4));
+    TK_ = x_.cfg.tensor_rows;
+    const int64_t MT = ceil_div(M, TM_), NT = ceil_div(N, TN_), KT = ceil_div(K, TK_);
+    // Bytes each order moves (a transposed load costs about twice: the transpose and its copy).
+    const double a_bytes = static_cast<double>(M * K * a_.es()) * (a_.transpose ? 2 : 1);
+    const double b_bytes = static_cast<double>(K * N * b_.es()) * (b_.transpose ? 2 : 1);
+    bool a_resident = static_cast<double>(MT) * b_bytes + a_bytes < static_cast<double>(NT) * a_bytes + b_bytes;
+    const int64_t nbuf_a = x_.opt.buffers > 0 ? x_.opt.buffers : auto_buffers(x_, TM_ * a_.es(), std::min(K, TK_), std::min(M, TM_), std::min(N, TN_));
+    const int64_t nbuf_b = x_.opt.buffers > 0 ? x_.opt.buffers : auto_buffers(x_, TN_ * b_.es(), std::min(K, TK_), std::min(M, TM_), std::min(N, TN_));
+    auto need = [&](bool ares) {
+      return ares ? KT * TM_ * a_.es() + nbuf_b * TN_ * b_.es() : KT * TN_ * b_.es() + nbuf_a * TM_ * a_.es();
+    };
+    const int64_t fixed = 2 * TN_ * 4 + ((a_.transpose || b_.transpose) ? 8 * 128 * 4 : 0);
+    if (!sb_.fits(need(a_resident) + fixed) && sb_.fits(need(!a_resident) + fixed)) a_resident = !a_resident;
+    if (!sb_.fits(need(a_resident) + fixed)) {
+      // Neither operand fits for all of K (a very long contraction): both stream, tile by tile.
+      streamed_both(M, N, KT, std::min(nbuf_a, nbuf_b));
+      return;
+    }
+    const int64_t nbuf = a_resident ? nbuf_b : nbuf_a;
+    x_.set_stream_buffers(nbuf);
+    resident_ = sb_.take(a_resident ? KT * TM_ * a_.es() : KT * TN_ * b_.es());
+    stream_ = sb_.take(nbuf * (a_resident ? TN_ * b_.es() : TM_ * a_.es()));
+    out_ = sb_.take(2 * TN_ * 4);
+    // Staging for transposed loads: a whole [128, K] block of the resident operand (two, so the
+    // next block's load overlaps this one's transposes), and slots for streamed tiles.
+    const auto& res_op = a_resident ? a_ : b_;
+    if (res_op.transpose && sb_.fits(2 * K * res_op.es() + kStageSlots * 128 * 4)) block_stage_ = sb_.take(2 * K * res_op.es());
+    if (a_.transpose || b_.transpose) stage_ = sb_.take(kStageSlots * 128 * 4);
+    x_.used(sb_);
+    x_.used_psum();
+    acc_banks_ = x_.banks() - ((a_.transpose || b_.transpose) ? 2 : 0);
+    int64_t slot = 0;
+    if (a_resident) {
+      for (int64_t m = 0; m < MT; ++m) {
+        const int64_t m0 = m * TM_, mn = std::min(TM_, M - m0);
+        load_resident(a_, TM_, m0, mn);
+        for (int64_t n = 0; n < NT; ++n) {
+          const int64_t n0 = n * TN_, nn = std::min(TN_, N - n0);
+          const AccessPattern ps = acc(mn, nn);
+          for (int64_t k = 0; k < KT; ++k, ++slot) {
+            const int64_t so = stream_ + (slot % nbuf) * TN_ * b_.es();
+            load(b_, so, k, n0, nn, false);
+            step(ps, resident_ + k * TM_ * a_.es(), so, k, mn, nn, KT);
+          }
+          finish(ps, m0, mn, n0, nn);
+        }
+      }
+    } else {
+      for (int64_t n = 0; n < NT; ++n) {
+        const int64_t n0 = n * TN_, nn = std::min(TN_, N - n0);
+        load_resident(b_, TN_, n0, nn);
+        for (int64_t m = 0; m < MT; ++m) {
+          const int64_t m0 = m * TM_, mn = std::min(TM_, M - m0);
+          const AccessPattern ps = acc(mn, nn);
+          for (int64_t k = 0; k < KT; ++k, ++slot) {
+            const int64_t so = stream_ + (slot % nbuf) * TM_ * a_.es();
+            load(a_, so, k, m0, mn, false);
+            step(ps, so, resident_ + k * TN_ * b_.es(), k, mn, nn, KT);
+          }
+          finish(ps, m0, mn, n0, nn);
+        }
+      }
+    }
+    if (deferred_) deferred_();
+  }
+
+ private:
+  void streamed_both(int64_t M, int64_t N, int64_t KT, int64_t nbuf) {
+    x_.set_stream_buffers(2 * nbuf);
+    const int64_t sa = sb_.take(nbuf * TM_ * a_.es()), sbb = sb_.take(nbuf * TN_ * b_.es());
+    out_ = sb_.take(2 * TN_ * 4);
+    if (a_.transpose || b_.transpose) stage_ = sb_.take(kStageSlots * 128 * 4);
+    x_.used(sb_);
+    x_.used_psum();
+    acc_banks_ = x_.banks() - ((a_.transpose || b_.transpose) ? 2 : 0);
+    int64_t slot = 0;
+    for (int64_t m0 = 0; m0 < M; m0 += TM_)
+      for (int64_t n0 = 0; n0 < N; n0 += TN_) {
+        const int64_t mn = std::min(TM_, M - m0), nn = std::min(TN_, N - n0);
+        const AccessPattern ps = acc(mn, nn);
+        for (int64_t k = 0; k < KT; ++k, ++slot) {
+          const int64_t ao = sa + (slot % nbuf) * TM_ * a_.es(), bo = sbb + (slot % nbuf) * TN_ * b_.es();
+          load(a_, ao, k, m0, mn, false);
+          load(b_, bo, k, n0, nn, false);
+          step(ps, ao, bo, k, mn, nn, KT);
+        }
+        finish(ps, m0, mn, n0, nn);
+      }
+    if (deferred_) deferred_();
+  }
+
+  int32_t kn(int64_t k) const { return static_cast<int32_t>(std::min(TK_, a_.K - k * TK_)); }
+
+  AccessPattern acc(int64_t mn, int64_t nn) {
+    return x_.psum(tiles_++ % acc_banks_, static_cast<int32_t>(mn), static_cast<int32_t>(nn));
+  }
+
+  // All K tiles of `o` for columns [f0, f0 + fn) into the resident buffer (tile k at k * tf). A
+  // transposed operand is staged a [128, K] block at a time (one DMA) and turned tile by tile.
+  void load_resident(const KF& o, int64_t tf, int64_t f0, int64_t fn) {
+    const int64_t KT = ceil_div(o.K, TK_);
+    if (!o.transpose || block_stage_ < 0) {
+      for (int64_t k = 0; k < KT; ++k) load(o, resident_ + k * tf * o.es(), k, f0, fn, true);
+      return;
+    }
+    for (int64_t j = 0; j < fn; j += 128) {
+      const int32_t fs = static_cast<int32_t>(std::min<int64_t>(128, fn - j));
+      const int64_t st = block_stage_ + (blocks_++ % 2) * o.K * o.es();
+      x_.em.dma(on_chip(Space::sbuf, o.ref.dtype, 0, fs, st, {{static_cast<int32_t>(o.K), 1}}),
+                hbm_ap(o.ref, o.off + (f0 + j) * o.sf, fs, o.sf, {{static_cast<int32_t>(o.K), static_cast<int32_t>(o.sk)}}), Emitter::DmaClass::spread);
+      for (int64_t k = 0; k < KT; ++k) {
+        const int32_t kp = kn(k);
+        const AccessPattern pt = x_.psum(acc_banks_ + stages_++ % 2, kp, fs);
+        x_.transpose(pt, on_chip(Space::sbuf, o.ref.dtype, 0, fs, st + k * TK_ * o.es(), {{kp, 1}}));
+        x_.copy(on_chip(Space::sbuf, o.ref.dtype, 0, kp, resident_ + (k * tf + j) * o.es(), {{fs, 1}}), pt);
+      }
+    }
+  }
+
+  // Tile (k, [f0, f0 + fn)) of `o` into SBUF at `off` as [kn, fn].
+  void load(const KF& o, int64_t off, int64_t k, int64_t f0, int64_t fn, bool bulk) {
+    const int32_t kp = kn(k);
+    const int64_t e0 = o.off + k * TK_ * o.sk + f0 * o.sf;
+    const auto cls = Emitter::DmaClass::spread;
+    (void)bulk;
+    if (!o.transpose) {
+      x_.em.dma(on_chip(Space::sbuf, o.ref.dtype, 0, kp, off, {{static_cast<int32_t>(fn), 1}}),
+                hbm_ap(o.ref, e0, kp, o.sk, {{static_cast<int32_t>(fn), static_cast<int32_t>(o.sf)}}), cls);
+      return;
+    }
+    // [fs, kn] blocks (F on the partitions, K contiguous), each transposed into PSUM and copied.
+    for (int64_t j = 0; j < fn; j += 128) {
+      const int32_t fs = static_cast<int32_t>(std::min<int64_t>(128, fn - j));
+      const int64_t st = stage_ + (stages_ % kStageSlots) * 128 * 4;
+      const AccessPattern staged = on_chip(Space::sbuf, o.ref.dtype, 0, fs, st, {{kp, 1}});
+      x_.em.dma(staged, hbm_ap(o.ref, e0 + j * o.sf, fs, o.sf, {{kp, static_cast<int32_t>(o.sk)}}), Emitter::DmaClass::stream);
+      const AccessPattern pt = x_.psum(acc_banks_ + stages_ % 2, kp, fs);
+      x_.transpose(pt, staged);
+      x_.copy(on_chip(Space::sbuf, o.ref.dtype, 0, kp, off + j * o.es(), {{fs, 1}}), pt);
+      ++stages_;
+    }
+  }
+
+  void step(const AccessPattern& ps, int64_t stat_off, int64_t mov_off, int64_t k, int64_t mn, int64_t nn, int64_t KT) {
+    const int32_t kp = kn(k);
+    x_.matmul_step(ps, on_chip(Space::sbuf, a_.ref.dtype, 0, kp, stat_off, {{static_cast<int32_t>(mn), 1}}),
+                   on_chip(Space::sbuf, b_.ref.dtype, 0, kp, mov_off, {{static_cast<int32_t>(nn), 1}}), k == 0, k == KT - 1);
+  }
+
+  // The evacuation and store of a tile, emitted after the next tile's matmuls so that it sits in
+  // their bundles (when its PSUM tile is complete) instead of holding them up.
+  void finish(const AccessPattern& ps, int64_t m0, int64_t mn, int64_t n0, int64_t nn) {
+    if (deferred_) deferred_();
+    const int64_t t = outs_++;
+    deferred_ = [=, this] {
+      const Mat& o = job_.out;
+      const AccessPattern dst = on_chip(Space::sbuf, o.ref.dtype, 0, static_cast<int32_t>(mn), out_ + (t % 2) * TN_ * 4, {{static_cast<int32_t>(nn), 1}});
+      auto view = [&](const TileView& v, int64_t rs, int64_t cs) {
+        return TileView{v.elem + m0 * rs + n0 * cs, rs, {{static_cast<int32_t>(nn), static_cast<int32_t>(cs)}}};
+      };
+      epi_.run(dst, ps, view(job_.bias, job_.bias_rs, job_.bias_cs), view(job_.residual, job_.res_rs, job_.res_cs), t);
+      x_.em.dma(o.by_rows(m0, mn, n0, nn), dst, Emitter::DmaClass::spread_store);
+    };
+  }
+
+  Ctx& x_;
+  const MatmulJob& job_;
+  EpilogueEmitter& epi_;
+  Sbuf& sb_;
+  int64_t& tiles_;
+  KF a_, b_;
+  int64_t TM_ = 128, TN_ = 512, TK_ = 128;
+  static constexpr int64_t kStageSlots = 8;
+  int64_t resident_ = 0, stream_ = 0, out_ = 0, stage_ = 0, block_stage_ = -1, acc_banks_ = 8, stages_ = 0, outs_ = 0, blocks_ = 0;
+  std::function<void()> deferred_;
+};
+
+}  // namespace
+
+void matmul_auto(Ctx& x, const MatmulJob& job, EpilogueEmitter& epi, Sbuf& sb, int64_t& tile_count) {
+  Core(x, job, epi, sb, tile_count).run();
+}
+
+}  // namespace tessera::neuroncore

@@ -1,0 +1,213 @@
+// Lowering (mapper/neuroncore/compile.hpp): the canonical graph, op by op, onto the kernel families.
+// Fusion is an optimisation on top: a matmul or convolution absorbs a following scalar scale, a bias,
+// an activation and a residual add (each the only reader of the value before it) into its
+// evacuation; everything else compiles as its own kernel.
+#include <algorithm>
+#include <set>
+
+#include "isa/error.hpp"
+#include "mapper/neuroncore/estimate.hpp"
+#include "mapper/neuroncore/kernels/kernels.hpp"
+
+namespace tessera::neuroncore {
+
+using graph::Graph;
+using graph::Node;
+
+namespace {
+
+class Lowering {
+ public:
+  Lowering(const Graph& g, const CoreConfig& cfg, const MappingOptions& opt, Compiled& c)
+      : g_(g), opt_(opt), c_(c), em_(c.program), st_(g, cfg, opt, c), x_(g, cfg, opt, c, em_, st_) {}
+
+  void run() {
+    st_.plan();
+    st_.bind_io();
+    const auto order = emission_order();
+    for (size_t k = 0; k < order.size(); ++k) position_[g_.nodes[order[k]].name] = k;
+    for (size_t idx : order) plan_epilogue(g_.nodes[idx]);
+    for (size_t idx : order) {
+      const Node& n = g_.nodes[idx];
+      if (fused_.count(n.name) || st_.is_view_node(n)) continue;
+      const Status s = lower(n);
+      if (!s.ok)
+        throw InputError(g_.where(n), "the NeuronCore compiler cannot compile this: " + s.reason,
+                         s.hint.empty() ? "run the model on target.kind \"reference\"; docs/neuroncore-compiler.md lists what compiles" : s.hint);
+    }
+    em_.schedule(48, &x_.cfg);
+    estimate_kernels(c_, x_.cfg);
+  }
+
+ private:
+  Status lower(const Node& n) {
+    const std::string& op = n.op;
+    if (is_view_op(op)) {  // a view the strides cannot express: a copy
+      const TensorRef in = st_.ref(n.inputs[0]);
+      TensorRef src = in, dst = st_.ref(n.outputs[0]);
+      if (auto v = st_.derive(n, in.view)) src.view = *v;
+      else if (op == "Reshape") dst.view = graph::reshape(dst.view, in.shape()).value();
+      else return Status::fail("a Slice with a negative step (reversing) is not compiled");
+      return copy(x_, n.name, src, dst);
+    }
+    if (op == "MatMul") return matmul(x_, n, epilogues_.at(n.name));
+    if (op == "Conv") return conv(x_, n, epilogues_.at(n.name));
+    if (is_pool(op)) return pool(x_, n);
+    if (is_row_op(op)) return rows(x_, n);
+    if (op == "Concat") return concat(x_, n);
+    if (op == "Pad") return pad(x_, n);
+    if (op == "Gather") return gather(x_, n);
+    if (is_elementwise(n)) return elementwise(x_, n);
+    return Status::fail("op " + op + " is not in the NeuronCore compiler's op set yet");
+  }
+
+  const Node* producer(const std::string& v) const {
+    for (const auto& n : g_.nodes)
+      for (const auto& o : n.outputs)
+        if (o == v) return &n;
+    return nullptr;
+  }
+
+  const Node* only_consumer(const std::string& v) const {
+    if (st_.is_output(v) || tied_.count(v)) return nullptr;
+    const Node* c = nullptr;
+    for (const auto& n : g_.nodes)
+      for (const auto& in : n.inputs)
+        if (in == v) {
+          if (c && c != &n) return nullptr;
+          c = &n;
+        }
+    return c;
+  }
+
+  // A value that is ready when the producer's kernel runs: a graph input, a constant, or computed
+  // by a node emitted before it.
+  bool ready_before(const std::string& v, const Node& producer) const {
+    const auto& val = g_.value(v);
+    if (val.data || std::find(g_.inputs.begin(), g_.inputs.end(), v) != g_.inputs.end()) return true;
+    for (const auto& n : g_.nodes)
+      for (const auto& o : n.outputs)
+        if (o == v) return position_.at(n.name) < position_.at(producer.name);
+    return false;
+  }
+
+  void plan_epilogue(const Node& p) {
+    if (p.op != "MatMul" && p.op != "Conv") return;
+    Epilogue ep;
+    ep.out = p.outputs[0];
+    if (p.op == "Conv" && p.inputs.size() > 2 && !p.inputs[2].empty()) {  // the convolution's own bias [Cout]
+      TensorRef b = st_.ref(p.inputs[2]);
+      const Shape& os = g_.value(p.outputs[0]).shape;
+      Shape bs{b.shape()[0]};
+      for (size_t k = 2; k < os.size(); ++k) bs.push_back(1);
+      b.view = graph::broadcast_to(graph::reshape(b.view, bs).value(), os);
+      ep.bias = b;
+    }
+    // A scalar scale of a matmul's input moves into the epilogue: (c A) @ B = c (A @ B).
+    for (size_t i = 0; p.op == "MatMul" && i < 2; ++i) {
+      const Node* s = producer(p.inputs[i]);
+      if (!s || (s->op != "Mul" && s->op != "Div") || only_consumer(p.inputs[i]) != &p) continue;
+      const size_t k = s->inputs[0] == p.inputs[i] ? 1 : (s->op == "Mul" && g_.value(s->inputs[0]).data ? 0 : 1);
+      const auto& cv = g_.value(s->inputs[k]);
+      if (!cv.data || cv.data->numel() != 1 || !is_float(cv.dtype) || (s->op == "Div" && k != 1)) continue;
+      const double c = cv.data->cast(DType::f64).to_f64()[0];
+      ep.scale *= s->op == "Mul" ? c : 1.0 / c;
+      ep.operand[i] = s->inputs[1 - k];
+      fused_.insert(s->name);
+    }
+    const Shape out_shape = g_.value(p.outputs[0]).shape;
+    for (const Node* c = only_consumer(ep.out); c; c = only_consumer(ep.out)) {
+      if (g_.value(c->outputs[0]).shape != out_shape) break;
+      Func f;
+      const std::string* other = nullptr;
+      if (c->inputs.size() == 2) other = c->inputs[0] == ep.out ? &c->inputs[1] : &c->inputs[0];
+      const auto* cv = other ? &g_.value(*other) : nullptr;
+      const bool scalar = cv && cv->data && cv->data->numel() == 1 && is_float(cv->dtype);
+      if ((c->op == "Mul" || (c->op == "Div" && c->inputs[0] == ep.out)) && scalar && !ep.bias && !ep.residual && ep.func == Func::identity) {
+        const double v = cv->data->cast(DType::f64).to_f64()[0];
+        ep.scale *= c->op == "Mul" ? v : 1.0 / v;
+      } else if (c->op == "Add" && cv && cv->data && !ep.bias && !ep.residual && ep.func == Func::identity) {
+        TensorRef b = st_.ref(*other);
+        b.view = graph::broadcast_to(b.view, out_shape);
+        ep.bias = b;
+      } else if (c->op == "Add" && cv && !cv->data && cv->shape == out_shape && !ep.residual && ready_before(*other, p)) {
+        ep.residual = st_.ref(*other);
+        ep.residual_first = ep.func == Func::identity;
+      } else if (unary_func(c->op, *c, f) && ep.func == Func::identity && (!ep.residual || ep.residual_first)) {
+        ep.func = f;
+      } else {
+        break;
+      }
+      ep.fused.push_back(c->name);
+      fused_.insert(c->name);
+      ep.out = c->outputs[0];
+    }
+    epilogues_[p.name] = ep;
+  }
+
+  // Topological order in which a kernel that writes state in place (MappingOptions::in_place) comes
+  // after every node reading that state: the scoreboard keeps program order, so a read placed after
+  // the update would see the next step's value.
+  std::vector<size_t> emission_order() {
+    const auto topo = g_.topo_order();
+    for (const auto& [state, next] : opt_.in_place) tied_.insert(next);
+    if (opt_.in_place.empty()) return topo;
+    const auto prod = g_.producers();
+    std::vector<std::set<size_t>> after(g_.nodes.size());
+    for (size_t i = 0; i < g_.nodes.size(); ++i)
+      for (const auto& in : g_.nodes[i].inputs)
+        if (auto it = prod.find(in); it != prod.end()) after[i].insert(it->second);
+    // Readers of a state through views (Transpose of a weight) read it too.
+    auto reads_state = [&](const Node& n, const std::string& state) {
+      std::vector<std::string> todo(n.inputs.begin(), n.inputs.end());
+      while (!todo.empty()) {
+        const std::string v = todo.back();
+        todo.pop_back();
+        if (v == state) return true;
+        if (auto it = prod.find(v); it != prod.end() && is_view_op(g_.nodes[it->second].op)) todo.push_back(g_.nodes[it->second].inputs[0]);
+      }
+      return false;
+    };
+    for (const auto& [state, next] : opt_.in_place) {
+      auto w = prod.find(next);
+      if (w == prod.end()) continue;
+      for (size_t i = 0; i < g_.nodes.size(); ++i)
+        if (i != w->second && reads_state(g_.nodes[i], state)) after[w->second].insert(i);
+    }
+    std::vector<size_t> order;
+    std::vector<bool> done(g_.nodes.size(), false);
+    while (order.size() < g_.nodes.size()) {
+      bool progress = false;
+      for (size_t idx : topo) {
+        if (done[idx] || !std::all_of(after[idx].begin(), after[idx].end(), [&](size_t p) { return done[p]; })) continue;
+        done[idx] = true;
+        order.push_back(idx);
+        progress = true;
+        break;
+      }
+      if (!progress) throw InputError(g_.source, "state updated in place is read after its update", "report it with the scenario");
+    }
+    return order;
+  }
+
+  const Graph& g_;
+  const MappingOptions& opt_;
+  Compiled& c_;
+  Emitter em_;
+  Storage st_;
+  Ctx x_;
+  std::map<std::string, size_t> position_;
+  std::map<std::string, Epilogue> epilogues_;
+  std::set<std::string> fused_, tied_;
+};
+
+}  // namespace
+
+Compiled compile(const Graph& g, const CoreConfig& cfg, const MappingOptions& opt) {
+  Compiled c;
+  c.program.source = g.source + " (compiled)";
+  Lowering(g, cfg, opt, c).run();
+  return c;
+}
+
+}  // namespace tessera::neuroncore

@@ -1,0 +1,32 @@
+#pragma once
+// The NeuronCore compiler's mapping options, parsed once from the scenario (sim) into this struct.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "isa/dtype.hpp"
+
+namespace tessera::neuroncore {
+
+// Loop nests for a 2-D matmul, after the NKI matmul tutorial's optimisation steps (nki_matmul_tiled_,
+// _hoist_load_, _block_free_dimension_, _fully_optimized_). `automatic` is the compiler's own choice
+// (kernels/matmul.cpp).
+enum class MatmulSchedule { automatic, tiled, hoisted, blocked_mn, blocked_mnk };
+
+struct MappingOptions {
+  DType compute = DType::bf16;   // matmul operand and activation dtype (accumulation is fp32)
+  int64_t tile_m = 0;            // rows of a matmul output tile on the partitions (0: automatic)
+  int64_t tile_n = 0;            // free size of a matmul output tile (0: automatic, <= 512)
+  int64_t buffers = 0;           // buffers per streamed operand (0: automatic)
+  MatmulSchedule matmul_schedule = MatmulSchedule::automatic;
+  // Tiles per block (the tutorial's TILES_IN_BLOCK_M/N/K) for the blocked schedules; 0: the
+  // tutorial's values (blocked_mn 2x2, blocked_mnk 16x2x8).
+  int64_t block_m = 0, block_n = 0, block_k = 0;
+  // State updated in place (training): (input S, output holding S's next value). The output is
+  // stored where S is, so the next step reads it without a host round trip; the kernel writing it
+  // runs after every kernel that reads S. S and its next value share a dtype.
+  std::vector<std::pair<std::string, std::string>> in_place;
+};
+
+}  // namespace tessera::neuroncore

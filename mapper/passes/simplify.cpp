@@ -1,0 +1,186 @@
+// simplify: one form per concept (canonicalize.hpp).
+#include <algorithm>
+
+#include "mapper/passes/canonicalize.hpp"
+#include "mapper/passes/rewrite.hpp"
+
+namespace tessera::passes {
+
+using graph::Graph;
+using graph::Node;
+
+namespace {
+
+// A node whose output equals its input: consumers read the input instead. A graph output keeps
+// the node (it must be produced under its name), as an Identity.
+void forward(Rewriter& rw, size_t idx, const std::string& in, const std::string& out) {
+  if (rw.replace_uses(out, in)) {
+    rw.remove_node(idx);
+    return;
+  }
+  Node& n = rw.graph().nodes[idx];
+  if (n.op == "Identity") return;
+  Node id{n.name, "Identity", {}, {in}, {out}};
+  rw.remove_node(idx);
+  rw.add_node(std::move(id));
+}
+
+std::string shape_const(Rewriter& rw, const Node& n, const Shape& s) { return rw.add_constant(n.name + "/shape", i64_tensor(s)); }
+
+void to_reshape(Rewriter& rw, size_t idx) {
+  Node& n = rw.graph().nodes[idx];
+  const Shape out = rw.value(n.outputs[0]).shape;
+  Node r{n.name, "Reshape", {}, {n.inputs[0], shape_const(rw, n, out)}, {n.outputs[0]}};
+  rw.remove_node(idx);
+  rw.add_node(std::move(r));
+}
+
+// Split along `axis` into Slices of the outputs' sizes.
+void split_to_slices(Rewriter& rw, size_t idx) {
+  const Node n = rw.graph().nodes[idx];
+  const int64_t r = static_cast<int64_t>(rw.value(n.inputs[0]).shape.size());
+  int64_t axis = n.attrs.get_int("axis", 0);
+  if (axis < 0) axis += r;
+  int64_t start = 0;
+  for (size_t k = 0; k < n.outputs.size(); ++k) {
+    const int64_t len = rw.value(n.outputs[k]).shape[static_cast<size_t>(axis)];
+    if (!n.outputs[k].empty()) {
+      Node s{n.name + "/" + std::to_string(k), "Slice", {},
+             {n.inputs[0], rw.add_constant(n.name + "/starts", i64_tensor({start})), rw.add_constant(n.name + "/ends", i64_tensor({start + len})),
+              rw.add_constant(n.name + "/axes", i64_tensor({axis}))},
+             {n.outputs[k]}};
+      rw.add_node(std::move(s));
+    }
+    start += len;
+  }
+  rw.remove_node(idx);
+}
+
+// Gather of constant indices that are consecutive and ascending: a Slice (and a Reshape when a
+// scalar index drops the axis).
+bool gather_to_slice(Rewriter& rw, size_t idx) {
+  const Node n = rw.graph().nodes[idx];
+  const Tensor* ix = rw.constant(n.inputs[1]);
+  if (!ix || is_float(ix->dtype()) || ix->numel() == 0 || ix->rank() > 1) return false;
+  const Shape in = rw.value(n.inputs[0]).shape;
+  const int64_t r = static_cast<int64_t>(in.size());
+  int64_t axis = n.attrs.get_int("axis", 0);
+  if (axis < 0) axis += r;
+  auto v = ix->to_i64();
+  const int64_t dim = in[static_cast<size_t>(axis)];
+  for (auto& x : v)
+    if (x < 0) x += dim;
+  for (size_t k = 1; k < v.size(); ++k)
+    if (v[k] != v[k - 1] + 1) return false;
+  if (v[0] < 0 || v.back() >= dim) return false;
+  const std::string out = n.outputs[0];
+  const DType dt = rw.value(out).dtype;
+  Shape sliced = in;
+  sliced[static_cast<size_t>(axis)] = static_cast<int64_t>(v.size());
+  const bool drop = ix->rank() == 0;
+  rw.remove_node(idx);
+  const std::string mid = drop ? rw.add_value(out + "/slice", dt, sliced) : out;
+  rw.add_node(Node{n.name, "Slice", {},
+                   {n.inputs[0], rw.add_constant(n.name + "/starts", i64_tensor({v[0]})),
+                    rw.add_constant(n.name + "/ends", i64_tensor({v.back() + 1})), rw.add_constant(n.name + "/axes", i64_tensor({axis}))},
+                   {mid}});
+  if (drop) rw.add_node(Node{n.name + "/squeeze", "Reshape", {}, {mid, shape_const(rw, n, rw.value(out).shape)}, {out}});
+  return true;
+}
+
+// Sum, Mean, Max, Min of several inputs: a chain of binary ops (Mean: Sum then / n).
+void variadic(Rewriter& rw, size_t idx) {
+  const Node n = rw.graph().nodes[idx];
+  const std::string bin = n.op == "Sum" || n.op == "Mean" ? "Add" : n.op;
+  const auto& outv = rw.value(n.outputs[0]);
+  rw.remove_node(idx);
+  std::string acc = n.inputs[0];
+  for (size_t k = 1; k < n.inputs.size(); ++k) {
+    const bool last = k + 1 == n.inputs.size() && n.op != "Mean";
+    const std::string o = last ? n.outputs[0] : rw.add_value(n.outputs[0] + "/" + std::to_string(k), outv.dtype, outv.shape);
+    rw.add_node(Node{n.name + "/" + std::to_string(k), bin, {}, {acc, n.inputs[k]}, {o}});
+    acc = o;
+  }
+  if (n.op == "Mean") {
+    const std::string c = rw.add_constant(n.name + "/n", Tensor::scalar_f32(static_cast<float>(n.inputs.size())).cast(outv.dtype));
+    rw.add_node(Node{n.name + "/mean", "Div", {}, {acc, c}, {n.outputs[0]}});
+  } else if (n.inputs.size() == 1) {
+    rw.add_node(Node{n.name, "Identity", {}, {acc}, {n.outputs[0]}});
+  }
+}
+
+// Gemm(A, B, C) = alpha * A' @ B' + beta * C: MatMul of (transposed) operands, Mul, Add.
+void gemm_to_matmul(Rewriter& rw, size_t idx) {
+  const Node n = rw.graph().nodes[idx];
+  const auto& outv = rw.value(n.outputs[0]);
+  const DType dt = outv.dtype;
+  rw.remove_node(idx);
+  auto transposed = [&](const std::string& v, const char* tag) {
+    const Shape s = rw.value(v).shape;
+    const std::string t = rw.add_value(v + "/T", rw.value(v).dtype, {s[1], s[0]});
+    Node tr{n.name + "/" + tag, "Transpose", {}, {v}, {t}};
+    tr.attrs.set("perm", std::vector<int64_t>{1, 0});
+    rw.add_node(std::move(tr));
+    return t;
+  };
+  const std::string a = n.attrs.get_int("transA", 0) ? transposed(n.inputs[0], "transA") : n.inputs[0];
+  const std::string b = n.attrs.get_int("transB", 0) ? transposed(n.inputs[1], "transB") : n.inputs[1];
+  const double alpha = n.attrs.get_float("alpha", 1.0), beta = n.attrs.get_float("beta", 1.0);
+  const bool has_c = n.inputs.size() > 2 && !n.inputs[2].empty() && beta != 0.0;
+  std::string y = (alpha != 1.0 || has_c) ? rw.add_value(n.outputs[0] + "/mm", dt, outv.shape) : n.outputs[0];
+  rw.add_node(Node{n.name, "MatMul", {}, {a, b}, {y}});
+  if (alpha != 1.0) {
+    const std::string o = has_c ? rw.add_value(n.outputs[0] + "/alpha", dt, outv.shape) : n.outputs[0];
+    rw.add_node(Node{n.name + "/alpha", "Mul", {}, {y, rw.add_constant(n.name + "/alpha", Tensor::scalar_f32(static_cast<float>(alpha)).cast(dt))}, {o}});
+    y = o;
+  }
+  if (has_c) {
+    std::string c = n.inputs[2];
+    if (beta != 1.0) {
+      const std::string cb = rw.add_value(c + "/beta", dt, rw.value(c).shape);
+      rw.add_node(Node{n.name + "/beta", "Mul", {}, {c, rw.add_constant(n.name + "/beta", Tensor::scalar_f32(static_cast<float>(beta)).cast(dt))}, {cb}});
+      c = cb;
+    }
+    rw.add_node(Node{n.name + "/bias", "Add", {}, {y, c}, {n.outputs[0]}});
+  }
+}
+
+}  // namespace
+
+bool simplify(Graph& g) {
+  Rewriter rw(g);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    const std::string& op = n.op;
+    const auto& out = g.value(n.outputs[0]);
+    if (op == "Identity") {
+      forward(rw, i, n.inputs[0], n.outputs[0]);
+    } else if (op == "Dropout") {
+      const bool training = n.inputs.size() > 2 && !n.inputs[2].empty() &&
+                            (!rw.constant(n.inputs[2]) || rw.constant(n.inputs[2])->to_i64()[0] != 0);
+      const bool mask_used = n.outputs.size() > 1 && !n.outputs[1].empty() && (!rw.consumers(n.outputs[1]).empty() || rw.is_output(n.outputs[1]));
+      if (!training && !mask_used) forward(rw, i, n.inputs[0], n.outputs[0]);
+    } else if (op == "Cast" && g.value(n.inputs[0]).dtype == out.dtype) {
+      forward(rw, i, n.inputs[0], n.outputs[0]);
+    } else if (op == "Expand" && g.value(n.inputs[0]).shape == out.shape) {
+      forward(rw, i, n.inputs[0], n.outputs[0]);
+    } else if (op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") {
+      to_reshape(rw, i);
+    } else if (op == "Reshape") {
+      const Tensor* s = rw.constant(n.inputs[1]);
+      if (g.value(n.inputs[0]).shape == out.shape) forward(rw, i, n.inputs[0], n.outputs[0]);
+      else if (!s || s->to_i64() != out.shape || n.attrs.has("allowzero")) to_reshape(rw, i);
+    } else if (op == "Split") {
+      split_to_slices(rw, i);
+    } else if (op == "Gather") {
+      gather_to_slice(rw, i);
+    } else if ((op == "Sum" || op == "Mean" || op == "Max" || op == "Min") && n.inputs.size() != 2) {
+      variadic(rw, i);
+    } else if (op == "Gemm") {
+      gemm_to_matmul(rw, i);
+    }
+  }
+  return rw.commit();
+}
+
+}  // namespace tessera::passes
