@@ -15,7 +15,8 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
     std::array<double, kLanes> lane_s{};
     std::map<int64_t, double> engine_s;
     double hbm_bytes = 0, flops = 0;
-    int64_t dma_count = 0, stream_count = 0;
+    int64_t dma_count = 0, stream_count = 0, refills = 0;
+    std::vector<Footprint> read;         // SBUF read by the kernel's compute instructions (the recent ones)
     double stream_s = 0, serial_s = 0;
     bool computing = false;              // a compute instruction has been seen
     double prologue_s = 0;               // the longest load before the first compute instruction
@@ -64,6 +65,11 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
       if (in.queue < kStreamQueues && (!spread_queue(in.queue) || in.src0.space == Space::hbm)) {
         ++a.stream_count;
         a.stream_s += t;
+        // A refill: a load into SBUF the kernel's compute has read before waits for that read.
+        if (in.dst.space == Space::sbuf) {
+          const Footprint f = footprint(in.dst);
+          if (std::any_of(a.read.begin(), a.read.end(), [&](const Footprint& r) { return r.overlaps(f); })) ++a.refills;
+        }
       }
       if (in.src0.space == Space::hbm || in.dst.space == Space::hbm) a.hbm_bytes += static_cast<double>(bytes);
       if (in.src0.space == Space::hbm) {
@@ -84,6 +90,11 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
       continue;
     }
     a.computing = true;
+    for (const AccessPattern* ap : {&in.src0, &in.src1, &in.aux})
+      if (ap->present() && ap->space == Space::sbuf) {
+        if (a.read.size() >= 256) a.read.erase(a.read.begin());
+        a.read.push_back(footprint(*ap));
+      }
     const Lane lane = op_lane(in.op);
     const double s = static_cast<double>(instr_cycles(in, cfg)) / lane_clock_hz(lane, cfg);
     a.lane_s[static_cast<size_t>(lane)] += s;
@@ -118,7 +129,7 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
     // Only refills wait on compute: the streamed transfers beyond the first `inflight` (the bulk
     // queues' operand blocks and stores are not limited by the stream buffers).
     const int64_t inflight = std::max<int64_t>(1, k < c.stream_buffers.size() ? c.stream_buffers[k] : 1);
-    const int64_t refills = std::max<int64_t>(0, a.stream_count - inflight);
+    const int64_t refills = a.refills;
     const double latency_bound = (a.stream_s + static_cast<double>(refills) * cfg.dma_trigger_latency) /
                                  static_cast<double>(inflight);
     e.dma_s = std::max(e.dma_s, latency_bound);

@@ -51,7 +51,7 @@ class Lowering {
       return copy(x_, n.name, src, dst);
     }
     if (op == "MatMul") return matmul(x_, n, epilogues_.at(n.name));
-    if (op == "Conv") return conv(x_, n, epilogues_.at(n.name));
+    if (op == "Conv" || op == "ConvTranspose") return conv(x_, n, epilogues_.at(n.name));
     if (is_pool(op)) return pool(x_, n);
     if (is_row_op(op)) return rows(x_, n);
     if (op == "Concat") return concat(x_, n);
@@ -92,10 +92,10 @@ class Lowering {
   }
 
   void plan_epilogue(const Node& p) {
-    if (p.op != "MatMul" && p.op != "Conv") return;
+    if (p.op != "MatMul" && p.op != "Conv" && p.op != "ConvTranspose") return;
     Epilogue ep;
     ep.out = p.outputs[0];
-    if (p.op == "Conv" && p.inputs.size() > 2 && !p.inputs[2].empty()) {  // the convolution's own bias [Cout]
+    if (p.op != "MatMul" && p.inputs.size() > 2 && !p.inputs[2].empty()) {  // the convolution's own bias [Cout]
       TensorRef b = st_.ref(p.inputs[2]);
       const Shape& os = g_.value(p.outputs[0]).shape;
       Shape bs{b.shape()[0]};

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "mapper/neuroncore/kernels/epilogue.hpp"
 
 #include "mapper/neuroncore/kernels/tiling.hpp"
@@ -5,7 +7,10 @@
 namespace tessera::neuroncore {
 
 EpilogueEmitter::EpilogueEmitter(Ctx& x, const Epilogue& ep, Sbuf& sb, int64_t free) : x_(x), ep_(ep), free_(free), sb_(&sb) {
-  if (ep.bias) bias_buf_ = sb.take(free * 4);
+  if (ep.bias) {
+    bias_buf_ = sb.take(free * 4);
+    col_buf_ = sb.take(kColumnSlots * 4);
+  }
   if (ep.residual) res_buf_ = sb.take(2 * free * 4);
   if (ep.bias || ep.residual) tmp_buf_ = sb.take(free * 4);
 }
@@ -50,9 +55,18 @@ void EpilogueEmitter::run(const AccessPattern& dst, const AccessPattern& acc, co
     const int64_t j = row_buf_ >= 0 && bias.part_stride == 0 && bias.free.size() == 1 && bias.free[0].stride == row_stride_ && row_stride_ != 0
                           ? (bias.elem - row_elem_) / row_stride_
                           : -1;
-    if (col) {
-      b = on_chip(Space::sbuf, ep_.bias->dtype, 0, parts, bias_buf_, {{1, 1}});
-      x_.em.dma(b, hbm_ap(*ep_.bias, bias.elem, parts, bias.part_stride, {{1, 1}}));
+    if (col) {  // a column per partition, loaded once and kept (the kernel's tiles reuse them)
+      const std::pair<int64_t, int64_t> key{bias.elem, bias.part_stride};
+      auto it = std::find(columns_.begin(), columns_.end(), key);
+      size_t slot = static_cast<size_t>(it - columns_.begin());
+      const bool hit = it != columns_.end();
+      if (!hit) {
+        slot = columns_.size() % kColumnSlots;
+        if (columns_.size() < kColumnSlots) columns_.push_back(key);
+        else columns_[slot] = key;
+      }
+      b = on_chip(Space::sbuf, ep_.bias->dtype, 0, parts, col_buf_ + static_cast<int64_t>(slot) * 4, {{1, 1}});
+      if (!hit) x_.em.dma(b, hbm_ap(*ep_.bias, bias.elem, parts, bias.part_stride, {{1, 1}}));
     } else if (j >= 0 && j + bias.free[0].num <= row_count_ && (bias.elem - row_elem_) % row_stride_ == 0) {
       b = on_chip(Space::sbuf, ep_.bias->dtype, 0, parts, row_buf_ + j * ep_.bias->es(), {{bias.free[0].num, 1}});
     } else if (reuse) {

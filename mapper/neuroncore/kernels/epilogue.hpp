@@ -32,6 +32,10 @@ class EpilogueEmitter {
   int64_t free_ = 0;
   Sbuf* sb_ = nullptr;
   int64_t bias_buf_ = -1, res_buf_ = -1, tmp_buf_ = -1;
+  // Per-partition bias columns already in SBUF (element offset, partition stride) -> their slot.
+  static constexpr int64_t kColumnSlots = 16;
+  std::vector<std::pair<int64_t, int64_t>> columns_;
+  int64_t col_buf_ = -1;
   int64_t row_buf_ = -1, row_elem_ = 0, row_count_ = 0, row_stride_ = 1;  // a preloaded bias row
   int64_t last_bias_ = -1;  // the bias tile loaded last (element offset), reused while it repeats
   int32_t last_bias_parts_ = 0;

@@ -17,7 +17,7 @@ void copy_into(Ctx& x, const std::string& kernel, const TensorRef& src, const Te
 
 // MatMul of any rank with broadcast batch dimensions, operands in any strides: kernels/matmul.cpp.
 Status matmul(Ctx& x, const graph::Node& n, const Epilogue& ep);
-// Conv 1-D/2-D, any stride, dilation, pads and groups: kernels/conv.cpp.
+// Conv and ConvTranspose 1-D/2-D, any stride, dilation, pads and groups: kernels/conv.cpp.
 Status conv(Ctx& x, const graph::Node& n, const Epilogue& ep);
 // MaxPool, AveragePool (pads, ceil mode, count_include_pad), GlobalAveragePool, GlobalMaxPool:
 // kernels/pool.cpp.

@@ -1,6 +1,8 @@
 // MatMul of any rank (numpy semantics: 1-D operands promoted, batch dimensions broadcast) as 2-D
 // matmuls over strided views (kernels/matmul.hpp). When the right operand does not change across
 // the batch (a linear layer over [batch, seq, d]), the batch folds into M: one 2-D matmul.
+#include <algorithm>
+
 #include "isa/error.hpp"
 #include "mapper/neuroncore/kernels/kernels.hpp"
 #include "mapper/neuroncore/kernels/matmul.hpp"

@@ -2,6 +2,8 @@
 // of the output), Pad (the output preloaded with the pad value, the input copied into its interior),
 // Gather (an embedding lookup of a constant table on the gpsimd engine, or constant indices as
 // copies of slices).
+#include <algorithm>
+
 #include "isa/error.hpp"
 #include "mapper/neuroncore/kernels/kernels.hpp"
 
