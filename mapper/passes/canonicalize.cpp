@@ -9,6 +9,7 @@ const std::vector<CanonicalPass>& canonical_passes() {
       {"normalize_opset", "opset 7-16 forms rewritten to opset 17's", normalize_opset},
       {"simplify", "one form per concept: Reshape for Flatten/Squeeze/Unsqueeze, Slice for Split, MatMul for Gemm, no Identity/Dropout",
        simplify},
+      {"unroll_recurrent", "RNN, GRU and LSTM as the matmuls and gates of each step", unroll_recurrent},
       {"fold_batchnorm", "inference BatchNormalization folded into the convolution before it, or a per-channel Mul and Add", fold_batchnorm},
       {"fuse_decompositions", "LayerNorm, RMSNorm, GELU, SiLU, HardSwish, Mish, Softplus written as several ops, as one op each",
        fuse_decompositions},

@@ -10,6 +10,8 @@
 //                     consecutive indices as Slice (+ Reshape); variadic Sum/Mean/Max/Min as binary
 //                     ops; Gemm as MatMul (Transpose for transA/transB, Mul for alpha, Add of C *
 //                     beta); a Cast or Expand to what the value already is removed
+//   unroll_recurrent  RNN, GRU and LSTM with a static sequence length as the ops of each step: one
+//                     input projection, then per step H R^T and the gates (ONNX semantics)
 //   fold_batchnorm    inference BatchNormalization folded into the convolution before it (constant
 //                     weights), otherwise rewritten as Mul and Add of per-channel constants; kept
 //                     when it trains (training_mode) or its statistics are not constants
@@ -43,6 +45,7 @@ std::vector<std::string> canonicalize(graph::Graph& g);
 
 bool normalize_opset(graph::Graph& g);
 bool simplify(graph::Graph& g);
+bool unroll_recurrent(graph::Graph& g);
 bool fold_batchnorm(graph::Graph& g);
 bool fuse_decompositions(graph::Graph& g);
 

@@ -158,7 +158,7 @@ Status conv(Ctx& x, const Node& n, const Epilogue& ep) {
       const int32_t T = static_cast<int32_t>(taps), C = static_cast<int32_t>(g.Cout);
       const AccessPattern dst = on_chip(Space::sbuf, Wt.dtype, 0, cp, wbuf + ci_t * taps * g.Cout * wes, wv.data ? std::vector<Dim>{{T, C}, {C, 1}} : std::vector<Dim>{{C, T}, {T, 1}});
       if (wv.data)
-        x.em.dma(dst, hbm_ap(Wt, tap_elem(0, ci_t * P, 0), cp, g.Cout, {{T, static_cast<int32_t>(g.Cin * g.Cout)}, {C, 1}}), Emitter::DmaClass::bulk);
+        x.em.dma(dst, hbm_ap(Wt, tap_elem(0, ci_t * P, 0), cp, g.Cout, {{T, static_cast<int32_t>(g.Cin * g.Cout)}, {C, 1}}), Emitter::DmaClass::spread);
       else  // natural tap order (a ConvTranspose's flip is in how the taps are read)
         x.em.dma(dst, hbm_ap(Wt, Wt.view.offset + ci_t * P * tap_ci_stride, cp, tap_ci_stride, {{C, static_cast<int32_t>(tap_co_stride)}, {T, static_cast<int32_t>(Wt.view.strides.back())}}),
                  Emitter::DmaClass::spread);
