@@ -37,6 +37,14 @@ const Tensor& in(const OpCall& c, size_t i);
 const Tensor* opt_in(const OpCall& c, size_t i);
 // Integer values of a 1-D (or scalar) integer tensor such as axes, shape, starts.
 std::vector<int64_t> int_values(const OpCall& c, const Tensor& t, const char* what);
+// The value of a one-element integer tensor (k, axis, depth given as inputs).
+int64_t int_scalar(const OpCall& c, const Tensor& t, const char* what);
+// The value of a one-element tensor of any numeric dtype, as fp64.
+double f64_scalar(const OpCall& c, const Tensor& t, const char* what);
+// Indices must be int32 or int64; InputError naming `what` otherwise.
+void require_index(const OpCall& c, const Tensor& t, const char* what = "indices");
+// Index k in [-dim, dim) -> [0, dim); otherwise InputError naming `what`, k and the dimension.
+int64_t norm_index(const OpCall& c, int64_t k, int64_t dim, const char* what = "index");
 
 // Axis in [-rank, rank) -> [0, rank); otherwise InputError naming the attribute.
 int64_t norm_axis(const OpCall& c, int64_t axis, int64_t rank, const char* what = "axis");
@@ -45,6 +53,12 @@ std::vector<int64_t> norm_axes(const OpCall& c, const std::vector<int64_t>& axes
                                const char* what = "axes");
 
 std::vector<int64_t> strides_of(const Shape& s);  // row-major element strides
+// For every element of `out` (row-major), offset + sum(idx[d] * strides[d]) into the source.
+std::vector<int64_t> strided_map(const Shape& out, const std::vector<int64_t>& strides, int64_t offset);
+// out[i] = src[map[i]], element by element, any dtype.
+Tensor take(const Tensor& src, const Shape& out, const std::vector<int64_t>& map);
+// Product of dims [from, to) of s.
+int64_t dims_product(const Shape& s, int64_t from, int64_t to);
 
 // Multidirectional (numpy) broadcast of shapes; InputError naming both shapes on mismatch.
 Shape broadcast_shapes(const OpCall& c, const Shape& a, const Shape& b);
@@ -62,6 +76,8 @@ void require_same_dtype(const OpCall& c, const Tensor& a, const Tensor& b);
 Tensor from_f64(DType to, Shape shape, const std::vector<double>& v);
 // int64 values -> a tensor of integer/bool dtype `to` (wrapping like a C cast).
 Tensor from_i64_as(DType to, Shape shape, const std::vector<int64_t>& v);
+// fp64 values -> a tensor of any dtype: floats as from_f64, integers rounded to nearest.
+Tensor to_dtype(DType to, const Shape& shape, const std::vector<double>& v);
 
 }  // namespace detail
 }  // namespace tessera::reference

@@ -15,15 +15,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// fp64 results -> the input's dtype (integers round to nearest).
-Tensor to_dtype(DType t, const Shape& shape, const std::vector<double>& v) {
-  if (is_float(t)) return from_f64(t, shape, v);
-  std::vector<int64_t> iv(v.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    iv[i] = std::isfinite(v[i]) ? static_cast<int64_t>(std::llround(std::clamp(v[i], -9.2e18, 9.2e18))) : 0;
-  return from_i64_as(t, shape, iv);
-}
-
 // ---- Softmax / LogSoftmax --------------------------------------------------------------------
 
 std::vector<Tensor> softmax_impl(const OpCall& c, bool log) {

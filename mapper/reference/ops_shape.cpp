@@ -14,36 +14,6 @@ using namespace detail;
 
 namespace {
 
-// For every element of `out` (row-major), offset + sum(idx[d] * strides[d]) into the source.
-std::vector<int64_t> strided_map(const Shape& out, const std::vector<int64_t>& strides, int64_t offset) {
-  const int64_t n = shape_numel(out);
-  std::vector<int64_t> map(static_cast<size_t>(n));
-  const size_t r = out.size();
-  std::vector<int64_t> idx(r, 0);
-  int64_t src = offset;
-  for (int64_t i = 0; i < n; ++i) {
-    map[static_cast<size_t>(i)] = src;
-    for (size_t d = r; d-- > 0;) {
-      ++idx[d];
-      src += strides[d];
-      if (idx[d] < out[d]) break;
-      src -= strides[d] * idx[d];
-      idx[d] = 0;
-    }
-  }
-  return map;
-}
-
-// out[i] = src[map[i]], element by element, any dtype.
-Tensor take(const Tensor& src, const Shape& out, const std::vector<int64_t>& map) {
-  Tensor r(src.dtype(), out);
-  const size_t es = dtype_size(src.dtype());
-  std::byte* d = r.data();
-  const std::byte* s = src.data();
-  for (size_t i = 0; i < map.size(); ++i) std::memcpy(d + i * es, s + static_cast<size_t>(map[i]) * es, es);
-  return r;
-}
-
 // Axes from input i (newer opsets) or attribute 'axes' (older ones); nullopt-like flag when absent.
 std::vector<int64_t> axes_from(const OpCall& c, size_t input, bool& given) {
   if (const Tensor* t = opt_in(c, input)) {
