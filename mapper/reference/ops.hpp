@@ -23,6 +23,9 @@ std::vector<OpEntry> elementwise_ops();
 std::vector<OpEntry> linalg_ops();
 std::vector<OpEntry> nn_ops();
 std::vector<OpEntry> shape_ops();
+std::vector<OpEntry> create_ops();      // ops_create.cpp
+std::vector<OpEntry> math_ops();        // ops_math.cpp
+std::vector<OpEntry> activation_ops();  // ops_activation.cpp
 
 namespace detail {
 
