@@ -230,7 +230,8 @@ namespace {
 const std::map<std::string, OpFn>& table() {
   static const std::map<std::string, OpFn> t = [] {
     std::map<std::string, OpFn> m;
-    for (auto* list : {&elementwise_ops, &linalg_ops, &nn_ops, &shape_ops, &create_ops, &math_ops, &activation_ops})
+    for (auto* list : {&elementwise_ops, &linalg_ops, &nn_ops, &shape_ops, &create_ops, &math_ops, &activation_ops,
+                       &reduce_ops, &norm_ops})
       for (const OpEntry& e : (*list)()) m[e.name] = e.fn;
     return m;
   }();

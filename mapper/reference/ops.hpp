@@ -26,6 +26,8 @@ std::vector<OpEntry> shape_ops();
 std::vector<OpEntry> create_ops();      // ops_create.cpp
 std::vector<OpEntry> math_ops();        // ops_math.cpp
 std::vector<OpEntry> activation_ops();  // ops_activation.cpp
+std::vector<OpEntry> reduce_ops();      // ops_reduce.cpp
+std::vector<OpEntry> norm_ops();        // ops_norm.cpp
 
 namespace detail {
 
