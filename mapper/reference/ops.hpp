@@ -28,6 +28,8 @@ std::vector<OpEntry> math_ops();        // ops_math.cpp
 std::vector<OpEntry> activation_ops();  // ops_activation.cpp
 std::vector<OpEntry> reduce_ops();      // ops_reduce.cpp
 std::vector<OpEntry> norm_ops();        // ops_norm.cpp
+std::vector<OpEntry> index_ops();       // ops_index.cpp
+std::vector<OpEntry> layout_ops();      // ops_layout.cpp
 
 namespace detail {
 

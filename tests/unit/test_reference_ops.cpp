@@ -768,18 +768,19 @@ TEST_CASE("reference: Add with incompatible shapes names both shapes", "[referen
 TEST_CASE("reference: supported_ops covers the whole op set", "[reference]") {
   const std::vector<std::string> want = {
       "Abs", "Acos", "Acosh", "Add", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh",
-      "AveragePool", "BatchNormalization", "BitShift", "Cast", "CastLike", "Ceil", "Celu", "Clip", "Concat",
-      "Constant", "ConstantOfShape", "Conv", "ConvTranspose", "Cos", "Cosh", "CumSum", "Div", "Dropout", "Elu",
-      "Equal", "Erf", "Exp", "Expand", "EyeLike", "Flatten", "Floor", "Gather", "Gelu", "Gemm",
-      "GlobalAveragePool", "GlobalMaxPool", "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish", "Hardmax",
-      "Identity", "InstanceNormalization", "IsInf", "IsNaN", "LRN", "LayerNormalization", "LeakyRelu", "Less",
-      "LessOrEqual", "Log", "LogSoftmax", "MatMul", "Max", "MaxPool", "MaxUnpool", "Mean",
-      "MeanVarianceNormalization", "Min", "Mish", "Mod", "Mul", "Neg", "Not", "Or", "PRelu", "Pow", "Range",
-      "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
-      "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape", "Round", "Selu", "Shape",
-      "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Size", "Slice", "Softmax", "Softplus", "Softsign", "Split",
-      "Sqrt", "Squeeze", "Sub", "Sum", "Tan", "Tanh", "ThresholdedRelu", "TopK", "Transpose", "Unsqueeze",
-      "Where", "Xor"};
+      "AveragePool", "BatchNormalization", "BitShift", "Cast", "CastLike", "Ceil", "Celu", "Clip", "Compress",
+      "Concat", "Constant", "ConstantOfShape", "Conv", "ConvTranspose", "Cos", "Cosh", "CumSum",
+      "DepthToSpace", "Div", "Dropout", "Elu", "Equal", "Erf", "Exp", "Expand", "EyeLike", "Flatten", "Floor",
+      "Gather", "GatherElements", "GatherND", "Gelu", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "Greater",
+      "GreaterOrEqual", "HardSigmoid", "HardSwish", "Hardmax", "Identity", "InstanceNormalization", "IsInf",
+      "IsNaN", "LRN", "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "MatMul",
+      "Max", "MaxPool", "MaxUnpool", "Mean", "MeanVarianceNormalization", "Min", "Mish", "Mod", "Mul", "Neg",
+      "NonZero", "Not", "OneHot", "Or", "PRelu", "Pad", "Pow", "Range", "Reciprocal", "ReduceL1", "ReduceL2",
+      "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
+      "ReduceSumSquare", "Relu", "Reshape", "ReverseSequence", "Round", "Scatter", "ScatterElements",
+      "ScatterND", "Selu", "Shape", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Size", "Slice", "Softmax",
+      "Softplus", "Softsign", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tan", "Tanh",
+      "ThresholdedRelu", "Tile", "TopK", "Transpose", "Trilu", "Unique", "Unsqueeze", "Where", "Xor"};
   const auto have = reference::supported_ops();
   for (const auto& name : want) {
     INFO(name);
