@@ -30,6 +30,8 @@ std::vector<OpEntry> reduce_ops();      // ops_reduce.cpp
 std::vector<OpEntry> norm_ops();        // ops_norm.cpp
 std::vector<OpEntry> index_ops();       // ops_index.cpp
 std::vector<OpEntry> layout_ops();      // ops_layout.cpp
+std::vector<OpEntry> resize_ops();      // ops_resize.cpp
+std::vector<OpEntry> algebra_ops();     // ops_algebra.cpp
 
 namespace detail {
 
