@@ -32,6 +32,8 @@ std::vector<OpEntry> index_ops();       // ops_index.cpp
 std::vector<OpEntry> layout_ops();      // ops_layout.cpp
 std::vector<OpEntry> resize_ops();      // ops_resize.cpp
 std::vector<OpEntry> algebra_ops();     // ops_algebra.cpp
+std::vector<OpEntry> rnn_ops();         // ops_rnn.cpp
+std::vector<OpEntry> loss_ops();        // ops_loss.cpp
 
 namespace detail {
 

@@ -771,17 +771,18 @@ TEST_CASE("reference: supported_ops covers the whole op set", "[reference]") {
       "AveragePool", "BatchNormalization", "BitShift", "Cast", "CastLike", "Ceil", "Celu", "Clip", "Compress",
       "Concat", "Constant", "ConstantOfShape", "Conv", "ConvTranspose", "Cos", "Cosh", "CumSum",
       "DepthToSpace", "Det", "Div", "Dropout", "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand", "EyeLike",
-      "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu", "Gemm", "GlobalAveragePool",
+      "Flatten", "Floor", "GRU", "Gather", "GatherElements", "GatherND", "Gelu", "Gemm", "GlobalAveragePool",
       "GlobalMaxPool", "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish", "Hardmax", "Identity",
-      "InstanceNormalization", "IsInf", "IsNaN", "LRN", "LayerNormalization", "LeakyRelu", "Less",
+      "InstanceNormalization", "IsInf", "IsNaN", "LRN", "LSTM", "LayerNormalization", "LeakyRelu", "Less",
       "LessOrEqual", "Log", "LogSoftmax", "MatMul", "Max", "MaxPool", "MaxUnpool", "Mean",
-      "MeanVarianceNormalization", "Min", "Mish", "Mod", "Mul", "Neg", "NonZero", "Not", "OneHot", "Or",
-      "PRelu", "Pad", "Pow", "Range", "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
-      "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape",
-      "Resize", "ReverseSequence", "Round", "Scatter", "ScatterElements", "ScatterND", "Selu", "Shape",
-      "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Size", "Slice", "Softmax", "Softplus", "Softsign",
-      "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tan", "Tanh", "ThresholdedRelu", "Tile",
-      "TopK", "Transpose", "Trilu", "Unique", "Unsqueeze", "Upsample", "Where", "Xor"};
+      "MeanVarianceNormalization", "Min", "Mish", "Mod", "Mul", "Neg", "NegativeLogLikelihoodLoss", "NonZero",
+      "Not", "OneHot", "Or", "PRelu", "Pad", "Pow", "RNN", "Range", "Reciprocal", "ReduceL1", "ReduceL2",
+      "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
+      "ReduceSumSquare", "Relu", "Reshape", "Resize", "ReverseSequence", "Round", "Scatter", "ScatterElements",
+      "ScatterND", "Selu", "Shape", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Size", "Slice", "Softmax",
+      "SoftmaxCrossEntropyLoss", "Softplus", "Softsign", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub",
+      "Sum", "Tan", "Tanh", "ThresholdedRelu", "Tile", "TopK", "Transpose", "Trilu", "Unique", "Unsqueeze",
+      "Upsample", "Where", "Xor"};
   const auto have = reference::supported_ops();
   for (const auto& name : want) {
     INFO(name);
