@@ -231,7 +231,8 @@ const std::map<std::string, OpFn>& table() {
   static const std::map<std::string, OpFn> t = [] {
     std::map<std::string, OpFn> m;
     for (auto* list : {&elementwise_ops, &linalg_ops, &nn_ops, &shape_ops, &create_ops, &math_ops, &activation_ops,
-                       &reduce_ops, &norm_ops, &index_ops, &layout_ops, &resize_ops, &algebra_ops, &rnn_ops, &loss_ops})
+                       &reduce_ops, &norm_ops, &index_ops, &layout_ops, &resize_ops, &algebra_ops, &rnn_ops,
+                       &loss_ops, &signal_ops, &quant_ops, &gridsample_ops, &detect_ops})
       for (const OpEntry& e : (*list)()) m[e.name] = e.fn;
     return m;
   }();

@@ -34,6 +34,10 @@ std::vector<OpEntry> resize_ops();      // ops_resize.cpp
 std::vector<OpEntry> algebra_ops();     // ops_algebra.cpp
 std::vector<OpEntry> rnn_ops();         // ops_rnn.cpp
 std::vector<OpEntry> loss_ops();        // ops_loss.cpp
+std::vector<OpEntry> signal_ops();      // ops_signal.cpp
+std::vector<OpEntry> quant_ops();       // ops_quant.cpp
+std::vector<OpEntry> gridsample_ops();  // ops_gridsample.cpp
+std::vector<OpEntry> detect_ops();      // ops_detect.cpp
 
 namespace detail {
 

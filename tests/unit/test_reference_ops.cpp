@@ -768,21 +768,23 @@ TEST_CASE("reference: Add with incompatible shapes names both shapes", "[referen
 TEST_CASE("reference: supported_ops covers the whole op set", "[reference]") {
   const std::vector<std::string> want = {
       "Abs", "Acos", "Acosh", "Add", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh",
-      "AveragePool", "BatchNormalization", "BitShift", "Cast", "CastLike", "Ceil", "Celu", "Clip", "Compress",
-      "Concat", "Constant", "ConstantOfShape", "Conv", "ConvTranspose", "Cos", "Cosh", "CumSum",
-      "DepthToSpace", "Det", "Div", "Dropout", "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand", "EyeLike",
-      "Flatten", "Floor", "GRU", "Gather", "GatherElements", "GatherND", "Gelu", "Gemm", "GlobalAveragePool",
-      "GlobalMaxPool", "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish", "Hardmax", "Identity",
-      "InstanceNormalization", "IsInf", "IsNaN", "LRN", "LSTM", "LayerNormalization", "LeakyRelu", "Less",
-      "LessOrEqual", "Log", "LogSoftmax", "MatMul", "Max", "MaxPool", "MaxUnpool", "Mean",
-      "MeanVarianceNormalization", "Min", "Mish", "Mod", "Mul", "Neg", "NegativeLogLikelihoodLoss", "NonZero",
-      "Not", "OneHot", "Or", "PRelu", "Pad", "Pow", "RNN", "Range", "Reciprocal", "ReduceL1", "ReduceL2",
-      "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
-      "ReduceSumSquare", "Relu", "Reshape", "Resize", "ReverseSequence", "Round", "Scatter", "ScatterElements",
-      "ScatterND", "Selu", "Shape", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Size", "Slice", "Softmax",
-      "SoftmaxCrossEntropyLoss", "Softplus", "Softsign", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub",
-      "Sum", "Tan", "Tanh", "ThresholdedRelu", "Tile", "TopK", "Transpose", "Trilu", "Unique", "Unsqueeze",
-      "Upsample", "Where", "Xor"};
+      "AveragePool", "BatchNormalization", "BitShift", "BlackmanWindow", "Cast", "CastLike", "Ceil", "Celu",
+      "Clip", "Compress", "Concat", "Constant", "ConstantOfShape", "Conv", "ConvInteger", "ConvTranspose",
+      "Cos", "Cosh", "CumSum", "DepthToSpace", "DequantizeLinear", "Det", "Div", "Dropout",
+      "DynamicQuantizeLinear", "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand", "EyeLike", "Flatten", "Floor",
+      "GRU", "Gather", "GatherElements", "GatherND", "Gelu", "Gemm", "GlobalAveragePool", "GlobalMaxPool",
+      "Greater", "GreaterOrEqual", "GridSample", "HammingWindow", "HannWindow", "HardSigmoid", "HardSwish",
+      "Hardmax", "Identity", "InstanceNormalization", "IsInf", "IsNaN", "LRN", "LSTM", "LayerNormalization",
+      "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "MatMul", "MatMulInteger", "Max", "MaxPool",
+      "MaxUnpool", "Mean", "MeanVarianceNormalization", "Min", "Mish", "Mod", "Mul", "Neg",
+      "NegativeLogLikelihoodLoss", "NonMaxSuppression", "NonZero", "Not", "OneHot", "Or", "PRelu", "Pad",
+      "Pow", "QLinearConv", "QLinearMatMul", "QuantizeLinear", "RNN", "Range", "Reciprocal", "ReduceL1",
+      "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd",
+      "ReduceSum", "ReduceSumSquare", "Relu", "Reshape", "Resize", "ReverseSequence", "RoiAlign", "Round",
+      "Scatter", "ScatterElements", "ScatterND", "Selu", "Shape", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh",
+      "Size", "Slice", "Softmax", "SoftmaxCrossEntropyLoss", "Softplus", "Softsign", "SpaceToDepth", "Split",
+      "Sqrt", "Squeeze", "Sub", "Sum", "Tan", "Tanh", "ThresholdedRelu", "Tile", "TopK", "Transpose", "Trilu",
+      "Unique", "Unsqueeze", "Upsample", "Where", "Xor"};
   const auto have = reference::supported_ops();
   for (const auto& name : want) {
     INFO(name);
