@@ -121,6 +121,15 @@ Tensor take(const Tensor& src, const Shape& out, const std::vector<int64_t>& map
   return r;
 }
 
+void require_sane_shape(const OpCall& c, const Shape& s, const char* what) {
+  double n = 1;
+  for (int64_t d : s) {
+    if (d < 0) fail(c, std::string(what) + " " + shape_str(s) + " has a negative dimension");
+    n *= static_cast<double>(d);
+  }
+  if (n > 2147483648.0) fail(c, std::string(what) + " " + shape_str(s) + " would hold more than 2^31 elements");
+}
+
 int64_t dims_product(const Shape& s, int64_t from, int64_t to) {
   int64_t p = 1;
   for (int64_t i = from; i < to; ++i) p *= s[static_cast<size_t>(i)];

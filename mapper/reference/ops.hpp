@@ -72,6 +72,9 @@ std::vector<int64_t> strides_of(const Shape& s);  // row-major element strides
 std::vector<int64_t> strided_map(const Shape& out, const std::vector<int64_t>& strides, int64_t offset);
 // out[i] = src[map[i]], element by element, any dtype.
 Tensor take(const Tensor& src, const Shape& out, const std::vector<int64_t>& map);
+// An output shape computed from input values (sizes, repeats, pads) must be non-negative and hold at
+// most 2^31 elements; InputError naming `what` otherwise (instead of a failed huge allocation).
+void require_sane_shape(const OpCall& c, const Shape& s, const char* what);
 // Product of dims [from, to) of s.
 int64_t dims_product(const Shape& s, int64_t from, int64_t to);
 

@@ -93,8 +93,7 @@ std::vector<Tensor> op_constant(const OpCall& c) {
 
 std::vector<Tensor> op_constant_of_shape(const OpCall& c) {
   const auto shape = int_values(c, in(c, 0), "input shape");
-  for (int64_t d : shape)
-    if (d < 0) fail(c, "shape " + shape_str(shape) + " has a negative dimension");
+  require_sane_shape(c, shape, "shape");
   Tensor value = Tensor::scalar_f32(0.0f);
   if (attrs(c).has("value")) {
     value = attrs(c).get_tensor("value");

@@ -193,6 +193,7 @@ std::vector<Tensor> op_one_hot(const OpCall& c) {
   const int64_t outer = dims_product(indices.shape(), 0, axis), inner = dims_product(indices.shape(), axis, r);
   Shape out = indices.shape();
   out.insert(out.begin() + axis, depth);
+  require_sane_shape(c, out, "output shape");
   Tensor res(values.dtype(), out);
   const size_t es = dtype_size(values.dtype());
   for (int64_t o = 0; o < outer; ++o)

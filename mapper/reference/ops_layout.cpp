@@ -21,6 +21,7 @@ std::vector<Tensor> op_tile(const OpCall& c) {
     if (reps[d] < 0) fail(c, "repeats " + shape_str(reps) + " has a negative value");
     out[d] *= reps[d];
   }
+  require_sane_shape(c, out, "output shape");
   const auto st = strides_of(x.shape());
   std::vector<int64_t> map(static_cast<size_t>(shape_numel(out)));
   std::vector<int64_t> co(out.size(), 0);
@@ -91,6 +92,7 @@ std::vector<Tensor> op_pad(const OpCall& c) {
     if (mode != "constant" && x.shape()[d] == 0 && out[d] > 0)
       fail(c, "cannot pad the empty dimension " + std::to_string(d) + " in " + mode + " mode");
   }
+  require_sane_shape(c, out, "output shape");
   const auto st = strides_of(x.shape());
   const size_t es = dtype_size(x.dtype());
   Tensor res(x.dtype(), out);

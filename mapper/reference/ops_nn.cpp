@@ -232,10 +232,12 @@ std::vector<Tensor> op_max_unpool(const OpCall& c) {
     if (base[2 + i] < 1 || x.shape()[2 + i] < 1)
       fail(c, "kernel_shape, strides and pads give an empty unpooled shape for input X " + shape_str(x.shape()));
   }
+  require_sane_shape(c, base, "unpooled shape");
   Shape out = base;
   if (const Tensor* os = opt_in(c, 2)) {
     // A larger output_shape pads at the end of each dimension (the node tests' reading of the spec).
     out = int_values(c, *os, "output_shape");
+    require_sane_shape(c, out, "output_shape");
     bool ok = out.size() == base.size();
     for (size_t d = 0; ok && d < out.size(); ++d) ok = d < 2 ? out[d] == base[d] : out[d] >= base[d];
     if (!ok)

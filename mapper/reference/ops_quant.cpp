@@ -65,6 +65,9 @@ std::vector<Tensor> op_dequantize_linear(const OpCall& c) {
     fail(c, "x has dtype " + std::string(dtype_name(x.dtype())) + ", expected uint8, int8 or int32");
   require_float(c, scale, "x_scale");
   if (zp && zp->dtype() != x.dtype()) require_same_dtype(c, x, *zp);
+  if (zp && zp->shape() != scale.shape())
+    fail(c, "x_zero_point of shape " + shape_str(zp->shape()) + " must have the shape of x_scale " +
+                shape_str(scale.shape()));
   const auto idx = param_index(c, x, scale);
   const auto xv = x.to_i64();
   const auto sv = scale.to_f32();

@@ -197,7 +197,7 @@ std::vector<Tensor> op_resize(const OpCall& c) {
       out[d] = static_cast<int64_t>(std::floor(sc[i] * static_cast<double>(x.shape()[d])));
     }
   }
-  if (shape_numel(out) > (int64_t{1} << 31)) fail(c, "output shape " + shape_str(out) + " is too large");
+  require_sane_shape(c, out, "output shape");
   if (s.coord == "tf_crop_and_resize") {
     if (!roi_t || roi_t->numel() != static_cast<int64_t>(2 * na))
       fail(c, "tf_crop_and_resize needs roi with " + std::to_string(2 * na) + " values (starts, then ends)");
@@ -233,6 +233,7 @@ std::vector<Tensor> op_upsample(const OpCall& c) {
       fail(c, "Upsample scale " + std::to_string(scales[d]) + " is below 1 or too large");
     out[d] = static_cast<int64_t>(std::floor(scales[d] * static_cast<double>(out[d])));
   }
+  require_sane_shape(c, out, "output shape");
   return {interpolate(c, x, s, out, scales, {})};
 }
 

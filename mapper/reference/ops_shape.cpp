@@ -318,6 +318,7 @@ std::vector<Tensor> op_expand(const OpCall& c) {
   for (int64_t d : spec)
     if (d < 0) fail(c, "shape " + shape_str(spec) + " has a negative dimension");
   const Shape out = broadcast_shapes(c, x.shape(), spec);
+  require_sane_shape(c, out, "output shape");
   return {take(x, out, broadcast_map(x.shape(), out))};
 }
 

@@ -174,6 +174,8 @@ TEST_CASE("reference: Range, ConstantOfShape, EyeLike, Size, CastLike", "[refere
   check_f32(cos.one(), {2, 3}, {0, 0, 0, 0, 0, 0});
   cos.attrs.set("value", i64({1}, {7}));
   check_i64(cos.one(), DType::i64, {2, 3}, {7, 7, 7, 7, 7, 7});
+  const Tensor huge = ints({100000, 100000, 1000});
+  CHECK_THAT(error_of(op("ConstantOfShape", {&huge})), Catch::Contains("more than 2^31 elements"));
   const Tensor no_dims = i64({0}, {});
   CHECK(op("ConstantOfShape", {&no_dims}).one().shape() == Shape{});
   const Tensor m = f32({2, 3}, {9, 9, 9, 9, 9, 9});
