@@ -176,3 +176,20 @@ TEST_CASE("graph: inputs that decide a new op's shape must be constants; constan
   auto out = reference::execute(g, {{"x", Tensor::from_f32({1, 2}, {5, 6})}});
   CHECK(out.at("y").to_f32() == std::vector<float>{5, 6, 5, 6});
 }
+
+TEST_CASE("graph: FLOPs of recurrent layers and of the new data-movement ops", "[graph]") {
+  // LSTM, 3 steps x 2 batch entries, I = 2, H = 2: 2 * (4 * 2) * (2 + 2) per step and entry = 64.
+  graph::Graph g = inline_graph(json::parse(R"({
+    "inputs": {"x": {"shape": [3, 2, 2]}},
+    "outputs": ["y", "t"],
+    "initializers": {"w": {"values": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], "shape": [1, 8, 2]},
+                     "r": {"values": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], "shape": [1, 8, 2]},
+                     "reps": {"values": [1, 2, 1], "dtype": "int64", "shape": [3]}},
+    "nodes": [
+      {"name": "lstm", "op": "LSTM", "inputs": ["x", "w", "r"], "outputs": ["y"]},
+      {"name": "tile", "op": "Tile", "inputs": ["x", "reps"], "outputs": ["t"]}]})"));
+  std::map<std::string, int64_t> flops;
+  for (const auto& n : g.nodes) flops[n.op] = graph::node_flops(g, n);
+  CHECK(flops.at("LSTM") == 64 * 3 * 2);
+  CHECK(flops.at("Tile") == 0);
+}
