@@ -68,7 +68,9 @@ std::vector<Tensor> op_non_max_suppression(const OpCall& c) {
       std::vector<int64_t> order;
       for (int64_t i = 0; i < S; ++i)
         if (!has_min_score || sc[i] > min_score) order.push_back(i);
-      std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) { return sc[p] > sc[q]; });
+      std::stable_sort(
+          order.begin(), order.end(),  // decreasing score; a NaN score sorts last
+          [&](int64_t p, int64_t q) { return !std::isnan(sc[p]) && (std::isnan(sc[q]) || sc[p] > sc[q]); });
       std::vector<int64_t> kept;
       for (int64_t i : order) {
         if (static_cast<int64_t>(kept.size()) >= max_out) break;

@@ -272,8 +272,16 @@ std::vector<Tensor> op_unique(const OpCall& c) {
       for (int64_t i = 0; i < inner; ++i) {
         const size_t pa = static_cast<size_t>((o * dim + a) * inner + i),
                      pb = static_cast<size_t>((o * dim + b) * inner + i);
-        if (fl ? vf[pa] != vf[pb] : vi[pa] != vi[pb])
-          return fl ? (vf[pa] < vf[pb] ? -1 : 1) : (vi[pa] < vi[pb] ? -1 : 1);
+        if (!fl) {
+          if (vi[pa] != vi[pb]) return vi[pa] < vi[pb] ? -1 : 1;
+          continue;
+        }
+        const double u = vf[pa], w = vf[pb];  // NaNs equal each other and sort after numbers (numpy)
+        if (std::isnan(u) || std::isnan(w)) {
+          if (std::isnan(u) != std::isnan(w)) return std::isnan(u) ? 1 : -1;
+        } else if (u != w) {
+          return u < w ? -1 : 1;
+        }
       }
     return 0;
   };
