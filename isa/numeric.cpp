@@ -179,7 +179,7 @@ float bf16_to_fp32(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 1
 void narrow_array(const float* src, void* dst, size_t n, FloatFormat f) {
   switch (format_info(f).bits) {
     case 32:
-      std::memcpy(dst, src, n * 4);
+      if (n > 0) std::memcpy(dst, src, n * 4);  // an empty tensor may have no buffer
       return;
     case 16: {
       auto* d = static_cast<uint16_t*>(dst);
@@ -203,7 +203,7 @@ void narrow_array(const float* src, void* dst, size_t n, FloatFormat f) {
 void widen_array(const void* src, float* dst, size_t n, FloatFormat f) {
   switch (format_info(f).bits) {
     case 32:
-      std::memcpy(dst, src, n * 4);
+      if (n > 0) std::memcpy(dst, src, n * 4);  // an empty tensor may have no buffer
       return;
     case 16: {
       const auto* s = static_cast<const uint16_t*>(src);

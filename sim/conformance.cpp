@@ -82,13 +82,19 @@ std::string unsupported_ops(const std::string& model_path) {
 }
 
 // Like a static-shape compiler, the runner specialises the model to the test's integer inputs
-// (axes, shapes, indices): they become constants before the graph passes run.
+// (axes, shapes, indices) and to every input that decides an output's shape (Resize's scales,
+// Range's bounds, NonZero's input, ...): they become constants before the graph passes run.
 graph::Graph specialise(const graph::Graph& g0, std::map<std::string, Tensor>& inputs) {
   graph::Graph g = g0;
+  std::set<std::string> decides_shape;
+  for (const auto& n : g.nodes)
+    for (size_t k : passes::shape_inputs(n.op, g.opset))
+      if (k < n.inputs.size()) decides_shape.insert(n.inputs[k]);
   std::vector<std::string> runtime;
   for (const auto& name : g.inputs) {
     auto it = inputs.find(name);
-    if (it != inputs.end() && !is_float(it->second.dtype()) && it->second.dtype() != DType::boolean) {
+    const bool integer = it != inputs.end() && !is_float(it->second.dtype()) && it->second.dtype() != DType::boolean;
+    if (it != inputs.end() && (integer || decides_shape.count(name))) {
       auto& v = g.value(name);
       v.data = it->second;
       v.shape = it->second.shape();

@@ -36,7 +36,7 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& where) {
     if (p.raw_data().size() != t.nbytes())
       throw InputError(where, "tensor '" + p.name() + "' has " + std::to_string(p.raw_data().size()) +
                                   " bytes of raw data; shape " + shape_str(shape) + " needs " + std::to_string(t.nbytes()));
-    std::memcpy(t.data(), p.raw_data().data(), t.nbytes());
+    if (t.nbytes() > 0) std::memcpy(t.data(), p.raw_data().data(), t.nbytes());  // empty tensors have no buffer
     return t;
   }
   auto check = [&](int count) {

@@ -48,6 +48,15 @@ std::vector<double> Attributes::get_floats(const std::string& name, const std::v
   wrong(name, "a list of floats");
 }
 
+std::vector<std::string> Attributes::get_strings(const std::string& name,
+                                                const std::vector<std::string>& def) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return def;
+  if (auto* v = std::get_if<std::vector<std::string>>(&it->second)) return *v;
+  if (auto* v = std::get_if<std::string>(&it->second)) return {*v};
+  wrong(name, "a list of strings");
+}
+
 const Tensor& Attributes::get_tensor(const std::string& name) const {
   auto it = values_.find(name);
   if (it == values_.end()) throw InputError("attribute '" + name + "'", "required tensor attribute is missing");

@@ -26,6 +26,7 @@ class Attributes {
   std::string get_string(const std::string& name, const std::string& def) const;
   std::vector<int64_t> get_ints(const std::string& name, const std::vector<int64_t>& def = {}) const;
   std::vector<double> get_floats(const std::string& name, const std::vector<double>& def = {}) const;
+  std::vector<std::string> get_strings(const std::string& name, const std::vector<std::string>& def = {}) const;
   const Tensor& get_tensor(const std::string& name) const;  // throws if absent
 
  private:

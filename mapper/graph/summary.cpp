@@ -15,11 +15,23 @@ int64_t numel_of(const Graph& g, const std::string& name) {
 }  // namespace
 
 int64_t node_flops(const Graph& g, const Node& n) {
-  static const std::set<std::string> movement = {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
-                                                 "Concat", "Split", "Slice", "Gather", "Cast", "Identity",
-                                                 "Constant", "Shape", "Expand"};
+  static const std::set<std::string> movement = {
+      "Reshape",   "Transpose",       "Flatten",        "Squeeze",  "Unsqueeze",    "Concat",
+      "Split",     "Slice",           "Gather",         "Cast",     "Identity",     "Constant",
+      "Shape",     "Expand",          "Tile",           "Pad",      "DepthToSpace", "SpaceToDepth",
+      "Trilu",     "ReverseSequence", "GatherElements", "GatherND", "Scatter",      "ScatterElements",
+      "ScatterND", "Compress",        "NonZero",        "OneHot",   "CastLike",     "ConstantOfShape",
+      "Range",     "EyeLike",         "Size",           "Dropout",  "MaxUnpool"};
   if (movement.count(n.op)) return 0;
   const int64_t out = n.outputs.empty() ? 0 : numel_of(g, n.outputs[0]);
+  if (n.op == "RNN" || n.op == "GRU" || n.op == "LSTM") {
+    // Per step, batch entry and direction: the gates' two matrix-vector products.
+    const Shape& w = g.value(n.inputs[1]).shape;  // [dirs, gates * H, I]
+    const Shape& r = g.value(n.inputs[2]).shape;  // [dirs, gates * H, H]
+    const Shape& x = g.value(n.inputs[0]).shape;  // [S, B, I] or [B, S, I]
+    if (w.size() != 3 || r.size() != 3 || x.size() != 3) return out;
+    return 2 * w[0] * w[1] * (w[2] + r[2]) * x[0] * x[1];
+  }
   if (n.op == "MatMul") {
     const Shape& a = g.value(n.inputs[0]).shape;
     return 2 * out * (a.empty() ? 1 : a.back());

@@ -6,6 +6,8 @@
 #include <boost/graph/breadth_first_search.hpp>
 #include <boost/graph/reverse_graph.hpp>
 #include <set>
+#include <string>
+#include <vector>
 
 namespace tessera::passes {
 
@@ -13,15 +15,6 @@ using graph::Graph;
 using graph::Node;
 
 namespace {
-
-// Inputs that decide an op's output shape: they must be constants (tessera compiles static shapes).
-std::vector<size_t> shape_inputs(const std::string& op) {
-  if (op == "Reshape" || op == "Expand" || op == "Split" || op == "Squeeze" || op == "Unsqueeze" ||
-      op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax" || op == "ConstantOfShape")
-    return {1};
-  if (op == "Slice") return {1, 2, 3, 4};
-  return {};
-}
 
 bool is_unary_same(const std::string& op) {
   static const std::set<std::string> ops = {"Sqrt", "Exp", "Log", "Erf", "Neg", "Abs", "Reciprocal", "Relu",
@@ -128,6 +121,28 @@ std::vector<Tensor> run_node(const Graph& g, const Node& n, bool zeros_for_unkno
 
 }  // namespace
 
+std::vector<size_t> shape_inputs(const std::string& op, int opset) {
+  if (op == "Reshape" || op == "Expand" || op == "Tile" || op == "OneHot" || op == "Compress") return {1};
+  if (op == "ConstantOfShape" || op == "NonZero" || op == "Unique" || op == "HannWindow" || op == "HammingWindow" ||
+      op == "BlackmanWindow")
+    return {0};
+  if (op == "NonMaxSuppression") return {0, 1, 2, 3, 4};
+  if (op == "MaxUnpool") return {2};
+  if (op == "Range") return {0, 1, 2};
+  if (op == "Split" || op == "Squeeze" || op == "Unsqueeze" || op == "ReduceSum")
+    return opset >= 13 ? std::vector<size_t>{1} : std::vector<size_t>{};
+  if (op.rfind("Reduce", 0) == 0) return opset >= 18 ? std::vector<size_t>{1} : std::vector<size_t>{};
+  if (op == "Slice") return opset >= 10 ? std::vector<size_t>{1, 2, 3, 4} : std::vector<size_t>{};
+  if (op == "Pad") {
+    if (opset >= 18) return {1, 3};
+    return opset >= 11 ? std::vector<size_t>{1} : std::vector<size_t>{};
+  }
+  if (op == "TopK") return opset >= 10 ? std::vector<size_t>{1} : std::vector<size_t>{};
+  if (op == "Resize") return opset >= 11 ? std::vector<size_t>{2, 3} : std::vector<size_t>{1};
+  if (op == "Upsample") return opset >= 9 ? std::vector<size_t>{1} : std::vector<size_t>{};
+  return {};
+}
+
 void infer_and_fold(Graph& g) {
   const auto order = g.topo_order();
   std::vector<bool> folded(g.nodes.size(), false);
@@ -162,7 +177,7 @@ void infer_and_fold(Graph& g) {
       folded[idx] = true;
       continue;
     }
-    for (size_t k : shape_inputs(n.op)) {
+    for (size_t k : shape_inputs(n.op, g.opset)) {
       if (k < n.inputs.size() && !n.inputs[k].empty() && !g.value(n.inputs[k]).data)
         throw InputError(g.where(n), "input '" + n.inputs[k] + "' decides the output shape but is not a constant",
                          "tessera compiles static shapes; export the model with fixed shapes");

@@ -7,11 +7,17 @@
 //   remove_dead: drops nodes no graph output depends on (Boost breadth-first search on the
 //     reversed graph) and values nobody uses.
 //   prepare: verify, infer_and_fold, remove_dead, verify.
+#include <string>
+#include <vector>
+
 #include "mapper/graph/graph.hpp"
 
 namespace tessera::passes {
 
 void infer_and_fold(graph::Graph& g);
+// Which inputs of `op` decide its outputs' shapes (Reshape's shape, Tile's repeats, Resize's scales
+// and sizes, NonZero's input, ...). infer_and_fold refuses a node whose such input is not a constant.
+std::vector<size_t> shape_inputs(const std::string& op, int opset);
 void remove_dead(graph::Graph& g);
 void prepare(graph::Graph& g);
 

@@ -1,6 +1,7 @@
 #include "mapper/reference/kernels.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -41,6 +42,32 @@ std::vector<int64_t> int_values(const OpCall& c, const Tensor& t, const char* wh
   return t.to_i64();
 }
 
+int64_t int_scalar(const OpCall& c, const Tensor& t, const char* what) {
+  if (is_float(t.dtype()) || t.dtype() == DType::boolean)
+    fail(c, std::string(what) + " must be an integer tensor, got " + std::string(dtype_name(t.dtype())));
+  if (t.numel() != 1)
+    fail(c, std::string(what) + " must hold one value, got shape " + shape_str(t.shape()));
+  return t.to_i64()[0];
+}
+
+double f64_scalar(const OpCall& c, const Tensor& t, const char* what) {
+  if (t.numel() != 1) fail(c, std::string(what) + " must hold one value, got shape " + shape_str(t.shape()));
+  return t.to_f64()[0];
+}
+
+void require_index(const OpCall& c, const Tensor& t, const char* what) {
+  if (t.dtype() != DType::i32 && t.dtype() != DType::i64)
+    fail(c, std::string(what) + " have dtype " + std::string(dtype_name(t.dtype())) + ", expected int32 or int64");
+}
+
+int64_t norm_index(const OpCall& c, int64_t k, int64_t dim, const char* what) {
+  if (k < -dim || k >= dim)
+    fail(c, std::string(what) + " " + std::to_string(k) + " is out of range for a dimension of size " +
+                std::to_string(dim),
+         "indices must lie in [-" + std::to_string(dim) + ", " + std::to_string(dim - 1) + "]");
+  return k < 0 ? k + dim : k;
+}
+
 int64_t norm_axis(const OpCall& c, int64_t axis, int64_t rank, const char* what) {
   if (axis < -rank || axis >= rank)
     fail(c, std::string(what) + " " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank),
@@ -64,6 +91,49 @@ std::vector<int64_t> strides_of(const Shape& s) {
   std::vector<int64_t> st(s.size(), 1);
   for (size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
   return st;
+}
+
+std::vector<int64_t> strided_map(const Shape& out, const std::vector<int64_t>& strides, int64_t offset) {
+  const int64_t n = shape_numel(out);
+  std::vector<int64_t> map(static_cast<size_t>(n));
+  const size_t r = out.size();
+  std::vector<int64_t> idx(r, 0);
+  int64_t src = offset;
+  for (int64_t i = 0; i < n; ++i) {
+    map[static_cast<size_t>(i)] = src;
+    for (size_t d = r; d-- > 0;) {
+      ++idx[d];
+      src += strides[d];
+      if (idx[d] < out[d]) break;
+      src -= strides[d] * idx[d];
+      idx[d] = 0;
+    }
+  }
+  return map;
+}
+
+Tensor take(const Tensor& src, const Shape& out, const std::vector<int64_t>& map) {
+  Tensor r(src.dtype(), out);
+  const size_t es = dtype_size(src.dtype());
+  std::byte* d = r.data();
+  const std::byte* s = src.data();
+  for (size_t i = 0; i < map.size(); ++i) std::memcpy(d + i * es, s + static_cast<size_t>(map[i]) * es, es);
+  return r;
+}
+
+void require_sane_shape(const OpCall& c, const Shape& s, const char* what) {
+  double n = 1;
+  for (int64_t d : s) {
+    if (d < 0) fail(c, std::string(what) + " " + shape_str(s) + " has a negative dimension");
+    n *= static_cast<double>(d);
+  }
+  if (n > 2147483648.0) fail(c, std::string(what) + " " + shape_str(s) + " would hold more than 2^31 elements");
+}
+
+int64_t dims_product(const Shape& s, int64_t from, int64_t to) {
+  int64_t p = 1;
+  for (int64_t i = from; i < to; ++i) p *= s[static_cast<size_t>(i)];
+  return p;
 }
 
 Shape broadcast_shapes(const OpCall& c, const Shape& a, const Shape& b) {
@@ -154,6 +224,14 @@ Tensor from_i64_as(DType to, Shape shape, const std::vector<int64_t>& v) {
   return to == DType::i64 ? t : t.cast(to);
 }
 
+Tensor to_dtype(DType to, const Shape& shape, const std::vector<double>& v) {
+  if (is_float(to)) return from_f64(to, shape, v);
+  std::vector<int64_t> iv(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    iv[i] = std::isfinite(v[i]) ? static_cast<int64_t>(std::llround(std::clamp(v[i], -9.2e18, 9.2e18))) : 0;
+  return from_i64_as(to, shape, iv);
+}
+
 }  // namespace detail
 
 namespace {
@@ -161,7 +239,9 @@ namespace {
 const std::map<std::string, OpFn>& table() {
   static const std::map<std::string, OpFn> t = [] {
     std::map<std::string, OpFn> m;
-    for (auto* list : {&elementwise_ops, &linalg_ops, &nn_ops, &shape_ops, &canonical_ops})
+    for (auto* list : {&elementwise_ops, &linalg_ops, &nn_ops, &shape_ops, &create_ops, &math_ops, &activation_ops,
+                       &reduce_ops, &norm_ops, &index_ops, &layout_ops, &resize_ops, &algebra_ops, &rnn_ops,
+                       &loss_ops, &signal_ops, &quant_ops, &gridsample_ops, &detect_ops, &canonical_ops})
       for (const OpEntry& e : (*list)()) m[e.name] = e.fn;
     return m;
   }();

@@ -1,8 +1,9 @@
-// Neural-network operators: Softmax, LogSoftmax, LayerNormalization, BatchNormalization
-// (inference), ReduceMean/ReduceSum/ReduceMax, MaxPool, AveragePool, GlobalAveragePool.
-// Statistics and sums are computed in fp64 and written in the input dtype.
+// Neural-network operators: Softmax, LogSoftmax, Hardmax, MaxPool, AveragePool, GlobalAveragePool,
+// GlobalMaxPool, MaxUnpool. Sums are computed in fp64 and written in the input dtype. (Normalisations are in
+// ops_norm.cpp, reductions in ops_reduce.cpp.)
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "mapper/reference/ops.hpp"
@@ -15,18 +16,11 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// fp64 results -> the input's dtype (integers round to nearest).
-Tensor to_dtype(DType t, const Shape& shape, const std::vector<double>& v) {
-  if (is_float(t)) return from_f64(t, shape, v);
-  std::vector<int64_t> iv(v.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    iv[i] = std::isfinite(v[i]) ? static_cast<int64_t>(std::llround(std::clamp(v[i], -9.2e18, 9.2e18))) : 0;
-  return from_i64_as(t, shape, iv);
-}
+// ---- Softmax / LogSoftmax / Hardmax ----------------------------------------------------------
 
-// ---- Softmax / LogSoftmax --------------------------------------------------------------------
+enum class Soft { softmax, log_softmax, hardmax };
 
-std::vector<Tensor> softmax_impl(const OpCall& c, bool log) {
+std::vector<Tensor> softmax_impl(const OpCall& c, Soft kind) {
   const Tensor& x = in(c, 0);
   require_float(c, x, "input");
   const int64_t r = x.rank();
@@ -49,210 +43,29 @@ std::vector<Tensor> softmax_impl(const OpCall& c, bool log) {
       double* base = v.data() + o * n * inner + in_i;
       double mx = -kInf;
       for (int64_t k = 0; k < n; ++k) mx = std::max(mx, base[k * inner]);
+      if (kind == Soft::hardmax) {  // 1 at the first maximum, 0 elsewhere
+        int64_t first = -1;
+        for (int64_t k = 0; k < n; ++k) {
+          if (first < 0 && base[k * inner] == mx) first = k;
+          base[k * inner] = 0;
+        }
+        if (first >= 0) base[first * inner] = 1;
+        continue;
+      }
       double sum = 0;
       for (int64_t k = 0; k < n; ++k) sum += std::exp(base[k * inner] - mx);
       const double lse = std::log(sum);
       for (int64_t k = 0; k < n; ++k) {
         double& e = base[k * inner];
-        e = log ? e - mx - lse : std::exp(e - mx) / sum;
+        e = kind == Soft::log_softmax ? e - mx - lse : std::exp(e - mx) / sum;
       }
     }
   return {from_f64(x.dtype(), s, v)};
 }
 
-std::vector<Tensor> op_softmax(const OpCall& c) { return softmax_impl(c, false); }
-std::vector<Tensor> op_log_softmax(const OpCall& c) { return softmax_impl(c, true); }
-
-// ---- normalisation -----------------------------------------------------------------------------
-
-std::vector<Tensor> op_layer_norm(const OpCall& c) {
-  const Tensor& x = in(c, 0);
-  require_float(c, x, "input X");
-  const Tensor* scale = opt_in(c, 1);
-  const Tensor* bias = opt_in(c, 2);
-  const int64_t r = x.rank();
-  if (r == 0) fail(c, "input X must have rank >= 1");
-  const int64_t axis = norm_axis(c, attrs(c).get_int("axis", -1), r);
-  const double eps = attrs(c).get_float("epsilon", 1e-5);
-  const int64_t stash = attrs(c).get_int("stash_type", 1);
-  const Shape& s = x.shape();
-  const Shape norm_shape(s.begin() + axis, s.end());
-  const Shape outer_shape(s.begin(), s.begin() + axis);
-  const int64_t outer = shape_numel(outer_shape), n = shape_numel(norm_shape);
-  auto param = [&](const Tensor* t, const char* what) {
-    if (!t) return std::vector<double>{};
-    if (!broadcastable_to(t->shape(), norm_shape))
-      fail(c, std::string(what) + " of shape " + shape_str(t->shape()) + " does not broadcast to the normalized shape " +
-                  shape_str(norm_shape) + " of input X " + shape_str(s));
-    const auto map = broadcast_map(t->shape(), norm_shape);
-    const auto v = t->to_f64();
-    std::vector<double> r2(map.size());
-    for (size_t i = 0; i < map.size(); ++i) r2[i] = v[static_cast<size_t>(map[i])];
-    return r2;
-  };
-  const auto sv = param(scale, "Scale");
-  const auto bv = param(bias, "B");
-  auto v = x.to_f64();
-  std::vector<double> means(static_cast<size_t>(outer)), inv(static_cast<size_t>(outer));
-  for (int64_t o = 0; o < outer; ++o) {
-    double* row = v.data() + o * n;
-    double mean = 0;
-    for (int64_t k = 0; k < n; ++k) mean += row[k];
-    mean /= static_cast<double>(n);
-    double var = 0;
-    for (int64_t k = 0; k < n; ++k) var += (row[k] - mean) * (row[k] - mean);
-    var /= static_cast<double>(n);
-    const double is = 1.0 / std::sqrt(var + eps);
-    for (int64_t k = 0; k < n; ++k) {
-      double y = (row[k] - mean) * is;
-      if (scale) y *= sv[static_cast<size_t>(k)];
-      if (bias) y += bv[static_cast<size_t>(k)];
-      row[k] = y;
-    }
-    means[static_cast<size_t>(o)] = mean;
-    inv[static_cast<size_t>(o)] = is;
-  }
-  std::vector<Tensor> out;
-  out.push_back(from_f64(x.dtype(), s, v));
-  if (c.num_outputs > 1) {
-    Shape stat_shape = outer_shape;
-    stat_shape.resize(s.size(), 1);
-    const DType st = stash == 11 ? DType::f64 : DType::f32;
-    out.push_back(from_f64(st, stat_shape, means));
-    if (c.num_outputs > 2) out.push_back(from_f64(st, stat_shape, inv));
-  }
-  return out;
-}
-
-std::vector<Tensor> op_batch_norm(const OpCall& c) {
-  const Tensor& x = in(c, 0);
-  require_float(c, x, "input X");
-  const bool training = attrs(c).get_int("training_mode", 0) != 0;
-  if (!training && c.num_outputs > 1)
-    fail(c, "BatchNormalization with " + std::to_string(c.num_outputs) + " outputs needs training_mode = 1",
-         "use a single output Y for inference");
-  if (c.num_outputs > 3)
-    fail(c, "BatchNormalization with " + std::to_string(c.num_outputs) + " outputs is not supported",
-         "outputs are Y, running_mean, running_var");
-  if (x.rank() < 2) fail(c, "input X of shape " + shape_str(x.shape()) + " needs rank >= 2 (N, C, ...)");
-  const int64_t N = x.shape()[0], C = x.shape()[1];
-  const int64_t inner = N * C == 0 ? 0 : x.numel() / (N * C);
-  const char* names[] = {"scale", "B", "input_mean", "input_var"};
-  std::vector<double> p[4];
-  for (size_t i = 0; i < 4; ++i) {
-    const Tensor& t = in(c, i + 1);
-    if (t.numel() != C || t.rank() != 1)
-      fail(c, std::string(names[i]) + " of shape " + shape_str(t.shape()) + " does not match the channels of input X " +
-                  shape_str(x.shape()));
-    p[i] = t.to_f64();
-  }
-  const double eps = attrs(c).get_float("epsilon", 1e-5);
-  auto v = x.to_f64();
-  // Statistics used for normalisation: the running ones (inference) or the batch's (training).
-  std::vector<double> mean = p[2], var = p[3];
-  if (training) {
-    const double cnt = static_cast<double>(N * inner);
-    for (int64_t ch = 0; ch < C; ++ch) {
-      double s = 0, q = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        const double* row = v.data() + (n * C + ch) * inner;
-        for (int64_t i = 0; i < inner; ++i) s += row[i];
-      }
-      const double m = s / cnt;
-      for (int64_t n = 0; n < N; ++n) {
-        const double* row = v.data() + (n * C + ch) * inner;
-        for (int64_t i = 0; i < inner; ++i) q += (row[i] - m) * (row[i] - m);
-      }
-      mean[static_cast<size_t>(ch)] = m;
-      var[static_cast<size_t>(ch)] = q / cnt;  // population variance, as ONNX specifies
-    }
-  }
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t ch = 0; ch < C; ++ch) {
-      const size_t k = static_cast<size_t>(ch);
-      const double a = p[0][k] / std::sqrt(var[k] + eps);
-      double* row = v.data() + (n * C + ch) * inner;
-      for (int64_t i = 0; i < inner; ++i) row[i] = (row[i] - mean[k]) * a + p[1][k];
-    }
-  std::vector<Tensor> out;
-  out.push_back(from_f64(x.dtype(), x.shape(), v));
-  if (training && c.num_outputs > 1) {
-    const double mom = attrs(c).get_float("momentum", 0.9);
-    for (size_t j = 0; j < 2 && out.size() < c.num_outputs; ++j) {
-      const auto& batch = j == 0 ? mean : var;
-      std::vector<double> run(static_cast<size_t>(C));
-      for (size_t k = 0; k < run.size(); ++k) run[k] = p[2 + j][k] * mom + batch[k] * (1.0 - mom);
-      out.push_back(from_f64(in(c, 3 + j).dtype(), {C}, run));
-    }
-  }
-  return out;
-}
-
-// ---- reductions --------------------------------------------------------------------------------
-
-enum class Red { sum, mean, max };
-
-std::vector<Tensor> reduce(const OpCall& c, Red kind) {
-  const Tensor& x = in(c, 0);
-  const auto& at = attrs(c);
-  std::vector<int64_t> axes;
-  if (const Tensor* a = opt_in(c, 1)) {
-    axes = int_values(c, *a, "axes");
-  } else {
-    const bool axes_input = kind == Red::sum ? c.opset >= 13 : c.opset >= 18;
-    if (axes_input && at.has("axes"))
-      fail(c, "attribute 'axes' is not allowed at this opset; axes is an input",
-           "pass axes as the second input, or declare an older opset");
-    axes = at.get_ints("axes", {});
-  }
-  const bool keepdims = at.get_int("keepdims", 1) != 0;
-  const bool noop = at.get_int("noop_with_empty_axes", 0) != 0;
-  if (axes.empty() && noop) return {x};
-  const int64_t r = x.rank();
-  std::vector<bool> red(static_cast<size_t>(r), axes.empty());
-  for (int64_t a : norm_axes(c, axes, r)) red[static_cast<size_t>(a)] = true;
-  Shape keep = x.shape(), out;
-  for (int64_t i = 0; i < r; ++i) {
-    if (red[static_cast<size_t>(i)]) keep[static_cast<size_t>(i)] = 1;
-    if (!red[static_cast<size_t>(i)] || keepdims) out.push_back(keep[static_cast<size_t>(i)]);
-  }
-  const auto map = broadcast_map(keep, x.shape());  // input element -> output element
-  const int64_t nout = shape_numel(keep);
-  const int64_t count = nout == 0 ? 0 : x.numel() / nout;
-  if (!is_float(x.dtype()) && kind != Red::mean) {
-    const auto v = x.to_i64();
-    std::vector<int64_t> acc(static_cast<size_t>(nout),
-                             kind == Red::max ? std::numeric_limits<int64_t>::min() : int64_t{0});
-    for (size_t i = 0; i < v.size(); ++i) {
-      int64_t& a = acc[static_cast<size_t>(map[i])];
-      a = kind == Red::max ? std::max(a, v[i])
-                           : static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(v[i]));
-    }
-    return {from_i64_as(x.dtype(), out, acc)};
-  }
-  const auto v = x.to_f64();
-  std::vector<double> acc(static_cast<size_t>(nout), kind == Red::max ? -kInf : 0.0);
-  for (size_t i = 0; i < v.size(); ++i) {
-    double& a = acc[static_cast<size_t>(map[i])];
-    if (kind == Red::max) {
-      if (std::isnan(v[i]) || v[i] > a) a = v[i];
-    } else {
-      a += v[i];
-    }
-  }
-  if (kind == Red::mean)
-    for (double& a : acc) a /= static_cast<double>(count);  // 0/0 -> NaN for an empty reduction
-  if (!is_float(x.dtype())) {  // integer mean truncates, like numpy's mean().astype(int)
-    std::vector<int64_t> iv(acc.size());
-    for (size_t i = 0; i < acc.size(); ++i) iv[i] = std::isfinite(acc[i]) ? static_cast<int64_t>(acc[i]) : 0;
-    return {from_i64_as(x.dtype(), out, iv)};
-  }
-  return {from_f64(x.dtype(), out, acc)};
-}
-
-std::vector<Tensor> op_reduce_sum(const OpCall& c) { return reduce(c, Red::sum); }
-std::vector<Tensor> op_reduce_mean(const OpCall& c) { return reduce(c, Red::mean); }
-std::vector<Tensor> op_reduce_max(const OpCall& c) { return reduce(c, Red::max); }
+std::vector<Tensor> op_softmax(const OpCall& c) { return softmax_impl(c, Soft::softmax); }
+std::vector<Tensor> op_log_softmax(const OpCall& c) { return softmax_impl(c, Soft::log_softmax); }
+std::vector<Tensor> op_hardmax(const OpCall& c) { return softmax_impl(c, Soft::hardmax); }
 
 // ---- pooling -----------------------------------------------------------------------------------
 
@@ -396,18 +209,75 @@ std::vector<Tensor> pool(const OpCall& c, bool is_max) {
 std::vector<Tensor> op_max_pool(const OpCall& c) { return pool(c, true); }
 std::vector<Tensor> op_average_pool(const OpCall& c) { return pool(c, false); }
 
-std::vector<Tensor> op_global_average_pool(const OpCall& c) {
+std::vector<Tensor> op_max_unpool(const OpCall& c) {
+  const Tensor& x = in(c, 0);
+  const Tensor& ind = in(c, 1);
+  require_index(c, ind);
+  if (ind.shape() != x.shape())
+    fail(c, "indices I of shape " + shape_str(ind.shape()) + " must have the shape of X " + shape_str(x.shape()));
+  if (x.rank() < 3) fail(c, "input X of shape " + shape_str(x.shape()) + " needs rank >= 3 (N, C, spatial...)");
+  const int64_t nsp = x.rank() - 2;
+  const size_t ns = static_cast<size_t>(nsp);
+  if (!attrs(c).has("kernel_shape")) fail(c, "required attribute 'kernel_shape' is missing");
+  const auto ks = attrs(c).get_ints("kernel_shape");
+  const auto st = attrs(c).get_ints("strides", std::vector<int64_t>(ns, 1));
+  const auto pads = attrs(c).get_ints("pads", std::vector<int64_t>(2 * ns, 0));
+  if (ks.size() != ns || st.size() != ns || pads.size() != 2 * ns)
+    fail(c, "kernel_shape, strides and pads must have " + std::to_string(nsp) + ", " + std::to_string(nsp) + " and " +
+                std::to_string(2 * nsp) + " values for input X " + shape_str(x.shape()));
+  // Indices are flat over the unpooled tensor (N and C included), as MaxPool numbers its argmaxes.
+  Shape base = x.shape();
+  for (size_t i = 0; i < ns; ++i) {
+    base[2 + i] = (x.shape()[2 + i] - 1) * st[i] + ks[i] - pads[i] - pads[i + ns];
+    if (base[2 + i] < 1 || x.shape()[2 + i] < 1)
+      fail(c, "kernel_shape, strides and pads give an empty unpooled shape for input X " + shape_str(x.shape()));
+  }
+  require_sane_shape(c, base, "unpooled shape");
+  Shape out = base;
+  if (const Tensor* os = opt_in(c, 2)) {
+    // A larger output_shape pads at the end of each dimension (the node tests' reading of the spec).
+    out = int_values(c, *os, "output_shape");
+    require_sane_shape(c, out, "output_shape");
+    bool ok = out.size() == base.size();
+    for (size_t d = 0; ok && d < out.size(); ++d) ok = d < 2 ? out[d] == base[d] : out[d] >= base[d];
+    if (!ok)
+      fail(c, "output_shape " + shape_str(out) + " does not fit the unpooled shape " + shape_str(base) +
+                  " of input X " + shape_str(x.shape()));
+  }
+  const int64_t total = shape_numel(base);
+  const auto iv = ind.to_i64();
+  const auto bst = strides_of(base), ost = strides_of(out);
+  Tensor r(x.dtype(), out);
+  const size_t es = dtype_size(x.dtype());
+  for (size_t i = 0; i < iv.size(); ++i) {
+    if (iv[i] < 0 || iv[i] >= total)
+      fail(c, "index " + std::to_string(iv[i]) + " is outside the unpooled shape " + shape_str(base));
+    int64_t rest = iv[i], dst = 0;
+    for (size_t d = 0; d < base.size(); ++d) {
+      dst += rest / bst[d] * ost[d];
+      rest %= bst[d];
+    }
+    std::memcpy(r.data() + static_cast<size_t>(dst) * es, x.data() + i * es, es);
+  }
+  return {std::move(r)};
+}
+
+std::vector<Tensor> global_pool(const OpCall& c, bool is_max) {
   const Tensor& x = in(c, 0);
   require_float(c, x, "input X");
   if (x.rank() < 3) fail(c, "input X of shape " + shape_str(x.shape()) + " needs rank >= 3 (N, C, spatial...)");
   const int64_t N = x.shape()[0], C = x.shape()[1];
-  const int64_t plane = N * C == 0 ? 0 : x.numel() / (N * C);
+  const int64_t plane = dims_product(x.shape(), 2, x.rank());
   const auto v = x.to_f64();
   std::vector<double> r(static_cast<size_t>(N * C));
   for (int64_t i = 0; i < N * C; ++i) {
-    double s = 0;
-    for (int64_t k = 0; k < plane; ++k) s += v[static_cast<size_t>(i * plane + k)];
-    r[static_cast<size_t>(i)] = s / static_cast<double>(plane);
+    double acc = is_max ? -kInf : 0.0;
+    for (int64_t k = 0; k < plane; ++k) {
+      const double e = v[static_cast<size_t>(i * plane + k)];
+      if (!is_max) acc += e;
+      else if (std::isnan(e) || e > acc) acc = e;
+    }
+    r[static_cast<size_t>(i)] = is_max ? acc : acc / static_cast<double>(plane);
   }
   Shape out(x.shape().size(), 1);
   out[0] = N;
@@ -415,20 +285,21 @@ std::vector<Tensor> op_global_average_pool(const OpCall& c) {
   return {from_f64(x.dtype(), out, r)};
 }
 
+std::vector<Tensor> op_global_average_pool(const OpCall& c) { return global_pool(c, false); }
+std::vector<Tensor> op_global_max_pool(const OpCall& c) { return global_pool(c, true); }
+
 }  // namespace
 
 std::vector<OpEntry> nn_ops() {
   return {
       {"Softmax", op_softmax},
       {"LogSoftmax", op_log_softmax},
-      {"LayerNormalization", op_layer_norm},
-      {"BatchNormalization", op_batch_norm},
-      {"ReduceSum", op_reduce_sum},
-      {"ReduceMean", op_reduce_mean},
-      {"ReduceMax", op_reduce_max},
       {"MaxPool", op_max_pool},
       {"AveragePool", op_average_pool},
       {"GlobalAveragePool", op_global_average_pool},
+      {"GlobalMaxPool", op_global_max_pool},
+      {"Hardmax", op_hardmax},
+      {"MaxUnpool", op_max_unpool},
   };
 }
 

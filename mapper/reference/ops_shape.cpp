@@ -1,11 +1,9 @@
 // Shape and data-movement operators. They move bytes and so work for every dtype: Transpose,
-// Reshape, Flatten, Squeeze, Unsqueeze, Concat, Split, Slice, Gather, Expand, Identity, plus Cast,
-// Constant and Shape.
+// Reshape, Flatten, Squeeze, Unsqueeze, Concat, Split, Slice, Gather, Expand, Identity, plus Shape.
 #include <algorithm>
 #include <cstring>
 #include <limits>
 
-#include "mapper/frontend/onnx_dtype.hpp"
 #include "mapper/reference/ops.hpp"
 
 namespace tessera::reference {
@@ -13,36 +11,6 @@ namespace tessera::reference {
 using namespace detail;
 
 namespace {
-
-// For every element of `out` (row-major), offset + sum(idx[d] * strides[d]) into the source.
-std::vector<int64_t> strided_map(const Shape& out, const std::vector<int64_t>& strides, int64_t offset) {
-  const int64_t n = shape_numel(out);
-  std::vector<int64_t> map(static_cast<size_t>(n));
-  const size_t r = out.size();
-  std::vector<int64_t> idx(r, 0);
-  int64_t src = offset;
-  for (int64_t i = 0; i < n; ++i) {
-    map[static_cast<size_t>(i)] = src;
-    for (size_t d = r; d-- > 0;) {
-      ++idx[d];
-      src += strides[d];
-      if (idx[d] < out[d]) break;
-      src -= strides[d] * idx[d];
-      idx[d] = 0;
-    }
-  }
-  return map;
-}
-
-// out[i] = src[map[i]], element by element, any dtype.
-Tensor take(const Tensor& src, const Shape& out, const std::vector<int64_t>& map) {
-  Tensor r(src.dtype(), out);
-  const size_t es = dtype_size(src.dtype());
-  std::byte* d = r.data();
-  const std::byte* s = src.data();
-  for (size_t i = 0; i < map.size(); ++i) std::memcpy(d + i * es, s + static_cast<size_t>(map[i]) * es, es);
-  return r;
-}
 
 // Axes from input i (newer opsets) or attribute 'axes' (older ones); nullopt-like flag when absent.
 std::vector<int64_t> axes_from(const OpCall& c, size_t input, bool& given) {
@@ -350,6 +318,7 @@ std::vector<Tensor> op_expand(const OpCall& c) {
   for (int64_t d : spec)
     if (d < 0) fail(c, "shape " + shape_str(spec) + " has a negative dimension");
   const Shape out = broadcast_shapes(c, x.shape(), spec);
+  require_sane_shape(c, out, "output shape");
   return {take(x, out, broadcast_map(x.shape(), out))};
 }
 
@@ -367,63 +336,6 @@ std::vector<Tensor> op_shape(const OpCall& c) {
   return {Tensor::from_i64({n}, v)};
 }
 
-std::vector<Tensor> op_cast(const OpCall& c) {
-  const Tensor& x = in(c, 0);
-  if (!attrs(c).has("to")) fail(c, "required attribute 'to' is missing");
-  const int64_t to = attrs(c).get_int("to", 0);
-  DType t;
-  switch (to) {
-    case 1: t = DType::f32; break;
-    case 2: t = DType::u8; break;
-    case 3: t = DType::i8; break;
-    case 5: t = DType::i16; break;
-    case 6: t = DType::i32; break;
-    case 7: t = DType::i64; break;
-    case 9: t = DType::boolean; break;
-    case 10: t = DType::f16; break;
-    case 11: t = DType::f64; break;
-    case 16: t = DType::bf16; break;
-    case 17: t = DType::f8e4m3; break;
-    case 19: t = DType::f8e5m2; break;
-    case frontend::kCastToCbf16: t = DType::cbf16; break;
-    default:
-      fail(c, "Cast to ONNX type code " + std::to_string(to) + " is not supported",
-           "supported 'to' codes: 1 float, 2 uint8, 3 int8, 5 int16, 6 int32, 7 int64, 9 bool, 10 float16, "
-           "11 double, 16 bfloat16, 17 float8e4m3fn, 19 float8e5m2 (and tessera's 1001 cbfloat16)");
-  }
-  if ((t == DType::f8e4m3 || t == DType::f8e5m2) && attrs(c).get_int("saturate", 1) != 0) {
-    // ONNX opset 19: saturate = 1 clamps out-of-range values to the largest finite fp8 value.
-    const auto v = x.to_f32();
-    Tensor r(t, x.shape());
-    auto dst = r.as<uint8_t>();
-    for (size_t i = 0; i < v.size(); ++i) dst[i] = static_cast<uint8_t>(narrow_bits(v[i], *float_format(t), true));
-    return {std::move(r)};
-  }
-  return {x.cast(t)};
-}
-
-std::vector<Tensor> op_constant(const OpCall& c) {
-  const auto& at = attrs(c);
-  if (at.has("value")) return {at.get_tensor("value")};
-  if (at.has("value_float")) return {Tensor::scalar_f32(static_cast<float>(at.get_float("value_float", 0)))};
-  if (at.has("value_floats")) {
-    const auto v = at.get_floats("value_floats");
-    std::vector<float> f(v.begin(), v.end());
-    const int64_t n = static_cast<int64_t>(f.size());
-    return {Tensor::from_f32({n}, f)};
-  }
-  if (at.has("value_int")) return {Tensor::from_i64({}, {at.get_int("value_int", 0)})};
-  if (at.has("value_ints")) {
-    const auto v = at.get_ints("value_ints");
-    const int64_t n = static_cast<int64_t>(v.size());
-    return {Tensor::from_i64({n}, v)};
-  }
-  std::string names;
-  for (const auto& [k, v] : at.all()) names += (names.empty() ? "" : ", ") + k;
-  fail(c, "Constant has no supported value attribute" + (names.empty() ? std::string() : " (has: " + names + ")"),
-       "use value, value_float, value_floats, value_int or value_ints (sparse and string values are not supported)");
-}
-
 }  // namespace
 
 std::vector<OpEntry> shape_ops() {
@@ -432,7 +344,6 @@ std::vector<OpEntry> shape_ops() {
       {"Flatten", op_flatten},   {"Squeeze", op_squeeze},     {"Unsqueeze", op_unsqueeze},
       {"Concat", op_concat},     {"Split", op_split},         {"Slice", op_slice},
       {"Gather", op_gather},     {"Expand", op_expand},       {"Shape", op_shape},
-      {"Cast", op_cast},         {"Constant", op_constant},
   };
 }
 

@@ -139,3 +139,58 @@ TEST_CASE("graph: GELU and LayerNorm decompositions fuse and compute the same va
   CHECK(c.pass);
   CHECK(c.max_abs_error < 1e-5);
 }
+
+TEST_CASE("graph: inputs that decide a new op's shape must be constants; constant ones fold", "[graph]") {
+  // Tile's repeats, Pad's pads, Resize's scales, Range's bounds and NonZero's input decide shapes.
+  const char* dynamic[] = {
+      R"({"name": "t", "op": "Tile", "inputs": ["x", "k"], "outputs": ["y"]})",
+      R"({"name": "t", "op": "Pad", "inputs": ["x", "k"], "outputs": ["y"]})",
+      R"({"name": "t", "op": "NonZero", "inputs": ["x"], "outputs": ["y"]})",
+  };
+  for (const char* node : dynamic) {
+    INFO(node);
+    try {
+      inline_graph(json::parse(std::string(R"({"inputs": {"x": {"shape": [2, 2]}, "k": {"shape": [4], "dtype": "int64"}},
+        "outputs": ["y"], "nodes": [)") + node + "]}"));
+      FAIL("expected an InputError");
+    } catch (const InputError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("node 't'") && Catch::Contains("decides the output shape"));
+    }
+  }
+  CHECK(passes::shape_inputs("Resize", 13) == std::vector<size_t>{2, 3});
+  CHECK(passes::shape_inputs("Resize", 10) == std::vector<size_t>{1});
+  CHECK(passes::shape_inputs("ReduceMin", 13).empty());  // axes were an attribute before opset 18
+  CHECK(passes::shape_inputs("ReduceMin", 18) == std::vector<size_t>{1});
+  // Range -> ConstantOfShape -> Tile on constants fold away; the Tile of x runs.
+  graph::Graph g = inline_graph(json::parse(R"({
+    "inputs": {"x": {"shape": [1, 2]}},
+    "outputs": ["y"],
+    "initializers": {"lo": {"values": [1], "dtype": "int64", "shape": []},
+                     "hi": {"values": [3], "dtype": "int64", "shape": []},
+                     "step": {"values": [1], "dtype": "int64", "shape": []}},
+    "nodes": [
+      {"op": "Range", "inputs": ["lo", "hi", "step"], "outputs": ["r"]},
+      {"op": "Tile", "inputs": ["x", "r"], "outputs": ["y"]}]})"));
+  REQUIRE(g.nodes.size() == 1);
+  CHECK(g.nodes[0].op == "Tile");
+  CHECK(g.value("y").shape == Shape{1, 4});
+  auto out = reference::execute(g, {{"x", Tensor::from_f32({1, 2}, {5, 6})}});
+  CHECK(out.at("y").to_f32() == std::vector<float>{5, 6, 5, 6});
+}
+
+TEST_CASE("graph: FLOPs of recurrent layers and of the new data-movement ops", "[graph]") {
+  // LSTM, 3 steps x 2 batch entries, I = 2, H = 2: 2 * (4 * 2) * (2 + 2) per step and entry = 64.
+  graph::Graph g = inline_graph(json::parse(R"({
+    "inputs": {"x": {"shape": [3, 2, 2]}},
+    "outputs": ["y", "t"],
+    "initializers": {"w": {"values": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], "shape": [1, 8, 2]},
+                     "r": {"values": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], "shape": [1, 8, 2]},
+                     "reps": {"values": [1, 2, 1], "dtype": "int64", "shape": [3]}},
+    "nodes": [
+      {"name": "lstm", "op": "LSTM", "inputs": ["x", "w", "r"], "outputs": ["y"]},
+      {"name": "tile", "op": "Tile", "inputs": ["x", "reps"], "outputs": ["t"]}]})"));
+  std::map<std::string, int64_t> flops;
+  for (const auto& n : g.nodes) flops[n.op] = graph::node_flops(g, n);
+  CHECK(flops.at("LSTM") == 64 * 3 * 2);
+  CHECK(flops.at("Tile") == 0);
+}

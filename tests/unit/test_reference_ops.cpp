@@ -13,84 +13,13 @@
 
 #include "isa/error.hpp"
 #include "mapper/reference/kernels.hpp"
+#include "reference_test_util.hpp"
 
 using namespace tessera;
 using tessera::graph::Attributes;
 using tessera::reference::OpCall;
 
-namespace {
-
-Tensor f32(Shape s, std::vector<float> v) { return Tensor::from_f32(std::move(s), std::move(v)); }
-Tensor i64(Shape s, std::vector<int64_t> v) { return Tensor::from_i64(std::move(s), std::move(v)); }
-Tensor ints(std::vector<int64_t> v) {
-  const int64_t n = static_cast<int64_t>(v.size());
-  return Tensor::from_i64({n}, std::move(v));
-}
-Tensor boolean(Shape s, std::vector<int64_t> v) { return i64(std::move(s), std::move(v)).cast(DType::boolean); }
-
-struct Run {
-  std::string op;
-  std::vector<const Tensor*> inputs;
-  Attributes attrs;
-  int opset = 17;
-  size_t num_outputs = 1;
-
-  std::vector<Tensor> all() const {
-    OpCall c;
-    c.op = op;
-    c.node = "n_" + op;
-    c.opset = opset;
-    c.attrs = &attrs;
-    c.inputs = inputs;
-    c.num_outputs = num_outputs;
-    return reference::run_op(c);
-  }
-  Tensor one() const {
-    auto r = all();
-    REQUIRE(r.size() == 1);
-    return r[0];
-  }
-};
-
-Run op(std::string name, std::vector<const Tensor*> inputs, int opset = 17) {
-  Run r;
-  r.op = std::move(name);
-  r.inputs = std::move(inputs);
-  r.opset = opset;
-  return r;
-}
-
-void check_f32(const Tensor& t, const Shape& shape, const std::vector<double>& want, double tol = 1e-5) {
-  INFO("shape " << shape_str(t.shape()) << " want " << shape_str(shape));
-  REQUIRE(t.dtype() == DType::f32);
-  REQUIRE(t.shape() == shape);
-  const auto got = t.to_f64();
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    INFO("element " << i);
-    if (std::isnan(want[i])) CHECK(std::isnan(got[i]));
-    else CHECK(got[i] == Approx(want[i]).margin(tol).epsilon(tol));
-  }
-}
-
-void check_i64(const Tensor& t, DType dt, const Shape& shape, const std::vector<int64_t>& want) {
-  REQUIRE(t.dtype() == dt);
-  REQUIRE(t.shape() == shape);
-  CHECK(t.to_i64() == want);
-}
-
-// Runs and returns the InputError's text (fails the test if nothing is thrown).
-std::string error_of(const Run& r) {
-  try {
-    r.all();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  FAIL("no InputError thrown for " << r.op);
-  return {};
-}
-
-}  // namespace
+using namespace reftest;
 
 // ---- elementwise -------------------------------------------------------------------------------
 
@@ -838,12 +767,24 @@ TEST_CASE("reference: Add with incompatible shapes names both shapes", "[referen
 
 TEST_CASE("reference: supported_ops covers the whole op set", "[reference]") {
   const std::vector<std::string> want = {
-      "MatMul", "Gemm", "Conv", "ConvTranspose", "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Exp", "Log",
-      "Erf", "Neg", "Abs", "Reciprocal", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Gelu", "Clip", "Softmax",
-      "LogSoftmax", "LayerNormalization", "BatchNormalization", "ReduceMean", "ReduceSum", "ReduceMax",
-      "MaxPool", "AveragePool", "GlobalAveragePool", "Transpose", "Reshape", "Flatten", "Squeeze",
-      "Unsqueeze", "Concat", "Split", "Slice", "Gather", "Where", "Cast", "Identity", "Constant", "Shape",
-      "Expand", "Equal", "Less", "Greater", "RMSNormalization", "Swish"};
+      "Abs", "Acos", "Acosh", "Add", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh",
+      "AveragePool", "BatchNormalization", "BitShift", "BlackmanWindow", "Cast", "CastLike", "Ceil", "Celu",
+      "Clip", "Compress", "Concat", "Constant", "ConstantOfShape", "Conv", "ConvInteger", "ConvTranspose",
+      "Cos", "Cosh", "CumSum", "DepthToSpace", "DequantizeLinear", "Det", "Div", "Dropout",
+      "DynamicQuantizeLinear", "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand", "EyeLike", "Flatten", "Floor",
+      "GRU", "Gather", "GatherElements", "GatherND", "Gelu", "Gemm", "GlobalAveragePool", "GlobalMaxPool",
+      "Greater", "GreaterOrEqual", "GridSample", "HammingWindow", "HannWindow", "HardSigmoid", "HardSwish",
+      "Hardmax", "Identity", "InstanceNormalization", "IsInf", "IsNaN", "LRN", "LSTM", "LayerNormalization",
+      "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "MatMul", "MatMulInteger", "Max", "MaxPool",
+      "MaxUnpool", "Mean", "MeanVarianceNormalization", "Min", "Mish", "Mod", "Mul", "Neg",
+      "NegativeLogLikelihoodLoss", "NonMaxSuppression", "NonZero", "Not", "OneHot", "Or", "PRelu", "Pad",
+      "Pow", "QLinearConv", "QLinearMatMul", "QuantizeLinear", "RMSNormalization", "RNN", "Range", "Reciprocal", "ReduceL1",
+      "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd",
+      "ReduceSum", "ReduceSumSquare", "Relu", "Reshape", "Resize", "ReverseSequence", "RoiAlign", "Round",
+      "Scatter", "ScatterElements", "ScatterND", "Selu", "Shape", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh",
+      "Size", "Slice", "Softmax", "SoftmaxCrossEntropyLoss", "Softplus", "Softsign", "SpaceToDepth", "Split",
+      "Sqrt", "Squeeze", "Sub", "Sum", "Swish", "Tan", "Tanh", "ThresholdedRelu", "Tile", "TopK", "Transpose", "Trilu",
+      "Unique", "Unsqueeze", "Upsample", "Where", "Xor"};
   const auto have = reference::supported_ops();
   for (const auto& name : want) {
     INFO(name);
