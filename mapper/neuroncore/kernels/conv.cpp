@@ -163,6 +163,12 @@ Status conv(Ctx& x, const Node& n, const Epilogue& ep) {
         x.em.dma(dst, hbm_ap(Wt, Wt.view.offset + ci_t * P * tap_ci_stride, cp, tap_ci_stride, {{C, static_cast<int32_t>(tap_co_stride)}, {T, static_cast<int32_t>(Wt.view.strides.back())}}),
                  Emitter::DmaClass::spread);
     }
+  // The bias columns (per output channel) before the loop, beside the weights' loads.
+  if (ep.bias)
+    for (int64_t co_t = 0; co_t < OT; ++co_t) {
+      const Strided b = as_4d(ep.bias->view);
+      epi.preload_column(TileView{b.offset + co_t * P * b.strides[1], b.strides[1], {}}, static_cast<int32_t>(std::min(P, g.Cout - co_t * P)));
+    }
   // What each band set last had written ([rows, cols] in band coordinates, images): a padded tile
   // zeroes its set only when an earlier tile wrote where this one needs zeros.
   struct Rect {

@@ -27,6 +27,25 @@ void EpilogueEmitter::preload_row_bias(int64_t elem, int64_t count, int64_t stri
   x_.used(*sb_);
 }
 
+AccessPattern EpilogueEmitter::column(const TileView& bias, int32_t parts) {
+  const std::pair<int64_t, int64_t> key{bias.elem, bias.part_stride};
+  auto it = std::find(columns_.begin(), columns_.end(), key);
+  size_t slot = static_cast<size_t>(it - columns_.begin());
+  const bool hit = it != columns_.end();
+  if (!hit) {
+    slot = columns_.size() % kColumnSlots;
+    if (columns_.size() < kColumnSlots) columns_.push_back(key);
+    else columns_[slot] = key;
+  }
+  const AccessPattern b = on_chip(Space::sbuf, ep_.bias->dtype, 0, parts, col_buf_ + static_cast<int64_t>(slot) * 4, {{1, 1}});
+  if (!hit) x_.em.dma(b, hbm_ap(*ep_.bias, bias.elem, parts, bias.part_stride, {{1, 1}}));
+  return b;
+}
+
+void EpilogueEmitter::preload_column(const TileView& bias, int32_t parts) {
+  if (ep_.bias && columns_.size() < kColumnSlots) column(bias, parts);
+}
+
 namespace {
 bool per_partition(const TileView& v) {
   for (const auto& d : v.free)
@@ -56,17 +75,7 @@ void EpilogueEmitter::run(const AccessPattern& dst, const AccessPattern& acc, co
                           ? (bias.elem - row_elem_) / row_stride_
                           : -1;
     if (col) {  // a column per partition, loaded once and kept (the kernel's tiles reuse them)
-      const std::pair<int64_t, int64_t> key{bias.elem, bias.part_stride};
-      auto it = std::find(columns_.begin(), columns_.end(), key);
-      size_t slot = static_cast<size_t>(it - columns_.begin());
-      const bool hit = it != columns_.end();
-      if (!hit) {
-        slot = columns_.size() % kColumnSlots;
-        if (columns_.size() < kColumnSlots) columns_.push_back(key);
-        else columns_[slot] = key;
-      }
-      b = on_chip(Space::sbuf, ep_.bias->dtype, 0, parts, col_buf_ + static_cast<int64_t>(slot) * 4, {{1, 1}});
-      if (!hit) x_.em.dma(b, hbm_ap(*ep_.bias, bias.elem, parts, bias.part_stride, {{1, 1}}));
+      b = column(bias, parts);
     } else if (j >= 0 && j + bias.free[0].num <= row_count_ && (bias.elem - row_elem_) % row_stride_ == 0) {
       b = on_chip(Space::sbuf, ep_.bias->dtype, 0, parts, row_buf_ + j * ep_.bias->es(), {{bias.free[0].num, 1}});
     } else if (reuse) {

@@ -24,6 +24,8 @@ class EpilogueEmitter {
   // `elem`, `stride` apart (the output's columns), replicated on every partition; tiles then read
   // their columns of it instead of loading their own.
   void preload_row_bias(int64_t elem, int64_t count, int64_t stride);
+  // Loads a per-partition bias column ahead of its first use (a kernel's columns, before its loop).
+  void preload_column(const TileView& bias, int32_t parts);
   bool trivial() const { return !ep_.bias && !ep_.residual && ep_.func == Func::identity && ep_.scale == 1.0; }
 
  private:
@@ -31,6 +33,8 @@ class EpilogueEmitter {
   const Epilogue& ep_;
   int64_t free_ = 0;
   Sbuf* sb_ = nullptr;
+  // The SBUF column holding the bias for (element, partition stride), loading it on a miss.
+  AccessPattern column(const TileView& bias, int32_t parts);
   int64_t bias_buf_ = -1, res_buf_ = -1, tmp_buf_ = -1;
   // Per-partition bias columns already in SBUF (element offset, partition stride) -> their slot.
   static constexpr int64_t kColumnSlots = 16;
