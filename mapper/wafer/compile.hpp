@@ -1,7 +1,8 @@
 #pragma once
 // The wafer compiler: graph IR -> a wafer layout (PE programs in the text of docs/wafer-asm.md and
 // routes), host placement of inputs and resident constants, MemoryX weight streams, and the
-// analytical estimate (mapper/wafer/estimate). Semantics and choices: docs/wafer-compiler.md.
+// analytical estimate (mapper/wafer/estimate). Semantics and choices: docs/wafer-compiler.md (its
+// "Layout" lists the files of mapper/wafer; internal.hpp is what they share).
 //
 // Kernel library (this build): dense layers -- Gemm, or MatMul by a constant [K, N] weight, with an
 // optional bias Add -- and convolutions (GEMMs over im2col rows gathered on the fabric), with

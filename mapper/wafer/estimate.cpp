@@ -2,7 +2,7 @@
 // instruction costs of isa/wafer (dsd.setup_cycles + ceil(len / width), 1 cycle per scalar or
 // control instruction), the router's hop latency and one wavelet per cycle per link, and the
 // MemoryX / SwarmX bandwidths and latencies -- evaluated per line of PEs, never by simulating.
-// The formulas follow the generated programs (compile.cpp layer_text); docs/wafer-compiler.md
+// The formulas follow the generated programs (layer_text.cpp); docs/wafer-compiler.md
 // derives them.
 #include <algorithm>
 #include <cmath>
@@ -16,7 +16,7 @@ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Training (compile.cpp backward_text, loss_text, xent_text): the loss at the last layer's chain
+// Training (training.cpp backward_text, loss_text, xent_text): the loss at the last layer's chain
 // ends, then per layer (last to first) the dy multicast, the per-wavelet tasks, the input
 // gradient's reduce and the weight gradient's gather to the port, then the MemoryX updates.
 namespace {
@@ -317,7 +317,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       tmax_of[static_cast<size_t>(pn)] = tmax;
     }
     if (k.attn) {
-      // compile.cpp attention_text, per head (part) of each chain end's block: the scores (w
+      // chain_end_text.cpp attention_text, per head (part) of each chain end's block: the scores (w
       // products of broadcast walks), with heads split over g PEs the group's chain of S x S
       // partial scores to its last PE (the reduce's formula), the softmax there, P broadcast back
       // hop by hop; then P V over the PE's w features.
@@ -345,7 +345,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       }
     }
     if (k.layernorm) {
-      // LayerNorm along the chain ends (compile.cpp ln_text), twice: each position's row sums (nb
+      // LayerNorm along the chain ends (chain_end_text.cpp ln_text), twice: each position's row sums (nb
       // strided ops over B), the pipelined chain of B values to the edge's end (the reduce's
       // formula), its own ops there, then the broadcast back -- hop by hop, B wavelets -- which
       // each position takes before its next ops.

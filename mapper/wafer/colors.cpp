@@ -1,0 +1,135 @@
+// Color allocation (compile.hpp; docs/wafer-compiler.md "Colours"): one vertex per stream (a kernel's
+// x multicast, its two reduce colors, its weight stream); streams whose routers overlap conflict (a
+// router routes a color one way); Boost's sequential vertex colouring assigns the colors.
+#include <algorithm>
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/sequential_vertex_coloring.hpp>
+#include <map>
+#include <set>
+
+#include "isa/error.hpp"
+#include "mapper/wafer/internal.hpp"
+
+namespace tessera::wafer::detail {
+
+namespace {
+
+struct RectR {
+  int64_t x0, y0, x1, y1;  // inclusive
+  bool meets(const RectR& o) const { return x0 <= o.x1 && o.x0 <= x1 && y0 <= o.y1 && o.y0 <= y1; }
+};
+
+struct Stream {
+  size_t kernel;
+  char what;  // 'x', '0', '1', 'w'
+  std::vector<RectR> routers;
+};
+
+}  // namespace
+
+// The first kernel with kernel l's orientation (l itself when none before it): in weight-streaming
+// inference the kernels of one orientation share its reduce and weight colors and routes.
+size_t first_of_orientation(const Compiled& c, size_t l) {
+  for (size_t q = 0; q < l; ++q)
+    if (c.kernels[q].k_on_columns == c.kernels[l].k_on_columns) return q;
+  return l;
+}
+
+void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& opt) {
+  std::vector<Stream> st;
+  // Weight streaming (inference): kernels of one orientation share their reduce and weight colors
+  // -- the same routes, used one kernel after another (a PE finishes a kernel's tasks before the
+  // next kernel's data reaches it; the streams come in order) -- so only the x multicasts, which
+  // select a data task each, need a color per kernel.
+  const bool share = c.mode == MapMode::weight_streaming && !c.training;
+  for (size_t l = 0; l < c.kernels.size(); ++l) {
+    const DenseKernel& k = c.kernels[l];
+    const RectR r{k.x0, k.y0, k.x0 + k.w - 1, k.y0 + k.h - 1};
+    if (k.layernorm) {  // the edge chain and the broadcast back, along the chain ends
+      st.push_back({l, 'n', {r}});
+      st.push_back({l, 'o', {r}});
+      st.push_back({l, 'p', {r}});
+    }
+    if (k.attn_group() > 1) {  // attention's per-head chains and broadcasts, along the chain ends
+      st.push_back({l, 'a', {r}});
+      st.push_back({l, 'c', {r}});
+      st.push_back({l, 'e', {r}});
+    }
+    if (share && first_of_orientation(c, l) != l) {
+      st.push_back({l, 'x', {r}});
+      continue;
+    }
+    Stream x{l, 'x', {r}};
+    if (l > 0) {  // the previous layer's chain ends send this layer's x
+      const DenseKernel& p = c.kernels[l - 1];
+      x.routers.push_back(p.k_on_columns ? RectR{p.x0 + p.w - 1, p.y0, p.x0 + p.w - 1, p.y0 + p.h - 1}
+                                         : RectR{p.x0, p.y0 + p.h - 1, p.x0 + p.w - 1, p.y0 + p.h - 1});
+    }
+    st.push_back(x);
+    st.push_back({l, '0', {r}});
+    st.push_back({l, '1', {r}});
+    if (c.mode == MapMode::weight_streaming) st.push_back({l, 'w', {r}});
+    if (c.training) st.push_back({l, 'b', {r}});
+  }
+  if (c.training) {  // the loss chain along the last layer's chain ends
+    const DenseKernel& k = c.kernels.back();
+    const RectR r{k.x0, k.y0, k.x0 + k.w - 1, k.y0 + k.h - 1};
+    st.push_back({c.kernels.size() - 1, 'L', {r}});
+    st.push_back({c.kernels.size() - 1, 'M', {r}});
+  }
+  using G = boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS>;
+  G g(st.size());
+  for (size_t a = 0; a < st.size(); ++a)
+    for (size_t b = a + 1; b < st.size(); ++b) {
+      bool meet = false;
+      for (const auto& ra : st[a].routers)
+        for (const auto& rb : st[b].routers) meet = meet || ra.meets(rb);
+      if (meet) boost::add_edge(a, b, g);
+    }
+  std::vector<boost::graph_traits<G>::vertices_size_type> color(st.size());
+  auto cmap = boost::make_iterator_property_map(color.begin(), boost::get(boost::vertex_index, g));
+  const auto used = static_cast<int64_t>(boost::sequential_vertex_coloring(g, cmap));
+  const int64_t avail = cfg.colors - opt.reserved_colors;
+  auto label = [&](size_t v) {
+    const char w = st[v].what;
+    return "kernel '" + c.kernels[st[v].kernel].name + "' " +
+           (w == 'x' ? "x multicast" : w == 'w' ? "weight stream" : w == 'b' ? "dy multicast" : w == 'L' || w == 'M' ? "loss chain" : w == 'n' || w == 'o' ? "LayerNorm chain" : w == 'p' ? "LayerNorm broadcast" : w == 'a' || w == 'c' ? "attention score chain" : w == 'e' ? "attention P broadcast" : std::string("reduce ") + w);
+  };
+  if (used > avail) {
+    size_t worst = 0;
+    for (size_t v = 0; v < st.size(); ++v)
+      if (color[v] > color[worst]) worst = v;
+    std::string names;
+    auto [a, e] = boost::adjacent_vertices(worst, g);
+    std::set<std::string> ks;
+    for (; a != e; ++a) ks.insert(c.kernels[st[*a].kernel].name);
+    for (const auto& n : ks) names += (names.empty() ? "" : ", ") + n;
+    throw InputError("color allocation", "the routes need " + std::to_string(used) + " colors, " + std::to_string(avail) +
+                                             " are available (router.colors - reserved); " + label(worst) + " conflicts with streams of " + names,
+                     c.mode == MapMode::weight_streaming ? "weight streaming uses a color per layer plus 3 per orientation (4 per layer when training) on one rectangle: map fewer layers"
+                                                         : "use a larger block (mapping.wafer_block) or weight streaming");
+  }
+  std::map<int, std::vector<std::string>> by_color;
+  for (size_t v = 0; v < st.size(); ++v) {
+    DenseKernel& k = c.kernels[st[v].kernel];
+    const int col = static_cast<int>(opt.reserved_colors + static_cast<int64_t>(color[v]));
+    const char w = st[v].what;
+    (w == 'x' ? k.cx : w == '0' ? k.cr0 : w == '1' ? k.cr1 : w == 'b' ? k.cb : w == 'L' ? c.cl0 : w == 'M' ? c.cl1 : w == 'n' ? k.cn0 : w == 'o' ? k.cn1 : w == 'p' ? k.cnb
+     : w == 'a' ? k.ca0 : w == 'c' ? k.ca1 : w == 'e' ? k.cab : k.cw) = col;
+    by_color[col].push_back(label(v));
+  }
+  if (share)  // the shared colors: from the first kernel of the same orientation
+    for (size_t l = 0; l < c.kernels.size(); ++l) {
+      const size_t q = first_of_orientation(c, l);
+      if (q == l) continue;
+      DenseKernel& k = c.kernels[l];
+      k.cr0 = c.kernels[q].cr0, k.cr1 = c.kernels[q].cr1, k.cw = c.kernels[q].cw;
+      by_color[k.cr0].push_back("kernel '" + k.name + "' reduce 0 (shared)");
+      by_color[k.cr1].push_back("kernel '" + k.name + "' reduce 1 (shared)");
+      by_color[k.cw].push_back("kernel '" + k.name + "' weight stream (shared)");
+    }
+  c.colors_used = static_cast<int>(used);
+  for (auto& [col, v] : by_color) c.color_streams.push_back({std::to_string(col), v});
+}
+
+}  // namespace tessera::wafer::detail

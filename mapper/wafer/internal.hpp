@@ -1,0 +1,92 @@
+#pragma once
+// Private to mapper/wafer (not part of the interface; compile.hpp is): what the wafer compiler's
+// files share. One section per file; each function's comment is with its definition.
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mapper/wafer/compile.hpp"
+
+namespace tessera::wafer::detail {
+
+using json = nlohmann::json;
+
+inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+std::string fnum(double v);  // a float literal for PE text (function_text.cpp)
+
+// match_layers.cpp: graph -> dense layers. kOpsHint: what the compiler maps (the hint of its errors).
+extern const char* const kOpsHint;
+std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input, std::string& output);
+
+// match_attention.cpp.
+// Multi-head attention (PyTorch's export for one sequence): Q, K, V rows [S, d] -> Reshape
+// [S, H, dh] -> Transpose to [H, S, dh] (K: [H, dh, S]) -> MatMul(Q / c, K) -> Softmax -> MatMul(., V)
+// -> Transpose [S, H, dh] -> Reshape [S, d]: one block, attached to the kernel computing V.
+struct AttnBlock {
+  std::string q, k, v, out;
+  int64_t heads = 0, dh = 0;
+  double scale = 1;
+  bool done = false;
+};
+// match_layers' views of the graph: a value's constant data (nullptr: none); the one consumer of a
+// value when it is an `op` node (-1: none or another).
+using ConstantOf = std::function<const Tensor*(const std::string&)>;
+using SoleConsumer = std::function<long(const std::string&, const char*)>;
+// The graph's attention blocks (`producer`: each value's node); their nodes go into `consumed`.
+std::vector<AttnBlock> match_attention(const graph::Graph& g, std::map<std::string, size_t>& producer, const ConstantOf& constant,
+                                       const SoleConsumer& sole, std::set<size_t>& consumed);
+
+// placement.cpp.
+int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes);
+void conv_weights(DenseKernel& k);
+std::pair<int64_t, int64_t> place_pipelined(std::vector<DenseKernel>& ks, int64_t b);
+void fuse_qkv(std::vector<DenseKernel>& ks);
+void qkv_weights(DenseKernel& k, int64_t b);
+void pass_through(std::vector<DenseKernel>& ks, size_t l, int64_t b);
+void place_streaming(std::vector<DenseKernel>& ks, int64_t w, int64_t h);
+
+// colors.cpp.
+size_t first_of_orientation(const Compiled& c, size_t l);
+void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& opt);
+
+// routes.cpp: route regions and per-PE parameters.
+std::string dirs(std::initializer_list<std::pair<bool, const char*>> ds);
+json route(int color, int64_t x, int64_t y, int64_t w, int64_t h, const std::string& rx, const std::string& tx);
+void x_routes(const DenseKernel& k, bool from_ramp, json& routes);
+void reduce_routes(const DenseKernel& k, json& routes);
+void handoff_routes(const DenseKernel& p, const DenseKernel& n, json& routes);
+void weight_routes(const DenseKernel& k, json& routes);
+bool runtime_block_lengths(bool training, const DenseKernel& k);
+void layer_params(const DenseKernel& k, size_t l, bool ws, bool training, json& params);
+int chain_queue(const Compiled& c, size_t l);
+void ln_routes(const DenseKernel& k, json& routes);
+void ln_params(const DenseKernel& k, size_t l, json& params);
+void attn_routes(const DenseKernel& k, json& routes);
+void attn_params(const DenseKernel& k, size_t l, json& params);
+
+// chain_end_text.cpp: post-ops at a kernel's chain ends.
+void softmax_text(std::ostringstream& o, const DenseKernel& k, const std::string& L);
+void ln_text(const DenseKernel& k, size_t l, bool padded, std::ostringstream& o);
+void attention_text(const DenseKernel& k, size_t l, int rc, std::ostringstream& o);
+
+// layer_text.cpp.
+void layer_text(const Compiled& c, size_t l, std::ostringstream& o);
+
+// training.cpp.
+void dy_routes(const DenseKernel& k, json& routes);
+int chain_color(const DenseKernel& k, int64_t p);
+void grad_port_routes(const DenseKernel& k, json& routes);
+void loss_routes(const Compiled& c, json& routes);
+void train_params(const Compiled& c, json& params);
+void loss_text(const Compiled& c, std::ostringstream& o);
+void xent_text(const Compiled& c, std::ostringstream& o);
+void backward_text(const Compiled& c, size_t l, double lr, std::ostringstream& o);
+
+}  // namespace tessera::wafer::detail

@@ -1,0 +1,415 @@
+// Graph -> dense layers (compile.hpp; docs/wafer-compiler.md "What it maps"): the graph's nodes as a
+// chain of DenseKernels with their post-ops. The attention pattern is matched in match_attention.cpp.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "isa/error.hpp"
+#include "mapper/wafer/internal.hpp"
+
+namespace tessera::wafer::detail {
+
+const char* const kOpsHint =
+    "the wafer compiler maps in this build: Gemm, or MatMul by a constant weight, with a bias Add; Conv (padded only the first), "
+    "MaxPool after a Conv, a Flatten into a dense layer; Relu, Tanh, GELU (erf form); a final Softmax; residual Adds, "
+    "LayerNorm and multi-head attention (pipelined: the transformer layer's pattern; docs/wafer-compiler.md); run other models on target.kind neuroncore or reference";
+
+namespace {
+
+// A node fused into the dense layer before it: named in its op and node list, the layer named by it.
+void absorb(DenseKernel& k, const graph::Node& n) {
+  k.op += "+" + n.op;
+  k.nodes.push_back(n.name);
+  k.name = n.name.empty() ? n.outputs[0] : n.name;
+}
+
+}  // namespace
+
+std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input, std::string& output) {
+  if (g.inputs.size() != 1 || g.outputs.size() != 1)
+    throw InputError(g.source, "the wafer compiler maps graphs with one input and one output (this one has " + std::to_string(g.inputs.size()) +
+                                   " and " + std::to_string(g.outputs.size()) + ")",
+                     kOpsHint);
+  // Ops first: every node the compiler cannot map, named (all of them at once).
+  std::vector<const graph::Node*> bad;
+  for (const auto& n : g.nodes)
+    if (n.op != "Gemm" && n.op != "MatMul" && n.op != "Add" && n.op != "Relu" && n.op != "Tanh" && n.op != "Softmax" && n.op != "Conv" &&
+        n.op != "MaxPool" && n.op != "Flatten" && n.op != "Reshape" && n.op != "Div" && n.op != "Mul" && n.op != "Erf" && n.op != "ReduceMean" &&
+        n.op != "Sub" && n.op != "Pow" && n.op != "Sqrt" && n.op != "LayerNormalization" && n.op != "Transpose")
+      bad.push_back(&n);
+  DiagnosticList unmapped;  // every such node, the hint (what is mapped) once, after the last
+  for (size_t i = 0; i < bad.size(); ++i)
+    unmapped.add(g.where(*bad[i]), "op " + bad[i]->op + " is not mapped by the wafer compiler in this build", i + 1 == bad.size() ? kOpsHint : "");
+  unmapped.throw_if_any();
+  input = g.inputs[0];
+  output = g.outputs[0];
+  const graph::Value& in = g.value(input);
+  if (in.shape.size() < 2 || in.shape.size() > 4)
+    throw InputError("graph input '" + input + "'", "is " + shape_str(in.shape) + "; the wafer compiler takes [batch, features] or, into a Conv, [batch, channels, height, width]", kOpsHint);
+  std::vector<DenseKernel> ks;
+  std::string cur = input;  // the activation flowing through the chain
+  bool flat = false;        // cur is a Flatten of the last kernel's spatial output
+  auto constant = [&](const std::string& v) -> const Tensor* {
+    if (v.empty() || !g.has_value(v)) return nullptr;
+    const graph::Value& val = g.value(v);
+    return val.data ? &*val.data : nullptr;
+  };
+  // Patterns spanning several nodes (GELU's erf form, a decomposed LayerNorm) are matched from
+  // their first node; the rest are marked consumed.
+  std::map<std::string, std::vector<size_t>> uses;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& v : g.nodes[i].inputs) uses[v].push_back(i);
+  std::set<size_t> consumed;
+  auto sole = [&](const std::string& v, const char* op) -> long {  // the one consumer of v, if it is `op`
+    const auto it = uses.find(v);
+    if (it == uses.end() || it->second.size() != 1 || g.nodes[it->second[0]].op != op) return -1;
+    return static_cast<long>(it->second[0]);
+  };
+  auto other_in = [](const graph::Node& nn, const std::string& v) -> std::string {
+    if (nn.inputs.size() != 2) return "";
+    return nn.inputs[0] == v ? nn.inputs[1] : nn.inputs[1] == v ? nn.inputs[0] : "";
+  };
+  auto scalar = [&](const std::string& v, double want, double tol) {
+    const Tensor* t = constant(v);
+    return t && t->numel() == 1 && std::fabs(t->to_f32()[0] - want) <= tol;
+  };
+  // Layout-only nodes: a Reshape that keeps the last axis, or a Transpose that only moves axes of
+  // size 1, leaves the rows as they are -- its output is an alias of its input.
+  std::map<std::string, std::string> alias;
+  std::map<std::string, size_t> producer;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& v : g.nodes[i].outputs) producer[v] = i;
+  auto canon = [&](std::string v) {
+    for (auto it = alias.find(v); it != alias.end(); it = alias.find(v)) v = it->second;
+    return v;
+  };
+  for (const size_t i : g.topo_order()) {
+    const graph::Node& n = g.nodes[i];
+    if ((n.op != "Reshape" && n.op != "Transpose") || n.inputs.empty()) continue;
+    const Shape& a = g.value(n.inputs[0]).shape;
+    const Shape& b = g.value(n.outputs[0]).shape;
+    if (a.empty() || b.empty() || a.back() != b.back() || a.size() < 2 || b.size() < 2) continue;
+    bool keeps = true;
+    if (n.op == "Transpose") {
+      std::vector<int64_t> perm = n.attrs.get_ints("perm", {});
+      int64_t last = -1;
+      for (const int64_t d : perm)
+        if (a[static_cast<size_t>(d)] != 1) keeps = keeps && d > last, last = d;
+    }
+    if (keeps) alias[n.outputs[0]] = n.inputs[0], consumed.insert(i);
+  }
+  // Multi-head attention blocks (match_attention.cpp), attached below to the kernel computing V.
+  std::vector<AttnBlock> blocks = match_attention(g, producer, constant, sole, consumed);
+  // Nodes in a topological order that keeps the file's order where it can (Kahn's algorithm,
+  // smallest index first): kernels are numbered -- and run -- in the order the model lists them.
+  std::vector<size_t> order;
+  {
+    std::vector<int> pending(g.nodes.size(), 0);
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      for (const auto& v : g.nodes[i].inputs)
+        if (producer.count(v)) ++pending[i];
+    std::set<size_t> ready;
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      if (!pending[i]) ready.insert(i);
+    while (!ready.empty()) {
+      const size_t i = *ready.begin();
+      ready.erase(ready.begin());
+      order.push_back(i);
+      for (const auto& v : g.nodes[i].outputs)
+        for (const size_t u : uses[v])
+          for (const auto& vi : g.nodes[u].inputs)
+            if (vi == v && --pending[u] == 0) ready.insert(u);
+    }
+  }
+  // A new kernel of node n: its weight value, the bias from a third input (Conv, Gemm; MatMul has
+  // none), the value it reads; appended to ks.
+  auto start_kernel = [&](DenseKernel& k, const graph::Node& n, const char* per) {
+    k.bias.assign(static_cast<size_t>(k.N), 0.0f);
+    k.w_value = n.inputs[1];
+    if (n.op != "MatMul" && n.inputs.size() > 2 && !n.inputs[2].empty()) {
+      const Tensor* c = constant(n.inputs[2]);
+      if (!c || c->numel() != k.N)
+        throw InputError(g.where(n), n.op + " bias must be a constant of " + std::to_string(k.N) + " values (" + per + ")", kOpsHint);
+      k.bias = c->to_f32();
+      k.b_value = n.inputs[2];
+    }
+    k.in_value = cur;
+    ks.push_back(std::move(k));
+  };
+  std::vector<std::string> kout;  // each kernel's output value so far
+  for (const size_t i : order) {
+    if (consumed.count(i)) continue;
+    graph::Node n = g.nodes[i];
+    for (auto& v : n.inputs) v = canon(v);
+    if (ks.size() > kout.size()) kout.push_back(cur);  // the previous node's result
+    else if (!ks.empty()) kout.back() = cur;
+    // An attention block whose V is the running activation and whose Q and K are kernels' outputs
+    // attaches to the kernel computing V.
+    for (auto& blk : blocks) {
+      if (blk.done || canon(blk.v) != cur || ks.empty()) continue;
+      const auto qi = std::find(kout.begin(), kout.end(), canon(blk.q)), ki = std::find(kout.begin(), kout.end(), canon(blk.k));
+      if (qi == kout.end() || ki == kout.end()) continue;  // V first: reported below
+      DenseKernel& k = ks.back();
+      if (k.relu || k.tanh || k.gelu || k.residual >= 0 || k.layernorm || k.attn || k.spatial())
+        throw InputError("kernel '" + k.name + "'", "attention is mapped right after the dense layer computing V (with its bias)", kOpsHint);
+      k.attn = true;
+      k.attn_q = qi - kout.begin();
+      k.attn_k = ki - kout.begin();
+      k.heads = blk.heads;
+      k.dh = blk.dh;
+      k.attn_scale = blk.scale;
+      k.op += "+Attention";
+      k.name = blk.out;
+      cur = kout.back() = blk.out;
+      blk.done = true;
+    }
+    auto unsupported = [&](const std::string& why) { throw InputError(g.where(n), why, kOpsHint); };
+    const bool commutative = n.op == "Add" || n.op == "Mul";
+    // A dense layer may read the graph input or any kernel's output (weight streaming); the rest
+    // continue the running activation.
+    const bool dense = n.op == "Gemm" || n.op == "MatMul";
+    long src = -2;
+    if (dense && !n.inputs.empty()) {
+      if (n.inputs[0] == input) src = -1;
+      for (size_t q = 0; q < kout.size(); ++q)
+        if (kout[q] == n.inputs[0]) src = static_cast<long>(q);
+      if (src >= -1 && n.inputs[0] != cur) cur = n.inputs[0], flat = false;
+    }
+    if (n.inputs.empty() || (n.inputs[0] != cur && !(commutative && n.inputs.size() > 1 && n.inputs[1] == cur))) {
+      // Every node must continue the chain from its first input (either input of Add or Mul).
+      bool uses_cur = std::find(n.inputs.begin(), n.inputs.end(), cur) != n.inputs.end();
+      unsupported(uses_cur ? "takes the running activation as a later input" : "does not continue the chain of layers (it does not read '" + cur + "')");
+    }
+    const Shape& cs = g.value(cur).shape;
+    if (cs.size() == 4 && n.op != "Conv" && n.op != "MaxPool" && n.op != "Relu" && n.op != "Tanh" && n.op != "Flatten" && n.op != "Reshape")
+      unsupported(n.op + " on a feature map " + shape_str(cs) + ": the wafer compiler maps Conv, Relu, Tanh, MaxPool and a Flatten to [batch, features] there");
+    if (n.op == "Conv") {
+      const Tensor* w = n.inputs.size() > 1 ? constant(n.inputs[1]) : nullptr;
+      if (cs.size() != 4 || !w || w->rank() != 4) unsupported("Conv needs a [batch, channels, height, width] input and a constant 4-D weight");
+      if (!ks.empty() && !ks.back().spatial()) unsupported("Conv reads the output of a dense layer; the wafer compiler maps convolutions on the input or after another Conv");
+      if (n.attrs.get_int("group", 1) != 1) unsupported("grouped Conv (group != 1) is not mapped on the wafer");
+      for (const int64_t d : n.attrs.get_ints("dilations", {1, 1}))
+        if (d != 1) unsupported("dilated Conv is not mapped on the wafer");
+      const std::string ap = n.attrs.get_string("auto_pad", "NOTSET");
+      if (ap != "NOTSET" && ap != "VALID") unsupported("Conv auto_pad " + ap + " is not mapped; give explicit pads");
+      const std::vector<int64_t> st = n.attrs.get_ints("strides", {1, 1}), pads = n.attrs.get_ints("pads", {0, 0, 0, 0});
+      if (st.size() != 2 || pads.size() != 4) unsupported("Conv needs 2-D strides and 4 pads");
+      const bool padded = pads[0] || pads[1] || pads[2] || pads[3];
+      if (padded && !ks.empty())
+        unsupported("a padded Conv after another kernel (its input would need a zero border on the chain-end PEs); only the first Conv may be padded in this build");
+      DenseKernel k;
+      k.name = n.name.empty() ? n.outputs[0] : n.name;
+      k.op = "Conv";
+      k.nodes = {n.name};
+      k.xread = DenseKernel::XRead::conv;
+      k.src = static_cast<long>(ks.size()) - 1;
+      k.samples = cs[0];
+      k.cin = cs[1];
+      k.N = w->shape()[0];
+      if (w->shape()[1] != k.cin) unsupported("weight " + shape_str(w->shape()) + " does not match the input's " + std::to_string(k.cin) + " channels");
+      k.kh = w->shape()[2];
+      k.kw = w->shape()[3];
+      k.sh = st[0];
+      k.sw = st[1];
+      k.pad_t = pads[0];
+      k.pad_l = pads[1];
+      k.ih = cs[2] + pads[0] + pads[2];
+      k.iw = cs[3] + pads[1] + pads[3];
+      k.oh = (k.ih - k.kh) / k.sh + 1;
+      k.ow = (k.iw - k.kw) / k.sw + 1;
+      if (k.oh < 1 || k.ow < 1) unsupported("the Conv window is larger than its padded input");
+      k.B = k.samples * k.oh * k.ow;
+      k.K = k.kflops = k.cin * k.kh * k.kw;
+      k.Wconv = w->to_f32();
+      start_kernel(k, n, "per output channel");
+    } else if (n.op == "MaxPool") {
+      if (ks.empty() || !ks.back().spatial() || ks.back().pkh || ks.back().softmax)
+        unsupported("MaxPool is mapped once after a Conv (and its activation), at the Conv's chain ends");
+      DenseKernel& k = ks.back();
+      const std::vector<int64_t> kshape = n.attrs.get_ints("kernel_shape"), st = n.attrs.get_ints("strides", kshape);
+      for (const int64_t p : n.attrs.get_ints("pads", {0, 0, 0, 0}))
+        if (p) unsupported("padded MaxPool is not mapped on the wafer");
+      if (n.attrs.get_int("ceil_mode", 0) || n.attrs.get_int("storage_order", 0) || n.outputs.size() > 1)
+        unsupported("MaxPool with ceil_mode, storage_order or an Indices output is not mapped on the wafer");
+      for (const int64_t d : n.attrs.get_ints("dilations", {1, 1}))
+        if (d != 1) unsupported("dilated MaxPool is not mapped on the wafer");
+      if (kshape.size() != 2 || st.size() != 2) unsupported("MaxPool needs a 2-D kernel_shape and strides");
+      k.pkh = kshape[0];
+      k.pkw = kshape[1];
+      k.psh = st[0];
+      k.psw = st[1];
+      k.ph = (k.oh - k.pkh) / k.psh + 1;
+      k.pw = (k.ow - k.pkw) / k.psw + 1;
+      if (k.ph < 1 || k.pw < 1) unsupported("the MaxPool window is larger than its input");
+      absorb(k, n);
+    } else if (n.op == "Flatten" || n.op == "Reshape") {
+      const Shape& os = g.value(n.outputs[0]).shape;
+      const bool to_rows = cs.size() == 4 && os.size() == 2 && os[0] == cs[0] && os[1] == cs[1] * cs[2] * cs[3];
+      if (!to_rows || ks.empty() || !ks.back().spatial() || (n.op == "Flatten" && n.attrs.get_int("axis", 1) != 1))
+        unsupported(n.op + " is mapped only as a Flatten of a Conv's [batch, C, H, W] output to [batch, C*H*W]");
+      flat = true;  // the next dense layer reads the holders channel-major
+    } else if (n.op == "Gemm" || n.op == "MatMul") {
+      const Tensor* w = n.inputs.size() > 1 ? constant(n.inputs[1]) : nullptr;
+      if (!w || w->rank() != 2) unsupported(n.op + " needs a constant 2-D weight as its second input");
+      Shape xs = g.value(cur).shape;  // rows: every axis but the last
+      if (n.op == "MatMul" && xs.size() > 2) {
+        int64_t rows = 1;
+        for (size_t d = 0; d + 1 < xs.size(); ++d) rows *= xs[d];
+        xs = {rows, xs.back()};
+      }
+      if (xs.size() != 2) unsupported(n.op + " on " + shape_str(g.value(cur).shape) + ": the wafer compiler maps dense layers on [rows, features]");
+      DenseKernel k;
+      k.src = src >= -1 ? src : static_cast<long>(ks.size()) - 1;
+      k.name = n.name.empty() ? n.outputs[0] : n.name;
+      k.op = n.op;
+      k.nodes = {n.name};
+      k.B = k.samples = xs[0];
+      if (!ks.empty() && ks.back().spatial() && !flat) unsupported(n.op + " after a Conv needs a Flatten between them");
+      if (flat) {
+        const DenseKernel& p = ks.back();
+        k.xread = DenseKernel::XRead::flatten;
+        k.cin = p.N;
+        k.P = p.pkh ? p.ph * p.pw : p.oh * p.ow;
+        flat = false;
+      }
+      bool trans_b = false;
+      if (n.op == "Gemm") {
+        if (n.attrs.get_float("alpha", 1.0) != 1.0 || n.attrs.get_float("beta", 1.0) != 1.0) unsupported("Gemm with alpha or beta other than 1");
+        if (n.attrs.get_int("transA", 0)) unsupported("Gemm with transA");
+        trans_b = n.attrs.get_int("transB", 0) != 0;
+      }
+      const auto wv = w->to_f32();
+      k.K = trans_b ? w->shape()[1] : w->shape()[0];
+      k.N = trans_b ? w->shape()[0] : w->shape()[1];
+      if (k.K != xs[1]) unsupported("weight " + shape_str(w->shape()) + " does not match the activation " + shape_str(xs));
+      k.kflops = k.K;
+      k.W.resize(static_cast<size_t>(k.K * k.N));
+      for (int64_t a = 0; a < k.K; ++a)
+        for (int64_t b = 0; b < k.N; ++b)
+          k.W[static_cast<size_t>(a * k.N + b)] = trans_b ? wv[static_cast<size_t>(b * k.K + a)] : wv[static_cast<size_t>(a * k.N + b)];
+      k.w_trans = trans_b;
+      start_kernel(k, n, "per output feature");
+    } else if (n.op == "Add" && !ks.empty() && !constant(other_in(n, cur)) && !other_in(n, cur).empty()) {
+      // A residual: the other input must be the input of an earlier kernel (held on the PEs).
+      const std::string o2 = other_in(n, cur);
+      long r = -1;
+      for (size_t q = 0; q < ks.size(); ++q)
+        if (ks[q].in_value == o2) r = static_cast<long>(q);
+      if (r < 0 || ks.back().residual >= 0 || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().spatial())
+        unsupported("Add of two activations is mapped only as a residual: the running activation plus the input of an earlier dense layer, before any LayerNorm");
+      ks.back().residual = r;
+      absorb(ks.back(), n);
+    } else if (n.op == "Add") {
+      const Tensor* c = constant(other_in(n, cur));
+      if (ks.empty() || !c || c->numel() != ks.back().N || ks.back().relu || ks.back().tanh || ks.back().gelu || ks.back().residual >= 0 || ks.back().softmax || ks.back().attn || ks.back().layernorm)
+        unsupported("Add is mapped only as a bias (a constant of N values) right after a MatMul or Gemm, or as a residual");
+      const auto cv = c->to_f32();
+      for (int64_t b = 0; b < ks.back().N; ++b) ks.back().bias[static_cast<size_t>(b)] += cv[static_cast<size_t>(b)];
+      ks.back().b_value = ks.back().b_value.empty() ? other_in(n, cur) : "*";  // "*": two biases (training refuses it)
+      absorb(ks.back(), n);
+    } else if (n.op == "Softmax") {
+      const int64_t r = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());
+      const int64_t axis = n.attrs.get_int("axis", g.opset >= 13 ? -1 : 1);
+      if (ks.empty() || ks.back().softmax || ks.back().attn || ks.back().residual >= 0 || ks.back().layernorm || (axis != -1 && axis != r - 1))
+        unsupported("Softmax is mapped only over the features, after the last dense layer");
+      ks.back().softmax = true;
+      absorb(ks.back(), n);
+    } else if ((n.op == "Div" && scalar(other_in(n, cur), std::sqrt(2.0), 1e-5)) || (n.op == "Mul" && scalar(other_in(n, cur), std::sqrt(0.5), 1e-6))) {
+      // GELU, erf form: Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5
+      const long e = sole(n.outputs[0], "Erf");
+      const long a = e < 0 ? -1 : sole(g.nodes[static_cast<size_t>(e)].outputs[0], "Add");
+      const long m = a < 0 || !scalar(other_in(g.nodes[static_cast<size_t>(a)], g.nodes[static_cast<size_t>(e)].outputs[0]), 1.0, 1e-6)
+                         ? -1
+                         : sole(g.nodes[static_cast<size_t>(a)].outputs[0], "Mul");
+      const long h = m < 0 || other_in(g.nodes[static_cast<size_t>(m)], g.nodes[static_cast<size_t>(a)].outputs[0]) != cur ? -1
+                                                                                                                          : sole(g.nodes[static_cast<size_t>(m)].outputs[0], "Mul");
+      if (h < 0 || !scalar(other_in(g.nodes[static_cast<size_t>(h)], g.nodes[static_cast<size_t>(m)].outputs[0]), 0.5, 1e-6))
+        unsupported(n.op + " is mapped only as the start of GELU's erf form: Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5");
+      if (ks.empty() || ks.back().relu || ks.back().tanh || ks.back().gelu || ks.back().softmax || ks.back().attn || ks.back().residual >= 0 || ks.back().layernorm || ks.back().spatial())
+        unsupported("GELU is mapped only right after a dense layer");
+      ks.back().gelu = true;
+      absorb(ks.back(), n);
+      for (const long q : {e, a, m, h}) consumed.insert(static_cast<size_t>(q)), absorb(ks.back(), g.nodes[static_cast<size_t>(q)]);
+      cur = g.nodes[static_cast<size_t>(h)].outputs[0];
+      continue;
+    } else if (n.op == "ReduceMean" || n.op == "LayerNormalization") {
+      // LayerNorm over the last axis: the LayerNormalization op, or its decomposition ReduceMean ->
+      // Sub -> Pow 2 -> ReduceMean -> Add eps -> Sqrt -> Div -> Mul gamma -> Add beta.
+      const int64_t rank = static_cast<int64_t>(cs.size());
+      const std::string why = "is mapped only as a LayerNorm over the features (LayerNormalization, or ReduceMean -> Sub -> Pow 2 -> ReduceMean -> Add eps -> Sqrt -> Div -> Mul -> Add)";
+      if (ks.empty() || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().spatial()) unsupported("LayerNorm is mapped only after a dense layer");
+      DenseKernel& k = ks.back();
+      const Tensor *gam = nullptr, *bet = nullptr;
+      bool has_beta = false;  // a bias is named (it must then be a constant)
+      std::string out;
+      if (n.op == "LayerNormalization") {
+        const int64_t ax = n.attrs.get_int("axis", -1);
+        if ((ax != -1 && ax != rank - 1) || n.inputs.size() < 2) unsupported(n.op + " " + why);
+        gam = constant(n.inputs[1]);
+        has_beta = n.inputs.size() > 2 && !n.inputs[2].empty();
+        bet = has_beta ? constant(n.inputs[2]) : nullptr;
+        k.ln_eps = n.attrs.get_float("epsilon", 1e-5);
+        out = n.outputs[0];
+      } else {
+        const std::vector<int64_t> axes = n.attrs.get_ints("axes", {});
+        if (axes.size() != 1 || (axes[0] != -1 && axes[0] != rank - 1) || !n.attrs.get_int("keepdims", 1)) unsupported(n.op + " " + why);
+        long sub = -1;
+        for (const size_t u : uses[cur])
+          if (g.nodes[u].op == "Sub" && g.nodes[u].inputs.size() == 2 && g.nodes[u].inputs[0] == cur && g.nodes[u].inputs[1] == n.outputs[0]) sub = static_cast<long>(u);
+        if (sub < 0 || sole(n.outputs[0], "Sub") != sub) unsupported(n.op + " " + why);
+        const std::string d = g.nodes[static_cast<size_t>(sub)].outputs[0];
+        long pw = -1, dv = -1;
+        for (const size_t u : uses[d]) {
+          if (g.nodes[u].op == "Pow" && g.nodes[u].inputs[0] == d && scalar(g.nodes[u].inputs[1], 2.0, 0)) pw = static_cast<long>(u);
+          if (g.nodes[u].op == "Div" && g.nodes[u].inputs[0] == d) dv = static_cast<long>(u);
+        }
+        if (pw < 0 || dv < 0 || uses[d].size() != 2) unsupported(n.op + " " + why);
+        long rm = sole(g.nodes[static_cast<size_t>(pw)].outputs[0], "ReduceMean");
+        if (rm >= 0 && (g.nodes[static_cast<size_t>(rm)].attrs.get_ints("axes", {}) != axes || !g.nodes[static_cast<size_t>(rm)].attrs.get_int("keepdims", 1))) rm = -1;
+        const long ae = rm < 0 ? -1 : sole(g.nodes[static_cast<size_t>(rm)].outputs[0], "Add");
+        const Tensor* eps = ae < 0 ? nullptr : constant(other_in(g.nodes[static_cast<size_t>(ae)], g.nodes[static_cast<size_t>(rm)].outputs[0]));
+        const long sq = ae < 0 ? -1 : sole(g.nodes[static_cast<size_t>(ae)].outputs[0], "Sqrt");
+        if (!eps || eps->numel() != 1 || sq < 0 || g.nodes[static_cast<size_t>(dv)].inputs[1] != g.nodes[static_cast<size_t>(sq)].outputs[0])
+          unsupported(n.op + " " + why);
+        k.ln_eps = eps->to_f32()[0];
+        const long mu = sole(g.nodes[static_cast<size_t>(dv)].outputs[0], "Mul");
+        const long ad = mu < 0 ? -1 : sole(g.nodes[static_cast<size_t>(mu)].outputs[0], "Add");
+        if (ad < 0) unsupported(n.op + " " + why + " (with the scale and bias)");
+        gam = constant(other_in(g.nodes[static_cast<size_t>(mu)], g.nodes[static_cast<size_t>(dv)].outputs[0]));
+        has_beta = true;
+        bet = constant(other_in(g.nodes[static_cast<size_t>(ad)], g.nodes[static_cast<size_t>(mu)].outputs[0]));
+        k.nodes.push_back(n.name);
+        for (const long q : {sub, pw, rm, ae, sq, dv, mu, ad}) consumed.insert(static_cast<size_t>(q)), k.nodes.push_back(g.nodes[static_cast<size_t>(q)].name);
+        out = g.nodes[static_cast<size_t>(ad)].outputs[0];
+      }
+      if (!gam || gam->numel() != k.N || (bet && bet->numel() != k.N) || (!bet && has_beta)) unsupported("LayerNorm needs a constant scale (and bias) of " + std::to_string(k.N) + " values");
+      k.layernorm = true;
+      k.ln_gamma = gam->to_f32();
+      k.ln_beta = bet ? bet->to_f32() : std::vector<float>(static_cast<size_t>(k.N), 0.0f);
+      if (n.op == "LayerNormalization") k.nodes.push_back(n.name);
+      k.op += "+LayerNorm";
+      k.name = out;
+      cur = out;
+      continue;
+    } else if (n.op == "Relu" || n.op == "Tanh") {
+      // After a MaxPool, Relu is applied before the pool instead (max commutes with a monotone function).
+      if (ks.empty() || ks.back().relu || ks.back().tanh || ks.back().gelu || ks.back().attn || flat || ks.back().softmax || ks.back().residual >= 0 || ks.back().layernorm)
+        unsupported(n.op + " is mapped only right after a dense layer or Conv");
+      (n.op == "Relu" ? ks.back().relu : ks.back().tanh) = true;
+      absorb(ks.back(), n);
+    } else {
+      unsupported("op " + n.op + " is not mapped by the wafer compiler in this build");
+    }
+    cur = n.outputs[0];
+  }
+  if (ks.empty()) throw InputError(g.source, "the graph has no dense layer to map", kOpsHint);
+  for (const auto& blk : blocks)
+    if (!blk.done)
+      throw InputError(g.source, "an attention block (its output '" + blk.out + "') must follow the dense layers computing its Q, K and then V (each with its bias)", kOpsHint);
+  if (cur != canon(output)) throw InputError(g.source, "the graph's output '" + output + "' is not the end of the layer chain", kOpsHint);
+  if (flat) throw InputError(g.source, "the graph ends in a Flatten; the wafer compiler maps a Flatten only into a dense layer", kOpsHint);
+  return ks;
+}
+
+}  // namespace tessera::wafer::detail

@@ -1,0 +1,207 @@
+// Placement (compile.hpp; docs/wafer-compiler.md "Modes", "Convolutions", "Transformers, pipelined"):
+// per-PE bytes, channel blocks and conv weights, the pipelined staircase and its rewrites (Q, K and V
+// fused, residuals passed through), the weight-streaming rectangle.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "isa/error.hpp"
+#include "mapper/wafer/internal.hpp"
+
+namespace tessera::wafer::detail {
+
+// Bytes of data one PE of kernel `l` needs (pipelined: its own W block).
+int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes) {
+  int64_t b = k.B * k.nb * 4 + (own_w ? k.kb * k.nb * wbytes : 0);  // y, W
+  b += k.nb * 4;                                                     // bias (chain end)
+  if (k.tanh) b += 3 * k.B * k.nb * 4;                               // tanh temporaries (chain end)
+  if (k.softmax) b += (2 * k.B * k.N + 4 * k.B) * 4;                 // softmax arrays (chain end)
+  if (k.pkh) b += k.rows_out() * k.nb * 4;                           // the pooled output (chain end)
+  if (k.gelu) b += 4 * k.B * k.nb * 4;                               // GELU temporaries (chain end)
+  if (k.attn) b += (k.B * k.feat_nb() + 2 * k.attn_rows() * k.B + k.attn_rows() * std::min(k.dh, k.feat_nb()) + 4 * k.attn_rows()) * 4;  // attention arrays (chain end)
+  if (k.res_host) b += k.B * k.nb * 4;                               // the graph input's block for the residual (chain end)
+  if (k.layernorm) b += (k.B * k.nb + 4 * k.B + 3 * k.nb) * 4;       // LayerNorm arrays (chain end)
+  if (wbytes == 2) b += k.rows_out() * k.nb * 2;                     // y in fp16 (chain end)
+  if (k.input_layer) b += (k.spatial() ? k.xs_elems() : k.B * k.kb) * wbytes;  // xs (source)
+  return b + 16;
+}
+
+namespace {
+
+// Convolutions and Flatten consumers read whole channel blocks from the PE that holds them: the
+// producer's nb channels, so kb = cb kh kw (conv) or cb P (flatten) and the K blocks line up with
+// the producer's N blocks. The first Conv reads the graph input, which the host places: cb
+// channels per source, and its kernel rows split over the lines left (`lines` along K; pipelined:
+// about `per_line` K values per line) -- every source of a channel block holds the block's image,
+// each line starts its walk at its own kernel row, so an input with few channels still spreads
+// its K over many lines.
+void channel_blocks(std::vector<DenseKernel>& ks, size_t l, int64_t input_cb, int64_t lines, int64_t per_line) {
+  DenseKernel& k = ks[l];
+  if (k.xread == DenseKernel::XRead::rows) return;
+  k.cblk = l == 0 ? input_cb : ks[l - 1].nb;
+  k.khb = k.kh;
+  if (l == 0 && k.spatial()) {
+    const int64_t spare = std::max<int64_t>(1, lines / cdiv(k.cin, k.cblk));
+    k.khb = lines > 0 ? cdiv(k.kh, std::min(k.kh, spare)) : std::clamp<int64_t>(per_line / (k.cblk * k.kw), 1, k.kh);
+  }
+  k.kb = k.cblk * (k.spatial() ? k.khb * k.kw : k.P);
+}
+
+}  // namespace
+
+// A conv's W [cin kh kw, N] in the order its lines take x values: K block j holds channels
+// j cb .. j cb + cb - 1, within it (kh, kw, channel) -- the holder's [h, w, c] order, so that kw and
+// the channels are one contiguous run of the gathered send. K becomes kblocks kb (zero rows pad).
+void conv_weights(DenseKernel& k) {
+  if (!k.spatial()) return;
+  const int64_t kblocks = k.kblocks(), nkh = k.kh_blocks();
+  k.K = kblocks * k.kb;
+  k.W.assign(static_cast<size_t>(k.K * k.N), 0.0f);
+  for (int64_t j = 0; j < kblocks; ++j)  // line j: channel block j / nkh, kernel rows from (j % nkh) khb
+    for (int64_t a = (j % nkh) * k.khb; a < std::min(k.kh, (j % nkh + 1) * k.khb); ++a)
+      for (int64_t b = 0; b < k.kw; ++b)
+        for (int64_t c = 0; c < k.cblk && j / nkh * k.cblk + c < k.cin; ++c) {
+          const int64_t row = j * k.kb + ((a - (j % nkh) * k.khb) * k.kw + b) * k.cblk + c, ci = j / nkh * k.cblk + c;
+          for (int64_t n = 0; n < k.N; ++n)
+            k.W[static_cast<size_t>(row * k.N + n)] = k.Wconv[static_cast<size_t>(((n * k.cin + ci) * k.kh + a) * k.kw + b)];
+        }
+}
+
+// Places the kernels of a pipelined mapping with one block edge b: a staircase, each layer next
+// to its producer. Returns the extent (width, height) used.
+std::pair<int64_t, int64_t> place_pipelined(std::vector<DenseKernel>& ks, int64_t b) {
+  int64_t x = 0, y = 0, W = 0, H = 0;
+  for (size_t l = 0; l < ks.size(); ++l) {
+    DenseKernel& k = ks[l];
+    k.kb = b;
+    k.nb = k.qkv ? 3 * b : b;  // fused Q, K, V: fb = b features of each per chain end
+    channel_blocks(ks, l, std::min(b, k.cin), 0, b);
+    k.k_on_columns = l % 2 == 0;
+    k.x_flow = k.k_on_columns ? Dir::S : Dir::E;
+    k.w = k.k_on_columns ? k.kblocks() : k.nblocks();
+    k.h = k.k_on_columns ? k.nblocks() : k.kblocks();
+    if (l > 0) {
+      const DenseKernel& p = ks[l - 1];
+      if (p.k_on_columns) {  // p's outputs leave its east column: this layer to the east, same rows
+        x = p.x0 + p.w;
+        y = p.y0;
+      } else {  // p's outputs leave its south row: this layer below, same columns
+        x = p.x0;
+        y = p.y0 + p.h;
+      }
+    }
+    k.x0 = x;
+    k.y0 = y;
+    W = std::max(W, x + k.w);
+    H = std::max(H, y + k.h);
+  }
+  return {W, H};
+}
+
+// Pipelined attention (docs/wafer-compiler.md "Transformers, pipelined"): the Q, K and V kernels
+// of every attention block become one kernel -- V's, with DenseKernel::qkv -- so that a chain end
+// computes all three for its features; the Q and K kernels go and the others' indices follow.
+void fuse_qkv(std::vector<DenseKernel>& ks) {
+  // Refusals name /mapping/mode, so that `auto` streams such a model instead.
+  const char* hint = "pipelined mode fuses an attention's Q, K and V projections into one kernel; use \"mapping\": {\"mode\": \"weight_streaming\"} for other shapes";
+  for (size_t l = 0; l < ks.size(); ++l) {
+    DenseKernel& v = ks[l];
+    if (!v.attn || v.qkv) continue;
+    const size_t qi = static_cast<size_t>(v.attn_q), ki = static_cast<size_t>(v.attn_k);
+    for (const size_t pi : {qi, ki}) {
+      const DenseKernel& p = ks[pi];
+      if (p.src != v.src || p.K != v.K || p.N != v.N || p.B != v.B || p.xread != DenseKernel::XRead::rows || v.xread != DenseKernel::XRead::rows || p.relu || p.tanh ||
+          p.gelu || p.softmax || p.residual >= 0 || p.layernorm || p.attn || p.pkh)
+        throw InputError("/mapping/mode", "kernel '" + p.name + "': the attention's Q and K (and V, kernel '" + v.name + "') must be dense layers of the same input and size with only a bias", hint);
+      for (size_t m = 0; m < ks.size(); ++m)
+        if (m != l && ks[m].src == static_cast<int64_t>(pi))
+          throw InputError("/mapping/mode", "kernel '" + ks[m].name + "' reads the attention's " + std::string(pi == qi ? "Q" : "K") + " projection ('" + p.name + "'), which pipelined mode fuses into kernel '" + v.name + "'", hint);
+    }
+    v.qkv = true;
+    v.attn_d = v.N;
+    v.Wq = ks[qi].W, v.Wk = ks[ki].W, v.bq = ks[qi].bias, v.bk = ks[ki].bias;
+    std::vector<std::string> nodes = ks[qi].nodes;
+    nodes.insert(nodes.end(), ks[ki].nodes.begin(), ks[ki].nodes.end());
+    nodes.insert(nodes.end(), v.nodes.begin(), v.nodes.end());
+    v.nodes = nodes;
+    v.op = "QKV(" + ks[qi].op + ")+Attention";
+    // Renumber: the removed kernels' readers (a residual of their input) read the fused one.
+    auto gone = [&](int64_t i) { return static_cast<int64_t>(i > static_cast<int64_t>(qi)) + static_cast<int64_t>(i > static_cast<int64_t>(ki)); };
+    const int64_t fused = static_cast<int64_t>(l) - gone(static_cast<int64_t>(l));
+    for (auto& k : ks)
+      for (int64_t* ref : {&k.src, &k.residual, &k.attn_q, &k.attn_k})  // (later blocks' Q and K are other kernels)
+        if (*ref >= 0) *ref = *ref == static_cast<int64_t>(qi) || *ref == static_cast<int64_t>(ki) ? fused : *ref - gone(*ref);
+    ks.erase(ks.begin() + static_cast<std::ptrdiff_t>(std::max(qi, ki)));
+    ks.erase(ks.begin() + static_cast<std::ptrdiff_t>(std::min(qi, ki)));
+    l = static_cast<size_t>(fused);  // on after it (earlier blocks are fused already)
+  }
+}
+
+// The fused kernel's W [K, 3 b nblocks] and bias for block edge b: chain-end block j holds Q's
+// features j b .. j b + b - 1, then K's, then V's (zero beyond d).
+void qkv_weights(DenseKernel& k, int64_t b) {
+  const int64_t d = k.attn_d, nblk = cdiv(d, b), Np = 3 * b * nblk;
+  // k.W and k.bias hold V's projection until then (each candidate block starts from them).
+  k.nflops = 3 * d;
+  std::vector<float> W(static_cast<size_t>(k.K * Np), 0.0f), bias(static_cast<size_t>(Np), 0.0f);
+  const std::vector<float>* Ws[3] = {&k.Wq, &k.Wk, &k.W};
+  const std::vector<float>* bs[3] = {&k.bq, &k.bk, &k.bias};
+  for (int64_t j = 0; j < nblk; ++j)
+    for (int64_t part = 0; part < 3; ++part)
+      for (int64_t i = 0; i < b && j * b + i < d; ++i) {
+        const int64_t col = j * 3 * b + part * b + i, f = j * b + i;
+        for (int64_t r = 0; r < k.K; ++r) W[static_cast<size_t>(r * Np + col)] = (*Ws[part])[static_cast<size_t>(r * d + f)];
+        bias[static_cast<size_t>(col)] = (*bs[part])[static_cast<size_t>(f)];
+      }
+  k.W = std::move(W);
+  k.bias = std::move(bias);
+  k.N = Np;
+}
+
+// A residual over two pipelined layers (kernel l adds the input of kernel r = its producer, which
+// reads another kernel's output): the input passes through r as identity columns after r's own
+// (padded to whole blocks of b; no activation on them) and l adds it as identity rows of its W --
+// x 1 and zeros, exact -- so it reaches l's chain ends without a route of its own.
+void pass_through(std::vector<DenseKernel>& ks, size_t l, int64_t b) {
+  DenseKernel& k2 = ks[l];
+  DenseKernel& k1 = ks[static_cast<size_t>(k2.residual)];
+  const int64_t d = k1.K, N1 = k1.N, Np = cdiv(N1, b) * b, N1p = Np + d;
+  std::vector<float> W1(static_cast<size_t>(k1.K * N1p), 0.0f), b1(static_cast<size_t>(N1p), 0.0f);
+  for (int64_t r = 0; r < k1.K; ++r) {
+    for (int64_t n = 0; n < N1; ++n) W1[static_cast<size_t>(r * N1p + n)] = k1.W[static_cast<size_t>(r * N1 + n)];
+    W1[static_cast<size_t>(r * N1p + Np + r)] = 1.0f;
+  }
+  for (int64_t n = 0; n < N1; ++n) b1[static_cast<size_t>(n)] = k1.bias[static_cast<size_t>(n)];
+  k1.W = std::move(W1);
+  k1.bias = std::move(b1);
+  k1.nflops = N1;
+  k1.N = N1p;
+  k1.act_blocks = Np / b;
+  const int64_t K2 = k2.K, K2p = Np + d, N2 = k2.N;
+  std::vector<float> W2(static_cast<size_t>(K2p * N2), 0.0f);
+  for (int64_t r = 0; r < K2; ++r)
+    for (int64_t n = 0; n < N2; ++n) W2[static_cast<size_t>(r * N2 + n)] = k2.W[static_cast<size_t>(r * N2 + n)];
+  for (int64_t r = 0; r < d; ++r) W2[static_cast<size_t>((Np + r) * N2 + r)] = 1.0f;
+  k2.W = std::move(W2);
+  k2.K = K2p;
+  k2.residual = -1;
+}
+
+// Weight streaming: every layer on the rectangle [0, w) x [0, h), K on columns for even layers.
+void place_streaming(std::vector<DenseKernel>& ks, int64_t w, int64_t h) {
+  for (size_t l = 0; l < ks.size(); ++l) {
+    DenseKernel& k = ks[l];
+    // The orientation follows the data: the graph input sits on the south row (K along the
+    // columns), a kernel's outputs on its chain ends -- the east column or the south row.
+    k.k_on_columns = k.src < 0 || !ks[static_cast<size_t>(k.src)].k_on_columns;
+    k.x_flow = k.k_on_columns ? Dir::N : Dir::W;  // from the previous layer's outputs: the south row / east column
+    k.x0 = k.y0 = 0;
+    k.w = w;
+    k.h = h;
+    k.kb = cdiv(k.K, k.k_on_columns ? w : h);
+    k.nb = cdiv(k.N, k.k_on_columns ? h : w);
+    channel_blocks(ks, l, cdiv(k.cin, k.k_on_columns ? w : h), k.k_on_columns ? w : h, 0);
+  }
+}
+
+}  // namespace tessera::wafer::detail
