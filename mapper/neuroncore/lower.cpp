@@ -91,6 +91,15 @@ class Lowering {
     return false;
   }
 
+  static bool broadcasts(const Shape& from, const Shape& to) {
+    if (from.size() > to.size()) return false;
+    for (size_t i = 0; i < from.size(); ++i) {
+      const int64_t f = from[from.size() - 1 - i], t = to[to.size() - 1 - i];
+      if (f != t && f != 1) return false;
+    }
+    return true;
+  }
+
   void plan_epilogue(const Node& p) {
     if (p.op != "MatMul" && p.op != "Conv" && p.op != "ConvTranspose") return;
     Epilogue ep;
@@ -126,7 +135,9 @@ class Lowering {
       if ((c->op == "Mul" || (c->op == "Div" && c->inputs[0] == ep.out)) && scalar && !ep.bias && !ep.residual && ep.func == Func::identity) {
         const double v = cv->data->cast(DType::f64).to_f64()[0];
         ep.scale *= c->op == "Mul" ? v : 1.0 / v;
-      } else if (c->op == "Add" && cv && cv->data && !ep.bias && !ep.residual && ep.func == Func::identity) {
+      } else if (c->op == "Add" && cv && (cv->data || (cv->shape != out_shape && ready_before(*other, p))) && broadcasts(cv->shape, out_shape) &&
+                 !ep.bias && !ep.residual && ep.func == Func::identity) {
+        // A bias: a constant, or a computed value broadcast along the output (a bias being trained).
         TensorRef b = st_.ref(*other);
         b.view = graph::broadcast_to(b.view, out_shape);
         ep.bias = b;
@@ -170,6 +181,8 @@ class Lowering {
     };
     for (const auto& [state, next] : opt_.in_place) {
       auto w = prod.find(next);
+      // An Identity that only names the next state: the node before it writes the state.
+      while (w != prod.end() && st_.is_view_node(g_.nodes[w->second]) && g_.nodes[w->second].op == "Identity") w = prod.find(g_.nodes[w->second].inputs[0]);
       if (w == prod.end()) continue;
       for (size_t i = 0; i < g_.nodes.size(); ++i)
         if (i != w->second && reads_state(g_.nodes[i], state)) after[w->second].insert(i);

@@ -32,6 +32,7 @@ bool Storage::is_output(const std::string& v) const { return std::find(g_.output
 
 DType Storage::storage_dtype(const std::string& v) const {
   if (auto t = tie_.find(v); t != tie_.end()) return storage_dtype(t->second);
+  if (auto a = alias_.find(v); a != alias_.end()) return storage_dtype(a->second);
   const auto& val = g_.value(v);
   if (val.dtype == DType::boolean) return opt_.compute;
   if (!is_float(val.dtype)) return DType::i32;
@@ -59,6 +60,7 @@ int64_t Storage::alloc(const std::string& name, DType dt, const Shape& shape) {
 const TensorRef& Storage::ref(const std::string& v) {
   if (auto it = refs_.find(v); it != refs_.end()) return it->second;
   if (auto t = tie_.find(v); t != tie_.end()) return refs_[v] = ref(t->second);  // next state: where the state is
+  if (auto a = alias_.find(v); a != alias_.end()) return refs_[v] = ref(a->second);  // written where the output is
   const auto& val = g_.value(v);
   const DType dt = storage_dtype(v);
   TensorRef r;
@@ -147,7 +149,23 @@ void Storage::plan() {
       perm_of_[o] = perm_of(*cs[0], static_cast<int64_t>(g_.value(o).shape.size()));
     }
   }
+  // An Identity that names a computed value as a graph output (or a next state) moves no data: the
+  // value's producer writes it where the output lives.
+  for (const auto& n : g_.nodes) {
+    if (n.op != "Identity" || !(is_output(n.outputs[0]) || tie_.count(n.outputs[0]))) continue;
+    const std::string& in = n.inputs[0];
+    auto p = producer.find(in);
+    if (p == producer.end() || is_view_op(p->second->op) || is_output(in) || tie_.count(in) || alias_.count(in) || g_.value(in).data) continue;
+    if (storage_dtype(in) != storage_dtype(n.outputs[0]) && !is_float(g_.value(in).dtype)) continue;
+    alias_[in] = n.outputs[0];
+    view_nodes_.insert(n.name);
+  }
   for (size_t i : g_.topo_order()) set_view(g_.nodes[i]);
+}
+
+std::string Storage::written_as(const std::string& v) const {
+  auto a = alias_.find(v);
+  return a == alias_.end() ? v : a->second;
 }
 
 std::optional<Strided> Storage::derive(const Node& n, const Strided& in) const {

@@ -50,6 +50,8 @@ class Storage {
   // outputs fp32, training graphs' floats in their own dtype, other floats in the compute dtype.
   DType storage_dtype(const std::string& value) const;
   bool is_output(const std::string& v) const;
+  // The graph output or next state an Identity makes `v` (its producer writes it there), or `v`.
+  std::string written_as(const std::string& v) const;
   void bind_io();
 
  private:
@@ -63,6 +65,7 @@ class Storage {
   std::map<std::string, TensorRef> refs_;          // allocated or viewed values
   std::map<std::string, std::vector<int64_t>> perm_of_;  // values stored permuted: storage dims in this order
   std::map<std::string, std::string> tie_;         // next-state value -> its state (stored in place)
+  std::map<std::string, std::string> alias_;       // value -> the graph output or next state an Identity gives it as
   std::set<std::string> view_nodes_;
   int64_t hbm_next_ = 0;
 };
