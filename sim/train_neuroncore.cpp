@@ -150,9 +150,18 @@ class NeuronCoreTrainer : public TrainMachine {
     if (kernel_phase_.empty()) {
       kernel_phase_.resize(nk);
       std::string next = "optimizer";
+      // A kernel named after a node canonicalization made (fused "X+layernorm", split "X/1")
+      // belongs to the phase of the node it came from: its name cut back at '+' or '/'.
+      auto phase_of = [&](std::string name) -> const std::string* {
+        for (;;) {
+          if (auto it = tg_.phase_of.find(name); it != tg_.phase_of.end()) return &it->second;
+          const size_t cut = name.find_last_of("+/");
+          if (cut == std::string::npos || cut == 0) return nullptr;
+          name.resize(cut);
+        }
+      };
       for (size_t k = nk; k-- > 0;) {
-        auto it = tg_.phase_of.find(prog.kernels[k]);
-        if (it != tg_.phase_of.end()) next = it->second;
+        if (const std::string* p = phase_of(prog.kernels[k])) next = *p;
         kernel_phase_[k] = next;
       }
     }

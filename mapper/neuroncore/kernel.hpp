@@ -30,14 +30,13 @@ struct Sbuf {
 
 // What a matmul or convolution applies to its fp32 accumulator before storing it:
 // y = func(acc * scale + bias) + residual, or func(acc * scale + bias + residual) when the residual
-// comes first (ResNet's Add then Relu). Absorbs the graph nodes named in `fused`.
+// comes first (ResNet's Add then Relu).
 struct Epilogue {
   double scale = 1.0;
   std::optional<TensorRef> bias;      // broadcast to the output's shape (stride 0 where it repeats)
   Func func = Func::identity;
   std::optional<TensorRef> residual;  // the output's shape
   bool residual_first = false;
-  std::vector<std::string> fused;
   std::string out;                    // the value written (the last fused node's output)
   // The values a matmul reads in place of its inputs, when a scalar scale of an input moved into
   // `scale` ((c A) @ B = c (A @ B)); empty: the node's own input.

@@ -22,6 +22,12 @@ class Lowering {
       : g_(g), opt_(opt), c_(c), em_(c.program), st_(g, cfg, opt, c), x_(g, cfg, opt, c, em_, st_) {}
 
   void run() {
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      for (const auto& o : g_.nodes[i].outputs)
+        if (!o.empty()) producer_[o] = &g_.nodes[i];
+      for (const auto& in : g_.nodes[i].inputs)
+        if (!in.empty() && (consumers_[in].empty() || consumers_[in].back() != &g_.nodes[i])) consumers_[in].push_back(&g_.nodes[i]);
+    }
     st_.plan();
     st_.bind_io();
     const auto order = emission_order();
@@ -42,6 +48,11 @@ class Lowering {
  private:
   Status lower(const Node& n) {
     const std::string& op = n.op;
+    if (std::all_of(n.outputs.begin(), n.outputs.end(), [&](const std::string& o) { return o.empty() || shape_numel(g_.value(o).shape) == 0; }))
+      return {};  // nothing to compute
+    if (op == "LSTM" || op == "GRU" || op == "RNN")
+      return Status::fail("this " + op + " is not unrolled (canonicalize's unroll_recurrent covers the default activations, no clip, "
+                          "input_forget or batch-first layout, full-length sequences and constant weights)");
     if (is_view_op(op)) {  // a view the strides cannot express: a copy
       const TensorRef in = st_.ref(n.inputs[0]);
       TensorRef src = in, dst = st_.ref(n.outputs[0]);
@@ -62,33 +73,25 @@ class Lowering {
   }
 
   const Node* producer(const std::string& v) const {
-    for (const auto& n : g_.nodes)
-      for (const auto& o : n.outputs)
-        if (o == v) return &n;
-    return nullptr;
+    auto it = producer_.find(v);
+    return it == producer_.end() ? nullptr : it->second;
   }
 
+  // The one node reading v (a node reading it twice counts once), if v is not a graph output or a
+  // next state (those must be written as themselves).
   const Node* only_consumer(const std::string& v) const {
     if (st_.is_output(v) || tied_.count(v)) return nullptr;
-    const Node* c = nullptr;
-    for (const auto& n : g_.nodes)
-      for (const auto& in : n.inputs)
-        if (in == v) {
-          if (c && c != &n) return nullptr;
-          c = &n;
-        }
-    return c;
+    auto it = consumers_.find(v);
+    return it == consumers_.end() || it->second.size() != 1 ? nullptr : it->second[0];
   }
 
   // A value that is ready when the producer's kernel runs: a graph input, a constant, or computed
   // by a node emitted before it.
-  bool ready_before(const std::string& v, const Node& producer) const {
+  bool ready_before(const std::string& v, const Node& producer_node) const {
     const auto& val = g_.value(v);
     if (val.data || std::find(g_.inputs.begin(), g_.inputs.end(), v) != g_.inputs.end()) return true;
-    for (const auto& n : g_.nodes)
-      for (const auto& o : n.outputs)
-        if (o == v) return position_.at(n.name) < position_.at(producer.name);
-    return false;
+    const Node* p = producer(v);
+    return p && position_.at(p->name) < position_.at(producer_node.name);
   }
 
   static bool broadcasts(const Shape& from, const Shape& to) {
@@ -115,8 +118,9 @@ class Lowering {
     // A scalar scale of a matmul's input moves into the epilogue: (c A) @ B = c (A @ B).
     for (size_t i = 0; p.op == "MatMul" && i < 2; ++i) {
       const Node* s = producer(p.inputs[i]);
-      if (!s || (s->op != "Mul" && s->op != "Div") || only_consumer(p.inputs[i]) != &p) continue;
-      const size_t k = s->inputs[0] == p.inputs[i] ? 1 : (s->op == "Mul" && g_.value(s->inputs[0]).data ? 0 : 1);
+      // (already fused: the Mul ends an earlier matmul's epilogue, which writes its output)
+      if (!s || (s->op != "Mul" && s->op != "Div") || fused_.count(s->name) || only_consumer(p.inputs[i]) != &p) continue;
+      const size_t k = s->op == "Mul" && g_.value(s->inputs[0]).data ? 0 : 1;  // the constant's slot
       const auto& cv = g_.value(s->inputs[k]);
       if (!cv.data || cv.data->numel() != 1 || !is_float(cv.dtype) || (s->op == "Div" && k != 1)) continue;
       const double c = cv.data->cast(DType::f64).to_f64()[0];
@@ -126,7 +130,8 @@ class Lowering {
     }
     const Shape out_shape = g_.value(p.outputs[0]).shape;
     for (const Node* c = only_consumer(ep.out); c; c = only_consumer(ep.out)) {
-      if (g_.value(c->outputs[0]).shape != out_shape) break;
+      // (a next state is written by its own node: the in-place ordering is by node)
+      if (g_.value(c->outputs[0]).shape != out_shape || tied_.count(c->outputs[0])) break;
       Func f;
       const std::string* other = nullptr;
       if (c->inputs.size() == 2) other = c->inputs[0] == ep.out ? &c->inputs[1] : &c->inputs[0];
@@ -149,7 +154,6 @@ class Lowering {
       } else {
         break;
       }
-      ep.fused.push_back(c->name);
       fused_.insert(c->name);
       ep.out = c->outputs[0];
     }
@@ -209,6 +213,8 @@ class Lowering {
   Emitter em_;
   Storage st_;
   Ctx x_;
+  std::map<std::string, const Node*> producer_;
+  std::map<std::string, std::vector<const Node*>> consumers_;
   std::map<std::string, size_t> position_;
   std::map<std::string, Epilogue> epilogues_;
   std::set<std::string> fused_, tied_;

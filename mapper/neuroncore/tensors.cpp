@@ -63,6 +63,9 @@ const TensorRef& Storage::ref(const std::string& v) {
   if (auto a = alias_.find(v); a != alias_.end()) return refs_[v] = ref(a->second);  // written where the output is
   const auto& val = g_.value(v);
   const DType dt = storage_dtype(v);
+  if (dtype_size(dt) > 4)
+    throw InputError(g_.source, "value '" + v + "' is " + std::string(dtype_name(dt)) + ": the NeuronCore's engines compute fp32 at most",
+                     "export the model in float32 (or train it with a float32 master precision)");
   TensorRef r;
   r.hbm = v;
   r.dtype = dt;
@@ -142,7 +145,8 @@ void Storage::plan() {
   // A computed value read only by a Transpose is stored in the transposed order: the Transpose is
   // then a contiguous view (attention's head merge followed by a Reshape moves no data).
   for (const auto& n : g_.nodes) {
-    if (is_view_op(n.op)) continue;
+    // (kernels that write their output as rows of a flat view cannot take a permuted one)
+    if (is_view_op(n.op) || n.op == "Gather" || n.op.rfind("Reduce", 0) == 0 || n.op == "GlobalAveragePool" || n.op == "GlobalMaxPool") continue;
     for (const auto& o : n.outputs) {
       const auto& cs = consumers[o];
       if (o.empty() || !stored_free(o) || cs.size() != 1 || cs[0]->op != "Transpose" || is_output(cs[0]->outputs[0])) continue;

@@ -163,8 +163,11 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
   // Backward, in reverse topological order of the forward nodes.
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const graph::Node& n = forward.nodes[*it];
-    if (n.outputs.empty() || !grad.count(n.outputs[0])) continue;
-    detail::differentiate(bw, n, grad.at(n.outputs[0]));
+    // A node with a gradient on its output (a Split: on any of its outputs, the first part may not
+    // reach the loss).
+    if (std::none_of(n.outputs.begin(), n.outputs.end(), [&](const std::string& o) { return grad.count(o) != 0; })) continue;
+    if (!grad.count(n.outputs[0]) && n.op != "Split") continue;
+    detail::differentiate(bw, n, grad.count(n.outputs[0]) ? grad.at(n.outputs[0]) : std::string());
   }
 
   mark("backward");

@@ -13,9 +13,7 @@
 
 namespace tessera::passes::detail {
 
-extern const char* kHint;
-
-
+extern const char* kHint;  // what the rules cover, for errors
 
 // Builds nodes into the training graph with fresh value names.
 struct Builder {

@@ -1,5 +1,5 @@
 #pragma once
-// The canonical graph (ARCHITECTURE.md, "The compiler, second design"): after import, every target
+// The canonical graph (docs/canonical-graph.md): after import, every target
 // lowers one graph whose ops are in one form, whatever opset and exporter options wrote the model.
 //
 //   normalize_opset   forms of opsets 7-16 rewritten to opset 17's (axes and split sizes as inputs,

@@ -91,7 +91,9 @@ std::optional<std::string> normalized(const Rewriter& rw, Match& m, const Node& 
 bool param_of(const Rewriter& rw, const std::string& p, const Shape& xs, int64_t axis) {
   const Tensor* t = rw.constant(p);
   if (!t || !is_float(t->dtype())) return false;
-  return t->numel() == shape_numel(Shape(xs.begin() + axis, xs.end()));
+  Shape s = t->shape();
+  while (!s.empty() && s.front() == 1 && s.size() > xs.size() - static_cast<size_t>(axis)) s.erase(s.begin());
+  return s == Shape(xs.begin() + axis, xs.end());
 }
 
 // Every value produced inside the match, except `out`, is read only inside it.
@@ -107,16 +109,16 @@ bool closed(const Rewriter& rw, const Match& m, const std::string& out) {
 }
 
 // Optional trailing Mul(., scale) and Add(., bias) with constants of the normalized shape.
-void affine_tail(const Rewriter& rw, Match& m, std::string& out, const Shape& xs, int64_t axis, std::string& scale, std::string& bias) {
+void affine_tail(const Rewriter& rw, Match& m, std::string& out, const Shape& xs, int64_t axis, bool bias_allowed, std::string& scale, std::string& bias) {
   size_t ci = 0;
   const Node* c = rw.only_consumer(out, &ci);
-  if (c && c->op == "Mul" && param_of(rw, other(*c, out), xs, axis)) {
+  if (c && c->op == "Mul" && rw.value(c->outputs[0]).shape == xs && param_of(rw, other(*c, out), xs, axis)) {
     scale = other(*c, out);
     m.nodes.insert(ci);
     out = c->outputs[0];
     c = rw.only_consumer(out, &ci);
   }
-  if (c && c->op == "Add" && param_of(rw, other(*c, out), xs, axis)) {
+  if (bias_allowed && c && c->op == "Add" && rw.value(c->outputs[0]).shape == xs && param_of(rw, other(*c, out), xs, axis)) {
     bias = other(*c, out);
     m.nodes.insert(ci);
     out = c->outputs[0];
@@ -162,15 +164,19 @@ bool try_norm(Rewriter& rw, size_t mean_idx) {
     const auto v = normalized(rw, mm, n, d);
     if (!v) continue;
     const auto ms = mean_square(rw, mm, *v);
-    if (!ms || ms->d != d) continue;
+    if (!ms || ms->d != d || (layer && ms->axis != trailing_mean(rw, first))) continue;  // mean and variance over the same axes
     if (!layer && (rw.producer_index(x_or_sq) == SIZE_MAX || !mm.nodes.count(rw.producer_index(x_or_sq)) || !mm.nodes.count(mean_idx))) continue;
     std::string out = n.outputs[0], scale, bias;
-    affine_tail(rw, mm, out, xs, ms->axis, scale, bias);
+    affine_tail(rw, mm, out, xs, ms->axis, layer, scale, bias);  // RMSNorm has no bias: a trailing Add stays
+    if (!closed(rw, mm, out)) continue;
+    const Shape norm(xs.begin() + ms->axis, xs.end());
     if (scale.empty()) {
-      std::vector<float> ones(static_cast<size_t>(shape_numel(Shape(xs.begin() + ms->axis, xs.end()))), 1.0f);
-      scale = rw.add_constant(x + "/norm_scale", Tensor::from_f32(Shape(xs.begin() + ms->axis, xs.end()), std::move(ones)).cast(rw.value(x).dtype));
+      std::vector<float> ones(static_cast<size_t>(shape_numel(norm)), 1.0f);
+      scale = rw.add_constant(x + "/norm_scale", Tensor::from_f32(norm, std::move(ones)).cast(rw.value(x).dtype));
+    } else if (rw.constant(scale)->shape() != norm) {  // leading 1s dropped
+      scale = rw.add_constant(scale + "/norm", rw.constant(scale)->reshaped(norm));
     }
-    if (!layer && !bias.empty()) continue;  // RMSNorm has no bias; leave a trailing Add alone
+    if (!bias.empty() && rw.constant(bias)->shape() != norm) bias = rw.add_constant(bias + "/norm", rw.constant(bias)->reshaped(norm));
     Node f{n.name + (layer ? "+layernorm" : "+rmsnorm"), layer ? "LayerNormalization" : "RMSNormalization", {}, {x, scale}, {out}};
     if (!bias.empty()) f.inputs.push_back(bias);
     f.attrs.set("axis", ms->axis);

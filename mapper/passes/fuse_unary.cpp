@@ -45,10 +45,16 @@ const std::vector<Known>& known() {
   return k;
 }
 
-// The probe points: [-8, 8] in steps of 1/64 (1025 values, exact in fp32).
+// The probe points: [-8, 8] in steps of 1/64 (1025 values, exact in fp32), and larger magnitudes
+// up to 80 (exp(80) still fits fp32), so a region that only agrees near 0 (a clamp at 9) is not
+// taken for the function.
 std::vector<float> probe_points() {
   std::vector<float> v;
   for (int i = -512; i <= 512; ++i) v.push_back(static_cast<float>(i) / 64.0f);
+  for (float m : {10.0f, 12.0f, 16.0f, 20.0f, 30.0f, 50.0f, 80.0f}) {
+    v.push_back(m);
+    v.push_back(-m);
+  }
   return v;
 }
 

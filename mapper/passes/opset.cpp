@@ -66,8 +66,17 @@ void softmax_13(Rewriter& rw, size_t idx) {
 
 }  // namespace
 
+// Ops whose form or meaning at this opset differs from opset 17's in a way this pass does not
+// rewrite: the graph then keeps its opset (its ops are read as they were written).
+bool unhandled(const Node& n, int opset) {
+  return (n.op == "Resize" && opset < 11) || n.op == "Upsample" || (n.op == "TopK" && opset < 10) || (n.op == "RoiAlign" && opset < 16) ||
+         (n.op == "BatchNormalization" && opset < 9) || n.op == "Scatter";
+}
+
 bool normalize_opset(Graph& g) {
   if (g.opset >= kCanonicalOpset) return false;
+  for (const auto& n : g.nodes)
+    if (unhandled(n, g.opset)) return false;
   Rewriter rw(g);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];

@@ -14,7 +14,7 @@ Rewriter::Rewriter(Graph& g) : g_(g) {
     for (const auto& o : g.nodes[i].outputs)
       if (!o.empty()) producer_[o] = i;
     for (const auto& in : g.nodes[i].inputs)
-      if (!in.empty()) consumers_[in].push_back(i);
+      if (!in.empty() && (consumers_[in].empty() || consumers_[in].back() != i)) consumers_[in].push_back(i);
   }
   for (const auto& [name, v] : g.values) names_.insert(name);
 }

@@ -31,6 +31,7 @@ void to_reshape(Rewriter& rw, size_t idx) {
   Node& n = rw.graph().nodes[idx];
   const Shape out = rw.value(n.outputs[0]).shape;
   Node r{n.name, "Reshape", {}, {n.inputs[0], shape_const(rw, n, out)}, {n.outputs[0]}};
+  if (std::find(out.begin(), out.end(), 0) != out.end()) r.attrs.set("allowzero", int64_t{1});  // a 0 there is a size
   rw.remove_node(idx);
   rw.add_node(std::move(r));
 }
@@ -38,13 +39,14 @@ void to_reshape(Rewriter& rw, size_t idx) {
 // Split along `axis` into Slices of the outputs' sizes.
 void split_to_slices(Rewriter& rw, size_t idx) {
   const Node n = rw.graph().nodes[idx];
+  if (std::any_of(n.outputs.begin(), n.outputs.end(), [](const std::string& o) { return o.empty(); })) return;  // sizes unknown
   const int64_t r = static_cast<int64_t>(rw.value(n.inputs[0]).shape.size());
   int64_t axis = n.attrs.get_int("axis", 0);
   if (axis < 0) axis += r;
   int64_t start = 0;
   for (size_t k = 0; k < n.outputs.size(); ++k) {
     const int64_t len = rw.value(n.outputs[k]).shape[static_cast<size_t>(axis)];
-    if (!n.outputs[k].empty()) {
+    {
       Node s{n.name + "/" + std::to_string(k), "Slice", {},
              {n.inputs[0], rw.add_constant(n.name + "/starts", i64_tensor({start})), rw.add_constant(n.name + "/ends", i64_tensor({start + len})),
               rw.add_constant(n.name + "/axes", i64_tensor({axis}))},
@@ -105,7 +107,7 @@ void variadic(Rewriter& rw, size_t idx) {
     const std::string c = rw.add_constant(n.name + "/n", Tensor::scalar_f32(static_cast<float>(n.inputs.size())).cast(outv.dtype));
     rw.add_node(Node{n.name + "/mean", "Div", {}, {acc, c}, {n.outputs[0]}});
   } else if (n.inputs.size() == 1) {
-    rw.add_node(Node{n.name, "Identity", {}, {acc}, {n.outputs[0]}});
+    if (!rw.replace_uses(n.outputs[0], acc)) rw.add_node(Node{n.name, "Identity", {}, {acc}, {n.outputs[0]}});
   }
 }
 

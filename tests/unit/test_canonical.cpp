@@ -111,3 +111,32 @@ TEST_CASE("canonicalize: PyTorch's LayerNorm, RMSNorm and activation decompositi
   const auto eff = ops_of("efficientnet_b0");
   CHECK(eff.count("Swish"));
 }
+
+TEST_CASE("canonicalize: a graph with forms normalize_opset does not rewrite keeps its opset", "[canonical]") {
+  // Resize-10 takes scales as input 1 (input 2 from opset 11); reading it as opset 17 would fail.
+  const auto g0 = [] {
+    graph::Graph g;
+    g.opset = 10;
+    g.source = "test";
+    g.inputs = {"x"};
+    g.outputs = {"y"};
+    g.values["x"] = graph::Value{"x", DType::f32, {1, 1, 2, 2}, true, std::nullopt, false};
+    g.values["sc"] = graph::Value{"sc", DType::f32, {4}, true, Tensor::from_f32({4}, {1, 1, 2, 2}), false};
+    g.values["y"] = graph::Value{"y", DType::f32, {}, false, std::nullopt, false};
+    graph::Node n;
+    n.name = "up";
+    n.op = "Resize";
+    n.inputs = {"x", "sc"};
+    n.outputs = {"y"};
+    n.attrs.set("mode", std::string("nearest"));
+    g.nodes.push_back(n);
+    return g;
+  }();
+  graph::Graph g = g0;
+  passes::prepare(g);
+  const std::map<std::string, Tensor> in{{"x", Tensor::from_f32({1, 1, 2, 2}, {1, 2, 3, 4})}};
+  const auto before = reference::execute(g, in);
+  passes::canonicalize(g);
+  CHECK(g.opset == 10);
+  CHECK(reference::execute(g, in).at("y") == before.at("y"));
+}

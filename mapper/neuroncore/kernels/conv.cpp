@@ -29,14 +29,6 @@ struct Geometry {
   int64_t Wd() const { return (W - 1) * idw + 1; }
 };
 
-// The view of a 3-D [N, C, L] tensor as [N, C, 1, L].
-Strided as_4d(const Strided& v) {
-  if (v.shape.size() == 4) return v;
-  Strided r = v;
-  r.shape.insert(r.shape.begin() + 2, 1);
-  r.strides.insert(r.strides.begin() + 2, 0);
-  return r;
-}
 
 Status geometry(const Ctx& x, const Node& n, Geometry& g) {
   const Shape& xs = x.g.value(n.inputs[0]).shape;
@@ -84,6 +76,14 @@ Status geometry(const Ctx& x, const Node& n, Geometry& g) {
 
 }  // namespace
 
+Strided as_2d_spatial(const Strided& v) {
+  if (v.shape.size() == 4) return v;
+  Strided r = v;
+  r.shape.insert(r.shape.begin() + 2, 1);
+  r.strides.insert(r.strides.begin() + 2, 0);
+  return r;
+}
+
 Status conv(Ctx& x, const Node& n, const Epilogue& ep) {
   Geometry g;
   if (Status s = geometry(x, n, g); !s.ok) return s;
@@ -91,7 +91,7 @@ Status conv(Ctx& x, const Node& n, const Epilogue& ep) {
   if (!wv.data && g.G != 1) return Status::fail("a grouped convolution with computed (trained) weights is not compiled");
   const TensorRef X = x.st.ref(n.inputs[0]);
   const TensorRef O = x.st.ref(ep.out);
-  const Strided xv = as_4d(X.view);
+  const Strided xv = as_2d_spatial(X.view);
   const int64_t cin_g = g.Cin / g.G, cout_g = g.Cout / g.G, taps = g.KH * g.KW;
   // Stationary taps: dense [tap][Cin][Cout] (block-diagonal over groups), in the compute dtype.
   TensorRef Wt;
@@ -136,6 +136,7 @@ Status conv(Ctx& x, const Node& n, const Epilogue& ep) {
   const int64_t band = nn * bh * bw;
   x.begin(n.name, 2);
   Sbuf sb = x.sbuf(n.name);
+  sb.hint = "the convolution keeps a band of input rows per 128 input channels, and its weights when they fit, in SBUF; this layer's band is too large";
   // Band sets and output buffers in rotation (up to 4 each), so the loads of the next tiles and the
   // stores of the last ones overlap this tile's matmuls instead of forming one chain.
   const int64_t pixel_tiles = ceil_div(g.N, nn) * ceil_div(g.OH, nr) * ceil_div(g.OW, own);
@@ -166,7 +167,7 @@ Status conv(Ctx& x, const Node& n, const Epilogue& ep) {
   // The bias columns (per output channel) before the loop, beside the weights' loads.
   if (ep.bias)
     for (int64_t co_t = 0; co_t < OT; ++co_t) {
-      const Strided b = as_4d(ep.bias->view);
+      const Strided b = as_2d_spatial(ep.bias->view);
       epi.preload_column(TileView{b.offset + co_t * P * b.strides[1], b.strides[1], {}}, static_cast<int32_t>(std::min(P, g.Cout - co_t * P)));
     }
   // What each band set last had written ([rows, cols] in band coordinates, images): a padded tile
@@ -242,7 +243,7 @@ Status conv(Ctx& x, const Node& n, const Epilogue& ep) {
           const int64_t t = outs++;
           const AccessPattern dst = on_chip(Space::sbuf, O.dtype, 0, op, obuf + (t % kOutSlots) * free_max * 4, {{npix, 1}});
           auto tile_view = [&](const Strided& v) {
-            const Strided w = as_4d(v);
+            const Strided w = as_2d_spatial(v);
             return TileView{w.offset + n0 * w.strides[0] + co_t * P * w.strides[1] + oh0 * w.strides[2] + ow0 * w.strides[3], w.strides[1],
                             {{static_cast<int32_t>(tn), static_cast<int32_t>(w.strides[0])}, {static_cast<int32_t>(tr), static_cast<int32_t>(w.strides[2])},
                              {static_cast<int32_t>(tc), static_cast<int32_t>(w.strides[3])}}};

@@ -59,6 +59,10 @@ void emit_op(Ctx& x, const Node& n, const AccessPattern& y, const std::vector<Ac
   if (op == "Abs") return x.activation(y, in[0], Func::abs);
   if (op == "Neg") return x.tensor_scalar(y, in[0], Alu::multiply, -1.0);
   if (op == "Not") return x.tensor_scalar(y, in[0], Alu::multiply, -1.0, Alu::add, 1.0);
+  if (op == "Cast" && x.g.value(n.outputs[0]).dtype == DType::boolean && x.g.value(n.inputs[0]).dtype != DType::boolean) {  // x != 0
+    x.activation(tmp, in[0], Func::abs);
+    return x.tensor_scalar(y, tmp, Alu::is_gt, 0.0);
+  }
   if (op == "Identity" || op == "Cast") return x.copy(y, in[0]);
   if (op == "Clip") {
     const double lo = imm.size() > 1 && is_imm(1) ? imm[1] : -std::numeric_limits<double>::infinity();
@@ -125,6 +129,9 @@ Status check(const Ctx& x, const Node& n, const std::vector<double>& imm) {
   }
   if (op == "Where") return {};
   if (!binary_alu(op, alu)) return Status::fail("op " + op + " is not in the NeuronCore compiler's elementwise set");
+  const DType odt = x.g.value(n.outputs[0]).dtype;
+  if ((op == "Div" || op == "Pow") && !is_float(odt) && odt != DType::boolean)
+    return Status::fail(op + " of integers is not compiled (the engines compute in fp32 and round; ONNX truncates)");
   if (op == "Pow" && !std::isnan(imm[0]) && !(imm[0] > 0)) return Status::fail("Pow with a constant base is compiled as exp(x ln c): the base must be positive");
   return {};
 }
@@ -161,6 +168,7 @@ Status elementwise(Ctx& x, const Node& n) {
   const Loop l = plan_loop(views, x.cfg.partitions, kMaxFree);
   x.begin(n.name, 2);
   Sbuf sb = x.sbuf(n.name);
+  sb.hint = "an elementwise kernel's tiles are at most 2048 elements per partition for each operand";
   const int64_t chunk_elems = l.free_elems(l.chunk);
   // Buffers: two per tiled operand (double-buffered), one per Where constant, the output, a temp.
   std::vector<int64_t> buf(ops.size(), -1), cst(ops.size(), -1);

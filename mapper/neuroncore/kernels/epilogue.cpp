@@ -15,6 +15,10 @@ EpilogueEmitter::EpilogueEmitter(Ctx& x, const Epilogue& ep, Sbuf& sb, int64_t f
   if (ep.bias || ep.residual) tmp_buf_ = sb.take(free * 4);
 }
 
+TileView tile_at(const TileView& at, int64_t rs, int64_t cs, int64_t m0, int64_t n0, int64_t nn) {
+  return TileView{at.elem + m0 * rs + n0 * cs, rs, {{static_cast<int32_t>(nn), static_cast<int32_t>(cs)}}};
+}
+
 void EpilogueEmitter::preload_row_bias(int64_t elem, int64_t count, int64_t stride) {
   if (!ep_.bias || row_buf_ >= 0 || !sb_->fits(count * ep_.bias->es() + 64 * 1024)) return;  // leave room for the kernel's tiles
   row_buf_ = sb_->take(count * ep_.bias->es());
@@ -28,7 +32,7 @@ void EpilogueEmitter::preload_row_bias(int64_t elem, int64_t count, int64_t stri
 }
 
 AccessPattern EpilogueEmitter::column(const TileView& bias, int32_t parts) {
-  const std::pair<int64_t, int64_t> key{bias.elem, bias.part_stride};
+  const std::array<int64_t, 3> key{bias.elem, bias.part_stride, parts};
   auto it = std::find(columns_.begin(), columns_.end(), key);
   size_t slot = static_cast<size_t>(it - columns_.begin());
   const bool hit = it != columns_.end();

@@ -1,6 +1,8 @@
 #pragma once
 // The evacuation of an accumulated output tile (PSUM, fp32) with a fused epilogue (kernel.hpp:
 // y = func(acc * scale + bias) + residual), shared by matmuls and convolutions.
+#include <array>
+
 #include "mapper/neuroncore/kernel.hpp"
 
 namespace tessera::neuroncore {
@@ -12,6 +14,10 @@ struct TileView {
   int64_t part_stride = 0;
   std::vector<Dim> free;
 };
+
+// The [parts, nn] tile at row m0, column n0 of a 2-D operand whose element (0, 0) is `at.elem`,
+// rows `rs` and columns `cs` apart.
+TileView tile_at(const TileView& at, int64_t rs, int64_t cs, int64_t m0, int64_t n0, int64_t nn);
 
 class EpilogueEmitter {
  public:
@@ -26,7 +32,6 @@ class EpilogueEmitter {
   void preload_row_bias(int64_t elem, int64_t count, int64_t stride);
   // Loads a per-partition bias column ahead of its first use (a kernel's columns, before its loop).
   void preload_column(const TileView& bias, int32_t parts);
-  bool trivial() const { return !ep_.bias && !ep_.residual && ep_.func == Func::identity && ep_.scale == 1.0; }
 
  private:
   Ctx& x_;
@@ -36,9 +41,10 @@ class EpilogueEmitter {
   // The SBUF column holding the bias for (element, partition stride), loading it on a miss.
   AccessPattern column(const TileView& bias, int32_t parts);
   int64_t bias_buf_ = -1, res_buf_ = -1, tmp_buf_ = -1;
-  // Per-partition bias columns already in SBUF (element offset, partition stride) -> their slot.
+  // Per-partition bias columns already in SBUF (element offset, partition stride, partitions),
+  // in slot order.
   static constexpr int64_t kColumnSlots = 16;
-  std::vector<std::pair<int64_t, int64_t>> columns_;
+  std::vector<std::array<int64_t, 3>> columns_;
   int64_t col_buf_ = -1;
   int64_t row_buf_ = -1, row_elem_ = 0, row_count_ = 0, row_stride_ = 1;  // a preloaded bias row
   int64_t last_bias_ = -1;  // the bias tile loaded last (element offset), reused while it repeats

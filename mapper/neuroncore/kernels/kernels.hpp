@@ -17,6 +17,9 @@ void copy_into(Ctx& x, const std::string& kernel, const TensorRef& src, const Te
 
 // MatMul of any rank with broadcast batch dimensions, operands in any strides: kernels/matmul.cpp.
 Status matmul(Ctx& x, const graph::Node& n, const Epilogue& ep);
+// A 1-D [N, C, L] tensor's view as 2-D [N, C, 1, L] (a 4-D view is returned as it is).
+graph::Strided as_2d_spatial(const graph::Strided& v);
+
 // Conv and ConvTranspose 1-D/2-D, any stride, dilation, pads and groups: kernels/conv.cpp.
 Status conv(Ctx& x, const graph::Node& n, const Epilogue& ep);
 // MaxPool, AveragePool (pads, ceil mode, count_include_pad), GlobalAveragePool, GlobalMaxPool:

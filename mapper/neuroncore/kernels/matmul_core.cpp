@@ -108,7 +108,7 @@ class Core {
           const AccessPattern ps = acc(mn, nn);
           for (int64_t k = 0; k < KT; ++k, ++slot) {
             const int64_t so = stream_ + (slot % nbuf) * TN_ * b_.es();
-            load(b_, so, k, n0, nn, false);
+            load(b_, so, k, n0, nn);
             step(ps, resident_ + k * TM_ * a_.es(), so, k, mn, nn, KT);
           }
           finish(ps, m0, mn, n0, nn);
@@ -123,7 +123,7 @@ class Core {
           const AccessPattern ps = acc(mn, nn);
           for (int64_t k = 0; k < KT; ++k, ++slot) {
             const int64_t so = stream_ + (slot % nbuf) * TM_ * a_.es();
-            load(a_, so, k, m0, mn, false);
+            load(a_, so, k, m0, mn);
             step(ps, so, resident_ + k * TN_ * b_.es(), k, mn, nn, KT);
           }
           finish(ps, m0, mn, n0, nn);
@@ -149,8 +149,8 @@ class Core {
         const AccessPattern ps = acc(mn, nn);
         for (int64_t k = 0; k < KT; ++k, ++slot) {
           const int64_t ao = sa + (slot % nbuf) * TM_ * a_.es(), bo = sbb + (slot % nbuf) * TN_ * b_.es();
-          load(a_, ao, k, m0, mn, false);
-          load(b_, bo, k, n0, nn, false);
+          load(a_, ao, k, m0, mn);
+          load(b_, bo, k, n0, nn);
           step(ps, ao, bo, k, mn, nn, KT);
         }
         finish(ps, m0, mn, n0, nn);
@@ -169,7 +169,7 @@ class Core {
   void load_resident(const KF& o, int64_t tf, int64_t f0, int64_t fn) {
     const int64_t KT = ceil_div(o.K, TK_);
     if (!o.transpose || block_stage_ < 0) {
-      for (int64_t k = 0; k < KT; ++k) load(o, resident_ + k * tf * o.es(), k, f0, fn, true);
+      for (int64_t k = 0; k < KT; ++k) load(o, resident_ + k * tf * o.es(), k, f0, fn);
       return;
     }
     for (int64_t j = 0; j < fn; j += 128) {
@@ -187,11 +187,10 @@ class Core {
   }
 
   // Tile (k, [f0, f0 + fn)) of `o` into SBUF at `off` as [kn, fn].
-  void load(const KF& o, int64_t off, int64_t k, int64_t f0, int64_t fn, bool bulk) {
+  void load(const KF& o, int64_t off, int64_t k, int64_t f0, int64_t fn) {
     const int32_t kp = kn(k);
     const int64_t e0 = o.off + k * TK_ * o.sk + f0 * o.sf;
     const auto cls = Emitter::DmaClass::spread;
-    (void)bulk;
     if (!o.transpose) {
       x_.em.dma(on_chip(Space::sbuf, o.ref.dtype, 0, kp, off, {{static_cast<int32_t>(fn), 1}}),
                 hbm_ap(o.ref, e0, kp, o.sk, {{static_cast<int32_t>(fn), static_cast<int32_t>(o.sf)}}), cls);
@@ -224,10 +223,7 @@ class Core {
     deferred_ = [=, this] {
       const Mat& o = job_.out;
       const AccessPattern dst = on_chip(Space::sbuf, o.ref.dtype, 0, static_cast<int32_t>(mn), out_ + (t % 2) * TN_ * 4, {{static_cast<int32_t>(nn), 1}});
-      auto view = [&](const TileView& v, int64_t rs, int64_t cs) {
-        return TileView{v.elem + m0 * rs + n0 * cs, rs, {{static_cast<int32_t>(nn), static_cast<int32_t>(cs)}}};
-      };
-      epi_.run(dst, ps, view(job_.bias, job_.bias_rs, job_.bias_cs), view(job_.residual, job_.res_rs, job_.res_cs), t);
+      epi_.run(dst, ps, tile_at(job_.bias, job_.bias_rs, job_.bias_cs, m0, n0, nn), tile_at(job_.residual, job_.res_rs, job_.res_cs, m0, n0, nn), t);
       x_.em.dma(o.by_rows(m0, mn, n0, nn), dst, Emitter::DmaClass::spread_store);
     };
   }

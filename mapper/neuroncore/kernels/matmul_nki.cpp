@@ -44,211 +44,207 @@ Status matmul_nki(Ctx& x, const MatmulJob& job, const Epilogue& ep) {
   Sbuf sb = x.sbuf(job.name);
   sb.hint = "use smaller blocks (mapping.block_m / block_n / block_k) or tiles (mapping.tile_m / tile_n)";
   EpilogueEmitter epi(x, ep, sb, TN);
-  auto view = [](const TileView& v, int64_t rs, int64_t cs, int64_t m0, int64_t n0, int64_t nn) {
-    return TileView{v.elem + m0 * rs + n0 * cs, rs, {{static_cast<int32_t>(nn), static_cast<int32_t>(cs)}}};
+  auto rows_of = [&](int64_t k) { return static_cast<int32_t>(std::min(TK, K - k * TK)); };
+  auto cols = [](int64_t t, int64_t T, int64_t total) { return static_cast<int32_t>(std::min(T, total - t * T)); };
+  // Tile k of lhsT (is_a) or rhs, columns c0..c0+cn, into SBUF at `off`.
+  auto load = [&](int64_t off, bool is_a, int64_t k, int64_t c0, int32_t cn) {
+    const int32_t kn = rows_of(k);
+    const Mat& src = is_a ? stat : mov;
+    x.em.dma(on_chip(Space::sbuf, src.ref.dtype, 0, kn, off, {{cn, 1}}), is_a ? src.by_cols(c0, cn, k * TK, kn) : src.by_rows(k * TK, kn, c0, cn),
+             Emitter::DmaClass::spread);
   };
-    auto rows_of = [&](int64_t k) { return static_cast<int32_t>(std::min(TK, K - k * TK)); };
-    auto cols = [](int64_t t, int64_t T, int64_t total) { return static_cast<int32_t>(std::min(T, total - t * T)); };
-    // rows k*TK.. of src, columns c0..c0+cn, into SBUF at `off`.
-    // Tile k of lhsT (is_a) or rhs, columns c0..c0+cn, into SBUF at `off`.
-    auto load = [&](int64_t off, bool is_a, int64_t k, int64_t c0, int32_t cn) {
-      const int32_t kn = rows_of(k);
-      const Mat& src = is_a ? stat : mov;
-      x.em.dma(on_chip(Space::sbuf, src.ref.dtype, 0, kn, off, {{cn, 1}}), is_a ? src.by_cols(c0, cn, k * TK, kn) : src.by_rows(k * TK, kn, c0, cn),
-               Emitter::DmaClass::spread);
+  int64_t psum_next = 0;
+  auto psum_tile = [&](int32_t pn, int32_t fn) { return x.psum(psum_next++, pn, fn); };
+  auto matmul = [&](const AccessPattern& ps, int64_t stat_off, int64_t mov_off, int64_t k, int32_t pn, int32_t fn, bool start, bool stop) {
+    const int32_t kn = rows_of(k);
+    x.matmul_step(ps, on_chip(Space::sbuf, stat.ref.dtype, 0, kn, stat_off, {{pn, 1}}), on_chip(Space::sbuf, mov.ref.dtype, 0, kn, mov_off, {{fn, 1}}), start, stop);
+  };
+  // A tile's epilogue (or accumulate) is emitted after the next tile's matmuls, so that it sits
+  // in the bundles of those, when its PSUM tile is complete, instead of holding them up.
+  std::function<void()> deferred;
+  auto defer = [&](std::function<void()> f) {
+    if (deferred) deferred();
+    deferred = std::move(f);
+  };
+  int64_t out_count = 0;
+  int64_t out_buf = -1;
+  auto finish = [&](const AccessPattern& acc, int64_t m, int64_t f0, int32_t pn, int32_t fn) {
+    const int64_t t = out_count++;
+    const AccessPattern o = on_chip(Space::sbuf, out.ref.dtype, 0, pn, out_buf + (t % 2) * TN * 4, {{fn, 1}});
+    epi.run(o, acc, tile_at(job.bias, job.bias_rs, job.bias_cs, m * TM, f0, fn), tile_at(job.residual, job.res_rs, job.res_cs, m * TM, f0, fn), t);
+    x.em.dma(out.by_rows(m * TM, pn, f0, fn), o, Emitter::DmaClass::spread_store);
+  };
+  // Sets of buffers for a group of tiles: two when they fit beside everything else, so the next
+  // group's loads can start while this one computes.
+  auto sets_of = [&](int64_t bytes, int64_t reserve) { return sb.next + 2 * bytes + reserve <= sb.limit ? 2 : 1; };
+  // Blocked schedules run as steps. An operand with two buffer sets has step i+1's loads emitted
+  // before step i's matmuls (they write the other set, last read by step i-1), so the scheduler
+  // can start them while step i computes; with one set they must follow step i's reads.
+  struct Step {
+    std::function<void()> load_stat, load_mov, compute;
+  };
+  auto run_steps = [&](const std::vector<Step>& steps, int64_t s_sets, int64_t m_sets) {
+    auto loads = [&](size_t i, bool early) {
+      if (i >= steps.size()) return;
+      if (steps[i].load_stat && (s_sets == 2) == early) steps[i].load_stat();
+      if (steps[i].load_mov && (m_sets == 2) == early) steps[i].load_mov();
     };
-    int64_t psum_next = 0;
-    auto psum_tile = [&](int32_t pn, int32_t fn) { return x.psum(psum_next++, pn, fn); };
-    auto matmul = [&](const AccessPattern& ps, int64_t stat_off, int64_t mov_off, int64_t k, int32_t pn, int32_t fn, bool start, bool stop) {
-      const int32_t kn = rows_of(k);
-      x.matmul_step(ps, on_chip(Space::sbuf, stat.ref.dtype, 0, kn, stat_off, {{pn, 1}}), on_chip(Space::sbuf, mov.ref.dtype, 0, kn, mov_off, {{fn, 1}}), start, stop);
-    };
-    // A tile's epilogue (or accumulate) is emitted after the next tile's matmuls, so that it sits
-    // in the bundles of those, when its PSUM tile is complete, instead of holding them up.
-    std::function<void()> deferred;
-    auto defer = [&](std::function<void()> f) {
-      if (deferred) deferred();
-      deferred = std::move(f);
-    };
-    int64_t out_count = 0;
-    int64_t out_buf = -1;
-    auto finish = [&](const AccessPattern& acc, int64_t m, int64_t f0, int32_t pn, int32_t fn) {
-      const int64_t t = out_count++;
-      const AccessPattern o = on_chip(Space::sbuf, out.ref.dtype, 0, pn, out_buf + (t % 2) * TN * 4, {{fn, 1}});
-      epi.run(o, acc, view(job.bias, job.bias_rs, job.bias_cs, m * TM, f0, fn), view(job.residual, job.res_rs, job.res_cs, m * TM, f0, fn), t);
-      x.em.dma(out.by_rows(m * TM, pn, f0, fn), o, Emitter::DmaClass::spread_store);
-    };
-    // Sets of buffers for a group of tiles: two when they fit beside everything else, so the next
-    // group's loads can start while this one computes.
-    auto sets_of = [&](int64_t bytes, int64_t reserve) { return sb.next + 2 * bytes + reserve <= sb.limit ? 2 : 1; };
-    // Blocked schedules run as steps. An operand with two buffer sets has step i+1's loads emitted
-    // before step i's matmuls (they write the other set, last read by step i-1), so the scheduler
-    // can start them while step i computes; with one set they must follow step i's reads.
-    struct Step {
-      std::function<void()> load_stat, load_mov, compute;
-    };
-    auto run_steps = [&](const std::vector<Step>& steps, int64_t s_sets, int64_t m_sets) {
-      auto loads = [&](size_t i, bool early) {
-        if (i >= steps.size()) return;
-        if (steps[i].load_stat && (s_sets == 2) == early) steps[i].load_stat();
-        if (steps[i].load_mov && (m_sets == 2) == early) steps[i].load_mov();
-      };
-      for (size_t i = 0; i < steps.size(); ++i) {
-        if (i == 0) {
-          loads(0, true);
-          loads(0, false);
-        }
-        loads(i + 1, true);
-        steps[i].compute();
-        loads(i + 1, false);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (i == 0) {
+        loads(0, true);
+        loads(0, false);
       }
-    };
+      loads(i + 1, true);
+      steps[i].compute();
+      loads(i + 1, false);
+    }
+  };
 
-    if (sch == MatmulSchedule::tiled) {
-      const int64_t nbuf = x.opt.buffers > 0 ? x.opt.buffers : auto_buffers(x, TM * es, std::min(K, TK), std::min(TM, P), std::min(TN, F));
-      x.c.stream_buffers.back() = 2 * nbuf;
-      const int64_t sbuf_ = sb.take(nbuf * TM * es), mbuf = sb.take(nbuf * TN * es);
-      out_buf = sb.take(2 * TN * 4);
-      int64_t slot = 0;
-      for (int64_t m = 0; m < MT; ++m)
-        for (int64_t n = 0; n < NT; ++n) {
-          const int32_t pn = cols(m, TM, P), fn = cols(n, TN, F);
-          const AccessPattern ps = psum_tile(pn, fn);
-          for (int64_t k = 0; k < KT; ++k, ++slot) {
-            const int64_t so = sbuf_ + (slot % nbuf) * TM * es, mo = mbuf + (slot % nbuf) * TN * es;
-            load(so, true, k, m * TM, pn);
-            load(mo, false, k, n * TN, fn);
-            matmul(ps, so, mo, k, pn, fn, k == 0, k == KT - 1);
-          }
-          defer([=, &finish] { finish(ps, m, n * TN, pn, fn); });
+  if (sch == MatmulSchedule::tiled) {
+    const int64_t nbuf = x.opt.buffers > 0 ? x.opt.buffers : auto_buffers(x, TM * es, std::min(K, TK), std::min(TM, P), std::min(TN, F));
+    x.c.stream_buffers.back() = 2 * nbuf;
+    const int64_t sbuf_ = sb.take(nbuf * TM * es), mbuf = sb.take(nbuf * TN * es);
+    out_buf = sb.take(2 * TN * 4);
+    int64_t slot = 0;
+    for (int64_t m = 0; m < MT; ++m)
+      for (int64_t n = 0; n < NT; ++n) {
+        const int32_t pn = cols(m, TM, P), fn = cols(n, TN, F);
+        const AccessPattern ps = psum_tile(pn, fn);
+        for (int64_t k = 0; k < KT; ++k, ++slot) {
+          const int64_t so = sbuf_ + (slot % nbuf) * TM * es, mo = mbuf + (slot % nbuf) * TN * es;
+          load(so, true, k, m * TM, pn);
+          load(mo, false, k, n * TN, fn);
+          matmul(ps, so, mo, k, pn, fn, k == 0, k == KT - 1);
         }
-    } else if (sch == MatmulSchedule::hoisted || sch == MatmulSchedule::blocked_mn) {
-      // hoisted is blocked_mn with 1x1 blocks. A step is one (stat block, mov block) pair.
-      const int64_t BMt = sch == MatmulSchedule::hoisted ? 1 : bm, BNt = sch == MatmulSchedule::hoisted ? 1 : bn;
-      const int64_t stat_bytes = BMt * KT * TM * es, mov_bytes = BNt * KT * TN * es;
-      out_buf = sb.take(2 * TN * 4);
-      const int64_t s_sets = sets_of(stat_bytes, mov_bytes);
-      const int64_t stat_blk = sb.take(s_sets * stat_bytes);
-      const int64_t m_sets = sets_of(mov_bytes, 0);
-      const int64_t mov_blk = sb.take(m_sets * mov_bytes);
-      x.c.stream_buffers.back() = s_sets * BMt * KT + m_sets * BNt * KT;
-      const int64_t MB = ceil_div(MT, BMt), NB = ceil_div(NT, BNt);
-      // One mov set: mov tile (n, k) is read last by the block's last stat tile row, so the next
-      // step's loads start once (BMt - 1) of the BMt rows of output tiles are computed.
-      if (m_sets == 1 && NB > 1) x.set_serial_fraction(static_cast<double>(BMt - 1) / static_cast<double>(BMt));
-      std::vector<Step> steps;
-      for (int64_t mb = 0; mb < MB; ++mb)
-        for (int64_t nb = 0; nb < NB; ++nb) {
-          const int64_t so = stat_blk + (mb % s_sets) * stat_bytes;
-          const int64_t mo = mov_blk + (static_cast<int64_t>(steps.size()) % m_sets) * mov_bytes;
-          const int64_t m_lo = mb * BMt, m_hi = std::min(MT, (mb + 1) * BMt), n_lo = nb * BNt, n_hi = std::min(NT, (nb + 1) * BNt);
-          Step st;
-          if (nb == 0)
-            st.load_stat = [=, &load, &cols] {
-              for (int64_t m = m_lo; m < m_hi; ++m)
-                for (int64_t k = 0; k < KT; ++k) load(so + ((m - m_lo) * KT + k) * TM * es, true, k, m * TM, cols(m, TM, P));
-            };
-          st.load_mov = [=, &load, &cols] {
-            for (int64_t n = n_lo; n < n_hi; ++n)
-              for (int64_t k = 0; k < KT; ++k) load(mo + ((n - n_lo) * KT + k) * TN * es, false, k, n * TN, cols(n, TN, F));
-          };
-          st.compute = [=, &psum_tile, &matmul, &defer, &finish, &cols] {
+        defer([=, &finish] { finish(ps, m, n * TN, pn, fn); });
+      }
+  } else if (sch == MatmulSchedule::hoisted || sch == MatmulSchedule::blocked_mn) {
+    // hoisted is blocked_mn with 1x1 blocks. A step is one (stat block, mov block) pair.
+    const int64_t BMt = sch == MatmulSchedule::hoisted ? 1 : bm, BNt = sch == MatmulSchedule::hoisted ? 1 : bn;
+    const int64_t stat_bytes = BMt * KT * TM * es, mov_bytes = BNt * KT * TN * es;
+    out_buf = sb.take(2 * TN * 4);
+    const int64_t s_sets = sets_of(stat_bytes, mov_bytes);
+    const int64_t stat_blk = sb.take(s_sets * stat_bytes);
+    const int64_t m_sets = sets_of(mov_bytes, 0);
+    const int64_t mov_blk = sb.take(m_sets * mov_bytes);
+    x.c.stream_buffers.back() = s_sets * BMt * KT + m_sets * BNt * KT;
+    const int64_t MB = ceil_div(MT, BMt), NB = ceil_div(NT, BNt);
+    // One mov set: mov tile (n, k) is read last by the block's last stat tile row, so the next
+    // step's loads start once (BMt - 1) of the BMt rows of output tiles are computed.
+    if (m_sets == 1 && NB > 1) x.set_serial_fraction(static_cast<double>(BMt - 1) / static_cast<double>(BMt));
+    std::vector<Step> steps;
+    for (int64_t mb = 0; mb < MB; ++mb)
+      for (int64_t nb = 0; nb < NB; ++nb) {
+        const int64_t so = stat_blk + (mb % s_sets) * stat_bytes;
+        const int64_t mo = mov_blk + (static_cast<int64_t>(steps.size()) % m_sets) * mov_bytes;
+        const int64_t m_lo = mb * BMt, m_hi = std::min(MT, (mb + 1) * BMt), n_lo = nb * BNt, n_hi = std::min(NT, (nb + 1) * BNt);
+        Step st;
+        if (nb == 0)
+          st.load_stat = [=, &load, &cols] {
             for (int64_t m = m_lo; m < m_hi; ++m)
-              for (int64_t n = n_lo; n < n_hi; ++n) {
-                const int32_t pn = cols(m, TM, P), fn = cols(n, TN, F);
-                const AccessPattern ps = psum_tile(pn, fn);
-                for (int64_t k = 0; k < KT; ++k)
-                  matmul(ps, so + ((m - m_lo) * KT + k) * TM * es, mo + ((n - n_lo) * KT + k) * TN * es, k, pn, fn, k == 0, k == KT - 1);
-                defer([=, &finish] { finish(ps, m, n * TN, pn, fn); });
+              for (int64_t k = 0; k < KT; ++k) load(so + ((m - m_lo) * KT + k) * TM * es, true, k, m * TM, cols(m, TM, P));
+          };
+        st.load_mov = [=, &load, &cols] {
+          for (int64_t n = n_lo; n < n_hi; ++n)
+            for (int64_t k = 0; k < KT; ++k) load(mo + ((n - n_lo) * KT + k) * TN * es, false, k, n * TN, cols(n, TN, F));
+        };
+        st.compute = [=, &psum_tile, &matmul, &defer, &finish, &cols] {
+          for (int64_t m = m_lo; m < m_hi; ++m)
+            for (int64_t n = n_lo; n < n_hi; ++n) {
+              const int32_t pn = cols(m, TM, P), fn = cols(n, TN, F);
+              const AccessPattern ps = psum_tile(pn, fn);
+              for (int64_t k = 0; k < KT; ++k)
+                matmul(ps, so + ((m - m_lo) * KT + k) * TM * es, mo + ((n - n_lo) * KT + k) * TN * es, k, pn, fn, k == 0, k == KT - 1);
+              defer([=, &finish] { finish(ps, m, n * TN, pn, fn); });
+            }
+        };
+        steps.push_back(std::move(st));
+      }
+    run_steps(steps, s_sets, m_sets);
+  } else {  // blocked_mnk
+    const int64_t BM = bm * TM, BN = bn * TN;
+    // Accumulators: every stationary tile row x the block's column tiles, in the compute dtype as
+    // the tutorial has them (dtype=lhsT.dtype): PSUM sums each K block in fp32, the running sum
+    // over K blocks rounds to the compute dtype once per block. Half the SBUF of fp32 leaves room
+    // to double-buffer the operand blocks.
+    const DType adt = ct;
+    const int64_t aes = static_cast<int64_t>(dtype_size(adt)), oes = out.ref.es();
+    const int64_t acc = sb.take(MT * BN * aes);
+    out_buf = sb.take(2 * BN * oes);
+    const int64_t m_bytes = bk * BN * es, s_bytes = bk * BM * es;
+    const int64_t m_sets = sets_of(m_bytes, s_bytes);
+    const int64_t mov_blk = sb.take(m_sets * m_bytes);
+    const int64_t s_sets = sets_of(s_bytes, 0);
+    const int64_t stat_blk0 = sb.take(s_sets * s_bytes);
+    x.c.stream_buffers.back() = (m_sets + s_sets) * bk;
+    // One stat set: its tiles are read until the step's last column of output tiles.
+    if (s_sets == 1) x.set_serial_fraction(static_cast<double>(bn - 1) / static_cast<double>(bn));
+    const int64_t KB = ceil_div(KT, bk), NB = ceil_div(F, BN), MB = ceil_div(P, BM);
+    // A step is one (N block, K block, M block): its stat block (and, first in a K block, the mov
+    // block) loaded, its tile pairs multiplied and accumulated.
+    std::vector<Step> steps;
+    for (int64_t nb = 0; nb < NB; ++nb) {
+      const int64_t f0 = nb * BN;
+      const int32_t fnb = static_cast<int32_t>(std::min(BN, F - f0));
+      for (int64_t kb = 0; kb < KB; ++kb) {
+        const int64_t k_lo = kb * bk, k_hi = std::min(KT, (kb + 1) * bk);
+        const int64_t mo = mov_blk + ((nb * KB + kb) % m_sets) * m_bytes;
+        for (int64_t mb = 0; mb < MB; ++mb) {
+          const int64_t so = stat_blk0 + (static_cast<int64_t>(steps.size()) % s_sets) * s_bytes;
+          const int64_t p0 = mb * BM;
+          const int32_t pnb = static_cast<int32_t>(std::min(BM, P - p0));
+          Step st;
+          if (mb == 0)
+            st.load_mov = [=, &load] {
+              for (int64_t k = k_lo; k < k_hi; ++k) load(mo + (k - k_lo) * BN * es, false, k, f0, fnb);
+            };
+          st.load_stat = [=, &load] {
+            for (int64_t k = k_lo; k < k_hi; ++k) load(so + (k - k_lo) * BM * es, true, k, p0, pnb);
+          };
+          const bool first = kb == 0 && mb == 0, last = kb == KB - 1 && mb == MB - 1;
+          st.compute = [=, &psum_tile, &matmul, &defer, &cols, &out_count, &x, &epi, &job] {
+            if (first)  // zero this N block's accumulators
+              for (int64_t m = 0; m < MT; ++m) {
+                Instr z;
+                z.op = Op::memset;
+                z.dst = on_chip(Space::sbuf, adt, 0, cols(m, TM, P), acc + m * BN * aes, {{fnb, 1}});
+                z.imm[0] = 0.0;
+                x.em.emit(z, Lane::vector);
               }
+            for (int64_t j = 0; j * TN < fnb; ++j)
+              for (int64_t i = 0; i * TM < pnb; ++i) {
+                const int32_t pn = static_cast<int32_t>(std::min(TM, pnb - i * TM)), fn = static_cast<int32_t>(std::min(TN, fnb - j * TN));
+                const AccessPattern ps = psum_tile(pn, fn);
+                for (int64_t k = k_lo; k < k_hi; ++k)
+                  matmul(ps, so + ((k - k_lo) * BM + i * TM) * es, mo + ((k - k_lo) * BN + j * TN) * es, k, pn, fn, k == k_lo, k == k_hi - 1);
+                const AccessPattern a = on_chip(Space::sbuf, adt, 0, pn, acc + ((mb * bm + i) * BN + j * TN) * aes, {{fn, 1}});
+                defer([=, &x] { x.tensor_tensor(Alu::add, a, a, ps); });
+              }
+            if (!last) return;
+            defer({});
+            // A row of accumulators packed into one buffer, stored with one DMA.
+            for (int64_t m = 0; m < MT; ++m) {
+              const int32_t pn = cols(m, TM, P);
+              const int64_t packed = out_buf + (out_count++ % 2) * BN * oes;
+              for (int64_t j = 0; j * TN < fnb; ++j) {
+                const int32_t fn = static_cast<int32_t>(std::min(TN, fnb - j * TN));
+                epi.run(on_chip(Space::sbuf, out.ref.dtype, 0, pn, packed + j * TN * oes, {{fn, 1}}),
+                        on_chip(Space::sbuf, adt, 0, pn, acc + (m * BN + j * TN) * aes, {{fn, 1}}),
+                        tile_at(job.bias, job.bias_rs, job.bias_cs, m * TM, f0 + j * TN, fn),
+                        tile_at(job.residual, job.res_rs, job.res_cs, m * TM, f0 + j * TN, fn), m);
+              }
+              x.em.dma(out.by_rows(m * TM, pn, f0, fnb), on_chip(Space::sbuf, out.ref.dtype, 0, pn, packed, {{fnb, 1}}), Emitter::DmaClass::spread_store);
+            }
           };
           steps.push_back(std::move(st));
         }
-      run_steps(steps, s_sets, m_sets);
-    } else {  // blocked_mnk
-      const int64_t BM = bm * TM, BN = bn * TN;
-      // Accumulators: every stationary tile row x the block's column tiles, in the compute dtype as
-      // the tutorial has them (dtype=lhsT.dtype): PSUM sums each K block in fp32, the running sum
-      // over K blocks rounds to the compute dtype once per block. Half the SBUF of fp32 leaves room
-      // to double-buffer the operand blocks.
-      const DType adt = ct;
-      const int64_t aes = static_cast<int64_t>(dtype_size(adt)), oes = out.ref.es();
-      const int64_t acc = sb.take(MT * BN * aes);
-      out_buf = sb.take(2 * BN * oes);
-      const int64_t m_bytes = bk * BN * es, s_bytes = bk * BM * es;
-      const int64_t m_sets = sets_of(m_bytes, s_bytes);
-      const int64_t mov_blk = sb.take(m_sets * m_bytes);
-      const int64_t s_sets = sets_of(s_bytes, 0);
-      const int64_t stat_blk0 = sb.take(s_sets * s_bytes);
-      x.c.stream_buffers.back() = (m_sets + s_sets) * bk;
-      // One stat set: its tiles are read until the step's last column of output tiles.
-      if (s_sets == 1) x.set_serial_fraction(static_cast<double>(bn - 1) / static_cast<double>(bn));
-      const int64_t KB = ceil_div(KT, bk), NB = ceil_div(F, BN), MB = ceil_div(P, BM);
-      // A step is one (N block, K block, M block): its stat block (and, first in a K block, the mov
-      // block) loaded, its tile pairs multiplied and accumulated.
-      std::vector<Step> steps;
-      for (int64_t nb = 0; nb < NB; ++nb) {
-        const int64_t f0 = nb * BN;
-        const int32_t fnb = static_cast<int32_t>(std::min(BN, F - f0));
-        for (int64_t kb = 0; kb < KB; ++kb) {
-          const int64_t k_lo = kb * bk, k_hi = std::min(KT, (kb + 1) * bk);
-          const int64_t mo = mov_blk + ((nb * KB + kb) % m_sets) * m_bytes;
-          for (int64_t mb = 0; mb < MB; ++mb) {
-            const int64_t so = stat_blk0 + (static_cast<int64_t>(steps.size()) % s_sets) * s_bytes;
-            const int64_t p0 = mb * BM;
-            const int32_t pnb = static_cast<int32_t>(std::min(BM, P - p0));
-            Step st;
-            if (mb == 0)
-              st.load_mov = [=, &load] {
-                for (int64_t k = k_lo; k < k_hi; ++k) load(mo + (k - k_lo) * BN * es, false, k, f0, fnb);
-              };
-            st.load_stat = [=, &load] {
-              for (int64_t k = k_lo; k < k_hi; ++k) load(so + (k - k_lo) * BM * es, true, k, p0, pnb);
-            };
-            const bool first = kb == 0 && mb == 0, last = kb == KB - 1 && mb == MB - 1;
-            st.compute = [=, &psum_tile, &matmul, &defer, &cols, &out_count, &x, &epi, &job, &view] {
-              if (first)  // zero this N block's accumulators
-                for (int64_t m = 0; m < MT; ++m) {
-                  Instr z;
-                  z.op = Op::memset;
-                  z.dst = on_chip(Space::sbuf, adt, 0, cols(m, TM, P), acc + m * BN * aes, {{fnb, 1}});
-                  z.imm[0] = 0.0;
-                  x.em.emit(z, Lane::vector);
-                }
-              for (int64_t j = 0; j * TN < fnb; ++j)
-                for (int64_t i = 0; i * TM < pnb; ++i) {
-                  const int32_t pn = static_cast<int32_t>(std::min(TM, pnb - i * TM)), fn = static_cast<int32_t>(std::min(TN, fnb - j * TN));
-                  const AccessPattern ps = psum_tile(pn, fn);
-                  for (int64_t k = k_lo; k < k_hi; ++k)
-                    matmul(ps, so + ((k - k_lo) * BM + i * TM) * es, mo + ((k - k_lo) * BN + j * TN) * es, k, pn, fn, k == k_lo, k == k_hi - 1);
-                  const AccessPattern a = on_chip(Space::sbuf, adt, 0, pn, acc + ((mb * bm + i) * BN + j * TN) * aes, {{fn, 1}});
-                  defer([=, &x] { x.tensor_tensor(Alu::add, a, a, ps); });
-                }
-              if (!last) return;
-              defer({});
-              // A row of accumulators packed into one buffer, stored with one DMA.
-              for (int64_t m = 0; m < MT; ++m) {
-                const int32_t pn = cols(m, TM, P);
-                const int64_t packed = out_buf + (out_count++ % 2) * BN * oes;
-                for (int64_t j = 0; j * TN < fnb; ++j) {
-                  const int32_t fn = static_cast<int32_t>(std::min(TN, fnb - j * TN));
-                  epi.run(on_chip(Space::sbuf, out.ref.dtype, 0, pn, packed + j * TN * oes, {{fn, 1}}),
-                          on_chip(Space::sbuf, adt, 0, pn, acc + (m * BN + j * TN) * aes, {{fn, 1}}),
-                          view(job.bias, job.bias_rs, job.bias_cs, m * TM, f0 + j * TN, fn),
-                          view(job.residual, job.res_rs, job.res_cs, m * TM, f0 + j * TN, fn), m);
-                }
-                x.em.dma(out.by_rows(m * TM, pn, f0, fnb), on_chip(Space::sbuf, out.ref.dtype, 0, pn, packed, {{fnb, 1}}), Emitter::DmaClass::spread_store);
-              }
-            };
-            steps.push_back(std::move(st));
-          }
-        }
       }
-      run_steps(steps, s_sets, m_sets);
     }
-    defer({});
-    x.used(sb);
-    x.used_psum();
+    run_steps(steps, s_sets, m_sets);
+  }
+  defer({});
+  x.used(sb);
+  x.used_psum();
   return {};
 }
 

@@ -56,7 +56,8 @@ Status pad(Ctx& x, const Node& n) {
   else
     for (int64_t i = 0; i < r; ++i) axes.push_back(i);
   const TensorRef O = x.st.ref(n.outputs[0]);
-  if (!O.view.is_contiguous()) return Status::fail("a padded output stored as a view");
+  if (O.view.extent().second - O.view.extent().first != O.view.numel() || O.view.has_broadcast())
+    return Status::fail("a padded output stored with gaps");  // (the fill preloads the whole tensor)
   if (value != 0.0) x.c.hbm_init.push_back({O.hbm, Tensor::from_f32(O.shape(), std::vector<float>(static_cast<size_t>(shape_numel(O.shape())), static_cast<float>(value))).cast(O.dtype)});
   // The interior: the output sliced past each begin pad; a negative pad crops the input instead.
   TensorRef dst = O, src = X;
@@ -109,15 +110,27 @@ Status gather(Ctx& x, const Node& n) {
     return Status::fail("the embedding table's " + std::to_string(V) + " rows do not fit half an SBUF partition (" + std::to_string(x.cfg.sbuf_partition_bytes / 2) +
                             " bytes) in " + std::string(dtype_name(ct)),
                         "the gather keeps a column of the table per partition; use a smaller vocabulary or run on target.kind \"reference\"");
+  // The indices as one dimension (a view of them in any strides), the output as [N, D] rows.
+  TensorRef I = x.st.ref(n.inputs[1]);
+  auto iv = graph::reshape(I.view, {N});
   auto ov = graph::reshape(O.view, {N, D});
-  if (!ov) return Status::fail("the gathered output's view");
+  if (!ov) return Status::fail("the output's view cannot be walked as [indices, " + std::to_string(D) + "]");
   // The table transposed ([D, V], at compile time): a column of it per partition.
   const TensorRef T = x.st.constant(n.inputs[0] + "@T", transpose2d(data.data->cast(DType::f32)).cast(ct));
-  const TensorRef I = x.st.ref(n.inputs[1]);
   x.begin(n.name, 2);
+  if (!iv) {  // indices in a view that does not flatten (a transpose of them): copied in order first
+    TensorRef flat = x.st.scratch(n.inputs[1] + "@flat", I.dtype, {N});
+    flat.view = graph::reshape(flat.view, I.shape()).value();
+    copy_into(x, n.name, I, flat);
+    I = flat;
+    iv = graph::Strided::contiguous({N});
+    iv->offset = 0;
+  }
   Sbuf sb = x.sbuf(n.name);
+  sb.hint = "the gather keeps a column of the table per partition; use a smaller vocabulary";
   const int64_t NC = std::min<int64_t>(N, x.cfg.tensor_cols);  // indices per gather: one transpose block
-  const int64_t tab = sb.take(V * T.es()), ix = sb.take(2 * NC * 4), res = sb.take(2 * NC * 4), rows = sb.take(2 * x.cfg.partitions * 4);
+  const int64_t tab = sb.take(V * T.es()), ix = sb.take(2 * NC * 4), wrap = sb.take(NC * 4), res = sb.take(2 * NC * 4),
+                rows = sb.take(2 * x.cfg.partitions * 4);
   x.used(sb);
   int64_t chunk = 0;
   for (int64_t d0 = 0; d0 < D; d0 += x.cfg.partitions) {
@@ -127,7 +140,11 @@ Status gather(Ctx& x, const Node& n) {
     for (int64_t n0 = 0; n0 < N; n0 += NC, ++chunk) {
       const int32_t nc = static_cast<int32_t>(std::min(NC, N - n0));
       const AccessPattern iap = on_chip(Space::sbuf, I.dtype, 0, dg, ix + (chunk % 2) * NC * 4, {{nc, 1}});
-      x.em.dma(iap, hbm_ap(I, I.view.offset + n0, dg, 0, {{nc, 1}}));  // the indices broadcast to every partition
+      // The indices broadcast to every partition; negative ones (ONNX counts from the end) + V.
+      x.em.dma(iap, hbm_ap(I, iv->offset + n0 * iv->strides[0], dg, 0, {{nc, static_cast<int32_t>(iv->strides[0])}}));
+      const AccessPattern w = on_chip(Space::sbuf, DType::f32, 0, dg, wrap, {{nc, 1}});
+      x.tensor_scalar(w, iap, Alu::is_lt, 0.0, Alu::multiply, static_cast<double>(V));
+      x.tensor_tensor(Alu::add, iap, iap, w);
       const AccessPattern r = on_chip(Space::sbuf, T.dtype, 0, dg, res + (chunk % 2) * NC * 4, {{nc, 1}});
       Instr gi;
       gi.op = Op::gather;

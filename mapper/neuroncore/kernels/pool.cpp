@@ -24,14 +24,7 @@ Status pool(Ctx& x, const Node& n) {
   const TensorRef O = x.st.ref(n.outputs[0]);
   const int64_t r = X.rank();
   if (r != 3 && r != 4) return Status::fail("pooling is compiled in 1-D and 2-D; this input is " + shape_str(X.shape()));
-  auto to4 = [](Strided v) {
-    if (v.shape.size() == 3) {
-      v.shape.insert(v.shape.begin() + 2, 1);
-      v.strides.insert(v.strides.begin() + 2, 0);
-    }
-    return v;
-  };
-  const Strided xv = to4(X.view), ov = to4(O.view);
+  const Strided xv = as_2d_spatial(X.view), ov = as_2d_spatial(O.view);
   const bool one_d = r == 3;
   const auto k = n.attrs.get_ints("kernel_shape");
   const auto st = n.attrs.get_ints("strides", {}), dl = n.attrs.get_ints("dilations", {}), pads = n.attrs.get_ints("pads", {});
@@ -87,6 +80,7 @@ Status pool(Ctx& x, const Node& n) {
   const double pad_value = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
   x.begin(n.name, 2);
   Sbuf sb = x.sbuf(n.name);
+  sb.hint = "the pooling keeps a band of input rows per 128 (image, channel) pairs in SBUF";
   const int64_t band = sb.take(2 * bh * bw * 4), acc = sb.take(nr * OW * 4), yout = sb.take(2 * nr * OW * 4);
   const int64_t cbuf = counts ? sb.take(nr * OW * 4) : -1;
   x.used(sb);

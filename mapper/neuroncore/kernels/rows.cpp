@@ -146,8 +146,15 @@ Status rows(Ctx& x, const Node& n) {
   if (C > kMaxRow)
     return Status::fail("rows of " + std::to_string(whole) + " elements (the compiler keeps a whole row in SBUF; up to " + std::to_string(kMaxRow) + ")");
   const int64_t D = l.k < l.dims.size() ? l.dims[l.k] : 1;
+  // Input, work and output rows (double-buffered in and out), per-column operands replicated.
+  const int64_t need = 5 * C * 4 + 2 * 16 * 4 + static_cast<int64_t>(extra.size()) * (per_row ? 2 * 4 : C * 4) + 64 * 8;
+  if (need > x.cfg.sbuf_partition_bytes)
+    return Status::fail("rows of " + std::to_string(C) + " elements" + (extra.empty() ? "" : " with their scale and bias") + " need " +
+                            std::to_string(need) + " bytes of SBUF per partition; it has " + std::to_string(x.cfg.sbuf_partition_bytes),
+                        "the row kernel keeps a whole row (the reduced or normalised axes) in SBUF");
   x.begin(n.name, 2);
   Sbuf sb = x.sbuf(n.name);
+  sb.hint = "the row kernel keeps a whole row (the reduced or normalised axes) in SBUF";
   const int64_t xin = sb.take(2 * C * 4), work = sb.take(C * 4), yout = sb.take(2 * C * 4), small = sb.take(2 * 16 * 4);
   std::vector<int64_t> ebuf;
   for (size_t i = 0; i < extra.size(); ++i) ebuf.push_back(sb.take(per_row ? 2 * 4 : C * 4));
