@@ -14,13 +14,40 @@
 
 namespace tessera {
 
-std::string read_file(const std::string& path) {
+namespace {
+
+// Opens `path` for reading: a directory, a device or a socket is refused with a message saying so
+// (reading /dev/zero would never end); a regular file or a pipe is read.
+std::ifstream open_for_reading(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::is_directory(st))
+    throw InputError(path, "is a directory, not a file", "give the path of a file in it");
+  if (fs::exists(st) && !fs::is_regular_file(st) && !fs::is_fifo(st))
+    throw InputError(path, "is not a regular file (a device or a socket)", "give the path of a file");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw InputError(path, std::string("cannot open file: ") + std::strerror(errno),
                            "check the path (relative paths in a scenario are relative to the scenario file)");
+  return f;
+}
+
+}  // namespace
+
+std::string read_file(const std::string& path) {
+  std::ifstream f = open_for_reading(path);
   std::ostringstream ss;
   ss << f.rdbuf();
+  if (f.bad()) throw InputError(path, std::string("cannot read file: ") + std::strerror(errno));
   return ss.str();
+}
+
+std::string read_file_prefix(const std::string& path, size_t max_bytes) {
+  std::ifstream f = open_for_reading(path);
+  std::string s(max_bytes, '\0');
+  f.read(s.data(), static_cast<std::streamsize>(max_bytes));
+  s.resize(static_cast<size_t>(f.gcount()));
+  return s;
 }
 
 void write_file_atomic(const std::string& path, const std::string& contents) {

@@ -2,6 +2,8 @@
 
 #include <cctype>
 #include <cstring>
+#include <filesystem>
+#include <string_view>
 
 #include "isa/error.hpp"
 #include "isa/fileio.hpp"
@@ -160,7 +162,11 @@ std::string npy_encode(const Tensor& t0) {
   return out;
 }
 
-Tensor npy_decode(const std::string& b, const std::string& name) {
+namespace {
+
+// The header of a .npy whose first bytes are `b` and whose whole size is `total`: the dtype, the
+// shape and where the data starts; checks that the data is exactly as long as the shape needs.
+NpyInfo decode_header(std::string_view b, size_t total, const std::string& name) {
   if (b.size() < 10 || std::memcmp(b.data(), "\x93NUMPY", 6) != 0)
     bad(name, "", "not a .npy file (magic string \\x93NUMPY missing)");
   const int major = static_cast<unsigned char>(b[6]);
@@ -181,7 +187,7 @@ Tensor npy_decode(const std::string& b, const std::string& name) {
   std::string descr;
   bool fortran = false;
   Shape shape;
-  HeaderParser(std::string_view(b).substr(hstart, hlen), name).parse(descr, fortran, shape);
+  HeaderParser(b.substr(hstart, hlen), name).parse(descr, fortran, shape);
   if (fortran) bad(name, "fortran_order", "Fortran-order arrays are not supported");
   if (descr.size() == 3 && descr[0] == '>' ) bad(name, "descr", "'" + descr + "' is big-endian");
   std::string d = descr;
@@ -194,7 +200,7 @@ Tensor npy_decode(const std::string& b, const std::string& name) {
   // Check the size before allocating: a corrupt shape must be reported, not allocated (nor may its
   // byte count overflow to something that happens to match).
   const size_t data_start = hstart + hlen;
-  const size_t have = b.size() - data_start;
+  const size_t have = total - data_start;
   size_t need = dtype_size(row->dtype);
   bool fits = true;
   for (int64_t dim : shape) {
@@ -211,9 +217,25 @@ Tensor npy_decode(const std::string& b, const std::string& name) {
     bad(name, "shape", "data holds " + std::to_string(have) + " bytes but shape " + shape_str(shape) + " of " +
                            descr + " needs " + (fits ? std::to_string(need) : std::string("more")),
         "the file is truncated or its header is wrong");
-  Tensor t(row->dtype, shape);
-  if (t.nbytes() > 0) std::memcpy(t.data(), b.data() + data_start, t.nbytes());
+  return {row->dtype, shape, data_start};
+}
+
+}  // namespace
+
+Tensor npy_decode(const std::string& b, const std::string& name) {
+  const NpyInfo info = decode_header(b, b.size(), name);
+  Tensor t(info.dtype, info.shape);
+  if (t.nbytes() > 0) std::memcpy(t.data(), b.data() + info.data_offset, t.nbytes());
   return t;
+}
+
+NpyInfo read_npy_info(const std::string& path) {
+  // The header is at most 4 GiB in principle; real ones are under 64 KiB.
+  const std::string head = read_file_prefix(path, 1 << 16);
+  std::error_code ec;
+  const auto total = std::filesystem::file_size(path, ec);
+  if (ec) throw InputError(path, "cannot read the file size: " + ec.message());
+  return decode_header(head, static_cast<size_t>(total), path);
 }
 
 Tensor read_npy(const std::string& path) { return npy_decode(read_file(path), path); }

@@ -10,6 +10,15 @@ namespace tessera {
 
 // Throws InputError naming the file and the header field at fault.
 Tensor read_npy(const std::string& path);
+
+// What a .npy holds, from its header alone (the data's length checked against the shape): for
+// checking inputs before anything big is read or allocated.
+struct NpyInfo {
+  DType dtype;
+  Shape shape;
+  size_t data_offset = 0;
+};
+NpyInfo read_npy_info(const std::string& path);
 // Writes atomically (temporary file + rename).
 void write_npy(const std::string& path, const Tensor& t);
 

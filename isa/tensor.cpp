@@ -3,15 +3,19 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <stdexcept>
 
+#include "isa/checked.hpp"
 #include "isa/error.hpp"
 
 namespace tessera {
 
 int64_t shape_numel(const Shape& s) {
+  for (int64_t d : s)
+    if (d == 0) return 0;
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s) n = sat_mul(n, d);  // kCountMax past int64: never a wrapped small count
   return n;
 }
 
@@ -38,7 +42,9 @@ template <> bool view_accepts<uint8_t>(DType t) {
 Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   for (int64_t d : shape_)
     if (d < 0) throw std::logic_error("Tensor: negative dimension in " + shape_str(shape_));
-  bytes_.assign(static_cast<size_t>(numel()) * dtype_size(dtype_), std::byte{0});
+  const int64_t bytes = sat_mul(numel(), static_cast<int64_t>(dtype_size(dtype_)));
+  if (bytes == kCountMax) throw std::bad_alloc();  // more than any machine has; the CLI says which phase
+  bytes_.assign(static_cast<size_t>(bytes), std::byte{0});
 }
 
 Tensor Tensor::from_f32(Shape shape, std::vector<float> values) {

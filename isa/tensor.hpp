@@ -12,6 +12,7 @@ namespace tessera {
 
 using Shape = std::vector<int64_t>;
 
+// Elements of a shape; kCountMax (isa/checked.hpp) when the product does not fit in int64.
 int64_t shape_numel(const Shape& s);
 std::string shape_str(const Shape& s);  // "[2, 3, 4]"
 

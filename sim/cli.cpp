@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -19,6 +20,7 @@
 #include "sim/console.hpp"
 #include "sim/model.hpp"
 #include "sim/params_table.hpp"
+#include "sim/outdir.hpp"
 #include "sim/run.hpp"
 #include "sim/scenario.hpp"
 #include "sim/version.hpp"
@@ -69,10 +71,14 @@ const Verb kVerbs[] = {
      "--resume CHECKPOINT continues a training run from a checkpoint directory it wrote\n"
      "(OUT/checkpoints/step_K: the state at the end of step K; docs/training.md).",
      cmd_run},
-    {"validate", "tessera validate SCENARIO [--set key.path=value]...",
-     "check a scenario without running it; print every mistake at once",
-     "Exit 0 when the scenario is valid, 2 otherwise. --verbose prints the resolved scenario\n"
-     "(defaults filled in, units normalised to SI base units).",
+    {"validate", "tessera validate SCENARIO [--set key.path=value]... [--no-numerics] [--out DIR]",
+     "check a scenario without running it: every check run makes before it simulates",
+     "Exit 0 when the scenario is valid, 2 otherwise, with every mistake of the file at once.\n"
+     "Checks what `run` checks before it simulates, with the same code: the scenario's fields,\n"
+     "the model (loads, shapes infer), the target's support of every op (the model compiles;\n"
+     "the predicted latency is printed), memory fit (SBUF, PSUM, PE SRAM, HBM, host memory) and\n"
+     "the input files (.npy header, dtype, shape). --out DIR checks that run could write there.\n"
+     "--verbose prints the resolved scenario (defaults filled in, units in SI base units).",
      cmd_validate},
     {"params", "tessera params [TARGET|PRESET]",
      "list hardware parameters: name, value, unit, range, description, source",
@@ -142,7 +148,8 @@ void print_usage(std::ostream& os) {
         "  -q, --quiet           print only results and errors\n"
         "  -v, --verbose         print more detail\n"
         "  -h, --help            help (also: tessera VERB --help)\n\n"
-        "exit codes: 0 ok, 1 a check failed, 2 bad input or usage, 3 internal error, 130 interrupted\n";
+        "exit codes: 0 ok, 1 a check failed, 2 bad input, usage or environment (a path, memory), 3 internal error (a bug:\n"
+        "please report it), 130 interrupted (SIGINT, Ctrl-C), 143 terminated (SIGTERM)\n";
 }
 
 void print_verb_help(const Verb& v) {
@@ -198,6 +205,12 @@ void report_input_error(const InputError& e) {
   for (const auto& d : diags) c.error(d.str());
 }
 
+std::string join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string r;
+  for (const auto& x : v) r += (r.empty() ? "" : sep) + x;
+  return r;
+}
+
 std::string one_scenario(const Options& o, bool default_quickstart) {
   if (o.positional.size() > 1)
     throw InputError("command line", "expected one scenario, got " + std::to_string(o.positional.size()),
@@ -208,11 +221,25 @@ std::string one_scenario(const Options& o, bool default_quickstart) {
 }
 
 int cmd_validate(const Options& o) {
-  Scenario s = load_scenario(one_scenario(o, false), o.sets);
+  if (!o.out_dir.empty()) check_out_dir(o.out_dir);
+  std::vector<std::string> sets = o.sets;
+  if (o.no_numerics) sets.push_back("run.numerics=false");
+  Scenario s = load_scenario(one_scenario(o, false), sets);
   auto& c = Console::get();
   for (const auto& w : s.warnings) c.warn(w);
+  // Every check `run` makes before it simulates (the same code, stopped before elaboration):
+  // model, shapes, the target's support of every op, compilation and memory fit, input files.
+  RunOptions ro;
+  ro.check_only = true;
+  ro.resume = o.resume;
+  std::vector<std::string> checked;
+  ro.checked = &checked;
+  const Verbosity v = c.verbosity();
+  if (v != Verbosity::verbose) c.set_verbosity(Verbosity::quiet);
+  run_scenario(s, ro);
+  c.set_verbosity(v);
   c.result("ok: " + s.name + " (" + s.kind + (s.preset.empty() ? "" : "/" + s.preset) + ") is a valid " +
-           kScenarioSchema + " scenario");
+           kScenarioSchema + " scenario" + (checked.empty() ? std::string() : ": " + join(checked, "; ")));
   if (c.verbosity() == Verbosity::verbose) std::cout << s.resolved.dump(2) << "\n";
   return kExitOk;
 }
@@ -312,6 +339,7 @@ int cmd_version(const Options&) {
 
 int cli_main(int argc, char** argv) {
   auto& c = Console::get();
+  install_interrupt_handlers();
   try {
     Options o = parse_args(argc, argv);
     c.set_verbosity(o.verbosity);
@@ -335,12 +363,28 @@ int cli_main(int argc, char** argv) {
   } catch (const InputError& e) {
     report_input_error(e);
     return kExitBadInput;
-  } catch (const Interrupted&) {
-    c.error("interrupted; no partial outputs were left under their final names");
-    return kExitInterrupted;
+  } catch (const Interrupted& e) {
+    const std::string phase = current_phase();
+    c.error(std::string(e.what()) + (phase.empty() ? "" : " during " + phase) +
+            "; stopped, and no output was written (an existing --out directory is as it was)");
+    return interrupt_exit_code(e.signal);
   } catch (const CheckFailed& e) {
     c.error(e.what());
     return kExitCheckFailed;
+  } catch (const std::bad_alloc&) {
+    const std::string phase = current_phase();
+    c.error(Diagnostic{phase.empty() ? std::string("host memory") : "host memory (" + phase + ")",
+                       "this machine ran out of memory" + (phase.empty() ? std::string() : " during " + phase),
+                       "the run needs more host memory than it can get: run a smaller model, batch or fabric; run.host_memory sets the budget "
+                       "tessera checks before it allocates"}
+                .str());
+    return kExitBadInput;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // The environment, not tessera: a full disk, a permission, a path that went away.
+    c.error(Diagnostic{e.path1().empty() ? std::string("file system") : e.path1().string(), e.code().message(),
+                       "check the path, its permissions and the free space"}
+                .str());
+    return kExitBadInput;
   } catch (const std::exception& e) {
     c.error(std::string("internal error: ") + e.what() + " (please report this with the scenario)");
     return kExitInternal;

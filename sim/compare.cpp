@@ -539,10 +539,23 @@ struct Job {
   std::string scenario_file;
   std::string name;
   std::string dir;
-  std::string log;
+  std::string log;       // OUT/NAME/run.log, where the run's stderr ends up
+  std::string log_tmp;   // OUT/.NAME.run.log while it runs: the run replaces OUT/NAME as a whole
   std::string target;
   json resolved;
 };
+
+// The run's stderr into OUT/NAME/run.log once it has ended (OUT/NAME is the new run's directory, or
+// the previous one when the run failed, or a new one holding only the log).
+void keep_log(const Job& job) {
+  std::error_code ec;
+  if (!fs::exists(job.dir, ec)) {
+    fs::create_directories(job.dir, ec);
+    write_file_atomic((fs::path(job.dir) / ".tessera-run").string(), "The output directory of a tessera run.\n");
+  }
+  fs::rename(job.log_tmp, job.log, ec);
+  if (ec) fs::remove(job.log_tmp, ec);
+}
 
 // Directories under a given DIR that compare does not search.
 bool skipped_dir(const fs::path& p) {
@@ -565,15 +578,6 @@ std::string safe_dir_name(const std::string& name) {
 
 // The form load_scenario records in Scenario::file and reports in scenario_file.
 std::string abs_path(const fs::path& p) { return fs::absolute(p).lexically_normal().string(); }
-
-bool interrupt_requested() {
-  try {
-    throw_if_interrupted();
-  } catch (const Interrupted&) {
-    return true;
-  }
-  return false;
-}
 
 // Every absolute path of an existing file named in the resolved scenario (model, program, inputs).
 void referenced_files(const json& j, std::vector<fs::path>& out) {
@@ -653,7 +657,7 @@ int run_compare(const CompareOptions& opt) {
     throw InputError("--format", "'" + opt.format + "' is not a format of compare",
                      hint.empty() ? "use table, csv, json or markdown" : "did you mean '" + hint + "'?");
   }
-  install_interrupt_handler();
+  install_interrupt_handlers();
 
   // 1. Collect scenario and report files (sorted, without duplicates).
   std::set<std::string> scenario_files, report_files;
@@ -734,6 +738,7 @@ int run_compare(const CompareOptions& opt) {
     if (const int n = dir_uses[dn]++; n > 0) dn += "-" + std::to_string(n + 1);  // two scenarios, one name
     job.dir = (out_root / dn).string();
     job.log = (fs::path(job.dir) / "run.log").string();
+    job.log_tmp = (out_root / ("." + dn + ".run.log")).string();
     job.resolved = s.resolved;
     job.target = s.kind + (s.preset.empty() ? "" : "/" + s.preset);
     if (!opt.rerun) {
@@ -763,6 +768,8 @@ int run_compare(const CompareOptions& opt) {
   bool interrupted = false, forwarded = false;
   auto finish = [&](const Job& job, int status, double wall) {
     ++done;
+    const std::string first_log_line = first_line_of(job.log_tmp);
+    keep_log(job);
     CompareResult cr;
     std::string what;
     if (WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 1)) {
@@ -778,13 +785,14 @@ int run_compare(const CompareOptions& opt) {
         cr.origin = "ran";
         if (WEXITSTATUS(status) == 1 && cr.status == CompareStatus::pass) {
           cr.status = CompareStatus::check_failed;
-          if (cr.detail.empty()) cr.detail = first_line_of(job.log);
+          if (cr.detail.empty()) cr.detail = first_log_line;
         }
       }
       what = WEXITSTATUS(status) == 0 ? "ok" : "check failed";
     } else {
-      std::string detail = first_line_of(job.log);
+      std::string detail = first_log_line;
       if (WIFEXITED(status) && WEXITSTATUS(status) == 130) detail = "interrupted";
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 143) detail = "terminated";
       if (WIFSIGNALED(status)) detail = "killed by signal " + std::to_string(WTERMSIG(status));
       if (detail.empty()) detail = "exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
       cr = error_row(job.name, job.scenario_file, detail + " (log: " + job.log + ")");
@@ -800,15 +808,14 @@ int run_compare(const CompareOptions& opt) {
     if (interrupted && !forwarded) {
       // Ctrl-C reaches the children through the process group; a SIGINT sent to this process
       // alone is passed on. Each run then stops without leaving partial outputs.
-      for (const auto& [pid, r] : running) ::kill(pid, SIGINT);
+      for (const auto& [pid, r] : running) ::kill(pid, interrupt_signal());
       forwarded = true;
     }
     if (!interrupted && next < queue.size() && running.size() < static_cast<size_t>(opt.jobs)) {
       const Job& job = queue[next];
-      fs::create_directories(job.dir);
-      // A stale report must not pass for this run's (a run that fails early writes none).
-      std::error_code rm_ec;
-      fs::remove(fs::path(job.dir) / "report.json", rm_ec);
+      // The run writes OUT/NAME all or nothing (a failed run leaves the previous one whole; its
+      // report is read only after an exit 0 or 1, which means the run replaced it).
+      fs::create_directories(out_root);
       std::vector<std::string> args = {"tessera", "run", job.scenario_file, "--out", job.dir, "--quiet"};
       if (opt.no_numerics) args.push_back("--no-numerics");
       for (const auto& st : opt.sets) args.insert(args.end(), {"--set", st});
@@ -819,7 +826,7 @@ int run_compare(const CompareOptions& opt) {
       posix_spawn_file_actions_init(&fa);
       posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
       posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-      posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, job.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, job.log_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       pid_t pid = 0;
       const int rc = posix_spawn(&pid, opt.exe.c_str(), &fa, nullptr, argv.data(), environ);
       posix_spawn_file_actions_destroy(&fa);
@@ -844,7 +851,7 @@ int run_compare(const CompareOptions& opt) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
-  if (interrupted) throw Interrupted();
+  if (interrupted) throw_interrupted();
 
   // 5. Output.
   sort_results(results);

@@ -1,5 +1,6 @@
 #include "sim/report.hpp"
 #include "sim/console.hpp"
+#include "sim/outdir.hpp"
 
 #include <cctype>
 #include <cmath>
@@ -99,7 +100,7 @@ int finish_run(const std::string& out_dir, nlohmann::json& report, bool all_pass
   for (const auto& f : failures) report["checks"].push_back({{"check", "outputs"}, {"pass", false}, {"detail", f}});
   report["pass"] = all_pass;
   write_report(out_dir, report, wall_s, host_extra);
-  con.out("report: " + (std::filesystem::path(out_dir) / "report.json").string());
+  con.out("report: " + shown_path((std::filesystem::path(out_dir) / "report.json").string()));
   if (all_pass) return 0;
   for (const auto& f : failures) con.error("check failed: " + f);
   return 1;

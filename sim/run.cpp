@@ -14,6 +14,7 @@
 #include "mapper/reference/executor.hpp"
 #include "sim/console.hpp"
 #include "sim/model.hpp"
+#include "sim/outdir.hpp"
 #include "sim/report.hpp"
 #include "sim/run_engines.hpp"
 
@@ -22,9 +23,6 @@ namespace tessera::sim {
 using json = nlohmann::json;
 
 namespace {
-std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) { g_interrupted.store(true); }
-
 
 std::string fmt(double v) {
   char b[32];
@@ -44,16 +42,23 @@ int run_reference(const Scenario& s, const RunOptions& opt) {
   const StepSchedule sched = StepSchedule::from(s.resolved["run"]);
   const auto out_sizes = output_sizes(g);
   const std::vector<StepClosure> closures = parse_closures(s.resolved["step_closures"], g.outputs, &out_sizes);
-  const StepInputs step_inputs(s, g, sched.steps);
-  const auto tot = graph::totals(g);
-  con.info("model: " + g.source + " (" + std::to_string(g.nodes.size()) + " nodes, " + std::to_string(tot.params) +
-           " parameters, " + std::to_string(tot.flops) + " FLOPs)");
   if (!s.resolved["run"]["numerics"].get<bool>())
     throw InputError("/run/numerics", "the reference target computes values only; timing-only runs need a machine target",
                      "remove --no-numerics or choose target.kind neuroncore or wafer");
+  const HostMemory mem = precheck_graph_data(s, g, sched.steps, true);
+  const StepInputs step_inputs(s, g, sched.steps);
+  const auto tot = graph::totals(g);
+  con.info("model: " + g.source + " (" + std::to_string(g.nodes.size()) + " nodes, " + std::to_string(tot.params) +
+           " parameters, " + graph::count_str(tot.flops) + " FLOPs)");
   if (s.resolved.contains("trace"))
     con.warn("/trace: the reference target has no timeline; no trace is written");
   for (const auto& w : sched.warnings) con.warn(w);
+  if (opt.check_only) {
+    note_checked(opt, "model " + std::to_string(g.nodes.size()) + " nodes, inputs, host memory " +
+                          format_num(mem.total() / (1024.0 * 1024), "%.1f") + " MiB");
+    return 0;
+  }
+  enter_phase("reference");
 
   // Every step runs the graph on its inputs; closures see each step's outputs; the outputs checked
   // and written are the last step's.
@@ -62,7 +67,7 @@ int run_reference(const Scenario& s, const RunOptions& opt) {
   for (int64_t step = 0; step < sched.steps; ++step) {
     Progress progress("reference executor", static_cast<double>(g.nodes.size()));
     outputs = reference::execute(g, step_inputs.at(step), [&](size_t done, size_t) {
-      throw_if_interrupted();
+      poll_interrupt();
       progress.update(static_cast<double>(done));
     });
     progress.finish();
@@ -71,6 +76,7 @@ int run_reference(const Scenario& s, const RunOptions& opt) {
     finish_step(report, std::move(rec), closures, sched, step, outputs, opt.out_dir, 0.0, marks);
   }
 
+  enter_phase("check");
   report["graph"] = {{"nodes", g.nodes.size()}, {"parameters", tot.params}, {"parameter_bytes", tot.param_bytes},
                      {"flops", tot.flops}};
   report["latency"]["note"] = "the reference target has no timing model";
@@ -122,9 +128,9 @@ int run_reference(const Scenario& s, const RunOptions& opt) {
   for (const auto& f : failures) report["checks"].push_back({{"check", "outputs"}, {"pass", false}, {"detail", f}});
   report["pass"] = all_pass;
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  throw_if_interrupted();
+  poll_interrupt();
   write_report(opt.out_dir, report, wall);
-  con.out("report: " + (std::filesystem::path(opt.out_dir) / "report.json").string());
+  con.out("report: " + shown_path((std::filesystem::path(opt.out_dir) / "report.json").string()));
   if (!all_pass) {
     for (const auto& f : failures) con.error("check failed: " + f);
     return 1;
@@ -132,21 +138,13 @@ int run_reference(const Scenario& s, const RunOptions& opt) {
   return 0;
 }
 
-void install_interrupt_handler() {
-  static bool installed = false;
-  if (installed) return;
-  installed = true;
-  std::signal(SIGINT, on_sigint);
+void note_checked(const RunOptions& opt, const std::string& what) {
+  if (opt.checked) opt.checked->push_back(what);
 }
 
-bool interrupted() { return g_interrupted.load(std::memory_order_relaxed); }
+namespace {
 
-void throw_if_interrupted() {
-  if (g_interrupted.load(std::memory_order_relaxed)) throw Interrupted();
-}
-
-int run_scenario(const Scenario& s, const RunOptions& opt) {
-  install_interrupt_handler();
+int dispatch(const Scenario& s, const RunOptions& opt) {
   auto& con = Console::get();
   con.info("scenario " + s.name + ": target " + s.kind + (s.preset.empty() ? "" : "/" + s.preset));
   if (s.resolved.contains("training") && (s.resolved["model"].contains("layout") || s.resolved["model"].contains("program")))
@@ -165,6 +163,22 @@ int run_scenario(const Scenario& s, const RunOptions& opt) {
   // The NeuronCore and wafer engines land with their issues; nothing is pretended here.
   throw InputError("/target/kind", "target kind '" + s.kind + "' cannot run in this build yet",
                    "'tessera validate' checks the scenario; use target.kind \"reference\" to run the model on the golden interpreter");
+}
+
+}  // namespace
+
+int run_scenario(const Scenario& s, const RunOptions& opt) {
+  install_interrupt_handlers();
+  if (opt.check_only) return dispatch(s, opt);
+  OutputDir out(opt.out_dir);
+  RunOptions o = opt;
+  o.out_dir = out.dir();
+  const int code = dispatch(s, o);
+  if (code == 0 || code == 1) {
+    enter_phase("write");
+    out.commit();
+  }
+  return code;
 }
 
 }  // namespace tessera::sim

@@ -9,6 +9,7 @@
 #include <systemc>
 
 #include "isa/fileio.hpp"
+#include "isa/interrupt.hpp"
 #include "isa/neuroncore/asm.hpp"
 #include "isa/neuroncore/validate.hpp"
 #include "isa/npy.hpp"
@@ -35,8 +36,10 @@ using namespace tessera::neuroncore;
 
 namespace {
 
-Tensor input_tensor(const json& spec, const Shape& shape) {
-  if (spec.contains("file")) return read_npy(spec["file"].get<std::string>());
+// An input of dtype `want` and shape `shape`: its .npy, checked (check_input_file), or seeded
+// random fp32 values.
+Tensor input_tensor(const json& spec, const std::string& name, DType want, const Shape& shape) {
+  if (spec.contains("file")) return read_input_file(spec, "/inputs/" + schema::pointer_token(name), name, want, {shape});
   const json& r = spec["random"];
   return random_tensor(DType::f32, shape, r["seed"].get<uint64_t>(), r["dist"] == "normal", r["scale"].get<double>());
 }
@@ -117,7 +120,7 @@ void run_systemc_sliced() {
     // At least up to the next event: a slice that ends before it would not move time at all.
     const sc_time next = sc_core::sc_time_to_pending_activity();
     sc_core::sc_start(next > slice ? next : slice, sc_core::SC_EXIT_ON_STARVATION);
-    throw_if_interrupted();
+    poll_interrupt();
     const double w = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
     if (w < 0.01 && slice < max_slice) slice = slice * 2.0;
     else if (w > 0.08 && slice > min_slice) slice = slice / 2.0;
@@ -222,12 +225,18 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
   const bool numerics = s.resolved["run"]["numerics"].get<bool>();
   const bool has_graph = model.contains("onnx") || model.contains("graph");
   std::optional<graph::Graph> graph;
-  if (has_graph) graph = load_model(s);
+  HostMemory mem;
+  if (has_graph) {
+    graph = load_model(s);
+    check_expect_names(s, *graph);
+    mem = precheck_graph_data(s, *graph, sched.steps, numerics);
+  }
   Job job;
   std::map<std::string, Tensor> given;  // scenario inputs as given (fp32)
   DiagnosticList d;
 
   if (model.contains("program")) {
+    enter_phase("compile");
     const std::string path = model["program"].get<std::string>();
     job.prog = assemble_file(path);
     validate(job.prog, cfg);
@@ -246,7 +255,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
     for (const auto& t : job.prog.hbm)
       if (!s.resolved["inputs"].contains(t.name)) job.outputs.push_back({t.name, &t, nc_contiguous_binding(t.name, t), t.shape});
   } else {
-    check_expect_names(s, *graph);
+    enter_phase("compile");
     const MappingOptions mo = nc_mapping_options(s);
     const auto c0 = std::chrono::steady_clock::now();
     // The compiler lowers the canonical graph (mapper/passes/canonicalize.hpp); the reference keeps
@@ -270,22 +279,28 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
             std::to_string(job.prog.kernels.size()) + " kernels, " + std::to_string(job.prog.instrs.size()) +
             " instructions in " + std::to_string(job.prog.bundles.size()) + " bundles, " + format_num(job.compile_s * 1e3, "%.1f") +
             " ms)");
-    write_file_atomic((std::filesystem::path(opt.out_dir) / "compile_report.txt").string(), compile_report(*job.compiled, cfg));
-    if (opt.emit_program) write_file_atomic((std::filesystem::path(opt.out_dir) / "program.s").string(), disassemble(job.prog));
   }
+  enter_phase("inputs");
   for (const auto& b : job.inputs) {
     if (!s.resolved["inputs"].contains(b.name)) {
       d.add("/inputs", "model input '" + b.name + "' has no value", "add /inputs/" + b.name);
       continue;
     }
-    Tensor v = input_tensor(s.resolved["inputs"][b.name], b.shape);
-    if (v.shape() != b.shape) {
-      d.add("/inputs/" + schema::pointer_token(b.name), "shape " + shape_str(v.shape()) + " does not match " + shape_str(b.shape));
-      continue;
+    // A program's inputs are its HBM tensors'; a model's are its graph inputs' (the compiled binding may store them narrower).
+    const DType want = graph && graph->has_value(b.name) ? graph->value(b.name).dtype : b.hbm->dtype;
+    try {
+      given[b.name] = input_tensor(s.resolved["inputs"][b.name], b.name, want, b.shape);
+    } catch (const InputError& e) {
+      for (const auto& di : e.diagnostics()) d.add(di.where, di.message, di.hint);
     }
-    given[b.name] = std::move(v);
   }
   d.throw_if_any();
+  if (numerics) {
+    double hbm = 0;
+    for (const auto& t : job.prog.hbm) hbm += static_cast<double>(shape_numel(t.shape)) * static_cast<double>(dtype_size(t.dtype));
+    mem.parts.push_back({"NeuronCore HBM", hbm});
+  }
+  mem.check(s);
 
   std::vector<StepClosure> closures;
   std::optional<StepInputs> step_inputs;
@@ -298,6 +313,17 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
       throw InputError(s.resolved["step_closures"].empty() ? "C++ step closure '" + closures.front().name + "'" : std::string("/step_closures"),
                        "step closures need values: run.numerics is false", "remove the closures or --no-numerics");
     if (sched.steps > 1) step_inputs.emplace(s, *graph, sched.steps);
+  }
+  if (opt.check_only) {
+    note_checked(opt, job.compiled ? "compiled " + std::to_string(job.prog.kernels.size()) + " kernels, predicted " +
+                                         format_num(job.compiled->predicted_s * 1e6, "%.3f") + " us"
+                                   : "program " + std::to_string(job.prog.bundles.size()) + " bundles (hardware rules)");
+    note_checked(opt, "inputs, host memory " + format_num(mem.total() / (1024.0 * 1024), "%.1f") + " MiB");
+    return 0;
+  }
+  if (job.compiled) {
+    write_file_atomic((std::filesystem::path(opt.out_dir) / "compile_report.txt").string(), compile_report(*job.compiled, cfg));
+    if (opt.emit_program) write_file_atomic((std::filesystem::path(opt.out_dir) / "program.s").string(), disassemble(job.prog));
   }
 
   // The reference: the model (alone, or next to a program) on the values the machine holds:
@@ -316,11 +342,13 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
       ref_in[i] = b && is_float(it->second.dtype()) && b->hbm->dtype != it->second.dtype() ? it->second.cast(b->hbm->dtype).cast(DType::f32)
                                                                                             : it->second;
     }
-    reference = reference::execute(*graph, ref_in);
+    enter_phase("reference");
+    reference = reference::execute(*graph, ref_in, [](size_t, size_t) { poll_interrupt(); });
     if (step_inputs) given = step_inputs->at(0);
   }
 
   // Elaborate one core, preload HBM, run.
+  enter_phase("elaborate");
   models::set_fs_resolution();
   CoreOptions copt;
   copt.numerics = numerics;
@@ -338,8 +366,9 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
   };
   write_inputs(given);
   core.load(job.prog);
-  install_interrupt_handler();
+  install_interrupt_handlers();
   const auto run_core = run_systemc_sliced;
+  enter_phase("simulate");
   run_core();
   if (!core.finished()) throw std::runtime_error("the NeuronCore did not finish (SystemC ran out of events)");
   // Reported without throwing: unwinding after SystemC's coroutines ran trips ASan's stack
@@ -448,6 +477,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
   }
 
   // Outputs.
+  enter_phase("check");
   const Tolerance deftol = default_tolerance(s.resolved["precision"]["compute"].get<std::string>());
   if (!job.outputs.empty()) con.out("");
   for (const auto& b : job.outputs) {
@@ -480,6 +510,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
                " instructions, " + std::to_string(st.busy_cycles[i]) + " busy cycles");
   }
   if (s.resolved.contains("trace")) {
+    enter_phase("trace");
     // The estimator's kernels laid end to end, above the simulated timeline.
     std::vector<PredictedKernel> predicted;
     if (job.compiled) {

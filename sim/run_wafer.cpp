@@ -22,6 +22,7 @@
 #include "models/wafer/weight_stream.hpp"
 #include "sim/check.hpp"
 #include "sim/console.hpp"
+#include "sim/model.hpp"
 #include "sim/report.hpp"
 #include "sim/run.hpp"
 #include "sim/run_engines.hpp"
@@ -62,6 +63,21 @@ ArrayPlace place_of(const wafer::LoadedLayout& L, const std::string& name, const
   if (n != (x1 - x0 + 1) * (y1 - y0 + 1))
     throw InputError(where, "the PEs declaring '" + name + "' do not form a rectangle", "declare it on every PE of one rectangle");
   return {x0, y0, x1 - x0 + 1, y1 - y0 + 1, count};
+}
+
+// A .npy for a hand-written layout (a port stream, a PE array, a MemoryX tensor): fp32 values the
+// host writes in the layout's element type; another dtype only with "cast": true.
+Tensor read_layout_file(const json& spec, const std::string& where, const std::string& name) {
+  const std::string path = spec["file"].get<std::string>();
+  NpyInfo info;
+  try {
+    info = read_npy_info(path);
+  } catch (const InputError& e) {
+    const Diagnostic& d = e.diagnostics().at(0);
+    throw InputError(where + "/file", d.where + ": " + d.message, d.hint);
+  }
+  // The shape is checked by the caller (it depends on the port, the array or the declaration).
+  return read_input_file(spec, where, name, DType::f32, {info.shape});
 }
 
 uint32_t to_payload(float v, wafer::Elem e) { return e == wafer::Elem::f16 ? fp32_to_fp16(v) : float_bits(v); }
@@ -211,6 +227,7 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
 
   const wafer::WaferConfig cfg = wafer::WaferConfig::from(s.params);
   const std::string layout_path = model["layout"].get<std::string>();
+  enter_phase("compile");
   const wafer::LoadedLayout L = wafer::load_layout(layout_path, cfg);
 
   DiagnosticList d;
@@ -228,7 +245,7 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
         continue;
       }
       try {
-        Tensor t = read_npy(spec["file"].get<std::string>());
+        Tensor t = read_layout_file(spec, where, name);
         if (t.rank() == 1 && ps->length == 1) t = t.reshaped({1, t.shape()[0]});
         if (t.rank() != 2 || t.shape()[0] != ps->length) {
           d.add(where, "shape " + shape_str(t.shape()) + " does not match port '" + name + "': [" + std::to_string(ps->length) + " lanes, n]");
@@ -245,7 +262,7 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
       const Shape shape{p.h, p.w, p.count};
       Tensor t;
       if (spec.contains("file")) {
-        t = read_npy(spec["file"].get<std::string>());
+        t = read_layout_file(spec, where, name);
       } else {
         const json& r = spec["random"];
         t = random_tensor(DType::f32, shape, r["seed"].get<uint64_t>(), r["dist"] == "normal", r["scale"].get<double>());
@@ -273,7 +290,7 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
     const Shape shape = spec["shape"].get<Shape>();
     try {
       Tensor t;
-      if (spec.contains("file")) t = read_npy(spec["file"].get<std::string>());
+      if (spec.contains("file")) t = read_layout_file(spec, where, name);
       else {
         const json& r = spec["random"];
         t = random_tensor(DType::f32, shape, r["seed"].get<uint64_t>(), r["dist"] == "normal", r["scale"].get<double>());
@@ -344,12 +361,19 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
     }
   }
   d.throw_if_any();
+  wafer::Fabric::check_host_memory(L, cfg, static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>()));
+  if (opt.check_only) {
+    note_checked(opt, "layout " + std::to_string(L.layout.width) + " x " + std::to_string(L.layout.height) + " PEs, " +
+                          std::to_string(L.programs.size()) + " program(s), inputs, host memory");
+    return 0;
+  }
 
+  enter_phase("elaborate");
   models::set_fs_resolution();
   wafer::FabricOptions fo;
   fo.max_cycles = static_cast<int64_t>(s.resolved["run"]["max_time"].get<double>() * cfg.clock_hz);
   fo.record = s.resolved.contains("trace");
-  fo.stop = [] { return interrupted(); };  // SIGINT stops a long fabric run (tessera exits 130, nothing written)  // the op and delivery records the trace renders
+  fo.stop = [] { return interrupt_requested(); };  // SIGINT stops a long fabric run (tessera exits 130, nothing written)  // the op and delivery records the trace renders
   fo.host_memory_budget = static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>());
   wafer::Fabric fab("wafer", cfg, fo);
   fab.load(L);
@@ -397,9 +421,11 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   std::vector<std::string> fault_what;
   json faults = arm_wafer_faults(s, fab, fault_what);
   fab.start();
-  install_interrupt_handler();
+  install_interrupt_handlers();
+  enter_phase("simulate");
   sc_core::sc_start();
-  throw_if_interrupted();
+  poll_interrupt();
+  enter_phase("check");
   report_wafer_faults(faults, fault_what, fab);
   if (fab.error()) {  // not thrown: see run_neuroncore.cpp
     con.error(Diagnostic{layout_path, *fab.error(), "fix the PE programs or routes"}.str());

@@ -42,7 +42,7 @@ wafer::FabricOptions compiled_fabric_options(const Scenario& s, const wafer::Waf
   wafer::FabricOptions fo;
   fo.max_cycles = static_cast<int64_t>(s.resolved["run"]["max_time"].get<double>() * cfg.clock_hz);
   fo.record = s.resolved.contains("trace");
-  fo.stop = [] { return interrupted(); };  // SIGINT stops a long fabric run (tessera exits 130, nothing written)
+  fo.stop = [] { return interrupt_requested(); };  // SIGINT stops a long fabric run (tessera exits 130, nothing written)
   fo.task_ends = true;
   // The compiled programs never write what a memory-only op reads while it runs, so those ops may
   // compute at issue -- unless faults are armed: a bit flipped mid-op must be seen element by element.
@@ -112,6 +112,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   const StepSchedule sched = StepSchedule::from(s.resolved["run"]);
   const auto out_sizes = output_sizes(g);
   const std::vector<StepClosure> closures = parse_closures(s.resolved["step_closures"], g.outputs, &out_sizes);
+  HostMemory mem = precheck_graph_data(s, g, sched.steps, true);
   const StepInputs step_inputs(s, g, sched.steps);
   for (const auto& w : sched.warnings) con.warn(w);
   std::map<std::string, Tensor> inputs = step_inputs.at(0);
@@ -124,6 +125,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   if (m.contains("wafer_block")) mo.block = m["wafer_block"].get<int64_t>();
   wafer_rect_option(m, mo);
   const auto c0 = std::chrono::steady_clock::now();
+  enter_phase("compile");
   wafer::Compiled cp;
   if (mode == "weight_streaming") {
     mo.mode = wafer::MapMode::weight_streaming;
@@ -147,12 +149,24 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   con.out(con.bold("predicted") + " " + format_num(cp.predicted_s * 1e6, "%.3f") + " us (" + std::to_string(cp.predicted_cycles) + " cycles; compiled " +
           std::to_string(cp.kernels.size()) + " kernel(s), " + (ws ? "weight streaming" : "pipelined") + ", " + std::to_string(pes) + " PEs in " +
           std::to_string(cp.fabric_width) + " x " + std::to_string(cp.fabric_height) + ", " + format_num(compile_s * 1e3, "%.1f") + " ms)");
+  const wafer::LoadedLayout L = load_compiled_wafer(cp, cfg);
+  {
+    const wafer::FabricOptions fo = compiled_fabric_options(s, cfg);
+    mem.parts.push_back({"wafer fabric", static_cast<double>(wafer::Fabric::check_host_memory(L, cfg, fo.host_memory_budget))});
+    mem.check(s);
+  }
+  if (opt.check_only) {
+    note_checked(opt, "compiled " + std::to_string(cp.kernels.size()) + " kernel(s), " + (ws ? "weight streaming" : "pipelined") + ", " +
+                          std::to_string(pes) + " PEs, predicted " + format_num(cp.predicted_s * 1e6, "%.3f") + " us");
+    note_checked(opt, "inputs, host memory " + format_num(mem.total() / (1024.0 * 1024), "%.1f") + " MiB");
+    return 0;
+  }
   const std::filesystem::path out(opt.out_dir);
   write_file_atomic((out / "compile_report.txt").string(), wafer::compile_report(cp, cfg));
   write_compiled_wafer(cp, opt);
-  const wafer::LoadedLayout L = load_compiled_wafer(cp, cfg);
 
   // Elaborate the fabric (and MemoryX / SwarmX), place constants and inputs, stream weights.
+  enter_phase("elaborate");
   models::set_fs_resolution();
   wafer::Fabric fab("wafer", cfg, compiled_fabric_options(s, cfg));
   fab.load(L);
@@ -176,9 +190,10 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   json faults = arm_wafer_faults(s, fab, fault_what);
   start_step(inputs);
   fab.start();
-  install_interrupt_handler();
+  install_interrupt_handlers();
+  enter_phase("simulate");
   sc_core::sc_start();
-  throw_if_interrupted();
+  poll_interrupt();
   report_wafer_faults(faults, fault_what, fab);
   fab.clear_faults();
   if (fab.error()) {  // not thrown: see run_neuroncore.cpp
@@ -302,7 +317,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
       start_step(inputs);
       fab.start();
       sc_core::sc_start();
-      throw_if_interrupted();
+      poll_interrupt();
       if (fab.error()) {
         con.error(Diagnostic{"compiled layout, step " + std::to_string(step), *fab.error(), "report it with the scenario"}.str());
         return 2;
@@ -321,7 +336,9 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     con.out(std::to_string(sched.steps) + " steps: " + format_num(t_steps * 1e6, "%.4f") + " us simulated in all, " + format_num(t_steps / static_cast<double>(sched.steps) * 1e6, "%.4f") +
             " us per step");
   // The reference on the last step's inputs.
-  const std::map<std::string, Tensor> reference = reference::execute(g, inputs);
+  enter_phase("reference");
+  const std::map<std::string, Tensor> reference = reference::execute(g, inputs, [](size_t, size_t) { poll_interrupt(); });
+  enter_phase("check");
 
   // Outputs.
   const Tolerance deftol = default_tolerance(compute);

@@ -1,5 +1,6 @@
 #include "sim/scenario.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -10,26 +11,44 @@ namespace tessera::sim {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
+namespace {
+
+// "line:column" of byte `byte` (1-based line and column) in `text`.
+std::string line_col(const std::string& text, size_t byte) {
+  size_t line = 1, col = 1;
+  for (size_t i = 0; i + 1 < byte && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return std::to_string(line) + ":" + std::to_string(col);
+}
+
+}  // namespace
+
 json parse_json_file(const std::string& path) {
   const std::string text = read_file(path);
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw InputError(path, "the file is empty", "a scenario is a JSON object; start from scenarios/quickstart.json");
   try {
     return json::parse(text);
   } catch (const json::parse_error& e) {
-    // Turn the byte offset into line:column.
-    size_t line = 1, col = 1;
-    for (size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
-      }
-    }
     std::string msg = e.what();
     const auto pos = msg.find("syntax error");
     if (pos != std::string::npos) msg = msg.substr(pos);
-    throw InputError(path + ":" + std::to_string(line) + ":" + std::to_string(col), "invalid JSON: " + msg,
-                     "fix the JSON syntax");
+    throw InputError(path + ":" + line_col(text, e.byte), "invalid JSON: " + msg, "fix the JSON syntax");
+  } catch (const json::out_of_range& e) {
+    // A number beyond a double (e.g. 1e400): nlohmann names the number, not where it is.
+    const std::string msg = e.what();
+    const auto q0 = msg.find('\''), q1 = msg.rfind('\'');
+    const std::string number = q0 != std::string::npos && q1 > q0 ? msg.substr(q0 + 1, q1 - q0 - 1) : std::string();
+    const size_t at = number.empty() ? std::string::npos : text.find(number);
+    throw InputError(path + (at == std::string::npos ? std::string() : ":" + line_col(text, at + 1)),
+                     "the number " + (number.empty() ? std::string("here") : number) + " is out of range (beyond a double, about 1.8e308)",
+                     "write a finite number");
   }
 }
 
@@ -159,8 +178,61 @@ Scenario load_scenario_json(json doc, const std::string& file, const std::vector
   return s;
 }
 
+namespace {
+
+// Scenarios in `dir` whose /model/layout names `file` (for the message about a layout given as a
+// scenario).
+std::vector<std::string> scenarios_naming(const fs::path& dir, const fs::path& file) {
+  std::vector<std::string> r;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().extension() != ".json" || it->path() == file) continue;
+    const json d = json::parse(read_file(it->path().string()), nullptr, false);
+    if (!d.is_object() || !d.contains("model") || !d["model"].is_object()) continue;
+    const json& m = d["model"];
+    if (m.contains("layout") && m["layout"].is_string() && fs::path(m["layout"].get<std::string>()).filename() == file.filename())
+      r.push_back(it->path().filename().string());
+  }
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
+// A path that is not a scenario file: a directory, or another tessera file.
+void refuse_non_scenario(const std::string& path, const json* doc) {
+  if (!doc) {
+    std::vector<std::string> found;
+    std::error_code ec;
+    for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().extension() == ".json") found.push_back(it->path().filename().string());
+    std::sort(found.begin(), found.end());
+    std::string hint = "give a scenario file";
+    if (!found.empty()) {
+      hint += ", e.g. " + (fs::path(path) / found.front()).string();
+      if (found.size() > 1) hint += " (" + std::to_string(found.size()) + " .json files there)";
+    }
+    throw InputError(path, "is a directory, not a scenario file", hint + "; `tessera compare DIR` runs every scenario in a directory");
+  }
+  const std::string schema = doc->is_object() ? doc->value("schema", "") : "";
+  if (schema == "tessera.wafer-layout/1") {
+    const auto users = scenarios_naming(fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path(), fs::path(path));
+    throw InputError(path, "this is a wafer layout file (tessera.wafer-layout/1), not a scenario",
+                     users.empty() ? std::string("run a scenario that names it in /model/layout (docs/wafer-asm.md)")
+                                   : "run the scenario that names it: " + (fs::path(path).parent_path() / users.front()).string());
+  }
+  if (schema == "tessera.checkpoint/1")
+    throw InputError(path, "this is a training checkpoint manifest, not a scenario", "continue the run with tessera run SCENARIO --resume " +
+                                                                                          fs::path(path).parent_path().string());
+  if (schema.rfind("tessera.compare/", 0) == 0)
+    throw InputError(path, "this is the output of tessera compare, not a scenario", "give a scenario file");
+}
+
+}  // namespace
+
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) refuse_non_scenario(path, nullptr);
   json doc = parse_json_file(path);
+  refuse_non_scenario(path, &doc);
   // A report.json carries its fully resolved scenario: run it again as it was.
   if (doc.is_object() && doc.value("schema", "") == "tessera.report/1" && doc.contains("scenario")) {
     const json scenario = doc["scenario"];

@@ -76,8 +76,9 @@ NodePtr build() {
       opt("scale", with_default(number(0, inf, "standard deviation (normal) or half-width (uniform)"), 1.0)),
   }, "seeded random values");
   auto input = object({
-      opt("file", path("a .npy file")),
+      opt("file", path("a .npy file of the input's dtype (fp32 for bf16, cbf16 and fp8 inputs, which NumPy lacks)")),
       opt("random", random),
+      opt("cast", with_default(boolean("convert a .npy of another dtype to the input's dtype as it loads (without it, a dtype mismatch is an error)"), false)),
   }, "one model input: a .npy file or seeded random values");
   input->exactly_one_of = {"file", "random"};
 
@@ -151,7 +152,7 @@ NodePtr build() {
       opt("activation_steps", with_default(integer(1, 1e9, "closures run every n steps ((step + 1) % n == 0) and on the last; reduced to its gcd with the checkpoint steps + 1"), 1)),
       opt("numerics", with_default(boolean("false = timing only (no tensor values computed)"), true)),
       opt("max_time", with_default(quantity(UnitKind::time, 1e-9, 1e6, "watchdog: stop a machine run that has not finished after this much simulated time"), "10s")),
-      opt("host_memory", with_default(quantity(UnitKind::bytes, 1048576, 1e15, "wafer: host memory the fabric model may take; a larger fabric stops before it is built, naming what it needs"), "16GiB")),
+      opt("host_memory", with_default(quantity(UnitKind::bytes, 1048576, 1e15, "host memory the run may take (inputs, the reference executor's values, the machine's memory: HBM, the wafer fabric's state); a run that needs more stops before it allocates, naming what it needs"), "16GiB")),
       opt("faults", with_default(array_of(object({
           req("kind", enumeration({"sram_bit_flip", "sram_bit_force", "drop_wavelets"},
                                   "the fault: flip one bit of an element of a PE array, force it to `value`, or drop wavelets leaving a router")),

@@ -242,7 +242,16 @@ json validate(const Node& n, const json& v, const std::string& p, const Context&
       if (fp.is_relative() && !ctx.base_dir.empty()) fp = fs::path(ctx.base_dir) / fp;
       fp = fp.lexically_normal();
       std::error_code ec;
-      if (!fs::is_regular_file(fp, ec)) {
+      const fs::file_status st = fs::status(fp, ec);
+      if (fs::is_directory(st)) {
+        d.add(where(p), fp.string() + " is a directory, not a file", "name the file in it");
+        return v;
+      }
+      if (fs::exists(st) && !fs::is_regular_file(st)) {
+        d.add(where(p), fp.string() + " is not a regular file", "name a file");
+        return v;
+      }
+      if (!fs::is_regular_file(st)) {
         d.add(where(p), "file not found: " + fp.string(), "paths are relative to the scenario file");
         return v;
       }

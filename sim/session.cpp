@@ -1,6 +1,8 @@
 // Multi-step runs (session.hpp): the step schedule, step closures and per-step inputs.
 #include "sim/session.hpp"
 
+#include "sim/model.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -302,17 +304,15 @@ StepInputs::StepInputs(const Scenario& s, const graph::Graph& g, int64_t steps, 
     in.dtype = v.dtype;
     in.shape = v.shape;
     if (spec.contains("file")) {
-      in.data = read_npy(spec["file"].get<std::string>());
       Shape per = v.shape;
       per.insert(per.begin(), steps);
-      if (in.data.shape() == per && (steps > 1 || in.data.shape() != v.shape)) {
-        in.per_step = true;
-      } else if (in.data.shape() != v.shape) {
-        d.add(where + "/file", "shape " + shape_str(in.data.shape()) + " is neither the model input's " + shape_str(v.shape) + " nor one per step " +
-                                   shape_str(per),
-              "give the input's shape (the same every step) or a leading axis of run.steps");
+      try {
+        in.data = read_input_file(spec, where, name, v.dtype, {v.shape, per});
+      } catch (const InputError& e) {
+        for (const auto& di : e.diagnostics()) d.add(di.where, di.message, di.hint);
         continue;
       }
+      in.per_step = in.data.shape() != v.shape;
     } else {
       const json& r = spec["random"];
       in.random = true;

@@ -15,6 +15,7 @@
 #include "models/neuroncore/core.hpp"
 #include "models/neuroncore/memory.hpp"
 #include "sim/console.hpp"
+#include "sim/outdir.hpp"
 
 namespace tessera::sim {
 
@@ -377,7 +378,7 @@ std::string write_trace_file(const json& cfg, const TraceBuilder& b, const std::
   const std::string path = (std::filesystem::path(out_dir) / cfg.value("file", std::string("trace.pftrace"))).string();
   write_file_atomic(path, data);
   if (b.dropped()) Console::get().warn(b.warning());
-  std::string note = "trace: " + path + ", " + fmt_size(data.size()) + ", " + std::to_string(b.slices()) + " slices, detail " +
+  std::string note = "trace: " + shown_path(path) + ", " + fmt_size(data.size()) + ", " + std::to_string(b.slices()) + " slices, detail " +
                      cfg.value("detail", std::string("kernel"));
   if (format == "json") note += ", Chrome JSON";
   if (b.dropped()) note += ", dropped " + std::to_string(b.dropped()) + " (byte budget)";

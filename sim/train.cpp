@@ -14,6 +14,8 @@
 #include "mapper/reference/executor.hpp"
 #include "sim/check.hpp"
 #include "sim/console.hpp"
+#include "sim/outdir.hpp"
+#include "sim/model.hpp"
 #include "sim/report.hpp"
 #include "sim/run.hpp"
 #include "sim/session.hpp"
@@ -109,6 +111,7 @@ int run_training(const Scenario& s, const RunOptions& opt, const graph::Graph& g
   const std::vector<StepClosure> closures = parse_closures(s.resolved["step_closures"], outs, &out_sizes);
   std::vector<std::string> given = g.inputs;
   given.push_back(spec.target);
+  HostMemory mem = precheck_graph_data(s, tg.g, sched.steps, true, &given);
   const StepInputs step_inputs(s, tg.g, sched.steps, &given);
   std::vector<std::string> order;
   for (const auto& [in, nx] : tg.state) order.push_back(in);
@@ -153,6 +156,12 @@ int run_training(const Scenario& s, const RunOptions& opt, const graph::Graph& g
   } else {
     machine = std::make_unique<ReferenceTrainer>(tg);
   }
+  if (opt.check_only) {
+    note_checked(opt, "training graph " + std::to_string(tg.g.nodes.size()) + " nodes, inputs, host memory " +
+                          format_num(mem.total() / (1024.0 * 1024), "%.1f") + " MiB");
+    return 0;
+  }
+  enter_phase("simulate");
   machine->set_state(state);
   machine->first_step = first;
 
@@ -164,7 +173,7 @@ int run_training(const Scenario& s, const RunOptions& opt, const graph::Graph& g
   std::vector<StepMark> marks;
   double t_sim = 0;
   for (int64_t step = first; step < sched.steps; ++step) {
-    throw_if_interrupted();
+    poll_interrupt();
     std::map<std::string, Tensor> in = step_inputs.at(step);
     in["step"] = Tensor::from_f32({}, {static_cast<float>(step + 1)}).cast(tg.g.value("step").dtype);
     const double scale_before = spec.loss_scaling ? machine->state_scalar("loss_scale") : 0.0;
@@ -213,6 +222,7 @@ int run_training(const Scenario& s, const RunOptions& opt, const graph::Graph& g
   }
 
   // The final weights and the last step's outputs.
+  enter_phase("check");
   bool all_pass = true;
   std::vector<std::string> failures;
   for (const auto& p : tg.params) write_npy((fs::path(opt.out_dir) / "params" / (safe_file_name(p) + ".npy")).string(), state.at(p));
@@ -279,9 +289,9 @@ int run_training(const Scenario& s, const RunOptions& opt, const graph::Graph& g
   if (report["latency"].value("error_pct", json()).is_number()) check_latency_error(expect, report["latency"]["error_pct"].get<double>(), report, all_pass, failures);
   for (const auto& f : failures) report["checks"].push_back({{"check", "losses"}, {"pass", false}, {"detail", f}});
   report["pass"] = all_pass;
-  throw_if_interrupted();
+  poll_interrupt();
   write_report(opt.out_dir, report, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  con.out("report: " + (fs::path(opt.out_dir) / "report.json").string());
+  con.out("report: " + shown_path((fs::path(opt.out_dir) / "report.json").string()));
   if (!all_pass) {
     for (const auto& f : failures) con.error("check failed: " + f);
     return 1;

@@ -36,6 +36,7 @@ class NeuronCoreTrainer : public TrainMachine {
     graph::Graph cg = tg.g;
     passes::canonicalize(cg);
     const auto c0 = std::chrono::steady_clock::now();
+    enter_phase("compile");
     compiled_ = compile(cg, cfg_, mo);
     compile_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
     try {
@@ -47,6 +48,11 @@ class NeuronCoreTrainer : public TrainMachine {
     con.out(con.bold("predicted") + " " + format_num(compiled_.predicted_s * 1e6, "%.3f") + " us per training step (compiled " +
             std::to_string(prog.kernels.size()) + " kernels, " + std::to_string(prog.instrs.size()) + " instructions in " +
             std::to_string(prog.bundles.size()) + " bundles, " + format_num(compile_s_ * 1e3, "%.1f") + " ms)");
+    if (opt.check_only) {
+      note_checked(opt, "compiled " + std::to_string(prog.kernels.size()) + " kernels, predicted " + format_num(compiled_.predicted_s * 1e6, "%.3f") +
+                            " us per training step");
+      return;  // nothing elaborated: run_training returns before a step
+    }
     write_file_atomic((std::filesystem::path(opt.out_dir) / "compile_report.txt").string(), compile_report(compiled_, cfg_));
     if (opt.emit_program) write_file_atomic((std::filesystem::path(opt.out_dir) / "program.s").string(), disassemble(prog));
     for (const auto& [in, nx] : tg.state) state_names_.insert(in);
@@ -62,7 +68,7 @@ class NeuronCoreTrainer : public TrainMachine {
       const HbmTensor* t = prog.find_hbm(name);
       core_->memory().hbm_write(t->offset, data.data(), data.nbytes());
     }
-    install_interrupt_handler();
+    install_interrupt_handlers();
   }
 
   void set_state(const std::map<std::string, Tensor>& state) override {

@@ -52,6 +52,7 @@ class WaferTrainer : public TrainMachine {
     mo.momentum = momentum_;
     wafer_rect_option(m, mo);
     const auto c0 = std::chrono::steady_clock::now();
+    enter_phase("compile");
     cp_ = wafer::compile(forward, cfg_, mo);
     const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
     for (const auto& k : cp_.kernels)
@@ -64,10 +65,16 @@ class WaferTrainer : public TrainMachine {
     con.out(con.bold("predicted") + " " + format_num(cp_.predicted_s * 1e6, "%.3f") + " us per training step (forward to cycle " +
             std::to_string(cp_.train_est.forward) + ", loss to " + std::to_string(cp_.train_est.loss) + ", backward to " + std::to_string(cp_.train_est.backward) +
             ", MemoryX updates done at " + format_num(cp_.train_est.update_end_s * 1e6, "%.3f") + " us)");
+    L_ = load_compiled_wafer(cp_, cfg_);
+    wafer::Fabric::check_host_memory(L_, cfg_, compiled_fabric_options(s, cfg_).host_memory_budget);
+    if (opt.check_only) {
+      note_checked(opt, "compiled " + std::to_string(cp_.kernels.size()) + " layer(s), predicted " + format_num(cp_.predicted_s * 1e6, "%.3f") +
+                            " us per training step");
+      return;  // nothing elaborated: run_training returns before a step
+    }
     const std::filesystem::path out(opt.out_dir);
     write_file_atomic((out / "compile_report.txt").string(), wafer::compile_report(cp_, cfg_));
     write_compiled_wafer(cp_, opt);
-    L_ = load_compiled_wafer(cp_, cfg_);
     models::set_fs_resolution();
     if (s.resolved.contains("trace")) trace_cfg_ = s.resolved["trace"];
     out_dir_ = opt.out_dir;
@@ -79,7 +86,7 @@ class WaferTrainer : public TrainMachine {
     sx_ = std::make_unique<wafer::SwarmX>("swarmx", cfg_);
     sx_->socket.bind(mx_->socket);
     mx_->set_sgd(spec.learning_rate, momentum_);
-    install_interrupt_handler();
+    install_interrupt_handlers();
   }
 
   void set_state(const std::map<std::string, Tensor>& state) override {
@@ -117,7 +124,7 @@ class WaferTrainer : public TrainMachine {
     stream_compiled_weights(cp_, *fab_, *mx_, *sx_, t_start);
     fab_->start();
     sc_core::sc_start();
-    throw_if_interrupted();
+    poll_interrupt();
     const bool faulted = steps_ == 0 && !faults_.empty();
     if (faulted) {
       report_wafer_faults(faults_, fault_what_, *fab_);

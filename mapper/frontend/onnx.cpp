@@ -117,6 +117,7 @@ void read_value_info(const onnx::ValueInfoProto& vi, graph::Value& v, const std:
 }  // namespace
 
 graph::Graph load_onnx_bytes(const std::string& bytes, const std::string& src) {
+  if (bytes.empty()) throw InputError(src, "the file is empty (0 bytes), not an ONNX model", "re-export the model (torch.onnx.export)");
   onnx::ModelProto m;
   if (!m.ParseFromString(bytes))
     throw InputError(src, "not a valid ONNX model (protobuf parsing failed: the file is truncated or not ONNX)",
@@ -127,7 +128,9 @@ graph::Graph load_onnx_bytes(const std::string& bytes, const std::string& src) {
   for (const auto& os : m.opset_import()) {
     if (os.domain().empty() || os.domain() == "ai.onnx") g.opset = static_cast<int>(os.version());
   }
-  if (g.opset < 0) throw InputError(src, "the model imports no ai.onnx opset");
+  if (g.opset < 0)
+    throw InputError(src, m.has_graph() ? "the model imports no ai.onnx opset" : "not an ONNX model (no graph and no ai.onnx opset)",
+                     "re-export the model (torch.onnx.export); check the file with onnx.checker.check_model");
   if (g.opset < 1 || g.opset > 18)
     throw InputError(src, "opset " + std::to_string(g.opset) + " is not supported", "tessera reads ai.onnx opsets 1 to 18");
   const auto& gp = m.graph();

@@ -9,6 +9,7 @@
 // Gather, Slice, Cast, ...) 0.
 #include <cstdint>
 #include <ostream>
+#include <string>
 
 #include "mapper/graph/graph.hpp"
 
@@ -23,7 +24,9 @@ struct GraphTotals {
   int64_t param_bytes = 0;
   int64_t params = 0;  // elements
 };
-GraphTotals totals(const Graph& g);
+GraphTotals totals(const Graph& g);  // saturating: a count past int64 is kCountMax (isa/checked.hpp)
+// A count for people: the number, or ">9.2e18" for one that saturated.
+std::string count_str(int64_t v);
 
 // The `tessera graph` table.
 void print_graph(std::ostream& os, const Graph& g);

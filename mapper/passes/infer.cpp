@@ -1,5 +1,7 @@
 #include "isa/error.hpp"
 #include "mapper/passes/passes.hpp"
+
+#include "isa/checked.hpp"
 #include "mapper/reference/kernels.hpp"
 
 #include <boost/graph/adjacency_list.hpp>
@@ -93,7 +95,23 @@ bool infer_fast(Graph& g, const Node& n) {
 }
 
 // Runs a node on its inputs (constants with their data; other inputs as zeros of the right shape).
+int64_t g_zeros_budget = 0;  // prepare(g, host_bytes)
+
 std::vector<Tensor> run_node(const Graph& g, const Node& n, bool zeros_for_unknown) {
+  if (g_zeros_budget > 0 && zeros_for_unknown) {
+    double need = 0;
+    for (const auto& i : n.inputs)
+      if (!i.empty() && !g.value(i).data) {
+        double b = static_cast<double>(dtype_size(g.value(i).dtype));
+        for (int64_t d : g.value(i).shape) b *= static_cast<double>(d);
+        need += b;
+      }
+    if (need > static_cast<double>(g_zeros_budget))
+      throw InputError(g.where(n), "learning this node's output shape means running it on zeros of its inputs, " +
+                                       std::to_string(static_cast<int64_t>(need / (1024.0 * 1024 * 1024))) +
+                                       " GiB: more than the host-memory budget run.host_memory",
+                       "use smaller shapes (batch, sequence), or raise run.host_memory if this machine has it");
+  }
   std::vector<Tensor> zeros;
   zeros.reserve(n.inputs.size());
   reference::OpCall call;
@@ -231,11 +249,27 @@ void remove_dead(Graph& g) {
     it = used.count(it->first) ? std::next(it) : g.values.erase(it);
 }
 
-void prepare(Graph& g) {
+void prepare(Graph& g, int64_t host_bytes) {
   graph::verify(g);
-  infer_and_fold(g);
+  for (const auto& i : g.inputs)
+    if (shape_numel(g.value(i).shape) == kCountMax)
+      throw InputError("input '" + i + "'", "shape " + shape_str(g.value(i).shape) + " has more elements than a 64-bit count holds", "give a smaller shape");
+  g_zeros_budget = host_bytes;
+  try {
+    infer_and_fold(g);
+  } catch (...) {
+    g_zeros_budget = 0;
+    throw;
+  }
+  g_zeros_budget = 0;
   remove_dead(g);
   graph::verify(g);
+  // Element counts must not overflow (shape_numel saturates; a saturated count is no shape).
+  for (const auto& n : g.nodes)
+    for (const auto& o : n.outputs)
+      if (!o.empty() && g.value(o).shape_known && shape_numel(g.value(o).shape) == kCountMax)
+        throw InputError(g.where(n), "output '" + o + "' of shape " + shape_str(g.value(o).shape) + " has more elements than a 64-bit count holds",
+                         "check the shapes (a Reshape, Expand or Tile with a wrong size?)");
 }
 
 }  // namespace tessera::passes

@@ -19,7 +19,11 @@ void infer_and_fold(graph::Graph& g);
 // and sizes, NonZero's input, ...). infer_and_fold refuses a node whose such input is not a constant.
 std::vector<size_t> shape_inputs(const std::string& op, int opset);
 void remove_dead(graph::Graph& g);
-void prepare(graph::Graph& g);
+// `host_bytes` (0: no limit): infer_and_fold learns the shapes of ops without a shape rule by
+// running them on zeros of their input shapes; a node whose zeros would take more host memory than
+// this is refused (InputError naming the node and run.host_memory) instead of allocated. Every value
+// shape must count its elements in int64.
+void prepare(graph::Graph& g, int64_t host_bytes = 0);
 
 // The canonical graph the compilers lower (canonicalize, its passes): mapper/passes/canonicalize.hpp.
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "isa/interrupt.hpp"
 #include "mapper/reference/ops.hpp"
 
 namespace tessera::reference {
@@ -17,6 +18,7 @@ namespace {
 template <typename T>
 void matmul_block(const T* A, const T* B, T* C, int64_t M, int64_t K, int64_t N) {
   for (int64_t i = 0; i < M; ++i) {
+    poll_interrupt();  // a row is at most milliseconds: Ctrl-C stops even one big matmul at once
     T* row = C + i * N;
     std::fill(row, row + N, T{0});
     for (int64_t k = 0; k < K; ++k) {
@@ -236,6 +238,7 @@ std::vector<Tensor> op_conv(const OpCall& c) {
   std::vector<double> r(static_cast<size_t>(N * M * out_plane));
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t oc = 0; oc < M; ++oc) {
+      poll_interrupt();
       const int64_t grp = oc / Mg;
       double* acc = r.data() + (n * M + oc) * out_plane;
       std::fill(acc, acc + out_plane, bias ? bv[static_cast<size_t>(oc)] : 0.0);
@@ -352,6 +355,7 @@ std::vector<Tensor> op_conv_transpose(const OpCall& c) {
   std::vector<double> r(static_cast<size_t>(N * M * out_plane), 0.0);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t ic = 0; ic < C; ++ic) {
+      poll_interrupt();
       const int64_t grp = ic / Cg;
       const double* xp = xv.data() + (n * C + ic) * in_plane;
       for (int64_t m = 0; m < Mg; ++m) {

@@ -512,7 +512,14 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
 // arrays, route slots with their buffers, PE slots with their queues, and the SRAM pages the fill
 // values need, counted from the layout before anything is allocated. SRAM written later grows it
 // (store() checks again).
-int64_t Fabric::Impl::estimate_bytes(const LoadedLayout& layout, int64_t& fill_bytes) const {
+int64_t Fabric::Impl::estimate_bytes(const LoadedLayout& layout, const WaferConfig& cfg, int64_t& fill_bytes) {
+  const int64_t W = layout.layout.width, H = layout.layout.height;
+  const int64_t D = static_cast<int64_t>(cfg.buffer_depth);
+  int64_t QD = 1;
+  for (int q = 0; q < 8; ++q) {
+    if (q < static_cast<int>(cfg.input_depth.size())) QD = std::max<int64_t>(QD, static_cast<int64_t>(cfg.input_depth[static_cast<size_t>(q)]));
+    if (q < static_cast<int>(cfg.output_depth.size())) QD = std::max<int64_t>(QD, static_cast<int64_t>(cfg.output_depth[static_cast<size_t>(q)]));
+  }
   const int64_t npe = W * H;
   int64_t slots = 0, rxbufs = 0;
   for (const auto& rs : layout.layout.routes) {
@@ -548,17 +555,25 @@ std::string mib(int64_t b) {
 }
 }  // namespace
 
+int64_t Fabric::check_host_memory(const LoadedLayout& layout, const WaferConfig& cfg, int64_t budget) {
+  int64_t fill = 0;
+  const int64_t need = Impl::estimate_bytes(layout, cfg, fill);
+  if (budget > 0 && need > budget)
+    throw InputError(layout.layout.source.empty() ? std::string("wafer layout") : layout.layout.source,
+                     "the fabric's state needs about " + mib(need) + " of host memory (" + std::to_string(layout.layout.width) + " x " +
+                         std::to_string(layout.layout.height) +
+                         " routers, not counting SRAM pages first written during the run); the host-memory budget is " + mib(budget),
+                     "raise run.host_memory, or run a smaller fabric (target.params fabric.width / fabric.height)");
+  return need;
+}
+
 void Fabric::Impl::check_host_memory(const LoadedLayout& layout) {
   const int64_t budget = f.opt_.host_memory_budget;
   int64_t fill = 0;
-  const int64_t need = estimate_bytes(layout, fill);
+  const int64_t need = Fabric::check_host_memory(layout, cfg, budget);
+  estimate_bytes(layout, cfg, fill);
   f.estimated_bytes_ = need;
   if (budget <= 0) return;
-  if (need > budget)
-    throw InputError(layout.layout.source.empty() ? std::string("wafer layout") : layout.layout.source,
-                     "the fabric's state needs about " + mib(need) + " of host memory (" + std::to_string(W) + " x " + std::to_string(H) +
-                         " routers, not counting SRAM pages first written during the run); the host-memory budget is " + mib(budget),
-                     "raise run.host_memory, or run a smaller fabric (target.params fabric.width / fabric.height)");
   sram_budget = budget - (need - fill);  // SRAM pages (fill values first) may take the rest
 }
 

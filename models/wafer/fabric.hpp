@@ -196,6 +196,9 @@ class Fabric : public sc_core::sc_module {
   // Host memory the loaded fabric's state was estimated to need before it was built (bytes; SRAM
   // pages first written during runs come on top).
   int64_t estimated_host_bytes() const { return estimated_bytes_; }
+  // The same estimate before any fabric is built (tessera validate): throws the InputError load()
+  // would throw past `budget` bytes (0: no limit); returns the estimate.
+  static int64_t check_host_memory(const LoadedLayout& layout, const WaferConfig& cfg, int64_t budget);
   const std::vector<DeliveryRecord>& deliveries() const { return deliveries_; }
   const std::vector<OpRecord>& op_records() const { return op_records_; }
   const std::vector<TaskRecord>& task_records() const { return task_records_; }

@@ -259,7 +259,7 @@ struct Fabric::Impl {
 
   std::vector<int64_t> task_end;             // FabricOptions::task_ends: per PE slot x 64 tasks (relative cycle, -1)
   void load(const LoadedLayout& layout);
-  int64_t estimate_bytes(const LoadedLayout& layout, int64_t& fill_bytes) const;  // fill_bytes: the SRAM part
+  static int64_t estimate_bytes(const LoadedLayout& layout, const WaferConfig& cfg, int64_t& fill_bytes);  // fill_bytes: the SRAM part
   void check_host_memory(const LoadedLayout& layout);  // throws InputError past FabricOptions::host_memory_budget
   int64_t sram_budget = -1;                              // bytes SRAM pages may take (-1: no budget)
   void reset(int64_t c0);

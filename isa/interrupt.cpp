@@ -1,0 +1,79 @@
+#include "isa/interrupt.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+namespace tessera {
+
+namespace detail {
+std::atomic<int> g_interrupt_signal{0};
+}
+
+namespace {
+
+extern "C" void on_stop_signal(int sig) {
+  int expected = 0;
+  if (detail::g_interrupt_signal.compare_exchange_strong(expected, sig)) return;
+  // A second signal: the first is still being handled (or a loop does not poll); stop now.
+  static const char msg[] = "tessera: stopped at once (second signal)\n";
+  const ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)n;
+  ::_exit(128 + sig);
+}
+
+}  // namespace
+
+Interrupted::Interrupted(int sig) : std::runtime_error(sig == SIGTERM ? "terminated (SIGTERM)" : "interrupted (SIGINT)"), signal(sig) {}
+
+void install_interrupt_handlers() {
+  static bool installed = false;
+  if (installed) return;
+  installed = true;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+void throw_interrupted() { throw Interrupted(interrupt_signal()); }
+
+int interrupt_exit_code(int signal) { return 128 + (signal ? signal : SIGINT); }
+
+namespace {
+std::atomic<const char*> g_phase{""};
+}
+
+const char* current_phase() { return g_phase.load(std::memory_order_relaxed); }
+
+void enter_phase(const char* phase) {
+  g_phase.store(phase, std::memory_order_relaxed);
+  static const char* at = std::getenv("TESSERA_INTERRUPT_AT");
+  if (!at || !*at) return;
+  const std::string spec = at;
+  const auto colon = spec.find(':');
+  const std::string want = spec.substr(0, colon);
+  std::string line = std::string("tessera: phase ") + phase + "\n";
+  if (want != phase) {
+    const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+    (void)n;
+    return;
+  }
+  const int ms = colon == std::string::npos ? 0 : std::atoi(spec.c_str() + colon + 1);
+  line = std::string("tessera: phase ") + phase + ": sending SIGINT in " + std::to_string(ms) + " ms (TESSERA_INTERRUPT_AT)\n";
+  const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+  (void)n;
+  std::thread([ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    ::kill(::getpid(), SIGINT);
+  }).detach();
+}
+
+}  // namespace tessera
