@@ -1,5 +1,7 @@
 #include "isa/compare.hpp"
 
+#include "isa/interrupt.hpp"
+
 #include <cmath>
 #include <limits>
 
@@ -27,6 +29,7 @@ Comparison compare(std::span<const float> a, std::span<const float> e, double rt
   }
   double worst_excess = -std::numeric_limits<double>::infinity();
   for (size_t i = 0; i < a.size(); ++i) {
+    if ((i & 0xfffff) == 0) poll_interrupt();
     const double av = a[i], ev = e[i];
     const bool an = std::isnan(av), en = std::isnan(ev);
     if (an || en) {

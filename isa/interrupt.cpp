@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ctime>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -17,9 +18,20 @@ std::atomic<int> g_interrupt_signal{0};
 
 namespace {
 
+std::atomic<int64_t> g_signal_ns{0};
+
+int64_t now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 extern "C" void on_stop_signal(int sig) {
   int expected = 0;
-  if (detail::g_interrupt_signal.compare_exchange_strong(expected, sig)) return;
+  if (detail::g_interrupt_signal.compare_exchange_strong(expected, sig)) {
+    g_signal_ns.store(now_ns());
+    return;
+  }
   // A second signal: the first is still being handled (or a loop does not poll); stop now.
   static const char msg[] = "tessera: stopped at once (second signal)\n";
   const ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
@@ -43,6 +55,11 @@ void install_interrupt_handlers() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
+double ms_since_signal() {
+  const int64_t t = g_signal_ns.load();
+  return t ? static_cast<double>(now_ns() - t) / 1e6 : 0.0;
+}
+
 void throw_interrupted() { throw Interrupted(interrupt_signal()); }
 
 int interrupt_exit_code(int signal) { return 128 + (signal ? signal : SIGINT); }
@@ -54,6 +71,7 @@ std::atomic<const char*> g_phase{""};
 const char* current_phase() { return g_phase.load(std::memory_order_relaxed); }
 
 void enter_phase(const char* phase) {
+  poll_interrupt();  // a signal that came during the last phase stops the run there
   g_phase.store(phase, std::memory_order_relaxed);
   static const char* at = std::getenv("TESSERA_INTERRUPT_AT");
   if (!at || !*at) return;
@@ -67,12 +85,18 @@ void enter_phase(const char* phase) {
     return;
   }
   const int ms = colon == std::string::npos ? 0 : std::atoi(spec.c_str() + colon + 1);
-  line = std::string("tessera: phase ") + phase + ": sending SIGINT in " + std::to_string(ms) + " ms (TESSERA_INTERRUPT_AT)\n";
+  const int sig = spec.size() > 5 && spec.compare(spec.size() - 5, 5, ":TERM") == 0 ? SIGTERM : SIGINT;
+  line = std::string("tessera: phase ") + phase + ": sending " + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + " in " + std::to_string(ms) +
+         " ms (TESSERA_INTERRUPT_AT)\n";
   const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
   (void)n;
-  std::thread([ms] {
+  if (ms <= 0) {  // now, on this thread: delivered before kill() returns, so the phase sees it first
+    ::kill(::getpid(), sig);
+    return;
+  }
+  std::thread([ms, sig] {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-    ::kill(::getpid(), SIGINT);
+    ::kill(::getpid(), sig);
   }).detach();
 }
 

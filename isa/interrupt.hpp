@@ -28,14 +28,17 @@ inline bool interrupt_requested() { return interrupt_signal() != 0; }
 inline void poll_interrupt() {
   if (interrupt_requested()) throw_interrupted();
 }
+// Milliseconds from the first signal to now (0 before one): how promptly a run stopped.
+double ms_since_signal();
 // The exit code for an interruption by `signal`: 128 + signal (130 SIGINT, 143 SIGTERM).
 int interrupt_exit_code(int signal);
 
 // A run announces its phases (load, compile, inputs, reference, elaborate, simulate, check, write)
-// so that an interruption can say where it stopped.
-// Tests: TESSERA_INTERRUPT_AT=PHASE[:MS] makes the process send itself SIGINT MS milliseconds
-// (default 0) after entering the phase of that name (phases: docs/reliability.md); every phase
-// entered is announced on stderr with TESSERA_INTERRUPT_AT set. Does nothing otherwise.
+// so that an interruption can say where it stopped; entering a phase polls (a signal that came
+// during the last one stops the run there).
+// Tests: TESSERA_INTERRUPT_AT=PHASE[:MS[:TERM]] makes the process send itself SIGINT (SIGTERM) MS
+// milliseconds (default 0: at once) after entering the phase of that name; every phase entered is
+// announced on stderr with TESSERA_INTERRUPT_AT set. Does nothing otherwise.
 void enter_phase(const char* phase);
 // The phase last entered ("" before the first), for messages.
 const char* current_phase();

@@ -1,6 +1,7 @@
 #include "isa/npy.hpp"
 
 #include <cctype>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string_view>
@@ -213,9 +214,13 @@ NpyInfo decode_header(std::string_view b, size_t total, const std::string& name)
     if (need > have / len) fits = false;  // need * len > have, whatever the later dimensions
     else need *= len;
   }
+  double need_d = static_cast<double>(dtype_size(row->dtype));  // for the message (no overflow)
+  for (int64_t dim : shape) need_d *= static_cast<double>(dim);
+  char need_s[32];
+  std::snprintf(need_s, sizeof need_s, need_d < 1e18 ? "%.0f" : "%.3g", need_d);
   if (!fits || need != have)
     bad(name, "shape", "data holds " + std::to_string(have) + " bytes but shape " + shape_str(shape) + " of " +
-                           descr + " needs " + (fits ? std::to_string(need) : std::string("more")),
+                           descr + " needs " + need_s,
         "the file is truncated or its header is wrong");
   return {row->dtype, shape, data_start};
 }

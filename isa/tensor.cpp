@@ -8,6 +8,7 @@
 
 #include "isa/checked.hpp"
 #include "isa/error.hpp"
+#include "isa/interrupt.hpp"
 
 namespace tessera {
 
@@ -127,7 +128,10 @@ std::vector<float> Tensor::to_f32() const {
 
 std::vector<double> Tensor::to_f64() const {
   std::vector<double> out(static_cast<size_t>(numel()));
-  for (size_t i = 0; i < out.size(); ++i) out[i] = element<double>(dtype_, data(), i);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if ((i & 0xfffff) == 0) poll_interrupt();  // big tensors convert for a second or more
+    out[i] = element<double>(dtype_, data(), i);
+  }
   return out;
 }
 
@@ -149,13 +153,17 @@ Tensor Tensor::cast(DType to) const {
     // Float sources widen exactly to fp64; narrow formats are then reached through fp32. fp64 ->
     // fp32 -> fp16 can double-round; graphs that need better cast fp64 -> fp32 explicitly.
     std::vector<float> v(n);
-    for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(element<double>(dtype_, data(), i));
+    for (size_t i = 0; i < n; ++i) {
+      if ((i & 0xfffff) == 0) poll_interrupt();
+      v[i] = static_cast<float>(element<double>(dtype_, data(), i));
+    }
     narrow_array(v.data(), r.data(), n, *f);
     return r;
   }
   std::byte* p = r.data();
   const bool from_float = is_float(dtype_);
   for (size_t i = 0; i < n; ++i) {
+    if ((i & 0xfffff) == 0) poll_interrupt();
     const double v = element<double>(dtype_, data(), i);
     const int64_t iv = from_float ? 0 : element<int64_t>(dtype_, data(), i);
     // Floats saturate to the target integer's range (NaN -> 0); integers convert as C++ does.
@@ -195,7 +203,10 @@ Tensor random_tensor(DType dtype, Shape shape, uint64_t seed, bool normal, doubl
   std::vector<float> vals(static_cast<size_t>(shape_numel(shape)));
   std::normal_distribution<double> nd(0.0, scale);
   std::uniform_real_distribution<double> ud(-scale, scale);
-  for (auto& x : vals) x = static_cast<float>(normal ? nd(rng) : ud(rng));
+  for (size_t i = 0; i < vals.size(); ++i) {
+    if ((i & 0xfffff) == 0) poll_interrupt();  // ~10 ms of draws between polls
+    vals[i] = static_cast<float>(normal ? nd(rng) : ud(rng));
+  }
   Tensor t = Tensor::from_f32(std::move(shape), std::move(vals));
   return dtype == DType::f32 ? t : t.cast(dtype);
 }

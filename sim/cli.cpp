@@ -1,6 +1,7 @@
 #include "sim/cli.hpp"
 
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -367,6 +368,7 @@ int cli_main(int argc, char** argv) {
     const std::string phase = current_phase();
     c.error(std::string(e.what()) + (phase.empty() ? "" : " during " + phase) +
             "; stopped, and no output was written (an existing --out directory is as it was)");
+    if (std::getenv("TESSERA_INTERRUPT_AT")) c.error("stopped " + format_num(ms_since_signal(), "%.0f") + " ms after the signal");
     return interrupt_exit_code(e.signal);
   } catch (const CheckFailed& e) {
     c.error(e.what());

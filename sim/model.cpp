@@ -173,6 +173,7 @@ HostMemory precheck_graph_data(const Scenario& s, const graph::Graph& g, int64_t
   const json& inputs = s.resolved["inputs"];
   const std::vector<std::string>& names = only ? *only : g.inputs;
   for (const auto& name : names) {
+    poll_interrupt();
     if (!inputs.contains(name) || !g.has_value(name)) continue;  // StepInputs reports what is missing
     const graph::Value& v = g.value(name);
     const json& spec = inputs[name];

@@ -119,7 +119,7 @@ OutputDir::OutputDir(std::string out) {
   if (!fs::create_directory(tmp, ec) || ec) {
     const std::string why = ec.message();
     for (auto it = created_parents_.rbegin(); it != created_parents_.rend(); ++it) fs::remove(*it, ec);
-    throw InputError("--out", "cannot write beside '" + out + "': " + why, "choose a writable place with --out");
+    throw InputError("--out", "cannot create the output directory '" + out + "': " + why, "choose a writable place with --out");
   }
   tmp_ = tmp.string();
   write_file_atomic((tmp / kMarker).string(),

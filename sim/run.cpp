@@ -176,6 +176,7 @@ int run_scenario(const Scenario& s, const RunOptions& opt) {
   const int code = dispatch(s, o);
   if (code == 0 || code == 1) {
     enter_phase("write");
+    poll_interrupt();  // a signal before the outputs move into place: none of them appear
     out.commit();
   }
   return code;

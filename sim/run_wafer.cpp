@@ -363,6 +363,13 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   d.throw_if_any();
   wafer::Fabric::check_host_memory(L, cfg, static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>()));
   if (opt.check_only) {
+    if (!s.resolved["run"]["faults"].empty()) {  // faults name PEs, arrays and routes: armed on the loaded fabric (not run)
+      models::set_fs_resolution();
+      wafer::Fabric fab("wafer", cfg, wafer::FabricOptions{});
+      fab.load(L);
+      std::vector<std::string> what;
+      arm_wafer_faults(s, fab, what);
+    }
     note_checked(opt, "layout " + std::to_string(L.layout.width) + " x " + std::to_string(L.layout.height) + " PEs, " +
                           std::to_string(L.programs.size()) + " program(s), inputs, host memory");
     return 0;

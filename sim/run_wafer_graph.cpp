@@ -156,6 +156,13 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     mem.check(s);
   }
   if (opt.check_only) {
+    if (!s.resolved["run"]["faults"].empty()) {  // faults name PEs, arrays and routes: armed on the loaded fabric (not run)
+      models::set_fs_resolution();
+      wafer::Fabric fab("wafer", cfg, compiled_fabric_options(s, cfg));
+      fab.load(L);
+      std::vector<std::string> what;
+      arm_wafer_faults(s, fab, what);
+    }
     note_checked(opt, "compiled " + std::to_string(cp.kernels.size()) + " kernel(s), " + (ws ? "weight streaming" : "pipelined") + ", " +
                           std::to_string(pes) + " PEs, predicted " + format_num(cp.predicted_s * 1e6, "%.3f") + " us");
     note_checked(opt, "inputs, host memory " + format_num(mem.total() / (1024.0 * 1024), "%.1f") + " MiB");

@@ -1,5 +1,7 @@
 #include "traces/trace_builder.hpp"
 
+#include "isa/interrupt.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -201,6 +203,7 @@ bool TraceBuilder::admit(size_t bytes) {
 
 void TraceBuilder::slice(uint64_t track_uuid, const std::string& name, int64_t begin_ns, int64_t end_ns,
                          std::vector<Arg> args, std::vector<uint64_t> flow_out, std::vector<uint64_t> flow_in) {
+  if ((slices_.size() & 0xffff) == 0) poll_interrupt();  // a big run renders millions of slices
   const Track& t = track(track_uuid, "slice");
   if (t.kind == Kind::counter) throw std::invalid_argument("TraceBuilder::slice: '" + name + "' on counter track '" + t.name + "'");
   if (end_ns < begin_ns)
@@ -232,6 +235,7 @@ void TraceBuilder::instant(uint64_t track_uuid, const std::string& name, int64_t
 }
 
 void TraceBuilder::counter_value(uint64_t counter_track, int64_t ts_ns, double value) {
+  if ((counters_.size() & 0xffff) == 0) poll_interrupt();
   const Track& t = track(counter_track, "counter_value");
   if (t.kind != Kind::counter) throw std::invalid_argument("TraceBuilder::counter_value: track '" + t.name + "' is not a counter track");
   estimate_ += 30;
@@ -253,6 +257,7 @@ std::string TraceBuilder::perfetto_bytes() const {
   std::vector<Emit> emits;
   emits.reserve(slices_.size() * 2 + counters_.size());
   for (size_t t = 0; t < per_track.size(); ++t) {
+    poll_interrupt();
     auto& idx = per_track[t];
     std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
       const Event& x = slices_[a];

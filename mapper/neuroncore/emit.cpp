@@ -1,5 +1,7 @@
 #include "mapper/neuroncore/emit.hpp"
 
+#include "isa/interrupt.hpp"
+
 #include <algorithm>
 #include <map>
 #include <stdexcept>
@@ -72,6 +74,7 @@ int16_t Emitter::begin_kernel(const std::string& name) {
 }
 
 void Emitter::emit(Instr in, Lane lane) {
+  if ((stream_.size() & 0xfff) == 0) poll_interrupt();  // a big kernel emits for seconds
   in.kernel = kernel_;
   stream_.push_back({in, lane});
 }
@@ -127,6 +130,7 @@ void Emitter::schedule(int32_t window, const CoreConfig* cfg) {
   // free to pass it; memory dependencies are checked like any other instruction's).
   std::map<int32_t, int32_t> last_on_queue;
   for (size_t i = 0; i < stream_.size(); ++i) {
+    if ((i & 0xfff) == 0) poll_interrupt();
     const Item& it = stream_[i];
     const bool dma = is_dma(it.lane);
     int32_t lo = -1;

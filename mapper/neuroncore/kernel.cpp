@@ -16,6 +16,23 @@ int64_t Sbuf::take(int64_t bytes) {
   return off;
 }
 
+int64_t Ctx::tile_free(const std::string& kernel, int64_t fixed) const {
+  const int64_t bank = cfg.psum_bank_bytes(), cap = std::min<int64_t>(cfg.max_moving_free, bank / 4);
+  const int64_t want = opt.tile_n > 0 ? opt.tile_n : fixed;
+  if (want <= 0) return std::max<int64_t>(1, std::min<int64_t>(512, cap));
+  if (want * 4 > bank)
+    throw InputError("kernel '" + kernel + "'",
+                     "a " + std::to_string(want) + "-wide output tile (" + (opt.tile_n > 0 ? "mapping.tile_n" : "the schedule's tile") + ") needs " +
+                         std::to_string(want * 4) + " bytes of a PSUM bank for its fp32 sums; a bank has " + std::to_string(bank) +
+                         " (psum.partition_bytes " + std::to_string(cfg.psum_partition_bytes) + " / psum.banks " + std::to_string(cfg.psum_banks) + ")",
+                     "use a tile of at most " + std::to_string(std::max<int64_t>(1, cap)) + " (mapping.tile_n), or raise psum.partition_bytes");
+  if (want > cfg.max_moving_free)
+    throw InputError("kernel '" + kernel + "'",
+                     "a " + std::to_string(want) + "-wide output tile exceeds tensor.max_moving_free " + std::to_string(cfg.max_moving_free),
+                     "use a tile of at most " + std::to_string(cap) + " (mapping.tile_n)");
+  return want;
+}
+
 void Ctx::begin(const std::string& name, int64_t stream_buffers, std::pair<int64_t, int64_t> pieces) {
   em.begin_kernel(name);
   c.stream_buffers.push_back(stream_buffers);

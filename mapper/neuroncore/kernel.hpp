@@ -67,6 +67,11 @@ class Ctx {
   // A PSUM tile [parts, free] fp32 in bank i (mod the banks).
   AccessPattern psum(int64_t i, int32_t parts, int32_t free) const;
   void used_psum() { c.psum_high_water = std::max(c.psum_high_water, cfg.psum_bank_bytes() * banks()); }
+  // The free size of a matmul output tile in PSUM: mapping.tile_n, or `fixed` (a schedule's own
+  // tile, 0: none), or as wide as a bank and the moving array allow (at most 512). A tile the user
+  // or the schedule asks for that a bank cannot hold (fp32 sums) throws InputError naming the
+  // kernel, the bytes and the parameters.
+  int64_t tile_free(const std::string& kernel, int64_t fixed = 0) const;
 
   // Instruction builders.
   void tensor_tensor(Alu alu, const AccessPattern& dst, const AccessPattern& a, const AccessPattern& b);

@@ -2,6 +2,7 @@
 #include "mapper/passes/passes.hpp"
 
 #include "isa/checked.hpp"
+#include "isa/interrupt.hpp"
 #include "mapper/reference/kernels.hpp"
 
 #include <boost/graph/adjacency_list.hpp>
@@ -166,6 +167,7 @@ void infer_and_fold(Graph& g) {
   std::vector<bool> folded(g.nodes.size(), false);
   for (size_t idx : order) {
     const Node& n = g.nodes[idx];
+    poll_interrupt();
     bool all_const = true;
     for (const auto& i : n.inputs) {
       if (i.empty()) continue;

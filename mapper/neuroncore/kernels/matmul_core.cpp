@@ -66,7 +66,7 @@ class Core {
   void run() {
     const int64_t M = job_.a.rows, K = job_.a.cols, N = job_.b.cols;
     TM_ = std::min<int64_t>(x_.opt.tile_m > 0 ? x_.opt.tile_m : x_.cfg.tensor_cols, x_.cfg.tensor_cols);
-    TN_ = std::min<int64_t>(x_.opt.tile_n > 0 ? x_.opt.tile_n : 512, std::min<int64_t>(x_.cfg.max_moving_free, x_.cfg.psum_bank_bytes() / 4));
+    TN_ = x_.tile_free(job_.name);
     TK_ = x_.cfg.tensor_rows;
     const int64_t MT = ceil_div(M, TM_), NT = ceil_div(N, TN_), KT = ceil_div(K, TK_);
     // Bytes each order moves (a transposed load costs about twice: the transpose and its copy).

@@ -34,7 +34,7 @@ Status matmul_nki(Ctx& x, const MatmulJob& job, const Epilogue& ep) {
   const int64_t es = stat.ref.es();
   const int64_t TK = x.cfg.tensor_rows;
   const int64_t TM = std::min<int64_t>(x.opt.tile_m > 0 ? x.opt.tile_m : x.cfg.tensor_cols, x.cfg.tensor_cols);
-  const int64_t TN = std::min<int64_t>(x.opt.tile_n > 0 ? x.opt.tile_n : 512, std::min<int64_t>(x.cfg.max_moving_free, x.cfg.psum_bank_bytes() / 4));
+  const int64_t TN = x.tile_free(job.name, 512);  // the NKI tutorial's 128 x 512 tile
   const int64_t KT = ceil_div(K, TK), MT = ceil_div(P, TM), NT = ceil_div(F, TN);
   const int64_t bm = x.opt.block_m > 0 ? x.opt.block_m : (sch == MatmulSchedule::blocked_mnk ? 16 : 2);
   const int64_t bn = x.opt.block_n > 0 ? x.opt.block_n : 2;
