@@ -3,6 +3,7 @@
 #include <array>
 #include <cctype>
 #include <cmath>
+#include <utility>
 #include <cstdio>
 #include <cstdlib>
 
@@ -124,12 +125,17 @@ std::string format_quantity(double v, UnitKind kind) {
       if (a >= 1e-3) return fmt(v * 1e3, "ms");
       if (a >= 1e-6) return fmt(v * 1e6, "us");
       return fmt(v * 1e9, "ns");
-    case UnitKind::bytes:
-      if (a >= 1073741824.0 && std::fmod(a, 1073741824.0) == 0) return fmt(v / 1073741824.0, "GiB");
-      if (a >= 1048576.0 && std::fmod(a, 1048576.0) == 0) return fmt(v / 1048576.0, "MiB");
-      if (a >= 1024.0 && std::fmod(a, 1024.0) == 0) return fmt(v / 1024.0, "KiB");
+    case UnitKind::bytes: {
+      // A binary unit when the value is a whole, short number of it (16 GiB, 48 KiB); else decimal.
+      static const std::pair<double, const char*> binary[] = {
+          {1099511627776.0, "TiB"}, {1073741824.0, "GiB"}, {1048576.0, "MiB"}, {1024.0, "KiB"}};
+      for (const auto& [u, sym] : binary)
+        if (a >= u && std::fmod(a, u) == 0 && a / u < 1e4) return fmt(v / u, sym);
+      if (a >= 1e12) return fmt(v / 1e12, "TB");
       if (a >= 1e9) return fmt(v / 1e9, "GB");
+      if (a >= 1e6) return fmt(v / 1e6, "MB");
       return fmt(v, "B");
+    }
     case UnitKind::bandwidth:
       if (a >= 1e12) return fmt(v / 1e12, "TB/s");
       if (a >= 1e9) return fmt(v / 1e9, "GB/s");

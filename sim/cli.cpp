@@ -149,8 +149,8 @@ void print_usage(std::ostream& os) {
         "  -q, --quiet           print only results and errors\n"
         "  -v, --verbose         print more detail\n"
         "  -h, --help            help (also: tessera VERB --help)\n\n"
-        "exit codes: 0 ok, 1 a check failed, 2 bad input, usage or environment (a path, memory), 3 internal error (a bug:\n"
-        "please report it), 130 interrupted (SIGINT, Ctrl-C), 143 terminated (SIGTERM)\n";
+        "exit codes: 0 ok; 1 a check failed; 2 bad input, usage or environment (a path, memory);\n"
+        "            3 internal error (a bug: please report it); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM)\n";
 }
 
 void print_verb_help(const Verb& v) {

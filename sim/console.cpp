@@ -62,6 +62,8 @@ void Progress::finish() {
   active_ = false;
 }
 
+std::string count_of(int64_t n, const std::string& noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); }
+
 std::string format_num(double v, const char* format) {
   char b[64];
   std::snprintf(b, sizeof b, format, v);

@@ -1,12 +1,15 @@
 #pragma once
 // Console output: results to stdout, diagnostics to stderr, verbosity, colour and progress only
 // on a terminal.
+#include <cstdint>
 #include <string>
 
 namespace tessera::sim {
 
 // A number through printf's `format` (figures on the console and in messages).
 std::string format_num(double v, const char* format = "%.4g");
+// "1 kernel", "3 kernels".
+std::string count_of(int64_t n, const std::string& noun);
 
 enum class Verbosity { quiet, normal, verbose };
 

@@ -70,10 +70,10 @@ void check_out_dir(const std::string& out) {
     bool ours = false;
     for (const char* f : {kMarker, "report.json", "compile_report.txt", "host.json"}) ours = ours || fs::exists(p / f, ec);
     std::string stranger;
-    if (!ours)
+    if (!ours)  // the first name in order (the directory's own order differs between file systems)
       for (fs::directory_iterator it(p, ec), end; !ec && it != end; it.increment(ec)) {
-        stranger = it->path().filename().string();
-        break;
+        const std::string n = it->path().filename().string();
+        if (stranger.empty() || n < stranger) stranger = n;
       }
     if (ec) throw InputError("--out", "cannot read '" + shown + "': " + ec.message(), "choose a directory you can read and write");
     if (!ours && !stranger.empty())

@@ -276,7 +276,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
       job.outputs.push_back({b.name, job.prog.find_hbm(b.hbm), b, graph->value(b.name).shape});
     job.init = job.compiled->hbm_init;
     con.out(con.bold("predicted") + " " + format_num(job.compiled->predicted_s * 1e6, "%.3f") + " us (compiled " +
-            std::to_string(job.prog.kernels.size()) + " kernels, " + std::to_string(job.prog.instrs.size()) +
+            count_of(static_cast<int64_t>(job.prog.kernels.size()), "kernel") + ", " + std::to_string(job.prog.instrs.size()) +
             " instructions in " + std::to_string(job.prog.bundles.size()) + " bundles, " + format_num(job.compile_s * 1e3, "%.1f") +
             " ms)");
   }
@@ -315,7 +315,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
     if (sched.steps > 1) step_inputs.emplace(s, *graph, sched.steps);
   }
   if (opt.check_only) {
-    note_checked(opt, job.compiled ? "compiled " + std::to_string(job.prog.kernels.size()) + " kernels, predicted " +
+    note_checked(opt, job.compiled ? "compiled " + count_of(static_cast<int64_t>(job.prog.kernels.size()), "kernel") + ", predicted " +
                                          format_num(job.compiled->predicted_s * 1e6, "%.3f") + " us"
                                    : "program " + std::to_string(job.prog.bundles.size()) + " bundles (hardware rules)");
     note_checked(opt, "inputs, host memory " + format_num(mem.total() / (1024.0 * 1024), "%.1f") + " MiB");

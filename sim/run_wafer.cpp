@@ -435,7 +435,12 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   enter_phase("check");
   report_wafer_faults(faults, fault_what, fab);
   if (fab.error()) {  // not thrown: see run_neuroncore.cpp
-    con.error(Diagnostic{layout_path, *fab.error(), "fix the PE programs or routes"}.str());
+    bool fired = false;
+    for (const auto& f : faults) fired = fired || f.value("fired", false);
+    con.error(Diagnostic{layout_path, *fab.error(),
+                         fired ? "the injected fault (run.faults) stopped the run here; remove it to run the layout as written"
+                               : "fix the PE programs or routes"}
+                  .str());
     return 2;
   }
   if (!fab.finished()) throw std::runtime_error("the fabric did not finish (SystemC ran out of events)");

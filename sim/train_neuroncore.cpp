@@ -46,10 +46,10 @@ class NeuronCoreTrainer : public TrainMachine {
     }
     const Program& prog = compiled_.program;
     con.out(con.bold("predicted") + " " + format_num(compiled_.predicted_s * 1e6, "%.3f") + " us per training step (compiled " +
-            std::to_string(prog.kernels.size()) + " kernels, " + std::to_string(prog.instrs.size()) + " instructions in " +
+            count_of(static_cast<int64_t>(prog.kernels.size()), "kernel") + ", " + std::to_string(prog.instrs.size()) + " instructions in " +
             std::to_string(prog.bundles.size()) + " bundles, " + format_num(compile_s_ * 1e3, "%.1f") + " ms)");
     if (opt.check_only) {
-      note_checked(opt, "compiled " + std::to_string(prog.kernels.size()) + " kernels, predicted " + format_num(compiled_.predicted_s * 1e6, "%.3f") +
+      note_checked(opt, "compiled " + count_of(static_cast<int64_t>(prog.kernels.size()), "kernel") + ", predicted " + format_num(compiled_.predicted_s * 1e6, "%.3f") +
                             " us per training step");
       return;  // nothing elaborated: run_training returns before a step
     }

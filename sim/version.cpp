@@ -12,7 +12,7 @@ std::string version_string() { return TESSERA_VERSION; }
 
 std::string version_report() {
   std::string r = "tessera " + version_string() + "\n";
-  r += "  build: " TESSERA_BUILD_TYPE ", " __VERSION__ ", C++" + std::to_string(__cplusplus / 100 % 10000) + "\n";
+  r += "  build: " TESSERA_BUILD_TYPE ", " __VERSION__ ", C++" + std::to_string(__cplusplus / 100 % 100) + "\n";
   r += "  SystemC: " + models::systemc_version() + "\n";
   r += "  nlohmann/json: " + std::to_string(NLOHMANN_JSON_VERSION_MAJOR) + "." +
        std::to_string(NLOHMANN_JSON_VERSION_MINOR) + "." + std::to_string(NLOHMANN_JSON_VERSION_PATCH) + "\n";

@@ -22,7 +22,9 @@ Parameters: PyTorch's default initialisation from a fixed seed, then every float
 and buffer gets N(0, 0.1^2) noise (BatchNorm running variances are scaled by U(0.5, 1.5)
 instead): default init leaves biases at 0, norms at weight 1 / bias 0 and BatchNorm at the
 identity, which an executor ignoring them would pass (and the exporter merges identical
-initializers into Identity nodes). The module structure is untouched.
+initializers into Identity nodes). A parameter of more dimensions that the default init leaves all
+zeros (ViT's head and class token) gets N(0, 1/fan_in). Every case's output must change when any
+input does (checked before export). The module structure is untouched.
 
 Run with Debian's python3-torch (the `python3` on PATH has no torch):
 
@@ -345,16 +347,35 @@ TRAIN_CASES = [
 
 
 def perturb(model):
-    """Noise on every floating 1-D parameter and buffer (see the module docstring)."""
+    """Noise on every floating 1-D parameter and buffer, and on every floating parameter the
+    default initialisation leaves all zeros (see the module docstring)."""
     with torch.no_grad():
         for name, t in list(model.named_parameters()) + list(model.named_buffers()):
-            if t.dim() != 1 or not t.is_floating_point():
+            if not t.is_floating_point():
+                continue
+            if t.dim() != 1:
+                # torchvision zero-initialises ViT's head and class token: a zero head makes the
+                # output the head's bias whatever the input, a test that cannot fail.
+                if t.numel() and not t.any():
+                    fan_in = t.shape[-1] if t.dim() > 1 else 1
+                    t.add_(torch.randn_like(t) / fan_in ** 0.5)
                 continue
             if name.endswith("running_var"):
                 t.mul_(torch.empty_like(t).uniform_(0.5, 1.5))
             else:
                 t.add_(0.1 * torch.randn_like(t))
     return model
+
+
+def check_depends_on_inputs(model, feeds, y):
+    """Every input must change the output: a model whose output ignores its input makes a test
+    that passes whatever the executor does with it."""
+    for k in feeds:
+        moved = {n: torch.from_numpy(v + (0.5 if n == k else 0.0)) for n, v in feeds.items()}
+        y2 = model(*moved.values()).detach().numpy()
+        change = float(np.abs(y2 - y).max())
+        assert change > 1e-3 * max(1.0, float(np.abs(y).max())), \
+            f"the output does not depend on input {k} (max change {change:.3g})"
 
 
 def export(model, args, input_names, opset):
@@ -409,6 +430,7 @@ def export_case(case, root):
         fast = model(*args).numpy()
     print(f"  y {list(y.shape)}: |y| max {np.abs(y).max():.4g}; no_grad path max |diff| "
           f"{np.abs(fast - y).max():.3g}")
+    check_depends_on_inputs(model, feeds, y)
     data, outputs = export(model, args, list(feeds), case["opset"])
     assert len(outputs) == 1, outputs
     write(os.path.join(d, "model.onnx"), data)

@@ -107,13 +107,13 @@ void print_graph(std::ostream& os, const Graph& g) {
   for (const auto& i : g.inputs) os << "  input  " << i << ": " << type_of(i) << "\n";
   for (const auto& o : g.outputs) os << "  output " << o << ": " << type_of(o) << "\n";
   os << "\n" << std::left << std::setw(28) << "node" << std::setw(20) << "op" << std::setw(30) << "output"
-     << std::right << std::setw(14) << "param bytes" << std::setw(16) << "FLOPs" << "\n";
+     << std::right << std::setw(14) << "param bytes" << std::setw(20) << "FLOPs" << "\n";
   for (size_t idx : g.topo_order()) {
     const auto& n = g.nodes[idx];
     std::string name = n.name.size() > 27 ? n.name.substr(0, 24) + "..." : n.name;
     os << std::left << std::setw(28) << name << std::setw(20) << n.op << std::setw(30)
        << (n.outputs.empty() ? "-" : type_of(n.outputs[0])) << std::right << std::setw(14) << node_param_bytes(g, n)
-       << std::setw(16) << count_str(node_flops(g, n)) << "\n";
+       << std::setw(20) << count_str(node_flops(g, n)) << "\n";
   }
   const auto t = totals(g);
   os << "\ntotal: " << g.nodes.size() << " nodes, " << t.params << " parameters (" << t.param_bytes

@@ -31,6 +31,9 @@ TEST_CASE("units: a unit of the wrong kind or an unknown unit is an error", "[un
 TEST_CASE("units: formatting picks a readable prefix", "[units]") {
   CHECK(format_quantity(2.8e9, UnitKind::frequency) == "2.8 GHz");
   CHECK(format_quantity(196608, UnitKind::bytes) == "192 KiB");
+  CHECK(format_quantity(16.0 * 1073741824.0, UnitKind::bytes) == "16 GiB");
+  CHECK(format_quantity(1e13, UnitKind::bytes) == "10 TB");  // not 9.766e+09 KiB
+  CHECK(format_quantity(1e15, UnitKind::bytes) == "1000 TB");
   CHECK(format_quantity(410e9, UnitKind::bandwidth) == "410 GB/s");
   CHECK(format_quantity(1.3e-6, UnitKind::time) == "1.3 us");
 }
