@@ -52,7 +52,7 @@ std::string check_machine_output(const std::string& name, const Tensor& out, con
     const nlohmann::json& e = expect["outputs"][name];
     const Tolerance tol{e["rtol"].get<double>(), e["atol"].get<double>()};
     if (e.contains("file")) checks.push_back(check_output(name, out, read_npy(e["file"].get<std::string>()), tol, "file", expect, failures));
-    else ref_tol = tol;
+    ref_tol = tol;  // the scenario's tolerance for this output, against PyTorch's values or the reference executor's alike
   }
   if (reference) checks.push_back(check_output(name, out, *reference, ref_tol, "reference", expect, failures));
   std::string line;

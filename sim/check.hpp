@@ -32,8 +32,9 @@ OutputCheck check_output(const std::string& name, const Tensor& actual, const Te
                          const std::string& against, const nlohmann::json& expect, std::vector<std::string>& failures);
 
 // One machine output checked against its expected file (expect.outputs.NAME.file, at that entry's
-// tolerance) and against `reference` when given (at `ref_tol`, or the entry's tolerance when the
-// entry has no file): a record per check in report["outputs"] (with `file`, the saved .npy),
+// tolerance) and against `reference` when given (at the entry's tolerance when there is an entry --
+// the scenario's tolerance for the output, whoever computed the expected values -- else `ref_tol`,
+// the precision's default): a record per check in report["outputs"] (with `file`, the saved .npy),
 // failures into `failures` and all_pass; returns the console text of the checks ("  vs file: max abs
 // err ... PASS", or "  (no expected values)").
 std::string check_machine_output(const std::string& name, const Tensor& out, const std::string& file, const Tensor* reference, Tolerance ref_tol,
