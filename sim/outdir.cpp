@@ -94,6 +94,13 @@ void check_out_dir(const std::string& out) {
   if (::access(a.c_str(), W_OK | X_OK) != 0)
     throw InputError("--out", "cannot create '" + shown + "': " + a.string() + " is not writable (" + errno_text(errno) + ")",
                      "choose a writable place with --out");
+  // access() says yes to root everywhere and knows nothing of /proc or a full disk: try it (a
+  // directory made and removed at once).
+  const fs::path probe = a / (".tessera-probe." + std::to_string(::getpid()));
+  if (!fs::create_directory(probe, ec) || ec)
+    throw InputError("--out", "cannot create the output directory '" + shown + "': " + (ec ? ec.message() : std::string("it exists")),
+                     "choose a writable place with --out");
+  fs::remove(probe, ec);
 }
 
 OutputDir::OutputDir(std::string out) {

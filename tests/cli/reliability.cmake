@@ -85,3 +85,10 @@ add_test(NAME cli.sigterm_flushes_stdout
          COMMAND bash -c "TESSERA_INTERRUPT_AT=simulate:0:TERM $<TARGET_FILE:tessera> run scenarios/quickstart.json --out ${CMAKE_CURRENT_BINARY_DIR}/sigterm_stdout > ${CMAKE_CURRENT_BINARY_DIR}/sigterm_stdout.txt 2> ${CMAKE_CURRENT_BINARY_DIR}/sigterm_stderr.txt; echo \"exit $?\"; cat ${CMAKE_CURRENT_BINARY_DIR}/sigterm_stdout.txt ${CMAKE_CURRENT_BINARY_DIR}/sigterm_stderr.txt"
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli.sigterm_flushes_stdout PROPERTIES PASS_REGULAR_EXPRESSION "exit 143.*predicted [0-9.]+ us .*terminated \\(SIGTERM\\) during simulate")
+
+# Every golden test of `run` that exits 2: `validate` with the same arguments agrees (exit 2, the
+# same error lines), but for the few errors only a simulation finds (listed in the script).
+add_test(NAME cli.validate_agrees_with_run
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/validate_agrees.sh $<TARGET_FILE:tessera> ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli.validate_agrees_with_run PROPERTIES PASS_REGULAR_EXPRESSION "validate agrees with run: PASS")

@@ -3,7 +3,8 @@
 # (load, inputs, compile, reference, elaborate, simulate, check, write), DELAY_MS after the phase
 # begins (TESSERA_INTERRUPT_AT, isa/interrupt.hpp): each run must exit 130 within 1 s of the signal,
 # say so, and leave --out (an earlier run's outputs) byte for byte as it was, with no temporary
-# directory beside it. Prints one line per phase with the measured stop time. PHASES="a b" picks phases.
+# directory beside it. Prints one line per phase with the measured stop time. PHASES="a b:MS" picks
+# phases (and a delay for one).
 set -u
 tessera=$1; out=$2; delay=$3; shift 3
 d=$out/prev
@@ -14,9 +15,11 @@ snap() { (cd "$d" && find . -type f | sort | xargs sha256sum); }
 before=$(snap)
 err=$(mktemp); trap 'rm -f "$err"' EXIT
 fail() { echo "--- stderr:"; cat "$err"; echo "FAIL: $*"; exit 1; }
-for phase in ${PHASES:-load inputs compile reference elaborate simulate check write}; do
+for spec in ${PHASES:-load inputs compile reference elaborate simulate check write}; do
+  phase=${spec%%:*}; ms_after=$delay
+  [ "$spec" = "$phase" ] || ms_after=${spec#*:}   # PHASES="reference:300 write:0": a delay per phase
   t0=$(date +%s%N)
-  TESSERA_INTERRUPT_AT=$phase:$delay "$tessera" run "$@" --out "$d" >/dev/null 2>"$err"; rc=$?
+  TESSERA_INTERRUPT_AT=$phase:$ms_after "$tessera" run "$@" --out "$d" >/dev/null 2>"$err"; rc=$?
   wall=$(( ($(date +%s%N) - t0) / 1000000 ))
   grep -q "phase $phase: sending SIGINT" "$err" || fail "$phase: the run never entered phase $phase"
   [ "$rc" = 130 ] || fail "$phase: exit $rc, expected 130"
