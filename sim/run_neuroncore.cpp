@@ -18,6 +18,7 @@
 #include "mapper/passes/passes.hpp"
 #include "mapper/reference/executor.hpp"
 #include "models/common/clock.hpp"
+#include "models/common/systemc_env.hpp"
 #include "models/neuroncore/core.hpp"
 #include "sim/check.hpp"
 #include "sim/console.hpp"
@@ -120,6 +121,7 @@ void run_systemc_sliced() {
     // At least up to the next event: a slice that ends before it would not move time at all.
     const sc_time next = sc_core::sc_time_to_pending_activity();
     sc_core::sc_start(next > slice ? next : slice, sc_core::SC_EXIT_ON_STARVATION);
+    models::after_systemc();
     poll_interrupt();
     const double w = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
     if (w < 0.01 && slice < max_slice) slice = slice * 2.0;

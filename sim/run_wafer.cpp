@@ -15,6 +15,7 @@
 #include <systemc>
 
 #include "isa/npy.hpp"
+#include "models/common/systemc_env.hpp"
 #include "isa/wafer/asm.hpp"
 #include "models/common/clock.hpp"
 #include "isa/numeric.hpp"
@@ -431,6 +432,7 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   install_interrupt_handlers();
   enter_phase("simulate");
   sc_core::sc_start();
+  tessera::models::after_systemc();
   poll_interrupt();
   enter_phase("check");
   report_wafer_faults(faults, fault_what, fab);

@@ -8,6 +8,7 @@
 #include <systemc>
 
 #include "isa/fileio.hpp"
+#include "models/common/systemc_env.hpp"
 #include "isa/npy.hpp"
 #include "isa/numeric.hpp"
 #include "isa/wafer/asm.hpp"
@@ -200,6 +201,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   install_interrupt_handlers();
   enter_phase("simulate");
   sc_core::sc_start();
+  tessera::models::after_systemc();
   poll_interrupt();
   report_wafer_faults(faults, fault_what, fab);
   fab.clear_faults();
@@ -324,6 +326,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
       start_step(inputs);
       fab.start();
       sc_core::sc_start();
+      tessera::models::after_systemc();
       poll_interrupt();
       if (fab.error()) {
         con.error(Diagnostic{"compiled layout, step " + std::to_string(step), *fab.error(), "report it with the scenario"}.str());

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "isa/fileio.hpp"
+#include "models/common/systemc_env.hpp"
 #include "isa/numeric.hpp"
 #include "isa/wafer/asm.hpp"
 #include "mapper/wafer/compile.hpp"
@@ -124,6 +125,7 @@ class WaferTrainer : public TrainMachine {
     stream_compiled_weights(cp_, *fab_, *mx_, *sx_, t_start);
     fab_->start();
     sc_core::sc_start();
+    tessera::models::after_systemc();
     poll_interrupt();
     const bool faulted = steps_ == 0 && !faults_.empty();
     if (faulted) {
@@ -157,7 +159,10 @@ class WaferTrainer : public TrainMachine {
       t_end = std::max(t_end, sx_->reduce_update(mx_->address(k.mx_tensor), {cp_.gradient_layout(k, lanes)}, t0));
     }
     // Advance simulated time to the last update, so the next step starts after it.
-    if (t_end > sc_core::sc_time_stamp()) sc_core::sc_start(t_end - sc_core::sc_time_stamp());
+    if (t_end > sc_core::sc_time_stamp()) {
+      sc_core::sc_start(t_end - sc_core::sc_time_stamp());
+      tessera::models::after_systemc();
+    }
     last_s_ = (t_end - t_start).to_seconds();
     total_s_ += last_s_;
     {  // the step's phases: forward until the last chain end has its output, the loss until the loss

@@ -7,6 +7,7 @@
 #include <systemc>
 
 #include "isa/neuroncore/asm.hpp"
+#include "models/common/systemc_env.hpp"
 #include "isa/neuroncore/validate.hpp"
 #include "isa/params.hpp"
 #include "models/neuroncore/core.hpp"
@@ -41,11 +42,15 @@ void contract(const std::string& text, Lane lane, int64_t cycles, const std::str
   // sc_start(d) stops before the events at now + d; sc_start(SC_ZERO_TIME) then runs them, so each
   // check sees everything that happened up to and including that instant.
   sc_core::sc_start(sc_core::sc_time::from_value(static_cast<uint64_t>(ck.time_of(cycles - 1))));
+  tessera::models::after_systemc();
   sc_core::sc_start(sc_core::SC_ZERO_TIME);
+  tessera::models::after_systemc();
   INFO(text);
   CHECK(core.retired(lane) == 0);
   sc_core::sc_start(sc_core::sc_time::from_value(static_cast<uint64_t>(ck.time_of(cycles) - ck.time_of(cycles - 1))));
+  tessera::models::after_systemc();
   sc_core::sc_start(sc_core::SC_ZERO_TIME);
+  tessera::models::after_systemc();
   CHECK(core.retired(lane) == 1);
   REQUIRE(core.records().size() >= 1);
   const auto& r = core.records().front();
@@ -53,6 +58,7 @@ void contract(const std::string& text, Lane lane, int64_t cycles, const std::str
   CHECK(r.end == ck.time_of(cycles));
   CHECK(r.cycles == cycles);
   sc_core::sc_start();
+  tessera::models::after_systemc();
   CHECK(core.finished());
   CHECK_FALSE(core.error());
 }
@@ -169,6 +175,7 @@ TEST_CASE("nc-timing: a DMA of 8 KiB per partition finishes at bytes plus chunk 
   NeuronCore core("core", cfg, CoreOptions{});
   core.load(p);
   sc_core::sc_start();
+  tessera::models::after_systemc();
   REQUIRE(core.records().size() == 1);
   const auto& r = core.records()[0];
   // Starts after the one-cycle descriptor issue at the access clock (1.2 GHz on trn2); moves
@@ -195,9 +202,12 @@ TEST_CASE("nc-timing: a DMA on queue=all splits into 16 pieces of 8 partitions a
   const auto end = issued + static_cast<models::Femtos>(std::llround(piece_ns * 1e6));
   sc_core::sc_start(sc_core::sc_time::from_value(static_cast<uint64_t>(end - 2000)));  // 2 ps early
   sc_core::sc_start(sc_core::SC_ZERO_TIME);
+  tessera::models::after_systemc();
   CHECK(core.retired(Lane::dma0) == 0);
   sc_core::sc_start(sc_core::sc_time::from_value(4000));
+  tessera::models::after_systemc();
   sc_core::sc_start(sc_core::SC_ZERO_TIME);
+  tessera::models::after_systemc();
   CHECK(core.retired(Lane::dma0) == 1);
   REQUIRE(core.records().size() == 1);
   CHECK(core.records()[0].start == issued);
@@ -221,6 +231,7 @@ TEST_CASE("nc-timing: a dependent instruction waits for its producer plus the ha
   NeuronCore core("core", cfg, CoreOptions{});
   core.load(p);
   sc_core::sc_start();
+  tessera::models::after_systemc();
   REQUIRE(core.records().size() == 2);
   const auto& ck = core.clock(Lane::scalar);
   CHECK(core.records()[0].end == ck.time_of(64));
@@ -239,6 +250,7 @@ TEST_CASE("nc-timing: independent instructions in one bundle run in parallel on 
   NeuronCore core("core", cfg, CoreOptions{});
   core.load(p);
   sc_core::sc_start();
+  tessera::models::after_systemc();
   REQUIRE(core.records().size() == 2);
   CHECK(core.records()[0].start == 0);
   CHECK(core.records()[1].start == 0);
@@ -255,6 +267,7 @@ TEST_CASE("nc-timing: v2 port conflict serialises vector and gpsimd on SBUF", "[
   NeuronCore core("core", cfg, CoreOptions{});
   core.load(p);
   sc_core::sc_start();
+  tessera::models::after_systemc();
   REQUIRE(core.records().size() == 2);
   CHECK(core.records()[1].start >= core.records()[0].end);
   CHECK(core.stats().stall_fs[static_cast<size_t>(Stall::port_conflict)] > 0);
@@ -267,6 +280,7 @@ TEST_CASE("nc-timing: a semaphore wait nobody can satisfy is reported as a deadl
   NeuronCore core("core", cfg, CoreOptions{});
   core.load(p);
   sc_core::sc_start();
+  tessera::models::after_systemc();
   REQUIRE(core.error());
   CHECK(core.error()->find("bundle 1 lane sync") != std::string::npos);
   CHECK(core.error()->find("deadlock") != std::string::npos);

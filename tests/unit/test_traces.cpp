@@ -14,6 +14,7 @@
 #include <systemc>
 
 #include "isa/fileio.hpp"
+#include "models/common/systemc_env.hpp"
 #include "isa/neuroncore/asm.hpp"
 #include "isa/neuroncore/validate.hpp"
 #include "isa/params.hpp"
@@ -274,6 +275,7 @@ TEST_CASE("traces: a NeuronCore gemm256 run renders lanes queues counters and fl
   NeuronCore core("core", cfg, CoreOptions{});
   core.load(prog);
   sc_core::sc_start();
+  tessera::models::after_systemc();
   REQUIRE(core.finished());
   REQUIRE_FALSE(core.error());
   const CoreStats& st = core.stats();
@@ -443,6 +445,7 @@ TEST_CASE("traces: a wafer GEMV run renders task slices that sum to each PE's bu
   fab.load(L);
   fab.start();
   sc_core::sc_start();
+  tessera::models::after_systemc();
   REQUIRE(fab.finished());
   REQUIRE_FALSE(fab.error());
   const TraceBuilder b = sim::build_wafer_trace({{"detail", "pe"}}, L, fab, "gemv_8x8");

@@ -19,6 +19,7 @@
 #include <systemc>
 
 #include "isa/numeric.hpp"
+#include "models/common/systemc_env.hpp"
 #include "isa/wafer/asm.hpp"
 #include "models/common/clock.hpp"
 #include "mapper/wafer/compile.hpp"
@@ -57,6 +58,7 @@ struct Run {
   void go() {
     fab->start();
     sc_core::sc_start();
+    tessera::models::after_systemc();
     REQUIRE(fab->finished());
   }
 };
@@ -766,6 +768,7 @@ TEST_CASE("wafer-fabric: SRAM pages written past the host-memory budget fail the
   tight.start();
   free_fab.start();
   sc_core::sc_start();
+  tessera::models::after_systemc();
   REQUIRE(free_fab.finished());
   CHECK_FALSE(free_fab.error());
   REQUIRE(tight.error());
@@ -814,6 +817,7 @@ TEST_CASE("wafer-fabric: eager memory-only ops give the same run as element by e
   a.start();
   b.start();
   sc_core::sc_start();
+  tessera::models::after_systemc();
   REQUIRE(a.finished());
   REQUIRE(b.finished());
   REQUIRE_FALSE(a.error());
