@@ -52,3 +52,11 @@ TEST_CASE("fuzz: an empty .npy shape whose other dimensions overflow int64 is an
   const Tensor t = npy_decode(npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 0), }"), "ok.npy");
   CHECK(t.numel() == 0);
 }
+
+TEST_CASE("fuzz: a number beyond double's range in a wafer layout is an InputError", "[fuzz][wafer]") {
+  // Before: nlohmann's out_of_range escaped load_layout_text (exit 3, internal error).
+  const std::string e = input_error([] {
+    (void)wafer::load_layout_text(R"({"rects": 1e400})", "l.json", "", wafer::preset_config("wse2"));
+  });
+  CHECK_THAT(e, Contains("l.json") && Contains("not valid JSON") && Contains("1e400"));
+}
