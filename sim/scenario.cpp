@@ -30,6 +30,8 @@ json parse_json_file(const std::string& path) {
     if (pos != std::string::npos) msg = msg.substr(pos);
     throw InputError(path + ":" + std::to_string(line) + ":" + std::to_string(col), "invalid JSON: " + msg,
                      "fix the JSON syntax");
+  } catch (const json::out_of_range& e) {  // a number beyond double's range, e.g. 1e400
+    throw InputError(path, std::string("invalid JSON: ") + e.what(), "numbers must fit in a double");
   }
 }
 

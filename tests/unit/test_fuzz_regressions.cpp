@@ -60,3 +60,9 @@ TEST_CASE("fuzz: a number beyond double's range in a wafer layout is an InputErr
   });
   CHECK_THAT(e, Contains("l.json") && Contains("not valid JSON") && Contains("1e400"));
 }
+
+TEST_CASE("fuzz: a scenario with a number beyond double's range is an InputError naming the file", "[fuzz][scenario]") {
+  const std::string path = std::string(TESSERA_SOURCE_DIR) + "/tests/fuzz/corpus/scenario/regression-number-overflow.json";
+  const std::string e = input_error([&] { (void)sim::load_scenario(path); });
+  CHECK_THAT(e, Contains(path) && Contains("invalid JSON") && Contains("1e400"));
+}
