@@ -85,6 +85,10 @@ std::string param_text(const json& v) {
 
 void resolve_target(Scenario& s, DiagnosticList& diags) {
   json& target = s.resolved["target"];
+  // Validation has reported a kind, preset or params of the wrong type: nothing to resolve then.
+  for (const char* key : {"kind", "preset"})
+    if (target.contains(key) && !target[key].is_string()) return;
+  if (target.contains("params") && !target["params"].is_object()) return;
   s.kind = target.value("kind", "");
   const json params = target.value("params", json::object());
   if (s.kind == "reference") {

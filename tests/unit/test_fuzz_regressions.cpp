@@ -66,3 +66,13 @@ TEST_CASE("fuzz: a scenario with a number beyond double's range is an InputError
   const std::string e = input_error([&] { (void)sim::load_scenario(path); });
   CHECK_THAT(e, Contains(path) && Contains("invalid JSON") && Contains("1e400"));
 }
+
+TEST_CASE("fuzz: a scenario whose target kind or preset is not a string reports the type", "[fuzz][scenario]") {
+  // Before: validation reported the type, then resolving the target threw nlohmann's type_error.
+  for (const char* doc : {R"({"schema": "tessera.scenario/1", "target": {"kind": "wafer", "preset": {"fabric.width": 8}}, "model": {"program": "p.s"}})",
+                          R"({"schema": "tessera.scenario/1", "target": {"kind": ["wafer"]}, "model": {"program": "p.s"}})"}) {
+    INFO(doc);
+    const std::string e = input_error([&] { (void)sim::load_scenario_json(json::parse(doc), ""); });
+    CHECK_THAT(e, Contains("/target/"));
+  }
+}
