@@ -50,6 +50,11 @@ bool infer_fast(Graph& g, const Node& n) {
     v.shape = std::move(s);
     v.shape_known = true;
   };
+  // The rules read inputs 0 and 1 and write output 0: a node without them goes to the executor,
+  // which names the missing input.
+  auto given = [&](size_t i) { return i < n.inputs.size() && !n.inputs[i].empty(); };
+  if (n.outputs.empty() || n.outputs[0].empty() || !given(0)) return false;
+  if (!given(1) && (is_binary_broadcast(n.op) || n.op == "MatMul" || n.op == "Gemm")) return false;
   if (is_unary_same(n.op) && n.outputs.size() == 1) {
     set(0, in(0).dtype, in(0).shape);
     return true;
@@ -156,7 +161,7 @@ void infer_and_fold(Graph& g) {
         throw InputError(g.where(n), "the shape of input '" + i + "' is unknown", "give the graph input a static shape");
       all_const = all_const && v.data.has_value();
     }
-    if (n.op == "Shape" && !g.value(n.inputs[0]).data) {
+    if (n.op == "Shape" && !n.inputs.empty() && !n.inputs[0].empty() && !g.value(n.inputs[0]).data) {
       // Shape needs only the input's shape: execute it on a zero tensor of that shape.
       all_const = true;
     }

@@ -76,3 +76,20 @@ TEST_CASE("fuzz: a scenario whose target kind or preset is not a string reports 
     CHECK_THAT(e, Contains("/target/"));
   }
 }
+
+TEST_CASE("fuzz: a MatMul or Add with one input is an InputError naming the node", "[fuzz][graph]") {
+  // Before: shape inference's fast rules read the missing second input (heap-buffer-overflow).
+  for (const char* op : {"MatMul", "Add", "Gemm"}) {
+    INFO(op);
+    const json doc = {{"schema", "tessera.scenario/1"},
+                      {"name", "t"},
+                      {"target", {{"kind", "reference"}}},
+                      {"model",
+                       {{"graph",
+                         {{"inputs", {{"x", {{"shape", {2, 2}}}}}},
+                          {"outputs", {"y"}},
+                          {"nodes", {{{"name", "n"}, {"op", op}, {"inputs", {"x"}}, {"outputs", {"y"}}}}}}}}}};
+    const std::string e = input_error([&] { (void)sim::load_model(sim::load_scenario_json(doc, "")); });
+    CHECK_THAT(e, Contains("node 'n'"));
+  }
+}
