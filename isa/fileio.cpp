@@ -15,6 +15,13 @@
 namespace tessera {
 
 std::string read_file(const std::string& path) {
+  // A FIFO would block the open and /dev/zero never ends: only regular files are inputs.
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    throw InputError(path, std::string("not a regular file (") +
+                               (std::filesystem::is_directory(st) ? "a directory" : "a FIFO, socket or device") + ")",
+                     "give the path of a file");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw InputError(path, std::string("cannot open file: ") + std::strerror(errno),
                            "check the path (relative paths in a scenario are relative to the scenario file)");

@@ -1,13 +1,19 @@
 // Bugs the fuzz targets found in the input loaders (docs/fuzzing.md), one case each: bad input must
 // be an InputError naming where, never another exception, a crash or a huge allocation. The
 // inputs the fuzzer found are in tests/fuzz/corpus/*/regression-* (replayed by fuzz.replay_*).
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "isa/error.hpp"
+#include "isa/fileio.hpp"
 #include "isa/npy.hpp"
 #include "isa/wafer/asm.hpp"
+#include "mapper/frontend/onnx.hpp"
 #include "sim/model.hpp"
 #include "sim/scenario.hpp"
 
@@ -92,4 +98,25 @@ TEST_CASE("fuzz: a MatMul or Add with one input is an InputError naming the node
     const std::string e = input_error([&] { (void)sim::load_model(sim::load_scenario_json(doc, "")); });
     CHECK_THAT(e, Contains("node 'n'"));
   }
+}
+
+TEST_CASE("fuzz: a layout whose PE program is a FIFO, /dev/zero or a directory is an InputError", "[fuzz][wafer]") {
+  // Before: read_file blocked opening a FIFO, read /dev/zero until memory ran out, and read a
+  // directory as an empty program.
+  const auto dir = std::filesystem::temp_directory_path() / ("tessera_test_fifo_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  REQUIRE(::mkfifo((dir / "fifo.pe").c_str(), 0600) == 0);
+  for (const std::string program : {"fifo.pe", "/dev/zero", "."}) {
+    INFO(program);
+    const std::string e = input_error([&] {
+      (void)wafer::load_layout_text(R"({"rects": [{"x": 0, "y": 0, "width": 1, "height": 1, "program": ")" + program + R"("}]})",
+                                    "l.json", dir.string(), wafer::preset_config("wse2"));
+    });
+    CHECK_THAT(e, Contains("l.json /rects/0/program") && Contains("not a regular file"));
+  }
+  // The same for .npy and ONNX files and anything else read_file reads.
+  CHECK_THAT(input_error([&] { (void)read_npy((dir / "fifo.pe").string()); }), Contains("FIFO"));
+  CHECK_THAT(input_error([] { (void)read_file("/dev/zero"); }), Contains("/dev/zero") && Contains("not a regular file"));
+  CHECK_THAT(input_error([] { (void)frontend::load_onnx("/dev/null"); }), Contains("not a regular file"));
+  std::filesystem::remove_all(dir);
 }
