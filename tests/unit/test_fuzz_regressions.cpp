@@ -120,3 +120,13 @@ TEST_CASE("fuzz: a layout whose PE program is a FIFO, /dev/zero or a directory i
   CHECK_THAT(input_error([] { (void)frontend::load_onnx("/dev/null"); }), Contains("not a regular file"));
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("fuzz: a Reshape to dimensions whose product overflows int64 is an InputError", "[fuzz][graph]") {
+  // Before: Reshape multiplied the known dimensions in int64 unchecked (UBSan: signed overflow).
+  const json doc = json::parse(R"({"schema": "tessera.scenario/1", "name": "t", "target": {"kind": "reference"},
+    "model": {"graph": {"inputs": {"x": {"shape": [2, 3]}}, "outputs": ["y"],
+      "initializers": {"s": {"dtype": "int64", "values": [15, 9223372036854775807, -1]}},
+      "nodes": [{"name": "r", "op": "Reshape", "inputs": ["x", "s"], "outputs": ["y"]}]}}})");
+  const std::string e = input_error([&] { (void)sim::load_model(sim::load_scenario_json(doc, "")); });
+  CHECK_THAT(e, Contains("node 'r'") && Contains("64-bit"));
+}
