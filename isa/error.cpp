@@ -51,18 +51,21 @@ static size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
+  // Accept up to a third of the word's length in edits (at least 1, at most 3); a candidate that
+  // starts with or contains the word also counts ("bandwidth" -> "hbm.bandwidth").
+  const size_t limit = std::clamp<size_t>(word.size() / 3, 1, 3);
   std::string best;
   size_t best_d = SIZE_MAX;
   for (const auto& c : candidates) {
+    // The distance is at least the length difference: skip what cannot be within the limit (a
+    // long mistyped word against every opcode was most of the time of a bad program).
+    if ((c.size() > word.size() ? c.size() - word.size() : word.size() - c.size()) > limit) continue;
     size_t d = edit_distance(word, c);
     if (d < best_d) {
       best_d = d;
       best = c;
     }
   }
-  // Accept up to a third of the word's length in edits (at least 1, at most 3); a candidate that
-  // starts with or contains the word also counts ("bandwidth" -> "hbm.bandwidth").
-  size_t limit = std::clamp<size_t>(word.size() / 3, 1, 3);
   if (best_d <= limit) return best;
   for (const auto& c : candidates)
     if (word.size() >= 3 && c.find(word) != std::string::npos) return c;
