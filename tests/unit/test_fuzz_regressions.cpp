@@ -130,3 +130,11 @@ TEST_CASE("fuzz: a Reshape to dimensions whose product overflows int64 is an Inp
   const std::string e = input_error([&] { (void)sim::load_model(sim::load_scenario_json(doc, "")); });
   CHECK_THAT(e, Contains("node 'r'") && Contains("64-bit"));
 }
+
+TEST_CASE("fuzz: an ONNX initializer whose dims claim more than its data is refused before allocating", "[fuzz][onnx]") {
+  // Before: tensor_from_proto allocated the declared shape ([4, 1073741823] fp32: 16 GiB) and only
+  // then compared it with the 144 bytes of raw data.
+  const std::string path = std::string(TESSERA_SOURCE_DIR) + "/tests/fuzz/corpus/onnx/regression-initializer-huge-dims.onnx";
+  const std::string e = input_error([&] { (void)frontend::load_onnx(path); });
+  CHECK_THAT(e, Contains("initializer 'conv.weight'") && Contains("144 bytes of raw data") && Contains("[4, 1073741823]"));
+}
