@@ -1,8 +1,9 @@
 // libFuzzer target: the wafer layout loader (isa/wafer/asm.hpp, load_layout_text) with the WSE-2
-// preset on a 130 x 64 fabric (the shipped micro layouts fit; a rectangle over the full 750 x 994
-// costs per PE what 10^4 small inputs do, and finds nothing a small one does not). The input is the layout JSON, optionally followed by a NUL byte and PE program text:
-// then every program the layout names in the sandbox gets that text instead of the file's (so the
-// PE assembler and validator are fuzzed per PE with the layout's parameters). Without a NUL the
+// preset on a 64 x 16 fabric (the shipped micro layouts but p2p_128 fit; a rectangle over the full
+// 750 x 994 costs per PE what thousands of small inputs do, and finds nothing a small one does
+// not). The input is the layout JSON, optionally followed by a NUL byte and PE program text: then
+// every program the layout names in the sandbox gets that text instead of the file's (so the PE
+// assembler and validator are fuzzed per PE with the layout's parameters). Without a NUL the
 // programs are the sandbox's files (tests/fuzz/sandbox.hpp), including a FIFO.
 #include <cstdint>
 #include <cstring>
@@ -18,8 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera::wafer;
   static const WaferConfig wse2 = [] {
     WaferConfig c = preset_config("wse2");
-    c.fabric_width = 130;
-    c.fabric_height = 64;
+    c.fabric_width = 64;
+    c.fabric_height = 16;
     return c;
   }();
   const std::string& dir = tessera::fuzz::sandbox_dir();
