@@ -138,3 +138,14 @@ TEST_CASE("fuzz: an ONNX initializer whose dims claim more than its data is refu
   const std::string e = input_error([&] { (void)frontend::load_onnx(path); });
   CHECK_THAT(e, Contains("initializer 'conv.weight'") && Contains("144 bytes of raw data") && Contains("[4, 1073741823]"));
 }
+
+TEST_CASE("fuzz: shape inference refuses an input too large to stand in for with zeros", "[fuzz][graph]") {
+  // Before: an ONNX graph input declared [4611686018427387904, ...] reached run_node, whose zero
+  // tensor threw std::length_error (a huge but representable one would have been allocated).
+  const json doc = json::parse(R"({"schema": "tessera.scenario/1", "name": "t", "target": {"kind": "reference"},
+    "model": {"graph": {"inputs": {"x": {"shape": [100000, 100000]}}, "outputs": ["y"],
+      "nodes": [{"name": "t", "op": "Transpose", "inputs": ["x"], "outputs": ["y"]}]}}})");
+  const std::string e = input_error([&] { (void)sim::load_model(sim::load_scenario_json(doc, "")); });
+  CHECK_THAT(e, Contains("node 't'") && Contains("[100000, 100000]") && Contains("2^31 elements"));
+}
+
