@@ -168,9 +168,10 @@ Scenario load_scenario_json(json doc, const std::string& file, const std::vector
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& sets) {
   json doc = parse_json_file(path);
   // A report.json carries its fully resolved scenario: run it again as it was.
-  if (doc.is_object() && doc.value("schema", "") == "tessera.report/1" && doc.contains("scenario")) {
+  if (doc.is_object() && doc.contains("schema") && doc["schema"] == "tessera.report/1" && doc.contains("scenario")) {
     const json scenario = doc["scenario"];
-    return load_scenario_json(scenario, doc.value("scenario_file", path), sets);
+    const json& file = doc.contains("scenario_file") ? doc["scenario_file"] : json();
+    return load_scenario_json(scenario, file.is_string() ? file.get<std::string>() : path, sets);
   }
   return load_scenario_json(std::move(doc), path, sets);
 }
