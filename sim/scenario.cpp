@@ -153,7 +153,9 @@ Scenario load_scenario_json(json doc, const std::string& file, const std::vector
     s.resolved["name"] = fs::path(file).stem().string();
   if (s.resolved.is_object() && s.resolved.contains("target") && s.resolved["target"].is_object())
     resolve_target(s, diags);
-  s.name = s.resolved.value("name", "scenario");
+  // A name of the wrong type is already reported.
+  const bool has_name = s.resolved.is_object() && s.resolved.contains("name") && s.resolved["name"].is_string();
+  s.name = has_name ? s.resolved["name"].get<std::string>() : "scenario";
   if (!diags.empty()) {
     // Say which mistakes came from the command line.
     std::vector<Diagnostic> items = diags.items();
