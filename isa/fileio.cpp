@@ -16,16 +16,16 @@ namespace tessera {
 
 namespace {
 
-// Opens `path` for reading: a directory, a device or a socket is refused with a message saying so
-// (reading /dev/zero would never end); a regular file or a pipe is read.
+// Opens `path` for reading. Only regular files are inputs: a FIFO would block the open, /dev/zero
+// never ends and a directory reads as empty, so each is refused with a message saying which.
 std::ifstream open_for_reading(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
-  if (fs::is_directory(st))
-    throw InputError(path, "is a directory, not a file", "give the path of a file in it");
-  if (fs::exists(st) && !fs::is_regular_file(st) && !fs::is_fifo(st))
-    throw InputError(path, "is not a regular file (a device or a socket)", "give the path of a file");
+  if (!ec && fs::is_directory(st))
+    throw InputError(path, "is a directory, not a file (not a regular file)", "give the path of a file in it");
+  if (!ec && fs::exists(st) && !fs::is_regular_file(st))
+    throw InputError(path, "not a regular file (a FIFO, socket or device)", "give the path of a file");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw InputError(path, std::string("cannot open file: ") + std::strerror(errno),
                            "check the path (relative paths in a scenario are relative to the scenario file)");

@@ -200,6 +200,13 @@ NpyInfo decode_header(std::string_view b, size_t total, const std::string& name)
   if (!row) bad(name, "descr", "dtype '" + descr + "' is not supported (supported: <f4 <f8 <f2 <i8 <i4 <i2 |i1 |u1 |b1)");
   // Check the size before allocating: a corrupt shape must be reported, not allocated (nor may its
   // byte count overflow to something that happens to match).
+  // Tensor multiplies every dimension in int64: an empty shape like (10^6, 10^6, 10^7, 0) holds no
+  // data yet must not overflow that product either.
+  int64_t nonzero = 1;
+  for (int64_t dim : shape)
+    if (dim != 0 && __builtin_mul_overflow(nonzero, dim, &nonzero))
+      bad(name, "shape", "shape " + shape_str(shape) + " has more elements than a 64-bit count holds",
+          "the header is corrupt");
   const size_t data_start = hstart + hlen;
   const size_t have = total - data_start;
   size_t need = dtype_size(row->dtype);

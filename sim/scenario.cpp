@@ -102,6 +102,10 @@ std::string param_text(const json& v) {
 
 void resolve_target(Scenario& s, DiagnosticList& diags) {
   json& target = s.resolved["target"];
+  // Validation has reported a kind, preset or params of the wrong type: nothing to resolve then.
+  for (const char* key : {"kind", "preset"})
+    if (target.contains(key) && !target[key].is_string()) return;
+  if (target.contains("params") && !target["params"].is_object()) return;
   s.kind = target.value("kind", "");
   const json params = target.value("params", json::object());
   if (s.kind == "reference") {
@@ -166,7 +170,9 @@ Scenario load_scenario_json(json doc, const std::string& file, const std::vector
     s.resolved["name"] = fs::path(file).stem().string();
   if (s.resolved.is_object() && s.resolved.contains("target") && s.resolved["target"].is_object())
     resolve_target(s, diags);
-  s.name = s.resolved.value("name", "scenario");
+  // A name of the wrong type is already reported.
+  const bool has_name = s.resolved.is_object() && s.resolved.contains("name") && s.resolved["name"].is_string();
+  s.name = has_name ? s.resolved["name"].get<std::string>() : "scenario";
   if (!diags.empty()) {
     // Say which mistakes came from the command line.
     std::vector<Diagnostic> items = diags.items();
@@ -212,7 +218,7 @@ void refuse_non_scenario(const std::string& path, const json* doc) {
     }
     throw InputError(path, "is a directory, not a scenario file", hint + "; `tessera compare DIR` runs every scenario in a directory");
   }
-  const std::string schema = doc->is_object() ? doc->value("schema", "") : "";
+  const std::string schema = doc->is_object() && doc->contains("schema") && (*doc)["schema"].is_string() ? (*doc)["schema"].get<std::string>() : "";
   if (schema == "tessera.wafer-layout/1") {
     const auto users = scenarios_naming(fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path(), fs::path(path));
     throw InputError(path, "this is a wafer layout file (tessera.wafer-layout/1), not a scenario",
@@ -234,9 +240,10 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   json doc = parse_json_file(path);
   refuse_non_scenario(path, &doc);
   // A report.json carries its fully resolved scenario: run it again as it was.
-  if (doc.is_object() && doc.value("schema", "") == "tessera.report/1" && doc.contains("scenario")) {
+  if (doc.is_object() && doc.contains("schema") && doc["schema"] == "tessera.report/1" && doc.contains("scenario")) {
     const json scenario = doc["scenario"];
-    return load_scenario_json(scenario, doc.value("scenario_file", path), sets);
+    const json& file = doc.contains("scenario_file") ? doc["scenario_file"] : json();
+    return load_scenario_json(scenario, file.is_string() ? file.get<std::string>() : path, sets);
   }
   return load_scenario_json(std::move(doc), path, sets);
 }

@@ -1117,6 +1117,9 @@ class LayoutReader {
     } catch (const json::parse_error& e) {
       error("", std::string("not valid JSON: ") + e.what());
       return l;
+    } catch (const json::out_of_range& e) {  // a number beyond double's range, e.g. 1e400
+      error("", std::string("not valid JSON: ") + e.what(), "numbers must fit in a double");
+      return l;
     }
     if (!object(j, "", {"schema", "fabric", "rects", "ports"}, {"rects"})) return l;
     if (j.contains("schema") && j["schema"] != "tessera.wafer-layout/1")

@@ -30,12 +30,24 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& where) {
     throw InputError(where, "tensor '" + p.name() + "' has dtype " + onnx_dtype_name(p.data_type()) +
                                 ", which tessera does not support");
   Shape shape(p.dims().begin(), p.dims().end());
-  Tensor t(*dt, shape);
-  const size_t n = static_cast<size_t>(t.numel());
+  // The dimensions are checked against the data before anything is allocated: a corrupt header
+  // must be reported, not allocated (and an empty shape's other dimensions must not overflow the
+  // element count either).
+  int64_t n64 = 1, nonzero = 1;
+  for (int64_t d : shape) {
+    if (d < 0) throw InputError(where, "tensor '" + p.name() + "' has a negative dimension: shape " + shape_str(shape));
+    if (d != 0 && __builtin_mul_overflow(nonzero, d, &nonzero))
+      throw InputError(where, "tensor '" + p.name() + "' has shape " + shape_str(shape) + ", more elements than a 64-bit count holds");
+    n64 *= d;
+  }
+  const size_t n = static_cast<size_t>(n64);
+  const size_t elem = dtype_size(*dt);
   if (p.has_raw_data()) {
-    if (p.raw_data().size() != t.nbytes())
+    if (n > p.raw_data().size() / elem || n * elem != p.raw_data().size())
       throw InputError(where, "tensor '" + p.name() + "' has " + std::to_string(p.raw_data().size()) +
-                                  " bytes of raw data; shape " + shape_str(shape) + " needs " + std::to_string(t.nbytes()));
+                                  " bytes of raw data; shape " + shape_str(shape) + " of " + std::string(dtype_name(*dt)) +
+                                  " needs " + std::to_string(n) + " values of " + std::to_string(elem) + " bytes");
+    Tensor t(*dt, shape);
     if (t.nbytes() > 0) std::memcpy(t.data(), p.raw_data().data(), t.nbytes());  // empty tensors have no buffer
     return t;
   }
@@ -44,17 +56,26 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& where) {
       throw InputError(where, "tensor '" + p.name() + "' has " + std::to_string(count) + " values; shape " +
                                   shape_str(shape) + " needs " + std::to_string(n));
   };
+  switch (*dt) {  // the value count first, then the allocation
+    case DType::f32: check(p.float_data_size()); break;
+    case DType::f64: check(p.double_data_size()); break;
+    case DType::i64: check(p.int64_data_size()); break;
+    case DType::i32: case DType::i16: case DType::i8: case DType::u8: case DType::boolean: case DType::f16: case DType::bf16:
+      check(p.int32_data_size()); break;
+    default: throw InputError(where, "tensor '" + p.name() + "': unsupported storage");
+  }
+  Tensor t(*dt, shape);
   switch (*dt) {
-    case DType::f32: check(p.float_data_size()); copy_field<float>(t, p.float_data()); break;
-    case DType::f64: check(p.double_data_size()); copy_field<double>(t, p.double_data()); break;
-    case DType::i64: check(p.int64_data_size()); copy_field<int64_t>(t, p.int64_data()); break;
-    case DType::i32: check(p.int32_data_size()); copy_field<int32_t>(t, p.int32_data()); break;
-    case DType::i16: check(p.int32_data_size()); copy_field<int16_t>(t, p.int32_data()); break;
-    case DType::i8: check(p.int32_data_size()); copy_field<int8_t>(t, p.int32_data()); break;
+    case DType::f32: copy_field<float>(t, p.float_data()); break;
+    case DType::f64: copy_field<double>(t, p.double_data()); break;
+    case DType::i64: copy_field<int64_t>(t, p.int64_data()); break;
+    case DType::i32: copy_field<int32_t>(t, p.int32_data()); break;
+    case DType::i16: copy_field<int16_t>(t, p.int32_data()); break;
+    case DType::i8: copy_field<int8_t>(t, p.int32_data()); break;
     case DType::u8:
-    case DType::boolean: check(p.int32_data_size()); copy_field<uint8_t>(t, p.int32_data()); break;
+    case DType::boolean: copy_field<uint8_t>(t, p.int32_data()); break;
     case DType::f16:
-    case DType::bf16: check(p.int32_data_size()); copy_field<uint16_t>(t, p.int32_data()); break;
+    case DType::bf16: copy_field<uint16_t>(t, p.int32_data()); break;
     default: throw InputError(where, "tensor '" + p.name() + "': unsupported storage");
   }
   return t;

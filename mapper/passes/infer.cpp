@@ -53,6 +53,11 @@ bool infer_fast(Graph& g, const Node& n) {
     v.shape = std::move(s);
     v.shape_known = true;
   };
+  // The rules read inputs 0 and 1 and write output 0: a node without them goes to the executor,
+  // which names the missing input.
+  auto given = [&](size_t i) { return i < n.inputs.size() && !n.inputs[i].empty(); };
+  if (n.outputs.empty() || n.outputs[0].empty() || !given(0)) return false;
+  if (!given(1) && (is_binary_broadcast(n.op) || n.op == "MatMul" || n.op == "Gemm")) return false;
   if (is_unary_same(n.op) && n.outputs.size() == 1) {
     set(0, in(0).dtype, in(0).shape);
     return true;
@@ -131,6 +136,20 @@ std::vector<Tensor> run_node(const Graph& g, const Node& n, bool zeros_for_unkno
       call.inputs.push_back(&*v.data);
     } else {
       if (!zeros_for_unknown || !v.shape_known) throw std::logic_error("run_node: input without data");
+      // Zeros stand in for the value. Without a host-memory budget (prepare(g) called alone, e.g.
+      // by the fuzz targets) 2^26 elements each (256 MiB of fp32; ops widen to fp64) keep shape
+      // inference of a hostile file within a few GiB; with one (tessera run) the budget decides
+      // (above).
+      double count = 1, nonzero = 1;
+      for (int64_t d : v.shape) {
+        if (d < 0) throw InputError(g.where(n), "input '" + i + "' has a negative dimension: shape " + shape_str(v.shape));
+        count *= static_cast<double>(d);
+        if (d != 0) nonzero *= static_cast<double>(d);
+      }
+      if (nonzero > 9.0e18 || (g_zeros_budget <= 0 && count > 67108864.0))
+        throw InputError(g.where(n), "input '" + i + "' of shape " + shape_str(v.shape) + " holds more than 2^26 elements",
+                         "tessera infers shapes by running each op on zeros of its input shapes, up to 2^26 elements without a "
+                         "host-memory budget");
       zeros.emplace_back(v.dtype, v.shape);
       call.inputs.push_back(&zeros.back());
     }
@@ -176,7 +195,7 @@ void infer_and_fold(Graph& g) {
         throw InputError(g.where(n), "the shape of input '" + i + "' is unknown", "give the graph input a static shape");
       all_const = all_const && v.data.has_value();
     }
-    if (n.op == "Shape" && !g.value(n.inputs[0]).data) {
+    if (n.op == "Shape" && !n.inputs.empty() && !n.inputs[0].empty() && !g.value(n.inputs[0]).data) {
       // Shape needs only the input's shape: execute it on a zero tensor of that shape.
       all_const = true;
     }

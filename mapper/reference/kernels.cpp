@@ -122,12 +122,14 @@ Tensor take(const Tensor& src, const Shape& out, const std::vector<int64_t>& map
 }
 
 void require_sane_shape(const OpCall& c, const Shape& s, const char* what) {
-  double n = 1;
+  double n = 1, nonzero = 1;  // an empty shape's other dimensions must not overflow Tensor's count either
   for (int64_t d : s) {
     if (d < 0) fail(c, std::string(what) + " " + shape_str(s) + " has a negative dimension");
     n *= static_cast<double>(d);
+    if (d != 0) nonzero *= static_cast<double>(d);
   }
   if (n > 2147483648.0) fail(c, std::string(what) + " " + shape_str(s) + " would hold more than 2^31 elements");
+  if (nonzero > 9.0e18) fail(c, std::string(what) + " " + shape_str(s) + " has dimensions whose product overflows 64 bits");
 }
 
 int64_t dims_product(const Shape& s, int64_t from, int64_t to) {

@@ -69,7 +69,8 @@ std::vector<Tensor> op_reshape(const OpCall& c) {
       fail(c, "shape " + shape_str(spec) + " has an invalid dimension " + std::to_string(d));
     }
     out[i] = d;
-    known *= d;
+    if (__builtin_mul_overflow(known, d, &known))
+      fail(c, "shape " + shape_str(spec) + " has more elements than a 64-bit count holds");
   }
   if (infer >= 0) {
     if (known == 0 || x.numel() % known != 0)
