@@ -8,6 +8,7 @@
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/breadth_first_search.hpp>
 #include <boost/graph/reverse_graph.hpp>
+#include <cstdio>
 #include <set>
 #include <string>
 #include <vector>
@@ -106,17 +107,21 @@ int64_t g_zeros_budget = 0;  // prepare(g, host_bytes)
 std::vector<Tensor> run_node(const Graph& g, const Node& n, bool zeros_for_unknown) {
   if (g_zeros_budget > 0 && zeros_for_unknown) {
     double need = 0;
+    std::string shapes;
     for (const auto& i : n.inputs)
       if (!i.empty() && !g.value(i).data) {
         double b = static_cast<double>(dtype_size(g.value(i).dtype));
         for (int64_t d : g.value(i).shape) b *= static_cast<double>(d);
         need += b;
+        shapes += (shapes.empty() ? "" : ", ") + shape_str(g.value(i).shape);
       }
-    if (need > static_cast<double>(g_zeros_budget))
-      throw InputError(g.where(n), "learning this node's output shape means running it on zeros of its inputs, " +
-                                       std::to_string(static_cast<int64_t>(need / (1024.0 * 1024 * 1024))) +
-                                       " GiB: more than the host-memory budget run.host_memory",
+    if (need > static_cast<double>(g_zeros_budget)) {
+      char gib[32];
+      std::snprintf(gib, sizeof gib, "%.1f GiB", need / (1024.0 * 1024 * 1024));
+      throw InputError(g.where(n), "learning this node's output shape means running it on zeros of its inputs (" + shapes + ": " + gib +
+                                       "), more than the host-memory budget run.host_memory",
                        "use smaller shapes (batch, sequence), or raise run.host_memory if this machine has it");
+    }
   }
   std::vector<Tensor> zeros;
   zeros.reserve(n.inputs.size());
