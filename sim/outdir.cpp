@@ -86,21 +86,32 @@ void check_out_dir(const std::string& out) {
                        "choose a writable place with --out");
     return;
   }
-  // Not there yet: the nearest existing ancestor must be a directory we may write.
-  fs::path a = p.parent_path();
-  while (!a.empty() && !fs::exists(fs::symlink_status(a, ec)) && a != a.root_path()) a = a.parent_path();
-  if (!fs::is_directory(fs::status(a, ec)))
-    throw InputError("--out", "cannot create '" + shown + "': " + a.string() + " is a file, not a directory", "choose another --out");
-  if (::access(a.c_str(), W_OK | X_OK) != 0)
-    throw InputError("--out", "cannot create '" + shown + "': " + a.string() + " is not writable (" + errno_text(errno) + ")",
-                     "choose a writable place with --out");
-  // access() says yes to root everywhere and knows nothing of /proc or a full disk: try it (a
-  // directory made and removed at once).
-  const fs::path probe = a / (".tessera-probe." + std::to_string(::getpid()));
-  if (!fs::create_directory(probe, ec) || ec)
+  // Not there yet: the nearest existing ancestor must be a directory we may write. Another run
+  // failing beside this one may remove an empty parent it created between the look and the probe:
+  // look again then (ENOENT).
+  for (int attempt = 0;; ++attempt) {
+    fs::path a = p.parent_path();
+    while (!a.empty() && !fs::exists(fs::symlink_status(a, ec)) && a != a.root_path()) a = a.parent_path();
+    const fs::file_status as = fs::status(a, ec);
+    if (!fs::exists(as) && attempt < 8) continue;
+    if (!fs::is_directory(as))
+      throw InputError("--out", "cannot create '" + shown + "': " + a.string() + " is a file, not a directory", "choose another --out");
+    if (::access(a.c_str(), W_OK | X_OK) != 0) {
+      if (errno == ENOENT && attempt < 8) continue;
+      throw InputError("--out", "cannot create '" + shown + "': " + a.string() + " is not writable (" + errno_text(errno) + ")",
+                       "choose a writable place with --out");
+    }
+    // access() says yes to root everywhere and knows nothing of /proc or a full disk: try it (a
+    // directory made and removed at once).
+    const fs::path probe = a / (".tessera-probe." + std::to_string(::getpid()));
+    if (fs::create_directory(probe, ec) && !ec) {
+      fs::remove(probe, ec);
+      return;
+    }
+    if (ec == std::errc::no_such_file_or_directory && attempt < 8) continue;
     throw InputError("--out", "cannot create the output directory '" + shown + "': " + (ec ? ec.message() : std::string("it exists")),
                      "choose a writable place with --out");
-  fs::remove(probe, ec);
+  }
 }
 
 OutputDir::OutputDir(std::string out) {
@@ -108,23 +119,31 @@ OutputDir::OutputDir(std::string out) {
   const fs::path p = normal_out(out);
   out_ = out;
   const fs::path parent = p.parent_path();
-  std::vector<fs::path> missing;
-  std::error_code ec;
-  for (fs::path a = parent; !a.empty() && !fs::exists(a, ec); a = a.parent_path()) {
-    missing.push_back(a);
-    if (a == a.root_path()) break;
-  }
-  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
-    if (!fs::create_directory(*it, ec) && ec)
-      throw InputError("--out", "cannot create " + it->string() + ": " + ec.message(), "choose a writable place with --out");
-    created_parents_.push_back(it->string());
-  }
   const std::string name = p.filename().string();
-  remove_stale(parent, name);
   const fs::path tmp = parent / ("." + name + ".tessera-tmp." + std::to_string(::getpid()));
-  fs::remove_all(tmp, ec);
-  if (!fs::create_directory(tmp, ec) || ec) {
-    const std::string why = ec.message();
+  std::error_code ec;
+  // Another run failing beside this one removes the parents it created when they are empty, and
+  // they may be the ones this run just found: create what is missing and the temporary directory
+  // again when it vanished in between (ENOENT).
+  for (int attempt = 0;; ++attempt) {
+    std::vector<fs::path> missing;
+    for (fs::path a = parent; !a.empty() && !fs::exists(a, ec); a = a.parent_path()) {
+      missing.push_back(a);
+      if (a == a.root_path()) break;
+    }
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+      if (!fs::create_directory(*it, ec) && ec) {
+        if (ec == std::errc::no_such_file_or_directory && attempt < 8) break;
+        throw InputError("--out", "cannot create " + it->string() + ": " + ec.message(), "choose a writable place with --out");
+      }
+      created_parents_.push_back(it->string());
+    }
+    if (ec == std::errc::no_such_file_or_directory && attempt < 8) continue;
+    remove_stale(parent, name);
+    fs::remove_all(tmp, ec);
+    if (fs::create_directory(tmp, ec) && !ec) break;
+    if (ec == std::errc::no_such_file_or_directory && attempt < 8) continue;
+    const std::string why = ec ? ec.message() : std::string("it exists");
     for (auto it = created_parents_.rbegin(); it != created_parents_.rend(); ++it) fs::remove(*it, ec);
     throw InputError("--out", "cannot create the output directory '" + out + "': " + why, "choose a writable place with --out");
   }

@@ -60,6 +60,11 @@ tessera_golden(validate_out_checked validate scenarios/reference/mlp.json --out 
 add_test(NAME cli.outputs_all_or_nothing COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/all_or_nothing.sh $<TARGET_FILE:tessera> ${R} ${CMAKE_CURRENT_BINARY_DIR}/all_or_nothing
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli.outputs_all_or_nothing PROPERTIES PASS_REGULAR_EXPRESSION "all-or-nothing: PASS")
+# Runs racing for a parent of --out that none of them found (a failed run removes the empty parents
+# it created): each ends as it would alone (the agree tests share such a parent under ctest -j).
+add_test(NAME cli.out_parent_race COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/out_race.sh $<TARGET_FILE:tessera> ${R} ${CMAKE_CURRENT_BINARY_DIR}/out_race
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli.out_parent_race PROPERTIES PASS_REGULAR_EXPRESSION "out race: PASS")
 # Memory the machine refuses (ulimit): std::bad_alloc is exit 2 naming the phase, not an internal error.
 # Not under AddressSanitizer: it reserves terabytes of shadow address space (no ulimit -v) and its
 # operator new reports an out-of-memory instead of throwing std::bad_alloc.
