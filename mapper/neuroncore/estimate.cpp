@@ -121,11 +121,7 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
     // DMA engines work in parallel, but no more transfers are in flight than the kernel has
     // buffers for its streamed tiles.
     // Each refill of a buffer waits for the instruction that read it and pays the trigger latency.
-    double dma_total = 0;
-    for (const auto& [eng, t] : a.engine_s) {
-      e.dma_s = std::max(e.dma_s, t);
-      dma_total += t;
-    }
+    for (const auto& [eng, t] : a.engine_s) e.dma_s = std::max(e.dma_s, t);
     // Only refills wait on compute: the streamed transfers beyond the first `inflight` (the bulk
     // queues' operand blocks and stores are not limited by the stream buffers).
     const int64_t inflight = std::max<int64_t>(1, k < c.stream_buffers.size() ? c.stream_buffers[k] : 1);
