@@ -1,6 +1,7 @@
 #include "sim/report.hpp"
 #include "sim/console.hpp"
 #include "sim/outdir.hpp"
+#include "sim/version.hpp"
 
 #include <cctype>
 #include <cmath>
@@ -25,6 +26,7 @@ json number_or_string(double v) {
 json new_report(const Scenario& s) {
   json r;
   r["schema"] = kReportSchema;
+  r["tessera"] = {{"version", version_string()}, {"commit", version_commit()}};
   r["scenario_file"] = s.file;
   r["scenario"] = s.resolved;
   json target = {{"kind", s.kind}};

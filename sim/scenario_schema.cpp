@@ -239,6 +239,7 @@ NodePtr build() {
       }, "dynamic loss scaling for mixed precision (precision.compute fp16 or bf16), GradScaler's rules")),
   }, "train the model: every step runs forward, backward and the optimizer update; weights and optimizer state carry over; precision.compute fp16/bf16 trains in mixed precision on fp32 master weights (docs/training.md)");
   auto root = object({
+      opt("$schema", string("the JSON Schema this file follows, for editors (docs/scenario.schema.json, written by `tessera schema --format json-schema`); tessera ignores it")),
       req("schema", enumeration({kScenarioSchema}, "the scenario format version")),
       opt("name", name_node("scenario name; the default output directory is out/<name>/ (default: the file name)")),
       opt("description", with_default(string("free text"), "")),

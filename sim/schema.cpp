@@ -317,6 +317,90 @@ std::string markdown_table(const Node& root) {
   return out;
 }
 
+namespace {
+
+// One node as JSON Schema (draft 2020-12). The checks that are code (`Node::check`: names usable as
+// directories, a quantity string's unit) stay with tessera's own validator.
+json to_json_schema(const Node& n) {
+  json s = json::object();
+  if (!n.description.empty()) s["description"] = n.description;
+  auto bounds = [&](json& t) {
+    if (n.min > -1e299) t["minimum"] = n.min;
+    if (n.max < 1e299) t["maximum"] = n.max;
+  };
+  switch (n.kind) {
+    case Kind::object: {
+      s["type"] = "object";
+      json props = json::object();
+      json required = json::array();
+      for (const auto& f : n.fields) {
+        props[f.name] = to_json_schema(*f.node);
+        if (f.required) required.push_back(f.name);
+      }
+      s["properties"] = props;
+      if (!required.empty()) s["required"] = required;
+      s["additionalProperties"] = false;
+      if (!n.exactly_one_of.empty()) {
+        json one = json::array();
+        for (const auto& name : n.exactly_one_of) one.push_back({{"required", {name}}});
+        s["oneOf"] = one;
+      }
+      break;
+    }
+    case Kind::map:
+      s["type"] = "object";
+      s["additionalProperties"] = to_json_schema(*n.element);
+      break;
+    case Kind::array:
+      s["type"] = "array";
+      s["items"] = to_json_schema(*n.element);
+      break;
+    case Kind::string:
+    case Kind::path:
+      s["type"] = "string";
+      if (n.kind == Kind::path) s["minLength"] = 1;
+      break;
+    case Kind::enumeration:
+      s["enum"] = n.choices;
+      break;
+    case Kind::integer:
+      s["type"] = "integer";
+      bounds(s);
+      break;
+    case Kind::number:
+      s["type"] = "number";
+      bounds(s);
+      break;
+    case Kind::boolean:
+      s["type"] = "boolean";
+      break;
+    case Kind::quantity: {
+      // A number in the base unit, or a number with a unit ("850MHz", "1.4 GHz", "48KiB").
+      json num = {{"type", "number"}};
+      bounds(num);
+      const std::string unit = std::string(unit_symbol(n.unit));
+      json str = {{"type", "string"},
+                  {"pattern", "^\\s*[-+]?([0-9]+\\.?[0-9]*|\\.[0-9]+)([eE][-+]?[0-9]+)?\\s*[A-Za-z/%]*\\s*$"}};
+      s["anyOf"] = json::array({num, str});
+      if (!unit.empty()) s["description"] = n.description + (n.description.empty() ? "" : " ") + "(" + unit + ", or a string with a unit)";
+      break;
+    }
+    case Kind::any:
+      break;
+  }
+  if (n.default_value && !n.default_value->is_null()) s["default"] = *n.default_value;
+  return s;
+}
+
+}  // namespace
+
+json json_schema(const Node& root, const std::string& title) {
+  json s = to_json_schema(root);
+  json out = {{"$schema", "https://json-schema.org/draft/2020-12/schema"}, {"title", title}};
+  out.update(s);
+  return out;
+}
+
 std::optional<std::vector<std::string>> resolve_set_path(const Node& root, const std::string& dotted,
                                                          DiagnosticList& d) {
   std::vector<std::string> parts;

@@ -74,6 +74,11 @@ json validate(const Node& node, const json& value, const std::string& pointer, c
 // this output, kept in sync by a test).
 std::string markdown_table(const Node& root);
 
+// The same declarations as a JSON Schema (draft 2020-12) for editors and other tools
+// (`tessera schema --format json-schema`, docs/scenario.schema.json). Checks written as code
+// (Node::check, units inside quantity strings) are tessera's own.
+json json_schema(const Node& root, const std::string& title);
+
 // JSON pointer escaping of one reference token ('~' -> "~0", '/' -> "~1").
 std::string pointer_token(const std::string& key);
 // "number 5", "string \"x\"", "object", ... for error messages.
