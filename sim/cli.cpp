@@ -116,7 +116,9 @@ const Verb kVerbs[] = {
      "then the mean absolute percentage error and the worst case of each. Missing figures show\n"
      "'-' and are left out of the statistics. --format csv|json|markdown for other tools (json:\n"
      "schema tessera.compare/1; csv: the summary goes to stderr). --plot FILE.svg writes a log-log\n"
-     "scatter of predicted against simulated, one point per kernel, with y = x and +-10% lines.\n"
+     "scatter of predicted against simulated: a circle per kernel and a diamond per scenario total,\n"
+     "coloured by scenario (a legend names them), kernels outside +-10% ringed red, with y = x and\n"
+     "+-10% lines.\n"
      "Exit 1 when a scenario failed a check or could not run (it is listed as ERROR with the\n"
      "first line of its error).",
      cmd_compare},

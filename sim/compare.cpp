@@ -410,26 +410,51 @@ std::string plot_svg(const std::vector<CompareResult>& results, size_t* points) 
   struct Pt {
     double x, y, err;
     std::string label;
+    size_t series;  // index into `series` (a scenario)
   };
-  std::vector<Pt> pts;
-  for (const auto& r : results)
+  // One colour per scenario (a qualitative palette, repeated past ten scenarios); kernels are
+  // circles, the scenario's total a diamond of the same colour.
+  static const char* const kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b",
+                                         "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79"};
+  std::vector<std::string> series;
+  std::vector<Pt> pts, totals;
+  for (const auto& r : results) {
+    const size_t si = series.size();
+    bool any = false;
     for (const auto& k : r.kernels)
-      if (k.predicted_s && k.simulated_s && *k.predicted_s > 0 && *k.simulated_s > 0)
+      if (k.predicted_s && k.simulated_s && *k.predicted_s > 0 && *k.simulated_s > 0) {
         pts.push_back({*k.simulated_s, *k.predicted_s, *k.error_pct(),
                        r.name + "/" + k.name + ": predicted " + format_seconds(k.predicted_s) + ", simulated " +
-                           format_seconds(k.simulated_s) + ", error " + format_pct(k.error_pct())});
+                           format_seconds(k.simulated_s) + ", error " + format_pct(k.error_pct()),
+                       si});
+        any = true;
+      }
+    if (r.predicted_s && r.simulated_s && *r.predicted_s > 0 && *r.simulated_s > 0) {
+      totals.push_back({*r.simulated_s, *r.predicted_s, *r.error_pct(),
+                        r.name + " (total): predicted " + format_seconds(r.predicted_s) + ", simulated " +
+                            format_seconds(r.simulated_s) + ", error " + format_pct(r.error_pct()),
+                        si});
+      any = true;
+    }
+    if (any) series.push_back(r.name);
+  }
+  auto colour = [&](size_t si) { return kPalette[si % (sizeof(kPalette) / sizeof(kPalette[0]))]; };
   if (points) *points = pts.size();
+  std::vector<Pt> all = pts;
+  all.insert(all.end(), totals.begin(), totals.end());
 
   // Same decades on both axes, so that y = x is the diagonal.
   int lo = -7, hi = -3;
-  if (!pts.empty()) {
-    double mn = pts[0].x, mx = pts[0].x;
-    for (const auto& p : pts) mn = std::min({mn, p.x, p.y}), mx = std::max({mx, p.x, p.y});
+  if (!all.empty()) {
+    double mn = all[0].x, mx = all[0].x;
+    for (const auto& p : all) mn = std::min({mn, p.x, p.y}), mx = std::max({mx, p.x, p.y});
     lo = static_cast<int>(std::floor(std::log10(mn) - 0.02));
     hi = static_cast<int>(std::ceil(std::log10(mx) + 0.02));
     if (hi <= lo) hi = lo + 1;
   }
-  const double L = 100, T = 60, S = 480, W = L + S + 40, H = T + S + 70;
+  // The scenarios' legend is a column right of the plot (at most kLegend rows, then "+N more").
+  const size_t kLegend = 24;
+  const double L = 100, T = 60, S = 480, W = L + S + (series.empty() ? 40 : 240), H = T + S + 70;
   auto X = [&](double v) { return L + (std::log10(v) - lo) / (hi - lo) * S; };
   auto Y = [&](double v) { return T + S - (std::log10(v) - lo) / (hi - lo) * S; };
   auto f = [](double v) { return printf_str("%.2f", v); };
@@ -446,7 +471,8 @@ std::string plot_svg(const std::vector<CompareResult>& results, size_t* points) 
     << "predicted vs simulated latency</text>\n";
   {
     const CompareSummary s = summarize(results);
-    std::string sub = std::to_string(pts.size()) + " kernel" + (pts.size() == 1 ? "" : "s");
+    std::string sub = std::to_string(pts.size()) + " kernel" + (pts.size() == 1 ? "" : "s") + ", " +
+                      std::to_string(totals.size()) + " scenario total" + (totals.size() == 1 ? "" : "s");
     if (s.predicted_vs_simulated.count)
       sub += ", MAPE " + printf_str("%.2f%%", s.predicted_vs_simulated.mape_pct) + ", worst " +
              format_pct(s.predicted_vs_simulated.worst_pct);
@@ -503,17 +529,40 @@ std::string plot_svg(const std::vector<CompareResult>& results, size_t* points) 
   diag(1.0, "identity", "stroke=\"#333\" stroke-width=\"1.5\"");
   diag(1.1, "band", "stroke=\"#888\" stroke-width=\"1\" stroke-dasharray=\"6 4\"");
   diag(0.9, "band", "stroke=\"#888\" stroke-width=\"1\" stroke-dasharray=\"6 4\"");
+  // Kernels outside +-10% get a red ring.
   for (const auto& p : pts) {
     const bool out = std::fabs(p.err) > 10.0;
     o << "<circle class=\"point\" cx=\"" << f(X(p.x)) << "\" cy=\"" << f(Y(p.y)) << "\" r=\"4.5\" fill=\""
-      << (out ? "#d62728" : "#1f77b4") << "\" fill-opacity=\"0.8\" stroke=\"white\" stroke-width=\"0.8\"><title>"
-      << xml_escape(p.label) << "</title></circle>\n";
+      << colour(p.series) << "\" fill-opacity=\"0.8\" stroke=\"" << (out ? "#d62728" : "white") << "\" stroke-width=\""
+      << (out ? "2" : "0.8") << "\"><title>" << xml_escape(p.label) << "</title></circle>\n";
+  }
+  for (const auto& p : totals) {
+    const double cx = X(p.x), cy = Y(p.y), r = 7;
+    o << "<path class=\"total\" d=\"M " << f(cx) << " " << f(cy - r) << " L " << f(cx + r) << " " << f(cy) << " L " << f(cx)
+      << " " << f(cy + r) << " L " << f(cx - r) << " " << f(cy) << " Z\" fill=\"" << colour(p.series)
+      << "\" fill-opacity=\"0.9\" stroke=\"#111\" stroke-width=\"1.2\"><title>" << xml_escape(p.label) << "</title></path>\n";
   }
   o << "</g>\n";
+  // The scenarios, in the order of the table.
+  if (!series.empty()) {
+    const double sx = L + S + 24, sy = T + 4;
+    o << "<g class=\"scenarios\" font-size=\"11\">\n<text x=\"" << sx << "\" y=\"" << sy << "\" font-weight=\"bold\">scenarios</text>\n";
+    for (size_t i = 0; i < series.size() && i < kLegend; ++i) {
+      const double y = sy + 18 * (i + 1);
+      std::string name = series[i];
+      if (name.size() > 30) name = name.substr(0, 29) + "\xE2\x80\xA6";
+      o << "<rect x=\"" << sx << "\" y=\"" << y - 9 << "\" width=\"10\" height=\"10\" fill=\"" << colour(i) << "\"/><text x=\""
+        << sx + 16 << "\" y=\"" << y << "\">" << xml_escape(name) << "</text>\n";
+    }
+    if (series.size() > kLegend)
+      o << "<text x=\"" << sx << "\" y=\"" << sy + 18 * (kLegend + 1) << "\" fill=\"#555\">+" << series.size() - kLegend
+        << " more (colours repeat)</text>\n";
+    o << "</g>\n";
+  }
   // Legend (the marker is a path, so that <circle> counts the kernels).
   const double lx = L + 14, ly = T + 18;
   o << "<g font-size=\"11\">\n"
-    << "<rect x=\"" << lx - 6 << "\" y=\"" << ly - 12 << "\" width=\"160\" height=\"62\" fill=\"white\" "
+    << "<rect x=\"" << lx - 6 << "\" y=\"" << ly - 12 << "\" width=\"190\" height=\"80\" fill=\"white\" "
     << "fill-opacity=\"0.9\" stroke=\"#ccc\"/>\n"
     << "<line x1=\"" << lx << "\" y1=\"" << ly << "\" x2=\"" << lx + 24 << "\" y2=\"" << ly
     << "\" stroke=\"#333\" stroke-width=\"1.5\"/><text x=\"" << lx + 32 << "\" y=\"" << ly + 4
@@ -521,9 +570,12 @@ std::string plot_svg(const std::vector<CompareResult>& results, size_t* points) 
     << "<line x1=\"" << lx << "\" y1=\"" << ly + 18 << "\" x2=\"" << lx + 24 << "\" y2=\"" << ly + 18
     << "\" stroke=\"#888\" stroke-dasharray=\"6 4\"/><text x=\"" << lx + 32 << "\" y=\"" << ly + 22
     << "\">\xC2\xB1" "10%</text>\n"
-    << "<path d=\"M " << lx + 7.5 << " " << ly + 36 << " a 4.5 4.5 0 1 0 9 0 a 4.5 4.5 0 1 0 -9 0\" fill=\"#1f77b4\"/>"
-    << "<path d=\"M " << lx + 17.5 << " " << ly + 36 << " a 4.5 4.5 0 1 0 9 0 a 4.5 4.5 0 1 0 -9 0\" fill=\"#d62728\"/>"
-    << "<text x=\"" << lx + 32 << "\" y=\"" << ly + 40 << "\">kernel (red: outside \xC2\xB1" "10%)</text>\n</g>\n";
+    << "<path d=\"M " << lx + 2.5 << " " << ly + 36 << " a 4.5 4.5 0 1 0 9 0 a 4.5 4.5 0 1 0 -9 0\" fill=\"#1f77b4\"/>"
+    << "<path d=\"M " << lx + 14.5 << " " << ly + 36 << " a 4.5 4.5 0 1 0 9 0 a 4.5 4.5 0 1 0 -9 0\" fill=\"#1f77b4\" "
+    << "stroke=\"#d62728\" stroke-width=\"2\"/>"
+    << "<text x=\"" << lx + 32 << "\" y=\"" << ly + 40 << "\">kernel (ring: outside \xC2\xB1" "10%)</text>\n"
+    << "<path d=\"M " << lx + 12 << " " << ly + 47 << " l 7 7 l -7 7 l -7 -7 Z\" fill=\"#1f77b4\" stroke=\"#111\"/>"
+    << "<text x=\"" << lx + 32 << "\" y=\"" << ly + 58 << "\">scenario total</text>\n</g>\n";
   if (pts.empty())
     o << "<text class=\"note\" x=\"" << L + S / 2 << "\" y=\"" << T + S / 2 << "\" text-anchor=\"middle\" "
       << "font-size=\"14\" fill=\"#a00\" stroke=\"white\" stroke-width=\"5\" paint-order=\"stroke\">no kernel has both a prediction and a simulation</text>\n";

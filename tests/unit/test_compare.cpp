@@ -185,12 +185,23 @@ TEST_CASE("compare: markdown is a pipe table with the summary as a list", "[comp
   CHECK(m.find("- predicted vs simulated: MAPE 11.67%") != std::string::npos);
 }
 
-TEST_CASE("compare: the plot has one circle per kernel and the band lines", "[compare]") {
+TEST_CASE("compare: the plot has one circle per kernel, a diamond per scenario total, colours per scenario and the band lines", "[compare]") {
   const auto rs = sample();
   size_t n = 0;
   const std::string svg = plot_svg(rs, &n);
   CHECK(n == 3);
   CHECK(count_of(svg, "<circle") == 3);
+  // Totals: alpha 21 vs 20 us, zeta 2.7 vs 3 us (mid has none).
+  CHECK(count_of(svg, "class=\"total\"") == 2);
+  CHECK(svg.find("<title>zeta (total): predicted 2.700 us, simulated 3.000 us, error -10.0%</title>") != std::string::npos);
+  CHECK(svg.find("3 kernels, 2 scenario totals") != std::string::npos);
+  // alpha sorts first: the first colour; zeta's kernels and total the second; zeta/k2 (-20%) ringed red.
+  CHECK(count_of(svg, "fill=\"#1f77b4\" fill-opacity") == 2);  // alpha's kernel and total
+  CHECK(count_of(svg, "fill=\"#ff7f0e\" fill-opacity") == 3);  // zeta's two kernels and total
+  CHECK(count_of(svg, "stroke=\"#d62728\" stroke-width=\"2\"><title>zeta/k2") == 1);
+  CHECK(svg.find(">alpha</text>") != std::string::npos);
+  CHECK(svg.find(">zeta</text>") != std::string::npos);
+  CHECK(svg.find(">mid</text>") == std::string::npos);
   CHECK(count_of(svg, "class=\"identity\"") == 1);
   CHECK(count_of(svg, "class=\"band\"") == 2);
   CHECK(count_of(svg, "stroke-dasharray") >= 2);
