@@ -14,6 +14,9 @@ cmake --build "$work/build" >"$work/build.log"
 "$work/build/consumer" "$src/scenarios/quickstart.json" "$work/out"
 [ -f "$work/out/report.json" ] || { echo "FAIL: no report.json"; exit 1; }
 [ -x "$work/prefix/bin/tessera" ] || { echo "FAIL: the tessera command is not installed"; exit 1; }
+py=$(PYTHONPATH="$work/prefix/lib/tessera/python" /usr/bin/python3 -c 'import tessera; print(tessera.__version__)') ||
+  { echo "FAIL: the installed Python package does not import"; exit 1; }
+echo "installed python package: tessera $py"
 pc=$(PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig" pkg-config --print-errors --cflags --libs tessera)
 echo "pkg-config: $pc"
 grep -q -- "-I$work/prefix/lib/pkgconfig/../../include/tessera" <<<"$pc" || { echo "FAIL: pkg-config does not point into the prefix"; exit 1; }

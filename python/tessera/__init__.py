@@ -1,0 +1,151 @@
+"""tessera from Python: run scenarios on the simulated machines and read their results.
+
+    import tessera
+    r = tessera.run("scenarios/quickstart.json", out="out/py")
+    print(r.predicted_s, r.simulated_s, r.outputs["y"].shape)
+
+A run happens in a child process (SystemC elaborates once per process), with the same code and
+output directory as `tessera run`; this process waits with the GIL released, and Ctrl-C stops the
+run as it stops the CLI. Bad input raises InputError with the CLI's pointer and hint
+(docs/python.md).
+"""
+import json as _json
+import os as _os
+
+from . import _tessera
+
+__version__ = _tessera.version()
+__commit__ = _tessera.commit()
+
+
+class TesseraError(Exception):
+    """Base of tessera's errors."""
+
+
+class InputError(TesseraError):
+    """Bad input: a scenario, model or input file that cannot be used as given (CLI exit 2).
+
+    `diagnostics` lists every mistake: dicts with `where` (a JSON pointer, file, node, PE or
+    instruction), `message` and `hint` (what to do); `where`, `message` and `hint` are the first's.
+    """
+
+    def __init__(self, diagnostics):
+        self.diagnostics = diagnostics
+        first = diagnostics[0] if diagnostics else {"where": "", "message": "", "hint": ""}
+        self.where, self.message, self.hint = first["where"], first["message"], first["hint"]
+        super().__init__("\n".join(d["text"] for d in diagnostics))
+
+
+class CheckFailed(TesseraError):
+    """A check stopped the run (an assert step closure; CLI exit 1). Failed output or latency
+    checks do not raise: the run finishes and its Report has passed == False."""
+
+
+class InternalError(TesseraError):
+    """A bug in tessera (CLI exit 3): please report it with the scenario."""
+
+
+class Report:
+    """The results of a run, read from its output directory (report.json, outputs/*.npy)."""
+
+    def __init__(self, out_dir):
+        self.out_dir = _os.path.abspath(out_dir)
+        with open(_os.path.join(self.out_dir, "report.json")) as f:
+            self.json = _json.load(f)
+        self._outputs = None
+
+    @property
+    def passed(self):
+        """True when every check passed (outputs, latency, losses)."""
+        return bool(self.json.get("pass", False))
+
+    @property
+    def predicted_s(self):
+        return self.json["latency"]["predicted_s"]
+
+    @property
+    def simulated_s(self):
+        return self.json["latency"]["simulated_s"]
+
+    @property
+    def error_pct(self):
+        return self.json["latency"]["error_pct"]
+
+    @property
+    def kernels(self):
+        """Per kernel: name, op, predicted_s, simulated_s, error_pct, cycles (machine targets)."""
+        return self.json.get("kernels", [])
+
+    @property
+    def steps(self):
+        return self.json.get("steps", [])
+
+    @property
+    def trace(self):
+        """The trace's path (opens in ui.perfetto.dev), or None."""
+        t = self.json.get("trace")
+        f = t.get("file") if isinstance(t, dict) else None
+        return _os.path.join(self.out_dir, f) if f else None
+
+    @property
+    def outputs(self):
+        """Graph outputs as numpy arrays, by name (as the machine computed them)."""
+        if self._outputs is None:
+            import numpy as np
+
+            self._outputs = {}
+            for o in self.json.get("outputs", []):
+                f = o.get("file")
+                if f and o.get("name") and not o.get("state") and o.get("against") != "reference":
+                    self._outputs[o["name"]] = np.load(_os.path.join(self.out_dir, f))
+        return self._outputs
+
+    def __repr__(self):
+        lat = ""
+        if self.simulated_s is not None:
+            lat = f", predicted {self.predicted_s}, simulated {self.simulated_s}"
+        return f"<tessera.Report {self.json['scenario'].get('name')}: {'PASS' if self.passed else 'FAIL'}{lat}>"
+
+
+def _request(scenario, set, numerics):
+    sets = list(set or [])
+    if not numerics:
+        sets.append("run.numerics=false")
+    if isinstance(scenario, dict):
+        # Relative paths in a dict resolve against the current directory.
+        return _json.dumps(scenario), True, _os.path.join(_os.getcwd(), "dict_scenario.json"), sets
+    return _os.fspath(scenario), False, "", sets
+
+
+def _raise_for(result):
+    err = result.get("error")
+    if err == "input":
+        raise InputError(result["diagnostics"])
+    if err == "interrupted":
+        raise KeyboardInterrupt(result.get("message", "interrupted"))
+    if err == "check":
+        raise CheckFailed(result["message"])
+    if err == "internal":
+        raise InternalError(result["message"] + " (please report this with the scenario)")
+
+
+def run(scenario, *, out=None, set=None, numerics=True, quiet=False):
+    """Runs a scenario (a path, or a dict in the scenario format) like `tessera run`.
+
+    out: the output directory (default out/<name>); set: ["key.path=value", ...] overrides, validated
+    like the file; numerics=False times without tensor values; quiet: print only results and errors.
+    Returns a Report (report.passed is False when an output, latency or loss check failed).
+    """
+    text, from_json, json_file, sets = _request(scenario, set, numerics)
+    result = _tessera.run(text, from_json, json_file, _os.fspath(out) if out else "", sets, False, quiet)
+    _raise_for(result)
+    return Report(result["out_dir"])
+
+
+def validate(scenario, *, set=None, numerics=True, out=None):
+    """Every check `run` makes before it simulates (`tessera validate`); returns what was checked,
+    raises InputError with every mistake."""
+    text, from_json, json_file, sets = _request(scenario, set, numerics)
+    result = _tessera.run(text, from_json, json_file, _os.fspath(out) if out else "", sets, True, True)
+    _raise_for(result)
+    return result.get("checked", [])

@@ -1,0 +1,103 @@
+"""The Python API (python/tessera, docs/python.md), run by ctest as `python.api` with Debian's
+/usr/bin/python3 and PYTHONPATH=BUILD/python, from the source tree. TESSERA_BIN is the CLI of the
+same build, for comparisons; TESSERA_TEST_OUT a scratch directory."""
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import unittest
+
+import numpy as np
+
+import tessera
+
+BIN = os.environ["TESSERA_BIN"]
+OUT = pathlib.Path(os.environ["TESSERA_TEST_OUT"])
+
+
+def fresh(name):
+    d = OUT / name
+    shutil.rmtree(d, ignore_errors=True)
+    return d
+
+
+class RunTest(unittest.TestCase):
+    def test_run_matches_the_cli_byte_for_byte(self):
+        cli, py = fresh("cli_quickstart"), fresh("py_quickstart")
+        subprocess.run([BIN, "run", "scenarios/quickstart.json", "--out", str(cli), "--quiet"], check=True,
+                       stdout=subprocess.DEVNULL)
+        r = tessera.run("scenarios/quickstart.json", out=py, quiet=True)
+        self.assertTrue(r.passed)
+        self.assertGreater(r.simulated_s, 0)
+        self.assertGreater(r.predicted_s, 0)
+        self.assertEqual(len(r.kernels), 3)
+        self.assertEqual(r.outputs["y"].shape, (8, 10))
+        self.assertEqual(r.outputs["y"].dtype, np.float32)
+        # The same machine, the same figures: report.json equal but for the output directory.
+        a = (cli / "report.json").read_text().replace(str(cli), "OUT")
+        b = (py / "report.json").read_text().replace(str(py), "OUT")
+        self.assertEqual(a, b)
+        self.assertEqual((cli / "outputs" / "y.npy").read_bytes(), (py / "outputs" / "y.npy").read_bytes())
+        self.assertTrue(r.trace.endswith("trace.pftrace") and os.path.exists(r.trace))
+
+    def test_many_runs_in_one_process_and_a_dict_scenario(self):
+        # SystemC elaborates once per process: every run is a child of this one.
+        doc = json.loads(pathlib.Path("scenarios/reference/mlp.json").read_text())
+        doc["model"]["onnx"] = "scenarios/models/mlp.onnx"  # relative to the current directory
+        doc["inputs"]["x"]["file"] = "scenarios/data/mlp/x.npy"
+        doc["expect"]["outputs"]["y"]["file"] = "scenarios/data/mlp/y.npy"
+        first = tessera.run(doc, out=fresh("dict1"), quiet=True)
+        second = tessera.run(doc, out=fresh("dict2"), quiet=True)
+        third = tessera.run("scenarios/neuroncore/mlp.json", out=fresh("nc_mlp"), quiet=True, numerics=False)
+        self.assertTrue(first.passed and second.passed and third.passed)
+        np.testing.assert_array_equal(first.outputs["y"], second.outputs["y"])
+        np.testing.assert_allclose(first.outputs["y"], np.load("scenarios/data/mlp/y.npy"), rtol=1e-4, atol=1e-5)
+        self.assertIsNone(first.simulated_s)  # the reference target has no timing
+        self.assertEqual(third.outputs, {})
+
+    def test_bad_input_raises_with_the_cli_pointer_and_hint(self):
+        out = fresh("bad")
+        with self.assertRaises(tessera.InputError) as cm:
+            tessera.run("scenarios/quickstart.json", out=out, set=["run.stpes=2"])
+        e = cm.exception
+        self.assertEqual(e.where, "--set run.stpes")
+        self.assertIn("did you mean 'steps'", e.hint)
+        self.assertFalse(out.exists())
+        with self.assertRaises(tessera.InputError) as cm:
+            tessera.run("tests/cli/data/three_mistakes.json")
+        self.assertEqual(len(cm.exception.diagnostics), 3)
+        cli = subprocess.run([BIN, "validate", "tests/cli/data/three_mistakes.json"], capture_output=True, text=True)
+        cli_lines = [l[len("error: "):] for l in cli.stderr.splitlines() if l.startswith("error: ")]
+        self.assertEqual(cli_lines[0], "3 problems:")
+        self.assertEqual(str(cm.exception), "\n".join(cli_lines[1:]))
+
+    def test_validate(self):
+        checked = tessera.validate("scenarios/quickstart.json")
+        self.assertTrue(any("compiled 3 kernels" in c for c in checked), checked)
+        with self.assertRaises(tessera.InputError):
+            tessera.validate("scenarios/quickstart.json", set=["target.kind=tpu"])
+
+    def test_ctrl_c_stops_the_run_and_leaves_out_as_it_was(self):
+        out = fresh("interrupted")
+        timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        t0 = time.monotonic()
+        with self.assertRaises(KeyboardInterrupt):
+            tessera.run("tests/cli/data/long_run.json", out=out, quiet=True)
+        self.assertLess(time.monotonic() - t0, 5.0)  # the run takes about 9 s
+        self.assertFalse(out.exists())
+        self.assertEqual([p for p in OUT.iterdir() if p.name.startswith(".interrupted.tessera-")], [])
+
+    def test_version(self):
+        cli = subprocess.run([BIN, "version"], capture_output=True, text=True, check=True).stdout
+        self.assertIn("tessera " + tessera.__version__ + "\n", cli)
+        self.assertIn("commit: " + tessera.__commit__ + "\n", cli)
+
+
+if __name__ == "__main__":
+    OUT.mkdir(parents=True, exist_ok=True)
+    unittest.main(verbosity=2)
