@@ -359,6 +359,10 @@ Session::Session(const std::string& scenario, RunOptions opt, const std::vector<
   if (opt_.out_dir.empty()) opt_.out_dir = (std::filesystem::path("out") / s_.name).string();
 }
 
+Session::Session(Scenario scenario, RunOptions opt) : s_(std::move(scenario)), opt_(std::move(opt)) {
+  if (opt_.out_dir.empty()) opt_.out_dir = (std::filesystem::path("out") / s_.name).string();
+}
+
 void Session::add_step_closure(std::string name, std::vector<std::string> tensors, StepClosureFn fn, bool on_checkpoint) {
   StepClosure c;
   c.kind = "callback";

@@ -73,6 +73,7 @@ std::vector<StepClosure>& cpp_step_closures();
 class Session {
  public:
   Session(const std::string& scenario, RunOptions opt, const std::vector<std::string>& sets = {});
+  Session(Scenario scenario, RunOptions opt);  // an already loaded scenario (load_scenario_json)
   void add_step_closure(std::string name, std::vector<std::string> tensors, StepClosureFn fn, bool on_checkpoint = false);
   int run();
   const Scenario& scenario() const { return s_; }

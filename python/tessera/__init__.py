@@ -125,8 +125,68 @@ def _raise_for(result):
         raise KeyboardInterrupt(result.get("message", "interrupted"))
     if err == "check":
         raise CheckFailed(result["message"])
+    if err == "closure":  # the closure's exception is raised by _tessera.run itself; not reached
+        raise TesseraError(result["message"])
     if err == "internal":
         raise InternalError(result["message"] + " (please report this with the scenario)")
+
+
+class Session:
+    """A run with step closures written in Python (cerebras.pytorch's step closures, tessera's
+    /step_closures in the scenario):
+
+        s = tessera.Session("scenarios/neuroncore/train/train_mlp_sgd.json", out="out/s")
+        losses = []
+
+        @s.step_closure("loss", "step")
+        def record(loss, step):
+            losses.append(float(loss))
+
+        report = s.run()
+
+    A closure is called at the end of each activation step (run.activation_steps; a checkpoint
+    closure on checkpoint steps) with the named tensors -- graph outputs as the machine holds them,
+    or "step" -- as numpy arrays, in the order named. It runs here, in this interpreter (the machine
+    waits for it); simulated time does not advance. An exception in a closure stops the run
+    (nothing is written to `out`) and is raised from run().
+    """
+
+    def __init__(self, scenario, *, out=None, set=None, numerics=True, quiet=False):
+        self._request = _request(scenario, set, numerics)
+        self._out = _os.fspath(out) if out else ""
+        self._quiet = quiet
+        self._closures = []
+
+    def step_closure(self, *tensors, on_checkpoint=False):
+        """Decorator: call the function with these tensors at the end of each activation step."""
+        if not tensors:
+            raise TypeError("step_closure names the tensors it receives, e.g. @s.step_closure('loss')")
+
+        def register(fn):
+            self._closures.append((getattr(fn, "__name__", "closure"), list(tensors), bool(on_checkpoint), fn))
+            return fn
+
+        return register
+
+    def checkpoint_closure(self, *tensors):
+        """Decorator: like step_closure, on checkpoint steps (run.checkpoint_steps)."""
+        return self.step_closure(*tensors, on_checkpoint=True)
+
+    def run(self):
+        text, from_json, json_file, sets = self._request
+        fns = [c[3] for c in self._closures]
+
+        def dispatch(index, step, tensors):
+            import io
+
+            import numpy as np
+
+            fns[index](*[np.load(io.BytesIO(b)) for _, b in tensors])
+
+        result = _tessera.run(text, from_json, json_file, self._out, sets, False, self._quiet,
+                              [(n, t, c) for n, t, c, _ in self._closures], dispatch)
+        _raise_for(result)
+        return Report(result["out_dir"])
 
 
 def run(scenario, *, out=None, set=None, numerics=True, quiet=False):
@@ -137,7 +197,7 @@ def run(scenario, *, out=None, set=None, numerics=True, quiet=False):
     Returns a Report (report.passed is False when an output, latency or loss check failed).
     """
     text, from_json, json_file, sets = _request(scenario, set, numerics)
-    result = _tessera.run(text, from_json, json_file, _os.fspath(out) if out else "", sets, False, quiet)
+    result = _tessera.run(text, from_json, json_file, _os.fspath(out) if out else "", sets, False, quiet, [], None)
     _raise_for(result)
     return Report(result["out_dir"])
 
@@ -146,6 +206,6 @@ def validate(scenario, *, set=None, numerics=True, out=None):
     """Every check `run` makes before it simulates (`tessera validate`); returns what was checked,
     raises InputError with every mistake."""
     text, from_json, json_file, sets = _request(scenario, set, numerics)
-    result = _tessera.run(text, from_json, json_file, _os.fspath(out) if out else "", sets, True, True)
+    result = _tessera.run(text, from_json, json_file, _os.fspath(out) if out else "", sets, True, True, [], None)
     _raise_for(result)
     return result.get("checked", [])

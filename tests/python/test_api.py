@@ -92,6 +92,54 @@ class RunTest(unittest.TestCase):
         self.assertFalse(out.exists())
         self.assertEqual([p for p in OUT.iterdir() if p.name.startswith(".interrupted.tessera-")], [])
 
+    def test_session_step_closures_see_the_machines_values(self):
+        sets = ["run.activation_steps=1", "run.checkpoint_steps=10"]
+        cli, py = fresh("cli_train"), fresh("py_train")
+        subprocess.run([BIN, "run", "scenarios/neuroncore/train/train_mlp_sgd.json", "--out", str(cli), "--quiet"]
+                       + [a for kv in sets for a in ("--set", kv)], check=True, stdout=subprocess.DEVNULL)
+        s = tessera.Session("scenarios/neuroncore/train/train_mlp_sgd.json", out=py, set=sets, quiet=True)
+        seen, at_checkpoints = [], []
+
+        @s.step_closure("loss", "step")
+        def record(loss, step):
+            self.assertEqual(loss.shape, ())
+            seen.append((int(step), float(loss)))
+
+        @s.checkpoint_closure("loss")
+        def checkpoint(loss):
+            at_checkpoints.append(float(loss))
+
+        r = s.run()
+        self.assertTrue(r.passed)
+        steps = r.json["steps"]
+        self.assertEqual(len(seen), len(steps))  # every step is an activation step here
+        for (step, loss), rec in zip(seen, steps):
+            self.assertEqual(step, rec["step"])
+            self.assertEqual(loss, rec["loss"])  # the machine's fp32 loss, exactly
+        self.assertEqual(len(at_checkpoints), 3)  # steps 9, 19 and the last
+        # The closures ran in this interpreter and the report is the CLI's but for their records.
+        a = json.loads((cli / "report.json").read_text().replace(str(cli), "OUT"))
+        b = json.loads((py / "report.json").read_text().replace(str(py), "OUT"))
+        for rec in b["steps"]:
+            rec["closures"] = [c for c in rec.get("closures", []) if c["kind"] != "callback"]
+        self.assertEqual(a, b)
+
+    def test_an_exception_in_a_closure_stops_the_run(self):
+        out = fresh("closure_raises")
+        s = tessera.Session("scenarios/neuroncore/train/train_mlp_sgd.json", out=out, quiet=True)
+        calls = []
+
+        @s.step_closure("loss")
+        def explode(loss):
+            calls.append(float(loss))
+            if len(calls) == 2:
+                raise ValueError("enough")
+
+        with self.assertRaisesRegex(ValueError, "enough"):
+            s.run()
+        self.assertEqual(len(calls), 2)
+        self.assertFalse(out.exists())
+
     def test_version(self):
         cli = subprocess.run([BIN, "version"], capture_output=True, text=True, check=True).stdout
         self.assertIn("tessera " + tessera.__version__ + "\n", cli)
