@@ -57,8 +57,8 @@ struct Request {
 
 // Messages from the child: a type byte ('C' a step closure call, 'R' the result), a 64-bit length
 // and the payload. A call's payload is a JSON line {"closure", "step", "tensors": [[name, bytes]]}
-// followed by the tensors as .npy files; the parent answers one byte: 'c' go on, 'x' the closure
-// raised (the child stops the run).
+// followed by the tensors as .npy files; the parent answers one byte: 'c' go on, 's' stop after
+// this step (tessera.stop()), 'x' the closure raised (the child stops the run).
 void write_all(int fd, const std::string& s);
 void send(int fd, char type, const std::string& payload) {
   std::string m(1, type);
@@ -104,7 +104,8 @@ json child_run(const Request& r, int out_fd, int in_fd) {
         char answer = 0;
         while (::read(in_fd, &answer, 1) < 0 && errno == EINTR) {
         }
-        if (answer != 'c') throw ClosureRaised("step closure '" + c.name + "' raised at step " + std::to_string(step));
+        if (answer == 's') sim::request_stop();  // the closure called tessera.stop()
+        else if (answer != 'c') throw ClosureRaised("step closure '" + c.name + "' raised at step " + std::to_string(step));
       }, c.on_checkpoint);
     }
     const int code = session.run();
@@ -188,7 +189,7 @@ py::object run_forked(const Request& r, const py::object& dispatch) {
       }
       char answer = 'c';
       try {
-        dispatch(head["closure"].get<size_t>(), head["step"].get<int64_t>(), tensors);
+        if (py::bool_(dispatch(head["closure"].get<size_t>(), head["step"].get<int64_t>(), tensors))) answer = 's';
       } catch (py::error_already_set& e) {
         if (e.matches(PyExc_KeyboardInterrupt) && !interrupted) {
           interrupted = true;

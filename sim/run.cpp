@@ -75,6 +75,7 @@ int run_reference(const Scenario& s, const RunOptions& opt) {
     std::vector<StepMark> marks;  // the reference target writes no trace
     finish_step(report, std::move(rec), closures, sched, step, outputs, opt.out_dir, 0.0, marks);
   }
+  warn_if_stop_ignored(sched.steps);
 
   enter_phase("check");
   report["graph"] = {{"nodes", g.nodes.size()}, {"parameters", tot.params}, {"parameter_bytes", tot.param_bytes},
@@ -169,6 +170,7 @@ int dispatch(const Scenario& s, const RunOptions& opt) {
 
 int run_scenario(const Scenario& s, const RunOptions& opt) {
   install_interrupt_handlers();
+  reset_stop_request();
   if (opt.check_only) return dispatch(s, opt);
   OutputDir out(opt.out_dir);
   RunOptions o = opt;

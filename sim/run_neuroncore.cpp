@@ -473,6 +473,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
         for (const auto& b : job.outputs) values[b.name] = read_output(b);
       finish_step(report, std::move(rec), closures, sched, step, values, opt.out_dir, step_spans.back().end_s, closure_marks);
     }
+    warn_if_stop_ignored(sched.steps);
     if (sched.steps > 1)
       con.out(std::to_string(sched.steps) + " steps: " + format_num(t_steps * 1e6, "%.4f") + " us simulated in all, " +
               format_num(t_steps / static_cast<double>(sched.steps) * 1e6, "%.4f") + " us per step");

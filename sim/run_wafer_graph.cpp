@@ -342,6 +342,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
                 {"activation", sched.is_activation(step)}, {"checkpoint", sched.is_checkpoint(step)}};
     finish_step(report, std::move(rec), closures, sched, step, {{cp.output, y}}, opt.out_dir, t_steps, closure_marks);
   }
+  warn_if_stop_ignored(sched.steps);
   if (sched.steps > 1)
     con.out(std::to_string(sched.steps) + " steps: " + format_num(t_steps * 1e6, "%.4f") + " us simulated in all, " + format_num(t_steps / static_cast<double>(sched.steps) * 1e6, "%.4f") +
             " us per step");

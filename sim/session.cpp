@@ -350,6 +350,18 @@ std::map<std::string, Tensor> StepInputs::at(int64_t step) const {
   return out;
 }
 
+namespace {
+bool g_stop = false;
+}
+void request_stop() { g_stop = true; }
+bool stop_requested() { return g_stop; }
+void reset_stop_request() { g_stop = false; }
+void warn_if_stop_ignored(int64_t steps) {
+  if (g_stop)
+    Console::get().warn("a step closure asked the run to stop: only training runs stop early; this run ran all " + std::to_string(steps) +
+                        " steps (docs/python.md)");
+}
+
 std::vector<StepClosure>& cpp_step_closures() {
   static std::vector<StepClosure> v;
   return v;

@@ -64,6 +64,16 @@ std::vector<StepClosure> parse_closures(const nlohmann::json& closures, const st
 // (with their names checked against the outputs like the scenario's); empty outside a Session run.
 std::vector<StepClosure>& cpp_step_closures();
 
+// A step closure (C++ or Python) may ask a training run to stop after the current step: the run
+// finishes that step, checks what ran (losses against the reference executor and expect.losses,
+// the final state) and writes its report with training.stopped_after_step. Other runs go on to
+// their last step and say so. Reset at the start of every run.
+void request_stop();
+bool stop_requested();
+void reset_stop_request();
+// After the step loop of a run that does not stop early: a warning when a closure asked it to.
+void warn_if_stop_ignored(int64_t steps);
+
 // The C++ API of a run: the scenario loaded like `tessera run` does, plus step closures in C++,
 // e.g.
 //   sim::Session s("scenarios/neuroncore/train/train_mlp_sgd.json", {.out_dir = "out/x"});

@@ -209,9 +209,14 @@ int run_training(const Scenario& s, const RunOptions& opt, const graph::Graph& g
     std::map<std::string, Tensor> values;
     for (const auto& o : outs) values[o] = outputs.at(o);
     finish_step(report, std::move(rec), closures, sched, step, values, opt.out_dir, t_sim, marks);
+    if (stop_requested() && step + 1 < sched.steps) {
+      report["training"]["stopped_after_step"] = step;
+      con.info("a step closure stopped the run after step " + std::to_string(step) + " of " + std::to_string(sched.steps));
+      break;
+    }
   }
   state = machine->state();
-  con.out("trained " + std::to_string(sched.steps - first) + " step(s) (" + spec.optimizer + ", " + spec.loss +
+  con.out("trained " + std::to_string(losses.size()) + " step(s) (" + spec.optimizer + ", " + spec.loss +
           (spec.compute != DType::f32 ? ", mixed " + std::string(dtype_name(spec.compute)) : std::string()) + "): loss " + format_num(losses.front(), "%.6g") + " -> " +
           format_num(losses.back(), "%.6g"));
   if (spec.loss_scaling) {

@@ -131,6 +131,15 @@ def _raise_for(result):
         raise InternalError(result["message"] + " (please report this with the scenario)")
 
 
+_stop = [False]
+
+
+def stop():
+    """Called inside a step closure: the run stops after this step (training runs; others run to
+    their last step and warn). The report then has training.stopped_after_step."""
+    _stop[0] = True
+
+
 class Session:
     """A run with step closures written in Python (cerebras.pytorch's step closures, tessera's
     /step_closures in the scenario):
@@ -148,7 +157,8 @@ class Session:
     closure on checkpoint steps) with the named tensors -- graph outputs as the machine holds them,
     or "step" -- as numpy arrays, in the order named. It runs here, in this interpreter (the machine
     waits for it); simulated time does not advance. An exception in a closure stops the run
-    (nothing is written to `out`) and is raised from run().
+    (nothing is written to `out`) and is raised from run(). A closure that calls tessera.stop()
+    ends a training run after that step.
     """
 
     def __init__(self, scenario, *, out=None, set=None, numerics=True, quiet=False):
@@ -181,7 +191,10 @@ class Session:
 
             import numpy as np
 
+            _stop[0] = False
             fns[index](*[np.load(io.BytesIO(b)) for _, b in tensors])
+            stop_now, _stop[0] = _stop[0], False
+            return stop_now
 
         result = _tessera.run(text, from_json, json_file, self._out, sets, False, self._quiet,
                               [(n, t, c) for n, t, c, _ in self._closures], dispatch)

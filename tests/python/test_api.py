@@ -124,6 +124,34 @@ class RunTest(unittest.TestCase):
             rec["closures"] = [c for c in rec.get("closures", []) if c["kind"] != "callback"]
         self.assertEqual(a, b)
 
+    def test_a_closure_stops_training_on_a_condition(self):
+        # Train until the loss falls below a threshold; the losses are the CLI's for as many steps.
+        s = tessera.Session("scenarios/neuroncore/train/train_mlp_sgd.json", out=fresh("py_stop"), quiet=True,
+                            set=["run.activation_steps=1"])
+        losses = []
+
+        @s.step_closure("loss")
+        def until(loss):
+            losses.append(float(loss))
+            if len(losses) >= 3 and losses[-1] < 0.98 * losses[0]:
+                tessera.stop()
+
+        r = s.run()
+        self.assertTrue(r.passed)
+        n = len(losses)
+        self.assertLess(n, 25)
+        self.assertEqual(r.json["training"]["stopped_after_step"], n - 1)
+        self.assertEqual([rec["loss"] for rec in r.steps], losses)
+        # The first n steps of the CLI's whole run (the same per-step inputs) have the same losses,
+        # and the stopped run's final weights passed their check against the reference executor.
+        cli = fresh("cli_stop")
+        subprocess.run([BIN, "run", "scenarios/neuroncore/train/train_mlp_sgd.json", "--out", str(cli), "--quiet"],
+                       check=True, stdout=subprocess.DEVNULL)
+        want = json.loads((cli / "report.json").read_text())
+        self.assertEqual([rec["loss"] for rec in want["steps"]][:n], losses)
+        states = [o for o in r.json["outputs"] if o.get("state")]
+        self.assertTrue(states and all(o["pass"] for o in states))
+
     def test_an_exception_in_a_closure_stops_the_run(self):
         out = fresh("closure_raises")
         s = tessera.Session("scenarios/neuroncore/train/train_mlp_sgd.json", out=out, quiet=True)
