@@ -202,6 +202,13 @@ class Session:
         return Report(result["out_dir"])
 
 
+def from_torch(module, example_inputs, **kwargs):
+    """An nn.Module to a scenario dict for run() (needs PyTorch; see tessera.torch_export)."""
+    from .torch_export import from_torch as _from_torch
+
+    return _from_torch(module, example_inputs, **kwargs)
+
+
 def run(scenario, *, out=None, set=None, numerics=True, quiet=False):
     """Runs a scenario (a path, or a dict in the scenario format) like `tessera run`.
 

@@ -15,6 +15,11 @@ import numpy as np
 
 import tessera
 
+try:  # PyTorch is optional: CI machines need not have it, and the test says it skipped
+    import torch
+except ImportError:
+    torch = None
+
 BIN = os.environ["TESSERA_BIN"]
 OUT = pathlib.Path(os.environ["TESSERA_TEST_OUT"])
 
@@ -167,6 +172,24 @@ class RunTest(unittest.TestCase):
             s.run()
         self.assertEqual(len(calls), 2)
         self.assertFalse(out.exists())
+
+    @unittest.skipUnless(torch is not None, "PyTorch is not installed")
+    def test_from_torch_three_lines(self):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+        x = torch.randn(8, 16)
+        for precision in ("bf16", "fp32"):
+            scenario = tessera.from_torch(model, x, precision=precision, name="seq_" + precision,
+                                          out_dir=OUT / ("from_torch_" + precision))
+            r = tessera.run(scenario, out=fresh("from_torch_run_" + precision), quiet=True)
+            self.assertTrue(r.passed, r.json["checks"])
+            self.assertGreater(r.predicted_s, 0)
+            self.assertGreater(r.simulated_s, 0)
+            tol = scenario["expect"]["outputs"]["y"]
+            with torch.no_grad():
+                want = model(x).numpy()
+            np.testing.assert_allclose(r.outputs["y"], want, rtol=tol["rtol"], atol=tol["atol"])
+            self.assertEqual(r.json["target"]["kind"], "neuroncore")
 
     def test_version(self):
         cli = subprocess.run([BIN, "version"], capture_output=True, text=True, check=True).stdout
