@@ -28,6 +28,7 @@
 #include "isa/interrupt.hpp"
 #include "isa/npy.hpp"
 #include "sim/console.hpp"
+#include "sim/params_table.hpp"
 #include "sim/run.hpp"
 #include "sim/scenario.hpp"
 #include "sim/session.hpp"
@@ -257,6 +258,28 @@ PYBIND11_MODULE(_tessera, m) {
       },
       py::arg("scenario"), py::arg("from_json"), py::arg("json_file"), py::arg("out"), py::arg("sets"),
       py::arg("check_only"), py::arg("quiet"), py::arg("closures"), py::arg("dispatch"));
+  m.def("params", [](const std::string& name) -> py::object {
+    json r;
+    try {
+      const ParamSet set = sim::params_of(name);
+      json rows = json::array();
+      for (const auto& p : set.all()) {
+        const ParamDecl& d = *p.decl;
+        json value;
+        if (d.type == ParamType::int_list) value = p.value.list;
+        else if (d.type == ParamType::boolean) value = p.value.number != 0;
+        else if (d.type == ParamType::integer) value = static_cast<int64_t>(p.value.number);
+        else value = p.value.number;
+        rows.push_back({{"name", d.name}, {"value", value}, {"text", format_param_value(d, p.value)},
+                        {"unit", std::string(unit_symbol(d.unit))}, {"range", format_param_range(d)},
+                        {"description", d.description}, {"source", p.source}});
+      }
+      r = {{"target", set.target().kind}, {"preset", set.preset().name}, {"params", rows}};
+    } catch (const InputError& e) {
+      r = {{"code", 2}, {"error", "input"}, {"diagnostics", diagnostics_json(e.diagnostics())}};
+    }
+    return py::module_::import("json").attr("loads")(r.dump());
+  });
   m.def("version", [] { return sim::version_string(); });
   m.def("commit", [] { return sim::version_commit(); });
 }

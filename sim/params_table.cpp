@@ -16,7 +16,7 @@ void print_targets(std::ostream& os) {
   }
 }
 
-void print_params(std::ostream& os, const std::string& name) {
+ParamSet params_of(const std::string& name) {
   const TargetDesc* t = find_target(name);
   const Preset* p = nullptr;
   if (t) {
@@ -36,7 +36,13 @@ void print_params(std::ostream& os, const std::string& name) {
                                   : "did you mean '" + hint + "'?");
   }
   DiagnosticList diags;
-  ParamSet set = ParamSet::resolve(*t, *p, {}, diags);
+  return ParamSet::resolve(*t, *p, {}, diags);
+}
+
+void print_params(std::ostream& os, const std::string& name) {
+  const ParamSet set = params_of(name);
+  const TargetDesc* t = &set.target();
+  const Preset* p = &set.preset();
   os << t->kind << " preset " << p->name << ": " << p->description << "\n";
   if (find_target(name)) os << "(declared defaults are the " << p->name << " preset's values)\n";
   size_t wn = 4, wv = 5, wr = 5;

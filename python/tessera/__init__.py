@@ -202,6 +202,16 @@ class Session:
         return Report(result["out_dir"])
 
 
+def params(target_or_preset):
+    """The hardware parameters of a target ("neuroncore", "wafer": declared defaults) or a preset
+    ("trn1", "trn2", "wse2", "wse3"), as `tessera params` lists them: a list of dicts with name,
+    value (SI base units; a list for lists), text ("2.8 GHz"), unit, range, description and source.
+    Any of them can be overridden in a scenario under target.params, or with set=["target.params.NAME=..."]."""
+    result = _tessera.params(target_or_preset)
+    _raise_for(result)
+    return result["params"]
+
+
 def from_torch(module, example_inputs, **kwargs):
     """An nn.Module to a scenario dict for run() (needs PyTorch; see tessera.torch_export)."""
     from .torch_export import from_torch as _from_torch

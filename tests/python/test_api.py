@@ -191,6 +191,18 @@ class RunTest(unittest.TestCase):
             np.testing.assert_allclose(r.outputs["y"], want, rtol=tol["rtol"], atol=tol["atol"])
             self.assertEqual(r.json["target"]["kind"], "neuroncore")
 
+    def test_params_as_the_cli_lists_them(self):
+        rows = tessera.params("trn1")
+        cli = subprocess.run([BIN, "params", "trn1"], capture_output=True, text=True, check=True).stdout
+        self.assertGreater(len(rows), 10)
+        for p in rows:
+            line = next(l for l in cli.splitlines() if l.split() and l.split()[0] == p["name"])
+            self.assertIn(p["text"], line)
+            self.assertIn("[" + p["source"] + "]", line)
+        with self.assertRaises(tessera.InputError) as cm:
+            tessera.params("trn3")
+        self.assertIn("did you mean", cm.exception.hint)
+
     def test_version(self):
         cli = subprocess.run([BIN, "version"], capture_output=True, text=True, check=True).stdout
         self.assertIn("tessera " + tessera.__version__ + "\n", cli)
