@@ -212,6 +212,55 @@ def params(target_or_preset):
     return result["params"]
 
 
+def _tessera_command():
+    """The `tessera` command of this package: TESSERA_BIN, else beside the package in the build
+    tree (BUILD/tools/tessera) or the install (PREFIX/bin/tessera), else on PATH."""
+    import shutil
+
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    candidates = [_os.environ.get("TESSERA_BIN", ""),
+                  _os.path.join(here, "..", "..", "tools", "tessera"),
+                  _os.path.join(here, "..", "..", "..", "..", "bin", "tessera")]
+    for c in candidates:
+        if c and _os.access(c, _os.X_OK) and _os.path.isfile(c):
+            return _os.path.normpath(c)
+    found = shutil.which("tessera")
+    if not found:
+        raise InputError([{"where": "tessera.compare", "message": "the tessera command is not found",
+                           "hint": "set TESSERA_BIN to it (e.g. build/release/tools/tessera)",
+                           "text": "tessera.compare: the tessera command is not found (set TESSERA_BIN to it)"}])
+    return found
+
+
+def compare(*scenarios, jobs=1, out=None, rerun=False, set=None, numerics=True):
+    """`tessera compare`: runs what is not yet run (each in its own process, `jobs` at once; reports
+    under `out`, default out/compare, reused when up to date) and returns the comparison as a dict
+    (schema tessera.compare/1: per scenario and kernel predicted, simulated and published latency,
+    status; `summary` with MAPE and worst cases). Arguments are scenario files, report.json files
+    or directories. A scenario that failed a check or could not run is in the result with its
+    status; bad arguments raise InputError."""
+    import subprocess
+
+    args = [_tessera_command(), "compare", *map(_os.fspath, scenarios), "--format", "json", "--jobs", str(jobs)]
+    if out:
+        args += ["--out", _os.fspath(out)]
+    if rerun:
+        args.append("--rerun")
+    for kv in set or []:
+        args += ["--set", kv]
+    if not numerics:
+        args.append("--no-numerics")
+    p = subprocess.run(args, capture_output=True, text=True)
+    if p.returncode in (0, 1) and p.stdout.strip():
+        return _json.loads(p.stdout)
+    if p.returncode == 130:
+        raise KeyboardInterrupt("tessera compare was interrupted")
+    errors = [l[len("error: "):] for l in p.stderr.splitlines() if l.startswith("error: ")]
+    if p.returncode == 2 and errors:
+        raise InputError([{"where": "", "message": e, "hint": "", "text": e} for e in errors])
+    raise InternalError(f"tessera compare exited {p.returncode}: {p.stderr.strip()[-2000:]}")
+
+
 def from_torch(module, example_inputs, **kwargs):
     """An nn.Module to a scenario dict for run() (needs PyTorch; see tessera.torch_export)."""
     from .torch_export import from_torch as _from_torch

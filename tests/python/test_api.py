@@ -203,6 +203,25 @@ class RunTest(unittest.TestCase):
             tessera.params("trn3")
         self.assertIn("did you mean", cm.exception.hint)
 
+    def test_compare(self):
+        out = fresh("compare")
+        c = tessera.compare("scenarios/quickstart.json", "scenarios/reference/mlp.json", out=out, jobs=2)
+        self.assertEqual(c["schema"], "tessera.compare/1")
+        by_name = {s["name"]: s for s in c["scenarios"]}
+        self.assertEqual(set(by_name), {"quickstart", "mlp-reference"})
+        self.assertEqual(by_name["quickstart"]["status"], "pass")
+        self.assertEqual(len(by_name["quickstart"]["kernels"]), 3)
+        self.assertTrue((out / "quickstart" / "report.json").exists())
+        again = tessera.compare("scenarios/quickstart.json", out=out)
+        self.assertEqual(again["scenarios"][0]["origin"], "reused")
+        # A scenario that cannot run is a row with its error; a path that is not there is bad input.
+        bad = tessera.compare("scenarios/quickstart.json", out=out, set=["run.stpes=2"])
+        self.assertEqual(bad["scenarios"][0]["status"], "error")
+        self.assertIn("did you mean 'steps'", bad["scenarios"][0]["detail"])
+        with self.assertRaises(tessera.InputError) as cm:
+            tessera.compare("scenarios/no_such_scenario.json", out=out)
+        self.assertIn("no_such_scenario.json: no such file or directory", str(cm.exception))
+
     def test_version(self):
         cli = subprocess.run([BIN, "version"], capture_output=True, text=True, check=True).stdout
         self.assertIn("tessera " + tessera.__version__ + "\n", cli)
