@@ -129,6 +129,32 @@ class RunTest(unittest.TestCase):
             rec["closures"] = [c for c in rec.get("closures", []) if c["kind"] != "callback"]
         self.assertEqual(a, b)
 
+    def test_the_stock_mlp_trains_20_steps_with_a_python_closure(self):
+        # The zoo's MLP as torch.onnx.export writes it, SGD on trn1: the closure sees the machine's
+        # loss on each activation step, PyTorch's (expect.losses) within 1e-3, and the report is the CLI's.
+        scenario = "scenarios/zoo/train_mlp_sgd/neuroncore.json"
+        cli, py = fresh("cli_zoo_mlp"), fresh("py_zoo_mlp")
+        subprocess.run([BIN, "run", scenario, "--out", str(cli), "--quiet"], check=True, stdout=subprocess.DEVNULL)
+        s = tessera.Session(scenario, out=py, quiet=True)
+        seen = []
+
+        @s.step_closure("loss", "step")
+        def record(loss, step):
+            seen.append((int(step), float(loss)))
+
+        r = s.run()
+        self.assertTrue(r.passed)
+        self.assertEqual(len(r.steps), 20)
+        activation = [rec for rec in r.steps if rec["activation"]]
+        self.assertEqual(seen, [(rec["step"], rec["loss"]) for rec in activation])
+        want = np.load("scenarios/zoo/train_mlp_sgd/losses_sgd.npy")
+        np.testing.assert_allclose([l for _, l in seen], want[[st for st, _ in seen]], rtol=1e-3)
+        a = json.loads((cli / "report.json").read_text().replace(str(cli), "OUT"))
+        b = json.loads((py / "report.json").read_text().replace(str(py), "OUT"))
+        for rec in b["steps"]:
+            rec["closures"] = [c for c in rec.get("closures", []) if c["kind"] != "callback"]
+        self.assertEqual(a, b)
+
     def test_a_closure_stops_training_on_a_condition(self):
         # Train until the loss falls below a threshold; the losses are the CLI's for as many steps.
         s = tessera.Session("scenarios/neuroncore/train/train_mlp_sgd.json", out=fresh("py_stop"), quiet=True,
