@@ -111,15 +111,18 @@ bool file_dtype_fits(DType file, DType want) {
   return numpy_lacks && file == DType::f32;
 }
 
-NpyInfo check_input_file(const json& spec, const std::string& where, const std::string& input, DType want, const std::vector<Shape>& shapes) {
-  const std::string path = spec["file"].get<std::string>();
-  NpyInfo info;
+NpyInfo npy_info_at(const std::string& path, const std::string& where) {
   try {
-    info = read_npy_info(path);
+    return read_npy_info(path);
   } catch (const InputError& e) {
     const Diagnostic& d = e.diagnostics().at(0);
-    throw InputError(where + "/file", d.where + ": " + d.message, d.hint);
+    throw InputError(where, d.where + ": " + d.message, d.hint);
   }
+}
+
+NpyInfo check_input_file(const json& spec, const std::string& where, const std::string& input, DType want, const std::vector<Shape>& shapes) {
+  const std::string path = spec["file"].get<std::string>();
+  const NpyInfo info = npy_info_at(path, where + "/file");
   const bool cast = spec.value("cast", false);
   if (!cast && !file_dtype_fits(info.dtype, want)) {
     const std::string file = std::filesystem::path(path).filename().string();

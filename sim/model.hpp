@@ -26,6 +26,9 @@ void check_expect_names(const Scenario& s, const graph::Graph& g);
 // Whether a .npy of dtype `file` may feed a model input of dtype `want` as it is: the same dtype, or
 // fp32 for the dtypes NumPy cannot hold (bf16, cbf16, fp8), which the machine rounds as it places them.
 bool file_dtype_fits(DType file, DType want);
+// The header of a .npy a scenario names (read_npy_info); its errors are re-raised at `where` (the
+// scenario's JSON pointer to the file), with the file's own message and hint.
+NpyInfo npy_info_at(const std::string& path, const std::string& where);
 // Checks the .npy of /inputs/NAME (`spec`, at JSON pointer `where`) against the model input before
 // anything is read: its header and length, its dtype (file_dtype_fits; another dtype only with
 // "cast": true, else an error naming both dtypes and the numpy line that converts) and its shape

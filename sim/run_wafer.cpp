@@ -69,14 +69,7 @@ ArrayPlace place_of(const wafer::LoadedLayout& L, const std::string& name, const
 // A .npy for a hand-written layout (a port stream, a PE array, a MemoryX tensor): fp32 values the
 // host writes in the layout's element type; another dtype only with "cast": true.
 Tensor read_layout_file(const json& spec, const std::string& where, const std::string& name) {
-  const std::string path = spec["file"].get<std::string>();
-  NpyInfo info;
-  try {
-    info = read_npy_info(path);
-  } catch (const InputError& e) {
-    const Diagnostic& d = e.diagnostics().at(0);
-    throw InputError(where + "/file", d.where + ": " + d.message, d.hint);
-  }
+  const NpyInfo info = npy_info_at(spec["file"].get<std::string>(), where + "/file");
   // The shape is checked by the caller (it depends on the port, the array or the declaration).
   return read_input_file(spec, where, name, DType::f32, {info.shape});
 }

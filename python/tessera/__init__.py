@@ -125,10 +125,8 @@ def _raise_for(result):
         raise KeyboardInterrupt(result.get("message", "interrupted"))
     if err == "check":
         raise CheckFailed(result["message"])
-    if err == "closure":  # the closure's exception is raised by _tessera.run itself; not reached
-        raise TesseraError(result["message"])
-    if err == "internal":
-        raise InternalError(result["message"] + " (please report this with the scenario)")
+    if err:  # "internal", or anything this package does not know
+        raise InternalError(result.get("message", err) + " (please report this with the scenario)")
 
 
 _stop = [False]

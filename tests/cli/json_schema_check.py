@@ -29,16 +29,23 @@ for path in sorted(root.rglob("*.json")):
         failures.append(f"{path}: /{'/'.join(str(p) for p in err.absolute_path)}: {err.message}")
 
 quickstart = json.loads((root / "quickstart.json").read_text())
-mistakes = {
-    "an unknown key": lambda d: d["run"].__setitem__("stpes", 2) if "run" in d else d.__setitem__("run", {"stpes": 2}),
-    "a target kind that does not exist": lambda d: d["target"].__setitem__("kind", "tpu"),
-    "a quantity that is not one": lambda d: d.setdefault("run", {}).__setitem__("host_memory", "lots"),
-    "a negative step count": lambda d: d.setdefault("run", {}).__setitem__("steps", -1),
-    "no target": lambda d: d.pop("target"),
-}
-for what, change in mistakes.items():
+# (what, object path, key, value): a value None removes the key.
+mistakes = [
+    ("an unknown key", ["run"], "stpes", 2),
+    ("a target kind that does not exist", ["target"], "kind", "tpu"),
+    ("a quantity that is not one", ["run"], "host_memory", "lots"),
+    ("a negative step count", ["run"], "steps", -1),
+    ("no target", [], "target", None),
+]
+for what, at, key, value in mistakes:
     doc = copy.deepcopy(quickstart)
-    change(doc)
+    obj = doc
+    for k in at:
+        obj = obj.setdefault(k, {})
+    if value is None:
+        obj.pop(key)
+    else:
+        obj[key] = value
     if validator.is_valid(doc):
         failures.append(f"quickstart.json with {what} passes the schema")
 with_schema_key = dict(quickstart, **{"$schema": "../docs/scenario.schema.json"})

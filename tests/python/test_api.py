@@ -31,6 +31,15 @@ def fresh(name):
 
 
 class RunTest(unittest.TestCase):
+    def assert_report_is_the_clis(self, cli, py):
+        """report.json of a Python run with step closures equals the CLI's but for the records
+        of the Python closures (and the output directory)."""
+        a = json.loads((cli / "report.json").read_text().replace(str(cli), "OUT"))
+        b = json.loads((py / "report.json").read_text().replace(str(py), "OUT"))
+        for rec in b["steps"]:
+            rec["closures"] = [c for c in rec.get("closures", []) if c["kind"] != "callback"]
+        self.assertEqual(a, b)
+
     def test_run_matches_the_cli_byte_for_byte(self):
         cli, py = fresh("cli_quickstart"), fresh("py_quickstart")
         subprocess.run([BIN, "run", "scenarios/quickstart.json", "--out", str(cli), "--quiet"], check=True,
@@ -123,11 +132,7 @@ class RunTest(unittest.TestCase):
             self.assertEqual(loss, rec["loss"])  # the machine's fp32 loss, exactly
         self.assertEqual(len(at_checkpoints), 3)  # steps 9, 19 and the last
         # The closures ran in this interpreter and the report is the CLI's but for their records.
-        a = json.loads((cli / "report.json").read_text().replace(str(cli), "OUT"))
-        b = json.loads((py / "report.json").read_text().replace(str(py), "OUT"))
-        for rec in b["steps"]:
-            rec["closures"] = [c for c in rec.get("closures", []) if c["kind"] != "callback"]
-        self.assertEqual(a, b)
+        self.assert_report_is_the_clis(cli, py)
 
     def test_the_stock_mlp_trains_20_steps_with_a_python_closure(self):
         # The zoo's MLP as torch.onnx.export writes it, SGD on trn1: the closure sees the machine's
@@ -149,11 +154,7 @@ class RunTest(unittest.TestCase):
         self.assertEqual(seen, [(rec["step"], rec["loss"]) for rec in activation])
         want = np.load("scenarios/zoo/train_mlp_sgd/losses_sgd.npy")
         np.testing.assert_allclose([l for _, l in seen], want[[st for st, _ in seen]], rtol=1e-3)
-        a = json.loads((cli / "report.json").read_text().replace(str(cli), "OUT"))
-        b = json.loads((py / "report.json").read_text().replace(str(py), "OUT"))
-        for rec in b["steps"]:
-            rec["closures"] = [c for c in rec.get("closures", []) if c["kind"] != "callback"]
-        self.assertEqual(a, b)
+        self.assert_report_is_the_clis(cli, py)
 
     def test_a_closure_stops_training_on_a_condition(self):
         # Train until the loss falls below a threshold; the losses are the CLI's for as many steps.
