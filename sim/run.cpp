@@ -50,7 +50,7 @@ int run_reference(const Scenario& s, const RunOptions& opt) {
   const auto tot = graph::totals(g);
   con.info("model: " + g.source + " (" + std::to_string(g.nodes.size()) + " nodes, " + std::to_string(tot.params) +
            " parameters, " + graph::count_str(tot.flops) + " FLOPs)");
-  if (s.resolved.contains("trace"))
+  if (trace_wanted(s))
     con.warn("/trace: the reference target has no timeline; no trace is written");
   for (const auto& w : sched.warnings) con.warn(w);
   if (opt.check_only) {

@@ -512,7 +512,7 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
     con.detail("  lane " + std::string(lane_name(static_cast<Lane>(l))) + ": " + std::to_string(st.instructions[i]) +
                " instructions, " + std::to_string(st.busy_cycles[i]) + " busy cycles");
   }
-  if (s.resolved.contains("trace")) {
+  if (trace_wanted(s)) {
     enter_phase("trace");
     // The estimator's kernels laid end to end, above the simulated timeline.
     std::vector<PredictedKernel> predicted;

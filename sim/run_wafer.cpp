@@ -21,7 +21,10 @@
 #include "isa/numeric.hpp"
 #include "models/wafer/fabric.hpp"
 #include "models/wafer/weight_stream.hpp"
+#include "isa/fileio.hpp"
 #include "sim/check.hpp"
+#include "sim/heatmap_wafer.hpp"
+#include "sim/outdir.hpp"
 #include "sim/console.hpp"
 #include "sim/model.hpp"
 #include "sim/report.hpp"
@@ -99,6 +102,17 @@ json wafer_stats_json(const wafer::FabricStats& st, double fabric_s) {
           {"port_in_wavelets", st.port_in_wavelets},
           {"port_out_wavelets", st.port_out_wavelets},
           {"fabric_s", fabric_s}};
+}
+
+void write_wafer_heatmap(const Scenario& s, const wafer::Fabric& fab, const std::string& title, const std::string& out_dir, json& report) {
+  if (!s.resolved["outputs"].value("heatmap", true)) return;
+  const std::string path = (std::filesystem::path(out_dir) / "heatmap.svg").string();
+  write_file_atomic(path, wafer_heatmap_svg(fab, title));
+  const HeatmapFigures f = wafer_heatmap_figures(fab);
+  report["heatmap"] = {{"file", "heatmap.svg"},     {"block", f.block},         {"busy_mean", f.busy_mean}, {"busy_max", f.busy_max},
+                       {"sram_mean", f.sram_mean}, {"sram_max", f.sram_max}, {"link_mean", f.link_mean}, {"link_max", f.link_max}};
+  Console::get().out("heatmap: " + shown_path(path) + " (busy " + format_num(100 * f.busy_mean, "%.1f") + "% mean, SRAM " +
+                     format_num(100 * f.sram_mean, "%.1f") + "% mean, busiest link " + format_num(100 * f.link_max, "%.1f") + "%)");
 }
 
 // Busy time, the window from the first transfer's start to the last one's end, and the bytes over
@@ -373,8 +387,9 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   models::set_fs_resolution();
   wafer::FabricOptions fo;
   fo.max_cycles = static_cast<int64_t>(s.resolved["run"]["max_time"].get<double>() * cfg.clock_hz);
-  fo.record = s.resolved.contains("trace");
-  fo.stop = [] { return interrupt_requested(); };  // SIGINT stops a long fabric run (tessera exits 130, nothing written)  // the op and delivery records the trace renders
+  fo.record = trace_records(s);  // the op and delivery records the trace renders at detail kernel and above
+  fo.summary = trace_wanted(s);
+  fo.stop = [] { return interrupt_requested(); };  // SIGINT stops a long fabric run (tessera exits 130, nothing written)
   fo.host_memory_budget = static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>());
   wafer::Fabric fab("wafer", cfg, fo);
   fab.load(L);
@@ -556,7 +571,7 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
           format_num(cfg.clock_hz / 1e6, "%.0f") + " MHz, " + std::to_string(st.program_pes) + " PEs, " + std::to_string(st.wavelet_hops) +
           " wavelet hops, preset " + s.preset + ")");
   compare_published(report, sim_s);
-  if (s.resolved.contains("trace")) {
+  if (trace_wanted(s)) {
     const std::string note = write_trace_file(s.resolved["trace"],
                                               build_wafer_trace(s.resolved["trace"], L, fab, std::filesystem::path(layout_path).stem().string(), &mx, &sx,
                                                                 t_start.to_seconds()),
@@ -564,6 +579,7 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
     report["trace"] = {{"file", s.resolved["trace"]["file"]}};
     con.out(note);
   }
+  write_wafer_heatmap(s, fab, s.name + " (" + std::filesystem::path(layout_path).filename().string() + ", " + s.preset + ")", opt.out_dir, report);
   return finish_run(opt.out_dir, report, all_pass, failures, std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count());
 }
 

@@ -35,6 +35,9 @@ void report_wafer_faults(nlohmann::json& faults, const std::vector<std::string>&
 // achieved_bandwidth_Bps).
 nlohmann::json wafer_stats_json(const wafer::FabricStats& st, double fabric_s);
 nlohmann::json stream_figures(const std::vector<wafer::StreamTransfer>& log);
+// outputs.heatmap: heatmap.svg (sim/heatmap_wafer.hpp) of the fabric's last run into out_dir,
+// report["heatmap"] (file and the panels' means and maxima), a line on the console.
+void write_wafer_heatmap(const Scenario& s, const wafer::Fabric& fab, const std::string& title, const std::string& out_dir, nlohmann::json& report);
 
 // Compiled wafer programs (run_wafer_graph.cpp, shared with train_wafer.cpp): `--emit-program`
 // writes the layout and PE programs; the compiled layout loaded (a failure is a compiler bug);

@@ -42,7 +42,8 @@ void wafer_rect_option(const json& m, wafer::MappingOptions& mo) {
 wafer::FabricOptions compiled_fabric_options(const Scenario& s, const wafer::WaferConfig& cfg) {
   wafer::FabricOptions fo;
   fo.max_cycles = static_cast<int64_t>(s.resolved["run"]["max_time"].get<double>() * cfg.clock_hz);
-  fo.record = s.resolved.contains("trace");
+  fo.record = trace_records(s);
+  fo.summary = trace_wanted(s);
   fo.stop = [] { return interrupt_requested(); };  // SIGINT stops a long fabric run (tessera exits 130, nothing written)
   fo.task_ends = true;
   // The compiled programs never write what a memory-only op reads while it runs, so those ops may
@@ -365,7 +366,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   con.out(con.bold("simulated") + " " + format_num(sim_s * 1e6, "%.4f") + " us (" + std::to_string(st.cycles) + " cycles at " + format_num(cfg.clock_hz / 1e6, "%.0f") +
           " MHz, " + std::to_string(st.program_pes) + " PEs, " + std::to_string(st.wavelet_hops) + " wavelet hops, preset " + s.preset + ")");
   compare_published(report, sim_s);
-  if (s.resolved.contains("trace")) {
+  if (trace_wanted(s)) {
     const std::string note = write_trace_file(
         s.resolved["trace"], build_wafer_trace(s.resolved["trace"], L, fab, s.name, &mx, &sx, t_start.to_seconds() - last_start, pred_spans, sim_spans,
                                               sched.steps > 1 ? step_spans : std::vector<PredictedKernel>{}, closure_marks, last_start),
@@ -373,6 +374,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     report["trace"] = {{"file", s.resolved["trace"]["file"]}};
     con.out(note);
   }
+  write_wafer_heatmap(s, fab, s.name + " (compiled, " + s.preset + (sched.steps > 1 ? ", last step" : "") + ")", opt.out_dir, report);
   return finish_run(opt.out_dir, report, all_pass, failures, std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count(), {{"compile_s", compile_s}});
 }
 

@@ -152,6 +152,9 @@ void resolve_target(Scenario& s, DiagnosticList& diags) {
 
 }  // namespace
 
+bool trace_wanted(const Scenario& s) { return s.resolved.contains("trace") && s.resolved["trace"].value("detail", std::string()) != "none"; }
+bool trace_records(const Scenario& s) { return trace_wanted(s) && s.resolved["trace"].value("detail", std::string()) != "summary"; }
+
 Scenario load_scenario_json(json doc, const std::string& file, const std::vector<std::string>& sets) {
   Scenario s;
   s.file = file.empty() ? std::string() : fs::absolute(file).lexically_normal().string();
@@ -164,6 +167,10 @@ Scenario load_scenario_json(json doc, const std::string& file, const std::vector
     diags.throw_if_any();
   }
   for (const auto& set : sets) apply_set(doc, set, diags, set_pointers);
+  // Wafer runs write a trace unless told not to (trace.detail "none"): at the summary detail,
+  // which costs the fabric a few counters per task and wavelet (docs/wafer-model.md).
+  if (!doc.contains("trace") && doc.contains("target") && doc["target"].is_object() && doc["target"].value("kind", json()) == "wafer")
+    doc["trace"] = {{"detail", "summary"}};
   schema::Context ctx{s.dir};
   s.resolved = schema::validate(scenario_schema(), doc, "", ctx, diags);
   if (s.resolved.is_object() && !s.resolved.contains("name") && !file.empty())

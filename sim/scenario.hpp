@@ -23,6 +23,12 @@ struct Scenario {
   std::vector<std::string> warnings;
 };
 
+// Whether the run writes a trace (a trace section whose detail is not "none"), and whether it needs
+// the machine's per-operation records for it (detail kernel, instruction or pe; the wafer's
+// summary detail does not).
+bool trace_wanted(const Scenario& s);
+bool trace_records(const Scenario& s);
+
 // The schema of tessera.scenario/1.
 const schema::Node& scenario_schema();
 

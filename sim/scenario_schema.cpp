@@ -191,7 +191,9 @@ NodePtr build() {
 
   auto trace = object({
       opt("file", with_default(string("trace file name inside the output directory"), "trace.pftrace")),
-      opt("detail", with_default(enumeration({"kernel", "instruction", "pe"}, "how much to record"), "kernel")),
+      opt("detail", with_default(enumeration({"none", "summary", "kernel", "instruction", "pe"},
+                                             "how much to record: none writes no trace; summary (the wafer's default) keeps per-rectangle phases, streams and counters"),
+                                 "kernel")),
       opt("format", with_default(enumeration({"perfetto", "json"}, "Perfetto protobuf or Chrome JSON"), "perfetto")),
       opt("sample", with_default(integer(1, 1e9, "keep 1 in N instruction slices per track (counters and flows stay exact)"), 1)),
       opt("max_bytes", with_default(quantity(UnitKind::bytes, 4096, 1e12, "byte budget: past it slices are dropped with a warning, so the trace stays openable"), "256MiB")),
@@ -200,6 +202,7 @@ NodePtr build() {
   auto outputs = with_default(object({
       opt("dir", with_default(string("directory for output .npy files, inside the output directory"), "outputs")),
       opt("save", with_default(boolean("write the model outputs as .npy"), true)),
+      opt("heatmap", with_default(boolean("wafer runs: write heatmap.svg, per PE busy fraction, SRAM use and link load"), true)),
   }, "what to write"), json::object());
 
   auto closure = object({

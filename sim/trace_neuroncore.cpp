@@ -121,9 +121,9 @@ TraceBuilder build_neuroncore_trace(const json& cfg, const Program& prog, const 
                                     const std::vector<PredictedKernel>& steps,
                                     const std::vector<StepMark>& closures, int64_t origin_fs,
                                     const std::vector<PredictedKernel>& phases) {
-  const std::string detail = cfg.value("detail", std::string("kernel"));
-  if (detail != "kernel" && detail != "instruction" && detail != "pe")
-    throw InputError("/trace/detail", "unknown trace detail '" + detail + "'", "use kernel, instruction or pe");
+  const std::string detail = cfg.value("detail", std::string("kernel"));  // "summary" is "kernel" here
+  if (detail != "summary" && detail != "kernel" && detail != "instruction" && detail != "pe")
+    throw InputError("/trace/detail", "unknown trace detail '" + detail + "'", "use summary, kernel, instruction or pe");
   const bool per_instruction = detail != "kernel";
   const int64_t sample = cfg.value("sample", int64_t{1});
   if (sample < 1) throw InputError("/trace/sample", "sample must be at least 1 (keep 1 in N instruction slices)");

@@ -18,6 +18,85 @@ using json = nlohmann::json;
 using traces::Arg;
 using traces::TraceBuilder;
 
+namespace {
+
+// A wavelet stream from one group (a rectangle, or an input port) to another (a rectangle whose
+// PEs receive it, or an output port) on one color.
+struct StreamLink {
+  int32_t from, to;
+  int color;
+  bool operator<(const StreamLink& o) const { return std::tie(from, to, color) < std::tie(o.from, o.to, o.color); }
+};
+
+// The streams between groups: for each group and color that put wavelets into the fabric in the
+// run (FabricSummary::sent), the routes are followed from the group's routers (every switch
+// position: a superset of what the run used) to the PEs and output ports they reach; the
+// destinations that received wavelets on that color (FabricSummary::received) in another group
+// are the links. Each router is visited once per (group, color).
+std::vector<StreamLink> stream_links(const wafer::Fabric& fab) {
+  const wafer::FabricSummary& sm = fab.summary();
+  const wafer::LoadedLayout* L = fab.layout();
+  std::set<StreamLink> out;
+  if (!L || sm.sent.empty()) return {};
+  const int64_t W = fab.width(), H = fab.height();
+  const int32_t groups = sm.rects + static_cast<int32_t>(L->layout.ports.size());
+  std::vector<uint32_t> seen(static_cast<size_t>(W * H), 0);
+  uint32_t stamp = 0;
+  std::vector<int64_t> stack;
+  for (int32_t g = 0; g < groups; ++g)
+    for (int c = 0; c < wafer::kMaxColors; ++c) {
+      if (sm.sent[static_cast<size_t>(g) * wafer::kMaxColors + static_cast<size_t>(c)].count == 0) continue;
+      ++stamp;
+      stack.clear();
+      auto push = [&](int64_t x, int64_t y) {
+        const size_t i = static_cast<size_t>(y * W + x);
+        if (seen[i] == stamp || !fab.route(x, y, c)) return;
+        seen[i] = stamp;
+        stack.push_back(static_cast<int64_t>(i));
+      };
+      if (g < sm.rects) {  // the rectangle's PEs that inject on the color
+        const auto& r = L->layout.rects[static_cast<size_t>(g)];
+        for (int64_t y = r.y; y < r.y + r.height; ++y)
+          for (int64_t x = r.x; x < r.x + r.width; ++x)
+            if (const wafer::Route* rt = fab.route(x, y, c); rt && (rt->rx_any() & wafer::dir_bit(wafer::Dir::RAMP))) push(x, y);
+      } else {
+        const auto& ps = L->layout.ports[static_cast<size_t>(g - sm.rects)];
+        for (int64_t i = 0; i < ps.length; ++i) push(ps.lane_x(i), ps.lane_y(i));
+      }
+      auto reached = [&](int32_t to) {
+        if (to != g && sm.received[static_cast<size_t>(to) * wafer::kMaxColors + static_cast<size_t>(c)].count > 0) out.insert({g, to, c});
+      };
+      while (!stack.empty()) {
+        const int64_t i = stack.back();
+        stack.pop_back();
+        const int64_t x = i % W, y = i / W;
+        const wafer::DirSet tx = fab.route(x, y, c)->tx_any();
+        for (int d = 0; d < wafer::kDirs; ++d) {
+          if (!(tx & (1u << d))) continue;
+          const auto dir = static_cast<wafer::Dir>(d);
+          if (dir == wafer::Dir::RAMP) {
+            if (const int r = L->rect_at(x, y); r >= 0) reached(r);
+            continue;
+          }
+          const int64_t nx = x + wafer::dir_dx(dir), ny = y + wafer::dir_dy(dir);
+          if (nx < 0 || ny < 0 || nx >= W || ny >= H) {  // off the fabric: an output port's lane
+            for (size_t p = 0; p < L->layout.ports.size(); ++p) {
+              const auto& ps = L->layout.ports[p];
+              if (ps.input || ps.side != dir || ps.color != c) continue;
+              for (int64_t k = 0; k < ps.length; ++k)
+                if (ps.lane_x(k) == x && ps.lane_y(k) == y) reached(sm.rects + static_cast<int32_t>(p));
+            }
+            continue;
+          }
+          if (const wafer::Route* nr = fab.route(nx, ny, c); nr && (nr->rx_any() & wafer::dir_bit(wafer::opposite(dir)))) push(nx, ny);
+        }
+      }
+    }
+  return {out.begin(), out.end()};
+}
+
+}  // namespace
+
 TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, const wafer::Fabric& fab, const std::string& name) {
   return build_wafer_trace(cfg, L, fab, name, nullptr, nullptr, 0.0);
 }
@@ -27,8 +106,8 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
                                const std::vector<PredictedKernel>& simulated, const std::vector<PredictedKernel>& steps,
                                const std::vector<StepMark>& closures, double detail_offset_s) {
   const std::string detail = cfg.value("detail", std::string("kernel"));
-  if (detail != "kernel" && detail != "instruction" && detail != "pe")
-    throw InputError("/trace/detail", "unknown trace detail '" + detail + "'", "use kernel, instruction or pe");
+  if (detail != "summary" && detail != "kernel" && detail != "instruction" && detail != "pe")
+    throw InputError("/trace/detail", "unknown trace detail '" + detail + "'", "use summary, kernel, instruction or pe");
   TraceBuilder b;
   if (cfg.contains("max_bytes") && cfg["max_bytes"].is_number()) b.set_byte_budget(static_cast<size_t>(cfg["max_bytes"].get<double>()));
   const double hz = fab.clock().hz() > 0 ? static_cast<double>(fab.clock().hz()) : 1e9;
@@ -36,16 +115,32 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
   auto ns = [&](int64_t cycle) { return off_ns + static_cast<int64_t>(std::llround(static_cast<double>(cycle) * 1e9 / hz)); };
   const wafer::FabricStats& st = fab.stats();
 
-  // Phases per rectangle, from every PE's task runs: the span of each task (its name) over the
-  // rectangle's PEs -- e.g. a compiled layer's ld/onx/red/out, one per layer in weight streaming.
-  std::map<std::pair<int, std::string>, std::pair<int64_t, int64_t>> phase;  // (rect, task) -> [first start, last end]
-  for (const auto& tr : fab.task_records()) {
-    const int r = L.rect_at(tr.x, tr.y);
-    const wafer::Program* prog = fab.program(tr.x, tr.y);
-    if (r < 0 || !prog || tr.task < 0 || tr.task >= static_cast<int32_t>(prog->tasks.size())) continue;
-    auto [it, fresh] = phase.emplace(std::make_pair(r, prog->tasks[static_cast<size_t>(tr.task)].name), std::make_pair(tr.start, tr.end));
-    if (!fresh) it->second = {std::min(it->second.first, tr.start), std::max(it->second.second, tr.end)};
+  const wafer::FabricSummary& sm = fab.summary();
+  const std::vector<StreamLink> links = stream_links(fab);
+  std::map<std::pair<int32_t, int>, std::vector<uint64_t>> flows_out, flows_in;  // (group, color) -> flow ids
+  uint64_t next_flow = 1;
+  for (const auto& l : links) {
+    flows_out[{l.from, l.color}].push_back(next_flow);
+    flows_in[{l.to, l.color}].push_back(next_flow++);
   }
+  // The streams of a group (a rectangle or a port) that cross to another group: a "send cN" and a
+  // "recv cN" thread each, with one slice from the first wavelet to the last.
+  auto stream_tracks = [&](uint64_t proc, int32_t g, int32_t& tid_, const std::string& prefix) {
+    for (int c = 0; c < wafer::kMaxColors; ++c) {
+      const size_t k = static_cast<size_t>(g) * wafer::kMaxColors + static_cast<size_t>(c);
+      for (const bool out : {true, false}) {
+        auto& fl = out ? flows_out : flows_in;
+        auto it = fl.find({g, c});
+        if (it == fl.end()) continue;
+        const wafer::Span& sp = out ? sm.sent[k] : sm.received[k];
+        if (sp.count == 0) continue;
+        const std::string nm = prefix + (out ? "send" : "recv") + " c" + std::to_string(c);
+        const uint64_t t = b.thread(proc, nm, tid_++);
+        b.slice(t, nm, ns(sp.first), std::max(ns(sp.last), ns(sp.first)), {{"wavelets", sp.count}, {"color", int64_t{c}}},
+                out ? it->second : std::vector<uint64_t>{}, out ? std::vector<uint64_t>{} : it->second);
+      }
+    }
+  };
   // Sampled PEs per rectangle.
   std::map<std::pair<int64_t, int64_t>, uint64_t> pe_track, pe_proc;
   int32_t pid = 1, tid = 1000;
@@ -54,12 +149,14 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
     const uint64_t proc = b.process("rect " + rect.name, pid++);
     const uint64_t k = b.thread(proc, "kernel", tid++);
     b.slice(k, name, ns(0), ns(st.cycles), {{"cycles", st.cycles}, {"width", int64_t{rect.width}}, {"height", int64_t{rect.height}}});
-    for (const auto& [key, span] : phase) {
-      if (key.first != static_cast<int>(r)) continue;
-      const uint64_t t = b.thread(proc, "phase " + key.second, tid++);
-      b.slice(t, key.second, ns(span.first), std::max(ns(span.second), ns(span.first)), {{"cycles", span.second - span.first}});
+    for (const auto& ph : sm.phases) {  // (the phases of one rectangle are in task order)
+      if (ph.rect != static_cast<int32_t>(r) || ph.span.count == 0) continue;
+      const uint64_t t = b.thread(proc, "phase " + ph.task, tid++);
+      b.slice(t, ph.task, ns(ph.span.first), std::max(ns(ph.span.last), ns(ph.span.first)),
+              {{"cycles", ph.span.last - ph.span.first}, {"runs", ph.span.count}});
     }
-    if (rect.program.empty()) continue;
+    stream_tracks(proc, static_cast<int32_t>(r), tid, "");
+    if (rect.program.empty() || detail == "summary") continue;
     std::set<std::pair<int64_t, int64_t>> pick;
     if (detail == "pe") {
       for (int64_t y = rect.y; y < rect.y + rect.height && pick.size() < 64; ++y)
@@ -126,29 +223,50 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
     b.slice(track, opname, ns(op.start), std::max(ns(end_of[ri]), ns(op.start)),
             {{"instruction", text}, {"elements", op.elements}, {"cycles", op.end - op.start}, {"start_cycle", op.start}});
   }
-  // Counters over the whole fabric.
-  const uint64_t fproc = b.process("fabric", pid++);
-  const uint64_t active = b.counter(fproc, "active PEs", "count");
-  const uint64_t deliv = b.counter(fproc, "wavelets delivered per 100 cycles", "count");
-  const int64_t span = std::max<int64_t>(1, st.cycles);
-  const int64_t bin = std::max<int64_t>(100, (span + 999) / 1000);
-  std::vector<double> act(static_cast<size_t>(span / bin + 2), 0.0), del(act.size(), 0.0);
-  // A PE counts once per bin however many operations it has in flight there.
-  std::unordered_map<int64_t, int64_t> counted;  // PE -> last bin counted
-  for (const auto& op : fab.op_records()) {
-    const int64_t pe = int64_t{op.x} * 65536 + op.y;
-    auto [it, fresh] = counted.emplace(pe, -1);
-    for (int64_t c = std::max(op.start / bin, it->second + 1);
-         c <= std::min<int64_t>(op.end, span) / bin && c < static_cast<int64_t>(act.size()); ++c) {
-      act[static_cast<size_t>(c)] += 1;
-      it->second = c;
-    }
+  // Ports with streams to or from the rectangles.
+  if (!L.layout.ports.empty() && !links.empty()) {
+    const uint64_t pp = b.process("ports", pid++);
+    for (size_t i = 0; i < L.layout.ports.size(); ++i) stream_tracks(pp, sm.rects + static_cast<int32_t>(i), tid, "port " + L.layout.ports[i].name + " ");
   }
-  for (const auto& d : fab.deliveries())
-    if (d.cycle / bin < static_cast<int64_t>(del.size())) del[static_cast<size_t>(d.cycle / bin)] += 100.0 / static_cast<double>(bin);
-  for (size_t i = 0; i < act.size(); ++i) {
-    b.counter_value(active, ns(static_cast<int64_t>(i) * bin), act[i]);
-    b.counter_value(deliv, ns(static_cast<int64_t>(i) * bin), del[i]);
+  // Counters over the whole fabric, at most ~1000 points each.
+  const uint64_t fproc = b.process("fabric", pid++);
+  auto series = [&](const std::string& cname, const std::string& unit, const std::vector<double>& per_bin, int64_t bin_cycles, double scale) {
+    if (per_bin.empty()) return;
+    const uint64_t c = b.counter(fproc, cname, unit);
+    const size_t group = std::max<size_t>(1, (per_bin.size() + 999) / 1000);
+    for (size_t i = 0; i < per_bin.size(); i += group) {
+      double sum = 0;
+      const size_t e = std::min(per_bin.size(), i + group);
+      for (size_t k = i; k < e; ++k) sum += per_bin[k];
+      b.counter_value(c, ns(static_cast<int64_t>(i) * bin_cycles), scale * sum / static_cast<double>(static_cast<int64_t>(e - i) * bin_cycles));
+    }
+    b.counter_value(c, ns(static_cast<int64_t>(per_bin.size()) * bin_cycles), 0.0);
+  };
+  auto counts = [](const wafer::BinSeries& bs) { return std::vector<double>(bs.count.begin(), bs.count.end()); };
+  // PEs running a task, on average over each bin (every PE, from the summary).
+  series("busy PEs", "count", sm.busy.integrals(), sm.busy.width, 1.0);
+  series("wavelets delivered per 100 cycles", "count", counts(sm.delivered), sm.delivered.width, 100.0);
+  // Link utilisation: router -> router hops over all directed links between neighbours.
+  const double links_n = static_cast<double>(std::max<int64_t>(1, 2 * (fab.width() - 1) * fab.height() + 2 * fab.width() * (fab.height() - 1)));
+  series("link utilisation %", "percent", counts(sm.hops), sm.hops.width, 100.0 / links_n);
+  // With per-op records (detail kernel and above): PEs with a DSD operation in flight, counted once
+  // per bin however many operations a PE has in flight there.
+  if (!fab.op_records().empty()) {
+    const uint64_t active = b.counter(fproc, "active PEs", "count");
+    const int64_t span = std::max<int64_t>(1, st.cycles);
+    const int64_t bin = std::max<int64_t>(100, (span + 999) / 1000);
+    std::vector<double> act(static_cast<size_t>(span / bin + 2), 0.0);
+    std::unordered_map<int64_t, int64_t> counted;  // PE -> last bin counted
+    for (const auto& op : fab.op_records()) {
+      const int64_t pe = int64_t{op.x} * 65536 + op.y;
+      auto [it, fresh] = counted.emplace(pe, -1);
+      for (int64_t c = std::max(op.start / bin, it->second + 1);
+           c <= std::min<int64_t>(op.end, span) / bin && c < static_cast<int64_t>(act.size()); ++c) {
+        act[static_cast<size_t>(c)] += 1;
+        it->second = c;
+      }
+    }
+    for (size_t i = 0; i < act.size(); ++i) b.counter_value(active, ns(static_cast<int64_t>(i) * bin), act[i]);
   }
   // Steps and step closures (multi-step runs).
   if (!steps.empty()) {
@@ -159,21 +277,6 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
       b.slice(ht, st_.name, s0, s1, {{"seconds", st_.end_s - st_.start_s}});
     }
     for (const auto& m : closures) b.instant(ht, m.name, std::llround(m.t_s * 1e9), m.args);
-  }
-  // Link utilisation: router -> router hops over all directed links between neighbours, binned.
-  if (!st.hop_bins.empty()) {
-    const int64_t W = fab.width(), H = fab.height();
-    const double links = static_cast<double>(std::max<int64_t>(1, 2 * (W - 1) * H + 2 * W * (H - 1)));
-    const uint64_t lu = b.counter(fproc, "link utilisation %", "percent");
-    const size_t n = st.hop_bins.size();
-    const size_t group = std::max<size_t>(1, (n + 999) / 1000);
-    const int64_t bin_cycles = static_cast<int64_t>(group) * wafer::FabricStats::kHopBin;
-    for (size_t i = 0; i < n; i += group) {
-      double hops = 0;
-      for (size_t k = i; k < std::min(n, i + group); ++k) hops += static_cast<double>(st.hop_bins[k]);
-      b.counter_value(lu, ns(static_cast<int64_t>(i) * wafer::FabricStats::kHopBin), 100.0 * hops / (links * static_cast<double>(bin_cycles)));
-    }
-    b.counter_value(lu, ns(static_cast<int64_t>(n) * wafer::FabricStats::kHopBin), 0.0);
   }
   // Kernels of a compiled run: simulated and predicted spans.
   const std::pair<const std::vector<PredictedKernel>*, const char*> spans[] = {{&simulated, "kernels (simulated)"}, {&predicted, "predicted (compiler)"}};

@@ -1,19 +1,24 @@
 #pragma once
-// The trace of a wafer run, from the fabric's records (FabricOptions::record):
+// The trace of a wafer run, from the fabric's summary (FabricOptions::summary, required) and, at
+// detail kernel and above, its records (FabricOptions::record):
 //   a process per rectangle of the layout, with
 //     thread "kernel"          the run as one slice (the layout's name and cycles)
 //     thread "phase TASK"      per task of the rectangle's programs, one slice from its first start
 //                              to its last end over all the rectangle's PEs (e.g. a compiled
 //                              layer's weight load, x tasks, reduce and hand-off)
-//     thread "PE (x,y)"        sampled PEs: the rectangle's corners and centre (detail "kernel" or
+//     threads "send cN"/"recv cN"  the wavelet streams on color N to / from other rectangles or
+//                              ports (first to last wavelet), joined by flows (traces/README.md);
+//                              process "ports" has the ports' ("port NAME send cN")
+//     thread "PE (x,y)"        (not at detail "summary") sampled PEs: the rectangle's corners and centre (detail "kernel" or
 //                              "instruction"), or up to 64 program PEs per rectangle (detail "pe");
 //                              one slice per task run ("task NAME"; their durations add up to the
 //                              PE's busy cycles) with one slice per DSD operation nested inside,
 //                              named by opcode, with the PE's instruction text, elements and
 //                              cycles as args; async ops on a track per microthread
 //                              "PE (x,y) async Q" (Q: its queue)
-//   counters (process "fabric"): "active PEs" (PEs with a DSD operation in flight),
-//     "wavelets delivered per 100 cycles" and "link utilisation %", binned to at most ~1000 points.
+//   counters (process "fabric"): "busy PEs" (mean PEs running a task), "wavelets delivered per 100
+//     cycles", "link utilisation %", and with records "active PEs" (PEs with a DSD operation in
+//     flight), binned to at most ~1000 points.
 //   process "weight streaming" (when MemoryX/SwarmX moved data): tracks "MemoryX" and "SwarmX"
 //     with a slice per transfer (read/update, broadcast/reduce) and counters "MemoryX GB/s" and
 //     "SwarmX GB/s" (bytes per bin / bin length).

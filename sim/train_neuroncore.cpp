@@ -56,7 +56,7 @@ class NeuronCoreTrainer : public TrainMachine {
     write_file_atomic((std::filesystem::path(opt.out_dir) / "compile_report.txt").string(), compile_report(compiled_, cfg_));
     if (opt.emit_program) write_file_atomic((std::filesystem::path(opt.out_dir) / "program.s").string(), disassemble(prog));
     for (const auto& [in, nx] : tg.state) state_names_.insert(in);
-    if (s.resolved.contains("trace")) trace_cfg_ = s.resolved["trace"];
+    if (trace_wanted(s)) trace_cfg_ = s.resolved["trace"];
     out_dir_ = opt.out_dir;
 
     models::set_fs_resolution();

@@ -77,7 +77,7 @@ class WaferTrainer : public TrainMachine {
     write_file_atomic((out / "compile_report.txt").string(), wafer::compile_report(cp_, cfg_));
     write_compiled_wafer(cp_, opt);
     models::set_fs_resolution();
-    if (s.resolved.contains("trace")) trace_cfg_ = s.resolved["trace"];
+    if (trace_wanted(s)) trace_cfg_ = s.resolved["trace"];
     out_dir_ = opt.out_dir;
     name_ = s.name;
     scenario_ = &s;  // run.faults are armed for the first step
@@ -240,6 +240,7 @@ class WaferTrainer : public TrainMachine {
                                out_dir_));
       report["trace"] = {{"file", trace_cfg_["file"]}};
     }
+    write_wafer_heatmap(*scenario_, *fab_, name_ + " (training, " + scenario_->preset + ", last step)", out_dir_, report);
     json layers = json::array();
     for (const auto& k : cp_.kernels)
       layers.push_back({{"name", k.name}, {"rect", {k.w, k.h}}, {"block", {k.kb, k.nb}}, {"weights_port", k.port}, {"gradient_port", k.grad_port}});

@@ -397,7 +397,16 @@ Trace read_chrome_json(std::string_view text) {
 Trace read_trace_file(const std::string& path) {
   const std::string data = read_file(path);
   const size_t first = data.find_first_not_of(" \t\r\n");
-  const bool json = first != std::string::npos && (data[first] == '{' || data[first] == '[');
+  bool json = first != std::string::npos && (data[first] == '{' || data[first] == '[');
+  // A Perfetto trace starts with 0x0a (field 1, a packet), which is also a newline: when its length
+  // byte happens to be '{' or '[', the text test above is fooled, so such a file is tried as
+  // Perfetto first.
+  if (json && !data.empty() && data[0] == '\n') {
+    try {
+      return read_perfetto(data);
+    } catch (const std::exception&) {
+    }
+  }
   try {
     return json ? read_chrome_json(data) : read_perfetto(data);
   } catch (const std::exception& e) {

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <algorithm>
 #include <bit>
+#include <map>
 #include <sstream>
 
 #include "isa/error.hpp"
@@ -12,6 +13,40 @@
 #include "models/wafer/fabric_impl.hpp"
 
 namespace tessera::wafer {
+
+void BinSeries::add(int64_t cycle, int64_t v) {
+  cycle = std::max<int64_t>(0, cycle);
+  while (static_cast<size_t>(cycle / width) >= kMaxBins) {  // merge neighbours: bins twice as wide
+    const size_t n = (count.size() + 1) / 2;
+    for (size_t k = 0; k < n; ++k) {
+      const size_t a = 2 * k, b = a + 1;
+      const int64_t c = count[a] + (b < count.size() ? count[b] : 0);
+      const int64_t w = weight[a] + width * count[a] + (b < count.size() ? weight[b] : 0);
+      count[k] = c;
+      weight[k] = w;
+    }
+    count.resize(n);
+    weight.resize(n);
+    width *= 2;
+  }
+  const size_t b = static_cast<size_t>(cycle / width);
+  if (b >= count.size()) {
+    count.resize(b + 1, 0);
+    weight.resize(b + 1, 0);
+  }
+  count[b] += v;
+  weight[b] += v * ((static_cast<int64_t>(b) + 1) * width - cycle);
+}
+
+std::vector<double> BinSeries::integrals() const {
+  std::vector<double> out(count.size());
+  int64_t level = 0;
+  for (size_t b = 0; b < count.size(); ++b) {
+    out[b] = static_cast<double>(level * width + weight[b]);
+    level += count[b];
+  }
+  return out;
+}
 
 std::string pe_label(int64_t x, int64_t y) { return "PE (" + std::to_string(x) + "," + std::to_string(y) + ")"; }
 
@@ -92,7 +127,7 @@ void Fabric::run() {
     if (m.next_flip < m.flips.size()) m.apply_flips(cycle);
     uint32_t key;
     while (m.cal.next_key(key)) m.handle(cycle, key);
-    if (opt_.record) m.bin_hops(cycle);  // the cycle's router -> router hops, for traces
+    if (opt_.record || opt_.summary) m.bin_hops(cycle);  // the cycle's router -> router hops, for traces
   }
   stats_.events = static_cast<int64_t>(m.cal.consumed());
   const bool work = m.work_remains();
@@ -286,6 +321,13 @@ int64_t Fabric::halt_cycle(int64_t x, int64_t y) const {
   const uint32_t s = impl_->slot_of(x, y);
   return s != kNone && impl_->pes[s].halted ? impl_->pes[s].halt_cycle - stats_.start_cycle : -1;
 }
+const Route* Fabric::route(int64_t x, int64_t y, int color) const {
+  if (!impl_->L || x < 0 || y < 0 || x >= W_ || y >= H_) return nullptr;
+  const uint32_t sl = impl_->find_slot(static_cast<uint32_t>(y * W_ + x), color);
+  return sl == kNone ? nullptr : &impl_->slot_route[sl];
+}
+const LoadedLayout* Fabric::layout() const { return impl_->L; }
+
 int64_t Fabric::busy_cycles(int64_t x, int64_t y) const {
   const uint32_t s = impl_->slot_of(x, y);
   return s == kNone ? 0 : impl_->pes[s].busy;
@@ -382,8 +424,29 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
       p.y = static_cast<int32_t>(y);
       p.px = static_cast<int32_t>(x - r.x);
       p.py = static_cast<int32_t>(y - r.y);
+      p.rect = layout.rect_at(x, y);
       pes.push_back(std::move(p));
     }
+  // Summary phases: each program's tasks interned by (rectangle, task name), the rectangle being
+  // the first one found running the program.
+  phase_base.clear();
+  phase_of.clear();
+  if (f.opt_.summary) {
+    FabricSummary& sm = f.summary_;
+    sm.phases.clear();
+    sm.rects = static_cast<int32_t>(layout.layout.rects.size());
+    std::map<std::pair<int32_t, std::string>, int32_t> interned;
+    phase_base.assign(layout.programs.size(), kNone);
+    for (const Pe& p : pes) {
+      if (phase_base[p.prog] != kNone) continue;
+      phase_base[p.prog] = static_cast<uint32_t>(phase_of.size());
+      for (const auto& t : layout.programs[p.prog].tasks) {
+        auto [it, fresh] = interned.emplace(std::make_pair(p.rect, t.name), static_cast<int32_t>(sm.phases.size()));
+        if (fresh) sm.phases.push_back({p.rect, t.name, {}});
+        phase_of.push_back(it->second);
+      }
+    }
+  }
   qbuf.resize(pes.size() * 16 * static_cast<size_t>(QD));
   // Routes: one slot per (PE, color), sorted by PE.
   struct Tmp {
@@ -448,6 +511,7 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
       ln.slot = find_slot(ln.router, ps.color);
       ln.dir = static_cast<uint8_t>(ps.side);
       ln.color = ps.color;
+      ln.port = static_cast<uint32_t>(ports.size());
       if (ln.slot == kNone) throw std::logic_error("port lane without a route (check_routes lets it through)");
       has_port[ln.router] = 1;
       pr.lanes.push_back(std::move(ln));
@@ -619,6 +683,16 @@ void Fabric::Impl::reset(int64_t c0) {
   FabricStats& st = f.stats_;
   st = FabricStats{};
   st.start_cycle = c0;
+  if (f.opt_.summary) {
+    FabricSummary& sm = f.summary_;
+    sm.busy.clear();
+    sm.delivered.clear();
+    sm.hops.clear();
+    for (auto& ph : sm.phases) ph.span = Span{};
+    const size_t groups = static_cast<size_t>(sm.rects) + ports.size();
+    sm.sent.assign(groups * kMaxColors, Span{});
+    sm.received.assign(groups * kMaxColors, Span{});
+  }
   st.color_hops.assign(kMaxColors, 0);
   st.in_queue_high_water.assign(8, 0);
   st.out_queue_high_water.assign(8, 0);
@@ -925,11 +999,14 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
           wake_pe(ps, t + 1);
         }
         ++st.ramp_deliveries;
+        if (f.opt_.summary) summary_received(pes[ps].rect, wv.color, t + 1);
         if (f.opt_.record)
           f.deliveries_.push_back({pes[ps].x, pes[ps].y, wv.color, static_cast<uint8_t>(q), wv.payload, t + 1 - start});
       } else if (const uint32_t ds = slot_down[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(d)]; ds == kNone) {
-        out_lane(r, d, wv.color)->out.push_back({wv.payload, t + hop - start});
+        PortLane* ol = out_lane(r, d, wv.color);
+        ol->out.push_back({wv.payload, t + hop - start});
         ++st.port_out_wavelets;
+        if (f.opt_.summary) f.summary_.received[(static_cast<size_t>(f.summary_.rects) + ol->port) * kMaxColors + wv.color].add(t + hop - start, t + hop - start);
       } else {
         const size_t bi = static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d]);
         int k2 = bhead[bi] + bcount[bi];
@@ -957,6 +1034,7 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
       pop_queue(ps, 8 + c.q);
       more = pes[ps].qcount[static_cast<size_t>(8 + c.q)] > 0;
       ++st.ramp_injections;
+      if (f.opt_.summary) summary_sent(pes[ps].rect, wv.color, t);
       wake_pe(ps, t + 1);
     }
     if (more) next = std::min(next, t + 1);
@@ -989,6 +1067,7 @@ void Fabric::Impl::inject(uint32_t r, int64_t t) {
     if (bcount[bi] > st.router_buffer_high_water) st.router_buffer_high_water = bcount[bi];
     ln.last = t;
     ++st.port_in_wavelets;
+    if (f.opt_.summary) summary_sent(f.summary_.rects + static_cast<int32_t>(ln.port), ln.color, t);
     last_progress = std::max(last_progress, t + 1);
     wake_router(r, t + hop);
     if (ln.next < ln.in.size()) wake_router(r, t + 1);

@@ -37,6 +37,7 @@ struct FabricOptions {
   int64_t max_cycles = 0;             // watchdog: cycles per run (0 = none)
   bool require_halt = true;           // a run is complete only when every program PE halted
   bool record = false;                // keep DeliveryRecord / OpRecord / TaskRecord lists (tests, traces)
+  bool summary = false;               // keep a FabricSummary: bounded aggregates for the default trace
   // A main-thread DSD op whose operands are all memory (or scalars) computes every element when it
   // issues, in one pass, instead of width elements a cycle; its timing is unchanged (it cannot
   // stall). Only for programs where no other thread writes what such an op reads while it runs
@@ -102,6 +103,48 @@ struct FabricStats {
   std::vector<int64_t> hop_bins;     // with FabricOptions::record: router -> router hops per 64 cycles (traces)
   static constexpr int kHopBin = 64;
   static constexpr int64_t kPageBytes = 512;
+};
+
+// A time series in bins of `width` cycles (relative to the run's start). The width starts at 64 and
+// doubles, merging neighbouring bins, whenever the run outgrows kMaxBins, so the series stays a few
+// KiB however long the run. add(c, v): an amount v at cycle c. count[b] is the sum of v in bin b;
+// level(t), the sum of v before t, is a step function whose integral over bin b is integrals()[b]
+// (with +1 at each task's start and -1 at its end: the PE-cycles of tasks in the bin).
+struct BinSeries {
+  static constexpr size_t kMaxBins = 4096;
+  int64_t width = 64;
+  std::vector<int64_t> count, weight;  // weight[b]: the sum of v * (end of bin b - c)
+  void add(int64_t cycle, int64_t v);
+  std::vector<double> integrals() const;
+  void clear() { *this = BinSeries{}; }
+};
+// First and last relative cycle of something and how many times it happened (first = -1: never).
+struct Span {
+  int64_t first = -1, last = -1, count = 0;
+  void add(int64_t a, int64_t b, int64_t n = 1) {
+    if (first < 0 || a < first) first = a;
+    if (b > last) last = b;
+    count += n;
+  }
+};
+// FabricOptions::summary: what the default (summary) trace and the heatmap need, at a cost per
+// task run and per wavelet delivered or injected, never per instruction, and bounded in size.
+// "Groups" are the layout's rectangles followed by its ports (group rects + i = Layout::ports[i]).
+struct FabricSummary {
+  BinSeries busy;                     // +1 at a task's start, -1 at its end, every PE
+  BinSeries delivered;                // wavelets a router handed to its PE
+  BinSeries hops;                     // router -> router hops
+  // Phases: per rectangle, the span of each task (by name) over the rectangle's PEs.
+  struct Phase {
+    int32_t rect = 0;
+    std::string task;
+    Span span;                        // first start, last end, task runs
+  };
+  std::vector<Phase> phases;
+  int32_t rects = 0;
+  // Per group x color (kMaxColors): wavelets its PEs (a rectangle) or its lanes (an input port)
+  // put into the fabric, and wavelets delivered to its PEs (or collected by an output port).
+  std::vector<Span> sent, received;
 };
 
 // Why a run stopped without completing: the PEs that could not go on, with what each waits for.
@@ -202,6 +245,10 @@ class Fabric : public sc_core::sc_module {
   const std::vector<DeliveryRecord>& deliveries() const { return deliveries_; }
   const std::vector<OpRecord>& op_records() const { return op_records_; }
   const std::vector<TaskRecord>& task_records() const { return task_records_; }
+  const FabricSummary& summary() const { return summary_; }     // FabricOptions::summary
+  // The route of `color` at router (x,y) as loaded (nullptr: the router does not route it).
+  const Route* route(int64_t x, int64_t y, int color) const;
+  const LoadedLayout* layout() const;
   // With FabricOptions::task_ends: the cycle (relative) the last run of PE (x,y)'s task `name`
   // ended; -1 if it never ran to its end (or no such PE or task).
   int64_t task_end(int64_t x, int64_t y, const std::string& name) const;
@@ -225,6 +272,7 @@ class Fabric : public sc_core::sc_module {
   std::vector<DeliveryRecord> deliveries_;
   std::vector<OpRecord> op_records_;
   std::vector<TaskRecord> task_records_;
+  FabricSummary summary_;
   std::vector<StuckPe> stuck_pes_;
   std::vector<StuckRouter> stuck_routers_;
   std::vector<FaultFired> fired_;

@@ -168,6 +168,7 @@ struct Fabric::Impl {
     std::vector<uint32_t> pages;   // SRAM page table (lazily; kNone = never written)
     bool halted = false;
     int64_t halt_cycle = -1, busy = 0;
+    int32_t rect = 0;              // the layout rectangle it belongs to (FabricSummary groups)
     std::array<uint8_t, 16> qhead{}, qcount{}, qhw{};  // input queues 0-7, output queues 8-15
   };
 
@@ -236,6 +237,7 @@ struct Fabric::Impl {
     size_t next = 0;                                // input: next to inject
     int64_t last = -1;                              // input: cycle of the last injection
     std::vector<std::pair<uint32_t, int64_t>> out;  // output: (payload, relative cycle)
+    uint32_t port = 0;                              // index in Layout::ports
   };
   struct PortRt {
     const PortSpec* spec = nullptr;
@@ -257,6 +259,15 @@ struct Fabric::Impl {
   Calendar cal;
   std::vector<int64_t> pwake_last, pwake_push, rwake_last, rwake_push;
 
+  // FabricOptions::summary: per program, the FabricSummary::phases index of each of its tasks
+  // (phase_of[phase_base[prog] + task]).
+  std::vector<uint32_t> phase_base;
+  std::vector<int32_t> phase_of;
+  void summary_sent(int32_t group, int color, int64_t t) { f.summary_.sent[static_cast<size_t>(group) * kMaxColors + static_cast<size_t>(color)].add(t - start, t - start); }
+  void summary_received(int32_t group, int color, int64_t t) {
+    f.summary_.received[static_cast<size_t>(group) * kMaxColors + static_cast<size_t>(color)].add(t - start, t - start);
+    f.summary_.delivered.add(t - start, 1);
+  }
   std::vector<int64_t> task_end;             // FabricOptions::task_ends: per PE slot x 64 tasks (relative cycle, -1)
   void load(const LoadedLayout& layout);
   static int64_t estimate_bytes(const LoadedLayout& layout, const WaferConfig& cfg, int64_t& fill_bytes);  // fill_bytes: the SRAM part
@@ -291,6 +302,8 @@ struct Fabric::Impl {
     const int64_t n = f.stats_.wavelet_hops - hops_binned;
     if (!n) return;
     hops_binned = f.stats_.wavelet_hops;
+    if (f.opt_.summary) f.summary_.hops.add(t - start, n);
+    if (!f.opt_.record) return;
     auto& v = f.stats_.hop_bins;
     const size_t i = static_cast<size_t>((t - start) / FabricStats::kHopBin);
     if (i >= v.size()) v.resize(i + 1, 0);

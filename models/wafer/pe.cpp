@@ -473,6 +473,12 @@ void Fabric::Impl::exec(uint32_t s, int64_t t) {
   };
   auto end_task = [&](int64_t at, bool halt) {
     P.busy += at - P.task_start;
+    if (f.opt_.summary) {
+      FabricSummary& sm = f.summary_;
+      sm.busy.add(P.task_start - start, 1);
+      sm.busy.add(at - start, -1);
+      sm.phases[static_cast<size_t>(phase_of[phase_base[P.prog] + static_cast<uint32_t>(P.task)])].span.add(P.task_start - start, at - start);
+    }
     if (f.opt_.record) f.task_records_.push_back({P.x, P.y, P.task, P.task_start - start, at - start});
     if (!task_end.empty()) task_end[static_cast<size_t>(s) * 64 + static_cast<size_t>(P.task)] = at - start;
     P.task = -1;

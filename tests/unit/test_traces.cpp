@@ -441,6 +441,7 @@ TEST_CASE("traces: a wafer GEMV run renders task slices that sum to each PE's bu
   const LoadedLayout L = load_layout(std::string(TESSERA_SOURCE_DIR) + "/scenarios/wafer/micro/gemv_8x8.json", cfg);
   FabricOptions opt;
   opt.record = true;
+  opt.summary = true;
   Fabric fab("fabric", cfg, opt);
   fab.load(L);
   fab.start();
@@ -480,4 +481,110 @@ TEST_CASE("traces: a wafer GEMV run renders task slices that sum to each PE's bu
   CHECK(checked == 64);
   REQUIRE(t.find("fabric"));
   CHECK(t.find("active PEs", t.find("fabric")->uuid));
+}
+
+// BinSeries keeps the integral of a step function exact while its bins coarsen: random task spans
+// (+1 at start, -1 at end) over a million cycles, against a brute-force count at the final width.
+TEST_CASE("traces: a coarsening bin series keeps every bin's integral exact", "[traces][wafer]") {
+  using tessera::wafer::BinSeries;
+  BinSeries bs;
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  uint64_t r = 12345;
+  auto next = [&](int64_t n) { r = r * 6364136223846793005ull + 1442695040888963407ull; return static_cast<int64_t>((r >> 33) % static_cast<uint64_t>(n)); };
+  int64_t total = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const int64_t a = next(1'000'000), len = next(i % 10 == 0 ? 200'000 : 500);
+    spans.push_back({a, a + len});
+    bs.add(a, 1);
+    bs.add(a + len, -1);
+    total += len;
+  }
+  CHECK(bs.count.size() <= BinSeries::kMaxBins);
+  CHECK(bs.width > 64);
+  const std::vector<double> in = bs.integrals();
+  double sum = 0;
+  for (double v : in) sum += v;
+  CHECK(sum == static_cast<double>(total));
+  for (size_t b = 0; b < in.size(); b += 97) {  // bins spread over the run
+    const int64_t lo = static_cast<int64_t>(b) * bs.width, hi = lo + bs.width;
+    int64_t exact = 0;
+    for (const auto& [a, e] : spans) exact += std::max<int64_t>(0, std::min(e, hi) - std::max(a, lo));
+    INFO("bin " << b);
+    CHECK(in[b] == static_cast<double>(exact));
+  }
+}
+
+// The summary a default wafer run keeps agrees with the full records: busy PE-cycles, deliveries,
+// hops, injections and every rectangle's task phases; and the summary trace links the sender's
+// stream to the receiver's by a flow, with no PE tracks.
+TEST_CASE("traces: a wafer run's summary agrees with its records and links streams by flows", "[traces][wafer]") {
+  using namespace tessera::wafer;
+  models::set_fs_resolution();
+  const WaferConfig cfg = preset_config("wse2");
+  const LoadedLayout L = load_layout(std::string(TESSERA_SOURCE_DIR) + "/scenarios/wafer/micro/p2p_128.json", cfg);
+  FabricOptions opt;
+  opt.record = true;
+  opt.summary = true;
+  Fabric fab("fabric", cfg, opt);
+  fab.load(L);
+  fab.start();
+  sc_core::sc_start();
+  tessera::models::after_systemc();
+  REQUIRE(fab.finished());
+  REQUIRE_FALSE(fab.error());
+  const FabricStats& st = fab.stats();
+  const FabricSummary& sm = fab.summary();
+  double busy = 0;
+  for (double v : sm.busy.integrals()) busy += v;
+  int64_t pe_busy = 0;
+  for (int64_t x = 0; x < fab.width(); ++x) pe_busy += fab.busy_cycles(x, 0);
+  CHECK(busy == static_cast<double>(pe_busy));
+  CHECK(pe_busy > 0);
+  int64_t delivered = 0, hops = 0, sent = 0, received = 0;
+  for (int64_t c : sm.delivered.count) delivered += c;
+  for (int64_t c : sm.hops.count) hops += c;
+  for (const auto& s : sm.sent) sent += s.count;
+  for (const auto& s : sm.received) received += s.count;
+  CHECK(delivered == st.ramp_deliveries);
+  CHECK(delivered == static_cast<int64_t>(fab.deliveries().size()));
+  CHECK(hops == st.wavelet_hops);
+  CHECK(sent == st.ramp_injections + st.port_in_wavelets);
+  CHECK(received == st.ramp_deliveries + st.port_out_wavelets);
+  // Phases: the span of each (rectangle, task name) over the task records.
+  std::map<std::pair<int, std::string>, std::pair<int64_t, int64_t>> phase;
+  for (const auto& tr : fab.task_records()) {
+    const Program* p = fab.program(tr.x, tr.y);
+    auto [it, fresh] = phase.emplace(std::make_pair(L.rect_at(tr.x, tr.y), p->tasks[static_cast<size_t>(tr.task)].name), std::make_pair(tr.start, tr.end));
+    if (!fresh) it->second = {std::min(it->second.first, tr.start), std::max(it->second.second, tr.end)};
+  }
+  size_t ran = 0;
+  for (const auto& ph : sm.phases) {
+    if (ph.span.count == 0) continue;
+    ++ran;
+    INFO(ph.task);
+    REQUIRE(phase.count({ph.rect, ph.task}));
+    CHECK(phase.at({ph.rect, ph.task}) == std::make_pair(ph.span.first, ph.span.last));
+  }
+  CHECK(ran == phase.size());
+  const Trace t = read_perfetto(sim::build_wafer_trace({{"detail", "summary"}}, L, fab, "p2p").perfetto_bytes());
+  INFO(summarize(t));
+  const Track* snd = t.find("rect sender");
+  const Track* rcv = t.find("rect receiver");
+  REQUIRE(snd);
+  REQUIRE(rcv);
+  const Slice* out = nullptr;
+  const Slice* in = nullptr;
+  for (const auto& s : t.slices) {
+    if (s.name.rfind("send c", 0) == 0) out = &s;
+    if (s.name.rfind("recv c", 0) == 0) in = &s;
+    CHECK(s.name.rfind("task ", 0) != 0);  // no PE detail at the summary
+  }
+  REQUIRE(out);
+  REQUIRE(in);
+  REQUIRE(out->flow_out.size() == 1);
+  REQUIRE(in->flow_in.size() == 1);
+  CHECK(out->flow_out[0] == in->flow_in[0]);
+  CHECK(in->begin_ns >= out->begin_ns);
+  CHECK(t.find("busy PEs", t.find("fabric")->uuid));
+  CHECK(t.find("link utilisation %", t.find("fabric")->uuid));
 }
