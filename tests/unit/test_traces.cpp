@@ -588,3 +588,25 @@ TEST_CASE("traces: a wafer run's summary agrees with its records and links strea
   CHECK(t.find("busy PEs", t.find("fabric")->uuid));
   CHECK(t.find("link utilisation %", t.find("fabric")->uuid));
 }
+
+// A Perfetto file starts with 0x0a, a newline; when the first packet's length byte is '[' (0x5b) or
+// '{' (0x7b) the file looks like JSON text to a naive check. Every first-packet length reads back.
+TEST_CASE("traces: a Perfetto file reads back whatever its first packet's length byte", "[traces]") {
+  const std::string dir = std::filesystem::temp_directory_path().string() + "/tessera_trace_len_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  bool saw_bracket = false;
+  for (size_t n = 1; n < 160; ++n) {
+    TraceBuilder b;
+    const uint64_t p = b.process(std::string(n, 'r'), 1);
+    b.slice(b.thread(p, "t", 2), "s", 0, 10);
+    const std::string bytes = b.perfetto_bytes();
+    saw_bracket = saw_bracket || bytes[1] == '[' || bytes[1] == '{';
+    const std::string path = dir + "/t.pftrace";
+    tessera::write_file_atomic(path, bytes);
+    INFO("process name length " << n);
+    const Trace t = read_trace_file(path);
+    CHECK(t.slices.size() == 1);
+  }
+  CHECK(saw_bracket);
+  std::filesystem::remove_all(dir);
+}
