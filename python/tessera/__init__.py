@@ -88,6 +88,13 @@ class Report:
         return _os.path.join(self.out_dir, f) if f else None
 
     @property
+    def heatmap(self):
+        """Wafer runs: the PE heatmap's path (heatmap.svg: busy, SRAM, link load per PE), or None."""
+        h = self.json.get("heatmap")
+        f = h.get("file") if isinstance(h, dict) else None
+        return _os.path.join(self.out_dir, f) if f else None
+
+    @property
     def outputs(self):
         """Graph outputs as numpy arrays, by name (as the machine computed them)."""
         if self._outputs is None:

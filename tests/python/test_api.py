@@ -57,6 +57,13 @@ class RunTest(unittest.TestCase):
         self.assertEqual(a, b)
         self.assertEqual((cli / "outputs" / "y.npy").read_bytes(), (py / "outputs" / "y.npy").read_bytes())
         self.assertTrue(r.trace.endswith("trace.pftrace") and os.path.exists(r.trace))
+        self.assertIsNone(r.heatmap)  # wafer runs only
+
+    def test_a_wafer_run_has_its_trace_and_heatmap_by_default(self):
+        r = tessera.run("scenarios/wafer/micro/gemv_8x8_run.json", out=fresh("py_wafer"), quiet=True)
+        self.assertTrue(r.passed)
+        self.assertTrue(r.trace.endswith("trace.pftrace") and os.path.exists(r.trace))
+        self.assertTrue(r.heatmap.endswith("heatmap.svg") and pathlib.Path(r.heatmap).read_text().startswith("<svg"))
 
     def test_many_runs_in_one_process_and_a_dict_scenario(self):
         # SystemC elaborates once per process: every run is a child of this one.
