@@ -42,9 +42,9 @@ class WaferTrainer : public TrainMachine {
     if (spec.schedule != "constant") throw InputError("/training/optimizer/schedule", "the wafer takes a constant learning rate in this build", hint);
     if (spec.compute != DType::f32 || spec.loss_scaling) throw InputError("/precision/compute", "training on the wafer runs in fp32 in this build", hint);
     const json& m = s.resolved["mapping"];
-    if (m["mode"].get<std::string>() != "weight_streaming")
+    if (m["mode"].get<std::string>() == "pipelined")  // auto means weight streaming here
       throw InputError("/mapping/mode", "training on the wafer runs in weight_streaming mode (the weights and their updates live in MemoryX)",
-                       "set mapping.mode to weight_streaming");
+                       "set mapping.mode to weight_streaming or auto");
     wafer::MappingOptions mo;
     mo.mode = wafer::MapMode::weight_streaming;
     mo.training = true;

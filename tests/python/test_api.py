@@ -225,6 +225,36 @@ class RunTest(unittest.TestCase):
             np.testing.assert_allclose(r.outputs["y"], want, rtol=tol["rtol"], atol=tol["atol"])
             self.assertEqual(r.json["target"]["kind"], "neuroncore")
 
+    @unittest.skipUnless(torch is not None, "PyTorch is not installed")
+    def test_from_torch_training(self):
+        # The same module trained on the machine and in PyTorch: every step's loss as PyTorch's.
+        torch.manual_seed(1)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+        before = [p.detach().clone() for p in model.parameters()]
+        x, t = torch.randn(8, 8), torch.randn(8, 4)
+        for target in ("neuroncore", "wafer"):
+            sc = tessera.from_torch(model, x, target=target, name="train_" + target, out_dir=OUT / ("from_torch_train_" + target),
+                                    training={"target": t, "loss": "mse", "optimizer": {"kind": "sgd", "learning_rate": 0.1}, "steps": 6})
+            r = tessera.run(sc, out=fresh("from_torch_train_run_" + target), quiet=True)
+            self.assertTrue(r.passed, r.json["checks"])
+            self.assertEqual(len(r.steps), 6)
+            want = np.load(sc["expect"]["losses"]["file"])
+            got = np.array([s["loss"] for s in r.steps], dtype=np.float32)
+            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-6)
+            self.assertLess(want[-1], want[0])  # it learns
+        for p, q in zip(model.parameters(), before):  # the user's module is left as it was
+            self.assertTrue(torch.equal(p, q))
+        # Cross-entropy with Adam and a batch per step, on the reference target.
+        xs = torch.randn(4, 8, 8)
+        ts = torch.nn.functional.one_hot(torch.randint(0, 4, (4, 8)), 4).float()
+        sc = tessera.from_torch(model, x, target="reference", name="train_ce", out_dir=OUT / "from_torch_train_ce",
+                                training={"target": ts, "inputs": xs, "loss": "cross_entropy", "optimizer": "adam", "steps": 4})
+        self.assertEqual(sc["training"], {"loss": "softmax_cross_entropy", "optimizer": {"kind": "adam", "learning_rate": 0.01}})
+        r = tessera.run(sc, out=fresh("from_torch_train_ce_run"), quiet=True)
+        self.assertTrue(r.passed, r.json["checks"])
+        with self.assertRaises(ValueError):
+            tessera.from_torch(model, x, training={"target": torch.zeros(3)})
+
     def test_params_as_the_cli_lists_them(self):
         rows = tessera.params("trn1")
         cli = subprocess.run([BIN, "params", "trn1"], capture_output=True, text=True, check=True).stdout
