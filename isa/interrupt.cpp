@@ -70,8 +70,33 @@ std::atomic<const char*> g_phase{""};
 
 const char* current_phase() { return g_phase.load(std::memory_order_relaxed); }
 
+namespace {
+std::vector<std::pair<std::string, double>> g_phase_times;
+int64_t g_phase_ns = 0;
+void close_phase(std::vector<std::pair<std::string, double>>& times, int64_t now) {
+  const char* cur = g_phase.load(std::memory_order_relaxed);
+  if (!*cur) return;
+  const double s = static_cast<double>(now - g_phase_ns) / 1e9;
+  for (auto& [name, t] : times)
+    if (name == cur) {
+      t += s;
+      return;
+    }
+  times.emplace_back(cur, s);
+}
+}  // namespace
+
+std::vector<std::pair<std::string, double>> phase_times() {
+  auto times = g_phase_times;
+  close_phase(times, now_ns());
+  return times;
+}
+
 void enter_phase(const char* phase) {
   poll_interrupt();  // a signal that came during the last phase stops the run there
+  const int64_t now = now_ns();
+  close_phase(g_phase_times, now);
+  g_phase_ns = now;
   g_phase.store(phase, std::memory_order_relaxed);
   static const char* at = std::getenv("TESSERA_INTERRUPT_AT");
   if (!at || !*at) return;

@@ -6,6 +6,9 @@
 // then removed by the next run that writes beside it).
 #include <atomic>
 #include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace tessera {
 
@@ -42,5 +45,8 @@ int interrupt_exit_code(int signal);
 void enter_phase(const char* phase);
 // The phase last entered ("" before the first), for messages.
 const char* current_phase();
+// Wall seconds spent in each phase so far (the current one up to now), in the order first entered:
+// host.json's "phases".
+std::vector<std::pair<std::string, double>> phase_times();
 
 }  // namespace tessera

@@ -53,4 +53,30 @@ class Progress {
   int last_pct_ = -1;
 };
 
+// The heartbeat of a long simulation (runs past ~2 s of wall time), on stderr: simulated time, the
+// share of the predicted latency reached, the model's work rate (e.g. wavelet hops per second) and
+// an ETA from that share. On a terminal one line redrawn about twice a second, otherwise a line
+// "progress: ..." every ~10 s (logs, CI); nothing when quiet. tick() is cheap: the caller may call
+// it every few thousand events; it reads the clock and prints only when a line is due.
+class Heartbeat {
+ public:
+  // predicted_s: the compiler's estimate (0: none, no share or ETA); unit: what work counts ("hops").
+  Heartbeat(std::string label, double predicted_s, std::string unit = "");
+  ~Heartbeat();
+  void tick(double simulated_s, int64_t work = 0);
+  void finish();  // clears the terminal line
+  // Lines printed (tests), and the line for given figures (tests, and tick).
+  int64_t lines() const { return lines_; }
+  static std::string line(const std::string& label, double simulated_s, double predicted_s, double wall_s, double work_per_s,
+                          const std::string& unit);
+
+ private:
+  std::string label_, unit_;
+  double predicted_s_;
+  bool active_, tty_;
+  int64_t start_ns_, next_ns_, last_ns_ = 0, last_work_ = 0, lines_ = 0;
+  double rate_ = 0;
+  bool drawn_ = false;
+};
+
 }  // namespace tessera::sim

@@ -1,4 +1,6 @@
 #include "sim/report.hpp"
+
+#include "isa/interrupt.hpp"
 #include "sim/console.hpp"
 #include "sim/outdir.hpp"
 #include "sim/version.hpp"
@@ -83,6 +85,11 @@ void write_report(const std::string& out_dir, const json& report, double wall_s,
   const std::string dir = out_dir.empty() ? "." : out_dir;
   json host = {{"wall_s", wall_s}, {"peak_rss_bytes", peak_rss_bytes()}};
   host.update(host_extra);
+  // Wall seconds per phase (load, compile, reference, elaborate, simulate, check: the check phase
+  // includes writing the outputs and the trace, up to this file).
+  json phases = json::object();
+  for (const auto& [name, s] : phase_times()) phases[name] = s;
+  host["phases"] = phases;
   write_file_atomic(dir + "/host.json", host.dump(2) + "\n");
   write_file_atomic(dir + "/report.json", report.dump(2) + "\n");
 }

@@ -112,8 +112,10 @@ MappingOptions nc_mapping_options(const Scenario& s) {
 // Run to starvation like a plain sc_start(), but in slices of simulated time so that a SIGINT is
 // seen while the model runs (the model knows nothing of it). A slice is resized to take roughly
 // 10-80 ms of wall time; slicing does not change the simulated result (reports are identical).
-void run_systemc_sliced() {
+void run_systemc_sliced(double predicted_s) {
   using sc_core::sc_time;
+  Heartbeat heartbeat("simulating", predicted_s);
+  const double t0 = sc_core::sc_time_stamp().to_seconds();
   sc_time slice(10, sc_core::SC_US);
   const sc_time min_slice(1, sc_core::SC_US), max_slice(1, sc_core::SC_SEC);
   do {
@@ -123,6 +125,7 @@ void run_systemc_sliced() {
     sc_core::sc_start(next > slice ? next : slice, sc_core::SC_EXIT_ON_STARVATION);
     models::after_systemc();
     poll_interrupt();
+    heartbeat.tick(sc_core::sc_time_stamp().to_seconds() - t0);
     const double w = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
     if (w < 0.01 && slice < max_slice) slice = slice * 2.0;
     else if (w > 0.08 && slice > min_slice) slice = slice / 2.0;
@@ -369,7 +372,8 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
   write_inputs(given);
   core.load(job.prog);
   install_interrupt_handlers();
-  const auto run_core = run_systemc_sliced;
+  const double predicted_total = job.compiled ? job.compiled->predicted_s : 0.0;
+  const auto run_core = [predicted_total] { run_systemc_sliced(predicted_total); };
   enter_phase("simulate");
   run_core();
   if (!core.finished()) throw std::runtime_error("the NeuronCore did not finish (SystemC ran out of events)");

@@ -11,8 +11,9 @@
 namespace tessera::sim {
 // The scenario's /mapping and /precision as compiler options.
 neuroncore::MappingOptions nc_mapping_options(const Scenario& s);
-// sc_start in slices until nothing is pending, throwing Interrupted on SIGINT between slices.
-void run_systemc_sliced();
+// sc_start in slices until nothing is pending, throwing Interrupted on SIGINT between slices;
+// `predicted_s` (0: none) for the heartbeat of long runs (sim/console.hpp), timed from the call.
+void run_systemc_sliced(double predicted_s = 0);
 // Host-side placement of a graph value in its HBM tensor (the program's layout and dtype), and
 // reading one back as fp32 in the value's shape.
 // `b` says where each element of the value sits in the tensor (a layout of the compiler's choosing).

@@ -386,6 +386,8 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   enter_phase("elaborate");
   models::set_fs_resolution();
   wafer::FabricOptions fo;
+  Heartbeat heartbeat("simulating", 0.0, "hops");  // a hand-written layout has no prediction
+  fo.progress = [&heartbeat, hz = cfg.clock_hz](int64_t cycle, int64_t hops) { heartbeat.tick(static_cast<double>(cycle) / hz, hops); };
   fo.max_cycles = static_cast<int64_t>(s.resolved["run"]["max_time"].get<double>() * cfg.clock_hz);
   fo.record = trace_records(s);  // the op and delivery records the trace renders at detail kernel and above
   fo.summary = trace_wanted(s);
@@ -441,6 +443,7 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   enter_phase("simulate");
   sc_core::sc_start();
   tessera::models::after_systemc();
+  heartbeat.finish();
   poll_interrupt();
   enter_phase("check");
   report_wafer_faults(faults, fault_what, fab);

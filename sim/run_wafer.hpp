@@ -24,6 +24,7 @@ struct WaferConfig;
 }
 
 namespace tessera::sim {
+class Heartbeat;
 
 // run.faults armed on the fabric (SRAM bits flipped or forced at a cycle, wavelets dropped on a
 // link); returns their report records and, in `what`, a line each. Errors name /run/faults/N.
@@ -48,7 +49,8 @@ void write_compiled_wafer(const wafer::Compiled& cp, const RunOptions& opt);
 void wafer_rect_option(const nlohmann::json& mapping, wafer::MappingOptions& mo);
 // The fabric options of a compiled run: run.max_time, run.host_memory, a trace's records, task
 // ends, SIGINT polling, eager memory-only ops unless run.faults are armed.
-wafer::FabricOptions compiled_fabric_options(const Scenario& s, const wafer::WaferConfig& cfg);
+// `hb` (optional): ticked by the fabric's progress callback (simulated time, hops).
+wafer::FabricOptions compiled_fabric_options(const Scenario& s, const wafer::WaferConfig& cfg, Heartbeat* hb = nullptr);
 wafer::LoadedLayout load_compiled_wafer(const wafer::Compiled& cp, const wafer::WaferConfig& cfg);
 void stream_compiled_weights(const wafer::Compiled& cp, wafer::Fabric& fab, wafer::MemoryX& mx, wafer::SwarmX& sx, const sc_core::sc_time& t_start);
 

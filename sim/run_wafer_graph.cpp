@@ -39,8 +39,9 @@ void wafer_rect_option(const json& m, wafer::MappingOptions& mo) {
   mo.rect_height = r[1];
 }
 
-wafer::FabricOptions compiled_fabric_options(const Scenario& s, const wafer::WaferConfig& cfg) {
+wafer::FabricOptions compiled_fabric_options(const Scenario& s, const wafer::WaferConfig& cfg, Heartbeat* hb) {
   wafer::FabricOptions fo;
+  if (hb) fo.progress = [hb, hz = cfg.clock_hz](int64_t cycle, int64_t hops) { hb->tick(static_cast<double>(cycle) / hz, hops); };
   fo.max_cycles = static_cast<int64_t>(s.resolved["run"]["max_time"].get<double>() * cfg.clock_hz);
   fo.record = trace_records(s);
   fo.summary = trace_wanted(s);
@@ -177,7 +178,8 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   // Elaborate the fabric (and MemoryX / SwarmX), place constants and inputs, stream weights.
   enter_phase("elaborate");
   models::set_fs_resolution();
-  wafer::Fabric fab("wafer", cfg, compiled_fabric_options(s, cfg));
+  Heartbeat heartbeat("simulating", cp.predicted_s, "hops");  // the prediction is per step
+  wafer::Fabric fab("wafer", cfg, compiled_fabric_options(s, cfg, &heartbeat));
   fab.load(L);
   wafer::MemoryX mx("memoryx", cfg);
   wafer::SwarmX sx("swarmx", cfg);
@@ -350,6 +352,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   // The reference on the last step's inputs.
   enter_phase("reference");
   const std::map<std::string, Tensor> reference = reference::execute(g, inputs, [](size_t, size_t) { poll_interrupt(); });
+  heartbeat.finish();
   enter_phase("check");
 
   // Outputs.

@@ -80,7 +80,7 @@ class NeuronCoreTrainer : public TrainMachine {
     for (const auto& b : compiled_.inputs)
       if (!state_names_.count(b.name)) nc_write_value(*core_, hbm(b), inputs.at(b.name), b);
     core_->load(compiled_.program);
-    run_systemc_sliced();
+    run_systemc_sliced(compiled_.predicted_s);
     if (!core_->finished()) throw std::runtime_error("the NeuronCore did not finish a training step (SystemC ran out of events)");
     if (core_->error()) throw std::runtime_error("training step " + std::to_string(steps_) + ": " + *core_->error());
     const CoreStats st = core_->stats();

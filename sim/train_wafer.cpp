@@ -81,7 +81,8 @@ class WaferTrainer : public TrainMachine {
     out_dir_ = opt.out_dir;
     name_ = s.name;
     scenario_ = &s;  // run.faults are armed for the first step
-    fab_ = std::make_unique<wafer::Fabric>("wafer", cfg_, compiled_fabric_options(s, cfg_));
+    heartbeat_ = std::make_unique<Heartbeat>("simulating", cp_.predicted_s, "hops");  // per step
+    fab_ = std::make_unique<wafer::Fabric>("wafer", cfg_, compiled_fabric_options(s, cfg_, heartbeat_.get()));
     fab_->load(L_);  // the fabric keeps pointers into the layout: it lives as long as the trainer
     mx_ = std::make_unique<wafer::MemoryX>("memoryx", cfg_);
     sx_ = std::make_unique<wafer::SwarmX>("swarmx", cfg_);
@@ -232,6 +233,7 @@ class WaferTrainer : public TrainMachine {
 
   void finish(json& report, const std::vector<StepMark>& closures) override {
     auto& con = Console::get();
+    heartbeat_->finish();
     if (trace_cfg_.is_object()) {
       // Step slices and closures on the host track, the phases of every step as the "kernels"
       // process, MemoryX/SwarmX transfers (weight streams out, gradients in) and the last step's PE detail.
@@ -281,6 +283,7 @@ class WaferTrainer : public TrainMachine {
   double lr_;
   wafer::Compiled cp_;
   wafer::LoadedLayout L_;
+  std::unique_ptr<Heartbeat> heartbeat_;
   std::unique_ptr<wafer::Fabric> fab_;
   std::unique_ptr<wafer::MemoryX> mx_;
   std::unique_ptr<wafer::SwarmX> sx_;

@@ -111,7 +111,8 @@ void Fabric::run() {
   int64_t polled = 0;
   while (!m.cal.empty()) {
     const int64_t cycle = m.cal.top().cycle;
-    if (opt_.stop && ++polled % 1024 == 0 && opt_.stop()) {
+    if (++polled % 1024 == 0 && opt_.progress) opt_.progress(cycle - c0, stats_.wavelet_hops);
+    if (opt_.stop && polled % 1024 == 0 && opt_.stop()) {
       stop = "interrupted at cycle " + std::to_string(cycle - c0);
       break;
     }

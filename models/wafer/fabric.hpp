@@ -46,6 +46,7 @@ struct FabricOptions {
   bool eager_memory_ops = false;
   bool task_ends = false;             // keep, per PE and task, the end of its last run (task_end())
   std::function<bool()> stop;         // polled every 1024 calendar cycles: true ends the run with error "interrupted"
+  std::function<void(int64_t cycle, int64_t hops)> progress;  // called every 1024 calendar cycles (relative cycle, hops so far)
   int64_t host_memory_budget = 0;     // bytes of host memory the fabric may take (0 = no limit): load()
                                       // throws InputError naming what it needs; SRAM writes past it fail the run
 };

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "sim/compare.hpp"
+#include "sim/console.hpp"
 
 using namespace tessera::sim;
 using json = nlohmann::json;
@@ -224,4 +225,15 @@ TEST_CASE("compare: a plot without points says so", "[compare]") {
   CHECK(count_of(svg, "<circle") == 0);
   CHECK(svg.find("no kernel has both a prediction and a simulation") != std::string::npos);
   CHECK(count_of(svg, "class=\"band\"") == 2);
+}
+
+// The heartbeat's line: simulated time, share of the prediction, work rate, wall time and the ETA
+// from the share (what is left at the rate so far).
+TEST_CASE("console: the heartbeat line says share, rate and ETA", "[console]") {
+  using tessera::sim::Heartbeat;
+  CHECK(Heartbeat::line("simulating", 25e-6, 100e-6, 3.0, 5e6, "hops") ==
+        "simulating: 25 us simulated (25% of the predicted 100 us), 5 M hops/s, 3.0 s, ETA 9.0 s");
+  CHECK(Heartbeat::line("simulating", 25e-6, 0, 12.0, 0, "") == "simulating: 25 us simulated, 12 s");
+  CHECK(Heartbeat::line("simulating", 150e-6, 100e-6, 30.0, 0, "") ==
+        "simulating: 150 us simulated (150% of the predicted 100 us), 30 s, past the prediction");
 }
