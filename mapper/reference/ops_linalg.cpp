@@ -1,8 +1,11 @@
 // Accumulating kernels: MatMul, Gemm, Conv, ConvTranspose. Sums run in fp64 (int64 for integer
-// MatMul) in cache-friendly i-k-j order; results are written in the input dtype.
+// MatMul) in i-k-j order (matmul blocked and threaded, same bits); results are written in the
+// input dtype.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "isa/interrupt.hpp"
 #include "mapper/reference/ops.hpp"
@@ -15,18 +18,67 @@ namespace {
 
 // C[M,N] = A[M,K] * B[K,N], row-major; C is overwritten. T is double, or uint64_t for integer
 // matmul (unsigned arithmetic wraps, giving two's-complement results without undefined behaviour).
+//
+// Every element is summed over k = 0..K-1 in order, one rounded product and one rounded addition
+// at a time, exactly as the plain i-k-j loop (`row[j] += A[i,k] * B[k,j]`), so the results are the
+// same bits whatever the blocking and the number of threads. For speed: j and k are blocked so a
+// kKc x kNc panel of B stays in cache while the rows pass over it; four k at a time keep the
+// running sum in a register (t += a0 b0[j]; t += a1 b1[j]; ... : the same additions in the same
+// order); the rows are split over the host's threads when the product is large.
 template <typename T>
-void matmul_block(const T* A, const T* B, T* C, int64_t M, int64_t K, int64_t N) {
-  for (int64_t i = 0; i < M; ++i) {
-    poll_interrupt();  // a row is at most milliseconds: Ctrl-C stops even one big matmul at once
-    T* row = C + i * N;
-    std::fill(row, row + N, T{0});
-    for (int64_t k = 0; k < K; ++k) {
-      const T a = A[i * K + k];
-      const T* brow = B + k * N;
-      for (int64_t j = 0; j < N; ++j) row[j] += a * brow[j];
+void matmul_rows(const T* A, const T* B, T* C, int64_t i0, int64_t i1, int64_t K, int64_t N) {
+  constexpr int64_t kKc = 128, kNc = 512;  // a B panel of 128 x 512 doubles: 512 KiB
+  for (int64_t i = i0; i < i1; ++i) std::fill(C + i * N, C + (i + 1) * N, T{0});
+  for (int64_t j0 = 0; j0 < N; j0 += kNc) {
+    const int64_t j1 = std::min(N, j0 + kNc);
+    for (int64_t k0 = 0; k0 < K; k0 += kKc) {
+      const int64_t k1 = std::min(K, k0 + kKc);
+      if (interrupt_requested()) return;  // the caller polls after the threads joined
+      for (int64_t i = i0; i < i1; ++i) {
+        T* row = C + i * N;
+        const T* a = A + i * K;
+        int64_t k = k0;
+        for (; k + 4 <= k1; k += 4) {
+          const T a0 = a[k], a1 = a[k + 1], a2 = a[k + 2], a3 = a[k + 3];
+          const T *b0 = B + k * N, *b1 = b0 + N, *b2 = b1 + N, *b3 = b2 + N;
+          for (int64_t j = j0; j < j1; ++j) {
+            T t = row[j];
+            t += a0 * b0[j];
+            t += a1 * b1[j];
+            t += a2 * b2[j];
+            t += a3 * b3[j];
+            row[j] = t;
+          }
+        }
+        for (; k < k1; ++k) {
+          const T ak = a[k];
+          const T* bk = B + k * N;
+          for (int64_t j = j0; j < j1; ++j) row[j] += ak * bk[j];
+        }
+      }
     }
   }
+}
+
+// Runs f(i0, i1) over [0, n) in contiguous ranges, one per host thread when `work` (multiply-adds)
+// is large enough to pay for them, else in this thread; then polls for Ctrl-C (f returns early
+// when interrupt_requested(), so a signal stops even one big kernel within a block's time).
+template <typename F>
+void parallel_ranges(int64_t n, int64_t work, F&& f) {
+  const int64_t threads = work < (int64_t{1} << 22) ? 1 : std::min<int64_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 1) {
+    f(int64_t{0}, n);
+  } else {
+    std::vector<std::thread> pool;
+    for (int64_t t = 0; t < threads; ++t) pool.emplace_back([&f, n, t, threads] { f(n * t / threads, n * (t + 1) / threads); });
+    for (auto& th : pool) th.join();
+  }
+  poll_interrupt();
+}
+
+template <typename T>
+void matmul_block(const T* A, const T* B, T* C, int64_t M, int64_t K, int64_t N) {
+  parallel_ranges(M, M * K * N, [=](int64_t i0, int64_t i1) { matmul_rows(A, B, C, i0, i1, K, N); });
 }
 
 std::vector<Tensor> op_matmul(const OpCall& c) {
@@ -236,9 +288,12 @@ std::vector<Tensor> op_conv(const OpCall& c) {
   Shape out_shape{N, M};
   for (int64_t i = 3 - nsp; i < 3; ++i) out_shape.push_back(g.out[i]);
   std::vector<double> r(static_cast<size_t>(N * M * out_plane));
-  for (int64_t n = 0; n < N; ++n) {
-    for (int64_t oc = 0; oc < M; ++oc) {
-      poll_interrupt();
+  // One output plane per (n, oc), each summed in the same order whichever thread computes it: the
+  // planes are split over the host's threads when the convolution is large (same bits).
+  auto planes = [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      if (interrupt_requested()) return;  // polled after the threads joined
+      const int64_t n = p / M, oc = p % M;
       const int64_t grp = oc / Mg;
       double* acc = r.data() + (n * M + oc) * out_plane;
       std::fill(acc, acc + out_plane, bias ? bv[static_cast<size_t>(oc)] : 0.0);
@@ -265,7 +320,8 @@ std::vector<Tensor> op_conv(const OpCall& c) {
             }
       }
     }
-  }
+  };
+  parallel_ranges(N * M, N * M * out_plane * Cg * kvol, planes);
   return {from_f64(x.dtype(), out_shape, r)};
 }
 

@@ -208,3 +208,33 @@ TEST_CASE("reference: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, M
   check_i64(op("MatMulInteger", {&a, &b, &azp}, 10).one(), DType::i32, {4, 2},
             {-38, -83, -44, -98, -50, -113, -56, -128});
 }
+
+// The blocked, threaded MatMul sums each element over k in order exactly as a plain i-k-j loop:
+// fp64 tensors (no rounding at the end to hide a difference) compared bit for bit, in shapes that
+// leave remainders in every block (k blocks of 128 taken 4 at a time, j blocks of 512) and are
+// large enough to be split over threads, batched with broadcasting.
+TEST_CASE("reference: the blocked threaded MatMul gives the plain loop's bits", "[reference]") {
+  const int64_t B = 2, M = 130, K = 603, N = 701;
+  std::vector<float> av(static_cast<size_t>(B * M * K)), bv(static_cast<size_t>(K * N));
+  uint64_t r = 99;
+  auto next = [&] { r = r * 6364136223846793005ull + 1442695040888963407ull; return static_cast<float>(static_cast<int64_t>(r >> 40) % 2001 - 1000) / 37.0f; };
+  for (auto& e : av) e = next();
+  for (auto& e : bv) e = next();
+  const Tensor a = f32({B, M, K}, av).cast(DType::f64), b = f32({K, N}, bv).cast(DType::f64);
+  const Tensor y = op("MatMul", {&a, &b}).one();
+  REQUIRE(y.dtype() == DType::f64);
+  REQUIRE(y.shape() == Shape{B, M, N});
+  const auto got = y.to_f64();
+  const auto A = a.to_f64(), Bm = b.to_f64();
+  int64_t diff = 0;
+  for (int64_t bi = 0; bi < B; ++bi)
+    for (int64_t i = 0; i < M; ++i) {
+      std::vector<double> row(static_cast<size_t>(N), 0.0);
+      for (int64_t k = 0; k < K; ++k) {
+        const double x = A[static_cast<size_t>((bi * M + i) * K + k)];
+        for (int64_t j = 0; j < N; ++j) row[static_cast<size_t>(j)] += x * Bm[static_cast<size_t>(k * N + j)];
+      }
+      for (int64_t j = 0; j < N; ++j) diff += got[static_cast<size_t>((bi * M + i) * N + j)] != row[static_cast<size_t>(j)];
+    }
+  CHECK(diff == 0);
+}
