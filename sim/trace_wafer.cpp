@@ -40,6 +40,13 @@ std::vector<StreamLink> stream_links(const wafer::Fabric& fab) {
   if (!L || sm.sent.empty()) return {};
   const int64_t W = fab.width(), H = fab.height();
   const int32_t groups = sm.rects + static_cast<int32_t>(L->layout.ports.size());
+  // Output port lanes by (router, side, color).
+  std::map<std::tuple<int64_t, int64_t, int, int>, int32_t> out_lane;
+  for (size_t p = 0; p < L->layout.ports.size(); ++p) {
+    const auto& ps = L->layout.ports[p];
+    if (ps.input) continue;
+    for (int64_t k = 0; k < ps.length; ++k) out_lane[{ps.lane_x(k), ps.lane_y(k), static_cast<int>(ps.side), int{ps.color}}] = static_cast<int32_t>(p);
+  }
   std::vector<uint32_t> seen(static_cast<size_t>(W * H), 0);
   uint32_t stamp = 0;
   std::vector<int64_t> stack;
@@ -80,12 +87,7 @@ std::vector<StreamLink> stream_links(const wafer::Fabric& fab) {
           }
           const int64_t nx = x + wafer::dir_dx(dir), ny = y + wafer::dir_dy(dir);
           if (nx < 0 || ny < 0 || nx >= W || ny >= H) {  // off the fabric: an output port's lane
-            for (size_t p = 0; p < L->layout.ports.size(); ++p) {
-              const auto& ps = L->layout.ports[p];
-              if (ps.input || ps.side != dir || ps.color != c) continue;
-              for (int64_t k = 0; k < ps.length; ++k)
-                if (ps.lane_x(k) == x && ps.lane_y(k) == y) reached(sm.rects + static_cast<int32_t>(p));
-            }
+            if (auto it = out_lane.find({x, y, d, c}); it != out_lane.end()) reached(sm.rects + it->second);
             continue;
           }
           if (const wafer::Route* nr = fab.route(nx, ny, c); nr && (nr->rx_any() & wafer::dir_bit(wafer::opposite(dir)))) push(nx, ny);
