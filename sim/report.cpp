@@ -81,10 +81,20 @@ long long peak_rss_bytes() {
   return -1;
 }
 
+namespace {
+json& host_notes() {
+  static json notes = json::object();
+  return notes;
+}
+}  // namespace
+
+void host_note(const std::string& key, json value) { host_notes()[key] = std::move(value); }
+
 void write_report(const std::string& out_dir, const json& report, double wall_s, const json& host_extra) {
   const std::string dir = out_dir.empty() ? "." : out_dir;
   json host = {{"wall_s", wall_s}, {"peak_rss_bytes", peak_rss_bytes()}};
   host.update(host_extra);
+  host.update(host_notes());
   // Wall seconds per phase (load, compile, reference, elaborate, simulate, check: the check phase
   // includes writing the outputs and the trace, up to this file).
   json phases = json::object();

@@ -18,6 +18,10 @@ nlohmann::json new_report(const Scenario& s);
 nlohmann::json output_record(const std::string& name, const std::string& file, const Comparison* c, double rtol,
                              double atol);
 
+// A host measurement of this run for host.json (e.g. "reference_cache": "hit"), beside the
+// host_extra of write_report.
+void host_note(const std::string& key, nlohmann::json value);
+
 // Writes report.json atomically. Host measurements (wall time, peak RSS) go to host.json so that
 // report.json is byte-identical for the same scenario and seed.
 void write_report(const std::string& out_dir, const nlohmann::json& report, double wall_s,

@@ -22,6 +22,7 @@
 #include "models/neuroncore/core.hpp"
 #include "sim/check.hpp"
 #include "sim/console.hpp"
+#include "sim/reference_cache.hpp"
 #include "sim/model.hpp"
 #include "sim/report.hpp"
 #include "sim/run.hpp"
@@ -348,7 +349,10 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
                                                                                             : it->second;
     }
     enter_phase("reference");
-    reference = reference::execute(*graph, ref_in, [](size_t, size_t) { poll_interrupt(); });
+    ReferenceResult rr = cached_reference(*graph, ref_in, [](size_t, size_t) { poll_interrupt(); });
+    reference = std::move(rr.outputs);
+    host_note("reference_cache", rr.cache);
+    if (rr.cache == "hit") con.detail("reference: the cached result of an identical model and inputs (" + reference_cache_dir() + ")");
     if (step_inputs) given = step_inputs->at(0);
   }
 

@@ -19,6 +19,7 @@
 #include "models/wafer/weight_stream.hpp"
 #include "sim/check.hpp"
 #include "sim/console.hpp"
+#include "sim/reference_cache.hpp"
 #include "sim/model.hpp"
 #include "sim/report.hpp"
 #include "sim/run.hpp"
@@ -351,7 +352,10 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
             " us per step");
   // The reference on the last step's inputs.
   enter_phase("reference");
-  const std::map<std::string, Tensor> reference = reference::execute(g, inputs, [](size_t, size_t) { poll_interrupt(); });
+  ReferenceResult rr = cached_reference(g, inputs, [](size_t, size_t) { poll_interrupt(); });
+  const std::map<std::string, Tensor> reference = std::move(rr.outputs);
+  host_note("reference_cache", rr.cache);
+  if (rr.cache == "hit") con.detail("reference: the cached result of an identical model and inputs (" + reference_cache_dir() + ")");
   heartbeat.finish();
   enter_phase("check");
 

@@ -6,6 +6,7 @@
 # directory beside it. Prints one line per phase with the measured stop time. PHASES="a b:MS" picks
 # phases (and a delay for one).
 set -u
+export TESSERA_REFERENCE_CACHE=0  # the reference phase must compute, not read a cached result
 tessera=$1; out=$2; delay=$3; shift 3
 d=$out/prev
 rm -rf "$out"; mkdir -p "$d"
