@@ -65,8 +65,7 @@ class Heartbeat {
   ~Heartbeat();
   void tick(double simulated_s, int64_t work = 0);
   void finish();  // clears the terminal line
-  // Lines printed (tests), and the line for given figures (tests, and tick).
-  int64_t lines() const { return lines_; }
+  // The line for given figures (tick, and tests).
   static std::string line(const std::string& label, double simulated_s, double predicted_s, double wall_s, double work_per_s,
                           const std::string& unit);
 
@@ -74,7 +73,7 @@ class Heartbeat {
   std::string label_, unit_;
   double predicted_s_;
   bool active_, tty_;
-  int64_t start_ns_, next_ns_, last_ns_ = 0, last_work_ = 0, lines_ = 0;
+  int64_t start_ns_, next_ns_, last_ns_ = 0, last_work_ = 0;
   double rate_ = 0;
   bool drawn_ = false;
 };

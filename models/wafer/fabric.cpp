@@ -128,7 +128,7 @@ void Fabric::run() {
     if (m.next_flip < m.flips.size()) m.apply_flips(cycle);
     uint32_t key;
     while (m.cal.next_key(key)) m.handle(cycle, key);
-    if (opt_.record || opt_.summary) m.bin_hops(cycle);  // the cycle's router -> router hops, for traces
+    if (opt_.summary) m.bin_hops(cycle);  // the cycle's router -> router hops, for traces
   }
   stats_.events = static_cast<int64_t>(m.cal.consumed());
   const bool work = m.work_remains();
@@ -1007,7 +1007,7 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
         PortLane* ol = out_lane(r, d, wv.color);
         ol->out.push_back({wv.payload, t + hop - start});
         ++st.port_out_wavelets;
-        if (f.opt_.summary) f.summary_.received[(static_cast<size_t>(f.summary_.rects) + ol->port) * kMaxColors + wv.color].add(t + hop - start, t + hop - start);
+        if (f.opt_.summary) summary_received(f.summary_.rects + static_cast<int32_t>(ol->port), wv.color, t + hop);
       } else {
         const size_t bi = static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d]);
         int k2 = bhead[bi] + bcount[bi];

@@ -101,8 +101,6 @@ struct FabricStats {
   int64_t sram_pages = 0;            // SRAM pages allocated (FabricStats::kPageBytes each)
   int64_t bank_conflict_cycles = 0;  // of stall: cycles lost to SRAM read-port conflicts (pe.bank_conflicts)
   int64_t dropped_wavelets = 0;      // lost on links by injected faults (Fabric::WaveletDrop)
-  std::vector<int64_t> hop_bins;     // with FabricOptions::record: router -> router hops per 64 cycles (traces)
-  static constexpr int kHopBin = 64;
   static constexpr int64_t kPageBytes = 512;
 };
 

@@ -263,10 +263,11 @@ struct Fabric::Impl {
   // (phase_of[phase_base[prog] + task]).
   std::vector<uint32_t> phase_base;
   std::vector<int32_t> phase_of;
+  // Groups: rectangles, then ports (FabricSummary). A delivery into a PE also counts in `delivered`.
   void summary_sent(int32_t group, int color, int64_t t) { f.summary_.sent[static_cast<size_t>(group) * kMaxColors + static_cast<size_t>(color)].add(t - start, t - start); }
   void summary_received(int32_t group, int color, int64_t t) {
     f.summary_.received[static_cast<size_t>(group) * kMaxColors + static_cast<size_t>(color)].add(t - start, t - start);
-    f.summary_.delivered.add(t - start, 1);
+    if (group < f.summary_.rects) f.summary_.delivered.add(t - start, 1);
   }
   std::vector<int64_t> task_end;             // FabricOptions::task_ends: per PE slot x 64 tasks (relative cycle, -1)
   void load(const LoadedLayout& layout);
@@ -295,19 +296,14 @@ struct Fabric::Impl {
     cal.push(c, s);
   }
   void router_step(uint32_t r, int64_t t);
-  // FabricOptions::record: the hops of the cycle just handled go to FabricStats::hop_bins (the run
+  // FabricOptions::summary: the hops of the cycle just handled go to FabricSummary::hops (the run
   // loop calls it after each cycle; the hot paths only count wavelet_hops).
   int64_t hops_binned = 0;
   void bin_hops(int64_t t) {
     const int64_t n = f.stats_.wavelet_hops - hops_binned;
     if (!n) return;
     hops_binned = f.stats_.wavelet_hops;
-    if (f.opt_.summary) f.summary_.hops.add(t - start, n);
-    if (!f.opt_.record) return;
-    auto& v = f.stats_.hop_bins;
-    const size_t i = static_cast<size_t>((t - start) / FabricStats::kHopBin);
-    if (i >= v.size()) v.resize(i + 1, 0);
-    v[i] += n;
+    f.summary_.hops.add(t - start, n);
   }
   void relay_step(const Relay& rl, uint32_t r, int64_t t);
   Wv& qentry(uint32_t s, int q, int k) { return qbuf[(static_cast<size_t>(s) * 16 + static_cast<size_t>(q)) * static_cast<size_t>(QD) + static_cast<size_t>(k)]; }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -74,6 +75,28 @@ TraceBuilder sample_trace() {
   b.counter_value(c, 2500, 1024.5);
   return b;
 }
+
+// A hand-written wafer layout (scenarios/wafer/micro/NAME.json) run once on a WSE-2 fabric that keeps
+// both its per-op records and its summary (one elaboration: one per test case).
+struct WaferRun {
+  wafer::WaferConfig cfg = wafer::preset_config("wse2");
+  wafer::LoadedLayout L;
+  std::unique_ptr<wafer::Fabric> fab;
+  explicit WaferRun(const std::string& name) {
+    models::set_fs_resolution();
+    L = wafer::load_layout(std::string(TESSERA_SOURCE_DIR) + "/scenarios/wafer/micro/" + name + ".json", cfg);
+    wafer::FabricOptions opt;
+    opt.record = true;
+    opt.summary = true;
+    fab = std::make_unique<wafer::Fabric>("fabric", cfg, opt);
+    fab->load(L);
+    fab->start();
+    sc_core::sc_start();
+    tessera::models::after_systemc();
+    REQUIRE(fab->finished());
+    REQUIRE_FALSE(fab->error());
+  }
+};
 
 }  // namespace
 
@@ -436,19 +459,10 @@ TEST_CASE("traces: a NeuronCore gemm256 run renders lanes queues counters and fl
 // cycles (within 1 ns of rounding per slice), DSD ops nested inside them, and the fabric counters.
 TEST_CASE("traces: a wafer GEMV run renders task slices that sum to each PE's busy cycles", "[traces][wafer]") {
   using namespace tessera::wafer;
-  models::set_fs_resolution();
-  const WaferConfig cfg = preset_config("wse2");
-  const LoadedLayout L = load_layout(std::string(TESSERA_SOURCE_DIR) + "/scenarios/wafer/micro/gemv_8x8.json", cfg);
-  FabricOptions opt;
-  opt.record = true;
-  opt.summary = true;
-  Fabric fab("fabric", cfg, opt);
-  fab.load(L);
-  fab.start();
-  sc_core::sc_start();
-  tessera::models::after_systemc();
-  REQUIRE(fab.finished());
-  REQUIRE_FALSE(fab.error());
+  const WaferRun run("gemv_8x8");
+  const WaferConfig& cfg = run.cfg;
+  const LoadedLayout& L = run.L;
+  const Fabric& fab = *run.fab;
   const TraceBuilder b = sim::build_wafer_trace({{"detail", "pe"}}, L, fab, "gemv_8x8");
   const Trace t = read_perfetto(b.perfetto_bytes());
   INFO(summarize(t));
@@ -519,19 +533,9 @@ TEST_CASE("traces: a coarsening bin series keeps every bin's integral exact", "[
 // stream to the receiver's by a flow, with no PE tracks.
 TEST_CASE("traces: a wafer run's summary agrees with its records and links streams by flows", "[traces][wafer]") {
   using namespace tessera::wafer;
-  models::set_fs_resolution();
-  const WaferConfig cfg = preset_config("wse2");
-  const LoadedLayout L = load_layout(std::string(TESSERA_SOURCE_DIR) + "/scenarios/wafer/micro/p2p_128.json", cfg);
-  FabricOptions opt;
-  opt.record = true;
-  opt.summary = true;
-  Fabric fab("fabric", cfg, opt);
-  fab.load(L);
-  fab.start();
-  sc_core::sc_start();
-  tessera::models::after_systemc();
-  REQUIRE(fab.finished());
-  REQUIRE_FALSE(fab.error());
+  const WaferRun run("p2p_128");
+  const LoadedLayout& L = run.L;
+  const Fabric& fab = *run.fab;
   const FabricStats& st = fab.stats();
   const FabricSummary& sm = fab.summary();
   double busy = 0;
