@@ -77,8 +77,9 @@ Tensor read_layout_file(const json& spec, const std::string& where, const std::s
   return read_input_file(spec, where, name, DType::f32, {info.shape});
 }
 
-uint32_t to_payload(float v, wafer::Elem e) { return e == wafer::Elem::f16 ? fp32_to_fp16(v) : float_bits(v); }
-float from_payload(uint32_t p, wafer::Elem e) { return e == wafer::Elem::f16 ? fp16_to_fp32(static_cast<uint16_t>(p & 0xffffu)) : bits_float(p); }
+// Port payloads: f32 values, or 16-bit floats in the data half (f16, bf16, cbf16).
+uint32_t to_payload(float v, wafer::Elem e) { return wafer::encode_elem(v, e); }
+float from_payload(uint32_t p, wafer::Elem e) { return wafer::decode_elem(wafer::elem_bytes(e) == 2 ? p & 0xffffu : p, e); }
 
 }  // namespace
 

@@ -84,8 +84,8 @@ void stream_compiled_weights(const wafer::Compiled& cp, wafer::Fabric& fab, wafe
       std::vector<int64_t> ready(static_cast<size_t>(k.lane_len));
       for (int64_t t = 0; t < k.lane_len; ++t) {
         const size_t i = static_cast<size_t>(t * k.lanes + lane);
-        // MemoryX holds fp32 masters; an fp16 mapping takes them rounded to fp16 at the port.
-        pl[static_cast<size_t>(t)] = cp.fp16 ? fp32_to_fp16(st.values[i]) : float_bits(st.values[i]);
+        // MemoryX holds fp32 masters; a 16-bit mapping takes them rounded to its format at the port.
+        pl[static_cast<size_t>(t)] = cp.half ? wafer::encode_elem(st.values[i], cp.half_elem) : float_bits(st.values[i]);
         ready[static_cast<size_t>(t)] = ck.cycle_at_or_after(static_cast<models::Femtos>(st.ready[i].value())) - c_start;
       }
       auto& [all, rdy] = lanes_of[{k.port, lane}];
@@ -105,10 +105,10 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   const auto wall0 = std::chrono::steady_clock::now();
   const wafer::WaferConfig cfg = wafer::WaferConfig::from(s.params);
   const std::string compute = s.resolved["precision"]["compute"].get<std::string>();
-  if (compute != "fp32" && compute != "fp16")
-    throw InputError("/precision/compute", "the wafer compiler maps fp32 (fmacs) and fp16 (fp16 weights and activations, fp32 sums: fmachs) in this build; '" +
+  if (compute != "fp32" && compute != "fp16" && compute != "bf16" && compute != "cbf16")
+    throw InputError("/precision/compute", "the wafer compiler maps fp32 (fmacs) and 16-bit compute in fp16, bf16 or cbf16 (16-bit weights and activations, fp32 sums: fmachs) in this build; '" +
                                                compute + "' is not mapped yet",
-                     "set precision.compute to fp32 or fp16, or run the model on target.kind neuroncore");
+                     "set precision.compute to fp32, fp16, bf16 or cbf16, or run the model on target.kind neuroncore");
   if (!s.resolved["run"]["numerics"].get<bool>()) con.warn("/run/numerics: the wafer model always computes values");
 
   graph::Graph g = load_model(s);
@@ -124,7 +124,8 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   // Compile.
   const json& m = s.resolved["mapping"];
   wafer::MappingOptions mo;
-  mo.fp16 = compute == "fp16";
+  mo.half = compute != "fp32";
+  mo.half_elem = compute == "bf16" ? wafer::Elem::bf16 : compute == "cbf16" ? wafer::Elem::cbf16 : wafer::Elem::f16;
   const std::string mode = m["mode"].get<std::string>();
   if (m.contains("wafer_block")) mo.block = m["wafer_block"].get<int64_t>();
   wafer_rect_option(m, mo);

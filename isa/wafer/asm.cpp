@@ -107,7 +107,7 @@ bool reserved_word(std::string_view s) {
 
 bool fits(Want w, Elem e) {
   switch (w) {
-    case Want::f16: return e == Elem::f16;
+    case Want::f16: return is_half(e);
     case Want::f32: return e == Elem::f32;
     case Want::b16: return elem_bytes(e) == 2;
     case Want::b32: return elem_bytes(e) == 4;
@@ -115,7 +115,7 @@ bool fits(Want w, Elem e) {
   }
 }
 std::string_view want_name(Want w) {
-  static constexpr std::string_view n[] = {"any", "f16", "f32", "16-bit", "32-bit"};
+  static constexpr std::string_view n[] = {"any", "a 16-bit float (f16, bf16, cbf16)", "f32", "16-bit", "32-bit"};
   return n[static_cast<int>(w)];
 }
 
@@ -367,8 +367,8 @@ class Assembler {
     DataDecl d;
     d.name = std::string(w[1]);
     d.line = line_;
-    auto e = lookup<Elem>(w[2], 4, elem_name);
-    if (!e) return error("unknown type '" + std::string(w[2]) + "'", suggest(w[2], names_of<Elem>(4, elem_name), "types"));
+    auto e = lookup<Elem>(w[2], kElems, elem_name);
+    if (!e) return error("unknown type '" + std::string(w[2]) + "'", suggest(w[2], names_of<Elem>(kElems, elem_name), "types"));
     d.elem = *e;
     int64_t n = 1;
     for (size_t start = 0;;) {  // COUNT or a product A*B*...
@@ -406,8 +406,8 @@ class Assembler {
     Options o;
     int64_t v = 0;
     if (d.is_fabric()) {
-      auto e = lookup<Elem>(w[3], 4, elem_name);
-      if (!e) return error("unknown type '" + std::string(w[3]) + "'", suggest(w[3], names_of<Elem>(4, elem_name), "types"));
+      auto e = lookup<Elem>(w[3], kElems, elem_name);
+      if (!e) return error("unknown type '" + std::string(w[3]) + "'", suggest(w[3], names_of<Elem>(kElems, elem_name), "types"));
       d.elem = *e;
       const std::vector<std::string_view> flags = d.kind == DsdKind::fabout ? std::vector<std::string_view>{"control", "index"}
                                                                             : std::vector<std::string_view>{};
@@ -709,6 +709,18 @@ class Assembler {
       }
     }
     if (len < 0) return error("no operand gives the length", "one operand must be a mem or fabric DSD (fifos take the others' length)"), false;
+    // One 16-bit float format per instruction (instr_half).
+    int half = -1;
+    for (size_t i = 0; i < info.roles.size() && i < info.types.size(); ++i) {
+      if (info.types[i] != Want::f16 || in.a[i].kind != OpndKind::dsd) continue;
+      const Elem e = prog_.dsds[static_cast<size_t>(in.a[i].v)].elem;
+      if (half < 0) half = static_cast<int>(e);
+      else if (half != static_cast<int>(e))
+        return error(std::string(info.name) + " mixes 16-bit float formats (" + std::string(elem_name(static_cast<Elem>(half))) + " and " +
+                         std::string(elem_name(e)) + ")",
+                     "its 16-bit float operands must share one format: convert through f32 (fh2s, fs2h)"),
+               false;
+    }
     if (in.async && !fabric)
       return error("async needs a fabin or fabout operand", "an async op runs on the microthread of its fabric queue"), false;
     return true;
@@ -1173,7 +1185,9 @@ class LayoutReader {
     if (j.contains("type")) {
       if (j["type"] == "f32") p.type = Elem::f32;
       else if (j["type"] == "f16") p.type = Elem::f16;
-      else return error(ptr + "/type", "expected \"f32\" or \"f16\", got " + j["type"].dump());
+      else if (j["type"] == "bf16") p.type = Elem::bf16;
+      else if (j["type"] == "cbf16") p.type = Elem::cbf16;
+      else return error(ptr + "/type", "expected \"f32\", \"f16\", \"bf16\" or \"cbf16\", got " + j["type"].dump());
     }
     l.ports.push_back(std::move(p));
   }

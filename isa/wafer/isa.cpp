@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "isa/error.hpp"
+#include "isa/numeric.hpp"
 #include "isa/wafer/params.hpp"
 
 namespace tessera::wafer {
@@ -44,9 +45,30 @@ DirSet Route::tx_any() const {
 }
 
 std::string_view elem_name(Elem e) {
-  static constexpr std::string_view n[] = {"f16", "f32", "i16", "i32"};
+  static constexpr std::string_view n[] = {"f16", "f32", "i16", "i32", "bf16", "cbf16"};
   return n[static_cast<int>(e)];
 }
+uint32_t encode_elem(float v, Elem e) {
+  switch (e) {
+    case Elem::f16: return fp32_to_fp16(v);
+    case Elem::bf16: return fp32_to_bf16(v);
+    case Elem::cbf16: return narrow_bits(v, FloatFormat::cbf16);
+    case Elem::f32: return float_bits(v);
+    case Elem::i16: return static_cast<uint16_t>(static_cast<int32_t>(v));
+    default: return static_cast<uint32_t>(static_cast<int32_t>(v));
+  }
+}
+float decode_elem(uint32_t b, Elem e) {
+  switch (e) {
+    case Elem::f16: return fp16_to_fp32(static_cast<uint16_t>(b));
+    case Elem::bf16: return bf16_to_fp32(static_cast<uint16_t>(b));
+    case Elem::cbf16: return widen_bits(b & 0xffffu, FloatFormat::cbf16);
+    case Elem::f32: return bits_float(b);
+    case Elem::i16: return static_cast<float>(static_cast<int16_t>(b));
+    default: return static_cast<float>(static_cast<int32_t>(b));
+  }
+}
+
 std::string_view dsd_kind_name(DsdKind k) {
   static constexpr std::string_view n[] = {"mem1d", "mem4d", "fabin", "fabout", "fifo"};
   return n[static_cast<int>(k)];
@@ -224,6 +246,13 @@ int64_t instr_length(const Program& p, const Instr& in) {
     if (!fifo) fifo = d.elems();
   }
   return fifo;
+}
+
+Elem instr_half(const Program& p, const Instr& in) {
+  const OpInfo& info = op_info(in.op);
+  for (size_t k = 0; k < info.roles.size() && k < info.types.size(); ++k)
+    if (info.types[k] == Want::f16 && in.a[k].kind == OpndKind::dsd) return p.dsds[static_cast<size_t>(in.a[k].v)].elem;
+  return Elem::f16;
 }
 
 const std::vector<CostRow>& cost_rows() {

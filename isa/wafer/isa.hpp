@@ -76,10 +76,19 @@ struct Route {
 
 // ---------------------------------------------------------------------------------------------
 // Element types of arrays and DSDs. A fabric element is one wavelet: 32-bit types use the whole
-// payload, 16-bit types its data half.
-enum class Elem : uint8_t { f16, f32, i16, i32 };
+// payload, 16-bit types its data half. Three 16-bit float formats (isa/numeric.hpp): f16 (IEEE
+// half), bf16 (1-8-7) and cbf16 (Cerebras' cbfloat16, 1-6-9 with denormals; wafer.md "Numeric
+// formats"). The 16-bit float ops (fmach, fmachs, faddh, ..., fh2s, fs2h) compute in the format of
+// their 16-bit float operands, which must agree (`instr_half`).
+enum class Elem : uint8_t { f16, f32, i16, i32, bf16, cbf16 };
+inline constexpr int kElems = 6;
 std::string_view elem_name(Elem e);
-inline int elem_bytes(Elem e) { return e == Elem::f16 || e == Elem::i16 ? 2 : 4; }
+inline bool is_half(Elem e) { return e == Elem::f16 || e == Elem::bf16 || e == Elem::cbf16; }
+inline int elem_bytes(Elem e) { return e == Elem::f32 || e == Elem::i32 ? 4 : 2; }
+// A value as the bits of an element of type e (16-bit types in the low half; floats rounded to
+// nearest even, integers truncated) and back (exact for the float types).
+uint32_t encode_elem(float v, Elem e);
+float decode_elem(uint32_t bits, Elem e);
 
 enum class DsdKind : uint8_t { mem1d, mem4d, fabin, fabout, fifo };
 std::string_view dsd_kind_name(DsdKind k);
@@ -247,6 +256,10 @@ int64_t instr_width(const Program& p, const Instr& in, const WaferConfig& c);
 // Elements one DSD instruction processes: the length of its first non-fifo DSD operand (dst, then
 // sources); 0 for non-DSD ops.
 int64_t instr_length(const Program& p, const Instr& in);
+// The 16-bit float format an instruction computes in: the element type of its first DSD operand in
+// a 16-bit float role (Want::f16); f16 when it has none (a scalar-only source). The assembler
+// checks that its other 16-bit float DSD operands agree.
+Elem instr_half(const Program& p, const Instr& in);
 
 struct CostRow {
   std::string_view what;     // op or op group

@@ -14,9 +14,22 @@ namespace {
 constexpr uint32_t kPage = static_cast<uint32_t>(FabricStats::kPageBytes);
 inline float F(uint32_t b) { return bits_float(b); }
 inline uint32_t Fb(float v) { return float_bits(v); }
-inline float Hf(uint32_t b) { return fp16_to_fp32(static_cast<uint16_t>(b)); }
-inline uint32_t Hb(float v) { return fp32_to_fp16(v); }
+// The 16-bit float formats (isa/wafer/isa.hpp Elem): f16, bf16, cbf16.
+inline float Hf(uint32_t b, Elem e) {
+  return e == Elem::f16 ? fp16_to_fp32(static_cast<uint16_t>(b)) : e == Elem::bf16 ? bf16_to_fp32(static_cast<uint16_t>(b)) : widen_bits(b & 0xffffu, FloatFormat::cbf16);
+}
+inline uint32_t Hb(float v, Elem e) { return e == Elem::f16 ? fp32_to_fp16(v) : e == Elem::bf16 ? fp32_to_bf16(v) : narrow_bits(v, FloatFormat::cbf16); }
 bool is16(Want w) { return w == Want::f16 || w == Want::b16; }
+// Whether an op has an operand in a 16-bit float role (its format comes from instr_half).
+bool has_half(Op op) {
+  static const std::array<bool, kOps> t = [] {
+    std::array<bool, kOps> a{};
+    for (const auto& i : all_ops())
+      for (Want w : i.types) a[static_cast<size_t>(i.op)] |= w == Want::f16;
+    return a;
+  }();
+  return t[static_cast<size_t>(op)];
+}
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -61,22 +74,8 @@ uint32_t Fabric::Impl::load_elem(uint32_t s, uint32_t addr, int bytes) const {
   return v;
 }
 
-uint32_t Fabric::Impl::encode(float v, Elem e) {
-  switch (e) {
-    case Elem::f16: return fp32_to_fp16(v);
-    case Elem::f32: return float_bits(v);
-    case Elem::i16: return static_cast<uint16_t>(static_cast<int32_t>(v));
-    default: return static_cast<uint32_t>(static_cast<int32_t>(v));
-  }
-}
-float Fabric::Impl::decode(uint32_t b, Elem e) {
-  switch (e) {
-    case Elem::f16: return fp16_to_fp32(static_cast<uint16_t>(b));
-    case Elem::f32: return bits_float(b);
-    case Elem::i16: return static_cast<float>(static_cast<int16_t>(b));
-    default: return static_cast<float>(static_cast<int32_t>(b));
-  }
-}
+uint32_t Fabric::Impl::encode(float v, Elem e) { return encode_elem(v, e); }
+float Fabric::Impl::decode(uint32_t b, Elem e) { return decode_elem(b, e); }
 
 uint32_t Fabric::Impl::mem_addr(uint32_t, const Dsd& d, int64_t i) const {
   int64_t off = 0;
@@ -151,6 +150,7 @@ int Fabric::Impl::run_group(uint32_t s, OpRun& op, int64_t t) {
       return 1;
     }
   }
+  const Elem hf = has_half(in.op) ? instr_half(p, in) : Elem::f16;
   int64_t done = 0;
   for (; done < n; ++done) {
     // Every operand must be able to go for this element.
@@ -207,29 +207,29 @@ int Fabric::Impl::run_group(uint32_t s, OpRun& op, int64_t t) {
         case OpndKind::wv: v[k] = h ? (P.wv & 0xffffu) : P.wv; break;
         default: break;
       }
-      // Scalars other than wv are fp32 values; 16-bit float operands round them to fp16.
-      if (o.kind != OpndKind::dsd && o.kind != OpndKind::wv && want == Want::f16) v[k] = Hb(F(v[k]));
-      if (k == 3 && o.kind != OpndKind::dsd && o.kind != OpndKind::wv && (in.op == Op::fmach || in.op == Op::fmachs)) v[k] = Hb(F(v[k]));
+      // Scalars other than wv are fp32 values; 16-bit float operands round them to the op's format.
+      if (o.kind != OpndKind::dsd && o.kind != OpndKind::wv && want == Want::f16) v[k] = Hb(F(v[k]), hf);
+      if (k == 3 && o.kind != OpndKind::dsd && o.kind != OpndKind::wv && (in.op == Op::fmach || in.op == Op::fmachs)) v[k] = Hb(F(v[k]), hf);
     }
     uint32_t r = 0;
     switch (in.op) {
       case Op::fmacs: r = Fb(std::fma(F(v[2]), F(v[3]), F(v[1]))); break;
-      case Op::fmach: r = Hb(std::fma(Hf(v[2]), Hf(v[3]), Hf(v[1]))); break;
-      case Op::fmachs: r = Fb(std::fma(Hf(v[2]), Hf(v[3]), F(v[1]))); break;
+      case Op::fmach: r = Hb(std::fma(Hf(v[2], hf), Hf(v[3], hf), Hf(v[1], hf)), hf); break;
+      case Op::fmachs: r = Fb(std::fma(Hf(v[2], hf), Hf(v[3], hf), F(v[1]))); break;
       case Op::fadds: r = Fb(F(v[1]) + F(v[2])); break;
-      case Op::faddh: r = Hb(Hf(v[1]) + Hf(v[2])); break;
-      case Op::faddhs: r = Fb(F(v[1]) + Hf(v[2])); break;
+      case Op::faddh: r = Hb(Hf(v[1], hf) + Hf(v[2], hf), hf); break;
+      case Op::faddhs: r = Fb(F(v[1]) + Hf(v[2], hf)); break;
       case Op::fsubs: r = Fb(F(v[1]) - F(v[2])); break;
-      case Op::fsubh: r = Hb(Hf(v[1]) - Hf(v[2])); break;
+      case Op::fsubh: r = Hb(Hf(v[1], hf) - Hf(v[2], hf), hf); break;
       case Op::fmuls: r = Fb(F(v[1]) * F(v[2])); break;
-      case Op::fmulh: r = Hb(Hf(v[1]) * Hf(v[2])); break;
+      case Op::fmulh: r = Hb(Hf(v[1], hf) * Hf(v[2], hf), hf); break;
       case Op::fmaxs: r = Fb(std::fmax(F(v[1]), F(v[2]))); break;
       case Op::fnegs: r = v[1] ^ 0x80000000u; break;
       case Op::fmovs: case Op::mov32: r = v[1]; break;
       case Op::fmovh: case Op::mov16: r = v[1] & 0xffffu; break;
       case Op::add16: r = (v[1] + v[2]) & 0xffffu; break;
-      case Op::fh2s: r = Fb(Hf(v[1])); break;
-      case Op::fs2h: r = Hb(F(v[1])); break;
+      case Op::fh2s: r = Fb(Hf(v[1], hf)); break;
+      case Op::fs2h: r = Hb(F(v[1]), hf); break;
       default: break;
     }
     // The destination.

@@ -244,7 +244,7 @@ TEST_CASE("wafer-asm: syntax errors name file and line") {
   one_error(head + "  fadd am, am, am\n", 4, "unknown instruction 'fadd'");
   one_error(head + "  fadds am, am\n", 4, "takes 3 operand(s), got 2");
   one_error(head + "  fadds am, am, bm\n", 4, "unknown DSD 'bm'");
-  one_error(head + "  fh2s am, am\n", 4, "operand 2 of fh2s: DSD 'am' is f32, fh2s wants f16");
+  one_error(head + "  fh2s am, am\n", 4, "operand 2 of fh2s: DSD 'am' is f32, fh2s wants a 16-bit float (f16, bf16, cbf16)");
   one_error(head + "  mov r16, 1\n", 4, "register r16 out of range");
   one_error(head + "  mov am, 1\n", 4, "expected a register");
   one_error(head + "  jmp nowhere\n  ret\n", 4, "unknown label 'nowhere'");

@@ -9,7 +9,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <span>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -955,4 +958,108 @@ TEST_CASE("wafer-fabric: the exp, reciprocal and tanh generators emit the operat
   rsqrt_text(rs, "rm", "xm", "tm");
   CHECK(ops(gl.str()) == kGeluOps);
   CHECK(ops(rs.str()) == 1 + 4 * kRsqrtIters);
+}
+
+// The PE's 16-bit float formats (bf16, cbf16: isa/wafer/isa.hpp Elem) against an independent
+// reference: round to nearest even written with double arithmetic (|x| / quantum rounded by
+// nearbyint, the quantum 2^(e - mantissa bits) with e clamped at the smallest normal exponent;
+// above the largest finite value: inf). Exhaustive over the rounding decisions: for every finite
+// 16-bit pattern p, fs2h on the PE of p's value, of the midpoint between p and the next pattern
+// (a tie) and of the two fp32 values either side of that midpoint; plus zeros, infinities, NaN and
+// fp32 subnormals. And fh2s of all 65,536 patterns (copied in as bits by mov16) against widen_bits.
+// 64 PEs of 4,096 values each (one elaboration per test case).
+namespace {
+double ref_round(float xf, int mbits, int bias, double maxv) {
+  const double x = xf;
+  if (std::isnan(x) || std::isinf(x)) return x;
+  const double a = std::fabs(x);
+  if (a == 0) return x;
+  int e2 = 0;
+  std::frexp(a, &e2);
+  const int e = std::max(e2 - 1, 1 - bias);
+  const double q = std::ldexp(1.0, e - mbits);
+  const double r = std::nearbyint(a / q) * q;  // ties to even (the default rounding mode)
+  const double v = r > maxv ? INFINITY : r;
+  return std::signbit(x) ? -v : v;
+}
+
+void check_half_format(Elem e, FloatFormat f, int mbits, int bias) {
+  const FormatInfo& fi = format_info(f);
+  const double maxv = (2.0 - std::ldexp(1.0, -mbits)) * std::ldexp(1.0, (1 << fi.exponent_bits) - 2 - bias);
+  const uint32_t exp_mask = ((1u << fi.exponent_bits) - 1) << mbits;
+  std::vector<float> in;
+  for (uint32_t p = 0; p < 0x10000; ++p) {
+    if ((p & exp_mask) == exp_mask) continue;  // inf / NaN patterns
+    const float v = widen_bits(p, f);
+    in.push_back(v);
+    const bool neg = p & 0x8000u;
+    const uint32_t mag = p & 0x7fffu;
+    const double next = mag + 1 == exp_mask ? maxv + std::ldexp(1.0, static_cast<int>(std::floor(std::log2(maxv))) - mbits)
+                                                  : std::fabs(static_cast<double>(widen_bits(mag + 1, f)));
+    const double mid = (std::fabs(static_cast<double>(v)) + next) / 2;  // exact in fp32 (one more bit)
+    const float m = static_cast<float>(neg ? -mid : mid);
+    REQUIRE(static_cast<double>(m) == (neg ? -mid : mid));
+    in.push_back(m);
+    in.push_back(std::nextafter(m, 0.0f));
+    in.push_back(std::nextafter(m, neg ? -INFINITY : INFINITY));
+  }
+  for (float s : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::denorm_min(),
+                  std::numeric_limits<float>::min(), std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(), 1e-30f, 3.0e9f, 4.3e9f})
+    in.push_back(s);
+  constexpr int64_t kW = 8, kH = 8, kN = 4096, kP = 1024;
+  REQUIRE(in.size() <= static_cast<size_t>(kW * kH * kN));
+  in.resize(static_cast<size_t>(kW * kH * kN), 1.0f);
+  const std::string t(elem_name(e));
+  const std::string prog = ".data x f32 4096\n.data h " + t + " 4096\n.data pi i16 1024\n.data ph " + t + " 1024\n.data pw f32 1024\n" +
+                           ".dsd xm mem1d x\n.dsd hm mem1d h\n.dsd pim mem1d pi\n.dsd phm mem1d ph\n.dsd pwm mem1d pw\n" +
+                           ".task main local id=8 active\n  fs2h hm, xm\n  mov16 phm, pim\n  fh2s pwm, phm\n  halt\n";
+  const WaferConfig cfg = preset_config("wse2");
+  const std::string layout = R"({"fabric": {"width": 8, "height": 8}, "rects": [{"name": "pes", "x": 0, "y": 0, "width": 8, "height": 8, "program": "h.pe"}]})";
+  Run r(cfg, load({{"h.pe", prog}}, layout, cfg));
+  for (int64_t y = 0; y < kH; ++y)
+    for (int64_t x = 0; x < kW; ++x) {
+      const size_t pe = static_cast<size_t>(y * kW + x);
+      r.fab->write_array(x, y, "x", std::span<const float>(in.data() + pe * kN, kN));
+      std::vector<float> pats(kP);
+      for (int64_t i = 0; i < kP; ++i) pats[static_cast<size_t>(i)] = static_cast<float>(static_cast<int16_t>(static_cast<uint16_t>(pe * kP + static_cast<size_t>(i))));
+      r.fab->write_array(x, y, "pi", pats);
+    }
+  r.go();
+  REQUIRE_FALSE(r.fab->error());
+  int64_t bad = 0, inexact = 0, checked = 0;
+  for (int64_t y = 0; y < kH; ++y)
+    for (int64_t x = 0; x < kW; ++x) {
+      const size_t pe = static_cast<size_t>(y * kW + x);
+      const auto h = r.fab->read_array(x, y, "h");
+      const auto w = r.fab->read_array(x, y, "pw");
+      for (int64_t i = 0; i < kN; ++i) {
+        const float xi = in[pe * kN + static_cast<size_t>(i)];
+        const double want = ref_round(xi, mbits, bias, maxv);
+        const float got = h[static_cast<size_t>(i)];
+        const bool ok = std::isnan(want) ? std::isnan(got) : (static_cast<double>(got) == want && std::signbit(got) == std::signbit(want));
+        if (!ok && bad++ < 5) UNSCOPED_INFO(t << " fs2h(" << xi << ") gave " << got << ", reference " << want);
+        ++checked;
+      }
+      for (int64_t i = 0; i < kP; ++i) {
+        const uint32_t p = static_cast<uint32_t>(pe * kP + static_cast<size_t>(i));
+        const float want = widen_bits(p, f), got = w[static_cast<size_t>(i)];
+        const bool ok = std::isnan(want) ? std::isnan(got) : (float_bits(got) == float_bits(want));
+        if (!ok && bad++ < 5) UNSCOPED_INFO(t << " fh2s(0x" << std::hex << p << std::dec << ") gave " << got << ", widen_bits " << want);
+      }
+    }
+  // Most inputs are not representable (the midpoints are ties: rounding them all up or all down
+  // would fail half of them).
+  for (float v : in) inexact += std::fabs(ref_round(v, mbits, bias, maxv) - v) > 0;
+  CHECK(checked == kW * kH * kN);
+  CHECK(inexact > 100000);
+  CHECK(bad == 0);
+}
+}  // namespace
+
+TEST_CASE("wafer-fabric: cbf16 fs2h and fh2s on a PE agree with an independent round-to-nearest-even over every rounding boundary", "[wafer-fabric][half]") {
+  check_half_format(Elem::cbf16, FloatFormat::cbf16, 9, 31);
+}
+
+TEST_CASE("wafer-fabric: bf16 fs2h and fh2s on a PE agree with an independent round-to-nearest-even over every rounding boundary", "[wafer-fabric][half]") {
+  check_half_format(Elem::bf16, FloatFormat::bf16, 7, 127);
 }
