@@ -146,8 +146,10 @@ struct DenseKernel {
   int64_t pad_t = 0, pad_l = 0;      // conv on the graph input: the border the host places
   int64_t P = 1;                     // flatten: positions per channel
   std::vector<float> Wconv;          // conv: the weight as ONNX has it, [N, cin kh kw] (W built once cb is known)
-  // A MaxPool after the activation, at the chain ends: window, strides, output dims (pkh = 0: none).
+  // A MaxPool, AveragePool or GlobalAveragePool (a window of the whole map) after the activation,
+  // at the chain ends: window, strides, output dims (pkh = 0: none); pavg: the mean, not the max.
   int64_t pkh = 0, pkw = 0, psh = 1, psw = 1, ph = 0, pw = 0;
+  bool pavg = false;
   bool spatial() const { return xread == XRead::conv; }
   // Rows of the output the next kernel reads (after the pool), per block of nb channels.
   int64_t rows_out() const { return pkh ? samples * ph * pw : B; }

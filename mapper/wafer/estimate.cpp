@@ -370,7 +370,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     for (int64_t pn = 0; pn < Ln; ++pn) {
       int64_t t = t_of[static_cast<size_t>(pn)];
       const int64_t tmax = tmax_of[static_cast<size_t>(pn)];
-      if (k.pkh) t += k.pkh * k.pkw * (S + cdiv(k.rows_out() * k.nb, w32));  // MaxPool: a copy, then a max per other window
+      if (k.pkh) t += (k.pkh * k.pkw + (k.pavg ? 1 : 0)) * (S + cdiv(k.rows_out() * k.nb, w32));  // the pool: a copy, a max (sum) per other window; the mean's product
       end = std::max(end, t);
       transfer = std::max(transfer, t - tmax);
       // The next kernel's x: the chain end's yout (issue, setup, out queue) -- into the next

@@ -85,7 +85,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
     o << ".if $src" << L << "\n.data xs" << L << " " << we << " " << (k.spatial() ? k.xs_elems() : B * kb)
       << (k.spatial() ? "   # [sample, h, w, channel] with the zero border" : "") << "\n.endif\n";
   o << ".if $last" << L << "\n.data bias" << L << " f32 " << nb << "\n";
-  if (k.pkh) o << ".data p" << L << " f32 " << rows * nb << "   # the MaxPool's output [sample, ph, pw, channel]\n";
+  if (k.pkh) o << ".data p" << L << " f32 " << rows * nb << "   # the pool's output [sample, ph, pw, channel]\n";
   if (h && has_next) o << ".data y16_" << L << " " << we << " " << rows * nb << "   # y in the 16-bit format, as the next layer takes it\n";
   o << ".endif\n";
   o << ".dsd wcol" << L << " mem1d " << wbuf << " len=" << nb << "\n";
@@ -254,9 +254,10 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   if (k.softmax) softmax_text(o, k, L);
   if (k.residual >= 0) o << "  fadds yall" << L << ", yall" << L << ", res" << L << "\n";
   if (k.layernorm) ln_text(k, l, (k.k_on_columns ? k.h : k.w) * nb > k.N, o);
-  if (k.pkh) {  // MaxPool: the first window's values, then the max with every other window
+  if (k.pkh) {  // the pool: the first window's values, then the max with (the sum of) every other window
     o << "  fmovs pall" << L << ", pw" << L << "_0\n";
-    for (int64_t i = 1; i < k.pkh * k.pkw; ++i) o << "  fmaxs pall" << L << ", pall" << L << ", pw" << L << "_" << i << "\n";
+    for (int64_t i = 1; i < k.pkh * k.pkw; ++i) o << "  " << (k.pavg ? "fadds" : "fmaxs") << " pall" << L << ", pall" << L << ", pw" << L << "_" << i << "\n";
+    if (k.pavg) o << "  fmuls pall" << L << ", pall" << L << ", " << fnum(1.0 / static_cast<double>(k.pkh * k.pkw)) << "   # the mean\n";
   }
   if (has_next) o << "  activate out" << L << "\n  ret\n.else\n  " << (final_layer ? "halt" : "ret") << "\n";
   o << ".endif\n";

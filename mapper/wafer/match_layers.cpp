@@ -12,7 +12,7 @@ namespace tessera::wafer::detail {
 
 const char* const kOpsHint =
     "the wafer compiler maps in this build: Gemm, or MatMul by a constant weight, with a bias Add; Conv (padded only the first), "
-    "MaxPool after a Conv, a Flatten into a dense layer; Relu, Tanh, GELU (erf form); a final Softmax; residual Adds, "
+    "MaxPool, AveragePool or GlobalAveragePool after a Conv, a Flatten into a dense layer; Relu, Tanh, GELU (erf form); a final Softmax; residual Adds, "
     "LayerNorm and multi-head attention (pipelined: the transformer layer's pattern; docs/wafer-compiler.md); run other models on target.kind neuroncore or reference";
 
 namespace {
@@ -35,7 +35,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
   std::vector<const graph::Node*> bad;
   for (const auto& n : g.nodes)
     if (n.op != "Gemm" && n.op != "MatMul" && n.op != "Add" && n.op != "Relu" && n.op != "Tanh" && n.op != "Softmax" && n.op != "Conv" &&
-        n.op != "MaxPool" && n.op != "Flatten" && n.op != "Reshape" && n.op != "Div" && n.op != "Mul" && n.op != "Erf" && n.op != "ReduceMean" &&
+        n.op != "MaxPool" && n.op != "AveragePool" && n.op != "GlobalAveragePool" && n.op != "Flatten" && n.op != "Reshape" && n.op != "Div" && n.op != "Mul" && n.op != "Erf" && n.op != "ReduceMean" &&
         n.op != "Sub" && n.op != "Pow" && n.op != "Sqrt" && n.op != "LayerNormalization" && n.op != "Transpose")
       bad.push_back(&n);
   DiagnosticList unmapped;  // every such node, the hint (what is mapped) once, after the last
@@ -182,8 +182,9 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       unsupported(uses_cur ? "takes the running activation as a later input" : "does not continue the chain of layers (it does not read '" + cur + "')");
     }
     const Shape& cs = g.value(cur).shape;
-    if (cs.size() == 4 && n.op != "Conv" && n.op != "MaxPool" && n.op != "Relu" && n.op != "Tanh" && n.op != "Flatten" && n.op != "Reshape")
-      unsupported(n.op + " on a feature map " + shape_str(cs) + ": the wafer compiler maps Conv, Relu, Tanh, MaxPool and a Flatten to [batch, features] there");
+    if (cs.size() == 4 && n.op != "Conv" && n.op != "MaxPool" && n.op != "AveragePool" && n.op != "GlobalAveragePool" && n.op != "Relu" && n.op != "Tanh" &&
+        n.op != "Flatten" && n.op != "Reshape")
+      unsupported(n.op + " on a feature map " + shape_str(cs) + ": the wafer compiler maps Conv, Relu, Tanh, MaxPool, AveragePool, GlobalAveragePool and a Flatten to [batch, features] there");
     if (n.op == "Conv") {
       const Tensor* w = n.inputs.size() > 1 ? constant(n.inputs[1]) : nullptr;
       if (cs.size() != 4 || !w || w->rank() != 4) unsupported("Conv needs a [batch, channels, height, width] input and a constant 4-D weight");
@@ -223,25 +224,30 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       k.K = k.kflops = k.cin * k.kh * k.kw;
       k.Wconv = w->to_f32();
       start_kernel(k, n, "per output channel");
-    } else if (n.op == "MaxPool") {
+    } else if (n.op == "MaxPool" || n.op == "AveragePool" || n.op == "GlobalAveragePool") {
       if (ks.empty() || !ks.back().spatial() || ks.back().pkh || ks.back().softmax)
-        unsupported("MaxPool is mapped once after a Conv (and its activation), at the Conv's chain ends");
+        unsupported(n.op + " is mapped once after a Conv (and its activation), at the Conv's chain ends");
       DenseKernel& k = ks.back();
-      const std::vector<int64_t> kshape = n.attrs.get_ints("kernel_shape"), st = n.attrs.get_ints("strides", kshape);
+      const bool global = n.op == "GlobalAveragePool";
+      const std::vector<int64_t> kshape = global ? std::vector<int64_t>{k.oh, k.ow} : n.attrs.get_ints("kernel_shape");
+      const std::vector<int64_t> st = global ? std::vector<int64_t>{1, 1} : n.attrs.get_ints("strides", kshape);
       for (const int64_t p : n.attrs.get_ints("pads", {0, 0, 0, 0}))
-        if (p) unsupported("padded MaxPool is not mapped on the wafer");
+        if (p) unsupported("padded " + n.op + " is not mapped on the wafer");
       if (n.attrs.get_int("ceil_mode", 0) || n.attrs.get_int("storage_order", 0) || n.outputs.size() > 1)
-        unsupported("MaxPool with ceil_mode, storage_order or an Indices output is not mapped on the wafer");
+        unsupported(n.op + " with ceil_mode, storage_order or an Indices output is not mapped on the wafer");
+      if (n.attrs.get_string("auto_pad", "NOTSET") != "NOTSET" && n.attrs.get_string("auto_pad", "NOTSET") != "VALID")
+        unsupported(n.op + " with auto_pad is not mapped on the wafer; give explicit pads");
       for (const int64_t d : n.attrs.get_ints("dilations", {1, 1}))
-        if (d != 1) unsupported("dilated MaxPool is not mapped on the wafer");
-      if (kshape.size() != 2 || st.size() != 2) unsupported("MaxPool needs a 2-D kernel_shape and strides");
+        if (d != 1) unsupported("dilated " + n.op + " is not mapped on the wafer");
+      if (kshape.size() != 2 || st.size() != 2) unsupported(n.op + " needs a 2-D kernel_shape and strides");
+      k.pavg = n.op != "MaxPool";  // without pads, count_include_pad changes nothing
       k.pkh = kshape[0];
       k.pkw = kshape[1];
       k.psh = st[0];
       k.psw = st[1];
       k.ph = (k.oh - k.pkh) / k.psh + 1;
       k.pw = (k.ow - k.pkw) / k.psw + 1;
-      if (k.ph < 1 || k.pw < 1) unsupported("the MaxPool window is larger than its input");
+      if (k.ph < 1 || k.pw < 1) unsupported("the " + n.op + " window is larger than its input");
       absorb(k, n);
     } else if (n.op == "Flatten" || n.op == "Reshape") {
       const Shape& os = g.value(n.outputs[0]).shape;
@@ -394,6 +400,8 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       continue;
     } else if (n.op == "Relu" || n.op == "Tanh") {
       // After a MaxPool, Relu is applied before the pool instead (max commutes with a monotone function).
+      if (!ks.empty() && ks.back().pavg)
+        unsupported(n.op + " after an average pool is not mapped on the wafer (a mean does not commute with it); apply it before the pool");
       if (ks.empty() || ks.back().relu || ks.back().tanh || ks.back().gelu || ks.back().attn || flat || ks.back().softmax || ks.back().residual >= 0 || ks.back().layernorm)
         unsupported(n.op + " is mapped only right after a dense layer or Conv");
       (n.op == "Relu" ? ks.back().relu : ks.back().tanh) = true;
