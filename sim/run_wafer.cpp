@@ -79,7 +79,7 @@ Tensor read_layout_file(const json& spec, const std::string& where, const std::s
 
 // Port payloads: f32 values, or 16-bit floats in the data half (f16, bf16, cbf16).
 uint32_t to_payload(float v, wafer::Elem e) { return wafer::encode_elem(v, e); }
-float from_payload(uint32_t p, wafer::Elem e) { return wafer::decode_elem(wafer::elem_bytes(e) == 2 ? p & 0xffffu : p, e); }
+float from_payload(uint32_t p, wafer::Elem e) { return wafer::decode_elem(p, e); }  // (16-bit types read the low half)
 
 }  // namespace
 

@@ -85,7 +85,7 @@ void stream_compiled_weights(const wafer::Compiled& cp, wafer::Fabric& fab, wafe
       for (int64_t t = 0; t < k.lane_len; ++t) {
         const size_t i = static_cast<size_t>(t * k.lanes + lane);
         // MemoryX holds fp32 masters; a 16-bit mapping takes them rounded to its format at the port.
-        pl[static_cast<size_t>(t)] = cp.half ? wafer::encode_elem(st.values[i], cp.half_elem) : float_bits(st.values[i]);
+        pl[static_cast<size_t>(t)] = wafer::encode_elem(st.values[i], cp.compute);
         ready[static_cast<size_t>(t)] = ck.cycle_at_or_after(static_cast<models::Femtos>(st.ready[i].value())) - c_start;
       }
       auto& [all, rdy] = lanes_of[{k.port, lane}];
@@ -124,8 +124,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   // Compile.
   const json& m = s.resolved["mapping"];
   wafer::MappingOptions mo;
-  mo.half = compute != "fp32";
-  mo.half_elem = compute == "bf16" ? wafer::Elem::bf16 : compute == "cbf16" ? wafer::Elem::cbf16 : wafer::Elem::f16;
+  mo.compute = compute == "fp16" ? wafer::Elem::f16 : compute == "bf16" ? wafer::Elem::bf16 : compute == "cbf16" ? wafer::Elem::cbf16 : wafer::Elem::f32;
   const std::string mode = m["mode"].get<std::string>();
   if (m.contains("wafer_block")) mo.block = m["wafer_block"].get<int64_t>();
   wafer_rect_option(m, mo);

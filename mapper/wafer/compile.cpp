@@ -48,7 +48,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     if (c.readers[l + 1].size() > 1 && (k.spatial() || k.pkh))  // one gather per holder: a feature map has one reader
       throw InputError("kernel '" + k.name + "'", "a convolution's output read by several kernels is not mapped (" + std::to_string(c.readers[l + 1].size()) + " read it)",
                        kOpsHint);
-    if (k.attn && c.half)
+    if (k.attn && c.half())
       throw InputError("/precision/compute", "kernel '" + k.name + "': attention on the wafer is mapped in fp32 in this build", "use precision.compute fp32");
   }
   for (size_t l = 0; l + 1 < c.kernels.size(); ++l)
@@ -60,16 +60,15 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     throw InputError("kernel '" + c.kernels.back().name + "'", "a model ending in Softmax is not trained on the wafer",
                      "end the model with the logits and use \"loss\": \"softmax_cross_entropy\"");
   const int64_t area = cfg.data_area_bytes();
-  c.half = opt.half;
-  c.half_elem = opt.half_elem;
-  const int64_t wbytes_pe = c.half ? 2 : 4;
+  c.compute = opt.compute;
+  const int64_t wbytes_pe = c.half() ? 2 : 4;
   c.training = opt.training;
   c.loss = opt.loss;
   c.momentum = opt.momentum;
   if (c.training) {
     const char* hint = "training on the wafer maps up to three dense layers (Gemm/MatMul, bias, ReLU or Tanh) with weight streaming in fp32, MSE or softmax cross-entropy (docs/wafer-compiler.md); run it on target.kind neuroncore or reference";
     if (opt.mode != MapMode::weight_streaming) throw InputError("/mapping/mode", "training on the wafer runs in weight_streaming mode (weights and their updates in MemoryX)", "set mapping.mode to weight_streaming");
-    if (c.half) throw InputError("/precision/compute", "training on the wafer is compiled in fp32 in this build", hint);
+    if (c.half()) throw InputError("/precision/compute", "training on the wafer is compiled in fp32 in this build", hint);
     if (c.kernels.size() > 3)
       throw InputError(g.source, std::to_string(c.kernels.size()) +
                                      " dense layers: training maps at most 3 (the backward pass reads the weights of every layer but the first from the two buffers "
@@ -95,14 +94,14 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       if (r.src < 0 && r.xread == DenseKernel::XRead::rows && !k.attn) {
         k.res_host = true;
       } else if (k.src == k.residual && k.N == r.K && r.xread == DenseKernel::XRead::rows && k.xread == DenseKernel::XRead::rows && !r.layernorm && !r.softmax &&
-                 !r.attn && !r.pkh && r.residual < 0 && !k.relu && !k.tanh && !k.gelu && !k.attn && !k.softmax && !opt.half) {
+                 !r.attn && !r.pkh && r.residual < 0 && !k.relu && !k.tanh && !k.gelu && !k.attn && !k.softmax && !is_half(opt.compute)) {
         // (the identity rows add the input into the sum, before the bias: an activation of k would
         // then act on it, where the graph adds it after)
         passes.push_back(l);
       } else {
         const bool after = k.relu || k.tanh || k.gelu || k.attn || k.softmax;
         throw InputError("/mapping/mode", "kernel '" + k.name + "': pipelined mode maps a residual of the graph input, or of the input of the kernel it reads (x + W2 f(W1 x), fp32, added after the bias); this one adds the input of kernel '" + r.name + "'" +
-                                              (after && k.src == k.residual ? " after an activation or attention" : opt.half && k.src == k.residual ? " in 16-bit compute" : ""),
+                                              (after && k.src == k.residual ? " after an activation or attention" : is_half(opt.compute) && k.src == k.residual ? " in 16-bit compute" : ""),
                          "use \"mapping\": {\"mode\": \"weight_streaming\"} (every kernel on one rectangle, held inputs on the PEs)");
       }
     }
@@ -274,7 +273,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     if (k.residual < 0) continue;
     const DenseKernel& r = c.kernels[static_cast<size_t>(k.residual)];
     const std::string where = "kernel '" + k.name + "'";
-    if (c.half) throw InputError("/precision/compute", "a residual Add is mapped in fp32 on the wafer in this build", "use precision.compute fp32");
+    if (c.half()) throw InputError("/precision/compute", "a residual Add is mapped in fp32 on the wafer in this build", "use precision.compute fp32");
     if (k.res_host) {  // the host places the graph input's blocks on the chain ends
       if (k.N != c.input_shape.back() || k.B != r.B)
         throw InputError(where, "the residual adds the graph input " + shape_str(c.input_shape) + " to " + std::to_string(k.B) + " x " + std::to_string(k.N) + " outputs", kOpsHint);
@@ -301,7 +300,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     int64_t wa = 0, wb = 0;
     for (size_t l = 0; l < c.kernels.size(); ++l) (l % 2 ? wb : wa) = std::max(l % 2 ? wb : wa, c.kernels[l].kb * c.kernels[l].nb);
     o << "# tessera wafer compiler, weight streaming: every layer on this " << c.fabric_width << " x " << c.fabric_height << " rectangle\n";
-    const std::string we(c.half ? elem_name(c.half_elem) : "f32");
+    const std::string we(elem_name(c.compute));
     o << ".data Wa " << we << " " << wa << "   # weight blocks of layers 0, 2, 4\n";
     if (wb) o << ".data Wb " << we << " " << wb << "   # layers 1, 3, 5\n";
     o << ".data junk " << we << " 1     # weights of other PEs land here\n";
@@ -320,7 +319,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       for (const auto& pj : ports) have = have || pj["name"] == k.port;
       if (!have)
         ports.push_back({{"name", k.port}, {"dir", "in"}, {"side", k.k_on_columns ? "W" : "N"}, {"x", 0}, {"y", 0}, {"length", k.lanes}, {"color", k.cw},
-                         {"type", c.half ? std::string(elem_name(c.half_elem)) : std::string("f32")}});
+                         {"type", we}});
     }
     if (c.training) {
       for (size_t l = 0; l < c.kernels.size(); ++l) {

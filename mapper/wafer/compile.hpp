@@ -45,10 +45,9 @@ struct MappingOptions {
   int64_t rect_width = 0;        // weight streaming: the rectangle (0: as large as useful within the fabric)
   int64_t rect_height = 0;
   int64_t reserved_colors = 0;   // colors the allocator may not use (0 .. reserved-1)
-  // precision.compute fp16, bf16 or cbf16: weights and activations in that 16-bit format
-  // (`half_elem`), products and sums in fp32 (fmachs); fp32 when `half` is false.
-  bool half = false;
-  Elem half_elem = Elem::f16;
+  // precision.compute: f32 (fmacs), or f16, bf16 or cbf16 -- weights and activations in that
+  // 16-bit format, products and sums in fp32 (fmachs).
+  Elem compute = Elem::f32;
   // Training (weight streaming, fp32, MSE or softmax cross-entropy, SGD with or without momentum;
   // docs/wafer-compiler.md "Training"): after the
   // forward pass the programs form the loss and its gradient at the last layer's chain ends, run
@@ -190,8 +189,8 @@ struct HostArray {
 
 struct Compiled {
   MapMode mode = MapMode::pipelined;
-  bool half = false;          // 16-bit compute in half_elem (MappingOptions)
-  Elem half_elem = Elem::f16;
+  Elem compute = Elem::f32;   // the weights' and activations' type (MappingOptions)
+  bool half() const { return is_half(compute); }
   int64_t fabric_width = 0, fabric_height = 0;  // of the layout
   std::string layout_json;                      // tessera.wafer-layout/1
   std::map<std::string, std::string> programs;  // program path in the layout -> text

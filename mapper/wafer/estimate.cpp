@@ -193,7 +193,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     // fp16: fmachs (fp32 SIMD class) for both.
     // Training: each x value is also saved (mul, add, dsd_off, a one-element fmovs).
     const int64_t save_x = c.training ? 3 + S + 1 : 0;
-    const int64_t per_x = 9 + S + cdiv(k.nb, c.half ? w32 : wf) + save_x;
+    const int64_t per_x = 9 + S + cdiv(k.nb, c.half() ? w32 : wf) + save_x;
     const int64_t first_x = 10 + S + cdiv(k.nb, w32) + save_x;
     const int64_t compute = k.B * ((k.kb - 1) * per_x + first_x) + 4 * k.B + 2 + (wrap_ld ? 1 : 0);
     k.est.compute = compute;
@@ -376,7 +376,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       // The next kernel's x: the chain end's yout (issue, setup, out queue) -- into the next
       // rectangle (pipelined: router, link, ramp) or to its own ramp (weight streaming, async).
       // fp16: fs2h converts y first (activate the task, then S + B nb / conversion width).
-      const int64_t conv = c.half ? S + cdiv(k.rows_out() * k.nb, std::max<int64_t>(1, cfg.simd_convert)) : 0;
+      const int64_t conv = c.half() ? S + cdiv(k.rows_out() * k.nb, std::max<int64_t>(1, cfg.simd_convert)) : 0;
       // A conv's im2col gather: the out task activates the gather task (activate, ret, the switch),
       // which sets the first sample's offset (mul, dsd_off, add, sub, bz) before its send.
       const std::vector<size_t>& rd = c.readers[l + 1];

@@ -29,7 +29,7 @@ void gather_text(std::ostringstream& o, const std::string& task, int id, bool ac
 // The array holding kernel l's output where the next kernels read it.
 std::string hold_array(const Compiled& c, size_t l) {
   const DenseKernel& k = c.kernels[l];
-  return c.half ? "y16_" + std::to_string(l) : k.attn ? "att" + std::to_string(l) : k.pkh ? "p" + std::to_string(l) : "y" + std::to_string(l);
+  return c.half() ? "y16_" + std::to_string(l) : k.attn ? "att" + std::to_string(l) : k.pkh ? "p" + std::to_string(l) : "y" + std::to_string(l);
 }
 
 // The first of kernel l's three x-task registers (counter j, sample counter b, scratch): three per
@@ -70,8 +70,8 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   const int qw = c.weight_queue(l);
   // fp16 compute: W blocks and x values in fp16, products exact in fp32 (fmachs), partial sums,
   // bias and activation in fp32; the chain end converts y to fp16 before sending it on.
-  const bool h = c.half;
-  const std::string we(h ? elem_name(c.half_elem) : "f32");
+  const bool h = c.half();
+  const std::string we(elem_name(c.compute));
   const std::string mov = h ? "fmovh" : "fmovs";
   o << "# ---- kernel " << l << ": " << k.name << " (" << k.op << "), X[" << B << "," << k.K << "] x W[" << k.K << "," << k.N << "], block "
     << kb << " x " << nb << (k.k_on_columns ? ", K along columns" : ", K along rows") << "\n";

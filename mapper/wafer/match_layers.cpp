@@ -235,7 +235,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
         if (p) unsupported("padded " + n.op + " is not mapped on the wafer");
       if (n.attrs.get_int("ceil_mode", 0) || n.attrs.get_int("storage_order", 0) || n.outputs.size() > 1)
         unsupported(n.op + " with ceil_mode, storage_order or an Indices output is not mapped on the wafer");
-      if (n.attrs.get_string("auto_pad", "NOTSET") != "NOTSET" && n.attrs.get_string("auto_pad", "NOTSET") != "VALID")
+      if (const std::string ap = n.attrs.get_string("auto_pad", "NOTSET"); ap != "NOTSET" && ap != "VALID")
         unsupported(n.op + " with auto_pad is not mapped on the wafer; give explicit pads");
       for (const int64_t d : n.attrs.get_ints("dilations", {1, 1}))
         if (d != 1) unsupported("dilated " + n.op + " is not mapped on the wafer");

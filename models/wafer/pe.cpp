@@ -14,11 +14,9 @@ namespace {
 constexpr uint32_t kPage = static_cast<uint32_t>(FabricStats::kPageBytes);
 inline float F(uint32_t b) { return bits_float(b); }
 inline uint32_t Fb(float v) { return float_bits(v); }
-// The 16-bit float formats (isa/wafer/isa.hpp Elem): f16, bf16, cbf16.
-inline float Hf(uint32_t b, Elem e) {
-  return e == Elem::f16 ? fp16_to_fp32(static_cast<uint16_t>(b)) : e == Elem::bf16 ? bf16_to_fp32(static_cast<uint16_t>(b)) : widen_bits(b & 0xffffu, FloatFormat::cbf16);
-}
-inline uint32_t Hb(float v, Elem e) { return e == Elem::f16 ? fp32_to_fp16(v) : e == Elem::bf16 ? fp32_to_bf16(v) : narrow_bits(v, FloatFormat::cbf16); }
+// A 16-bit float operand (f16, bf16 or cbf16: the instruction's instr_half) and back.
+inline float Hf(uint32_t b, Elem e) { return decode_elem(b, e); }
+inline uint32_t Hb(float v, Elem e) { return encode_elem(v, e); }
 bool is16(Want w) { return w == Want::f16 || w == Want::b16; }
 // Whether an op has an operand in a 16-bit float role (its format comes from instr_half).
 bool has_half(Op op) {
