@@ -142,13 +142,26 @@ struct DenseKernel {
   int64_t ih = 1, iw = 1;            // conv: the holder's spatial dims per sample (with the zero border)
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, oh = 1, ow = 1;  // conv window, strides, output dims
   int64_t khb = 1;                   // conv: kernel rows per line (the first Conv splits them over lines; others take all)
-  int64_t pad_t = 0, pad_l = 0;      // conv on the graph input: the border the host places
+  // conv: the zero border of the holder's [ih, iw] (top, left), which the host places for the graph
+  // input and the producer's chain ends keep (they write y into the interior of `xp<producer>`).
+  int64_t pad_t = 0, pad_l = 0;
+  int64_t ih_raw = 1, iw_raw = 1;    // conv: the input's height and width without the border
+  bool padded() const { return spatial() && (ih != ih_raw || iw != iw_raw); }
+  // The producer of a padded Conv: its reader's holder dims ([samples, xp_h, xp_w, nb] with the
+  // zero border; 0: its reader takes y as it is).
+  int64_t xp_h = 0, xp_w = 0;
   int64_t P = 1;                     // flatten: positions per channel
   std::vector<float> Wconv;          // conv: the weight as ONNX has it, [N, cin kh kw] (W built once cb is known)
   // A MaxPool, AveragePool or GlobalAveragePool (a window of the whole map) after the activation,
   // at the chain ends: window, strides, output dims (pkh = 0: none); pavg: the mean, not the max.
   int64_t pkh = 0, pkw = 0, psh = 1, psw = 1, ph = 0, pw = 0;
   bool pavg = false;
+  // The pool's pads (top, left, bottom, right): the windows walk a copy of y inside a border
+  // (`yp<l>`: -inf for a max, zeros for a mean counting them).
+  int64_t ppt = 0, ppl = 0, ppb = 0, ppr = 0;
+  bool pool_padded() const { return ppt || ppl || ppb || ppr; }
+  int64_t pool_ih() const { return oh + ppt + ppb; }
+  int64_t pool_iw() const { return ow + ppl + ppr; }
   bool spatial() const { return xread == XRead::conv; }
   // Rows of the output the next kernel reads (after the pool), per block of nb channels.
   int64_t rows_out() const { return pkh ? samples * ph * pw : B; }

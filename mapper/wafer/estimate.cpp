@@ -371,12 +371,14 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       int64_t t = t_of[static_cast<size_t>(pn)];
       const int64_t tmax = tmax_of[static_cast<size_t>(pn)];
       if (k.pkh) t += (k.pkh * k.pkw + (k.pavg ? 1 : 0)) * (S + cdiv(k.rows_out() * k.nb, w32));  // the pool: a copy, a max (sum) per other window; the mean's product
+      if (k.pool_padded()) t += S + cdiv(k.B * k.nb, w32);  // y into the pool's border first
       end = std::max(end, t);
       transfer = std::max(transfer, t - tmax);
       // The next kernel's x: the chain end's yout (issue, setup, out queue) -- into the next
       // rectangle (pipelined: router, link, ramp) or to its own ramp (weight streaming, async).
       // fp16: fs2h converts y first (activate the task, then S + B nb / conversion width).
-      const int64_t conv = c.half() ? S + cdiv(k.rows_out() * k.nb, std::max<int64_t>(1, cfg.simd_convert)) : 0;
+      // A padded Conv reading it: y copied into its bordered holder (fmovs; fp16: the fs2h writes there).
+      const int64_t conv = c.half() ? S + cdiv(k.rows_out() * k.nb, std::max<int64_t>(1, cfg.simd_convert)) : k.xp_h ? S + cdiv(k.rows_out() * k.nb, w32) : 0;
       // A conv's im2col gather: the out task activates the gather task (activate, ret, the switch),
       // which sets the first sample's offset (mul, dsd_off, add, sub, bz) before its send.
       const std::vector<size_t>& rd = c.readers[l + 1];

@@ -29,6 +29,7 @@ void gather_text(std::ostringstream& o, const std::string& task, int id, bool ac
 // The array holding kernel l's output where the next kernels read it.
 std::string hold_array(const Compiled& c, size_t l) {
   const DenseKernel& k = c.kernels[l];
+  if (k.xp_h) return "xp" + std::to_string(l);  // a padded Conv reads it: inside the zero border
   return c.half() ? "y16_" + std::to_string(l) : k.attn ? "att" + std::to_string(l) : k.pkh ? "p" + std::to_string(l) : "y" + std::to_string(l);
 }
 
@@ -36,6 +37,12 @@ std::string hold_array(const Compiled& c, size_t l) {
 // layer (r0..r14) for up to 5 layers; with more, every layer's x tasks share r0..r2 (a PE
 // finishes a kernel's x tasks, the counters back at 0, before the next kernel's x values reach it).
 int x_regs(const Compiled& c, size_t l) { return c.kernels.size() > 5 ? 0 : 3 * static_cast<int>(l); }
+
+// The dims of the interior [samples, h, w, nb] of a bordered [samples, H, W, nb] array (w and the
+// channels one run).
+std::string interior_dims(int64_t samples, int64_t H, int64_t W, int64_t h, int64_t w, int64_t nb) {
+  return std::to_string(samples) + ":" + std::to_string(H * W * nb) + "," + std::to_string(h) + ":" + std::to_string(W * nb) + "," + std::to_string(w * nb) + ":1";
+}
 
 // The DSD dims of a conv's im2col walk over one sample of its [ih, iw, cb] holder.
 std::string im2col_dims(const DenseKernel& n) {
@@ -86,7 +93,10 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
       << (k.spatial() ? "   # [sample, h, w, channel] with the zero border" : "") << "\n.endif\n";
   o << ".if $last" << L << "\n.data bias" << L << " f32 " << nb << "\n";
   if (k.pkh) o << ".data p" << L << " f32 " << rows * nb << "   # the pool's output [sample, ph, pw, channel]\n";
-  if (h && has_next) o << ".data y16_" << L << " " << we << " " << rows * nb << "   # y in the 16-bit format, as the next layer takes it\n";
+  if (h && has_next && !k.xp_h) o << ".data y16_" << L << " " << we << " " << rows * nb << "   # y in the 16-bit format, as the next layer takes it\n";
+  if (k.xp_h) o << ".data xp" << L << " " << (h ? we : "f32") << " " << k.samples * k.xp_h * k.xp_w * nb << "   # the next Conv's input [sample, h, w, channel] inside its zero border\n";
+  if (k.pool_padded())
+    o << ".data yp" << L << " f32 " << k.samples * k.pool_ih() * k.pool_iw() * nb << " fill=" << (k.pavg ? "0" : "-inf") << "   # y inside the pool's border\n";
   o << ".endif\n";
   o << ".dsd wcol" << L << " mem1d " << wbuf << " len=" << nb << "\n";
   o << ".dsd yrow" << L << " mem1d y" << L << " len=" << nb << "\n";
@@ -167,12 +177,15 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
       o << ".dsd sz" << L << "_" << cc << " mem1d y" << L << " off=" << cc << " len=" << B << " stride=" << nb << "\n.dsd sx" << L << "_" << cc << " mem1d se" << L
         << " off=" << cc << " len=" << B << " stride=" << k.N << "\n";
   }
-  if (k.pkh) {  // the pool's windows over y: one 4-D walk per window offset
+  if (k.pkh) {  // the pool's windows over y (or its bordered copy): one 4-D walk per window offset
+    const int64_t ph_in = k.pool_ih(), pw_in = k.pool_iw();
+    const std::string yin = (k.pool_padded() ? "yp" : "y") + L;
     o << ".dsd pall" << L << " mem1d p" << L << "\n";
+    if (k.pool_padded()) o << ".dsd ypi" << L << " mem4d yp" << L << " off=" << (k.ppt * pw_in + k.ppl) * nb << " dims=" << interior_dims(k.samples, ph_in, pw_in, k.oh, k.ow, nb) << "\n";
     for (int64_t a = 0; a < k.pkh; ++a)
       for (int64_t b = 0; b < k.pkw; ++b)
-        o << ".dsd pw" << L << "_" << a * k.pkw + b << " mem4d y" << L << " off=" << (a * k.ow + b) * nb << " dims=" << k.samples << ":" << k.oh * k.ow * nb << ","
-          << k.ph << ":" << k.psh * k.ow * nb << "," << k.pw << ":" << k.psw * nb << "," << nb << ":1\n";
+        o << ".dsd pw" << L << "_" << a * k.pkw + b << " mem4d " << yin << " off=" << (a * pw_in + b) * nb << " dims=" << k.samples << ":" << ph_in * pw_in * nb << ","
+          << k.ph << ":" << k.psh * pw_in * nb << "," << k.pw << ":" << k.psw * nb << "," << nb << ":1\n";
   }
   // The array the next layer's x values are read from, and how.
   const std::string hold = hold_array(c, l);
@@ -184,7 +197,10 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
       o << ".dsd gx" << N1 << " mem4d " << hold << " dims=" << nk->samples << ":" << nk->P * nb << "," << nb << ":1," << nk->P << ":" << nb << "\n";
     if (nk->spatial()) o << ".dsd gx" << N1 << " mem4d " << hold << " dims=" << im2col_dims(*nk) << "\n";
   }
-  if (has_next && h) o << ".dsd y16m" << L << " mem1d y16_" << L << "\n";
+  if (has_next && h && !k.xp_h) o << ".dsd y16m" << L << " mem1d y16_" << L << "\n";
+  if (k.xp_h)  // where the chain end writes y: the holder's interior
+    o << ".dsd xpi" << L << " mem4d xp" << L << " off=" << (nk->pad_t * k.xp_w + nk->pad_l) * nb << " dims=" << interior_dims(k.samples, k.xp_h, k.xp_w, nk->ih_raw, nk->iw_raw, nb)
+      << "\n";
   o << ".endif\n";
   if (ws) {
     // Inference: the lengths of the blocks before and after this PE's are set at run time from
@@ -255,6 +271,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   if (k.residual >= 0) o << "  fadds yall" << L << ", yall" << L << ", res" << L << "\n";
   if (k.layernorm) ln_text(k, l, (k.k_on_columns ? k.h : k.w) * nb > k.N, o);
   if (k.pkh) {  // the pool: the first window's values, then the max with (the sum of) every other window
+    if (k.pool_padded()) o << "  fmovs ypi" << L << ", yall" << L << "   # y inside the border\n";
     o << "  fmovs pall" << L << ", pw" << L << "_0\n";
     for (int64_t i = 1; i < k.pkh * k.pkw; ++i) o << "  " << (k.pavg ? "fadds" : "fmaxs") << " pall" << L << ", pall" << L << ", pw" << L << "_" << i << "\n";
     if (k.pavg) o << "  fmuls pall" << L << ", pall" << L << ", " << fnum(1.0 / static_cast<double>(k.pkh * k.pkw)) << "   # the mean\n";
@@ -265,7 +282,9 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   else if (!has_next) o << "  " << (final_layer ? "halt" : "ret") << "\n";
   if (has_next) {  // y is complete at the chain end: send it on as the next layer's x
     const std::string full = k.attn ? "aall" + L : k.pkh ? "pall" + L : "yall" + L;
-    o << ".if $last" << L << "\n.task out" << L << " local id=" << id_out << "\n" << (h ? "  fs2h y16m" + L + ", " + full + "\n" : "");
+    o << ".if $last" << L << "\n.task out" << L << " local id=" << id_out << "\n";
+    if (k.xp_h) o << "  " << (h ? "fs2h" : "fmovs") << " xpi" << L << ", " << full << "   # into the next Conv's bordered input\n";
+    else if (h) o << "  fs2h y16m" << L << ", " << full << "\n";
     if (nk->spatial()) {
       o << "  activate gs" << N1 << "\n  ret\n";
       gather_text(o, "gs" + N1, id_send + static_cast<int>(rd[0]), false, "gx" + N1, "yout" + L, nk->ih * nk->iw * nk->cblk, nk->samples, x_regs(c, rd[0]) + 2,

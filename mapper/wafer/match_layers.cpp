@@ -11,7 +11,7 @@
 namespace tessera::wafer::detail {
 
 const char* const kOpsHint =
-    "the wafer compiler maps in this build: Gemm, or MatMul by a constant weight, with a bias Add; Conv (padded only the first), "
+    "the wafer compiler maps in this build: Gemm, or MatMul by a constant weight, with a bias Add; Conv (1-D or 2-D, any stride and pads), "
     "MaxPool, AveragePool or GlobalAveragePool after a Conv, a Flatten into a dense layer; Relu, Tanh, GELU (erf form); a final Softmax; residual Adds, "
     "LayerNorm and multi-head attention (pipelined: the transformer layer's pattern; docs/wafer-compiler.md); run other models on target.kind neuroncore or reference";
 
@@ -182,23 +182,28 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       unsupported(uses_cur ? "takes the running activation as a later input" : "does not continue the chain of layers (it does not read '" + cur + "')");
     }
     const Shape& cs = g.value(cur).shape;
-    if (cs.size() == 4 && n.op != "Conv" && n.op != "MaxPool" && n.op != "AveragePool" && n.op != "GlobalAveragePool" && n.op != "Relu" && n.op != "Tanh" &&
+    // A feature map: [batch, channels, height, width], or [batch, channels, length] into a 1-D Conv
+    // and after one (mapped as height 1).
+    const bool fmap = cs.size() == 4 || (cs.size() == 3 && (ks.empty() ? n.op == "Conv" : ks.back().spatial() && !flat));
+    if (fmap && n.op != "Conv" && n.op != "MaxPool" && n.op != "AveragePool" && n.op != "GlobalAveragePool" && n.op != "Relu" && n.op != "Tanh" &&
         n.op != "Flatten" && n.op != "Reshape")
       unsupported(n.op + " on a feature map " + shape_str(cs) + ": the wafer compiler maps Conv, Relu, Tanh, MaxPool, AveragePool, GlobalAveragePool and a Flatten to [batch, features] there");
     if (n.op == "Conv") {
       const Tensor* w = n.inputs.size() > 1 ? constant(n.inputs[1]) : nullptr;
-      if (cs.size() != 4 || !w || w->rank() != 4) unsupported("Conv needs a [batch, channels, height, width] input and a constant 4-D weight");
+      if (!fmap || !w || w->rank() != static_cast<int64_t>(cs.size()))
+        unsupported("Conv needs a [batch, channels, height, width] input and a constant 4-D weight (or [batch, channels, length] and a 3-D weight)");
+      const bool one_d = cs.size() == 3;
       if (!ks.empty() && !ks.back().spatial()) unsupported("Conv reads the output of a dense layer; the wafer compiler maps convolutions on the input or after another Conv");
       if (n.attrs.get_int("group", 1) != 1) unsupported("grouped Conv (group != 1) is not mapped on the wafer");
       for (const int64_t d : n.attrs.get_ints("dilations", {1, 1}))
         if (d != 1) unsupported("dilated Conv is not mapped on the wafer");
       const std::string ap = n.attrs.get_string("auto_pad", "NOTSET");
       if (ap != "NOTSET" && ap != "VALID") unsupported("Conv auto_pad " + ap + " is not mapped; give explicit pads");
-      const std::vector<int64_t> st = n.attrs.get_ints("strides", {1, 1}), pads = n.attrs.get_ints("pads", {0, 0, 0, 0});
-      if (st.size() != 2 || pads.size() != 4) unsupported("Conv needs 2-D strides and 4 pads");
-      const bool padded = pads[0] || pads[1] || pads[2] || pads[3];
-      if (padded && !ks.empty())
-        unsupported("a padded Conv after another kernel (its input would need a zero border on the chain-end PEs); only the first Conv may be padded in this build");
+      // A 1-D Conv is a 2-D one of height 1: strides (1, s), pads (0, begin, 0, end).
+      std::vector<int64_t> st = n.attrs.get_ints("strides", one_d ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 1});
+      std::vector<int64_t> pads = n.attrs.get_ints("pads", std::vector<int64_t>(one_d ? 2 : 4, 0));
+      if (st.size() != cs.size() - 2 || pads.size() != 2 * (cs.size() - 2)) unsupported("Conv needs one stride per spatial axis and two pads per axis");
+      if (one_d) st = {1, st[0]}, pads = {0, pads[0], 0, pads[1]};
       DenseKernel k;
       k.name = n.name.empty() ? n.outputs[0] : n.name;
       k.op = "Conv";
@@ -209,19 +214,22 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       k.cin = cs[1];
       k.N = w->shape()[0];
       if (w->shape()[1] != k.cin) unsupported("weight " + shape_str(w->shape()) + " does not match the input's " + std::to_string(k.cin) + " channels");
-      k.kh = w->shape()[2];
-      k.kw = w->shape()[3];
+      k.kh = one_d ? 1 : w->shape()[2];
+      k.kw = w->shape().back();
       k.sh = st[0];
       k.sw = st[1];
       k.pad_t = pads[0];
       k.pad_l = pads[1];
-      k.ih = cs[2] + pads[0] + pads[2];
-      k.iw = cs[3] + pads[1] + pads[3];
+      k.ih_raw = one_d ? 1 : cs[2];
+      k.iw_raw = cs.back();
+      k.ih = k.ih_raw + pads[0] + pads[2];
+      k.iw = k.iw_raw + pads[1] + pads[3];
       k.oh = (k.ih - k.kh) / k.sh + 1;
       k.ow = (k.iw - k.kw) / k.sw + 1;
       if (k.oh < 1 || k.ow < 1) unsupported("the Conv window is larger than its padded input");
       k.B = k.samples * k.oh * k.ow;
       k.K = k.kflops = k.cin * k.kh * k.kw;
+      if (k.padded() && !ks.empty()) ks.back().xp_h = k.ih, ks.back().xp_w = k.iw;
       k.Wconv = w->to_f32();
       start_kernel(k, n, "per output channel");
     } else if (n.op == "MaxPool" || n.op == "AveragePool" || n.op == "GlobalAveragePool") {
@@ -229,10 +237,16 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
         unsupported(n.op + " is mapped once after a Conv (and its activation), at the Conv's chain ends");
       DenseKernel& k = ks.back();
       const bool global = n.op == "GlobalAveragePool";
-      const std::vector<int64_t> kshape = global ? std::vector<int64_t>{k.oh, k.ow} : n.attrs.get_ints("kernel_shape");
-      const std::vector<int64_t> st = global ? std::vector<int64_t>{1, 1} : n.attrs.get_ints("strides", kshape);
-      for (const int64_t p : n.attrs.get_ints("pads", {0, 0, 0, 0}))
-        if (p) unsupported("padded " + n.op + " is not mapped on the wafer");
+      const bool one_d = cs.size() == 3;  // a 1-D pool: height 1, as its Conv
+      std::vector<int64_t> kshape = global ? std::vector<int64_t>{k.oh, k.ow} : n.attrs.get_ints("kernel_shape");
+      std::vector<int64_t> st = global ? std::vector<int64_t>{1, 1} : n.attrs.get_ints("strides", kshape);
+      std::vector<int64_t> pads = global ? std::vector<int64_t>{0, 0, 0, 0} : n.attrs.get_ints("pads", std::vector<int64_t>(2 * kshape.size(), 0));
+      if (one_d && !global && kshape.size() == 1 && st.size() == 1 && pads.size() == 2) kshape = {1, kshape[0]}, st = {1, st[0]}, pads = {0, pads[0], 0, pads[1]};
+      if (pads.size() != 4) unsupported(n.op + " needs two pads per spatial axis");
+      const bool padded = pads[0] || pads[1] || pads[2] || pads[3];
+      // The border: -inf for a max; zeros for a mean that counts them (count_include_pad = 1).
+      if (padded && n.op == "AveragePool" && !n.attrs.get_int("count_include_pad", 0))
+        unsupported("padded AveragePool with count_include_pad = 0 (a divisor per window) is not mapped on the wafer; export with count_include_pad=True or without pads");
       if (n.attrs.get_int("ceil_mode", 0) || n.attrs.get_int("storage_order", 0) || n.outputs.size() > 1)
         unsupported(n.op + " with ceil_mode, storage_order or an Indices output is not mapped on the wafer");
       if (const std::string ap = n.attrs.get_string("auto_pad", "NOTSET"); ap != "NOTSET" && ap != "VALID")
@@ -245,13 +259,14 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       k.pkw = kshape[1];
       k.psh = st[0];
       k.psw = st[1];
-      k.ph = (k.oh - k.pkh) / k.psh + 1;
-      k.pw = (k.ow - k.pkw) / k.psw + 1;
+      k.ppt = pads[0], k.ppl = pads[1], k.ppb = pads[2], k.ppr = pads[3];
+      k.ph = (k.pool_ih() - k.pkh) / k.psh + 1;
+      k.pw = (k.pool_iw() - k.pkw) / k.psw + 1;
       if (k.ph < 1 || k.pw < 1) unsupported("the " + n.op + " window is larger than its input");
       absorb(k, n);
     } else if (n.op == "Flatten" || n.op == "Reshape") {
       const Shape& os = g.value(n.outputs[0]).shape;
-      const bool to_rows = cs.size() == 4 && os.size() == 2 && os[0] == cs[0] && os[1] == cs[1] * cs[2] * cs[3];
+      const bool to_rows = fmap && os.size() == 2 && os[0] == cs[0] && os[1] == cs[1] * cs[2] * (cs.size() == 4 ? cs[3] : 1);
       if (!to_rows || ks.empty() || !ks.back().spatial() || (n.op == "Flatten" && n.attrs.get_int("axis", 1) != 1))
         unsupported(n.op + " is mapped only as a Flatten of a Conv's [batch, C, H, W] output to [batch, C*H*W]");
       flat = true;  // the next dense layer reads the holders channel-major

@@ -17,11 +17,13 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes) {
   if (k.tanh) b += 3 * k.B * k.nb * 4;                               // tanh temporaries (chain end)
   if (k.softmax) b += (2 * k.B * k.N + 4 * k.B) * 4;                 // softmax arrays (chain end)
   if (k.pkh) b += k.rows_out() * k.nb * 4;                           // the pooled output (chain end)
+  if (k.pool_padded()) b += k.samples * k.pool_ih() * k.pool_iw() * k.nb * 4;  // y inside the pool's border (chain end)
+  if (k.xp_h) b += k.samples * k.xp_h * k.xp_w * k.nb * wbytes;      // the next Conv's holder, with its zero border (chain end)
   if (k.gelu) b += 4 * k.B * k.nb * 4;                               // GELU temporaries (chain end)
   if (k.attn) b += (k.B * k.feat_nb() + 2 * k.attn_rows() * k.B + k.attn_rows() * std::min(k.dh, k.feat_nb()) + 4 * k.attn_rows()) * 4;  // attention arrays (chain end)
   if (k.res_host) b += k.B * k.nb * 4;                               // the graph input's block for the residual (chain end)
   if (k.layernorm) b += (k.B * k.nb + 4 * k.B + 3 * k.nb) * 4;       // LayerNorm arrays (chain end)
-  if (wbytes == 2) b += k.rows_out() * k.nb * 2;                     // y in fp16 (chain end)
+  if (wbytes == 2 && !k.xp_h) b += k.rows_out() * k.nb * 2;          // y in the 16-bit format (chain end)
   if (k.input_layer) b += (k.spatial() ? k.xs_elems() : k.B * k.kb) * wbytes;  // xs (source)
   return b + 16;
 }

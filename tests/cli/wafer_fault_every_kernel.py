@@ -15,6 +15,8 @@ CASES = [
     ("scenarios/wafer/mlp/mlp_pipelined_bf16.json", []),
     ("scenarios/wafer/transformer/transformer_layer_pipelined.json", ["mapping.wafer_block=16"]),
     ("scenarios/wafer/cnn/lenet_pipelined.json", ["mapping.wafer_block=4"]),
+    ("tests/cli/data/wafer_cnn_padded.json", []),
+    ("tests/cli/data/wafer_conv1d.json", []),
 ]
 
 
