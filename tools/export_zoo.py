@@ -281,7 +281,7 @@ CASES = [
                 "SwiGLU hidden 176, max_seq 64)",
          what="a LLaMA block (RMSNorm, rotary embeddings, causal attention, SwiGLU)"),
     dict(name="audio_conv1d", seed=22, opset=11, inputs={"x": (8, 1, 512)},
-         build=lambda: audio_net(batch_norm=True, classes=10), wafer="pipelined",
+         build=lambda: audio_net(batch_norm=True, classes=10), wafer=("weight_streaming", "pipelined"),
          source="nn.Sequential of Conv1d+BatchNorm1d+ReLU x3 (one stride 2), "
                 "AdaptiveAvgPool1d(1), Flatten, Linear(32, 10)",
          what="a Conv1d audio classifier on 512 samples"),
@@ -475,16 +475,20 @@ def export_case(case, root):
     variants = (("reference", "reference", None, REFERENCE_TOL),
                 ("neuroncore", "neuroncore", "bf16", (NEURONCORE_TOL[0], bf16_atol)),
                 ("neuroncore_fp32", "neuroncore", "fp32", NEURONCORE_FP32_TOL))
-    # The wafer (wse2) in fp16 and bf16 where its compiler maps the model, in the mode it maps it in
-    # (case["wafer"]); both held to the bf16 tolerance (PyTorch 1.13 has no fp16 convolution on the
-    # CPU to measure an fp16 figure; fp16 rounds finer, so the bound is the looser one).
-    if case.get("wafer"):
-        variants += (("wafer_fp16", "wafer", "fp16", (NEURONCORE_TOL[0], bf16_atol)),
-                     ("wafer_bf16", "wafer", "bf16", (NEURONCORE_TOL[0], bf16_atol)))
+    # The wafer (wse2) in fp16 and bf16 where its compiler maps the model, in the modes it maps it in
+    # (case["wafer"]: weight streaming writes wafer_<p>.json, pipelined wafer_pipelined_<p>.json);
+    # held to the bf16 tolerance (PyTorch 1.13 has no fp16 convolution on the CPU to measure an
+    # fp16 figure; fp16 rounds finer, so the bound is the looser one).
+    modes = {}
+    for mode in case.get("wafer", ()):
+        for p in ("fp16", "bf16"):
+            file = "wafer_" + ("pipelined_" if mode == "pipelined" else "") + p
+            modes[file] = mode
+            variants += ((file, "wafer", p, (NEURONCORE_TOL[0], bf16_atol)),)
     for file, target, compute, tol in variants:
         desc = describe(case, batch)
         if target == "wafer":
-            desc += (f" On a WSE-2, {case['wafer'].replace('_', ' ')}, {compute} compute with fp32 "
+            desc += (f" On a WSE-2, {modes[file].replace('_', ' ')}, {compute} compute with fp32 "
                      f"sums: atol {bf16_atol:g}, twice PyTorch's own bf16 inference error "
                      f"({bf16_err:.3g}) when that is more than {NEURONCORE_TOL[1]:g}.")
         elif compute == "bf16":
@@ -507,7 +511,7 @@ def export_case(case, root):
             "inputs": {k: {"file": k + ".npy"} for k in feeds},
         }
         if target == "wafer":
-            scenario["mapping"] = {"mode": case["wafer"]}
+            scenario["mapping"] = {"mode": modes[file]}
         if compute:
             scenario["precision"] = {"compute": compute}
         scenario["expect"] = {"outputs": {outputs[0]: {"file": "y.npy", "rtol": tol[0],

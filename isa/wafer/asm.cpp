@@ -360,7 +360,7 @@ class Assembler {
   }
 
   void data(const std::vector<std::string_view>& w) {
-    const std::string usage = "`.data NAME TYPE COUNT [fill=X]`";
+    const std::string usage = "`.data NAME TYPE COUNT [fill=X] [live=LO..HI]`";
     if (w.size() < 4) return error("malformed .data", usage);
     if (!new_name(w[1], "array")) return;
     if (find_data(w[1]) >= 0) return error("array '" + std::string(w[1]) + "' declared twice");
@@ -382,13 +382,32 @@ class Assembler {
     }
     d.count = static_cast<int32_t>(n);
     Options o;
-    if (!options(w, 4, {"fill"}, {}, o, usage)) return;
+    if (!options(w, 4, {"fill", "live"}, {}, o, usage)) return;
     if (auto f = opt(o, "fill")) {
       if (!parse_float(*f, d.fill)) return error("bad fill=" + std::string(*f), "a number");
       d.has_fill = true;
     }
-    const int64_t end = prog_.data_bytes();
-    d.addr = static_cast<uint32_t>((end + 3) / 4 * 4);
+    if (auto lv = opt(o, "live")) {
+      const size_t dots = lv->find("..");
+      int64_t lo = -1, hi = -1;
+      if (dots == std::string_view::npos || !parse_int(lv->substr(0, dots), lo) || !parse_int(lv->substr(dots + 2), hi) || lo < 0 || hi < lo || hi > 32767)
+        return error("bad live=" + std::string(*lv), "a phase range LO..HI, 0 <= LO <= HI <= 32767");
+      if (d.has_fill) return error("an array with live= has no defined content before its range; fill= needs it live throughout", "drop live= or fill=");
+      d.live_lo = static_cast<int32_t>(lo);
+      d.live_hi = static_cast<int32_t>(hi);
+    }
+    // The lowest 4-byte aligned address clear of every array it may be live with: with no live=
+    // anywhere, the end of the last array (declaration order).
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (const auto& o2 : prog_.data)
+      if (d.live_with(o2)) busy.emplace_back(o2.addr, int64_t{o2.addr} + o2.bytes());
+    std::sort(busy.begin(), busy.end());
+    int64_t at = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (at + d.bytes() <= lo) break;
+      at = std::max(at, (hi + 3) / 4 * 4);
+    }
+    d.addr = static_cast<uint32_t>(at);
     prog_.data.push_back(std::move(d));
   }
 
@@ -830,6 +849,7 @@ std::string disassemble(const Program& p) {
   for (const auto& d : p.data) {
     s += ".data " + d.name + " " + std::string(elem_name(d.elem)) + " " + std::to_string(d.count);
     if (d.has_fill) s += " fill=" + fmt_float(d.fill);
+    if (!d.always_live()) s += " live=" + std::to_string(d.live_lo) + ".." + std::to_string(d.live_hi);
     s += "\n";
   }
   for (size_t i = 0; i < p.dsds.size(); ++i) {
@@ -875,6 +895,7 @@ std::string disassemble(const Program& p) {
 bool same_program(const Program& a, const Program& b) {
   auto data_eq = [](const DataDecl& x, const DataDecl& y) {
     return x.name == y.name && x.elem == y.elem && x.count == y.count && x.addr == y.addr && x.has_fill == y.has_fill &&
+           x.live_lo == y.live_lo && x.live_hi == y.live_hi &&
            std::bit_cast<uint32_t>(x.fill) == std::bit_cast<uint32_t>(y.fill);
   };
   auto task_eq = [](const Task& x, const Task& y) {

@@ -201,11 +201,18 @@ struct DataDecl {
   std::string name;
   Elem elem = Elem::f32;
   int32_t count = 0;
-  uint32_t addr = 0;       // bytes in the data area (4-byte aligned, in declaration order)
+  uint32_t addr = 0;       // bytes in the data area (4-byte aligned; the lowest free address, in declaration order)
   bool has_fill = false;
   float fill = 0;
+  // live=LO..HI: the array holds values only in phases LO..HI of the program (numbered by whoever
+  // writes it: the wafer compiler's kernels); arrays whose ranges do not intersect may share
+  // addresses. -1: live throughout (every array without live=).
+  int32_t live_lo = -1, live_hi = -1;
   int32_t line = 0;
   int64_t bytes() const { return int64_t{count} * elem_bytes(elem); }
+  bool always_live() const { return live_lo < 0; }
+  // Whether the two arrays may hold values at the same time (then they must not overlap).
+  bool live_with(const DataDecl& o) const { return always_live() || o.always_live() || (live_lo <= o.live_hi && o.live_lo <= live_hi); }
 };
 
 struct Program {
@@ -218,7 +225,7 @@ struct Program {
   std::vector<Task> tasks;
   std::vector<Instr> instrs;
   std::map<std::string, int32_t> labels;      // label -> instruction index
-  int64_t data_bytes() const;                 // end of the last array
+  int64_t data_bytes() const;                 // the highest end of an array
   int find_task(std::string_view name) const; // -1 if none
 };
 

@@ -220,11 +220,10 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
                        std::string("give a rectangle one PE ") + (k.k_on_columns ? "high" : "wide") + " along the last layer's output axis, e.g. \"wafer_rect\": [" +
                            (k.k_on_columns ? std::to_string(w) + ", 1" : "1, " + std::to_string(h)) + "]");
     }
-    int64_t wa = 0, wb = 0, data = 16;
+    int64_t wa = 0, wb = 0, data = streaming_data_bytes(c, wbytes_pe);
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
       (l % 2 ? wb : wa) = std::max(l % 2 ? wb : wa, k.kb * k.nb * wbytes_pe);
-      data += pe_bytes(k, false, wbytes_pe);
     }
     if (c.training)
       for (size_t l = 0; l < c.kernels.size(); ++l) {

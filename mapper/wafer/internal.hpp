@@ -1,6 +1,7 @@
 #pragma once
 // Private to mapper/wafer (not part of the interface; compile.hpp is): what the wafer compiler's
 // files share. One section per file; each function's comment is with its definition.
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -44,7 +45,9 @@ std::vector<AttnBlock> match_attention(const graph::Graph& g, std::map<std::stri
                                        const SoleConsumer& sole, std::set<size_t>& consumed);
 
 // placement.cpp.
-int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes);
+int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<int64_t, 3>* scratch = nullptr);
+bool scratch_reuse(const Compiled& c);
+int64_t streaming_data_bytes(const Compiled& c, int64_t wbytes);
 void conv_weights(DenseKernel& k);
 std::pair<int64_t, int64_t> place_pipelined(std::vector<DenseKernel>& ks, int64_t b);
 void fuse_qkv(std::vector<DenseKernel>& ks);

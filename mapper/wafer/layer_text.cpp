@@ -44,6 +44,16 @@ std::string interior_dims(int64_t samples, int64_t H, int64_t W, int64_t h, int6
   return std::to_string(samples) + ":" + std::to_string(H * W * nb) + "," + std::to_string(h) + ":" + std::to_string(W * nb) + "," + std::to_string(w * nb) + ":1";
 }
 
+// ` live=l..l+span` for a scratch array of kernel l when its PEs reuse SRAM across kernels
+// (scratch_reuse), else "" (pe_bytes counts the same spans). span 0: the graph input's holder,
+// whose sends end before kernel l + 1's x values exist; 1: dead once kernel l's chain ends have
+// sent y on; 2: the array its reader takes x values from (read until that reader's x phase ends). Kernel l + span + 1's
+// x values reach a PE only after then (a chain: kernel m's x come from m - 1's chain ends, whose
+// reduce needs every x value of m - 1, all sent by m - 2's chain ends).
+std::string live(const Compiled& c, size_t l, int span) {
+  return scratch_reuse(c) ? " live=" + std::to_string(l) + ".." + std::to_string(l + static_cast<size_t>(span)) : "";
+}
+
 // The DSD dims of a conv's im2col walk over one sample of its [ih, iw, cb] holder.
 std::string im2col_dims(const DenseKernel& n) {
   const int64_t cb = n.cblk;
@@ -83,17 +93,17 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   o << "# ---- kernel " << l << ": " << k.name << " (" << k.op << "), X[" << B << "," << k.K << "] x W[" << k.K << "," << k.N << "], block "
     << kb << " x " << nb << (k.k_on_columns ? ", K along columns" : ", K along rows") << "\n";
   if (!ws) o << ".data " << wbuf << " " << we << " " << kb * nb << "   # W block, column j = the weights of x_j\n";
-  o << ".data y" << L << " f32 " << B * nb << "\n";
+  o << ".data y" << L << " f32 " << B * nb << live(c, l, hold_array(c, l) == "y" + L ? 2 : 1) << "\n";
   if (c.training) o << ".data xsave" << L << " f32 " << B * kb << "   # the x values this PE took (the weight gradient needs them)\n.dsd xsv" << L << " mem1d xsave" << L << " len=1\n";
   const DenseKernel* nk = has_next ? &c.kernels[rd[0]] : nullptr;
   const std::string N1 = has_next ? std::to_string(rd[0]) : "";
   const int64_t rows = k.rows_out();
   if (k.input_layer)
-    o << ".if $src" << L << "\n.data xs" << L << " " << we << " " << (k.spatial() ? k.xs_elems() : B * kb)
+    o << ".if $src" << L << "\n.data xs" << L << " " << we << " " << (k.spatial() ? k.xs_elems() : B * kb) << live(c, l, 0)
       << (k.spatial() ? "   # [sample, h, w, channel] with the zero border" : "") << "\n.endif\n";
   o << ".if $last" << L << "\n.data bias" << L << " f32 " << nb << "\n";
-  if (k.pkh) o << ".data p" << L << " f32 " << rows * nb << "   # the pool's output [sample, ph, pw, channel]\n";
-  if (h && has_next && !k.xp_h) o << ".data y16_" << L << " " << we << " " << rows * nb << "   # y in the 16-bit format, as the next layer takes it\n";
+  if (k.pkh) o << ".data p" << L << " f32 " << rows * nb << live(c, l, hold_array(c, l) == "p" + L ? 2 : 1) << "   # the pool's output [sample, ph, pw, channel]\n";
+  if (h && has_next && !k.xp_h) o << ".data y16_" << L << " " << we << " " << rows * nb << live(c, l, 2) << "   # y in the 16-bit format, as the next layer takes it\n";
   if (k.xp_h) o << ".data xp" << L << " " << (h ? we : "f32") << " " << k.samples * k.xp_h * k.xp_w * nb << "   # the next Conv's input [sample, h, w, channel] inside its zero border\n";
   if (k.pool_padded())
     o << ".data yp" << L << " f32 " << k.samples * k.pool_ih() * k.pool_iw() * nb << " fill=" << (k.pavg ? "0" : "-inf") << "   # y inside the pool's border\n";
@@ -114,9 +124,9 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   o << ".if !$last" << L << "\n.dsd to" << L << " fabout f32 color=$cout" << L << " queue=2 len=" << B * nb << "\n.endif\n";
   o << ".if $last" << L << "\n.dsd bm" << L << " mem4d bias" << L << " dims=" << B << ":0," << nb << ":1   # the bias again for every sample\n";
   if (k.tanh)  // the activation's temporaries
-    for (const char* t : {"ta", "tb", "tc"}) o << ".data " << t << L << "_a f32 " << B * nb << "\n.dsd " << t << L << " mem1d " << t << L << "_a\n";
+    for (const char* t : {"ta", "tb", "tc"}) o << ".data " << t << L << "_a f32 " << B * nb << live(c, l, 1) << "\n.dsd " << t << L << " mem1d " << t << L << "_a\n";
   if (k.gelu)
-    for (const char* t : {"ga", "gb", "gc", "gd"}) o << ".data " << t << L << "_a f32 " << B * nb << "\n.dsd " << t << L << " mem1d " << t << L << "_a\n";
+    for (const char* t : {"ga", "gb", "gc", "gd"}) o << ".data " << t << L << "_a f32 " << B * nb << live(c, l, 1) << "\n.dsd " << t << L << " mem1d " << t << L << "_a\n";
   if (k.residual >= 0) {  // the residual: the input of kernel r, held here in the same blocks
     const size_t r = static_cast<size_t>(k.residual);
     const int64_t rs = c.kernels[r].src;

@@ -2,6 +2,7 @@
 // per-PE bytes, channel blocks and conv weights, the pipelined staircase and its rewrites (Q, K and V
 // fused, residuals passed through), the weight-streaming rectangle.
 #include <algorithm>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -10,22 +11,66 @@
 
 namespace tessera::wafer::detail {
 
-// Bytes of data one PE of kernel `l` needs (pipelined: its own W block).
-int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes) {
-  int64_t b = k.B * k.nb * 4 + (own_w ? k.kb * k.nb * wbytes : 0);  // y, W
+// Bytes of data one PE of kernel `l` needs (pipelined: its own W block); `scratch`: how many of
+// them are in arrays whose values live only while the kernel runs and its reader takes them, by
+// span (layer_text's live=l..l+span when scratch_reuse holds): 0 the graph input's holder (its
+// sends end before the next kernel's x values exist), 1 y and the post-ops' arrays, 2 the array
+// the next kernel's x values are read from.
+int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<int64_t, 3>* scratch) {
+  std::array<int64_t, 3> s{};
+  const bool half = wbytes == 2, y_holds = !half && !k.attn && !k.pkh && !k.xp_h;
+  s[y_holds ? 2 : 1] += k.B * k.nb * 4;                              // y
+  if (k.tanh) s[1] += 3 * k.B * k.nb * 4;                            // tanh temporaries (chain end)
+  if (k.gelu) s[1] += 4 * k.B * k.nb * 4;                            // GELU temporaries (chain end)
+  if (k.pkh) s[!half && !k.xp_h ? 2 : 1] += k.rows_out() * k.nb * 4;  // the pooled output (chain end)
+  if (half && !k.xp_h) s[2] += k.rows_out() * k.nb * 2;              // y in the 16-bit format (chain end)
+  if (k.input_layer) s[0] += (k.spatial() ? k.xs_elems() : k.B * k.kb) * wbytes;  // xs (source)
+  if (scratch) *scratch = s;
+  int64_t b = s[0] + s[1] + s[2] + (own_w ? k.kb * k.nb * wbytes : 0);  // W
   b += k.nb * 4;                                                     // bias (chain end)
-  if (k.tanh) b += 3 * k.B * k.nb * 4;                               // tanh temporaries (chain end)
   if (k.softmax) b += (2 * k.B * k.N + 4 * k.B) * 4;                 // softmax arrays (chain end)
-  if (k.pkh) b += k.rows_out() * k.nb * 4;                           // the pooled output (chain end)
-  if (k.pool_padded()) b += k.samples * k.pool_ih() * k.pool_iw() * k.nb * 4;  // y inside the pool's border (chain end)
-  if (k.xp_h) b += k.samples * k.xp_h * k.xp_w * k.nb * wbytes;      // the next Conv's holder, with its zero border (chain end)
-  if (k.gelu) b += 4 * k.B * k.nb * 4;                               // GELU temporaries (chain end)
   if (k.attn) b += (k.B * k.feat_nb() + 2 * k.attn_rows() * k.B + k.attn_rows() * std::min(k.dh, k.feat_nb()) + 4 * k.attn_rows()) * 4;  // attention arrays (chain end)
   if (k.res_host) b += k.B * k.nb * 4;                               // the graph input's block for the residual (chain end)
   if (k.layernorm) b += (k.B * k.nb + 4 * k.B + 3 * k.nb) * 4;       // LayerNorm arrays (chain end)
-  if (wbytes == 2 && !k.xp_h) b += k.rows_out() * k.nb * 2;          // y in the 16-bit format (chain end)
-  if (k.input_layer) b += (k.spatial() ? k.xs_elems() : k.B * k.kb) * wbytes;  // xs (source)
+  if (k.pool_padded()) b += k.samples * k.pool_ih() * k.pool_iw() * k.nb * 4;  // y inside the pool's border (chain end)
+  if (k.xp_h) b += k.samples * k.xp_h * k.xp_w * k.nb * wbytes;      // the next Conv's holder, with its zero border (chain end)
   return b + 16;
+}
+
+// Weight streaming, inference, a chain (each kernel reads the one before it, once; no residual,
+// attention or LayerNorm): every PE runs the kernels one after another, so a kernel's scratch
+// arrays (pe_bytes) can take the bytes of those two kernels back (layer_text's live= ranges; the
+// assembler places them).
+bool scratch_reuse(const Compiled& c) {
+  if (c.mode != MapMode::weight_streaming || c.training) return false;
+  for (size_t l = 0; l < c.kernels.size(); ++l) {
+    const DenseKernel& k = c.kernels[l];
+    if (k.src != static_cast<int64_t>(l) - 1 || c.readers[l + 1].size() > 1 || k.residual >= 0 || k.attn || k.layernorm || k.res_host || k.qkv) return false;
+  }
+  return true;
+}
+
+// Weight streaming: the data bytes of the busiest PE (every kernel's arrays as if one PE held them
+// all, without the W buffers): the kept arrays summed, the scratch ones (scratch_reuse) the most
+// that are live in one phase -- kernel l's from phase l through l + span. (A bound: the
+// assembler's first fit may leave gaps; its validation names a PE whose data does not fit.)
+int64_t streaming_data_bytes(const Compiled& c, int64_t wbytes) {
+  const bool reuse = scratch_reuse(c);
+  const size_t n = c.kernels.size();
+  int64_t kept = 16;
+  std::vector<int64_t> phase(n + 2, 0);
+  for (size_t l = 0; l < n; ++l) {
+    std::array<int64_t, 3> s{};
+    const int64_t all = pe_bytes(c.kernels[l], false, wbytes, &s);
+    if (!reuse) {
+      kept += all;
+      continue;
+    }
+    kept += all - s[0] - s[1] - s[2];
+    for (size_t span = 0; span < 3; ++span)
+      for (size_t t = l; t <= l + span; ++t) phase[t] += s[span];
+  }
+  return kept + *std::max_element(phase.begin(), phase.end());
 }
 
 namespace {

@@ -239,6 +239,38 @@ TEST_CASE("wafer-asm: decoded fields") {
   CHECK(instr_length(p, p.instrs[12]) == 8);  // fnegs fq, am: the fifo takes am's length
 }
 
+TEST_CASE("wafer-asm: arrays with disjoint live ranges share addresses") {
+  // a (always), y0 live 0..1, h (always), y1 live 1..2, y2 live 2..3 (clear of y1, not of y0's
+  // bytes: it takes them), y3 live 3..4 (live with y2: the gap between y2 and h is too short; y1's
+  // bytes are free again and it runs on past them).
+  const Program p = assemble(
+      ".data a f32 4\n.data y0 f32 16 live=0..1\n.data h f16 3\n.data y1 f32 8 live=1..2\n.data y2 f32 12 live=2..3\n"
+      ".data y3 f32 10 live=3..4\n.dsd m mem1d y2\n",
+      "live.pe");
+  REQUIRE(p.data.size() == 6);
+  CHECK(p.data[0].addr == 0);
+  CHECK(p.data[1].addr == 16);   // y0: after a
+  CHECK(p.data[2].addr == 80);   // h: after y0 (always live)
+  CHECK(p.data[3].addr == 88);   // y1: live with y0 and h, after both (h's 6 bytes aligned)
+  CHECK(p.data[4].addr == 16);   // y2: y0's bytes (0..1 and 2..3 do not meet), 48 of its 64
+  CHECK(p.data[5].addr == 88);   // y3: 40 bytes; 64..80 is too short, y1 (88..120) is dead
+  CHECK(p.data_bytes() == 128);
+  CHECK(p.dsds[0].base == 16);
+  CHECK(p.data[4].live_lo == 2);
+  CHECK(p.data[4].live_hi == 3);
+  // Without live= every array is live with every other: declaration order, as before.
+  const Program q = assemble(".data a f32 4\n.data b f16 3\n.data c f32 2\n", "seq.pe");
+  CHECK(q.data[1].addr == 16);
+  CHECK(q.data[2].addr == 24);
+  // The text form keeps the ranges: assemble(disassemble(p)) is p.
+  const std::string text = disassemble(p);
+  CHECK(text.find(".data y2 f32 12 live=2..3") != std::string::npos);
+  CHECK(same_program(assemble(text, "again.pe"), p));
+  Program r = p;
+  r.data[4].live_hi = 4;
+  CHECK_FALSE(same_program(r, p));
+}
+
 TEST_CASE("wafer-asm: syntax errors name file and line") {
   const std::string head = ".data a f32 8\n.dsd am mem1d a\n.task t local id=0\n";  // instructions from line 4
   one_error(head + "  fadd am, am, am\n", 4, "unknown instruction 'fadd'");
@@ -256,6 +288,9 @@ TEST_CASE("wafer-asm: syntax errors name file and line") {
   one_error(head + "  fmovs am am\n", 4, "takes 2 operand(s), got 1");
   one_error(".data a f32 8\n.data b f32 4\n.dsd am mem1d a\n.dsd bm mem1d b\n.task t local id=0\n  fadds am, am, bm\n", 6, "operand lengths differ");
   one_error(".data a f32 8\n.dsd am mem1d a off=4 len=8\n", 2, "reaches outside array 'a'");
+  one_error(".data a f32 8 live=3..1\n", 1, "bad live=3..1");
+  one_error(".data a f32 8 live=2\n", 1, "bad live=2");
+  one_error(".data a f32 8 fill=1 live=0..2\n", 1, "fill= needs it live throughout");
   one_error(".data a f32 8\n.dsd am mem1d a stride=2\n", 2, "missing len=");
   one_error(".data a f32 8\n.dsd am mem4d a dims=2:4,2:1,1:1,1:1,1:1\n", 2, "bad dims=");
   one_error(".dsd x fabin f32 color=32 queue=1 len=4\n", 1, "bad color=32");
