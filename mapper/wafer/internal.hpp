@@ -45,6 +45,11 @@ std::vector<AttnBlock> match_attention(const graph::Graph& g, std::map<std::stri
                                        const SoleConsumer& sole, std::set<size_t>& consumed);
 
 // placement.cpp.
+// The array a kernel's readers take its output from (layer_text names it, pe_bytes counts it):
+// y as it is, its 16-bit copy, the attention's output, the pool's output, or the next Conv's
+// holder with the zero border.
+enum class Hold { y, y16, att, p, xp };
+Hold hold_of(const DenseKernel& k, bool half);
 int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<int64_t, 3>* scratch = nullptr);
 bool scratch_reuse(const Compiled& c);
 int64_t streaming_data_bytes(const Compiled& c, int64_t wbytes);

@@ -28,9 +28,8 @@ void gather_text(std::ostringstream& o, const std::string& task, int id, bool ac
 
 // The array holding kernel l's output where the next kernels read it.
 std::string hold_array(const Compiled& c, size_t l) {
-  const DenseKernel& k = c.kernels[l];
-  if (k.xp_h) return "xp" + std::to_string(l);  // a padded Conv reads it: inside the zero border
-  return c.half() ? "y16_" + std::to_string(l) : k.attn ? "att" + std::to_string(l) : k.pkh ? "p" + std::to_string(l) : "y" + std::to_string(l);
+  static const char* const kName[] = {"y", "y16_", "att", "p", "xp"};  // by Hold
+  return kName[static_cast<int>(hold_of(c.kernels[l], c.half()))] + std::to_string(l);
 }
 
 // The first of kernel l's three x-task registers (counter j, sample counter b, scratch): three per
@@ -93,7 +92,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
   o << "# ---- kernel " << l << ": " << k.name << " (" << k.op << "), X[" << B << "," << k.K << "] x W[" << k.K << "," << k.N << "], block "
     << kb << " x " << nb << (k.k_on_columns ? ", K along columns" : ", K along rows") << "\n";
   if (!ws) o << ".data " << wbuf << " " << we << " " << kb * nb << "   # W block, column j = the weights of x_j\n";
-  o << ".data y" << L << " f32 " << B * nb << live(c, l, hold_array(c, l) == "y" + L ? 2 : 1) << "\n";
+  o << ".data y" << L << " f32 " << B * nb << live(c, l, hold_of(k, h) == Hold::y ? 2 : 1) << "\n";
   if (c.training) o << ".data xsave" << L << " f32 " << B * kb << "   # the x values this PE took (the weight gradient needs them)\n.dsd xsv" << L << " mem1d xsave" << L << " len=1\n";
   const DenseKernel* nk = has_next ? &c.kernels[rd[0]] : nullptr;
   const std::string N1 = has_next ? std::to_string(rd[0]) : "";
@@ -102,7 +101,7 @@ void layer_text(const Compiled& c, size_t l, std::ostringstream& o) {
     o << ".if $src" << L << "\n.data xs" << L << " " << we << " " << (k.spatial() ? k.xs_elems() : B * kb) << live(c, l, 0)
       << (k.spatial() ? "   # [sample, h, w, channel] with the zero border" : "") << "\n.endif\n";
   o << ".if $last" << L << "\n.data bias" << L << " f32 " << nb << "\n";
-  if (k.pkh) o << ".data p" << L << " f32 " << rows * nb << live(c, l, hold_array(c, l) == "p" + L ? 2 : 1) << "   # the pool's output [sample, ph, pw, channel]\n";
+  if (k.pkh) o << ".data p" << L << " f32 " << rows * nb << live(c, l, hold_of(k, h) == Hold::p ? 2 : 1) << "   # the pool's output [sample, ph, pw, channel]\n";
   if (h && has_next && !k.xp_h) o << ".data y16_" << L << " " << we << " " << rows * nb << live(c, l, 2) << "   # y in the 16-bit format, as the next layer takes it\n";
   if (k.xp_h) o << ".data xp" << L << " " << (h ? we : "f32") << " " << k.samples * k.xp_h * k.xp_w * nb << "   # the next Conv's input [sample, h, w, channel] inside its zero border\n";
   if (k.pool_padded())

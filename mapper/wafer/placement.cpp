@@ -16,14 +16,18 @@ namespace tessera::wafer::detail {
 // span (layer_text's live=l..l+span when scratch_reuse holds): 0 the graph input's holder (its
 // sends end before the next kernel's x values exist), 1 y and the post-ops' arrays, 2 the array
 // the next kernel's x values are read from.
+Hold hold_of(const DenseKernel& k, bool half) {
+  return k.xp_h ? Hold::xp : half ? Hold::y16 : k.attn ? Hold::att : k.pkh ? Hold::p : Hold::y;
+}
+
 int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<int64_t, 3>* scratch) {
   std::array<int64_t, 3> s{};
-  const bool half = wbytes == 2, y_holds = !half && !k.attn && !k.pkh && !k.xp_h;
-  s[y_holds ? 2 : 1] += k.B * k.nb * 4;                              // y
+  const Hold hold = hold_of(k, wbytes == 2);
+  s[hold == Hold::y ? 2 : 1] += k.B * k.nb * 4;                      // y
   if (k.tanh) s[1] += 3 * k.B * k.nb * 4;                            // tanh temporaries (chain end)
   if (k.gelu) s[1] += 4 * k.B * k.nb * 4;                            // GELU temporaries (chain end)
-  if (k.pkh) s[!half && !k.xp_h ? 2 : 1] += k.rows_out() * k.nb * 4;  // the pooled output (chain end)
-  if (half && !k.xp_h) s[2] += k.rows_out() * k.nb * 2;              // y in the 16-bit format (chain end)
+  if (k.pkh) s[hold == Hold::p ? 2 : 1] += k.rows_out() * k.nb * 4;  // the pooled output (chain end)
+  if (hold == Hold::y16) s[2] += k.rows_out() * k.nb * 2;            // y in the 16-bit format (chain end)
   if (k.input_layer) s[0] += (k.spatial() ? k.xs_elems() : k.B * k.kb) * wbytes;  // xs (source)
   if (scratch) *scratch = s;
   int64_t b = s[0] + s[1] + s[2] + (own_w ? k.kb * k.nb * wbytes : 0);  // W
