@@ -13,13 +13,14 @@
 #include <nlohmann/json.hpp>
 
 #include "isa/fileio.hpp"
+#include "isa/wafer/asm_util.hpp"
+#include "isa/wafer/builder.hpp"
 
 namespace tessera::wafer {
 
-namespace {
+using namespace asmutil;
 
-// ---------------------------------------------------------------------------------------------
-// Text helpers.
+namespace {
 
 using text::is_ident;
 using text::trim;
@@ -36,89 +37,6 @@ std::vector<std::string_view> split_ws(std::string_view s) {
   return out;
 }
 
-// Decimal or 0x hex, optionally negative; magnitudes up to 2^62 (room for products).
-bool parse_int(std::string_view s, int64_t& out) {
-  int64_t v = 0;
-  if (!text::parse_int(s, v, true, true) || v > (int64_t{1} << 62) || v < -(int64_t{1} << 62)) return false;
-  out = v;
-  return true;
-}
-
-bool parse_float(std::string_view s, float& out) {
-  s = trim(s);
-  if (s == "inf") return out = INFINITY, true;
-  if (s == "-inf") return out = -INFINITY, true;
-  if (s.empty() || s[0] == '+') return false;
-  double d = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), d);
-  if (ec != std::errc() || p != s.data() + s.size() || std::isnan(d)) return false;
-  out = static_cast<float>(d);
-  return std::isfinite(out) || std::isinf(d);
-}
-
-bool looks_float(std::string_view s) {
-  return s.find_first_of(".eE") != std::string_view::npos && s.find("0x") == std::string_view::npos ? true
-                                                                                                     : s == "inf" || s == "-inf";
-}
-
-std::string fmt_float(float v) {
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[64];
-  auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  (void)ec;
-  std::string s(buf, p);
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  return s;
-}
-
-std::string fmt_value(double v) {
-  if (v == std::floor(v) && std::fabs(v) < 9e15) return std::to_string(static_cast<int64_t>(v));
-  char buf[64];
-  auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  (void)ec;
-  return std::string(buf, p);
-}
-
-template <typename E>
-std::optional<E> lookup(std::string_view w, int n, std::string_view (*name)(E)) {
-  for (int i = 0; i < n; ++i)
-    if (name(static_cast<E>(i)) == w) return static_cast<E>(i);
-  return std::nullopt;
-}
-template <typename E>
-std::vector<std::string> names_of(int n, std::string_view (*name)(E)) {
-  std::vector<std::string> v;
-  for (int i = 0; i < n; ++i) v.emplace_back(name(static_cast<E>(i)));
-  return v;
-}
-std::string suggest(std::string_view word, const std::vector<std::string>& names, std::string_view what) {
-  std::string m = did_you_mean(std::string(word), names);
-  if (!m.empty()) return "did you mean '" + m + "'?";
-  std::string s = std::string(what) + ":";
-  for (const auto& n : names) s += " " + n;
-  return s;
-}
-
-bool reserved_word(std::string_view s) {
-  if (s == "px" || s == "py" || s == "wv" || s == "async") return true;
-  int64_t n = 0;
-  return s.size() >= 2 && s[0] == 'r' && std::isdigit(static_cast<unsigned char>(s[1])) && parse_int(s.substr(1), n);
-}
-
-bool fits(Want w, Elem e) {
-  switch (w) {
-    case Want::f16: return is_half(e);
-    case Want::f32: return e == Elem::f32;
-    case Want::b16: return elem_bytes(e) == 2;
-    case Want::b32: return elem_bytes(e) == 4;
-    default: return true;
-  }
-}
-std::string_view want_name(Want w) {
-  static constexpr std::string_view n[] = {"any", "a 16-bit float (f16, bf16, cbf16)", "f32", "16-bit", "32-bit"};
-  return n[static_cast<int>(w)];
-}
-
 // key=value options and flag words of a declaration line.
 struct Options {
   std::vector<std::pair<std::string_view, std::string_view>> kv;
@@ -130,9 +48,7 @@ struct Options {
 
 class Assembler {
  public:
-  Assembler(std::string file, const Bindings& params, std::string pe) : params_(params), pe_(std::move(pe)) {
-    prog_.source = std::move(file);
-  }
+  Assembler(std::string file, const Bindings& params, std::string pe) : b_(file, pe, diags_), file_(std::move(file)), params_(params), pe_(std::move(pe)) {}
 
   Program run(std::string_view text) {
     int n = 0;
@@ -142,30 +58,23 @@ class Assembler {
       line(text.substr(pos, nl - pos), ++n);
       pos = nl + 1;
     }
-    where_ = prog_.source + (pe_.empty() ? "" : " " + pe_);
+    const std::string where = file_ + (pe_.empty() ? "" : " " + pe_);
     for (const auto& [name, v] : params_)
       if (!declared_.count(name))
-        diags_.add(where_, "parameter '" + name + "' is bound but the program declares no `.param " + name + "`",
+        diags_.add(where, "parameter '" + name + "' is bound but the program declares no `.param " + name + "`",
                    suggest(name, declared_names_, "declared parameters"));
-    finish();
+    for (const auto& c : cond_) diags_.add(file_ + ":" + std::to_string(c.line) + (pe_.empty() ? "" : " " + pe_), ".if without .endif");
+    Program p = b_.finish();
     diags_.throw_if_any();
-    return std::move(prog_);
+    return p;
   }
 
  private:
-  struct Ref {
-    int32_t instr;
-    int slot;
-    std::string name;
-    std::string where;
-    bool task;  // else label
-  };
-
-  void error(std::string m, std::string h = {}) { diags_.add(where_, std::move(m), std::move(h)); }
+  void error(std::string m, std::string h = {}) { b_.error(std::move(m), std::move(h)); }
 
   void line(std::string_view raw, int n) {
     line_ = n;
-    where_ = prog_.source + ":" + std::to_string(n) + (pe_.empty() ? "" : " " + pe_);
+    b_.at(n);
     if (size_t h = raw.find('#'); h != std::string_view::npos) raw = raw.substr(0, h);
     std::string_view s = trim(raw);
     if (s.empty()) return;
@@ -179,7 +88,7 @@ class Assembler {
       s = sub;
     }
     if (s[0] == '.') return directive(s);
-    if (s.back() == ':' && is_ident(trim(s.substr(0, s.size() - 1)))) return label(std::string(trim(s.substr(0, s.size() - 1))));
+    if (s.back() == ':' && is_ident(trim(s.substr(0, s.size() - 1)))) return b_.label(std::string(trim(s.substr(0, s.size() - 1))));
     instruction(s);
   }
 
@@ -269,8 +178,8 @@ class Assembler {
     declared_[std::string(name)] = v;
     declared_names_.emplace_back(name);
     const auto b = params_.find(std::string(name));
-    if (b != params_.end()) prog_.params[std::string(name)] = b->second;
-    else if (v) prog_.params[std::string(name)] = *v;
+    if (b != params_.end()) b_.bind(std::string(name), b->second);
+    else if (v) b_.bind(std::string(name), *v);
   }
 
   // Splits "KEY=V" and flag words; false (with an error) on a word that is neither.
@@ -328,29 +237,6 @@ class Assembler {
     return true;
   }
 
-  bool new_name(std::string_view name, std::string_view what) {
-    if (!is_ident(name) || reserved_word(name)) {
-      error("bad " + std::string(what) + " name '" + std::string(name) + "'", "names are [A-Za-z_][A-Za-z0-9_]*, not px py wv async rN");
-      return false;
-    }
-    return true;
-  }
-  int find_data(std::string_view n) const {
-    for (size_t i = 0; i < prog_.data.size(); ++i)
-      if (prog_.data[i].name == n) return static_cast<int>(i);
-    return -1;
-  }
-  int find_dsd(std::string_view n) const {
-    for (size_t i = 0; i < prog_.dsd_names.size(); ++i)
-      if (prog_.dsd_names[i] == n) return static_cast<int>(i);
-    return -1;
-  }
-  std::vector<std::string> data_names() const {
-    std::vector<std::string> v;
-    for (const auto& d : prog_.data) v.push_back(d.name);
-    return v;
-  }
-
   void directive(std::string_view s) {
     const auto words = split_ws(s);
     if (words[0] == ".data") return data(words);
@@ -362,11 +248,9 @@ class Assembler {
   void data(const std::vector<std::string_view>& w) {
     const std::string usage = "`.data NAME TYPE COUNT [fill=X] [live=LO..HI]`";
     if (w.size() < 4) return error("malformed .data", usage);
-    if (!new_name(w[1], "array")) return;
-    if (find_data(w[1]) >= 0) return error("array '" + std::string(w[1]) + "' declared twice");
+    if (!b_.array_name_ok(w[1])) return;
     DataDecl d;
     d.name = std::string(w[1]);
-    d.line = line_;
     auto e = lookup<Elem>(w[2], kElems, elem_name);
     if (!e) return error("unknown type '" + std::string(w[2]) + "'", suggest(w[2], names_of<Elem>(kElems, elem_name), "types"));
     d.elem = *e;
@@ -392,23 +276,10 @@ class Assembler {
       int64_t lo = -1, hi = -1;
       if (dots == std::string_view::npos || !parse_int(lv->substr(0, dots), lo) || !parse_int(lv->substr(dots + 2), hi) || lo < 0 || hi < lo || hi > 32767)
         return error("bad live=" + std::string(*lv), "a phase range LO..HI, 0 <= LO <= HI <= 32767");
-      if (d.has_fill) return error("an array with live= has no defined content before its range; fill= needs it live throughout", "drop live= or fill=");
       d.live_lo = static_cast<int32_t>(lo);
       d.live_hi = static_cast<int32_t>(hi);
     }
-    // The lowest 4-byte aligned address clear of every array it may be live with: with no live=
-    // anywhere, the end of the last array (declaration order).
-    std::vector<std::pair<int64_t, int64_t>> busy;
-    for (const auto& o2 : prog_.data)
-      if (d.live_with(o2)) busy.emplace_back(o2.addr, int64_t{o2.addr} + o2.bytes());
-    std::sort(busy.begin(), busy.end());
-    int64_t at = 0;
-    for (const auto& [lo, hi] : busy) {
-      if (at + d.bytes() <= lo) break;
-      at = std::max(at, (hi + 3) / 4 * 4);
-    }
-    d.addr = static_cast<uint32_t>(at);
-    prog_.data.push_back(std::move(d));
+    b_.add_array(std::move(d));
   }
 
   void dsd(const std::vector<std::string_view>& w) {
@@ -416,8 +287,7 @@ class Assembler {
         "`.dsd NAME mem1d ARRAY [off=N] [len=N] [stride=N]`, `.dsd NAME mem4d ARRAY [off=N] dims=L:S,...`, "
         "`.dsd NAME fabin|fabout TYPE color=C queue=Q len=N [control] [index]`, `.dsd NAME fifo ARRAY`";
     if (w.size() < 4) return error("malformed .dsd", usage);
-    if (!new_name(w[1], "DSD")) return;
-    if (find_dsd(w[1]) >= 0) return error("DSD '" + std::string(w[1]) + "' declared twice");
+    if (!b_.dsd_name_ok(w[1])) return;
     auto kind = lookup<DsdKind>(w[2], 5, dsd_kind_name);
     if (!kind) return error("unknown DSD kind '" + std::string(w[2]) + "'", suggest(w[2], names_of<DsdKind>(5, dsd_kind_name), "kinds"));
     Dsd d;
@@ -442,9 +312,9 @@ class Assembler {
       if (d.index && elem_bytes(d.elem) != 2) return error("'index' needs a 16-bit type", "the index half exists only for 16-bit data");
       if (!ok) return;
     } else {
-      const int a = find_data(w[3]);
-      if (a < 0) return error("unknown array '" + std::string(w[3]) + "'", suggest(w[3], data_names(), "declare it with .data first; arrays"));
-      const DataDecl& arr = prog_.data[static_cast<size_t>(a)];
+      const int a = b_.find_array(w[3]);
+      if (a < 0) return error("unknown array '" + std::string(w[3]) + "'", suggest(w[3], b_.array_names(), "declare it with .data first; arrays"));
+      const DataDecl& arr = b_.program().data[static_cast<size_t>(a)];
       d.array = static_cast<int16_t>(a);
       d.elem = arr.elem;
       if (d.kind == DsdKind::fifo) {
@@ -466,17 +336,9 @@ class Assembler {
           if (!int_opt(o, "len", 1, 65535, stride == 1 ? std::optional<int64_t>(arr.count - off) : std::nullopt, len)) return;
           d.dims[0] = {static_cast<uint16_t>(len), static_cast<int16_t>(stride)};
         }
-        const auto [lo, hi] = d.byte_range();
-        if (lo < arr.addr || hi > int64_t{arr.addr} + arr.bytes())
-          return error("DSD '" + std::string(w[1]) + "' reaches outside array '" + arr.name + "' (elements " +
-                           std::to_string((lo - int64_t{arr.addr}) / elem_bytes(arr.elem)) + ".." +
-                           std::to_string((hi - int64_t{arr.addr}) / elem_bytes(arr.elem) - 1) + " of " + std::to_string(arr.count) + ")",
-                       "check off=, len=, stride= and dims=");
       }
     }
-    prog_.dsds.push_back(d);
-    prog_.dsd_names.emplace_back(w[1]);
-    prog_.dsd_lines.push_back(line_);
+    b_.add_dsd(std::string(w[1]), d);
   }
 
   bool dims(std::optional<std::string_view> text, Dsd& d) {
@@ -502,11 +364,8 @@ class Assembler {
 
   void task(const std::vector<std::string_view>& w) {
     const std::string usage = "`.task NAME data|local|control id=N [color=C] [queue=Q] [active] [blocked]`";
-    close_task();
-    bad_task_ = true;  // until the declaration is complete: its body is not reported as outside a task
+    b_.end_task();
     if (w.size() < 3) return error("malformed .task", usage);
-    if (!new_name(w[1], "task")) return;
-    if (prog_.find_task(w[1]) >= 0) return error("task '" + std::string(w[1]) + "' declared twice");
     auto kind = lookup<TaskKind>(w[2], 3, task_kind_name);
     if (!kind) return error("unknown task kind '" + std::string(w[2]) + "'", suggest(w[2], names_of<TaskKind>(3, task_kind_name), "kinds"));
     Options o;
@@ -514,67 +373,27 @@ class Assembler {
     if (!options(w, 3, data ? std::vector<std::string_view>{"id", "color", "queue"} : std::vector<std::string_view>{"id"},
                  *kind == TaskKind::local ? std::vector<std::string_view>{"active", "blocked"} : std::vector<std::string_view>{"blocked"}, o, usage))
       return;
-    Task t;
-    t.name = std::string(w[1]);
-    t.kind = *kind;
-    t.line = line_;
-    int64_t v = 0;
-    if (!int_opt(o, "id", 0, 255, std::nullopt, v)) return;
-    t.id = static_cast<uint8_t>(v);
-    for (const auto& other : prog_.tasks)
-      if (other.id == t.id) return error("task id " + std::to_string(v) + " already used by task '" + other.name + "'");
+    int64_t id = 0, color = -1, queue = -1;
+    if (!int_opt(o, "id", 0, 255, std::nullopt, id)) return;
     if (data) {
-      if (!int_opt(o, "color", 0, kMaxColors - 1, std::nullopt, v)) return;
-      t.color = static_cast<int16_t>(v);
-      for (const auto& other : prog_.tasks)
-        if (other.kind == TaskKind::data && other.color == t.color)
-          return error("color " + std::to_string(v) + " already fires data task '" + other.name + "'", "one data task per color");
-      if (opt(o, "queue")) {
-        if (!int_opt(o, "queue", 0, 7, std::nullopt, v)) return;
-        t.queue = static_cast<int16_t>(v);
-      }
+      if (!int_opt(o, "color", 0, kMaxColors - 1, std::nullopt, color)) return;
+      if (opt(o, "queue") && !int_opt(o, "queue", 0, 7, std::nullopt, queue)) return;
     }
-    t.active = has_flag(o, "active");
-    t.blocked = has_flag(o, "blocked");
-    t.entry = t.end = static_cast<int32_t>(prog_.instrs.size());
-    prog_.tasks.push_back(std::move(t));
-    in_task_ = true;
-    bad_task_ = false;
+    b_.task(std::string(w[1]), *kind, id, color, queue, has_flag(o, "active"), has_flag(o, "blocked"));
   }
 
-  void close_task() {
-    if (!in_task_) return;
-    Task& t = prog_.tasks.back();
-    t.end = static_cast<int32_t>(prog_.instrs.size());
-    for (const auto& [name, where] : pending_labels_)
-      diags_.add(where, "label '" + name + "' ends task '" + t.name + "'", "a label names the instruction after it, in the same task");
-    pending_labels_.clear();
-    if (t.end == t.entry)
-      diags_.add(prog_.source + ":" + std::to_string(t.line) + (pe_.empty() ? "" : " " + pe_), "task '" + t.name + "' has no instructions",
-                 "end it with `ret` at least");
-    in_task_ = false;
-  }
-
-  void label(std::string name) {
-    if (!in_task_ && bad_task_) return;
-    if (!in_task_) return error("label '" + name + "' outside a task", "labels go inside a task body (after `.task`)");
-    if (reserved_word(name)) return error("bad label name '" + name + "'");
-    if (prog_.labels.count(name) || std::any_of(pending_labels_.begin(), pending_labels_.end(), [&](const auto& p) { return p.first == name; }))
-      return error("label '" + name + "' defined twice");
-    pending_labels_.emplace_back(name, where_);
-  }
-
-  // A scalar operand: rN, px, py, wv, an integer or a float.
-  bool scalar(std::string_view t, Operand& o) {
+  // A scalar operand: rN, px, py, wv, an integer or a float. Reports a register or an immediate
+  // out of range (then `reported`).
+  bool scalar(std::string_view t, Operand& o, bool& reported) {
     int64_t n = 0;
     float f = 0;
     if (t == "px" || t == "py" || t == "wv") {
       o.kind = t == "px" ? OpndKind::px : t == "py" ? OpndKind::py : OpndKind::wv;
     } else if (t.size() >= 2 && t[0] == 'r' && std::isdigit(static_cast<unsigned char>(t[1])) && parse_int(t.substr(1), n)) {
-      if (n >= kRegs) return error("register " + std::string(t) + " out of range r0-r" + std::to_string(kRegs - 1)), false;
+      if (n >= kRegs) return error("register " + std::string(t) + " out of range r0-r" + std::to_string(kRegs - 1)), reported = true, false;
       o = {OpndKind::reg, static_cast<int32_t>(n)};
     } else if (!looks_float(t) && parse_int(t, n)) {
-      if (n < INT32_MIN || n > UINT32_MAX) return error("immediate " + std::string(t) + " does not fit 32 bits"), false;
+      if (n < INT32_MIN || n > UINT32_MAX) return error("immediate " + std::string(t) + " does not fit 32 bits"), reported = true, false;
       o = {OpndKind::imm_i, static_cast<int32_t>(static_cast<uint32_t>(n))};
     } else if (parse_float(t, f)) {
       o = {OpndKind::imm_f, std::bit_cast<int32_t>(f)};
@@ -584,32 +403,16 @@ class Assembler {
     return true;
   }
 
-  // An instruction line; one that has errors still takes its place (as a nop) so that the task and
-  // the labels stay in shape while the other lines are checked.
+  // An instruction line; one that cannot be read still takes its place (as a nop) so that the task
+  // and the labels stay in shape while the other lines are checked.
   void instruction(std::string_view s) {
-    if (!in_task_) return bad_task_ ? void() : error("instruction outside a task", "start a task body with `.task NAME local id=N`");
-    const size_t before = prog_.instrs.size();
-    instruction_body(s);
-    if (prog_.instrs.size() != before) return;
-    for (const auto& [name, where] : pending_labels_) prog_.labels[name] = static_cast<int32_t>(before);
-    pending_labels_.clear();
-    Instr nop;
-    nop.line = line_;
-    prog_.instrs.push_back(nop);
-  }
-
-  void instruction_body(std::string_view s) {
+    if (!b_.instr_allowed()) return;
     const size_t sp = s.find_first_of(" \t");
     const std::string_view word = s.substr(0, sp);
     auto op = lookup<Op>(word, kOps, op_name);
-    if (!op) return error("unknown instruction '" + std::string(word) + "'", suggest(word, names_of<Op>(kOps, op_name), "instructions"));
+    if (!op) return error("unknown instruction '" + std::string(word) + "'", suggest(word, names_of<Op>(kOps, op_name), "instructions")), b_.placeholder();
     const OpInfo& info = op_info(*op);
-    std::string usage = "syntax: " + std::string(word);
-    for (size_t i = 0; i < info.roles.size(); ++i) {
-      static constexpr std::string_view rn[] = {"DST", "SRC", "SCALAR", "rD", "A", "TASK", "LABEL", "DSD"};
-      usage += std::string(i ? ", " : " ") + std::string(rn[static_cast<int>(info.roles[i])]);
-    }
-    if (info.cls == OpClass::dsd) usage += " [async] [activate=TASK] [unblock=TASK]";
+    const std::string usage = instr_usage(info);
     // Operands: comma separated; options: space separated words after the last operand.
     std::vector<std::string_view> ops, opts;
     const std::string_view rest = sp == std::string_view::npos ? std::string_view{} : trim(s.substr(sp));
@@ -618,8 +421,8 @@ class Assembler {
         const size_t c = rest.find(',', start);
         const std::string_view item = trim(rest.substr(start, c == std::string_view::npos ? std::string_view::npos : c - start));
         auto words = split_ws(item);
-        if (words.empty()) return error("empty operand", usage);
-        if (c != std::string_view::npos && words.size() > 1) return error("expected ',' between operands in `" + std::string(item) + "`", usage);
+        if (words.empty()) return error("empty operand", usage), b_.placeholder();
+        if (c != std::string_view::npos && words.size() > 1) return error("expected ',' between operands in `" + std::string(item) + "`", usage), b_.placeholder();
         ops.push_back(words[0]);
         if (c == std::string_view::npos) {
           opts.assign(words.begin() + 1, words.end());
@@ -634,162 +437,33 @@ class Assembler {
       ops.pop_back();
     }
     if (ops.size() != info.roles.size())
-      return error(std::string(word) + " takes " + std::to_string(info.roles.size()) + " operand(s), got " + std::to_string(ops.size()), usage);
-    Instr in;
-    in.op = *op;
-    in.line = line_;
-    const int32_t index = static_cast<int32_t>(prog_.instrs.size());
-    bool ok = true;
-    for (size_t i = 0; i < ops.size(); ++i) ok &= operand(info, i, ops[i], in, index);
+      return error(std::string(word) + " takes " + std::to_string(info.roles.size()) + " operand(s), got " + std::to_string(ops.size()), usage), b_.placeholder();
+    std::vector<Arg> args;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      Arg a{std::string(ops[i])};
+      const Role role = info.roles[i];
+      if (role == Role::S || role == Role::K || role == Role::A || role == Role::R) {
+        Operand o;
+        if (scalar(ops[i], o, a.reported)) a.scalar = o;
+      }
+      args.push_back(std::move(a));
+    }
     Options o;
-    if (info.cls == OpClass::dsd) ok &= options(opts, 0, {"activate", "unblock"}, {"async"}, o, usage);
+    bool ok = true;
+    if (info.cls == OpClass::dsd) ok = options(opts, 0, {"activate", "unblock"}, {"async"}, o, usage);
     else if (!opts.empty()) ok = (error("unexpected '" + std::string(opts[0]) + "'", usage), false);
-    in.async = has_flag(o, "async");
-    for (const auto key : {"activate", "unblock"}) {
-      if (auto t = opt(o, key)) {
-        if (!in.async) {
-          error(std::string(key) + "= needs async", "write `" + std::string(word) + " ... async " + key + "=" + std::string(*t) + "`");
-          ok = false;
-        }
-        refs_.push_back({index, key[0] == 'a' ? -1 : -2, std::string(*t), where_, true});
-      }
-    }
-    if (ok && info.cls == OpClass::dsd) ok = dsd_rules(info, in);
-    for (const auto& [name, where] : pending_labels_) prog_.labels[name] = index;
-    pending_labels_.clear();
-    if (!ok) in.op = Op::nop;  // keep indices stable; the diagnostics abort the assembly anyway
-    prog_.instrs.push_back(in);
+    if (!ok) return b_.placeholder();
+    b_.instr(*op, args, has_flag(o, "async"), std::string(opt(o, "activate").value_or("")), std::string(opt(o, "unblock").value_or("")));
   }
 
-  bool operand(const OpInfo& info, size_t i, std::string_view t, Instr& in, int32_t index) {
-    const Role role = info.roles[i];
-    Operand& o = in.a[i];
-    const std::string pos = "operand " + std::to_string(i + 1) + " of " + std::string(info.name);
-    switch (role) {
-      case Role::D:
-      case Role::S:
-      case Role::M: {
-        const int d = find_dsd(t);
-        if (d >= 0) {
-          o = {OpndKind::dsd, d};
-          const Dsd& dsd = prog_.dsds[static_cast<size_t>(d)];
-          const Want want = i < info.types.size() ? info.types[i] : Want::any;
-          if (!fits(want, dsd.elem))
-            return error(pos + ": DSD '" + std::string(t) + "' is " + std::string(elem_name(dsd.elem)) + ", " + std::string(info.name) + " wants " +
-                         std::string(want_name(want))), false;
-          if (role == Role::D && dsd.kind == DsdKind::fabin) return error(pos + ": fabin DSD '" + std::string(t) + "' cannot be a destination"), false;
-          if (role == Role::S && dsd.kind == DsdKind::fabout) return error(pos + ": fabout DSD '" + std::string(t) + "' cannot be a source"), false;
-          if (in.op == Op::dsd_off && !dsd.is_mem()) return error("dsd_off needs a mem1d or mem4d DSD, '" + std::string(t) + "' is " + std::string(dsd_kind_name(dsd.kind))), false;
-          if (in.op == Op::dsd_len && (dsd.kind == DsdKind::mem4d || dsd.kind == DsdKind::fifo))
-            return error("dsd_len needs a mem1d, fabin or fabout DSD, '" + std::string(t) + "' is " + std::string(dsd_kind_name(dsd.kind))), false;
-          return true;
-        }
-        if (role == Role::S && scalar(t, o)) return true;
-        return error(pos + ": unknown DSD '" + std::string(t) + "'", suggest(t, prog_.dsd_names, role == Role::S ? "a DSD or a scalar (rN, px, py, wv, number); DSDs" : "DSDs")), false;
-      }
-      case Role::K:
-      case Role::A:
-      case Role::R: {
-        const size_t before = diags_.size();  // scalar() reports a bad register or immediate itself
-        if (scalar(t, o) && (role != Role::R || o.kind == OpndKind::reg)) return true;
-        if (diags_.size() == before)
-          error(pos + (role == Role::R ? ": expected a register r0-r" + std::to_string(kRegs - 1) : ": expected a scalar (rN, px, py, wv or a number)") +
-                ", got '" + std::string(t) + "'");
-        return false;
-      }
-      case Role::T:
-      case Role::L:
-        if (!is_ident(t)) return error(pos + ": bad name '" + std::string(t) + "'"), false;
-        o.kind = role == Role::T ? OpndKind::task : OpndKind::label;
-        refs_.push_back({index, static_cast<int>(i), std::string(t), where_, role == Role::T});
-        return true;
-    }
-    return false;
-  }
-
-  // Static rules of one DSD instruction: equal lengths, a defined length, async on a fabric queue.
-  bool dsd_rules(const OpInfo& info, const Instr& in) {
-    int64_t len = -1;
-    std::string first;
-    bool fabric = false;
-    for (size_t i = 0; i < info.roles.size(); ++i) {
-      if (in.a[i].kind != OpndKind::dsd) continue;
-      const Dsd& d = prog_.dsds[static_cast<size_t>(in.a[i].v)];
-      const std::string& name = prog_.dsd_names[static_cast<size_t>(in.a[i].v)];
-      fabric |= d.is_fabric();
-      if (d.kind == DsdKind::fifo) continue;
-      if (len < 0) {
-        len = d.elems();
-        first = name;
-      } else if (d.elems() != len) {
-        error("operand lengths differ: '" + first + "' has " + std::to_string(len) + " elements, '" + name + "' " + std::to_string(d.elems()),
-              "every non-fifo DSD of one instruction covers the same number of elements");
-        return false;
-      }
-    }
-    if (len < 0) return error("no operand gives the length", "one operand must be a mem or fabric DSD (fifos take the others' length)"), false;
-    // One 16-bit float format per instruction (instr_half).
-    int half = -1;
-    for (size_t i = 0; i < info.roles.size() && i < info.types.size(); ++i) {
-      if (info.types[i] != Want::f16 || in.a[i].kind != OpndKind::dsd) continue;
-      const Elem e = prog_.dsds[static_cast<size_t>(in.a[i].v)].elem;
-      if (half < 0) half = static_cast<int>(e);
-      else if (half != static_cast<int>(e))
-        return error(std::string(info.name) + " mixes 16-bit float formats (" + std::string(elem_name(static_cast<Elem>(half))) + " and " +
-                         std::string(elem_name(e)) + ")",
-                     "its 16-bit float operands must share one format: convert through f32 (fh2s, fs2h)"),
-               false;
-    }
-    if (in.async && !fabric)
-      return error("async needs a fabin or fabout operand", "an async op runs on the microthread of its fabric queue"), false;
-    return true;
-  }
-
-  void finish() {
-    for (const auto& c : cond_)
-      diags_.add(prog_.source + ":" + std::to_string(c.line) + (pe_.empty() ? "" : " " + pe_), ".if without .endif");
-    close_task();
-    for (const auto& r : refs_) {
-      Instr& in = prog_.instrs[static_cast<size_t>(r.instr)];
-      if (r.task) {
-        const int t = prog_.find_task(r.name);
-        if (t < 0) {
-          std::vector<std::string> names;
-          for (const auto& x : prog_.tasks) names.push_back(x.name);
-          diags_.add(r.where, "unknown task '" + r.name + "'", suggest(r.name, names, "tasks"));
-          continue;
-        }
-        if (r.slot == -1) in.on_activate = static_cast<int16_t>(t);
-        else if (r.slot == -2) in.on_unblock = static_cast<int16_t>(t);
-        else in.a[static_cast<size_t>(r.slot)].v = t;
-        continue;
-      }
-      auto it = prog_.labels.find(r.name);
-      if (it == prog_.labels.end()) {
-        std::vector<std::string> names;
-        for (const auto& kv : prog_.labels) names.push_back(kv.first);
-        diags_.add(r.where, "unknown label '" + r.name + "'", suggest(r.name, names, "labels"));
-        continue;
-      }
-      const Task* owner = nullptr;
-      for (const auto& t : prog_.tasks)
-        if (r.instr >= t.entry && r.instr < t.end) owner = &t;
-      if (owner && (it->second < owner->entry || it->second >= owner->end))
-        diags_.add(r.where, "label '" + r.name + "' is in another task", "branches stay inside their task; use `activate` to start another");
-      in.a[static_cast<size_t>(r.slot)].v = it->second;
-    }
-  }
-
-  Program prog_;
   DiagnosticList diags_;
+  ProgramBuilder b_;
+  std::string file_;
   const Bindings& params_;
-  std::string pe_, where_;
+  std::string pe_;
   int line_ = 0;
-  bool in_task_ = false, bad_task_ = false;
   std::map<std::string, std::optional<double>> declared_;
   std::vector<std::string> declared_names_;
-  std::vector<std::pair<std::string, std::string>> pending_labels_;
-  std::vector<Ref> refs_;
   std::vector<Cond> cond_;
 };
 

@@ -15,11 +15,10 @@
 #include <vector>
 
 #include "isa/error.hpp"
+#include "isa/wafer/builder.hpp"
 #include "isa/wafer/isa.hpp"
 
 namespace tessera::wafer {
-
-using Bindings = std::map<std::string, double>;
 
 // Parses a PE program. `params` bind `.param` names (overriding their defaults); `pe` ("PE (3,0)")
 // is appended to every diagnostic's where.
