@@ -60,12 +60,12 @@ void write_compiled_wafer(const wafer::Compiled& cp, const RunOptions& opt) {
   const std::filesystem::path out(opt.out_dir);
   std::filesystem::create_directories(out / "compiled");
   write_file_atomic((out / "layout.json").string(), cp.layout_json);
-  for (const auto& [file, text] : cp.programs) write_file_atomic((out / file).string(), text);
+  for (const auto& [file, t] : cp.programs) write_file_atomic((out / file).string(), t.text());
 }
 
 wafer::LoadedLayout load_compiled_wafer(const wafer::Compiled& cp, const wafer::WaferConfig& cfg) {
   try {
-    return wafer::load_layout_text(cp.layout_json, "compiled layout", "", cfg, &cp.programs);
+    return wafer::load_layout_text(cp.layout_json, "compiled layout", "", cfg, nullptr, &cp.programs);
   } catch (const InputError& e) {
     throw std::runtime_error(std::string("the wafer compiler produced an invalid layout: ") + e.what());
   }

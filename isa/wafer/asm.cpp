@@ -1138,7 +1138,7 @@ const Route* LoadedLayout::route_at(int64_t x, int64_t y, int color) const {
 }
 
 LoadedLayout load_layout_text(std::string_view json_text, const std::string& file_name, const std::string& base_dir, const WaferConfig& c,
-                              const std::map<std::string, std::string>* sources) {
+                              const std::map<std::string, std::string>* sources, const std::map<std::string, ProgramTemplate>* templates) {
   LoadedLayout L;
   L.layout = parse_layout(json_text, file_name, base_dir, c);
   DiagnosticList d;
@@ -1150,12 +1150,16 @@ LoadedLayout load_layout_text(std::string_view json_text, const std::string& fil
     const RectSpec& r = L.layout.rects[ri];
     if (r.program.empty()) continue;
     std::string text;
-    try {
-      if (sources && sources->count(r.program)) text = sources->at(r.program);
-      else text = read_file(r.program);
-    } catch (const InputError& e) {
-      d.add(r.where + "/program", "cannot read program '" + r.program + "'", e.diagnostics().empty() ? "" : e.diagnostics()[0].message);
-      continue;
+    const ProgramTemplate* tpl = nullptr;
+    if (templates && templates->count(r.program)) {
+      tpl = &templates->at(r.program);
+    } else {
+      try {
+        text = sources && sources->count(r.program) ? sources->at(r.program) : read_file(r.program);
+      } catch (const InputError& e) {
+        d.add(r.where + "/program", "cannot read program '" + r.program + "'", e.diagnostics().empty() ? "" : e.diagnostics()[0].message);
+        continue;
+      }
     }
     const bool uniform = std::none_of(r.params.begin(), r.params.end(), [](const ParamSpec& p) { return p.is_expr; });
     auto& v = L.pe_program[ri];
@@ -1186,9 +1190,9 @@ LoadedLayout load_layout_text(std::string_view json_text, const std::string& fil
       for (size_t i = 0; i < r.params.size(); ++i) b[r.params[i].name] = values[i];
       uint32_t index = kNoProgram;
       try {
-        Program p = assemble(text, r.program, b, pe);
         const size_t before = d.size();
-        validate(p, c, d, pe);
+        Program p = tpl ? tpl->instantiate(b, pe, d) : assemble(text, r.program, b, pe);
+        if (d.size() == before) validate(p, c, d, pe);
         if (d.size() == before) {
           index = static_cast<uint32_t>(L.programs.size());
           L.programs.push_back(std::move(p));

@@ -141,9 +141,11 @@ struct LoadedLayout {
   int rect_at(int64_t x, int64_t y) const;           // -1 if none
 };
 LoadedLayout load_layout(const std::string& path, const WaferConfig& c);
-// `sources` (optional): program texts by the layout's program path (as written in the layout,
-// resolved against base_dir), used instead of reading files -- what the wafer compiler emits.
+// By the layout's program path (as written in the layout, resolved against base_dir), instead of
+// reading files: `sources` program texts (the fuzz target), `templates` programs built in code,
+// instantiated per binding (what the wafer compiler builds; no text in between).
 LoadedLayout load_layout_text(std::string_view json_text, const std::string& file_name, const std::string& base_dir,
-                              const WaferConfig& c, const std::map<std::string, std::string>* sources = nullptr);
+                              const WaferConfig& c, const std::map<std::string, std::string>* sources = nullptr,
+                              const std::map<std::string, ProgramTemplate>* templates = nullptr);
 
 }  // namespace tessera::wafer

@@ -295,14 +295,14 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   json layout = {{"schema", "tessera.wafer-layout/1"}, {"fabric", {{"width", c.fabric_width}, {"height", c.fabric_height}}}, {"rects", json::array()}};
   if (ws) {
     json routes = json::array(), params = json::object(), ports = json::array();
-    std::ostringstream o;
+    ProgramTemplate t("compiled/streaming.pe");
     int64_t wa = 0, wb = 0;
     for (size_t l = 0; l < c.kernels.size(); ++l) (l % 2 ? wb : wa) = std::max(l % 2 ? wb : wa, c.kernels[l].kb * c.kernels[l].nb);
-    o << "# tessera wafer compiler, weight streaming: every layer on this " << c.fabric_width << " x " << c.fabric_height << " rectangle\n";
+    t.comment("tessera wafer compiler, weight streaming: every layer on this " + std::to_string(c.fabric_width) + " x " + std::to_string(c.fabric_height) + " rectangle");
     const std::string we(elem_name(c.compute));
-    o << ".data Wa " << we << " " << wa << "   # weight blocks of layers 0, 2, 4\n";
-    if (wb) o << ".data Wb " << we << " " << wb << "   # layers 1, 3, 5\n";
-    o << ".data junk " << we << " 1     # weights of other PEs land here\n";
+    t.data("Wa", c.compute, wa, {}, -1, -1, "weight blocks of layers 0, 2, 4");
+    if (wb) t.data("Wb", c.compute, wb, {}, -1, -1, "layers 1, 3, 5");
+    t.data("junk", c.compute, 1, {}, -1, -1, "weights of other PEs land here");
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
       x_routes(k, true, routes);
@@ -313,7 +313,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       layer_params(k, l, true, c.training, params);
       if (k.layernorm) ln_routes(k, routes), ln_params(k, l, params);
       if (k.attn_group() > 1) attn_routes(k, routes), attn_params(k, l, params);
-      layer_text(c, l, o);
+      layer_program(c, l, t);
       bool have = false;
       for (const auto& pj : ports) have = have || pj["name"] == k.port;
       if (!have)
@@ -325,7 +325,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
         DenseKernel& k = c.kernels[l];
         dy_routes(k, routes);
         grad_port_routes(k, routes);
-        backward_text(c, l, opt.learning_rate, o);
+        backward_program(c, l, opt.learning_rate, t);
         k.grad_port = "grads" + std::to_string(l);
         const int64_t len = k.k_on_columns ? k.w : k.h;
         ports.push_back({{"name", k.grad_port}, {"dir", "out"}, {"side", k.k_on_columns ? "E" : "S"}, {"x", k.k_on_columns ? k.w - 1 : 0},
@@ -333,14 +333,13 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       }
       loss_routes(c, routes);
       train_params(c, params);
-      if (opt.loss == "softmax_cross_entropy") xent_text(c, o);
-      else loss_text(c, o);
+      if (opt.loss == "softmax_cross_entropy") xent_program(c, t);
+      else loss_program(c, t);
       c.loss_x = c.fabric_width - 1;
       c.loss_y = c.fabric_height - 1;
     }
-    std::string decl;
-    for (const auto& [name, v] : params.items()) decl += ".param " + name + "\n";
-    c.programs["compiled/streaming.pe"] = decl + o.str();
+    for (const auto& [name, v] : params.items()) t.param(name);
+    c.programs.emplace("compiled/streaming.pe", std::move(t));
     layout["rects"].push_back({{"name", "layers"}, {"x", 0}, {"y", 0}, {"width", c.fabric_width}, {"height", c.fabric_height},
                                {"program", "compiled/streaming.pe"}, {"params", params}, {"routes", routes}});
     layout["ports"] = ports;
@@ -356,13 +355,13 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
         params["act" + std::to_string(l)] = std::string(k.k_on_columns ? "py" : "px") + " < " + std::to_string(k.act_blocks);
       if (k.layernorm) ln_routes(k, routes), ln_params(k, l, params);
       if (k.attn_group() > 1) attn_routes(k, routes), attn_params(k, l, params);
-      std::ostringstream o;
-      o << "# tessera wafer compiler, pipelined: kernel " << l << " on " << k.w << " x " << k.h << " PEs at (" << k.x0 << "," << k.y0 << ")\n";
-      layer_text(c, l, o);
       const std::string file = "compiled/k" + std::to_string(l) + ".pe";
-      std::string decl;
-      for (const auto& [name, v] : params.items()) decl += ".param " + name + "\n";
-      c.programs[file] = decl + o.str();
+      ProgramTemplate t(file);
+      t.comment("tessera wafer compiler, pipelined: kernel " + std::to_string(l) + " on " + std::to_string(k.w) + " x " + std::to_string(k.h) + " PEs at (" +
+                std::to_string(k.x0) + "," + std::to_string(k.y0) + ")");
+      layer_program(c, l, t);
+      for (const auto& [name, v] : params.items()) t.param(name);
+      c.programs.emplace(file, std::move(t));
       layout["rects"].push_back(
           {{"name", "k" + std::to_string(l) + "." + k.name}, {"x", k.x0}, {"y", k.y0}, {"width", k.w}, {"height", k.h}, {"program", file}, {"params", params}, {"routes", routes}});
     }

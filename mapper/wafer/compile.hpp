@@ -1,6 +1,6 @@
 #pragma once
-// The wafer compiler: graph IR -> a wafer layout (PE programs in the text of docs/wafer-asm.md and
-// routes), host placement of inputs and resident constants, MemoryX weight streams, and the
+// The wafer compiler: graph IR -> a wafer layout (PE programs built as ProgramTemplates,
+// isa/wafer/builder.hpp, and routes), host placement of inputs and resident constants, MemoryX weight streams, and the
 // analytical estimate (mapper/wafer/estimate). Semantics and choices: docs/wafer-compiler.md (its
 // "Layout" lists the files of mapper/wafer; internal.hpp is what they share).
 //
@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "isa/tensor.hpp"
+#include "isa/wafer/builder.hpp"
 #include "isa/wafer/isa.hpp"
 #include "mapper/graph/graph.hpp"
 
@@ -72,9 +73,9 @@ struct DenseKernel {
   Dir x_flow = Dir::S;               // direction x values travel along the K axis' lines
   int64_t x0 = 0, y0 = 0, w = 0, h = 0;  // the rectangle (fabric coordinates)
   bool relu = false;
-  bool tanh = false;                 // Tanh instead of Relu (computed with the exp polynomial: tanh_text)
+  bool tanh = false;                 // Tanh instead of Relu (computed with the exp polynomial: tanh_ops)
   bool softmax = false;              // a Softmax over the outputs after it (last layer; all N on one PE)
-  bool gelu = false;                 // GELU, erf form (gelu_text: an erf polynomial with the exp polynomial)
+  bool gelu = false;                 // GELU, erf form (gelu_ops: an erf polynomial with the exp polynomial)
   // A residual: after the activation, the chain ends add the input of kernel `residual`, which
   // lies on the same PEs in the same blocks (weight streaming: a kernel two orientations back).
   int64_t residual = -1;
@@ -206,7 +207,7 @@ struct Compiled {
   bool half() const { return is_half(compute); }
   int64_t fabric_width = 0, fabric_height = 0;  // of the layout
   std::string layout_json;                      // tessera.wafer-layout/1
-  std::map<std::string, std::string> programs;  // program path in the layout -> text
+  std::map<std::string, ProgramTemplate> programs;  // program path in the layout -> program
   std::vector<DenseKernel> kernels;             // in execution order
   // Per holder p + 1 (p = -1: the graph input's sources, else kernel p's chain ends): the kernels
   // that read it, in order; the task id of the send to its second reader (the others follow).
@@ -262,32 +263,33 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
 // samples/s, transmission samples/s, active PEs, compute utilisation), overall and per kernel.
 std::string compile_report(const Compiled& c, const WaferConfig& cfg);
 
-// PE instruction text (docs/wafer-asm.md) for functions the PEs have no instruction for, as the
-// softmax cross-entropy uses them (tests/unit/test_wafer_fabric.cpp checks their accuracy):
-// exp_text: X = exp(X) in place for X <= 0, T a temporary DSD of X's length (clamp at -80, X / 16,
-// degree-12 Taylor polynomial, squared four times); recip_text: R = 1 / S for S in [lo, hi] by 8
+// PE instructions (a ProgramTemplate's, isa/wafer/builder.hpp) for functions the PEs have no
+// instruction for, as the softmax, its cross-entropy, Tanh, GELU and LayerNorm use them
+// (tests/unit/test_wafer_fabric.cpp checks their accuracy on a PE). Operands are DSD names.
+// exp_ops: X = exp(X) in place for X <= 0, T a temporary DSD of X's length (clamp at -80, X / 16,
+// degree-12 Taylor polynomial, squared four times); recip_ops: R = 1 / S for S in [lo, hi] by
 // Newton iterations from 2 / (lo + hi), U a temporary.
-void exp_text(std::ostringstream& o, const std::string& X, const std::string& T);
-void recip_text(std::ostringstream& o, const std::string& R, const std::string& S, const std::string& U, double lo, double hi);
-// recip_text's Newton steps over [lo, hi] (at least 8; 11 over [1, 128]) and its operation count.
+void exp_ops(ProgramTemplate& t, const std::string& X, const std::string& T);
+void recip_ops(ProgramTemplate& t, const std::string& R, const std::string& S, const std::string& U, double lo, double hi);
+// recip_ops' Newton steps over [lo, hi] (at least 8; 11 over [1, 128]) and its operation count.
 int recip_iters(double lo, double hi);
-inline int recip_ops(double lo, double hi) { return 1 + 4 * recip_iters(lo, hi); }
+inline int recip_op_count(double lo, double hi) { return 1 + 4 * recip_iters(lo, hi); }
 // Y = tanh(Y) in place, T, U, V temporaries of Y's length: m = expm1(-2|y|) by a degree-12 Taylor
 // polynomial of expm1(-|y| / 8) (|y| clamped at 20) doubled four times (expm1(2t) = m (m + 2):
-// relative accuracy kept near 0, where 1 - exp would cancel), tanh(|y|) = -m / (2 + m) (recip_text
+// relative accuracy kept near 0, where 1 - exp would cancel), tanh(|y|) = -m / (2 + m) (recip_ops
 // over [1, 2]), times sign(y) (y 2^100 clamped to [-1, 1]). Emits kTanhOps DSD operations.
-void tanh_text(std::ostringstream& o, const std::string& Y, const std::string& T, const std::string& U, const std::string& V);
+void tanh_ops(ProgramTemplate& t, const std::string& Y, const std::string& T, const std::string& U, const std::string& V);
 inline constexpr int kExpOps = 41, kRecipOps = 33, kTanhOps = 2 + 5 + 2 + 33 + 8 + 1 + 2 + kRecipOps + 1;
 // Y = gelu(Y) = Y Phi(Y) (erf form) in place, T, U, V, W temporaries of Y's length: erf(|y| / sqrt 2)
 // by Abramowitz and Stegun 7.1.26 (|error| <= 1.5e-7; the argument clamped at 6) with t = 1 / (1 + p z)
-// (recip_text over [1, 1 + 6 p]) and exp(-z^2) (exp_text), signed by sign(y). kGeluOps operations.
-void gelu_text(std::ostringstream& o, const std::string& Y, const std::string& T, const std::string& U, const std::string& V, const std::string& W);
+// (recip_ops over [1, 1 + 6 p]) and exp(-z^2) (exp_ops), signed by sign(y). kGeluOps operations.
+void gelu_ops(ProgramTemplate& t, const std::string& Y, const std::string& T, const std::string& U, const std::string& V, const std::string& W);
 inline constexpr int kGeluOps = 7 + kRecipOps + 9 + 2 + kExpOps + 1 + 5 + 2 + 4;
 // Newton iterations of the LayerNorm's 1 / sqrt(var + eps) from 0.01: converges for var + eps in
 // [1e-5, 3e4) (docs/wafer-compiler.md "Transformers"; tests/unit/test_wafer_fabric.cpp).
 inline constexpr int kRsqrtIters = 32;
 // R = 1 / sqrt(V) by kRsqrtIters steps r = r (1.5 - 0.5 V r^2) from 0.01, T a temporary.
-void rsqrt_text(std::ostringstream& o, const std::string& R, const std::string& V, const std::string& T);
+void rsqrt_ops(ProgramTemplate& t, const std::string& R, const std::string& V, const std::string& T);
 
 // mapper/wafer/estimate.cpp: fills every kernel's `est` and the totals.
 void estimate(Compiled& c, const WaferConfig& cfg);

@@ -2,7 +2,7 @@
 // instruction costs of isa/wafer (dsd.setup_cycles + ceil(len / width), 1 cycle per scalar or
 // control instruction), the router's hop latency and one wavelet per cycle per link, and the
 // MemoryX / SwarmX bandwidths and latencies -- evaluated per line of PEs, never by simulating.
-// The formulas follow the generated programs (layer_text.cpp); docs/wafer-compiler.md
+// The formulas follow the generated programs (layer_program.cpp); docs/wafer-compiler.md
 // derives them.
 #include <algorithm>
 #include <cmath>
@@ -16,7 +16,7 @@ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Training (training.cpp backward_text, loss_text, xent_text): the loss at the last layer's chain
+// Training (training.cpp backward_program, loss_program, xent_program): the loss at the last layer's chain
 // ends, then per layer (last to first) the dy multicast, the per-wavelet tasks, the input
 // gradient's reduce and the weight gradient's gather to the port, then the MemoryX updates.
 namespace {
@@ -307,8 +307,8 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       int64_t t = Lk == 1 ? tmax : lead + (Lk - 1) * pass + n_el;  // the chain end holds the sum
       chain_of[static_cast<size_t>(pn)] = t;
       const bool act = k.act_blocks < 0 || pn < k.act_blocks;  // pass-through blocks (pipelined residuals) take no activation
-      t += (S + cdiv(n_el, w32)) * (1 + (act ? (k.relu ? 1 : 0) + (k.tanh ? kTanhOps : 0) + (k.gelu ? kGeluOps : 0) : 0) + (k.residual >= 0 ? 1 : 0));  // bias, activation (tanh_text, gelu_text), residual
-      if (k.softmax) {  // softmax_text over the N outputs of the B samples (strided columns)
+      t += (S + cdiv(n_el, w32)) * (1 + (act ? (k.relu ? 1 : 0) + (k.tanh ? kTanhOps : 0) + (k.gelu ? kGeluOps : 0) : 0) + (k.residual >= 0 ? 1 : 0));  // bias, activation (tanh_ops, gelu_ops), residual
+      if (k.softmax) {  // softmax_program over the N outputs of the B samples (strided columns)
         const int64_t N = k.N, B = k.B;
         t += dsd(B, Op::fmovs, k.nb) + (N - 1) * dsd(B, Op::fmaxs, k.nb) + N * dsd(B, Op::fsubs, std::max(k.nb, N)) + kExpOps * dsd(B * N, Op::fmuls, 1) +
              dsd(B, Op::fmovs, N) + (N - 1) * dsd(B, Op::fadds, N) + kRecipOps * dsd(B, Op::fmuls, 1) + N * dsd(B, Op::fmuls, std::max(k.nb, N));
@@ -317,7 +317,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       tmax_of[static_cast<size_t>(pn)] = tmax;
     }
     if (k.attn) {
-      // chain_end_text.cpp attention_text, per head (part) of each chain end's block: the scores (w
+      // chain_end_program.cpp attention_program, per head (part) of each chain end's block: the scores (w
       // products of broadcast walks), with heads split over g PEs the group's chain of S x S
       // partial scores to its last PE (the reduce's formula), the softmax there, P broadcast back
       // hop by hop; then P V over the PE's w features.
@@ -325,7 +325,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       const int64_t fb = k.feat_nb(), Sk = k.B, Sq = k.attn_rows(), nq = Sk / Sq, SS = Sq * Sk, g = k.attn_group(), w = g > 1 ? fb : k.dh, hp = g > 1 ? 1 : fb / k.dh;
       auto op = [&](int64_t len, int64_t stride) { return dsd(len, Op::fmuls, stride); };
       const int64_t scores = w * op(SS, k.nb) + (w - 1) * op(SS, 1) + (nq > 1 ? w + 1 : 0);
-      const int64_t softmax = op(SS, 1) + Sk * op(Sq, Sk) + op(SS, 1) + kExpOps * op(SS, 1) + Sk * op(Sq, Sk) + recip_ops(1.0, static_cast<double>(Sk)) * op(Sq, 1) + op(SS, 1);
+      const int64_t softmax = op(SS, 1) + Sk * op(Sq, Sk) + op(SS, 1) + kExpOps * op(SS, 1) + Sk * op(Sq, Sk) + recip_op_count(1.0, static_cast<double>(Sk)) * op(Sq, 1) + op(SS, 1);
       const int64_t pv = (2 * Sk - 1) * op(Sq * w, 1);
       if (g == 1) {
         for (auto& tq : t_of) tq += nq * (hp * (scores + softmax + pv) + (nq > 1 ? 4 + (fb != k.nb ? 1 : 0) : 0));
@@ -345,7 +345,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       }
     }
     if (k.layernorm) {
-      // LayerNorm along the chain ends (chain_end_text.cpp ln_text), twice: each position's row sums (nb
+      // LayerNorm along the chain ends (chain_end_program.cpp ln_program), twice: each position's row sums (nb
       // strided ops over B), the pipelined chain of B values to the edge's end (the reduce's
       // formula), its own ops there, then the broadcast back -- hop by hop, B wavelets -- which
       // each position takes before its next ops.
@@ -364,7 +364,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       };
       pass_ln(t_of, dsd(B));
       for (auto& tq : t_of) tq += dsd(n_el) * (padded ? 3 : 2);  // subtract the mean (mask), square
-      pass_ln(t_of, 2 * dsd(B) + dsd(B, Op::fmovs) + kRsqrtIters * (3 * dsd(B, Op::fmuls) + dsd(B, Op::fmacs)));  // rsqrt_text: 3 fmuls and an fmacs per step
+      pass_ln(t_of, 2 * dsd(B) + dsd(B, Op::fmovs) + kRsqrtIters * (3 * dsd(B, Op::fmuls) + dsd(B, Op::fmacs)));  // rsqrt_ops: 3 fmuls and an fmacs per step
       for (auto& tq : t_of) tq += 3 * dsd(n_el);  // times rstd, scale, bias
     }
     for (int64_t pn = 0; pn < Ln; ++pn) {

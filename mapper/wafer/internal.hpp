@@ -20,7 +20,26 @@ namespace tessera::wafer::detail {
 using json = nlohmann::json;
 
 inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-std::string fnum(double v);  // a float literal for PE text (function_text.cpp)
+
+// functions.cpp and program_util.cpp: what the program builders share.
+using Num = ProgramTemplate::Num;
+inline Num P(const std::string& param) { return Num::of(param); }  // a parameter's value
+Operand fnum(double v);  // a computed fp32 constant
+// One step of a chain that sums `src` along a line of PEs (params `first`, `last`: the PE's place):
+// the first sends src on `to`, the others add what arrives on `from`; the last PE keeps the sum in
+// `last_dst` (the first of a one-PE chain copies src there unless it is src).
+void chain_step(ProgramTemplate& t, const std::string& first, const std::string& last, const std::string& src, const std::string& to,
+                const std::string& from, const std::string& last_dst);
+// acc = the sum of the n elements `one` (a 1-element DSD) walks (dsd_off 0..n-1): a loop on r14/r15
+// (labels lp, le).
+void sum_elements(ProgramTemplate& t, const std::string& acc, const std::string& one, int64_t n);
+// `bnz r, la; op1 a1; jmp lb; la: op2 a2; lb:` -- the first of a run sets, the others accumulate.
+void first_sets(ProgramTemplate& t, Operand r, const std::string& la, const std::string& lb, Op op1, const std::vector<Arg>& a1, Op op2,
+                const std::vector<Arg>& a2);
+// The ` live=` range of a scratch array of kernel l (placement.cpp scratch_reuse; layer_program.cpp).
+struct Live {
+  int32_t lo = -1, hi = -1;
+};
 
 // match_layers.cpp: graph -> dense layers. kOpsHint: what the compiler maps (the hint of its errors).
 extern const char* const kOpsHint;
@@ -45,7 +64,7 @@ std::vector<AttnBlock> match_attention(const graph::Graph& g, std::map<std::stri
                                        const SoleConsumer& sole, std::set<size_t>& consumed);
 
 // placement.cpp.
-// The array a kernel's readers take its output from (layer_text names it, pe_bytes counts it):
+// The array a kernel's readers take its output from (layer_program names it, pe_bytes counts it):
 // y as it is, its 16-bit copy, the attention's output, the pool's output, or the next Conv's
 // holder with the zero border.
 enum class Hold { y, y16, att, p, xp };
@@ -79,13 +98,13 @@ void ln_params(const DenseKernel& k, size_t l, json& params);
 void attn_routes(const DenseKernel& k, json& routes);
 void attn_params(const DenseKernel& k, size_t l, json& params);
 
-// chain_end_text.cpp: post-ops at a kernel's chain ends.
-void softmax_text(std::ostringstream& o, const DenseKernel& k, const std::string& L);
-void ln_text(const DenseKernel& k, size_t l, bool padded, std::ostringstream& o);
-void attention_text(const DenseKernel& k, size_t l, int rc, std::ostringstream& o);
+// chain_end_program.cpp: post-ops at a kernel's chain ends.
+void softmax_program(ProgramTemplate& t, const DenseKernel& k, const std::string& L);
+void ln_program(const DenseKernel& k, size_t l, bool padded, ProgramTemplate& t);
+void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& t);
 
-// layer_text.cpp.
-void layer_text(const Compiled& c, size_t l, std::ostringstream& o);
+// layer_program.cpp.
+void layer_program(const Compiled& c, size_t l, ProgramTemplate& t);
 
 // training.cpp.
 void dy_routes(const DenseKernel& k, json& routes);
@@ -93,8 +112,8 @@ int chain_color(const DenseKernel& k, int64_t p);
 void grad_port_routes(const DenseKernel& k, json& routes);
 void loss_routes(const Compiled& c, json& routes);
 void train_params(const Compiled& c, json& params);
-void loss_text(const Compiled& c, std::ostringstream& o);
-void xent_text(const Compiled& c, std::ostringstream& o);
-void backward_text(const Compiled& c, size_t l, double lr, std::ostringstream& o);
+void loss_program(const Compiled& c, ProgramTemplate& t);
+void xent_program(const Compiled& c, ProgramTemplate& t);
+void backward_program(const Compiled& c, size_t l, double lr, ProgramTemplate& t);
 
 }  // namespace tessera::wafer::detail

@@ -13,7 +13,7 @@ namespace tessera::wafer::detail {
 
 // Bytes of data one PE of kernel `l` needs (pipelined: its own W block); `scratch`: how many of
 // them are in arrays whose values live only while the kernel runs and its reader takes them, by
-// span (layer_text's live=l..l+span when scratch_reuse holds): 0 the graph input's holder (its
+// span (layer_program's live=l..l+span when scratch_reuse holds): 0 the graph input's holder (its
 // sends end before the next kernel's x values exist), 1 y and the post-ops' arrays, 2 the array
 // the next kernel's x values are read from.
 Hold hold_of(const DenseKernel& k, bool half) {
@@ -43,7 +43,7 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<in
 
 // Weight streaming, inference, a chain (each kernel reads the one before it, once; no residual,
 // attention or LayerNorm): every PE runs the kernels one after another, so a kernel's scratch
-// arrays (pe_bytes) can take the bytes of those two kernels back (layer_text's live= ranges; the
+// arrays (pe_bytes) can take the bytes of those two kernels back (layer_program's live= ranges; the
 // assembler places them).
 bool scratch_reuse(const Compiled& c) {
   if (c.mode != MapMode::weight_streaming || c.training) return false;

@@ -64,72 +64,113 @@ void train_params(const Compiled& c, json& params) {
 // The loss at the last layer's chain ends (after its forward `red`): d = y - t, dy = 2 d / (B N),
 // the sum of d^2 over the PE's block, summed along the chain ends; the last one scales it by
 // 1 / (B N) into `loss`. Then the layer's backward starts (bstart).
-void loss_text(const Compiled& c, std::ostringstream& o) {
+void loss_program(const Compiled& c, ProgramTemplate& t) {
   const size_t l = c.kernels.size() - 1;
   const DenseKernel& k = c.kernels.back();
   const std::string L = std::to_string(l);
   const int64_t n = k.B * k.nb;
   const double inv = 1.0 / static_cast<double>(k.B * k.N);
-  o << "# ---- loss (mean squared error) at the chain ends of kernel " << l << "\n";
-  o << ".if $last" << L << "\n.data tgt f32 " << n << "   # the target block, placed by the host each step\n.data dd f32 " << n << "\n.data lacc f32 1\n";
-  o << ".if $llast\n.data loss f32 1\n.dsd lossm mem1d loss\n.endif\n";
-  o << ".dsd tgtm mem1d tgt\n.dsd ddm mem1d dd\n.dsd de mem1d dd len=1\n.dsd laccm mem1d lacc\n";
-  o << ".if !$llast\n.dsd lto fabout f32 color=$lcout queue=1 len=1\n.endif\n";
-  o << ".if !$lfirst\n.dsd lfrom fabin f32 color=$lcin queue=7 len=1\n.endif\n";
-  o << ".task lossk local id=60\n  fsubs ddm, yall" << L << ", tgtm\n  fmuls dym" << L << ", ddm, " << fnum(2.0 * inv) << "\n  fmuls ddm, ddm, ddm\n";
-  o << "  dsd_off de, 0\n  fmovs laccm, de\n  mov r14, 1\nlp:\n  sub r15, r14, " << n << "\n  bz r15, le\n  dsd_off de, r14\n  fadds laccm, laccm, de\n  add r14, r14, 1\n  jmp lp\nle:\n";
-  o << ".if $lfirst\n.if !$llast\n  fmovs lto, laccm\n.endif\n.else\n.if $llast\n  fadds laccm, laccm, lfrom\n.else\n  fadds lto, laccm, lfrom\n.endif\n.endif\n";
-  o << ".if $llast\n  fmuls lossm, laccm, " << fnum(inv) << "\n.endif\n  activate bstart" << L << "\n  ret\n.endif\n";
+  t.comment("---- loss (mean squared error) at the chain ends of kernel " + L);
+  t.if_("last" + L);
+  t.data("tgt", Elem::f32, n, {}, -1, -1, "the target block, placed by the host each step");
+  t.data("dd", Elem::f32, n);
+  t.data("lacc", Elem::f32, 1);
+  t.if_("llast");
+  t.data("loss", Elem::f32, 1);
+  t.mem1d("lossm", "loss");
+  t.endif();
+  t.mem1d("tgtm", "tgt");
+  t.mem1d("ddm", "dd");
+  t.mem1d("de", "dd", 0, 1);
+  t.mem1d("laccm", "lacc");
+  t.if_("llast", false);
+  t.fabric("lto", DsdKind::fabout, Elem::f32, P("lcout"), 1, 1);
+  t.endif();
+  t.if_("lfirst", false);
+  t.fabric("lfrom", DsdKind::fabin, Elem::f32, P("lcin"), 7, 1);
+  t.endif();
+  t.task("lossk", TaskKind::local, 60);
+  t.op(Op::fsubs, {"ddm", "yall" + L, "tgtm"});
+  t.op(Op::fmuls, {"dym" + L, "ddm", fnum(2.0 * inv)});
+  t.op(Op::fmuls, {"ddm", "ddm", "ddm"});
+  sum_elements(t, "laccm", "de", n);
+  chain_step(t, "lfirst", "llast", "laccm", "lto", "lfrom", "laccm");
+  t.if_("llast");
+  t.op(Op::fmuls, {"lossm", "laccm", fnum(inv)});
+  t.endif();
+  t.op(Op::activate, {"bstart" + L});
+  t.op(Op::ret, {});
+  t.endif();
 }
 
 // Softmax cross-entropy at the last layer's chain end (every class on this PE; docs/wafer-compiler.md):
 // per sample m = max z, e = exp(z - m), s = sum e, p = e / s; dy = (p - t) / B; the loss
 // sum_c t (m + ln s - z) / B, ln s by Newton's iteration y += s exp(-y) - 1 from 2 (s - 1) / (s + 1).
-void xent_text(const Compiled& c, std::ostringstream& o) {
+void xent_program(const Compiled& c, ProgramTemplate& t) {
   const size_t l = c.kernels.size() - 1;
   const DenseKernel& k = c.kernels.back();
   const std::string L = std::to_string(l);
   const int64_t B = k.B, N = k.N, nb = k.nb;
-  o << "# ---- loss (softmax cross-entropy) at the chain end of kernel " << l << "\n";
-  o << ".if $last" << L << "\n.data tgt f32 " << B * nb << "   # the target block (one-hot or soft), placed by the host each step\n";
-  o << ".data xe f32 " << B * N << "\n.data xt f32 " << B * N << "\n.data xm f32 " << B << "\n.data xs f32 " << B << "\n.data xr f32 " << B << "\n.data xu f32 " << B
-    << "\n.data xy f32 " << B << "\n.data xv f32 " << B << "\n.data xw f32 " << B << "\n.data lacc f32 1\n.data loss f32 1\n";
-  o << ".dsd xem mem1d xe\n.dsd xtm mem1d xt\n.dsd xmm mem1d xm\n.dsd xsm mem1d xs\n.dsd xrm mem1d xr\n.dsd xum mem1d xu\n.dsd xym mem1d xy\n.dsd xvm mem1d xv\n.dsd xwm mem1d xw\n";
-  o << ".dsd laccm mem1d lacc\n.dsd lossm mem1d loss\n.dsd de mem1d xe len=1\n";
+  t.comment("---- loss (softmax cross-entropy) at the chain end of kernel " + L);
+  t.if_("last" + L);
+  t.data("tgt", Elem::f32, B * nb, {}, -1, -1, "the target block (one-hot or soft), placed by the host each step");
+  t.data("xe", Elem::f32, B * N);
+  t.data("xt", Elem::f32, B * N);
+  for (const char* a : {"xm", "xs", "xr", "xu", "xy", "xv", "xw"}) t.data(a, Elem::f32, B);
+  t.data("lacc", Elem::f32, 1);
+  t.data("loss", Elem::f32, 1);
+  for (const char* a : {"xe", "xt", "xm", "xs", "xr", "xu", "xy", "xv", "xw"}) t.mem1d(std::string(a) + "m", a);
+  t.mem1d("laccm", "lacc");
+  t.mem1d("lossm", "loss");
+  t.mem1d("de", "xe", 0, 1);
   for (int64_t cc = 0; cc < N; ++cc) {
     const std::string C = std::to_string(cc);
-    o << ".dsd z" << C << " mem1d y" << L << " off=" << cc << " len=" << B << " stride=" << nb << "\n";
-    o << ".dsd t" << C << " mem1d tgt off=" << cc << " len=" << B << " stride=" << nb << "\n";
-    o << ".dsd g" << C << " mem1d dy" << L << " off=" << cc << " len=" << B << " stride=" << nb << "\n";
-    o << ".dsd e" << C << " mem1d xe off=" << cc << " len=" << B << " stride=" << N << "\n";
+    t.mem1d("z" + C, "y" + L, cc, B, nb);
+    t.mem1d("t" + C, "tgt", cc, B, nb);
+    t.mem1d("g" + C, "dy" + L, cc, B, nb);
+    t.mem1d("e" + C, "xe", cc, B, N);
   }
-  o << ".task lossk local id=60\n";
-  o << "  fmovs xmm, z0\n";
-  for (int64_t cc = 1; cc < N; ++cc) o << "  fmaxs xmm, xmm, z" << cc << "\n";
-  for (int64_t cc = 0; cc < N; ++cc) o << "  fsubs e" << cc << ", z" << cc << ", xmm\n";
-  exp_text(o, "xem", "xtm");
-  o << "  fmovs xsm, e0\n";
-  for (int64_t cc = 1; cc < N; ++cc) o << "  fadds xsm, xsm, e" << cc << "\n";
-  recip_text(o, "xrm", "xsm", "xum", 1.0, static_cast<double>(N));
+  t.task("lossk", TaskKind::local, 60);
+  t.op(Op::fmovs, {"xmm", "z0"});
+  for (int64_t cc = 1; cc < N; ++cc) t.op(Op::fmaxs, {"xmm", "xmm", "z" + std::to_string(cc)});
+  for (int64_t cc = 0; cc < N; ++cc) t.op(Op::fsubs, {"e" + std::to_string(cc), "z" + std::to_string(cc), "xmm"});
+  exp_ops(t, "xem", "xtm");
+  t.op(Op::fmovs, {"xsm", "e0"});
+  for (int64_t cc = 1; cc < N; ++cc) t.op(Op::fadds, {"xsm", "xsm", "e" + std::to_string(cc)});
+  recip_ops(t, "xrm", "xsm", "xum", 1.0, static_cast<double>(N));
   // dy = (e r - t) / B (padding columns stay 0)
-  o << "  fmovs dym" << L << ", 0.0\n";
-  for (int64_t cc = 0; cc < N; ++cc)
-    o << "  fmuls g" << cc << ", e" << cc << ", xrm\n  fsubs g" << cc << ", g" << cc << ", t" << cc << "\n  fmuls g" << cc << ", g" << cc << ", " << fnum(1.0 / static_cast<double>(B)) << "\n";
+  t.op(Op::fmovs, {"dym" + L, fimm(0.0)});
+  for (int64_t cc = 0; cc < N; ++cc) {
+    const std::string C = std::to_string(cc);
+    t.op(Op::fmuls, {"g" + C, "e" + C, "xrm"});
+    t.op(Op::fsubs, {"g" + C, "g" + C, "t" + C});
+    t.op(Op::fmuls, {"g" + C, "g" + C, fnum(1.0 / static_cast<double>(B))});
+  }
   // ln s: y0 = 2 (s - 1) / (s + 1), then y += s exp(-y) - 1, five times
-  o << "  fadds xvm, xsm, 1.0\n";
-  recip_text(o, "xym", "xvm", "xum", 2.0, static_cast<double>(N) + 1.0);
-  o << "  fadds xvm, xsm, -1.0\n  fmuls xym, xym, xvm\n  fmuls xym, xym, 2.0\n";
+  t.op(Op::fadds, {"xvm", "xsm", fimm(1.0)});
+  recip_ops(t, "xym", "xvm", "xum", 2.0, static_cast<double>(N) + 1.0);
+  t.op(Op::fadds, {"xvm", "xsm", fimm(-1.0)});
+  t.op(Op::fmuls, {"xym", "xym", "xvm"});
+  t.op(Op::fmuls, {"xym", "xym", fimm(2.0)});
   for (int i = 0; i < 5; ++i) {
-    o << "  fmuls xwm, xym, -1.0\n";
-    // exp of a B-long vector: its own temporaries (xv as T)
-    exp_text(o, "xwm", "xvm");
-    o << "  fmuls xwm, xwm, xsm\n  fadds xym, xym, xwm\n  fadds xym, xym, -1.0\n";
+    t.op(Op::fmuls, {"xwm", "xym", fimm(-1.0)});
+    exp_ops(t, "xwm", "xvm");  // exp of a B-long vector: its own temporaries (xv as T)
+    t.op(Op::fmuls, {"xwm", "xwm", "xsm"});
+    t.op(Op::fadds, {"xym", "xym", "xwm"});
+    t.op(Op::fadds, {"xym", "xym", fimm(-1.0)});
   }
   // per (b, c): t (m + ln s - z), summed
-  o << "  fadds xym, xym, xmm\n";
-  for (int64_t cc = 0; cc < N; ++cc) o << "  fsubs e" << cc << ", xym, z" << cc << "\n  fmuls e" << cc << ", e" << cc << ", t" << cc << "\n";
-  o << "  dsd_off de, 0\n  fmovs laccm, de\n  mov r14, 1\nlp:\n  sub r15, r14, " << B * N << "\n  bz r15, le\n  dsd_off de, r14\n  fadds laccm, laccm, de\n  add r14, r14, 1\n  jmp lp\nle:\n";
-  o << "  fmuls lossm, laccm, " << fnum(1.0 / static_cast<double>(B)) << "\n  activate bstart" << L << "\n  ret\n.endif\n";
+  t.op(Op::fadds, {"xym", "xym", "xmm"});
+  for (int64_t cc = 0; cc < N; ++cc) {
+    const std::string C = std::to_string(cc);
+    t.op(Op::fsubs, {"e" + C, "xym", "z" + C});
+    t.op(Op::fmuls, {"e" + C, "e" + C, "t" + C});
+  }
+  sum_elements(t, "laccm", "de", B * N);
+  t.op(Op::fmuls, {"lossm", "laccm", fnum(1.0 / static_cast<double>(B))});
+  t.op(Op::activate, {"bstart" + L});
+  t.op(Op::ret, {});
+  t.endif();
 }
 
 // The backward pass of kernel l on every PE. dy[b, i] arrives as wavelets (color cb, from the
@@ -139,75 +180,136 @@ void xent_text(const Compiled& c, std::ostringstream& o) {
 // layer's chain ends) and the weight-gradient block goes out along the chain (own block first, then
 // the blocks from behind) to the gradient port. Both reuse the forward chains' colors, so they use
 // the same queues (a color arrives in one input queue of a PE).
-void backward_text(const Compiled& c, size_t l, double lr, std::ostringstream& o) {
+void backward_program(const Compiled& c, size_t l, double lr, ProgramTemplate& t) {
   const DenseKernel& k = c.kernels[l];
-  const std::string L = std::to_string(l), P = l ? std::to_string(l - 1) : "";
+  const std::string L = std::to_string(l), P0 = l ? std::to_string(l - 1) : "";
   const int64_t B = k.B, kb = k.kb, nb = k.nb;
   const std::string wbuf = l % 2 ? "Wb" : "Wa";
   const int rI = 6 + 3 * static_cast<int>(l), rB = rI + 1, rT = rI + 2;
   const int li = static_cast<int>(l);
-  o << "# ---- backward of kernel " << l << ": " << k.name << "\n";
-  o << ".data gW" << L << " f32 " << kb * nb << "   # the weight gradient block (as W's block)\n";
-  if (l) o << ".data dx" << L << " f32 " << B * kb << "   # the input gradient (partial over this PE's columns)\n";
-  o << ".dsd gcol" << L << " mem1d gW" << L << " len=" << kb << " stride=" << nb << "\n.dsd xrow" << L << " mem1d xsave" << L << " len=" << kb << "\n";
-  o << ".dsd gWm" << L << " mem1d gW" << L << "\n";
+  t.comment("---- backward of kernel " + L + ": " + k.name);
+  t.data("gW" + L, Elem::f32, kb * nb, {}, -1, -1, "the weight gradient block (as W's block)");
+  if (l) t.data("dx" + L, Elem::f32, B * kb, {}, -1, -1, "the input gradient (partial over this PE's columns)");
+  t.mem1d("gcol" + L, "gW" + L, 0, kb, nb);
+  t.mem1d("xrow" + L, "xsave" + L, 0, kb);
+  t.mem1d("gWm" + L, "gW" + L);
   if (l) {
-    o << ".dsd wcolT" << L << " mem1d " << wbuf << " len=" << kb << " stride=" << nb << "\n.dsd dxrow" << L << " mem1d dx" << L << " len=" << kb << "\n";
-    o << ".dsd dxm" << L << " mem1d dx" << L << "\n";
-    o << ".if !$first" << P << "\n.dsd dxfrom" << L << " fabin f32 color=$cin" << P << " queue=" << chain_queue(c, l - 1) << " len=" << B * kb << "\n.endif\n";
-    o << ".if !$last" << P << "\n.dsd dxto" << L << " fabout f32 color=$cout" << P << " queue=2 len=" << B * kb << "\n.endif\n";
+    t.mem1d("wcolT" + L, wbuf, 0, kb, nb);
+    t.mem1d("dxrow" + L, "dx" + L, 0, kb);
+    t.mem1d("dxm" + L, "dx" + L);
+    t.if_("first" + P0, false);
+    t.fabric("dxfrom" + L, DsdKind::fabin, Elem::f32, P("cin" + P0), chain_queue(c, l - 1), B * kb);
+    t.endif();
+    t.if_("last" + P0, false);
+    t.fabric("dxto" + L, DsdKind::fabout, Elem::f32, P("cout" + P0), 2, B * kb);
+    t.endif();
   }
-  o << ".dsd gto" << L << " fabout f32 color=$cout" << L << " queue=2 len=" << kb * nb << "\n";
-  o << ".if $pre" << L << "\n.dsd gto2" << L << " fabout f32 color=$cout" << L << " queue=2 len=$npre" << L << "\n.dsd gfrom" << L << " fabin f32 color=$cin" << L
-    << " queue=" << chain_queue(c, l) << " len=$npre" << L << "\n.endif\n";
+  t.fabric("gto" + L, DsdKind::fabout, Elem::f32, P("cout" + L), 2, kb * nb);
+  t.if_("pre" + L);
+  t.fabric("gto2" + L, DsdKind::fabout, Elem::f32, P("cout" + L), 2, P("npre" + L));
+  t.fabric("gfrom" + L, DsdKind::fabin, Elem::f32, P("cin" + L), chain_queue(c, l), P("npre" + L));
+  t.endif();
   // Chain ends: dy, the bias update, the multicast.
-  o << ".if $last" << L << "\n.data dy" << L << " f32 " << B * nb << "\n.data db" << L << " f32 " << nb << "\n";
-  if (k.relu || k.tanh) o << ".data mk" << L << " f32 " << B * nb << "\n.dsd mkm" << L << " mem1d mk" << L << "\n";
-  o << ".dsd dym" << L << " mem1d dy" << L << "\n.dsd dyrow" << L << " mem1d dy" << L << " len=" << nb << "\n.dsd dbm" << L << " mem1d db" << L << "\n";
-  o << ".dsd biasm" << L << " mem1d bias" << L << "\n.dsd dyout" << L << " fabout f32 color=" << k.cb << " queue=3 len=" << B * nb << "\n";
-  if (c.momentum != 0) o << ".data vb" << L << " f32 " << nb << "   # the bias velocity (momentum), kept from step to step\n.dsd vbm" << L << " mem1d vb" << L << "\n";
-  o << ".task bstart" << L << " local id=" << 56 + li << "   # dy complete: ReLU mask, bias update, multicast\n";
-  if (k.relu)  // the ReLU's derivative [y > 0] as -max(-y 2^100, -1): 1 for y >= 2^-100, 0 for y = 0 (y = relu(z) >= 0)
-    o << "  fmuls mkm" << L << ", yall" << L << ", -1.2676506e30\n  fmaxs mkm" << L << ", mkm" << L << ", -1.0\n  fnegs mkm" << L << ", mkm" << L
-      << "\n  fmuls dym" << L << ", dym" << L << ", mkm" << L << "\n";
-  if (k.tanh)  // the derivative 1 - y^2
-    o << "  fmuls mkm" << L << ", yall" << L << ", yall" << L << "\n  fmuls mkm" << L << ", mkm" << L << ", -1.0\n  fadds mkm" << L << ", mkm" << L
-      << ", 1.0\n  fmuls dym" << L << ", dym" << L << ", mkm" << L << "\n";
-  o << "  dsd_off dyrow" << L << ", 0\n  fmovs dbm" << L << ", dyrow" << L << "\n  mov r14, 1\nbl" << L << ":\n  sub r15, r14, " << B << "\n  bz r15, bd" << L
-    << "\n  mul r15, r14, " << nb << "\n  dsd_off dyrow" << L << ", r15\n  fadds dbm" << L << ", dbm" << L << ", dyrow" << L << "\n  add r14, r14, 1\n  jmp bl" << L
-    << "\nbd" << L << ":\n";
-  if (c.momentum != 0)  // v = mu v + db; b -= lr v (torch's SGD with momentum)
-    o << "  fmuls vbm" << L << ", vbm" << L << ", " << fnum(c.momentum) << "\n  fadds vbm" << L << ", vbm" << L << ", dbm" << L << "\n  fmacs biasm" << L << ", biasm" << L
-      << ", vbm" << L << ", " << fnum(-lr) << "\n";
-  else
-    o << "  fmacs biasm" << L << ", biasm" << L << ", dbm" << L << ", " << fnum(-lr) << "\n";
-  o << "  fmovs dyout" << L << ", dym" << L << " async\n  ret\n.endif\n";
+  t.if_("last" + L);
+  t.data("dy" + L, Elem::f32, B * nb);
+  t.data("db" + L, Elem::f32, nb);
+  if (k.relu || k.tanh) {
+    t.data("mk" + L, Elem::f32, B * nb);
+    t.mem1d("mkm" + L, "mk" + L);
+  }
+  t.mem1d("dym" + L, "dy" + L);
+  t.mem1d("dyrow" + L, "dy" + L, 0, nb);
+  t.mem1d("dbm" + L, "db" + L);
+  t.mem1d("biasm" + L, "bias" + L);
+  t.fabric("dyout" + L, DsdKind::fabout, Elem::f32, k.cb, 3, B * nb);
+  if (c.momentum != 0) {
+    t.data("vb" + L, Elem::f32, nb, {}, -1, -1, "the bias velocity (momentum), kept from step to step");
+    t.mem1d("vbm" + L, "vb" + L);
+  }
+  t.task("bstart" + L, TaskKind::local, 56 + li, -1, -1, false, false, "dy complete: ReLU mask, bias update, multicast");
+  const std::string mk = "mkm" + L, dy = "dym" + L, y = "yall" + L;
+  if (k.relu) {  // the ReLU's derivative [y > 0] as -max(-y 2^100, -1): 1 for y >= 2^-100, 0 for y = 0 (y = relu(z) >= 0)
+    t.op(Op::fmuls, {mk, y, fimm(-1.2676506e30)});
+    t.op(Op::fmaxs, {mk, mk, fimm(-1.0)});
+    t.op(Op::fnegs, {mk, mk});
+    t.op(Op::fmuls, {dy, dy, mk});
+  }
+  if (k.tanh) {  // the derivative 1 - y^2
+    t.op(Op::fmuls, {mk, y, y});
+    t.op(Op::fmuls, {mk, mk, fimm(-1.0)});
+    t.op(Op::fadds, {mk, mk, fimm(1.0)});
+    t.op(Op::fmuls, {dy, dy, mk});
+  }
+  // db = the sum of dy's rows
+  t.op(Op::dsd_off, {"dyrow" + L, imm(0)});
+  t.op(Op::fmovs, {"dbm" + L, "dyrow" + L});
+  t.op(Op::mov, {reg(14), imm(1)});
+  t.label("bl" + L);
+  t.op(Op::sub, {reg(15), reg(14), imm(B)});
+  t.op(Op::bz, {reg(15), "bd" + L});
+  t.op(Op::mul, {reg(15), reg(14), imm(nb)});
+  t.op(Op::dsd_off, {"dyrow" + L, reg(15)});
+  t.op(Op::fadds, {"dbm" + L, "dbm" + L, "dyrow" + L});
+  t.op(Op::add, {reg(14), reg(14), imm(1)});
+  t.op(Op::jmp, {"bl" + L});
+  t.label("bd" + L);
+  if (c.momentum != 0) {  // v = mu v + db; b -= lr v (torch's SGD with momentum)
+    t.op(Op::fmuls, {"vbm" + L, "vbm" + L, fnum(c.momentum)});
+    t.op(Op::fadds, {"vbm" + L, "vbm" + L, "dbm" + L});
+    t.op(Op::fmacs, {"biasm" + L, "biasm" + L, "vbm" + L, fnum(-lr)});
+  } else {
+    t.op(Op::fmacs, {"biasm" + L, "biasm" + L, "dbm" + L, fnum(-lr)});
+  }
+  t.op_async(Op::fmovs, {"dyout" + L, dy});
+  t.op(Op::ret, {});
+  t.endif();
   // Every PE: one task per dy wavelet.
   const bool last_layer = l + 1 == c.kernels.size();
-  o << ".task bdy" << L << " data id=" << 40 + li << " color=" << k.cb << " queue=4" << (last_layer ? "" : " blocked") << "   # wv = dy[b, i]\n";
-  o << "  mul r" << rT << ", r" << rB << ", " << kb << "\n  dsd_off xrow" << L << ", r" << rT << "\n  dsd_off gcol" << L << ", r" << rI << "\n";
-  o << "  bnz r" << rB << ", ga" << L << "\n  fmuls gcol" << L << ", xrow" << L << ", wv\n  jmp gb" << L << "\nga" << L << ":\n  fmacs gcol" << L << ", gcol" << L
-    << ", xrow" << L << ", wv\ngb" << L << ":\n";
+  t.task("bdy" + L, TaskKind::data, 40 + li, k.cb, 4, false, !last_layer, "wv = dy[b, i]");
+  t.op(Op::mul, {reg(rT), reg(rB), imm(kb)});
+  t.op(Op::dsd_off, {"xrow" + L, reg(rT)});
+  t.op(Op::dsd_off, {"gcol" + L, reg(rI)});
+  first_sets(t, reg(rB), "ga" + L, "gb" + L, Op::fmuls, {"gcol" + L, "xrow" + L, kWv}, Op::fmacs, {"gcol" + L, "gcol" + L, "xrow" + L, kWv});
   if (l) {
-    o << "  dsd_off dxrow" << L << ", r" << rT << "\n  dsd_off wcolT" << L << ", r" << rI << "\n  bnz r" << rI << ", da" << L << "\n  fmuls dxrow" << L << ", wcolT" << L
-      << ", wv\n  jmp dc" << L << "\nda" << L << ":\n  fmacs dxrow" << L << ", dxrow" << L << ", wcolT" << L << ", wv\ndc" << L << ":\n";
+    t.op(Op::dsd_off, {"dxrow" + L, reg(rT)});
+    t.op(Op::dsd_off, {"wcolT" + L, reg(rI)});
+    first_sets(t, reg(rI), "da" + L, "dc" + L, Op::fmuls, {"dxrow" + L, "wcolT" + L, kWv}, Op::fmacs, {"dxrow" + L, "dxrow" + L, "wcolT" + L, kWv});
   }
-  o << "  add r" << rI << ", r" << rI << ", 1\n  sub r" << rT << ", r" << rI << ", " << nb << "\n  bnz r" << rT << ", bx" << L << "\n  mov r" << rI << ", 0\n  add r" << rB
-    << ", r" << rB << ", 1\n  sub r" << rT << ", r" << rB << ", " << B << "\n  bnz r" << rT << ", bx" << L << "\n  mov r" << rB << ", 0\n  activate bdone" << L << "\nbx" << L
-    << ":\n  ret\n";
+  t.op(Op::add, {reg(rI), reg(rI), imm(1)});
+  t.op(Op::sub, {reg(rT), reg(rI), imm(nb)});
+  t.op(Op::bnz, {reg(rT), "bx" + L});
+  t.op(Op::mov, {reg(rI), imm(0)});
+  t.op(Op::add, {reg(rB), reg(rB), imm(1)});
+  t.op(Op::sub, {reg(rT), reg(rB), imm(B)});
+  t.op(Op::bnz, {reg(rT), "bx" + L});
+  t.op(Op::mov, {reg(rB), imm(0)});
+  t.op(Op::activate, {"bdone" + L});
+  t.label("bx" + L);
+  t.op(Op::ret, {});
   // All of dy seen: the input gradient's reduce (synchronous), then the weight gradient out.
-  o << ".task bdone" << L << " local id=" << 44 + li << "\n";
+  t.task("bdone" + L, TaskKind::local, 44 + li);
   if (l) {
-    o << ".if $first" << P << "\n.if $last" << P << "\n  fmovs dym" << P << ", dxm" << L << "\n.else\n  fmovs dxto" << L << ", dxm" << L << "\n.endif\n.else\n.if $last" << P
-      << "\n  fadds dym" << P << ", dxm" << L << ", dxfrom" << L << "\n.else\n  fadds dxto" << L << ", dxm" << L << ", dxfrom" << L << "\n.endif\n.endif\n";
-    o << ".if $last" << P << "\n  activate bstart" << P << "\n.endif\n";
+    chain_step(t, "first" + P0, "last" + P0, "dxm" + L, "dxto" + L, "dxfrom" + L, "dym" + P0);
+    t.if_("last" + P0);
+    t.op(Op::activate, {"bstart" + P0});
+    t.endif();
   }
-  o << "  fmovs gto" << L << ", gWm" << L << " async activate=g2" << L << "\n  ret\n";
-  o << ".task g2" << L << " local id=" << 48 + li << "\n.if $pre" << L << "\n  fmovs gto2" << L << ", gfrom" << L << " async activate=g3" << L << "\n.else\n  activate g3" << L
-    << "\n.endif\n  ret\n";
-  o << ".task g3" << L << " local id=" << 52 + li << "   # the gradient block has left\n";
-  if (l) o << "  unblock bdy" << P << "\n  ret\n";
-  else o << "  halt\n";
+  t.op_async(Op::fmovs, {"gto" + L, "gWm" + L}, "g2" + L);
+  t.op(Op::ret, {});
+  t.task("g2" + L, TaskKind::local, 48 + li);
+  t.if_("pre" + L);
+  t.op_async(Op::fmovs, {"gto2" + L, "gfrom" + L}, "g3" + L);
+  t.else_();
+  t.op(Op::activate, {"g3" + L});
+  t.endif();
+  t.op(Op::ret, {});
+  t.task("g3" + L, TaskKind::local, 52 + li, -1, -1, false, false, "the gradient block has left");
+  if (l) {
+    t.op(Op::unblock, {"bdy" + P0});
+    t.op(Op::ret, {});
+  } else {
+    t.op(Op::halt, {});
+  }
 }
 
 }  // namespace tessera::wafer::detail

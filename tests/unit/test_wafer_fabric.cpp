@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <memory>
@@ -842,17 +843,28 @@ TEST_CASE("wafer-fabric: eager memory-only ops give the same run as element by e
     }
 }
 
-// The softmax cross-entropy's exp and reciprocal on a PE (mapper/wafer: the PEs have no exp or
-// divide instruction): the generated instruction text run on one PE, against the C library.
+// The PE functions (mapper/wafer functions.cpp: the PEs have no exp, divide, tanh, erf or sqrt
+// instruction), built into a one-PE program and run, against the C library.
 namespace {
-std::vector<float> run_pe_function(const std::string& body, const std::vector<float>& in, int64_t n, const std::string& result = "x") {
+// A one-PE program: arrays x, r, t, u, v (n floats) with DSDs xm, rm, tm, um, vm, and one task
+// whose body `body` builds.
+ProgramTemplate pe_function(const std::function<void(ProgramTemplate&)>& body, int64_t n) {
+  ProgramTemplate t("f.pe");
+  for (const char* a : {"x", "r", "t", "u", "v"}) {
+    t.data(a, Elem::f32, n);
+    t.mem1d(std::string(a) + "m", a);
+  }
+  t.task("main", TaskKind::local, 8, -1, -1, true);
+  body(t);
+  t.op(Op::halt, {});
+  return t;
+}
+std::vector<float> run_pe_function(const std::function<void(ProgramTemplate&)>& body, const std::vector<float>& in, int64_t n,
+                                   const std::string& result = "x") {
   const WaferConfig c = preset_config("wse2");
-  std::ostringstream prog;
-  prog << ".data x f32 " << n << "\n.data r f32 " << n << "\n.data t f32 " << n << "\n.data u f32 " << n << "\n.dsd xm mem1d x\n.dsd rm mem1d r\n.dsd tm mem1d t\n.dsd um mem1d u\n";
-  prog << ".data v f32 " << n << "\n.dsd vm mem1d v\n";
-  prog << ".task main local id=8 active\n" << body << "  halt\n";
+  const std::map<std::string, ProgramTemplate> progs{{"f.pe", pe_function(body, n)}};
   const std::string layout = R"({"fabric": {"width": 1, "height": 1}, "rects": [{"name": "pe", "x": 0, "y": 0, "width": 1, "height": 1, "program": "f.pe"}]})";
-  Run r(c, load({{"f.pe", prog.str()}}, layout, c));
+  Run r(c, load_layout_text(layout, "layout.json", "", c, nullptr, &progs));
   r.fab->write_array(0, 0, "x", in);
   r.go();
   REQUIRE_FALSE(r.fab->error());
@@ -864,9 +876,7 @@ TEST_CASE("wafer-fabric: the PE exp (scaling and squaring of a Taylor polynomial
   std::vector<float> in;
   for (int i = 0; i <= 400; ++i) in.push_back(-0.05f * static_cast<float>(i));  // 0 .. -20
   for (float v : {-25.0f, -50.0f, -80.0f, -200.0f, -1e30f}) in.push_back(v);
-  std::ostringstream o;
-  exp_text(o, "xm", "tm");
-  const auto out = run_pe_function(o.str(), in, static_cast<int64_t>(in.size()));
+  const auto out = run_pe_function([](ProgramTemplate& t) { exp_ops(t, "xm", "tm"); }, in, static_cast<int64_t>(in.size()));
   double worst = 0;
   for (size_t i = 0; i < in.size(); ++i) {
     const double want = std::exp(static_cast<double>(in[i]));
@@ -882,9 +892,7 @@ TEST_CASE("wafer-fabric: the PE exp (scaling and squaring of a Taylor polynomial
 TEST_CASE("wafer-fabric: the PE reciprocal (Newton) is within 1e-6 relative over [1, 10]", "[wafer-fabric]") {
   std::vector<float> in;
   for (int i = 0; i <= 90; ++i) in.push_back(1.0f + 0.1f * static_cast<float>(i));
-  std::ostringstream o;
-  recip_text(o, "rm", "xm", "um", 1.0, 10.0);
-  const auto out = run_pe_function(o.str(), in, static_cast<int64_t>(in.size()), "r");
+  const auto out = run_pe_function([](ProgramTemplate& t) { recip_ops(t, "rm", "xm", "um", 1.0, 10.0); }, in, static_cast<int64_t>(in.size()), "r");
   for (size_t i = 0; i < in.size(); ++i) CHECK(std::abs(out[i] * static_cast<double>(in[i]) - 1.0) <= 1e-6);
 }
 
@@ -892,9 +900,7 @@ TEST_CASE("wafer-fabric: the PE tanh (expm1 polynomial, doubling, Newton recipro
   std::vector<float> in;
   for (int i = -400; i <= 400; ++i) in.push_back(0.05f * static_cast<float>(i));
   for (float v : {1e-6f, -3e-5f, 1e-3f, 0.3f, 50.0f, -1e30f}) in.push_back(v);
-  std::ostringstream o;
-  tanh_text(o, "xm", "tm", "um", "rm");
-  const auto out = run_pe_function(o.str(), in, static_cast<int64_t>(in.size()));
+  const auto out = run_pe_function([](ProgramTemplate& t) { tanh_ops(t, "xm", "tm", "um", "rm"); }, in, static_cast<int64_t>(in.size()));
   double worst = 0;
   for (size_t i = 0; i < in.size(); ++i) {
     const double want = std::tanh(static_cast<double>(in[i]));
@@ -910,9 +916,7 @@ TEST_CASE("wafer-fabric: the PE GELU (erf by Abramowitz-Stegun 7.1.26 with the e
   std::vector<float> in;
   for (int i = -200; i <= 200; ++i) in.push_back(0.05f * static_cast<float>(i));
   for (float v : {1e-6f, -3e-5f, 1e-3f, 20.0f, -20.0f, 1e30f, -1e30f}) in.push_back(v);
-  std::ostringstream o;
-  gelu_text(o, "xm", "tm", "um", "rm", "vm");
-  const auto out = run_pe_function(o.str(), in, static_cast<int64_t>(in.size()));
+  const auto out = run_pe_function([](ProgramTemplate& t) { gelu_ops(t, "xm", "tm", "um", "rm", "vm"); }, in, static_cast<int64_t>(in.size()));
   double worst = 0;
   for (size_t i = 0; i < in.size(); ++i) {
     const double x = in[i], want = 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
@@ -928,36 +932,27 @@ TEST_CASE("wafer-fabric: the PE GELU (erf by Abramowitz-Stegun 7.1.26 with the e
 TEST_CASE("wafer-fabric: the PE rsqrt of LayerNorm (32 Newton steps from 0.01) is within 1e-6 relative on [1e-5, 3e4]", "[wafer-fabric]") {
   std::vector<float> in;
   for (double v = 1e-5; v <= 3e4; v *= 1.07) in.push_back(static_cast<float>(v));
-  std::ostringstream o;
-  rsqrt_text(o, "rm", "xm", "tm");
-  const auto out = run_pe_function(o.str(), in, static_cast<int64_t>(in.size()), "r");
+  const auto out = run_pe_function([](ProgramTemplate& t) { rsqrt_ops(t, "rm", "xm", "tm"); }, in, static_cast<int64_t>(in.size()), "r");
   double worst = 0;
   for (size_t i = 0; i < in.size(); ++i) worst = std::max(worst, std::abs(out[i] * std::sqrt(static_cast<double>(in[i])) - 1.0));
   INFO("worst relative error: " << worst);
   CHECK(worst <= 1e-6);
 }
 
-// The estimate counts these generators' operations by constants (kExpOps, kRecipOps, kTanhOps):
-// they must be what the generators emit (every DSD op line starts with an "f" opcode).
-TEST_CASE("wafer-fabric: the exp, reciprocal and tanh generators emit the operation counts the estimate uses", "[wafer-fabric]") {
-  auto ops = [](const std::string& text) {
-    std::istringstream in(text);
+// The estimate counts these generators' operations by constants (kExpOps, kRecipOps, kTanhOps,
+// kGeluOps): they must be the DSD operations the generators build.
+TEST_CASE("wafer-fabric: the exp, reciprocal, tanh, GELU and rsqrt generators build the operation counts the estimate uses", "[wafer-fabric]") {
+  auto ops = [](const std::function<void(ProgramTemplate&)>& body) {
+    const Program p = pe_function(body, 4).instantiate({});
     int n = 0;
-    for (std::string line; std::getline(in, line);) n += line.rfind("  f", 0) == 0 ? 1 : 0;
+    for (const auto& in : p.instrs) n += op_info(in.op).cls == OpClass::dsd ? 1 : 0;
     return n;
   };
-  std::ostringstream e, r, t;
-  exp_text(e, "xm", "tm");
-  recip_text(r, "rm", "xm", "um", 1.0, 2.0);
-  tanh_text(t, "xm", "tm", "um", "rm");
-  CHECK(ops(e.str()) == kExpOps);
-  CHECK(ops(r.str()) == kRecipOps);
-  CHECK(ops(t.str()) == kTanhOps);
-  std::ostringstream gl, rs;
-  gelu_text(gl, "xm", "tm", "um", "rm", "vm");
-  rsqrt_text(rs, "rm", "xm", "tm");
-  CHECK(ops(gl.str()) == kGeluOps);
-  CHECK(ops(rs.str()) == 1 + 4 * kRsqrtIters);
+  CHECK(ops([](ProgramTemplate& t) { exp_ops(t, "xm", "tm"); }) == kExpOps);
+  CHECK(ops([](ProgramTemplate& t) { recip_ops(t, "rm", "xm", "um", 1.0, 2.0); }) == kRecipOps);
+  CHECK(ops([](ProgramTemplate& t) { tanh_ops(t, "xm", "tm", "um", "rm"); }) == kTanhOps);
+  CHECK(ops([](ProgramTemplate& t) { gelu_ops(t, "xm", "tm", "um", "rm", "vm"); }) == kGeluOps);
+  CHECK(ops([](ProgramTemplate& t) { rsqrt_ops(t, "rm", "xm", "tm"); }) == 1 + 4 * kRsqrtIters);
 }
 
 // The PE's 16-bit float formats (bf16, cbf16: isa/wafer/isa.hpp Elem) against an independent

@@ -1,0 +1,134 @@
+// PE programs of the chain-end post-ops that span a row of outputs (compile.hpp;
+// docs/wafer-compiler.md "What it maps", "Transformers"): Softmax, LayerNorm and multi-head attention.
+#include <string>
+
+#include "mapper/wafer/internal.hpp"
+
+namespace tessera::wafer::detail {
+
+// Softmax over the N outputs of each sample at the (single) chain end: m = max, e = exp(z - m)
+// (exp_ops), s = sum e (in [1, N]), y = e / s (recip_ops). kSoftmaxOps(N) operations.
+void softmax_program(ProgramTemplate& t, const DenseKernel& k, const std::string& L) {
+  const int64_t N = k.N;
+  auto z = [&](int64_t c) { return "sz" + L + "_" + std::to_string(c); };
+  auto e = [&](int64_t c) { return "sx" + L + "_" + std::to_string(c); };
+  t.op(Op::fmovs, {"sm" + L, z(0)});
+  for (int64_t cc = 1; cc < N; ++cc) t.op(Op::fmaxs, {"sm" + L, "sm" + L, z(cc)});
+  for (int64_t cc = 0; cc < N; ++cc) t.op(Op::fsubs, {e(cc), z(cc), "sm" + L});
+  exp_ops(t, "sem" + L, "stm" + L);
+  t.op(Op::fmovs, {"ss" + L, e(0)});
+  for (int64_t cc = 1; cc < N; ++cc) t.op(Op::fadds, {"ss" + L, "ss" + L, e(cc)});
+  recip_ops(t, "sr" + L, "ss" + L, "su" + L, 1.0, static_cast<double>(N));
+  for (int64_t cc = 0; cc < N; ++cc) t.op(Op::fmuls, {z(cc), e(cc), "sr" + L});
+}
+
+// LayerNorm at kernel l's chain ends (in `red`, after bias, activation and residual): row sums
+// summed along the edge, the mean broadcast back and subtracted; the squared deviations' sums
+// likewise, 1 / sqrt(var + eps) by kRsqrtIters Newton steps from 0.01 at the edge's end, broadcast
+// back; then the scale and bias.
+void ln_program(const DenseKernel& k, size_t l, bool padded, ProgramTemplate& t) {
+  const std::string L = std::to_string(l);
+  const int64_t nb = k.nb;
+  const std::string sm = "lnsm" + L, y = "yall" + L;
+  auto sums = [&](const std::string& col) {
+    t.op(Op::fmovs, {sm, col + L + "_0"});
+    for (int64_t n = 1; n < nb; ++n) t.op(Op::fadds, {sm, sm, col + L + "_" + std::to_string(n)});
+    chain_step(t, "lnfirst" + L, "lnlast" + L, sm, "lnto" + L, "lnfr" + L, sm);
+  };
+  const Operand invn = fnum(1.0 / static_cast<double>(k.N));
+  sums("lyc");
+  t.if_("lnlast" + L);
+  t.op(Op::fmuls, {"lncm" + L, sm, invn});
+  t.op_async(Op::fmovs, {"lnbo" + L, "lncm" + L});
+  t.endif();
+  t.op(Op::fmovs, {"lnrm" + L, "lnbi" + L});
+  t.op(Op::fsubs, {y, y, "lnrb" + L});
+  if (padded) t.op(Op::fmuls, {y, y, "lnkb" + L}, "padded features stay 0");
+  t.op(Op::fmuls, {"lnqm" + L, y, y});
+  sums("lqc");
+  t.if_("lnlast" + L);
+  t.op(Op::fmuls, {"lntm" + L, sm, invn});
+  t.op(Op::fadds, {"lntm" + L, "lntm" + L, fnum(k.ln_eps)});
+  rsqrt_ops(t, "lncm" + L, "lntm" + L, sm);
+  t.op_async(Op::fmovs, {"lnbo" + L, "lncm" + L});
+  t.endif();
+  t.op(Op::fmovs, {"lnrm" + L, "lnbi" + L});
+  t.op(Op::fmuls, {y, y, "lnrb" + L});
+  t.op(Op::fmuls, {y, y, "lngb" + L});
+  t.op(Op::fadds, {y, y, "lnbb" + L});
+}
+
+// Queues: an async op runs on the microthread of its queue number, and weight loads keep input
+// queues 2 and 3's microthreads busy for long stretches, so the broadcasts that other PEs wait for
+// in a blocking receive (LayerNorm's on output queue 5, attention's on 4) use other numbers; the
+// chains' blocking sends use output queue 2 (blocking ops need no microthread).
+// Multi-head attention at the chain end of the kernel computing V (rows S = B), for each of the nb /
+// dh heads in the PE's block: scores[s, t] = sum_j Q[s, j] K[t, j] (per j one product of two
+// broadcast walks, S x S), times the scale; softmax over t (row max, exp_ops, row sum, recip_ops
+// over [1, S]); out[s, j] = sum_t P[s, t] V[t, j] (per t one product of broadcast walks, S x dh).
+void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& t) {
+  const std::string L = std::to_string(l);
+  const int64_t fb = k.feat_nb(), S = k.B, Sq = k.attn_rows(), nq = S / Sq, g = k.attn_group(), w = g > 1 ? fb : k.dh, hp = g > 1 ? 1 : fb / k.dh;
+  // Query blocks of Sq rows, one after another: the scores of a block are Sq x S. The kernel's own
+  // x-task registers: its counter (0 between its x tasks) counts the blocks, its scratch holds the
+  // offset; the counter is back at 0 at the end. Fused Q, K, V (rows of nb = 3 fb): the output's
+  // rows (fb) move by a different offset, kept in the kernel's sample counter (0 between its x
+  // tasks, set back to 0 at the end).
+  const Operand rq = reg(rc), ro = reg(rc + 2), rv = fb != k.nb ? reg(rc + 1) : ro;
+  const std::string sc = "ascm" + L, tm = "atmm" + L;
+  if (nq > 1) {
+    t.op(Op::mov, {rq, imm(0)});
+    t.label("ablk" + L);
+    t.op(Op::mul, {ro, rq, imm(Sq * k.nb)});
+    if (rv != ro) t.op(Op::mul, {rv, rq, imm(Sq * fb)});
+  }
+  auto acol = [&](int64_t c) { return "acol" + L + "_" + std::to_string(c); };
+  for (int64_t hh = 0; hh < hp; ++hh) {
+    const std::string H = L + "_" + std::to_string(hh);
+    auto aq = [&](int64_t j) { return "aq" + H + "_" + std::to_string(j); };
+    auto ak = [&](int64_t j) { return "ak" + H + "_" + std::to_string(j); };
+    if (nq > 1) {
+      for (int64_t j = 0; j < w; ++j) t.op(Op::dsd_off, {aq(j), ro});
+      t.op(Op::dsd_off, {"ao" + H, rv});
+    }
+    t.op(Op::fmuls, {sc, aq(0), ak(0)});
+    for (int64_t j = 1; j < w; ++j) {
+      t.op(Op::fmuls, {tm, aq(j), ak(j)});
+      t.op(Op::fadds, {sc, sc, tm});
+    }
+    if (g > 1) {  // the head's partial scores summed along its group, to the group's last PE
+      chain_step(t, "agfirst" + L, "aglast" + L, sc, "aton" + L, "afr" + L, sc);
+      t.if_("aglast" + L);
+    }
+    t.op(Op::fmuls, {sc, sc, fnum(k.attn_scale)});
+    t.op(Op::fmovs, {"amm" + L, acol(0)});
+    for (int64_t c = 1; c < S; ++c) t.op(Op::fmaxs, {"amm" + L, "amm" + L, acol(c)});
+    t.op(Op::fsubs, {sc, sc, "amb" + L});
+    exp_ops(t, sc, tm);
+    t.op(Op::fmovs, {"asm" + L, acol(0)});
+    for (int64_t c = 1; c < S; ++c) t.op(Op::fadds, {"asm" + L, "asm" + L, acol(c)});
+    recip_ops(t, "arm" + L, "asm" + L, "aum" + L, 1.0, static_cast<double>(S));
+    t.op(Op::fmuls, {sc, sc, "arb" + L});
+    if (g > 1) {  // P back to the group (the last PE's own copy through its ramp) into atm
+      t.op_async(Op::fmovs, {"abo" + L, sc});
+      t.endif();
+      t.op(Op::fmovs, {tm, "abi" + L});
+    }
+    auto ap = [&](int64_t c) { return "ap" + L + "_" + std::to_string(c); };
+    auto av = [&](int64_t c) { return "av" + H + "_" + std::to_string(c); };
+    t.op(Op::fmuls, {"ao" + H, ap(0), av(0)});
+    for (int64_t c = 1; c < S; ++c) {
+      t.op(Op::fmuls, {"atom" + L, ap(c), av(c)});
+      t.op(Op::fadds, {"ao" + H, "ao" + H, "atom" + L});
+    }
+  }
+  if (nq > 1) {
+    t.op(Op::add, {rq, rq, imm(1)});
+    t.op(Op::sub, {ro, rq, imm(nq)});
+    t.op(Op::bnz, {ro, "ablk" + L});
+    t.op(Op::mov, {rq, imm(0)});
+    if (rv != ro) t.op(Op::mov, {rv, imm(0)});
+  }
+}
+
+}  // namespace tessera::wafer::detail

@@ -1,0 +1,182 @@
+// PE instructions for the functions the PEs have no instruction for (compile.hpp): exp, reciprocal,
+// tanh, GELU, 1 / sqrt; and fnum, the rounding of the compiler's computed constants.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "mapper/wafer/internal.hpp"
+
+namespace tessera::wafer {
+
+using detail::fnum;
+
+// A computed constant as an fp32 immediate, rounded to 9 significant digits first (the form the
+// compiler's programs have always printed it in, so their numbers did not change when they stopped
+// being text).
+Operand detail::fnum(double v) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.9g", v);
+  return fimm(std::strtod(b, nullptr));
+}
+
+namespace {
+void f(ProgramTemplate& t, Op op, const std::string& d, const Arg& a, const Arg& b) { t.op(op, {d, a, b}); }
+}  // namespace
+
+// exp(X) in place for X <= 0 (the PEs have no exp): clamp at -80, t = X / 16, a degree-12 Taylor
+// polynomial of exp(t) by Horner into T, squared four times (exp(X) = exp(X/16)^16). Relative error
+// at most 5e-6 for X in [-20, 0] (measured 4.1e-6: fp32 rounding, multiplied by 16 through the
+// squarings; tests/unit/test_wafer_fabric.cpp); below -20 the
+// result stays under 1e-8 (it is added to a sum >= 1).
+void exp_ops(ProgramTemplate& t, const std::string& X, const std::string& T) {
+  f(t, Op::fmaxs, X, X, fimm(-80.0));
+  f(t, Op::fmuls, X, X, fimm(0.0625));
+  f(t, Op::fmuls, T, X, fnum(1.0 / 12));
+  f(t, Op::fadds, T, T, fimm(1.0));
+  for (int k = 11; k >= 1; --k) {
+    f(t, Op::fmuls, T, T, X);
+    if (k > 1) f(t, Op::fmuls, T, T, fnum(1.0 / k));
+    f(t, Op::fadds, T, T, fimm(1.0));
+  }
+  for (int k = 0; k < 4; ++k) f(t, Op::fmuls, T, T, T);
+  t.op(Op::fmovs, {X, T});
+}
+
+// R = 1 / S by Newton's iteration r = r (2 - s r) from r0 = 2 / (lo + hi), for S in [lo, hi]: the
+// error (hi - lo) / (hi + lo) squares each time; 8 iterations.
+int recip_iters(double lo, double hi) {
+  // Newton's error squares each step from e0 = (hi - lo) / (hi + lo): enough steps for 1e-8, at least 8.
+  const double e0 = (hi - lo) / (hi + lo);
+  return e0 <= 0 ? 8 : std::max(8, static_cast<int>(std::ceil(std::log2(std::log(1e-8) / std::log(e0)))));
+}
+
+void recip_ops(ProgramTemplate& t, const std::string& R, const std::string& S, const std::string& U, double lo, double hi) {
+  t.op(Op::fmovs, {R, fnum(2.0 / (lo + hi))});
+  for (int i = 0; i < recip_iters(lo, hi); ++i) {
+    f(t, Op::fmuls, U, S, R);
+    f(t, Op::fmuls, U, U, fimm(-1.0));
+    f(t, Op::fadds, U, U, fimm(2.0));
+    f(t, Op::fmuls, R, R, U);
+  }
+}
+
+// sign(Y) into V: Y 2^100 clamped to [-1, 1] (exact for |y| >= 2^-100; 0 for 0).
+void sign_ops(ProgramTemplate& t, const std::string& V, const std::string& Y, bool neg_first) {
+  f(t, Op::fmuls, V, Y, fimm(1.2676506e30));
+  if (neg_first) t.op(Op::fnegs, {V, V});
+  f(t, Op::fmaxs, V, V, fimm(-1.0));
+  t.op(Op::fnegs, {V, V});
+  f(t, Op::fmaxs, V, V, fimm(-1.0));
+  if (!neg_first) t.op(Op::fnegs, {V, V});
+}
+
+void tanh_ops(ProgramTemplate& t, const std::string& Y, const std::string& T, const std::string& U, const std::string& V) {
+  t.op(Op::fnegs, {T, Y});
+  f(t, Op::fmaxs, T, T, Y);  // |y|
+  sign_ops(t, V, Y, true);
+  f(t, Op::fmuls, T, T, fimm(-0.125));
+  f(t, Op::fmaxs, T, T, fimm(-2.5));  // t = -|y| / 8 (|y| <= 20)
+  f(t, Op::fmuls, U, T, fnum(1.0 / 12));
+  f(t, Op::fadds, U, U, fimm(1.0));
+  for (int k = 11; k >= 2; --k) {
+    f(t, Op::fmuls, U, U, T);
+    f(t, Op::fmuls, U, U, fnum(1.0 / k));
+    f(t, Op::fadds, U, U, fimm(1.0));
+  }
+  f(t, Op::fmuls, U, U, T);  // m = expm1(t)
+  for (int k = 0; k < 4; ++k) {
+    f(t, Op::fadds, T, U, fimm(2.0));
+    f(t, Op::fmuls, U, U, T);  // m = expm1(-2|y|)
+  }
+  f(t, Op::fadds, T, U, fimm(2.0));
+  f(t, Op::fmuls, U, U, V);
+  f(t, Op::fmuls, U, U, fimm(-1.0));
+  recip_ops(t, Y, T, V, 1.0, 2.0);
+  f(t, Op::fmuls, Y, Y, U);
+}
+
+void gelu_ops(ProgramTemplate& t, const std::string& Y, const std::string& T, const std::string& U, const std::string& V, const std::string& W) {
+  constexpr double p = 0.3275911, zmax = 6.0;  // Abramowitz and Stegun 7.1.26
+  t.op(Op::fnegs, {T, Y});
+  f(t, Op::fmaxs, T, T, Y);
+  f(t, Op::fmuls, T, T, fnum(std::sqrt(0.5)));
+  t.op(Op::fnegs, {T, T});
+  f(t, Op::fmaxs, T, T, fnum(-zmax));
+  t.op(Op::fnegs, {T, T});                            // z = min(|y| / sqrt 2, 6)
+  t.op(Op::fmacs, {U, fimm(1.0), T, fnum(p)});        // 1 + p z
+  recip_ops(t, V, U, W, 1.0, 1.0 + p * zmax);          // t
+  f(t, Op::fmuls, U, V, fimm(1.061405429));
+  for (double a : {-1.453152027, 1.421413741, -0.284496736, 0.254829592}) {
+    f(t, Op::fadds, U, U, fimm(a));
+    f(t, Op::fmuls, U, U, V);                          // t (a1 + t (a2 + ...))
+  }
+  f(t, Op::fmuls, W, T, T);
+  t.op(Op::fnegs, {W, W});
+  exp_ops(t, W, V);                                    // exp(-z^2)
+  f(t, Op::fmuls, U, U, W);                            // 1 - erf(z)
+  sign_ops(t, T, Y, false);                            // sign(y)
+  t.op(Op::fnegs, {U, U});
+  f(t, Op::fadds, U, U, fimm(1.0));                    // erf(z)
+  f(t, Op::fmuls, U, U, T);
+  f(t, Op::fadds, U, U, fimm(1.0));
+  f(t, Op::fmuls, Y, Y, U);
+  f(t, Op::fmuls, Y, Y, fimm(0.5));
+}
+
+void rsqrt_ops(ProgramTemplate& t, const std::string& R, const std::string& V, const std::string& T) {
+  t.op(Op::fmovs, {R, fimm(0.01)});
+  for (int i = 0; i < kRsqrtIters; ++i) {
+    f(t, Op::fmuls, T, R, R);
+    f(t, Op::fmuls, T, T, V);
+    t.op(Op::fmacs, {T, fimm(1.5), T, fimm(-0.5)});
+    f(t, Op::fmuls, R, R, T);
+  }
+}
+
+}  // namespace tessera::wafer
+
+namespace tessera::wafer::detail {
+
+void chain_step(ProgramTemplate& t, const std::string& first, const std::string& last, const std::string& src, const std::string& to,
+                const std::string& from, const std::string& last_dst) {
+  t.if_(first);
+  t.if_(last);
+  if (last_dst != src) t.op(Op::fmovs, {last_dst, src});
+  t.else_();
+  t.op(Op::fmovs, {to, src});
+  t.endif();
+  t.else_();
+  t.if_(last);
+  t.op(Op::fadds, {last_dst, src, from});
+  t.else_();
+  t.op(Op::fadds, {to, src, from});
+  t.endif();
+  t.endif();
+}
+
+void sum_elements(ProgramTemplate& t, const std::string& acc, const std::string& one, int64_t n) {
+  t.op(Op::dsd_off, {one, imm(0)});
+  t.op(Op::fmovs, {acc, one});
+  t.op(Op::mov, {reg(14), imm(1)});
+  t.label("lp");
+  t.op(Op::sub, {reg(15), reg(14), imm(n)});
+  t.op(Op::bz, {reg(15), "le"});
+  t.op(Op::dsd_off, {one, reg(14)});
+  t.op(Op::fadds, {acc, acc, one});
+  t.op(Op::add, {reg(14), reg(14), imm(1)});
+  t.op(Op::jmp, {"lp"});
+  t.label("le");
+}
+
+void first_sets(ProgramTemplate& t, Operand r, const std::string& la, const std::string& lb, Op op1, const std::vector<Arg>& a1, Op op2,
+                const std::vector<Arg>& a2) {
+  t.op(Op::bnz, {r, la});
+  t.op(op1, a1);
+  t.op(Op::jmp, {lb});
+  t.label(la);
+  t.op(op2, a2);
+  t.label(lb);
+}
+
+}  // namespace tessera::wafer::detail

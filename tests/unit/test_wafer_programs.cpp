@@ -1,0 +1,128 @@
+// PE programs built in code (isa/wafer/builder.hpp ProgramTemplate) and the wafer compiler's
+// programs: instantiate() and the text form agree, so what --emit-program writes is what ran.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "isa/wafer/asm.hpp"
+#include "isa/wafer/builder.hpp"
+#include "mapper/frontend/onnx.hpp"
+#include "mapper/passes/passes.hpp"
+#include "mapper/wafer/compile.hpp"
+
+using namespace tessera;
+using namespace tessera::wafer;
+using Catch::Matchers::Contains;
+using Num = ProgramTemplate::Num;
+
+namespace {
+
+const std::string kRoot = TESSERA_SOURCE_DIR;
+
+// Every program instance of `json` loaded both ways: templates instantiated, and their text()
+// assembled. Same instances, same programs (line numbers included), same PE assignment.
+void check_both_ways(const std::string& json, const std::map<std::string, ProgramTemplate>& programs, const WaferConfig& c) {
+  std::map<std::string, std::string> texts;
+  for (const auto& [file, t] : programs) texts[file] = t.text();
+  const LoadedLayout a = load_layout_text(json, "layout.json", "", c, nullptr, &programs);
+  const LoadedLayout b = load_layout_text(json, "layout.json", "", c, &texts, nullptr);
+  REQUIRE(a.programs.size() == b.programs.size());
+  CHECK(a.pe_program == b.pe_program);
+  for (size_t i = 0; i < a.programs.size(); ++i) {
+    INFO(a.programs[i].source << " instance " << i);
+    CHECK(same_program(a.programs[i], b.programs[i]));
+    REQUIRE(a.programs[i].instrs.size() == b.programs[i].instrs.size());
+    for (size_t j = 0; j < a.programs[i].instrs.size(); ++j) CHECK(a.programs[i].instrs[j].line == b.programs[i].instrs[j].line);
+    CHECK(a.programs[i].params == b.programs[i].params);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("wafer-programs: a template instantiates per binding, and its text assembles to the same program", "[wafer-asm]") {
+  ProgramTemplate t("t.pe");
+  t.param("last");
+  t.param("cin");
+  t.comment("a chain step");
+  t.data("y", Elem::f32, 8, {}, -1, -1, "the row");
+  t.data("w", Elem::f16, 4 * 8, 0.5f);
+  t.mem1d("ym", "y");
+  t.mem4d("wm", "w", 8, {{3, 8}, {Num::of("cin"), 1}});
+  t.if_("last", false);
+  t.fabric("to", DsdKind::fabout, Elem::f32, Num::of("cin"), 2, 8);
+  t.endif();
+  t.task("go", TaskKind::local, 3, -1, -1, true);
+  t.op(Op::mov, {reg(1), imm(0)});
+  t.label("top");
+  t.if_("last");
+  t.op(Op::fmuls, {"ym", "ym", fimm(0.1)});
+  t.else_();
+  t.op_async(Op::fmovs, {"to", "ym"}, "go");
+  t.endif();
+  t.op(Op::add, {reg(1), reg(1), imm(1)});
+  t.op(Op::bnz, {reg(1), "top"});
+  t.op(Op::halt, {});
+  for (double last : {0.0, 1.0}) {
+    const Bindings b{{"last", last}, {"cin", 8}};
+    const Program p = t.instantiate(b);
+    const Program q = assemble(t.text(), "t.pe", b);
+    CHECK(same_program(p, q));
+    CHECK(p.dsds.size() == (last != 0 ? 2u : 3u));
+    CHECK(p.dsds[1].dims[1].len == 8);  // $cin in a dim
+    CHECK(op_name(p.instrs[1].op) == (last != 0 ? "fmuls" : "fmovs"));
+    CHECK(p.instrs[1].line == q.instrs[1].line);
+    CHECK(disassemble(p) == disassemble(q));
+  }
+  CHECK_THAT(t.text(), Contains(".if !$last\n.dsd to fabout f32 color=$cin queue=2 len=8\n.endif"));
+  CHECK_THAT(t.text(), Contains(".data y f32 8   # the row"));
+  // What the builder checks, it reports with where = FILE:LINE of the text.
+  DiagnosticList d;
+  (void)t.instantiate({{"last", 1}}, "PE (2,0)", d);
+  REQUIRE(d.size() == 1);
+  CHECK_THAT(d.items()[0].message, Contains("'$cin' has no value"));
+  CHECK(d.items()[0].where == "t.pe:7 PE (2,0)");  // 2 .param lines, the comment, 3 lines, then the mem4d
+  ProgramTemplate bad("b.pe");
+  bad.data("y", Elem::f32, 4);
+  bad.mem1d("ym", "y", 2, 4);
+  bad.task("go", TaskKind::local, 1);
+  bad.op(Op::fadds, {"ym", "ym", "nope"});
+  DiagnosticList e;
+  (void)bad.instantiate({}, "", e);
+  REQUIRE(e.size() == 4);  // the DSD, then each operand naming a DSD that does not exist
+  CHECK_THAT(e.items()[0].message, Contains("reaches outside array 'y'"));
+  CHECK_THAT(e.items()[1].message, Contains("unknown DSD 'ym'"));
+  CHECK_THAT(e.items()[3].message, Contains("unknown DSD 'nope'"));
+}
+
+// The compiler's programs for models across its kernel families and modes: each PE's instance the
+// same whether instantiated or assembled from the text --emit-program writes.
+TEST_CASE("wafer-programs: the compiler's programs and their emitted text are the same programs on every PE", "[wafer-asm]") {
+  const WaferConfig c = preset_config("wse2");
+  struct Case {
+    const char* model;
+    MapMode mode;
+    Elem compute;
+    bool training;
+  };
+  for (const Case& k : {Case{"mlp.onnx", MapMode::pipelined, Elem::f32, false}, Case{"mlp.onnx", MapMode::weight_streaming, Elem::bf16, false},
+                        Case{"lenet.onnx", MapMode::pipelined, Elem::f16, false}, Case{"lenet.onnx", MapMode::weight_streaming, Elem::f32, false},
+                        Case{"transformer_layer.onnx", MapMode::pipelined, Elem::f32, false},
+                        Case{"train_mlp.onnx", MapMode::weight_streaming, Elem::f32, true},
+                        Case{"train_classifier.onnx", MapMode::weight_streaming, Elem::f32, true}}) {
+    INFO(k.model << " mode " << static_cast<int>(k.mode) << " " << elem_name(k.compute));
+    graph::Graph g = frontend::load_onnx(kRoot + "/scenarios/models/" + k.model);
+    passes::prepare(g);
+    MappingOptions mo;
+    mo.mode = k.mode;
+    mo.compute = k.compute;
+    if (k.mode == MapMode::weight_streaming) mo.rect_width = mo.rect_height = 8;
+    if (std::string(k.model) == "train_classifier.onnx") mo.rect_width = 1;  // every class on one chain-end PE
+    mo.training = k.training;
+    mo.learning_rate = 0.1;
+    mo.momentum = k.training && std::string(k.model) == "train_mlp.onnx" ? 0.9 : 0.0;
+    if (std::string(k.model) == "train_classifier.onnx") mo.loss = "softmax_cross_entropy";
+    const Compiled cp = compile(g, c, mo);
+    REQUIRE_FALSE(cp.programs.empty());
+    check_both_ways(cp.layout_json, cp.programs, c);
+  }
+}
