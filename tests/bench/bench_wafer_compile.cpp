@@ -6,6 +6,7 @@
 #include <benchmark/benchmark.h>
 
 #include "isa/params.hpp"
+#include "isa/wafer/asm.hpp"
 #include "isa/wafer/isa.hpp"
 #include "mapper/frontend/onnx.hpp"
 #include "mapper/passes/passes.hpp"
@@ -42,6 +43,30 @@ void BM_CompileBertLayerWafer(benchmark::State& state) {
   state.counters["layout_bytes"] = static_cast<double>(layout_bytes);
 }
 BENCHMARK(BM_CompileBertLayerWafer)->Arg(0)->Arg(1)->ArgNames({"pipelined"})->Unit(benchmark::kMillisecond);
+
+// What a run does next: the layout loaded for the fabric model, every distinct PE program instance
+// made -- from the compiler's ProgramTemplates (what `tessera run` does), or, as before the
+// compiler built programs in code, by assembling their text (text:1; the same programs).
+void BM_LoadBertLayerWafer(benchmark::State& state) {
+  graph::Graph g = frontend::load_onnx(TESSERA_SOURCE_DIR "/scenarios/models/bert_layer.onnx");
+  passes::prepare(g);
+  const WaferConfig cfg = wse2();
+  MappingOptions mo;
+  mo.mode = state.range(0) ? MapMode::pipelined : MapMode::weight_streaming;
+  const Compiled c = compile(g, cfg, mo);
+  std::map<std::string, std::string> texts;
+  for (const auto& [file, t] : c.programs) texts[file] = t.text();
+  const bool text = state.range(1) != 0;
+  size_t instances = 0;
+  for (auto _ : state) {
+    LoadedLayout l = text ? load_layout_text(c.layout_json, "layout.json", "", cfg, &texts) : load_layout_text(c.layout_json, "layout.json", "", cfg, nullptr, &c.programs);
+    instances = l.programs.size();
+    benchmark::DoNotOptimize(l.programs.data());
+  }
+  state.SetLabel(std::string(state.range(0) ? "pipelined" : "weight_streaming") + (text ? ", assembled from text" : ", from templates"));
+  state.counters["instances"] = static_cast<double>(instances);
+}
+BENCHMARK(BM_LoadBertLayerWafer)->ArgsProduct({{0, 1}, {0, 1}})->ArgNames({"pipelined", "text"})->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
