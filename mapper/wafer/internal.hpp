@@ -84,8 +84,8 @@ size_t first_of_orientation(const Compiled& c, size_t l);
 void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& opt);
 
 // routes.cpp: route regions and per-PE parameters.
-std::string dirs(std::initializer_list<std::pair<bool, const char*>> ds);
-json route(int color, int64_t x, int64_t y, int64_t w, int64_t h, const std::string& rx, const std::string& tx);
+inline constexpr DirSet kRamp = dir_bit(Dir::RAMP);
+json route(int color, int64_t x, int64_t y, int64_t w, int64_t h, DirSet rx, DirSet tx);
 void x_routes(const DenseKernel& k, bool from_ramp, json& routes);
 void reduce_routes(const DenseKernel& k, json& routes);
 void handoff_routes(const DenseKernel& p, const DenseKernel& n, json& routes);

@@ -7,26 +7,24 @@
 
 namespace tessera::wafer::detail {
 
-std::string dirs(std::initializer_list<std::pair<bool, const char*>> ds) {
-  std::string s = "[";
-  for (const auto& [on, d] : ds)
-    if (on) s += std::string(s.size() > 1 ? ", " : "") + "\"" + d + "\"";
-  return s + "]";
-}
-
 // The route region of one color: `rx` and `tx` direction sets, rect-relative region.
-json route(int color, int64_t x, int64_t y, int64_t w, int64_t h, const std::string& rx, const std::string& tx) {
-  return {{"color", color}, {"x", x}, {"y", y}, {"width", w}, {"height", h}, {"rx", json::parse(rx)}, {"tx", json::parse(tx)}};
+json route(int color, int64_t x, int64_t y, int64_t w, int64_t h, DirSet rx, DirSet tx) {
+  auto list = [](DirSet s) {
+    json a = json::array();
+    for (int d = 0; d < kDirs; ++d)
+      if (s & dir_bit(static_cast<Dir>(d))) a.push_back(dir_name(static_cast<Dir>(d)));
+    return a;
+  };
+  return {{"color", color}, {"x", x}, {"y", y}, {"width", w}, {"height", h}, {"rx", list(rx)}, {"tx", list(tx)}};
 }
 
 // Routes of kernel k's x multicast within its rectangle: lines along the N axis, entering at the
 // source end (from the neighbour outside, or from the source PE's own ramp).
 void x_routes(const DenseKernel& k, bool from_ramp, json& routes) {
   const Dir f = k.x_flow;
-  const char* fwd = dir_name(f).data();
-  const char* back = dir_name(opposite(f)).data();
+  const DirSet fwd = dir_bit(f), back = dir_bit(opposite(f));
   const int64_t len = k.k_on_columns ? k.h : k.w;  // PEs along a line
-  auto region = [&](int64_t from, int64_t n, const std::string& rx, const std::string& tx) {
+  auto region = [&](int64_t from, int64_t n, DirSet rx, DirSet tx) {
     // `from`: index along the flow (0 = source end), n PEs.
     int64_t a = from, b = from + n - 1;  // flow positions
     int64_t p0, p1;
@@ -38,28 +36,26 @@ void x_routes(const DenseKernel& k, bool from_ramp, json& routes) {
     if (k.k_on_columns) routes.push_back(route(k.cx, 0, p0, k.w, p1 - p0 + 1, rx, tx));
     else routes.push_back(route(k.cx, p0, 0, p1 - p0 + 1, k.h, rx, tx));
   };
-  const std::string rx0 = from_ramp ? "[\"RAMP\"]" : "[\"" + std::string(back) + "\"]";
-  const std::string rxn = "[\"" + std::string(back) + "\"]";
+  const DirSet rx0 = from_ramp ? kRamp : back;
   if (len == 1) {
-    region(0, 1, rx0, "[\"RAMP\"]");
+    region(0, 1, rx0, kRamp);
     return;
   }
-  region(0, 1, rx0, dirs({{true, fwd}, {true, "RAMP"}}));
-  if (len > 2) region(1, len - 2, rxn, dirs({{true, fwd}, {true, "RAMP"}}));
-  region(len - 1, 1, rxn, "[\"RAMP\"]");
+  region(0, 1, rx0, fwd | kRamp);
+  if (len > 2) region(1, len - 2, back, fwd | kRamp);
+  region(len - 1, 1, back, kRamp);
 }
 
 // Reduce routes: along the K axis towards E (K on columns) or S; position p sends on color
 // c(p) = p even ? cr0 : cr1 and the next PE takes it from its ramp.
 void reduce_routes(const DenseKernel& k, json& routes) {
   const int64_t len = k.k_on_columns ? k.w : k.h;
-  const char* fwd = k.k_on_columns ? "E" : "S";
-  const char* back = k.k_on_columns ? "W" : "N";
+  const DirSet fwd = dir_bit(k.k_on_columns ? Dir::E : Dir::S), back = dir_bit(k.k_on_columns ? Dir::W : Dir::N);
   for (int64_t p = 0; p < len; ++p) {
     // Color of position p's send and of its receive, per route region (one line across).
-    std::vector<std::pair<int, std::pair<std::string, std::string>>> at;  // color -> rx, tx
-    if (p + 1 < len) at.push_back({p % 2 == 0 ? k.cr0 : k.cr1, {"[\"RAMP\"]", "[\"" + std::string(fwd) + "\"]"}});
-    if (p > 0) at.push_back({(p - 1) % 2 == 0 ? k.cr0 : k.cr1, {"[\"" + std::string(back) + "\"]", "[\"RAMP\"]"}});
+    std::vector<std::pair<int, std::pair<DirSet, DirSet>>> at;  // color -> rx, tx
+    if (p + 1 < len) at.push_back({p % 2 == 0 ? k.cr0 : k.cr1, {kRamp, fwd}});
+    if (p > 0) at.push_back({(p - 1) % 2 == 0 ? k.cr0 : k.cr1, {back, kRamp}});
     for (const auto& [col, rt] : at) {
       if (k.k_on_columns) routes.push_back(route(col, p, 0, 1, k.h, rt.first, rt.second));
       else routes.push_back(route(col, 0, p, k.w, 1, rt.first, rt.second));
@@ -70,19 +66,19 @@ void reduce_routes(const DenseKernel& k, json& routes) {
 // Routes at kernel p's chain ends that send the next kernel's x towards it (pipelined) -- in
 // p's rectangle. In weight streaming the chain ends are the next kernel's x sources.
 void handoff_routes(const DenseKernel& p, const DenseKernel& n, json& routes) {
-  if (p.k_on_columns) routes.push_back(route(n.cx, p.w - 1, 0, 1, p.h, "[\"RAMP\"]", "[\"E\"]"));
-  else routes.push_back(route(n.cx, 0, p.h - 1, p.w, 1, "[\"RAMP\"]", "[\"S\"]"));
+  if (p.k_on_columns) routes.push_back(route(n.cx, p.w - 1, 0, 1, p.h, kRamp, dir_bit(Dir::E)));
+  else routes.push_back(route(n.cx, 0, p.h - 1, p.w, 1, kRamp, dir_bit(Dir::S)));
 }
 
 // Weight stream routes (weight streaming): rows from the west edge (K on columns), columns from
 // the north edge (K on rows); every PE of a line takes the line's stream and passes it on.
 void weight_routes(const DenseKernel& k, json& routes) {
   if (k.k_on_columns) {
-    if (k.w > 1) routes.push_back(route(k.cw, 0, 0, k.w - 1, k.h, "[\"W\"]", "[\"E\", \"RAMP\"]"));
-    routes.push_back(route(k.cw, k.w - 1, 0, 1, k.h, "[\"W\"]", "[\"RAMP\"]"));
+    if (k.w > 1) routes.push_back(route(k.cw, 0, 0, k.w - 1, k.h, dir_bit(Dir::W), dir_bit(Dir::E) | kRamp));
+    routes.push_back(route(k.cw, k.w - 1, 0, 1, k.h, dir_bit(Dir::W), kRamp));
   } else {
-    if (k.h > 1) routes.push_back(route(k.cw, 0, 0, k.w, k.h - 1, "[\"N\"]", "[\"S\", \"RAMP\"]"));
-    routes.push_back(route(k.cw, 0, k.h - 1, k.w, 1, "[\"N\"]", "[\"RAMP\"]"));
+    if (k.h > 1) routes.push_back(route(k.cw, 0, 0, k.w, k.h - 1, dir_bit(Dir::N), dir_bit(Dir::S) | kRamp));
+    routes.push_back(route(k.cw, 0, k.h - 1, k.w, 1, dir_bit(Dir::N), kRamp));
   }
 }
 
@@ -137,20 +133,19 @@ namespace {
 // attention with split heads: a group per head.
 void edge_group_routes(const DenseKernel& k, int64_t g, int c0, int c1, int cb, json& routes) {
   const int64_t len = k.k_on_columns ? k.h : k.w;
-  const char* fwd = k.k_on_columns ? "S" : "E";
-  const char* back = k.k_on_columns ? "N" : "W";
-  auto at = [&](int col, int64_t q, const std::string& rx, const std::string& tx) {
+  const DirSet fwd = dir_bit(k.k_on_columns ? Dir::S : Dir::E), back = dir_bit(k.k_on_columns ? Dir::N : Dir::W);
+  auto at = [&](int col, int64_t q, DirSet rx, DirSet tx) {
     if (k.k_on_columns) routes.push_back(route(col, k.w - 1, q, 1, 1, rx, tx));
     else routes.push_back(route(col, q, k.h - 1, 1, 1, rx, tx));
   };
   for (int64_t q = 0; q < len; ++q) {
     const int64_t ql = q % g;
     const bool first = ql == 0, last = ql == g - 1 || q == len - 1;
-    if (!last) at(ql % 2 == 0 ? c0 : c1, q, "[\"RAMP\"]", "[\"" + std::string(fwd) + "\"]");
-    if (!first) at((ql - 1) % 2 == 0 ? c0 : c1, q, "[\"" + std::string(back) + "\"]", "[\"RAMP\"]");
-    if (last) at(cb, q, "[\"RAMP\"]", first ? "[\"RAMP\"]" : dirs({{true, back}, {true, "RAMP"}}));
-    else if (!first) at(cb, q, "[\"" + std::string(fwd) + "\"]", dirs({{true, back}, {true, "RAMP"}}));
-    else at(cb, q, "[\"" + std::string(fwd) + "\"]", "[\"RAMP\"]");
+    if (!last) at(ql % 2 == 0 ? c0 : c1, q, kRamp, fwd);
+    if (!first) at((ql - 1) % 2 == 0 ? c0 : c1, q, back, kRamp);
+    if (last) at(cb, q, kRamp, first ? kRamp : back | kRamp);
+    else if (!first) at(cb, q, fwd, back | kRamp);
+    else at(cb, q, fwd, kRamp);
   }
 }
 

@@ -10,13 +10,12 @@ namespace tessera::wafer::detail {
 // copy through its ramp), on color cb.
 void dy_routes(const DenseKernel& k, json& routes) {
   const int64_t len = k.k_on_columns ? k.w : k.h;
-  const char* back = k.k_on_columns ? "W" : "N";
-  const char* from = k.k_on_columns ? "E" : "S";
+  const DirSet back = dir_bit(k.k_on_columns ? Dir::W : Dir::N), from = dir_bit(k.k_on_columns ? Dir::E : Dir::S);
   for (int64_t p = 0; p < len; ++p) {
-    std::string rx, tx;
-    if (p == len - 1) rx = "[\"RAMP\"]", tx = len > 1 ? dirs({{true, back}, {true, "RAMP"}}) : "[\"RAMP\"]";
-    else if (p > 0) rx = "[\"" + std::string(from) + "\"]", tx = dirs({{true, back}, {true, "RAMP"}});
-    else rx = "[\"" + std::string(from) + "\"]", tx = "[\"RAMP\"]";
+    DirSet rx, tx;
+    if (p == len - 1) rx = kRamp, tx = len > 1 ? back | kRamp : kRamp;
+    else if (p > 0) rx = from, tx = back | kRamp;
+    else rx = from, tx = kRamp;
     if (k.k_on_columns) routes.push_back(route(k.cb, p, 0, 1, k.h, rx, tx));
     else routes.push_back(route(k.cb, 0, p, k.w, 1, rx, tx));
   }
@@ -30,20 +29,19 @@ int chain_color(const DenseKernel& k, int64_t p) { return p % 2 == 0 ? k.cr0 : k
 void grad_port_routes(const DenseKernel& k, json& routes) {
   const int64_t len = k.k_on_columns ? k.w : k.h;
   const int col = chain_color(k, len - 1);
-  if (k.k_on_columns) routes.push_back(route(col, len - 1, 0, 1, k.h, "[\"RAMP\"]", "[\"E\"]"));
-  else routes.push_back(route(col, 0, len - 1, k.w, 1, "[\"RAMP\"]", "[\"S\"]"));
+  if (k.k_on_columns) routes.push_back(route(col, len - 1, 0, 1, k.h, kRamp, dir_bit(Dir::E)));
+  else routes.push_back(route(col, 0, len - 1, k.w, 1, kRamp, dir_bit(Dir::S)));
 }
 
 // The loss chain along the last layer's chain ends (its N axis), towards S or E, colors cl0/cl1.
 void loss_routes(const Compiled& c, json& routes) {
   const DenseKernel& k = c.kernels.back();
   const int64_t len = k.k_on_columns ? k.h : k.w;  // chain ends along the N axis
-  const char* fwd = k.k_on_columns ? "S" : "E";
-  const char* back = k.k_on_columns ? "N" : "W";
+  const DirSet fwd = dir_bit(k.k_on_columns ? Dir::S : Dir::E), back = dir_bit(k.k_on_columns ? Dir::N : Dir::W);
   for (int64_t q = 0; q < len; ++q) {
-    std::vector<std::pair<int, std::pair<std::string, std::string>>> at;
-    if (q + 1 < len) at.push_back({q % 2 == 0 ? c.cl0 : c.cl1, {"[\"RAMP\"]", "[\"" + std::string(fwd) + "\"]"}});
-    if (q > 0) at.push_back({(q - 1) % 2 == 0 ? c.cl0 : c.cl1, {"[\"" + std::string(back) + "\"]", "[\"RAMP\"]"}});
+    std::vector<std::pair<int, std::pair<DirSet, DirSet>>> at;
+    if (q + 1 < len) at.push_back({q % 2 == 0 ? c.cl0 : c.cl1, {kRamp, fwd}});
+    if (q > 0) at.push_back({(q - 1) % 2 == 0 ? c.cl0 : c.cl1, {back, kRamp}});
     for (const auto& [col, rt] : at) {
       if (k.k_on_columns) routes.push_back(route(col, k.w - 1, q, 1, 1, rt.first, rt.second));
       else routes.push_back(route(col, q, k.h - 1, 1, 1, rt.first, rt.second));
