@@ -483,17 +483,11 @@ namespace {
 std::string fmt_operand(const Program& p, const Operand& o, const std::vector<std::string>& label_of) {
   switch (o.kind) {
     case OpndKind::dsd: return p.dsd_names[static_cast<size_t>(o.v)];
-    case OpndKind::reg: return "r" + std::to_string(o.v);
-    case OpndKind::imm_i: return std::to_string(o.v);
-    case OpndKind::imm_f: return fmt_float(std::bit_cast<float>(o.v));
-    case OpndKind::px: return "px";
-    case OpndKind::py: return "py";
-    case OpndKind::wv: return "wv";
     case OpndKind::task: return p.tasks[static_cast<size_t>(o.v)].name;
     case OpndKind::label: return static_cast<size_t>(o.v) < label_of.size() && !label_of[static_cast<size_t>(o.v)].empty()
                                      ? label_of[static_cast<size_t>(o.v)]
                                      : "_i" + std::to_string(o.v);
-    default: return "?";
+    default: return fmt_scalar(o);
   }
 }
 

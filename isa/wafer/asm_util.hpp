@@ -21,6 +21,8 @@ bool looks_float(std::string_view s);
 std::string fmt_float(float v);
 // A parameter value as `$name` substitutes it: integers without a fraction.
 std::string fmt_value(double v);
+// A scalar operand as the text writes it: r3, 16, 0.5, px, py, wv.
+std::string fmt_scalar(const Operand& o);
 
 // "did you mean 'x'?" or "WHAT: a b c".
 std::string suggest(std::string_view word, const std::vector<std::string>& names, std::string_view what);

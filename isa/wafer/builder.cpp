@@ -95,12 +95,6 @@ std::string instr_usage(const OpInfo& info) {
   return usage;
 }
 
-}  // namespace asmutil
-
-using namespace asmutil;
-
-namespace {
-
 std::string fmt_scalar(const Operand& o) {
   switch (o.kind) {
     case OpndKind::reg: return "r" + std::to_string(o.v);
@@ -113,7 +107,9 @@ std::string fmt_scalar(const Operand& o) {
   }
 }
 
-}  // namespace
+}  // namespace asmutil
+
+using namespace asmutil;
 
 Arg::Arg(Operand o) : text(fmt_scalar(o)), scalar(o) {}
 Operand reg(int r) { return {OpndKind::reg, r}; }
