@@ -249,11 +249,8 @@ class Assembler {
     const std::string usage = "`.data NAME TYPE COUNT [fill=X] [live=LO..HI]`";
     if (w.size() < 4) return error("malformed .data", usage);
     if (!b_.array_name_ok(w[1])) return;
-    DataDecl d;
-    d.name = std::string(w[1]);
     auto e = lookup<Elem>(w[2], kElems, elem_name);
     if (!e) return error("unknown type '" + std::string(w[2]) + "'", suggest(w[2], names_of<Elem>(kElems, elem_name), "types"));
-    d.elem = *e;
     int64_t n = 1;
     for (size_t start = 0;;) {  // COUNT or a product A*B*...
       const size_t star = w[3].find('*', start);
@@ -264,22 +261,21 @@ class Assembler {
       if (star == std::string_view::npos) break;
       start = star + 1;
     }
-    d.count = static_cast<int32_t>(n);
     Options o;
     if (!options(w, 4, {"fill", "live"}, {}, o, usage)) return;
+    std::optional<float> fill;
     if (auto f = opt(o, "fill")) {
-      if (!parse_float(*f, d.fill)) return error("bad fill=" + std::string(*f), "a number");
-      d.has_fill = true;
+      float v = 0;
+      if (!parse_float(*f, v)) return error("bad fill=" + std::string(*f), "a number");
+      fill = v;
     }
+    int64_t lo = -1, hi = -1;
     if (auto lv = opt(o, "live")) {
       const size_t dots = lv->find("..");
-      int64_t lo = -1, hi = -1;
       if (dots == std::string_view::npos || !parse_int(lv->substr(0, dots), lo) || !parse_int(lv->substr(dots + 2), hi) || lo < 0 || hi < lo || hi > 32767)
         return error("bad live=" + std::string(*lv), "a phase range LO..HI, 0 <= LO <= HI <= 32767");
-      d.live_lo = static_cast<int32_t>(lo);
-      d.live_hi = static_cast<int32_t>(hi);
     }
-    b_.add_array(std::move(d));
+    b_.data(std::string(w[1]), *e, n, fill, static_cast<int32_t>(lo), static_cast<int32_t>(hi));
   }
 
   void dsd(const std::vector<std::string_view>& w) {
@@ -290,75 +286,60 @@ class Assembler {
     if (!b_.dsd_name_ok(w[1])) return;
     auto kind = lookup<DsdKind>(w[2], 5, dsd_kind_name);
     if (!kind) return error("unknown DSD kind '" + std::string(w[2]) + "'", suggest(w[2], names_of<DsdKind>(5, dsd_kind_name), "kinds"));
-    Dsd d;
-    d.kind = *kind;
+    const std::string name(w[1]);
     Options o;
-    int64_t v = 0;
-    if (d.is_fabric()) {
+    if (*kind == DsdKind::fabin || *kind == DsdKind::fabout) {
       auto e = lookup<Elem>(w[3], kElems, elem_name);
       if (!e) return error("unknown type '" + std::string(w[3]) + "'", suggest(w[3], names_of<Elem>(kElems, elem_name), "types"));
-      d.elem = *e;
-      const std::vector<std::string_view> flags = d.kind == DsdKind::fabout ? std::vector<std::string_view>{"control", "index"}
+      const std::vector<std::string_view> flags = *kind == DsdKind::fabout ? std::vector<std::string_view>{"control", "index"}
                                                                             : std::vector<std::string_view>{};
       if (!options(w, 4, {"color", "queue", "len"}, flags, o, usage)) return;
-      bool ok = int_opt(o, "color", 0, kMaxColors - 1, std::nullopt, v);
-      d.color = static_cast<uint8_t>(v);
-      ok &= int_opt(o, "queue", 0, 7, std::nullopt, v);
-      d.queue = static_cast<uint8_t>(v);
-      ok &= int_opt(o, "len", 1, 1 << 24, std::nullopt, v);
-      d.length = static_cast<uint32_t>(v);
-      d.control = has_flag(o, "control");
-      d.index = has_flag(o, "index");
-      if (d.index && elem_bytes(d.elem) != 2) return error("'index' needs a 16-bit type", "the index half exists only for 16-bit data");
+      int64_t color = 0, queue = 0, len = 0;
+      bool ok = int_opt(o, "color", 0, kMaxColors - 1, std::nullopt, color);
+      ok &= int_opt(o, "queue", 0, 7, std::nullopt, queue);
+      ok &= int_opt(o, "len", 1, 1 << 24, std::nullopt, len);
       if (!ok) return;
-    } else {
-      const int a = b_.find_array(w[3]);
-      if (a < 0) return error("unknown array '" + std::string(w[3]) + "'", suggest(w[3], b_.array_names(), "declare it with .data first; arrays"));
-      const DataDecl& arr = b_.program().data[static_cast<size_t>(a)];
-      d.array = static_cast<int16_t>(a);
-      d.elem = arr.elem;
-      if (d.kind == DsdKind::fifo) {
-        if (!options(w, 4, {}, {}, o, usage)) return;
-        d.base = arr.addr;
-        d.length = static_cast<uint32_t>(arr.count);
-      } else {
-        const bool m4 = d.kind == DsdKind::mem4d;
-        if (!options(w, 4, m4 ? std::vector<std::string_view>{"off", "dims"} : std::vector<std::string_view>{"off", "len", "stride"}, {}, o, usage))
-          return;
-        int64_t off = 0;
-        if (!int_opt(o, "off", 0, arr.count - 1, 0, off)) return;
-        d.base = static_cast<uint32_t>(arr.addr + off * elem_bytes(arr.elem));
-        if (m4) {
-          if (!dims(opt(o, "dims"), d)) return;
-        } else {
-          int64_t stride = 1, len = 0;
-          if (!int_opt(o, "stride", -32768, 32767, 1, stride)) return;
-          if (!int_opt(o, "len", 1, 65535, stride == 1 ? std::optional<int64_t>(arr.count - off) : std::nullopt, len)) return;
-          d.dims[0] = {static_cast<uint16_t>(len), static_cast<int16_t>(stride)};
-        }
-      }
+      return b_.fabric(name, *kind, *e, color, queue, len, has_flag(o, "control"), has_flag(o, "index"));
     }
-    b_.add_dsd(std::string(w[1]), d);
+    const std::string array(w[3]);
+    const int a = b_.find_array(array);
+    if (a < 0) return error("unknown array '" + array + "'", suggest(array, b_.array_names(), "declare it with .data first; arrays"));
+    const int64_t count = b_.program().data[static_cast<size_t>(a)].count;
+    if (*kind == DsdKind::fifo) {
+      if (!options(w, 4, {}, {}, o, usage)) return;
+      return b_.fifo(name, array);
+    }
+    const bool m4 = *kind == DsdKind::mem4d;
+    if (!options(w, 4, m4 ? std::vector<std::string_view>{"off", "dims"} : std::vector<std::string_view>{"off", "len", "stride"}, {}, o, usage)) return;
+    int64_t off = 0;
+    if (!int_opt(o, "off", 0, count - 1, 0, off)) return;
+    if (m4) {
+      std::vector<std::pair<int64_t, int64_t>> d;
+      if (!dims(opt(o, "dims"), d)) return;
+      return b_.mem4d(name, array, off, d);
+    }
+    int64_t stride = 1, len = 0;
+    if (!int_opt(o, "stride", -32768, 32767, 1, stride)) return;
+    if (!int_opt(o, "len", 1, 65535, stride == 1 ? std::optional<int64_t>(count - off) : std::nullopt, len)) return;
+    b_.mem1d(name, array, off, len, stride);
   }
 
-  bool dims(std::optional<std::string_view> text, Dsd& d) {
+  bool dims(std::optional<std::string_view> text, std::vector<std::pair<int64_t, int64_t>>& d) {
     const std::string hint = "dims=LEN:STRIDE[,LEN:STRIDE...] (1 to 4, outermost first), e.g. dims=4:16,16:1";
     if (!text) return error("missing dims=", hint), false;
     std::string_view s = *text;
-    int n = 0;
-    for (size_t start = 0;; ++n) {
+    for (size_t start = 0;;) {
       const size_t c = s.find(',', start);
       const std::string_view item = s.substr(start, c == std::string_view::npos ? std::string_view::npos : c - start);
       const size_t colon = item.find(':');
       int64_t len = 0, stride = 0;
-      if (n >= 4 || colon == std::string_view::npos || !parse_int(item.substr(0, colon), len) || !parse_int(item.substr(colon + 1), stride) ||
+      if (d.size() >= 4 || colon == std::string_view::npos || !parse_int(item.substr(0, colon), len) || !parse_int(item.substr(colon + 1), stride) ||
           len < 1 || len > 65535 || stride < -32768 || stride > 32767)
         return error("bad dims=" + std::string(s), hint), false;
-      d.dims[static_cast<size_t>(n)] = {static_cast<uint16_t>(len), static_cast<int16_t>(stride)};
+      d.emplace_back(len, stride);
       if (c == std::string_view::npos) break;
       start = c + 1;
     }
-    d.ndims = static_cast<uint8_t>(n + 1);
     return true;
   }
 

@@ -49,15 +49,14 @@ class ProgramBuilder {
   // Arrays: at the lowest 4-byte aligned address clear of every array they may be live with
   // (without live ranges: one after another in declaration order).
   bool array_name_ok(std::string_view name);  // a valid, new array name (else reported)
-  void add_array(DataDecl d);                  // the name checked; fill with live= is an error
+  // fill= with live= is an error (an array with a live range has no content before it).
   void data(const std::string& name, Elem e, int64_t count, std::optional<float> fill = {}, int32_t live_lo = -1, int32_t live_hi = -1);
   int find_array(std::string_view name) const;  // -1 if none
   std::vector<std::string> array_names() const;
   const Program& program() const { return prog_; }
 
-  // DSDs.
+  // DSDs (a mem walk must stay inside its array).
   bool dsd_name_ok(std::string_view name);  // a valid, new DSD name (else reported)
-  void add_dsd(const std::string& name, const Dsd& d);  // mem walks must stay inside their array
   void fabric(const std::string& name, DsdKind kind, Elem e, int64_t color, int64_t queue, int64_t len, bool control = false, bool index = false);
   void mem1d(const std::string& name, const std::string& array, int64_t off = 0, std::optional<int64_t> len = {}, int64_t stride = 1);
   void mem4d(const std::string& name, const std::string& array, int64_t off, const std::vector<std::pair<int64_t, int64_t>>& dims);
@@ -82,6 +81,8 @@ class ProgramBuilder {
     std::string name, where;
     bool task;  // else a label
   };
+  void add_array(DataDecl d);
+  void add_dsd(const std::string& name, const Dsd& d);
   bool new_name(std::string_view name, std::string_view what);
   int find_dsd(std::string_view name) const;
   bool operand(const OpInfo& info, size_t i, const Arg& a, Instr& in, int32_t index);
@@ -174,11 +175,11 @@ class ProgramTemplate {
     bool async = false;
     std::string activate, unblock;
   };
+  Item& add(Kind kind, const std::string& name = {}, const std::string& note = {});
   std::string line_text(const Item& it) const;
   std::string source_;
   std::vector<std::string> params_;
   std::vector<Item> items_;
-  int depth_ = 0;
 };
 
 }  // namespace tessera::wafer

@@ -18,53 +18,31 @@ std::string num_text(const ProgramTemplate::Num& n) { return n.param.empty() ? s
 
 void ProgramTemplate::param(const std::string& name) { params_.push_back(name); }
 
-void ProgramTemplate::comment(const std::string& text) {
-  Item it;
-  it.kind = Kind::comment;
-  it.note = text;
-  items_.push_back(std::move(it));
+ProgramTemplate::Item& ProgramTemplate::add(Kind kind, const std::string& name, const std::string& note) {
+  Item& it = items_.emplace_back();
+  it.kind = kind;
+  it.name = name;
+  it.note = note;
+  return it;
 }
 
-void ProgramTemplate::if_(const std::string& param, bool want) {
-  Item it;
-  it.kind = Kind::cond_if;
-  it.name = param;
-  it.want = want;
-  items_.push_back(std::move(it));
-  ++depth_;
-}
-
-void ProgramTemplate::else_() {
-  Item it;
-  it.kind = Kind::cond_else;
-  items_.push_back(std::move(it));
-}
-
-void ProgramTemplate::endif() {
-  Item it;
-  it.kind = Kind::cond_end;
-  items_.push_back(std::move(it));
-  --depth_;
-}
+void ProgramTemplate::comment(const std::string& text) { add(Kind::comment, {}, text); }
+void ProgramTemplate::if_(const std::string& param, bool want) { add(Kind::cond_if, param).want = want; }
+void ProgramTemplate::else_() { add(Kind::cond_else); }
+void ProgramTemplate::endif() { add(Kind::cond_end); }
 
 void ProgramTemplate::data(const std::string& name, Elem e, int64_t count, std::optional<float> fill, int32_t live_lo, int32_t live_hi,
                            const std::string& note) {
-  Item it;
-  it.kind = Kind::data;
-  it.name = name;
+  Item& it = add(Kind::data, name, note);
   it.elem = e;
   it.count = count;
   it.fill = fill;
   it.live_lo = live_lo;
   it.live_hi = live_hi;
-  it.note = note;
-  items_.push_back(std::move(it));
 }
 
 void ProgramTemplate::fabric(const std::string& name, DsdKind kind, Elem e, Num color, int64_t queue, Num len, bool control, bool index) {
-  Item it;
-  it.kind = Kind::dsd;
-  it.name = name;
+  Item& it = add(Kind::dsd, name);
   it.dkind = kind;
   it.elem = e;
   it.color = std::move(color);
@@ -72,85 +50,58 @@ void ProgramTemplate::fabric(const std::string& name, DsdKind kind, Elem e, Num 
   it.len = std::move(len);
   it.control = control;
   it.index = index;
-  items_.push_back(std::move(it));
 }
 
 void ProgramTemplate::mem1d(const std::string& name, const std::string& array, Num off, std::optional<int64_t> len, int64_t stride,
                             const std::string& note) {
-  Item it;
-  it.kind = Kind::dsd;
+  Item& it = add(Kind::dsd, name, note);
   it.dkind = DsdKind::mem1d;
-  it.name = name;
   it.array = array;
   it.off = std::move(off);
   it.len1 = len;
   it.stride = stride;
-  it.note = note;
-  items_.push_back(std::move(it));
 }
 
 void ProgramTemplate::mem4d(const std::string& name, const std::string& array, Num off, const std::vector<std::pair<Num, int64_t>>& dims,
                             const std::string& note) {
-  Item it;
-  it.kind = Kind::dsd;
+  Item& it = add(Kind::dsd, name, note);
   it.dkind = DsdKind::mem4d;
-  it.name = name;
   it.array = array;
   it.off = std::move(off);
   it.dims = dims;
-  it.note = note;
-  items_.push_back(std::move(it));
 }
 
 void ProgramTemplate::fifo(const std::string& name, const std::string& array) {
-  Item it;
-  it.kind = Kind::dsd;
+  Item& it = add(Kind::dsd, name);
   it.dkind = DsdKind::fifo;
-  it.name = name;
   it.array = array;
-  items_.push_back(std::move(it));
 }
 
 void ProgramTemplate::task(const std::string& name, TaskKind kind, int id, int color, int queue, bool active, bool blocked, const std::string& note) {
-  Item it;
-  it.kind = Kind::task;
-  it.name = name;
+  Item& it = add(Kind::task, name, note);
   it.tkind = kind;
   it.id = id;
   it.tcolor = color;
   it.tqueue = queue;
   it.active = active;
   it.blocked = blocked;
-  it.note = note;
-  items_.push_back(std::move(it));
 }
 
-void ProgramTemplate::label(const std::string& name) {
-  Item it;
-  it.kind = Kind::label;
-  it.name = name;
-  items_.push_back(std::move(it));
-}
+void ProgramTemplate::label(const std::string& name) { add(Kind::label, name); }
 
 void ProgramTemplate::op(Op op, const std::vector<Arg>& args, const std::string& note) {
-  Item it;
-  it.kind = Kind::instr;
+  Item& it = add(Kind::instr, {}, note);
   it.op = op;
   it.args = args;
-  it.note = note;
-  items_.push_back(std::move(it));
 }
 
 void ProgramTemplate::op_async(Op op, const std::vector<Arg>& args, const std::string& activate, const std::string& unblock, const std::string& note) {
-  Item it;
-  it.kind = Kind::instr;
+  Item& it = add(Kind::instr, {}, note);
   it.op = op;
   it.args = args;
   it.async = true;
   it.activate = activate;
   it.unblock = unblock;
-  it.note = note;
-  items_.push_back(std::move(it));
 }
 
 std::string ProgramTemplate::line_text(const Item& it) const {

@@ -3,7 +3,6 @@
 // and the resident constants, estimate. Its pieces: internal.hpp (and docs/wafer-compiler.md "Layout").
 #include <algorithm>
 #include <set>
-#include <sstream>
 
 #include "isa/error.hpp"
 #include "mapper/wafer/internal.hpp"

@@ -27,7 +27,6 @@
 // for the other), multicast along the lines; every PE keeps its own block and lets the rest pass.
 #include <cstdint>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 

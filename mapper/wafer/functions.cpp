@@ -21,7 +21,8 @@ Operand detail::fnum(double v) {
 }
 
 namespace {
-void f(ProgramTemplate& t, Op op, const std::string& d, const Arg& a, const Arg& b) { t.op(op, {d, a, b}); }
+// A DSD op with a destination and two sources: `op d, a, b`.
+void op3(ProgramTemplate& t, Op op, const std::string& d, const Arg& a, const Arg& b) { t.op(op, {d, a, b}); }
 }  // namespace
 
 // exp(X) in place for X <= 0 (the PEs have no exp): clamp at -80, t = X / 16, a degree-12 Taylor
@@ -30,16 +31,16 @@ void f(ProgramTemplate& t, Op op, const std::string& d, const Arg& a, const Arg&
 // squarings; tests/unit/test_wafer_fabric.cpp); below -20 the
 // result stays under 1e-8 (it is added to a sum >= 1).
 void exp_ops(ProgramTemplate& t, const std::string& X, const std::string& T) {
-  f(t, Op::fmaxs, X, X, fimm(-80.0));
-  f(t, Op::fmuls, X, X, fimm(0.0625));
-  f(t, Op::fmuls, T, X, fnum(1.0 / 12));
-  f(t, Op::fadds, T, T, fimm(1.0));
+  op3(t, Op::fmaxs, X, X, fimm(-80.0));
+  op3(t, Op::fmuls, X, X, fimm(0.0625));
+  op3(t, Op::fmuls, T, X, fnum(1.0 / 12));
+  op3(t, Op::fadds, T, T, fimm(1.0));
   for (int k = 11; k >= 1; --k) {
-    f(t, Op::fmuls, T, T, X);
-    if (k > 1) f(t, Op::fmuls, T, T, fnum(1.0 / k));
-    f(t, Op::fadds, T, T, fimm(1.0));
+    op3(t, Op::fmuls, T, T, X);
+    if (k > 1) op3(t, Op::fmuls, T, T, fnum(1.0 / k));
+    op3(t, Op::fadds, T, T, fimm(1.0));
   }
-  for (int k = 0; k < 4; ++k) f(t, Op::fmuls, T, T, T);
+  for (int k = 0; k < 4; ++k) op3(t, Op::fmuls, T, T, T);
   t.op(Op::fmovs, {X, T});
 }
 
@@ -54,83 +55,83 @@ int recip_iters(double lo, double hi) {
 void recip_ops(ProgramTemplate& t, const std::string& R, const std::string& S, const std::string& U, double lo, double hi) {
   t.op(Op::fmovs, {R, fnum(2.0 / (lo + hi))});
   for (int i = 0; i < recip_iters(lo, hi); ++i) {
-    f(t, Op::fmuls, U, S, R);
-    f(t, Op::fmuls, U, U, fimm(-1.0));
-    f(t, Op::fadds, U, U, fimm(2.0));
-    f(t, Op::fmuls, R, R, U);
+    op3(t, Op::fmuls, U, S, R);
+    op3(t, Op::fmuls, U, U, fimm(-1.0));
+    op3(t, Op::fadds, U, U, fimm(2.0));
+    op3(t, Op::fmuls, R, R, U);
   }
 }
 
-// sign(Y) into V: Y 2^100 clamped to [-1, 1] (exact for |y| >= 2^-100; 0 for 0).
-void sign_ops(ProgramTemplate& t, const std::string& V, const std::string& Y, bool neg_first) {
-  f(t, Op::fmuls, V, Y, fimm(1.2676506e30));
-  if (neg_first) t.op(Op::fnegs, {V, V});
-  f(t, Op::fmaxs, V, V, fimm(-1.0));
+// sign(Y) into V: Y 2^100 clamped to [-1, 1] as max(-max(-Y 2^100, -1), -1) (exact for
+// |y| >= 2^-100; 0 for 0).
+void sign_ops(ProgramTemplate& t, const std::string& V, const std::string& Y) {
+  op3(t, Op::fmuls, V, Y, fimm(1.2676506e30));
   t.op(Op::fnegs, {V, V});
-  f(t, Op::fmaxs, V, V, fimm(-1.0));
-  if (!neg_first) t.op(Op::fnegs, {V, V});
+  op3(t, Op::fmaxs, V, V, fimm(-1.0));
+  t.op(Op::fnegs, {V, V});
+  op3(t, Op::fmaxs, V, V, fimm(-1.0));
 }
 
 void tanh_ops(ProgramTemplate& t, const std::string& Y, const std::string& T, const std::string& U, const std::string& V) {
   t.op(Op::fnegs, {T, Y});
-  f(t, Op::fmaxs, T, T, Y);  // |y|
-  sign_ops(t, V, Y, true);
-  f(t, Op::fmuls, T, T, fimm(-0.125));
-  f(t, Op::fmaxs, T, T, fimm(-2.5));  // t = -|y| / 8 (|y| <= 20)
-  f(t, Op::fmuls, U, T, fnum(1.0 / 12));
-  f(t, Op::fadds, U, U, fimm(1.0));
+  op3(t, Op::fmaxs, T, T, Y);  // |y|
+  sign_ops(t, V, Y);
+  op3(t, Op::fmuls, T, T, fimm(-0.125));
+  op3(t, Op::fmaxs, T, T, fimm(-2.5));  // t = -|y| / 8 (|y| <= 20)
+  op3(t, Op::fmuls, U, T, fnum(1.0 / 12));
+  op3(t, Op::fadds, U, U, fimm(1.0));
   for (int k = 11; k >= 2; --k) {
-    f(t, Op::fmuls, U, U, T);
-    f(t, Op::fmuls, U, U, fnum(1.0 / k));
-    f(t, Op::fadds, U, U, fimm(1.0));
+    op3(t, Op::fmuls, U, U, T);
+    op3(t, Op::fmuls, U, U, fnum(1.0 / k));
+    op3(t, Op::fadds, U, U, fimm(1.0));
   }
-  f(t, Op::fmuls, U, U, T);  // m = expm1(t)
+  op3(t, Op::fmuls, U, U, T);  // m = expm1(t)
   for (int k = 0; k < 4; ++k) {
-    f(t, Op::fadds, T, U, fimm(2.0));
-    f(t, Op::fmuls, U, U, T);  // m = expm1(-2|y|)
+    op3(t, Op::fadds, T, U, fimm(2.0));
+    op3(t, Op::fmuls, U, U, T);  // m = expm1(-2|y|)
   }
-  f(t, Op::fadds, T, U, fimm(2.0));
-  f(t, Op::fmuls, U, U, V);
-  f(t, Op::fmuls, U, U, fimm(-1.0));
+  op3(t, Op::fadds, T, U, fimm(2.0));
+  op3(t, Op::fmuls, U, U, V);
+  op3(t, Op::fmuls, U, U, fimm(-1.0));
   recip_ops(t, Y, T, V, 1.0, 2.0);
-  f(t, Op::fmuls, Y, Y, U);
+  op3(t, Op::fmuls, Y, Y, U);
 }
 
 void gelu_ops(ProgramTemplate& t, const std::string& Y, const std::string& T, const std::string& U, const std::string& V, const std::string& W) {
   constexpr double p = 0.3275911, zmax = 6.0;  // Abramowitz and Stegun 7.1.26
   t.op(Op::fnegs, {T, Y});
-  f(t, Op::fmaxs, T, T, Y);
-  f(t, Op::fmuls, T, T, fnum(std::sqrt(0.5)));
+  op3(t, Op::fmaxs, T, T, Y);
+  op3(t, Op::fmuls, T, T, fnum(std::sqrt(0.5)));
   t.op(Op::fnegs, {T, T});
-  f(t, Op::fmaxs, T, T, fnum(-zmax));
+  op3(t, Op::fmaxs, T, T, fnum(-zmax));
   t.op(Op::fnegs, {T, T});                            // z = min(|y| / sqrt 2, 6)
   t.op(Op::fmacs, {U, fimm(1.0), T, fnum(p)});        // 1 + p z
   recip_ops(t, V, U, W, 1.0, 1.0 + p * zmax);          // t
-  f(t, Op::fmuls, U, V, fimm(1.061405429));
+  op3(t, Op::fmuls, U, V, fimm(1.061405429));
   for (double a : {-1.453152027, 1.421413741, -0.284496736, 0.254829592}) {
-    f(t, Op::fadds, U, U, fimm(a));
-    f(t, Op::fmuls, U, U, V);                          // t (a1 + t (a2 + ...))
+    op3(t, Op::fadds, U, U, fimm(a));
+    op3(t, Op::fmuls, U, U, V);                          // t (a1 + t (a2 + ...))
   }
-  f(t, Op::fmuls, W, T, T);
+  op3(t, Op::fmuls, W, T, T);
   t.op(Op::fnegs, {W, W});
   exp_ops(t, W, V);                                    // exp(-z^2)
-  f(t, Op::fmuls, U, U, W);                            // 1 - erf(z)
-  sign_ops(t, T, Y, false);                            // sign(y)
+  op3(t, Op::fmuls, U, U, W);                            // 1 - erf(z)
+  sign_ops(t, T, Y);                            // sign(y)
   t.op(Op::fnegs, {U, U});
-  f(t, Op::fadds, U, U, fimm(1.0));                    // erf(z)
-  f(t, Op::fmuls, U, U, T);
-  f(t, Op::fadds, U, U, fimm(1.0));
-  f(t, Op::fmuls, Y, Y, U);
-  f(t, Op::fmuls, Y, Y, fimm(0.5));
+  op3(t, Op::fadds, U, U, fimm(1.0));                    // erf(z)
+  op3(t, Op::fmuls, U, U, T);
+  op3(t, Op::fadds, U, U, fimm(1.0));
+  op3(t, Op::fmuls, Y, Y, U);
+  op3(t, Op::fmuls, Y, Y, fimm(0.5));
 }
 
 void rsqrt_ops(ProgramTemplate& t, const std::string& R, const std::string& V, const std::string& T) {
   t.op(Op::fmovs, {R, fimm(0.01)});
   for (int i = 0; i < kRsqrtIters; ++i) {
-    f(t, Op::fmuls, T, R, R);
-    f(t, Op::fmuls, T, T, V);
+    op3(t, Op::fmuls, T, R, R);
+    op3(t, Op::fmuls, T, T, V);
     t.op(Op::fmacs, {T, fimm(1.5), T, fimm(-0.5)});
-    f(t, Op::fmuls, R, R, T);
+    op3(t, Op::fmuls, R, R, T);
   }
 }
 

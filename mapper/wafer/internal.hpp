@@ -8,7 +8,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,10 +35,6 @@ void sum_elements(ProgramTemplate& t, const std::string& acc, const std::string&
 // `bnz r, la; op1 a1; jmp lb; la: op2 a2; lb:` -- the first of a run sets, the others accumulate.
 void first_sets(ProgramTemplate& t, Operand r, const std::string& la, const std::string& lb, Op op1, const std::vector<Arg>& a1, Op op2,
                 const std::vector<Arg>& a2);
-// The ` live=` range of a scratch array of kernel l (placement.cpp scratch_reuse; layer_program.cpp).
-struct Live {
-  int32_t lo = -1, hi = -1;
-};
 
 // match_layers.cpp: graph -> dense layers. kOpsHint: what the compiler maps (the hint of its errors).
 extern const char* const kOpsHint;

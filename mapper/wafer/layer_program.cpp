@@ -58,6 +58,11 @@ Dims interior_dims(int64_t samples, int64_t H, int64_t W, int64_t h, int64_t w, 
   return {{samples, H * W * nb}, {h, W * nb}, {w * nb, 1}};
 }
 
+// The `live=` range of a scratch array (-1: live throughout).
+struct Live {
+  int32_t lo = -1, hi = -1;
+};
+
 // The live range of a scratch array of kernel l when its PEs reuse SRAM across kernels
 // (scratch_reuse), else none (pe_bytes counts the same spans). span 0: the graph input's holder,
 // whose sends end before kernel l + 1's x values exist; 1: dead once kernel l's chain ends have
@@ -290,24 +295,23 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     // px / py (dsd_len), so a big rectangle does not need a program instance per PE; training
     // keeps them as parameters (its gradient gather uses them too).
     const bool rt_len = runtime_block_lengths(c.training, k);
-    for (const char* side : {"pre", "post"}) {
-      const std::string S = side;
+    // The other PEs' blocks before ("pre") or after ("post") this PE's: received into `junk`.
+    auto skip = [&](const std::string& side) {
       if (!rt_len) {
-        t.if_(S + L);
-        t.fabric("w" + S + L, DsdKind::fabin, we, k.cw, qw, P("n" + S + L));
-        t.mem4d("j" + S + L, "junk", 0, {{P(S + L), 0}, {kb, 0}, {nb, 0}});
-        t.endif();
+        t.if_(side + L);
+        t.fabric("w" + side + L, DsdKind::fabin, we, k.cw, qw, P("n" + side + L));
+        t.mem4d("j" + side + L, "junk", 0, {{P(side + L), 0}, {kb, 0}, {nb, 0}});
       } else {
-        t.if_((S == "pre" ? "first" : "last") + L, false);
-        t.fabric("w" + S + L, DsdKind::fabin, we, k.cw, qw, 1);
-        t.mem1d("j" + S + L, "junk", 0, 1, 0);
-        t.endif();
+        t.if_((side == "pre" ? "first" : "last") + L, false);
+        t.fabric("w" + side + L, DsdKind::fabin, we, k.cw, qw, 1);
+        t.mem1d("j" + side + L, "junk", 0, 1, 0);
       }
-      if (S == "pre") {
-        t.fabric("wkeep" + L, DsdKind::fabin, we, k.cw, qw, kb * nb);
-        t.mem1d("wbuf" + L, wbuf, 0, kb * nb);
-      }
-    }
+      t.endif();
+    };
+    skip("pre");
+    t.fabric("wkeep" + L, DsdKind::fabin, we, k.cw, qw, kb * nb);
+    t.mem1d("wbuf" + L, wbuf, 0, kb * nb);
+    skip("post");
   }
   // Tasks.
   if (k.input_layer && k.spatial()) {
