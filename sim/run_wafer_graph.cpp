@@ -12,6 +12,7 @@
 #include "isa/npy.hpp"
 #include "isa/numeric.hpp"
 #include "isa/wafer/asm.hpp"
+#include "mapper/passes/canonicalize.hpp"
 #include "mapper/reference/executor.hpp"
 #include "mapper/wafer/compile.hpp"
 #include "models/common/clock.hpp"
@@ -130,20 +131,24 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   wafer_rect_option(m, mo);
   const auto c0 = std::chrono::steady_clock::now();
   enter_phase("compile");
+  // The compiler lowers the canonical graph (mapper/passes/canonicalize.hpp); the reference keeps
+  // running the graph as exported.
+  graph::Graph cg = g;
+  passes::canonicalize(cg);
   wafer::Compiled cp;
   if (mode == "weight_streaming") {
     mo.mode = wafer::MapMode::weight_streaming;
-    cp = wafer::compile(g, cfg, mo);
+    cp = wafer::compile(cg, cfg, mo);
   } else {
     mo.mode = wafer::MapMode::pipelined;
     try {
-      cp = wafer::compile(g, cfg, mo);
+      cp = wafer::compile(cg, cfg, mo);
     } catch (const InputError& e) {
       // auto: weights that do not fit on the wafer stream instead.
       if (mode != "auto" || e.diagnostics().empty() || e.diagnostics()[0].where != "/mapping/mode") throw;
       con.warn("mapping.mode auto: " + e.diagnostics()[0].message + "; using weight streaming");
       mo.mode = wafer::MapMode::weight_streaming;
-      cp = wafer::compile(g, cfg, mo);
+      cp = wafer::compile(cg, cfg, mo);
     }
   }
   const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();

@@ -145,6 +145,9 @@ class ProgramTemplate {
   Program instantiate(const Bindings& b, const std::string& pe, DiagnosticList& d) const;
   Program instantiate(const Bindings& b) const;  // throws InputError
   std::string text() const;
+  // Instructions of class `cls` in the template, in every branch of its conditional parts (what a
+  // generator emits: the estimate counts a function's DSD operations this way).
+  int64_t count(OpClass cls) const;
 
  private:
   enum class Kind : uint8_t { comment, cond_if, cond_else, cond_end, data, dsd, task, label, instr };

@@ -243,4 +243,10 @@ Program ProgramTemplate::instantiate(const Bindings& b) const {
   return p;
 }
 
+int64_t ProgramTemplate::count(OpClass cls) const {
+  int64_t n = 0;
+  for (const Item& it : items_) n += it.kind == Kind::instr && op_info(it.op).cls == cls ? 1 : 0;
+  return n;
+}
+
 }  // namespace tessera::wafer

@@ -93,12 +93,12 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       if (r.src < 0 && r.xread == DenseKernel::XRead::rows && !k.attn) {
         k.res_host = true;
       } else if (k.src == k.residual && k.N == r.K && r.xread == DenseKernel::XRead::rows && k.xread == DenseKernel::XRead::rows && !r.layernorm && !r.softmax &&
-                 !r.attn && !r.pkh && r.residual < 0 && !k.relu && !k.tanh && !k.gelu && !k.attn && !k.softmax && !is_half(opt.compute)) {
+                 !r.attn && !r.pkh && r.residual < 0 && !k.activated() && !k.attn && !k.softmax && !is_half(opt.compute)) {
         // (the identity rows add the input into the sum, before the bias: an activation of k would
         // then act on it, where the graph adds it after)
         passes.push_back(l);
       } else {
-        const bool after = k.relu || k.tanh || k.gelu || k.attn || k.softmax;
+        const bool after = k.activated() || k.attn || k.softmax;
         throw InputError("/mapping/mode", "kernel '" + k.name + "': pipelined mode maps a residual of the graph input, or of the input of the kernel it reads (x + W2 f(W1 x), fp32, added after the bias); this one adds the input of kernel '" + r.name + "'" +
                                               (after && k.src == k.residual ? " after an activation or attention" : is_half(opt.compute) && k.src == k.residual ? " in 16-bit compute" : ""),
                          "use \"mapping\": {\"mode\": \"weight_streaming\"} (every kernel on one rectangle, held inputs on the PEs)");
@@ -228,7 +228,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       for (size_t l = 0; l < c.kernels.size(); ++l) {
         const DenseKernel& k = c.kernels[l];
         data += (k.B * k.kb * (l ? 2 : 1) + k.kb * k.nb) * 4;  // saved x, weight gradient, input gradient
-        data += (k.B * k.nb * (k.relu || k.tanh ? 2 : 1) + k.nb) * 4;  // chain ends: dy, mask, bias gradient
+        data += (k.B * k.nb * (k.activated() ? 2 : 1) + k.nb) * 4;  // chain ends: dy, mask, bias gradient
         if (opt.momentum != 0) data += k.nb * 4;                       // chain ends: the bias velocity
         if (l + 1 == c.kernels.size())
           data += (opt.loss == "softmax_cross_entropy" ? k.B * k.nb + 2 * k.B * k.N + 7 * k.B + 2 : 2 * k.B * k.nb + 2) * 4;  // target, work arrays, loss
@@ -284,8 +284,8 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   }
   if (c.training)
     for (const auto& k : c.kernels)
-      if (k.gelu || k.layernorm || k.residual >= 0)
-        throw InputError("kernel '" + k.name + "'", "GELU, LayerNorm and residuals are not trained on the wafer in this build",
+      if ((k.activated() && !k.act_is(Unary::Kind::relu) && !k.act_is(Unary::Kind::tanh)) || k.layernorm || k.residual >= 0)
+        throw InputError("kernel '" + k.name + "'", "activations other than one Relu or Tanh, LayerNorm and residuals are not trained on the wafer in this build",
                          "train it on target.kind neuroncore or reference");
   allocate_colors(c, cfg, opt);
 

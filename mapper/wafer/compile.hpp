@@ -6,7 +6,7 @@
 //
 // Kernel library (this build): dense layers -- Gemm, or MatMul by a constant [K, N] weight, with an
 // optional bias Add -- and convolutions (GEMMs over im2col rows gathered on the fabric), with
-// their chain-end post-ops: Relu, Tanh, GELU, MaxPool, a final Softmax, residual Adds, LayerNorm
+// their chain-end post-ops: elementwise functions (Unary), MaxPool, a final Softmax, residual Adds, LayerNorm
 // and multi-head attention (pipelined: Q, K and V fused into one kernel, a residual of the graph
 // input placed by the host, one over two layers passed through; docs/wafer-compiler.md). A layer is a GEMM of
 // X [B, K] by W [K, N] on a rectangle of PEs, the 2-D mesh GEMV
@@ -61,6 +61,21 @@ struct MappingOptions {
   std::string loss = "mse";      // mse | softmax_cross_entropy (all classes on one chain-end PE)
 };
 
+// An elementwise function of one value, applied at a kernel's chain ends after the bias, in the
+// graph's order (docs/wafer-compiler.md "Elementwise functions"; elementwise.cpp builds its PE
+// operations with unary_ops and counts them with unary_op_count).
+struct Unary {
+  enum class Kind { relu, leaky_relu, clip, tanh, sigmoid, hard_sigmoid, hard_swish, swish, gelu, gelu_tanh, abs, neg, mul, add };
+  Kind kind = Kind::relu;
+  // leaky_relu, swish: alpha; clip: lo, hi (+-inf: no bound); hard_sigmoid: alpha, beta;
+  // mul, add: the scalar constant.
+  double a = 0, b = 0;
+  std::string op;  // the graph op it came from ("Relu", "Clip", ...), for messages and the kernel's op
+  bool monotone() const;  // non-decreasing: it commutes with a max (a MaxPool after it)
+  int temporaries() const;  // arrays of y's size its PE operations need
+  bool operator==(const Unary&) const = default;
+};
+
 // One dense layer placed on the fabric.
 struct DenseKernel {
   std::string name;                  // the graph node that produces its output
@@ -71,10 +86,12 @@ struct DenseKernel {
   bool k_on_columns = true;          // K along the rectangle's x axis (else along y)
   Dir x_flow = Dir::S;               // direction x values travel along the K axis' lines
   int64_t x0 = 0, y0 = 0, w = 0, h = 0;  // the rectangle (fabric coordinates)
-  bool relu = false;
-  bool tanh = false;                 // Tanh instead of Relu (computed with the exp polynomial: tanh_ops)
+  // Elementwise functions after the bias, in order (Relu, Tanh, GELU, Sigmoid, Clip, ...); a
+  // residual Add comes after them.
+  std::vector<Unary> acts;
+  bool activated() const { return !acts.empty(); }
+  bool act_is(Unary::Kind kind) const { return acts.size() == 1 && acts[0].kind == kind; }
   bool softmax = false;              // a Softmax over the outputs after it (last layer; all N on one PE)
-  bool gelu = false;                 // GELU, erf form (gelu_ops: an erf polynomial with the exp polynomial)
   // A residual: after the activation, the chain ends add the input of kernel `residual`, which
   // lies on the same PEs in the same blocks (weight streaming: a kernel two orientations back).
   int64_t residual = -1;
@@ -85,7 +102,7 @@ struct DenseKernel {
   // (-1: all); the rest are identity columns passing the kernel's input through to the next
   // kernel, whose identity rows add it (a residual over two pipelined layers).
   int64_t act_blocks = -1;
-  bool act_split() const { return (relu || tanh || gelu) && act_blocks >= 0 && act_blocks < nblocks(); }
+  bool act_split() const { return activated() && act_blocks >= 0 && act_blocks < nblocks(); }
   int64_t nflops = 0;                // N counted for FLOPs when it differs (fused, pass-through columns)
   // LayerNorm over each row's N outputs after that, along the chain ends (two passes: the mean,
   // then the variance, each summed along the edge and broadcast back; rsqrt by Newton).
@@ -270,20 +287,31 @@ std::string compile_report(const Compiled& c, const WaferConfig& cfg);
 // Newton iterations from 2 / (lo + hi), U a temporary.
 void exp_ops(ProgramTemplate& t, const std::string& X, const std::string& T);
 void recip_ops(ProgramTemplate& t, const std::string& R, const std::string& S, const std::string& U, double lo, double hi);
+// V = sign(Y) (Y 2^100 clamped to [-1, 1]: exact for |y| >= 2^-100, 0 for 0).
+void sign_ops(ProgramTemplate& t, const std::string& V, const std::string& Y);
 // recip_ops' Newton steps over [lo, hi] (at least 8; 11 over [1, 128]) and its operation count.
 int recip_iters(double lo, double hi);
 inline int recip_op_count(double lo, double hi) { return 1 + 4 * recip_iters(lo, hi); }
 // Y = tanh(Y) in place, T, U, V temporaries of Y's length: m = expm1(-2|y|) by a degree-12 Taylor
 // polynomial of expm1(-|y| / 8) (|y| clamped at 20) doubled four times (expm1(2t) = m (m + 2):
 // relative accuracy kept near 0, where 1 - exp would cancel), tanh(|y|) = -m / (2 + m) (recip_ops
-// over [1, 2]), times sign(y) (y 2^100 clamped to [-1, 1]). Emits kTanhOps DSD operations.
+// over [1, 2]), times sign(y) (y 2^100 clamped to [-1, 1]).
 void tanh_ops(ProgramTemplate& t, const std::string& Y, const std::string& T, const std::string& U, const std::string& V);
-inline constexpr int kExpOps = 41, kRecipOps = 33, kTanhOps = 2 + 5 + 2 + 33 + 8 + 1 + 2 + kRecipOps + 1;
+inline constexpr int kExpOps = 41, kRecipOps = 33;
 // Y = gelu(Y) = Y Phi(Y) (erf form) in place, T, U, V, W temporaries of Y's length: erf(|y| / sqrt 2)
 // by Abramowitz and Stegun 7.1.26 (|error| <= 1.5e-7; the argument clamped at 6) with t = 1 / (1 + p z)
-// (recip_ops over [1, 1 + 6 p]) and exp(-z^2) (exp_ops), signed by sign(y). kGeluOps operations.
+// (recip_ops over [1, 1 + 6 p]) and exp(-z^2) (exp_ops), signed by sign(y).
 void gelu_ops(ProgramTemplate& t, const std::string& Y, const std::string& T, const std::string& U, const std::string& V, const std::string& W);
-inline constexpr int kGeluOps = 7 + kRecipOps + 9 + 2 + kExpOps + 1 + 5 + 2 + 4;
+// Y = f(Y) in place for the elementwise function u, tmp[0 .. u.temporaries()) temporaries of Y's
+// length (elementwise.cpp; accuracy on a PE: tests/unit/test_wafer_fabric.cpp); and the number of
+// DSD operations that emits.
+void unary_ops(ProgramTemplate& t, const Unary& u, const std::string& Y, const std::vector<std::string>& tmp);
+int64_t unary_op_count(const Unary& u);
+// Y = sigmoid(Y) = 1 / (1 + exp(-Y)) in place, T, U, V temporaries: E = exp(-|y|) (exp_ops), the
+// reciprocal R of 1 + E (recip_ops over [1, 2]), R (E + m (1 - E)) with m = 1 for y > 0, 0 for
+// y < 0: relative accuracy on both sides (no 1 - sigma cancellation) for y >= -20, exp_ops'
+// 1e-8 below.
+void sigmoid_ops(ProgramTemplate& t, const std::string& Y, const std::string& T, const std::string& U, const std::string& V);
 // Newton iterations of the LayerNorm's 1 / sqrt(var + eps) from 0.01: converges for var + eps in
 // [1e-5, 3e4) (docs/wafer-compiler.md "Transformers"; tests/unit/test_wafer_fabric.cpp).
 inline constexpr int kRsqrtIters = 32;

@@ -73,7 +73,7 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     const int64_t kb = k.kb, nb = k.nb, n = B * nb, bs = kb * nb;
     if (freed.empty()) freed.assign(static_cast<size_t>(k.w * k.h), 0);
     // bstart at each chain end q: mask (ReLU), bias gradient and update, then the multicast
-    const int64_t body = (k.relu || k.tanh ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + dsd(nb, Op::fmacs) + 1 + (c.momentum != 0 ? 2 * dsd(nb) : 0);
+    const int64_t body = (k.activated() ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + dsd(nb, Op::fmacs) + 1 + (c.momentum != 0 ? 2 * dsd(nb) : 0);
     // per dy wavelet at every PE (bdy): the weight gradient's fmacs (fmuls for the first sample),
     // from layer 1 on the input gradient's (fmuls for the first column), and the bookkeeping
     const int64_t g_mac = dsd(kb, Op::fmacs, nb), g_first = dsd(kb, Op::fmuls, nb) + 1;
@@ -198,7 +198,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     const int64_t compute = k.B * ((k.kb - 1) * per_x + first_x) + 4 * k.B + 2 + (wrap_ld ? 1 : 0);
     k.est.compute = compute;
     const int64_t nf = k.nflops ? k.nflops : k.N;  // without pass-through columns and padding
-    k.est.flops = 2.0 * static_cast<double>(k.B * k.kflops * nf) + static_cast<double>(k.B * nf) * (k.relu ? 2 : 1);
+    k.est.flops = 2.0 * static_cast<double>(k.B * k.kflops * nf) + static_cast<double>(k.B * nf) * (k.act_is(Unary::Kind::relu) ? 2 : 1);
     k.est.weight_bytes = static_cast<double>(k.kflops * nf) * 4;
 
     // When the first x of each K block is readable at its source PE.
@@ -307,7 +307,10 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       int64_t t = Lk == 1 ? tmax : lead + (Lk - 1) * pass + n_el;  // the chain end holds the sum
       chain_of[static_cast<size_t>(pn)] = t;
       const bool act = k.act_blocks < 0 || pn < k.act_blocks;  // pass-through blocks (pipelined residuals) take no activation
-      t += (S + cdiv(n_el, w32)) * (1 + (act ? (k.relu ? 1 : 0) + (k.tanh ? kTanhOps : 0) + (k.gelu ? kGeluOps : 0) : 0) + (k.residual >= 0 ? 1 : 0));  // bias, activation (tanh_ops, gelu_ops), residual
+      int64_t act_ops = 0;  // the elementwise functions (unary_ops)
+      if (act)
+        for (const Unary& u : k.acts) act_ops += unary_op_count(u);
+      t += (S + cdiv(n_el, w32)) * (1 + act_ops + (k.residual >= 0 ? 1 : 0));  // bias, activation, residual
       if (k.softmax) {  // softmax_program over the N outputs of the B samples (strided columns)
         const int64_t N = k.N, B = k.B;
         t += dsd(B, Op::fmovs, k.nb) + (N - 1) * dsd(B, Op::fmaxs, k.nb) + N * dsd(B, Op::fsubs, std::max(k.nb, N)) + kExpOps * dsd(B * N, Op::fmuls, 1) +

@@ -54,6 +54,9 @@ struct AttnBlock {
 // value when it is an `op` node (-1: none or another).
 using ConstantOf = std::function<const Tensor*(const std::string&)>;
 using SoleConsumer = std::function<long(const std::string&, const char*)>;
+// elementwise.cpp: the elementwise function(s) of one value a graph node computes (Relu, Tanh,
+// Sigmoid, Clip, a Mul by a scalar constant, ...: Sub(c, x) is two); empty with `why` set when it is not one.
+std::vector<Unary> unary_of(const graph::Node& n, const ConstantOf& constant, std::string& why);
 // The graph's attention blocks (`producer`: each value's node); their nodes go into `consumed`.
 std::vector<AttnBlock> match_attention(const graph::Graph& g, std::map<std::string, size_t>& producer, const ConstantOf& constant,
                                        const SoleConsumer& sole, std::set<size_t>& consumed);

@@ -162,14 +162,12 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   t.endif();
   t.if_("last" + L);
   t.mem4d("bm" + L, "bias" + L, 0, {{B, 0}, {nb, 1}}, "the bias again for every sample");
-  auto temporaries = [&](std::initializer_list<const char*> names) {  // an activation's temporaries
-    for (const char* n : names) {
-      data(t, n + L + "_a", f32, B * nb, live(c, l, 1));
-      t.mem1d(n + L, n + L + "_a");
-    }
-  };
-  if (k.tanh) temporaries({"ta", "tb", "tc"});
-  if (k.gelu) temporaries({"ga", "gb", "gc", "gd"});
+  int nact = 0;  // the elementwise functions' temporaries (act<l>_0 ...)
+  for (const Unary& u : k.acts) nact = std::max(nact, u.temporaries());
+  for (int i = 0; i < nact; ++i) {
+    data(t, "act" + L + "_" + std::to_string(i) + "_a", f32, B * nb, live(c, l, 1));
+    t.mem1d("act" + L + "_" + std::to_string(i), "act" + L + "_" + std::to_string(i) + "_a");
+  }
   if (k.residual >= 0) {  // the residual: the input of kernel r, held here in the same blocks
     const size_t r = static_cast<size_t>(k.residual);
     const int64_t rs = c.kernels[r].src;
@@ -364,9 +362,11 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   t.op(Op::fadds, {y, y, "bm" + L});
   const bool act_some = k.act_split();  // pass-through blocks take none
   if (act_some) t.if_("act" + L);
-  if (k.relu) t.op(Op::fmaxs, {y, y, fimm(0.0)});
-  if (k.tanh) tanh_ops(t, y, "ta" + L, "tb" + L, "tc" + L);
-  if (k.gelu) gelu_ops(t, y, "ga" + L, "gb" + L, "gc" + L, "gd" + L);
+  for (const Unary& u : k.acts) {
+    std::vector<std::string> tmp;
+    for (int i = 0; i < u.temporaries(); ++i) tmp.push_back("act" + L + "_" + std::to_string(i));
+    unary_ops(t, u, y, tmp);
+  }
   if (act_some) t.endif();
   if (k.attn) attention_program(k, l, rj, t);
   if (k.softmax) softmax_program(t, k, L);

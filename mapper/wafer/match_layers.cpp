@@ -12,16 +12,39 @@ namespace tessera::wafer::detail {
 
 const char* const kOpsHint =
     "the wafer compiler maps in this build: Gemm, or MatMul by a constant weight, with a bias Add; Conv (1-D or 2-D, any stride and pads), "
-    "MaxPool, AveragePool or GlobalAveragePool after a Conv, a Flatten into a dense layer; Relu, Tanh, GELU (erf form); a final Softmax; residual Adds, "
+    "MaxPool, AveragePool or GlobalAveragePool after a Conv, a Flatten into a dense layer; elementwise functions of one value (Relu, LeakyRelu, Clip, Tanh, Sigmoid, HardSigmoid, HardSwish, Swish, GELU, Abs, Neg, Add, Mul, Sub or Div by a scalar constant); a final Softmax; residual Adds, "
     "LayerNorm and multi-head attention (pipelined: the transformer layer's pattern; docs/wafer-compiler.md); run other models on target.kind neuroncore or reference";
 
 namespace {
 
-// A node fused into the dense layer before it: named in its op and node list, the layer named by it.
+// The ops the layer chain is made of, and those that are elementwise functions of one value (at
+// the chain ends: elementwise.cpp) -- Add, Mul, Sub and Div when the other operand is a scalar
+// constant (Add is a bias or a residual otherwise).
+const std::set<std::string> kStructural = {"Gemm", "MatMul", "Add", "Softmax", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
+                                           "Flatten", "Reshape", "Div", "Mul", "LayerNormalization", "Transpose"};
+const std::set<std::string> kUnary = {"Relu", "LeakyRelu", "Clip", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Swish", "Gelu",
+                                      "Abs", "Neg", "Add", "Mul", "Sub", "Div"};
+
+// A constant that adds or multiplies per feature: shape [..., N] with ones before the last axis
+// for rows, [C, 1, 1] (or [1, C, 1, 1]; [C, 1] in 1-D) for a feature map of rank r.
+bool per_feature(const Tensor& c, int64_t N, bool fmap, size_t rank) {
+  if (c.numel() != N) return false;
+  const Shape& s = c.shape();
+  if (N == 1 || s.empty()) return true;
+  const size_t axis = fmap ? s.size() - (rank - 2) - 1 : s.size() - 1;  // the feature axis, aligned from the right
+  if (fmap && s.size() < rank - 1) return false;
+  for (size_t d = 0; d < s.size(); ++d)
+    if (d != axis && s[d] != 1) return false;
+  return s[axis] == N;
+}
+
+// A node fused into the dense layer before it: named in its op and node list, the layer named by it
+// -- except the bias Add the canonical graph splits off a Gemm ("<gemm>/bias"), which keeps the
+// Gemm's name, the one the model file gives.
 void absorb(DenseKernel& k, const graph::Node& n) {
   k.op += "+" + n.op;
   k.nodes.push_back(n.name);
-  k.name = n.name.empty() ? n.outputs[0] : n.name;
+  if (n.name != k.name + "/bias") k.name = n.name.empty() ? n.outputs[0] : n.name;
 }
 
 }  // namespace
@@ -34,10 +57,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
   // Ops first: every node the compiler cannot map, named (all of them at once).
   std::vector<const graph::Node*> bad;
   for (const auto& n : g.nodes)
-    if (n.op != "Gemm" && n.op != "MatMul" && n.op != "Add" && n.op != "Relu" && n.op != "Tanh" && n.op != "Softmax" && n.op != "Conv" &&
-        n.op != "MaxPool" && n.op != "AveragePool" && n.op != "GlobalAveragePool" && n.op != "Flatten" && n.op != "Reshape" && n.op != "Div" && n.op != "Mul" && n.op != "Erf" && n.op != "ReduceMean" &&
-        n.op != "Sub" && n.op != "Pow" && n.op != "Sqrt" && n.op != "LayerNormalization" && n.op != "Transpose")
-      bad.push_back(&n);
+    if (!kStructural.count(n.op) && !kUnary.count(n.op)) bad.push_back(&n);
   DiagnosticList unmapped;  // every such node, the hint (what is mapped) once, after the last
   for (size_t i = 0; i < bad.size(); ++i)
     unmapped.add(g.where(*bad[i]), "op " + bad[i]->op + " is not mapped by the wafer compiler in this build", i + 1 == bad.size() ? kOpsHint : "");
@@ -55,8 +75,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
     const graph::Value& val = g.value(v);
     return val.data ? &*val.data : nullptr;
   };
-  // Patterns spanning several nodes (GELU's erf form, a decomposed LayerNorm) are matched from
-  // their first node; the rest are marked consumed.
+  // Patterns spanning several nodes (attention) are matched first; their nodes are marked consumed.
   std::map<std::string, std::vector<size_t>> uses;
   for (size_t i = 0; i < g.nodes.size(); ++i)
     for (const auto& v : g.nodes[i].inputs) uses[v].push_back(i);
@@ -69,10 +88,6 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
   auto other_in = [](const graph::Node& nn, const std::string& v) -> std::string {
     if (nn.inputs.size() != 2) return "";
     return nn.inputs[0] == v ? nn.inputs[1] : nn.inputs[1] == v ? nn.inputs[0] : "";
-  };
-  auto scalar = [&](const std::string& v, double want, double tol) {
-    const Tensor* t = constant(v);
-    return t && t->numel() == 1 && std::fabs(t->to_f32()[0] - want) <= tol;
   };
   // Layout-only nodes: a Reshape that keeps the last axis, or a Transpose that only moves axes of
   // size 1, leaves the rows as they are -- its output is an alias of its input.
@@ -151,7 +166,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       const auto qi = std::find(kout.begin(), kout.end(), canon(blk.q)), ki = std::find(kout.begin(), kout.end(), canon(blk.k));
       if (qi == kout.end() || ki == kout.end()) continue;  // V first: reported below
       DenseKernel& k = ks.back();
-      if (k.relu || k.tanh || k.gelu || k.residual >= 0 || k.layernorm || k.attn || k.spatial())
+      if (k.activated() || k.residual >= 0 || k.layernorm || k.attn || k.spatial())
         throw InputError("kernel '" + k.name + "'", "attention is mapped right after the dense layer computing V (with its bias)", kOpsHint);
       k.attn = true;
       k.attn_q = qi - kout.begin();
@@ -176,7 +191,9 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
         if (kout[q] == n.inputs[0]) src = static_cast<long>(q);
       if (src >= -1 && n.inputs[0] != cur) cur = n.inputs[0], flat = false;
     }
-    if (n.inputs.empty() || (n.inputs[0] != cur && !(commutative && n.inputs.size() > 1 && n.inputs[1] == cur))) {
+    // (Sub and Div may read it second, from a constant: c - x is Neg then Add.)
+    const bool from_constant = (n.op == "Sub" || n.op == "Div") && n.inputs.size() == 2 && n.inputs[1] == cur && constant(n.inputs[0]);
+    if (n.inputs.empty() || (n.inputs[0] != cur && !(commutative && n.inputs.size() > 1 && n.inputs[1] == cur) && !from_constant)) {
       // Every node must continue the chain from its first input (either input of Add or Mul).
       bool uses_cur = std::find(n.inputs.begin(), n.inputs.end(), cur) != n.inputs.end();
       unsupported(uses_cur ? "takes the running activation as a later input" : "does not continue the chain of layers (it does not read '" + cur + "')");
@@ -185,9 +202,9 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
     // A feature map: [batch, channels, height, width], or [batch, channels, length] into a 1-D Conv
     // and after one (mapped as height 1).
     const bool fmap = cs.size() == 4 || (cs.size() == 3 && (ks.empty() ? n.op == "Conv" : ks.back().spatial() && !flat));
-    if (fmap && n.op != "Conv" && n.op != "MaxPool" && n.op != "AveragePool" && n.op != "GlobalAveragePool" && n.op != "Relu" && n.op != "Tanh" &&
+    if (fmap && n.op != "Conv" && n.op != "MaxPool" && n.op != "AveragePool" && n.op != "GlobalAveragePool" && !kUnary.count(n.op) &&
         n.op != "Flatten" && n.op != "Reshape")
-      unsupported(n.op + " on a feature map " + shape_str(cs) + ": the wafer compiler maps Conv, Relu, Tanh, MaxPool, AveragePool, GlobalAveragePool and a Flatten to [batch, features] there");
+      unsupported(n.op + " on a feature map " + shape_str(cs) + ": the wafer compiler maps Conv, elementwise functions, MaxPool, AveragePool, GlobalAveragePool and a Flatten to [batch, features] there");
     if (n.op == "Conv") {
       const Tensor* w = n.inputs.size() > 1 ? constant(n.inputs[1]) : nullptr;
       if (!fmap || !w || w->rank() != static_cast<int64_t>(cs.size()))
@@ -321,11 +338,10 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
         unsupported("Add of two activations is mapped only as a residual: the running activation plus the input of an earlier dense layer, before any LayerNorm");
       ks.back().residual = r;
       absorb(ks.back(), n);
-    } else if (n.op == "Add") {
-      const Tensor* c = constant(other_in(n, cur));
-      if (ks.empty() || !c || c->numel() != ks.back().N || ks.back().relu || ks.back().tanh || ks.back().gelu || ks.back().residual >= 0 || ks.back().softmax || ks.back().attn || ks.back().layernorm)
-        unsupported("Add is mapped only as a bias (a constant of N values) right after a MatMul or Gemm, or as a residual");
-      const auto cv = c->to_f32();
+    } else if (n.op == "Add" && !ks.empty() && constant(other_in(n, cur)) && per_feature(*constant(other_in(n, cur)), ks.back().N, fmap, cs.size()) &&
+               !ks.back().activated() && ks.back().residual < 0 && !ks.back().softmax && !ks.back().attn && !ks.back().layernorm && !ks.back().pkh && !flat) {
+      // A bias: a constant per output feature (channel), added with the layer's own.
+      const auto cv = constant(other_in(n, cur))->to_f32();
       for (int64_t b = 0; b < ks.back().N; ++b) ks.back().bias[static_cast<size_t>(b)] += cv[static_cast<size_t>(b)];
       ks.back().b_value = ks.back().b_value.empty() ? other_in(n, cur) : "*";  // "*": two biases (training refuses it)
       absorb(ks.back(), n);
@@ -336,93 +352,38 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
         unsupported("Softmax is mapped only over the features, after the last dense layer");
       ks.back().softmax = true;
       absorb(ks.back(), n);
-    } else if ((n.op == "Div" && scalar(other_in(n, cur), std::sqrt(2.0), 1e-5)) || (n.op == "Mul" && scalar(other_in(n, cur), std::sqrt(0.5), 1e-6))) {
-      // GELU, erf form: Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5
-      const long e = sole(n.outputs[0], "Erf");
-      const long a = e < 0 ? -1 : sole(g.nodes[static_cast<size_t>(e)].outputs[0], "Add");
-      const long m = a < 0 || !scalar(other_in(g.nodes[static_cast<size_t>(a)], g.nodes[static_cast<size_t>(e)].outputs[0]), 1.0, 1e-6)
-                         ? -1
-                         : sole(g.nodes[static_cast<size_t>(a)].outputs[0], "Mul");
-      const long h = m < 0 || other_in(g.nodes[static_cast<size_t>(m)], g.nodes[static_cast<size_t>(a)].outputs[0]) != cur ? -1
-                                                                                                                          : sole(g.nodes[static_cast<size_t>(m)].outputs[0], "Mul");
-      if (h < 0 || !scalar(other_in(g.nodes[static_cast<size_t>(h)], g.nodes[static_cast<size_t>(m)].outputs[0]), 0.5, 1e-6))
-        unsupported(n.op + " is mapped only as the start of GELU's erf form: Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5");
-      if (ks.empty() || ks.back().relu || ks.back().tanh || ks.back().gelu || ks.back().softmax || ks.back().attn || ks.back().residual >= 0 || ks.back().layernorm || ks.back().spatial())
-        unsupported("GELU is mapped only right after a dense layer");
-      ks.back().gelu = true;
-      absorb(ks.back(), n);
-      for (const long q : {e, a, m, h}) consumed.insert(static_cast<size_t>(q)), absorb(ks.back(), g.nodes[static_cast<size_t>(q)]);
-      cur = g.nodes[static_cast<size_t>(h)].outputs[0];
-      continue;
-    } else if (n.op == "ReduceMean" || n.op == "LayerNormalization") {
-      // LayerNorm over the last axis: the LayerNormalization op, or its decomposition ReduceMean ->
-      // Sub -> Pow 2 -> ReduceMean -> Add eps -> Sqrt -> Div -> Mul gamma -> Add beta.
+    } else if (n.op == "LayerNormalization") {
+      // LayerNorm over the last axis (the canonical graph's: fuse_decompositions recognises the exporters' decompositions).
       const int64_t rank = static_cast<int64_t>(cs.size());
-      const std::string why = "is mapped only as a LayerNorm over the features (LayerNormalization, or ReduceMean -> Sub -> Pow 2 -> ReduceMean -> Add eps -> Sqrt -> Div -> Mul -> Add)";
       if (ks.empty() || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().spatial()) unsupported("LayerNorm is mapped only after a dense layer");
       DenseKernel& k = ks.back();
-      const Tensor *gam = nullptr, *bet = nullptr;
-      bool has_beta = false;  // a bias is named (it must then be a constant)
-      std::string out;
-      if (n.op == "LayerNormalization") {
-        const int64_t ax = n.attrs.get_int("axis", -1);
-        if ((ax != -1 && ax != rank - 1) || n.inputs.size() < 2) unsupported(n.op + " " + why);
-        gam = constant(n.inputs[1]);
-        has_beta = n.inputs.size() > 2 && !n.inputs[2].empty();
-        bet = has_beta ? constant(n.inputs[2]) : nullptr;
-        k.ln_eps = n.attrs.get_float("epsilon", 1e-5);
-        out = n.outputs[0];
-      } else {
-        const std::vector<int64_t> axes = n.attrs.get_ints("axes", {});
-        if (axes.size() != 1 || (axes[0] != -1 && axes[0] != rank - 1) || !n.attrs.get_int("keepdims", 1)) unsupported(n.op + " " + why);
-        long sub = -1;
-        for (const size_t u : uses[cur])
-          if (g.nodes[u].op == "Sub" && g.nodes[u].inputs.size() == 2 && g.nodes[u].inputs[0] == cur && g.nodes[u].inputs[1] == n.outputs[0]) sub = static_cast<long>(u);
-        if (sub < 0 || sole(n.outputs[0], "Sub") != sub) unsupported(n.op + " " + why);
-        const std::string d = g.nodes[static_cast<size_t>(sub)].outputs[0];
-        long pw = -1, dv = -1;
-        for (const size_t u : uses[d]) {
-          if (g.nodes[u].op == "Pow" && g.nodes[u].inputs[0] == d && scalar(g.nodes[u].inputs[1], 2.0, 0)) pw = static_cast<long>(u);
-          if (g.nodes[u].op == "Div" && g.nodes[u].inputs[0] == d) dv = static_cast<long>(u);
-        }
-        if (pw < 0 || dv < 0 || uses[d].size() != 2) unsupported(n.op + " " + why);
-        long rm = sole(g.nodes[static_cast<size_t>(pw)].outputs[0], "ReduceMean");
-        if (rm >= 0 && (g.nodes[static_cast<size_t>(rm)].attrs.get_ints("axes", {}) != axes || !g.nodes[static_cast<size_t>(rm)].attrs.get_int("keepdims", 1))) rm = -1;
-        const long ae = rm < 0 ? -1 : sole(g.nodes[static_cast<size_t>(rm)].outputs[0], "Add");
-        const Tensor* eps = ae < 0 ? nullptr : constant(other_in(g.nodes[static_cast<size_t>(ae)], g.nodes[static_cast<size_t>(rm)].outputs[0]));
-        const long sq = ae < 0 ? -1 : sole(g.nodes[static_cast<size_t>(ae)].outputs[0], "Sqrt");
-        if (!eps || eps->numel() != 1 || sq < 0 || g.nodes[static_cast<size_t>(dv)].inputs[1] != g.nodes[static_cast<size_t>(sq)].outputs[0])
-          unsupported(n.op + " " + why);
-        k.ln_eps = eps->to_f32()[0];
-        const long mu = sole(g.nodes[static_cast<size_t>(dv)].outputs[0], "Mul");
-        const long ad = mu < 0 ? -1 : sole(g.nodes[static_cast<size_t>(mu)].outputs[0], "Add");
-        if (ad < 0) unsupported(n.op + " " + why + " (with the scale and bias)");
-        gam = constant(other_in(g.nodes[static_cast<size_t>(mu)], g.nodes[static_cast<size_t>(dv)].outputs[0]));
-        has_beta = true;
-        bet = constant(other_in(g.nodes[static_cast<size_t>(ad)], g.nodes[static_cast<size_t>(mu)].outputs[0]));
-        k.nodes.push_back(n.name);
-        for (const long q : {sub, pw, rm, ae, sq, dv, mu, ad}) consumed.insert(static_cast<size_t>(q)), k.nodes.push_back(g.nodes[static_cast<size_t>(q)].name);
-        out = g.nodes[static_cast<size_t>(ad)].outputs[0];
-      }
+      const int64_t ax = n.attrs.get_int("axis", -1);
+      if ((ax != -1 && ax != rank - 1) || n.inputs.size() < 2) unsupported("LayerNormalization is mapped only over the features (the last axis)");
+      const Tensor* gam = constant(n.inputs[1]);
+      const bool has_beta = n.inputs.size() > 2 && !n.inputs[2].empty();
+      const Tensor* bet = has_beta ? constant(n.inputs[2]) : nullptr;
       if (!gam || gam->numel() != k.N || (bet && bet->numel() != k.N) || (!bet && has_beta)) unsupported("LayerNorm needs a constant scale (and bias) of " + std::to_string(k.N) + " values");
+      k.ln_eps = n.attrs.get_float("epsilon", 1e-5);
       k.layernorm = true;
       k.ln_gamma = gam->to_f32();
       k.ln_beta = bet ? bet->to_f32() : std::vector<float>(static_cast<size_t>(k.N), 0.0f);
-      if (n.op == "LayerNormalization") k.nodes.push_back(n.name);
-      k.op += "+LayerNorm";
-      k.name = out;
-      cur = out;
-      continue;
-    } else if (n.op == "Relu" || n.op == "Tanh") {
-      // After a MaxPool, Relu is applied before the pool instead (max commutes with a monotone function).
-      if (!ks.empty() && ks.back().pavg)
-        unsupported(n.op + " after an average pool is not mapped on the wafer (a mean does not commute with it); apply it before the pool");
-      if (ks.empty() || ks.back().relu || ks.back().tanh || ks.back().gelu || ks.back().attn || flat || ks.back().softmax || ks.back().residual >= 0 || ks.back().layernorm)
-        unsupported(n.op + " is mapped only right after a dense layer or Conv");
-      (n.op == "Relu" ? ks.back().relu : ks.back().tanh) = true;
-      absorb(ks.back(), n);
+      absorb(k, n);
+      k.name = n.outputs[0];  // the value's name (the canonical graph's fused node has a made-up one)
     } else {
-      unsupported("op " + n.op + " is not mapped by the wafer compiler in this build");
+      // An elementwise function of the running activation, at the chain ends of the kernel before
+      // it, after its bias (elementwise.cpp).
+      std::string why;
+      const std::vector<Unary> us = unary_of(n, constant, why);
+      if (us.empty()) unsupported(n.op == "Add" ? "Add is mapped as a bias (a constant per output feature) right after a dense layer or Conv, as a residual, or as an Add of a scalar constant" : why);
+      if (ks.empty() || flat) unsupported(n.op + " is mapped only after a dense layer or Conv (at its chain ends)");
+      DenseKernel& k = ks.back();
+      if (k.attn || k.softmax || k.residual >= 0 || k.layernorm)
+        unsupported(n.op + " after attention, a Softmax, a residual Add or a LayerNorm is not mapped on the wafer in this build");
+      if (k.pkh && k.pavg) unsupported(n.op + " after an average pool is not mapped on the wafer (a mean does not commute with it); apply it before the pool");
+      for (const Unary& u : us)  // after a MaxPool it runs before the pool: exact when max commutes with it
+        if (k.pkh && !u.monotone()) unsupported(n.op + " after a MaxPool is not mapped on the wafer (it is applied before the pool, exact only for a non-decreasing function); apply it before the pool");
+      k.acts.insert(k.acts.end(), us.begin(), us.end());
+      absorb(k, n);
     }
     cur = n.outputs[0];
   }

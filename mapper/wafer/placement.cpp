@@ -24,8 +24,9 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<in
   std::array<int64_t, 3> s{};
   const Hold hold = hold_of(k, wbytes == 2);
   s[hold == Hold::y ? 2 : 1] += k.B * k.nb * 4;                      // y
-  if (k.tanh) s[1] += 3 * k.B * k.nb * 4;                            // tanh temporaries (chain end)
-  if (k.gelu) s[1] += 4 * k.B * k.nb * 4;                            // GELU temporaries (chain end)
+  int nact = 0;
+  for (const Unary& u : k.acts) nact = std::max(nact, u.temporaries());
+  s[1] += nact * k.B * k.nb * 4;                                     // the elementwise functions' temporaries (chain end)
   if (k.pkh) s[hold == Hold::p ? 2 : 1] += k.rows_out() * k.nb * 4;  // the pooled output (chain end)
   if (hold == Hold::y16) s[2] += k.rows_out() * k.nb * 2;            // y in the 16-bit format (chain end)
   if (k.input_layer) s[0] += (k.spatial() ? k.xs_elems() : k.B * k.kb) * wbytes;  // xs (source)
@@ -161,8 +162,8 @@ void fuse_qkv(std::vector<DenseKernel>& ks) {
     const size_t qi = static_cast<size_t>(v.attn_q), ki = static_cast<size_t>(v.attn_k);
     for (const size_t pi : {qi, ki}) {
       const DenseKernel& p = ks[pi];
-      if (p.src != v.src || p.K != v.K || p.N != v.N || p.B != v.B || p.xread != DenseKernel::XRead::rows || v.xread != DenseKernel::XRead::rows || p.relu || p.tanh ||
-          p.gelu || p.softmax || p.residual >= 0 || p.layernorm || p.attn || p.pkh)
+      if (p.src != v.src || p.K != v.K || p.N != v.N || p.B != v.B || p.xread != DenseKernel::XRead::rows || v.xread != DenseKernel::XRead::rows || p.activated() ||
+          p.softmax || p.residual >= 0 || p.layernorm || p.attn || p.pkh)
         throw InputError("/mapping/mode", "kernel '" + p.name + "': the attention's Q and K (and V, kernel '" + v.name + "') must be dense layers of the same input and size with only a bias", hint);
       for (size_t m = 0; m < ks.size(); ++m)
         if (m != l && ks[m].src == static_cast<int64_t>(pi))

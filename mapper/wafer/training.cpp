@@ -211,7 +211,7 @@ void backward_program(const Compiled& c, size_t l, double lr, ProgramTemplate& t
   t.if_("last" + L);
   t.data("dy" + L, Elem::f32, B * nb);
   t.data("db" + L, Elem::f32, nb);
-  if (k.relu || k.tanh) {
+  if (k.activated()) {  // one Relu or Tanh (compile refuses others)
     t.data("mk" + L, Elem::f32, B * nb);
     t.mem1d("mkm" + L, "mk" + L);
   }
@@ -226,13 +226,13 @@ void backward_program(const Compiled& c, size_t l, double lr, ProgramTemplate& t
   }
   t.task("bstart" + L, TaskKind::local, 56 + li, -1, -1, false, false, "dy complete: ReLU mask, bias update, multicast");
   const std::string mk = "mkm" + L, dy = "dym" + L, y = "yall" + L;
-  if (k.relu) {  // the ReLU's derivative [y > 0] as -max(-y 2^100, -1): 1 for y >= 2^-100, 0 for y = 0 (y = relu(z) >= 0)
+  if (k.act_is(Unary::Kind::relu)) {  // the ReLU's derivative [y > 0] as -max(-y 2^100, -1): 1 for y >= 2^-100, 0 for y = 0 (y = relu(z) >= 0)
     t.op(Op::fmuls, {mk, y, fimm(-1.2676506e30)});
     t.op(Op::fmaxs, {mk, mk, fimm(-1.0)});
     t.op(Op::fnegs, {mk, mk});
     t.op(Op::fmuls, {dy, dy, mk});
   }
-  if (k.tanh) {  // the derivative 1 - y^2
+  if (k.act_is(Unary::Kind::tanh)) {  // the derivative 1 - y^2
     t.op(Op::fmuls, {mk, y, y});
     t.op(Op::fmuls, {mk, mk, fimm(-1.0)});
     t.op(Op::fadds, {mk, mk, fimm(1.0)});

@@ -9,6 +9,7 @@
 #include "isa/wafer/asm.hpp"
 #include "isa/wafer/isa.hpp"
 #include "mapper/frontend/onnx.hpp"
+#include "mapper/passes/canonicalize.hpp"
 #include "mapper/passes/passes.hpp"
 #include "mapper/wafer/compile.hpp"
 
@@ -26,6 +27,7 @@ WaferConfig wse2() {
 void BM_CompileBertLayerWafer(benchmark::State& state) {
   graph::Graph g = frontend::load_onnx(TESSERA_SOURCE_DIR "/scenarios/models/bert_layer.onnx");
   passes::prepare(g);
+  passes::canonicalize(g);  // as tessera run compiles it
   const WaferConfig cfg = wse2();
   MappingOptions mo;
   mo.mode = state.range(0) ? MapMode::pipelined : MapMode::weight_streaming;
@@ -50,6 +52,7 @@ BENCHMARK(BM_CompileBertLayerWafer)->Arg(0)->Arg(1)->ArgNames({"pipelined"})->Un
 void BM_LoadBertLayerWafer(benchmark::State& state) {
   graph::Graph g = frontend::load_onnx(TESSERA_SOURCE_DIR "/scenarios/models/bert_layer.onnx");
   passes::prepare(g);
+  passes::canonicalize(g);  // as tessera run compiles it
   const WaferConfig cfg = wse2();
   MappingOptions mo;
   mo.mode = state.range(0) ? MapMode::pipelined : MapMode::weight_streaming;

@@ -22,6 +22,8 @@
 #include <memory>
 #include <systemc>
 
+#include <nlohmann/json.hpp>
+
 #include "isa/numeric.hpp"
 #include "models/common/systemc_env.hpp"
 #include "isa/wafer/asm.hpp"
@@ -870,6 +872,27 @@ std::vector<float> run_pe_function(const std::function<void(ProgramTemplate&)>& 
   REQUIRE_FALSE(r.fab->error());
   return r.fab->read_array(0, 0, result);
 }
+// Several functions at once (one elaboration per process): body i on PE (i, 0) of a 1-row
+// fabric, each over its own copy of `in`; the results in order.
+std::vector<std::vector<float>> run_pe_functions(const std::vector<std::function<void(ProgramTemplate&)>>& bodies, const std::vector<float>& in) {
+  const WaferConfig c = preset_config("wse2");
+  const int64_t n = static_cast<int64_t>(in.size());
+  std::map<std::string, ProgramTemplate> progs;
+  nlohmann::json layout = {{"fabric", {{"width", bodies.size()}, {"height", 1}}}, {"rects", nlohmann::json::array()}};
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    const std::string file = "f" + std::to_string(i) + ".pe";
+    ProgramTemplate t = pe_function(bodies[i], n);
+    progs.emplace(file, t);
+    layout["rects"].push_back({{"name", "pe" + std::to_string(i)}, {"x", i}, {"y", 0}, {"width", 1}, {"height", 1}, {"program", file}});
+  }
+  Run r(c, load_layout_text(layout.dump(), "layout.json", "", c, nullptr, &progs));
+  for (size_t i = 0; i < bodies.size(); ++i) r.fab->write_array(static_cast<int>(i), 0, "x", in);
+  r.go();
+  REQUIRE_FALSE(r.fab->error());
+  std::vector<std::vector<float>> out;
+  for (size_t i = 0; i < bodies.size(); ++i) out.push_back(r.fab->read_array(static_cast<int>(i), 0, "x"));
+  return out;
+}
 }  // namespace
 
 TEST_CASE("wafer-fabric: the PE exp (scaling and squaring of a Taylor polynomial) is within 5e-6 relative on [-20, 0] (measured 4.1e-6) and 1e-8 below", "[wafer-fabric]") {
@@ -939,9 +962,10 @@ TEST_CASE("wafer-fabric: the PE rsqrt of LayerNorm (32 Newton steps from 0.01) i
   CHECK(worst <= 1e-6);
 }
 
-// The estimate counts these generators' operations by constants (kExpOps, kRecipOps, kTanhOps,
-// kGeluOps): they must be the DSD operations the generators build.
-TEST_CASE("wafer-fabric: the exp, reciprocal, tanh, GELU and rsqrt generators build the operation counts the estimate uses", "[wafer-fabric]") {
+// The estimate counts the exp and reciprocal generators' operations by constants (kExpOps,
+// kRecipOps; the softmax and attention use them): they must be the DSD operations the generators
+// build. (The elementwise functions' counts come from their generator: unary_op_count.)
+TEST_CASE("wafer-fabric: the exp, reciprocal and rsqrt generators build the operation counts the estimate uses", "[wafer-fabric]") {
   auto ops = [](const std::function<void(ProgramTemplate&)>& body) {
     const Program p = pe_function(body, 4).instantiate({});
     int n = 0;
@@ -950,9 +974,63 @@ TEST_CASE("wafer-fabric: the exp, reciprocal, tanh, GELU and rsqrt generators bu
   };
   CHECK(ops([](ProgramTemplate& t) { exp_ops(t, "xm", "tm"); }) == kExpOps);
   CHECK(ops([](ProgramTemplate& t) { recip_ops(t, "rm", "xm", "um", 1.0, 2.0); }) == kRecipOps);
-  CHECK(ops([](ProgramTemplate& t) { tanh_ops(t, "xm", "tm", "um", "rm"); }) == kTanhOps);
-  CHECK(ops([](ProgramTemplate& t) { gelu_ops(t, "xm", "tm", "um", "rm", "vm"); }) == kGeluOps);
   CHECK(ops([](ProgramTemplate& t) { rsqrt_ops(t, "rm", "xm", "tm"); }) == 1 + 4 * kRsqrtIters);
+  CHECK(pe_function([](ProgramTemplate& t) { tanh_ops(t, "xm", "tm", "um", "rm"); }, 4).count(OpClass::dsd) == unary_op_count(Unary{Unary::Kind::tanh}));
+}
+
+// Every elementwise function of the chain ends (compile.hpp Unary, elementwise.cpp) run on a PE
+// over [-30, 30] and at extremes, against the formula in double precision: the piecewise ones
+// within an fp32 rounding or two, the ones built on exp within 5e-6 relative (the exp
+// polynomial's error) down to -20 -- sigmoid keeps that relative accuracy for negative inputs too,
+// no 1 - sigma cancellation -- and within 1e-8 below, and GELU's tanh form within 2.5e-7 (1 + |x|).
+TEST_CASE("wafer-fabric: the PE elementwise functions (Relu .. GELU tanh form) match their formulas on [-30, 30]", "[wafer-fabric]") {
+  using K = Unary::Kind;
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<float> in;
+  for (int i = -600; i <= 600; ++i) in.push_back(0.05f * static_cast<float>(i));
+  for (float v : {1e-6f, -3e-5f, 1e-3f, -1e-3f, 50.0f, -50.0f, 87.0f, -87.0f}) in.push_back(v);
+  struct Case {
+    Unary u;
+    std::function<double(double)> f;
+    double rel, abs;  // |out - f| <= rel |f| + abs (1 + |x|)
+    bool exp_tail = false;  // built on exp: below -20 within exp_ops' 1e-8, times (1 + |x|)
+  };
+  auto sig = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  const std::vector<Case> cases = {
+      {{K::relu}, [](double x) { return std::max(x, 0.0); }, 0, 0},
+      {{K::leaky_relu, 0.1}, [](double x) { return x > 0 ? x : 0.1 * x; }, 1.2e-7, 0},
+      {{K::leaky_relu, 3.0}, [](double x) { return x > 0 ? x : 3.0 * x; }, 1.2e-7, 0},
+      {{K::clip, 0, 6}, [](double x) { return std::clamp(x, 0.0, 6.0); }, 0, 0},
+      {{K::clip, -inf, 1.5}, [](double x) { return std::min(x, 1.5); }, 0, 0},
+      {{K::sigmoid}, sig, 5e-6, 0, true},
+      {{K::hard_sigmoid, 0.2, 0.5}, [](double x) { return std::clamp(0.2 * x + 0.5, 0.0, 1.0); }, 0, 1.2e-7},
+      {{K::hard_swish}, [](double x) { return x * std::clamp(x / 6 + 0.5, 0.0, 1.0); }, 0, 2.4e-7},
+      {{K::swish, 1.0}, [&](double x) { return x * sig(x); }, 5e-6, 0, true},
+      {{K::swish, 1.702}, [&](double x) { return x * sig(1.702 * x); }, 5e-6, 0, true},
+      {{K::gelu_tanh}, [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }, 0, 2.5e-7},
+      {{K::abs}, [](double x) { return std::abs(x); }, 0, 0},
+      {{K::neg}, [](double x) { return -x; }, 0, 0},
+      {{K::mul, 0.3}, [](double x) { return 0.3 * x; }, 1.2e-7, 0},
+      {{K::add, -0.7}, [](double x) { return x - 0.7; }, 0, 6e-8},
+  };
+  std::vector<std::function<void(ProgramTemplate&)>> bodies;
+  for (const Case& c : cases) bodies.push_back([u = c.u](ProgramTemplate& t) { unary_ops(t, u, "xm", {"tm", "um", "rm", "vm"}); });
+  const auto outs = run_pe_functions(bodies, in);
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    const std::vector<float>& out = outs[ci];
+    INFO("function " << static_cast<int>(c.u.kind) << " a " << c.u.a << " b " << c.u.b);
+    double worst = -1;
+    size_t at = 0;
+    for (size_t i = 0; i < in.size(); ++i) {
+      const double want = c.f(in[i]);
+      const double x = in[i], tail = c.exp_tail && x * (c.u.kind == K::swish ? c.u.a : 1.0) < -20 ? 1e-8 : 0.0;
+      const double excess = std::abs(out[i] - want) - c.rel * std::abs(want) - (c.abs + tail) * (1 + std::abs(x));
+      if (excess > worst) worst = excess, at = i;
+    }
+    INFO("worst at x " << in[at] << ": " << out[at] << " against " << c.f(in[at]));
+    CHECK(worst <= 0);
+  }
 }
 
 // The PE's 16-bit float formats (bf16, cbf16: isa/wafer/isa.hpp Elem) against an independent

@@ -7,6 +7,7 @@
 #include "isa/wafer/asm.hpp"
 #include "isa/wafer/builder.hpp"
 #include "mapper/frontend/onnx.hpp"
+#include "mapper/passes/canonicalize.hpp"
 #include "mapper/passes/passes.hpp"
 #include "mapper/wafer/compile.hpp"
 
@@ -112,6 +113,7 @@ TEST_CASE("wafer-programs: the compiler's programs and their emitted text are th
     INFO(k.model << " mode " << static_cast<int>(k.mode) << " " << elem_name(k.compute));
     graph::Graph g = frontend::load_onnx(kRoot + "/scenarios/models/" + k.model);
     passes::prepare(g);
+    if (!k.training) passes::canonicalize(g);  // as tessera run compiles inference (training: the graph as exported)
     MappingOptions mo;
     mo.mode = k.mode;
     mo.compute = k.compute;
