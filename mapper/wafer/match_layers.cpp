@@ -211,7 +211,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
         unsupported("Conv needs a [batch, channels, height, width] input and a constant 4-D weight (or [batch, channels, length] and a 3-D weight)");
       const bool one_d = cs.size() == 3;
       if (!ks.empty() && !ks.back().spatial()) unsupported("Conv reads the output of a dense layer; the wafer compiler maps convolutions on the input or after another Conv");
-      if (n.attrs.get_int("group", 1) != 1) unsupported("grouped Conv (group != 1) is not mapped on the wafer");
+      const int64_t groups = n.attrs.get_int("group", 1);
       for (const int64_t d : n.attrs.get_ints("dilations", {1, 1}))
         if (d != 1) unsupported("dilated Conv is not mapped on the wafer");
       const std::string ap = n.attrs.get_string("auto_pad", "NOTSET");
@@ -230,7 +230,8 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       k.samples = cs[0];
       k.cin = cs[1];
       k.N = w->shape()[0];
-      if (w->shape()[1] != k.cin) unsupported("weight " + shape_str(w->shape()) + " does not match the input's " + std::to_string(k.cin) + " channels");
+      if (groups < 1 || k.cin % groups || k.N % groups || w->shape()[1] * groups != k.cin)
+        unsupported("weight " + shape_str(w->shape()) + " does not match the input's " + std::to_string(k.cin) + " channels in " + std::to_string(groups) + " group(s)");
       k.kh = one_d ? 1 : w->shape()[2];
       k.kw = w->shape().back();
       k.sh = st[0];
@@ -245,9 +246,23 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       k.ow = (k.iw - k.kw) / k.sw + 1;
       if (k.oh < 1 || k.ow < 1) unsupported("the Conv window is larger than its padded input");
       k.B = k.samples * k.oh * k.ow;
-      k.K = k.kflops = k.cin * k.kh * k.kw;
+      k.K = k.cin * k.kh * k.kw;
+      k.kflops = k.K / groups;  // the model's FLOPs: a group's inputs only
       if (k.padded() && !ks.empty()) ks.back().xp_h = k.ih, ks.back().xp_w = k.iw;
       k.Wconv = w->to_f32();
+      if (groups > 1) {
+        // A grouped (depthwise: one channel per group) Conv as the dense Conv whose weight is zero
+        // between a group's outputs and the other groups' inputs: the general path, every K block
+        // of the mesh GEMM still computed (docs/wafer-compiler.md "Convolutions").
+        const int64_t cg = k.cin / groups, ng = k.N / groups, taps = k.kh * k.kw;
+        std::vector<float> dense(static_cast<size_t>(k.N * k.cin * taps), 0.0f);
+        for (int64_t o = 0; o < k.N; ++o)
+          for (int64_t c = 0; c < cg; ++c)
+            for (int64_t i = 0; i < taps; ++i)
+              dense[static_cast<size_t>((o * k.cin + (o / ng) * cg + c) * taps + i)] = k.Wconv[static_cast<size_t>((o * cg + c) * taps + i)];
+        k.Wconv = std::move(dense);
+        k.op = "Conv(group " + std::to_string(groups) + ")";
+      }
       start_kernel(k, n, "per output channel");
     } else if (n.op == "MaxPool" || n.op == "AveragePool" || n.op == "GlobalAveragePool") {
       if (ks.empty() || !ks.back().spatial() || ks.back().pkh || ks.back().softmax)
