@@ -271,16 +271,26 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     if (k.residual < 0) continue;
     const DenseKernel& r = c.kernels[static_cast<size_t>(k.residual)];
     const std::string where = "kernel '" + k.name + "'";
-    if (c.half()) throw InputError("/precision/compute", "a residual Add is mapped in fp32 on the wafer in this build", "use precision.compute fp32");
+    if (c.half() && opt.mode == MapMode::pipelined)
+      throw InputError("/mapping/mode", where + ": pipelined mode maps a residual Add in fp32 in this build", "use \"mapping\": {\"mode\": \"weight_streaming\"} or precision.compute fp32");
     if (k.res_host) {  // the host places the graph input's blocks on the chain ends
       if (k.N != c.input_shape.back() || k.B != r.B)
         throw InputError(where, "the residual adds the graph input " + shape_str(c.input_shape) + " to " + std::to_string(k.B) + " x " + std::to_string(k.N) + " outputs", kOpsHint);
       continue;
     }
-    if (r.k_on_columns == k.k_on_columns || r.kb != k.nb || r.B != k.B || r.xread != DenseKernel::XRead::rows)
-      throw InputError(where, "the residual's input (kernel '" + r.name + "') does not lie on this kernel's chain ends in the same blocks (an even number of dense layers between them, or blocks " +
+    // The held value: kernel r's input -- the graph input on r's sources (rows), or kernel p's output
+    // on p's chain ends, which must be this kernel's chain ends with the same blocks and rows.
+    bool same = false;
+    if (r.src < 0) {
+      same = r.xread == DenseKernel::XRead::rows && r.k_on_columns != k.k_on_columns && r.kb == k.nb && r.B == k.B;
+    } else {
+      const DenseKernel& p = c.kernels[static_cast<size_t>(r.src)];
+      same = p.k_on_columns == k.k_on_columns && p.feat_nb() == k.nb && p.rows_out() == k.B && p.feat_N() == k.N;
+    }
+    if (!same)
+      throw InputError(where, "the residual's input (the input of kernel '" + r.name + "') does not lie on this kernel's chain ends in the same blocks (an even number of layers between them, or blocks " +
                                   std::to_string(r.kb) + " vs " + std::to_string(k.nb) + ")",
-                       "a residual spans an odd number of dense layers after its input, e.g. x + W2 f(W1 x)");
+                       "a residual spans an odd number of dense layers or Convs after its input, e.g. x + W2 f(W1 x)");
   }
   if (c.training)
     for (const auto& k : c.kernels)

@@ -89,11 +89,19 @@ struct DenseKernel {
   // Elementwise functions after the bias, in order (Relu, Tanh, GELU, Sigmoid, Clip, ...); a
   // residual Add comes after them.
   std::vector<Unary> acts;
+  std::vector<Unary> acts_after;     // those after the residual Add (ResNet's Relu after the sum)
   bool activated() const { return !acts.empty(); }
+  int act_temporaries() const {      // arrays of y's size the functions need (the most any one does)
+    int n = 0;
+    for (const auto* v : {&acts, &acts_after})
+      for (const Unary& u : *v) n = std::max(n, u.temporaries());
+    return n;
+  }
   bool act_is(Unary::Kind kind) const { return acts.size() == 1 && acts[0].kind == kind; }
   bool softmax = false;              // a Softmax over the outputs after it (last layer; all N on one PE)
   // A residual: after the activation, the chain ends add the input of kernel `residual`, which
-  // lies on the same PEs in the same blocks (weight streaming: a kernel two orientations back).
+  // lies on the same PEs in the same blocks (weight streaming: a kernel two orientations back; a
+  // feature map read inside its zero border through the holder's interior walk).
   int64_t residual = -1;
   // Pipelined: the residual is the graph input, which the host places on this kernel's chain ends
   // (array xr<l>) as it places it on the first kernel's sources.

@@ -310,6 +310,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       int64_t act_ops = 0;  // the elementwise functions (unary_ops)
       if (act)
         for (const Unary& u : k.acts) act_ops += unary_op_count(u);
+      for (const Unary& u : k.acts_after) act_ops += unary_op_count(u);
       t += (S + cdiv(n_el, w32)) * (1 + act_ops + (k.residual >= 0 ? 1 : 0));  // bias, activation, residual
       if (k.softmax) {  // softmax_program over the N outputs of the B samples (strided columns)
         const int64_t N = k.N, B = k.B;

@@ -47,6 +47,15 @@ std::string hold_array(const Compiled& c, size_t l) {
   return kName[static_cast<int>(hold_of(c.kernels[l], c.half()))] + std::to_string(l);
 }
 
+// The DSD kernel l's residual reads: its own `res<l>` over the held array, or, when the held
+// feature map lies inside a zero border (the holder's reader is a padded Conv), the holder's
+// interior walk `xpi<p>` (declared on the same chain-end PEs).
+std::string res_dsd(const Compiled& c, size_t l) {
+  const DenseKernel& k = c.kernels[l];
+  const int64_t rs = c.kernels[static_cast<size_t>(k.residual)].src;
+  return !k.res_host && rs >= 0 && c.kernels[static_cast<size_t>(rs)].xp_h ? "xpi" + std::to_string(rs) : "res" + std::to_string(l);
+}
+
 // The first of kernel l's three x-task registers (counter j, sample counter b, scratch): three per
 // layer (r0..r14) for up to 5 layers; with more, every layer's x tasks share r0..r2 (a PE
 // finishes a kernel's x tasks, the counters back at 0, before the next kernel's x values reach it).
@@ -162,9 +171,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   t.endif();
   t.if_("last" + L);
   t.mem4d("bm" + L, "bias" + L, 0, {{B, 0}, {nb, 1}}, "the bias again for every sample");
-  int nact = 0;  // the elementwise functions' temporaries (act<l>_0 ...)
-  for (const Unary& u : k.acts) nact = std::max(nact, u.temporaries());
-  for (int i = 0; i < nact; ++i) {
+  for (int i = 0; i < k.act_temporaries(); ++i) {  // the elementwise functions' temporaries (act<l>_0 ...)
     data(t, "act" + L + "_" + std::to_string(i) + "_a", f32, B * nb, live(c, l, 1));
     t.mem1d("act" + L + "_" + std::to_string(i), "act" + L + "_" + std::to_string(i) + "_a");
   }
@@ -172,7 +179,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     const size_t r = static_cast<size_t>(k.residual);
     const int64_t rs = c.kernels[r].src;
     if (k.res_host) data(t, "xr" + L, f32, B * nb, {}, "the graph input's block, placed by the host");
-    t.mem1d("res" + L, k.res_host ? "xr" + L : rs < 0 ? "xs0" : hold_array(c, static_cast<size_t>(rs)), 0, B * nb);
+    if (res_dsd(c, l) == "res" + L) t.mem1d("res" + L, k.res_host ? "xr" + L : rs < 0 ? "xs0" : hold_array(c, static_cast<size_t>(rs)), 0, B * nb);
   }
   if (k.layernorm) {
     for (const char* n : {"lns", "lnc", "lnr"}) data(t, n + L, f32, B);
@@ -362,15 +369,14 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   t.op(Op::fadds, {y, y, "bm" + L});
   const bool act_some = k.act_split();  // pass-through blocks take none
   if (act_some) t.if_("act" + L);
-  for (const Unary& u : k.acts) {
-    std::vector<std::string> tmp;
-    for (int i = 0; i < u.temporaries(); ++i) tmp.push_back("act" + L + "_" + std::to_string(i));
-    unary_ops(t, u, y, tmp);
-  }
+  std::vector<std::string> tmp;
+  for (int i = 0; i < k.act_temporaries(); ++i) tmp.push_back("act" + L + "_" + std::to_string(i));
+  for (const Unary& u : k.acts) unary_ops(t, u, y, tmp);
   if (act_some) t.endif();
   if (k.attn) attention_program(k, l, rj, t);
   if (k.softmax) softmax_program(t, k, L);
-  if (k.residual >= 0) t.op(Op::fadds, {y, y, "res" + L});
+  if (k.residual >= 0) t.op(h && !k.res_host ? Op::faddhs : Op::fadds, {y, y, res_dsd(c, l)});  // 16-bit compute: the held value is 16-bit
+  for (const Unary& u : k.acts_after) unary_ops(t, u, y, tmp);
   if (k.layernorm) ln_program(k, l, (k.k_on_columns ? k.h : k.w) * nb > k.N, t);
   if (k.pkh) {  // the pool: the first window's values, then the max with (the sum of) every other window
     if (k.pool_padded()) t.op(Op::fmovs, {"ypi" + L, y}, "y inside the border");

@@ -349,8 +349,9 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       long r = -1;
       for (size_t q = 0; q < ks.size(); ++q)
         if (ks[q].in_value == o2) r = static_cast<long>(q);
-      if (r < 0 || ks.back().residual >= 0 || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().spatial())
-        unsupported("Add of two activations is mapped only as a residual: the running activation plus the input of an earlier dense layer, before any LayerNorm");
+      if (r < 0 || ks.back().residual >= 0 || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().pkh || flat)
+        unsupported("Add of two activations is mapped only as a residual: the running activation plus the input of an earlier dense layer or Conv, before any LayerNorm or pool");
+      if (shape_numel(g.value(o2).shape) != shape_numel(cs)) unsupported("the residual adds " + shape_str(g.value(o2).shape) + " to " + shape_str(cs) + " (a broadcast): the wafer maps residuals of one shape");
       ks.back().residual = r;
       absorb(ks.back(), n);
     } else if (n.op == "Add" && !ks.empty() && constant(other_in(n, cur)) && per_feature(*constant(other_in(n, cur)), ks.back().N, fmap, cs.size()) &&
@@ -392,12 +393,13 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
       if (us.empty()) unsupported(n.op == "Add" ? "Add is mapped as a bias (a constant per output feature) right after a dense layer or Conv, as a residual, or as an Add of a scalar constant" : why);
       if (ks.empty() || flat) unsupported(n.op + " is mapped only after a dense layer or Conv (at its chain ends)");
       DenseKernel& k = ks.back();
-      if (k.attn || k.softmax || k.residual >= 0 || k.layernorm)
-        unsupported(n.op + " after attention, a Softmax, a residual Add or a LayerNorm is not mapped on the wafer in this build");
+      if (k.attn || k.softmax || k.layernorm)
+        unsupported(n.op + " after attention, a Softmax or a LayerNorm is not mapped on the wafer in this build");
       if (k.pkh && k.pavg) unsupported(n.op + " after an average pool is not mapped on the wafer (a mean does not commute with it); apply it before the pool");
       for (const Unary& u : us)  // after a MaxPool it runs before the pool: exact when max commutes with it
         if (k.pkh && !u.monotone()) unsupported(n.op + " after a MaxPool is not mapped on the wafer (it is applied before the pool, exact only for a non-decreasing function); apply it before the pool");
-      k.acts.insert(k.acts.end(), us.begin(), us.end());
+      auto& acts = k.residual >= 0 ? k.acts_after : k.acts;  // after the residual Add: applied after it
+      acts.insert(acts.end(), us.begin(), us.end());
       absorb(k, n);
     }
     cur = n.outputs[0];

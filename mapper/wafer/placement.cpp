@@ -24,9 +24,7 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<in
   std::array<int64_t, 3> s{};
   const Hold hold = hold_of(k, wbytes == 2);
   s[hold == Hold::y ? 2 : 1] += k.B * k.nb * 4;                      // y
-  int nact = 0;
-  for (const Unary& u : k.acts) nact = std::max(nact, u.temporaries());
-  s[1] += nact * k.B * k.nb * 4;                                     // the elementwise functions' temporaries (chain end)
+  s[1] += k.act_temporaries() * k.B * k.nb * 4;                                     // the elementwise functions' temporaries (chain end)
   if (k.pkh) s[hold == Hold::p ? 2 : 1] += k.rows_out() * k.nb * 4;  // the pooled output (chain end)
   if (hold == Hold::y16) s[2] += k.rows_out() * k.nb * 2;            // y in the 16-bit format (chain end)
   if (k.input_layer) s[0] += (k.spatial() ? k.xs_elems() : k.B * k.kb) * wbytes;  // xs (source)
