@@ -47,9 +47,103 @@ void absorb(DenseKernel& k, const graph::Node& n) {
   if (n.name != k.name + "/bias") k.name = n.name.empty() ? n.outputs[0] : n.name;
 }
 
+// A packed projection -- MatMul of x by a constant [K, N] weight (and a bias Add of N constants)
+// whose output is read only by Slices of its last axis, as nn.MultiheadAttention's in_proj exports
+// Q, K and V -- becomes one MatMul (and Add) per Slice of the weight's (and bias') columns, each
+// producing its Slice's value: a dense layer per slice, its outputs on chain ends of their own, as
+// the attention expects Q, K and V. New nodes keep the file's place of the projection (kernels
+// are numbered in the order the model lists them), in the slices' order.
+void split_sliced_projections(graph::Graph& g) {
+  auto constant = [&](const std::string& v) -> const Tensor* {
+    return v.empty() || !g.has_value(v) || !g.value(v).data ? nullptr : &*g.value(v).data;
+  };
+  std::map<std::string, std::vector<size_t>> uses;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& v : g.nodes[i].inputs) uses[v].push_back(i);
+  for (size_t mi = 0; mi < g.nodes.size(); ++mi) {
+    const graph::Node mm = g.nodes[mi];
+    const Tensor* w = mm.op == "MatMul" && mm.inputs.size() == 2 ? constant(mm.inputs[1]) : nullptr;
+    if (!w || w->rank() != 2) continue;
+    const int64_t K = w->shape()[0], N = w->shape()[1];
+    std::string out = mm.outputs[0];
+    long add = -1;  // the bias Add, if it is the MatMul's one reader
+    if (uses[out].size() == 1 && g.nodes[uses[out][0]].op == "Add") {
+      const graph::Node& a = g.nodes[uses[out][0]];
+      const Tensor* b = constant(a.inputs[0] == out ? a.inputs[1] : a.inputs[0]);
+      if (b && b->numel() == N) add = static_cast<long>(uses[out][0]), out = a.outputs[0];
+    }
+    const Shape& os = g.value(out).shape;
+    struct Piece { int64_t lo, hi; size_t node; };
+    std::vector<Piece> pieces;
+    bool ok = !uses[out].empty() && std::find(g.outputs.begin(), g.outputs.end(), out) == g.outputs.end();
+    for (const size_t u : uses[out]) {
+      const graph::Node& s = g.nodes[u];
+      const Tensor *st = s.inputs.size() > 2 ? constant(s.inputs[1]) : nullptr, *en = st ? constant(s.inputs[2]) : nullptr;
+      const Tensor* ax = s.inputs.size() > 3 ? constant(s.inputs[3]) : nullptr;
+      const Tensor* sp = s.inputs.size() > 4 ? constant(s.inputs[4]) : nullptr;
+      if (s.op != "Slice" || s.inputs[0] != out || !st || !en || st->numel() != 1 || en->numel() != 1 || (s.inputs.size() > 3 && !s.inputs[3].empty() && !ax) ||
+          (sp && sp->to_i64()[0] != 1) || (s.inputs.size() > 4 && !s.inputs[4].empty() && !sp)) {
+        ok = false;
+        break;
+      }
+      const int64_t a = ax ? ax->to_i64()[0] : 0, r = static_cast<int64_t>(os.size());
+      if (a != -1 && a != r - 1) { ok = false; break; }
+      auto clampi = [&](int64_t v) { return std::clamp(v < 0 ? v + N : v, int64_t{0}, N); };
+      pieces.push_back({clampi(st->to_i64()[0]), clampi(en->to_i64()[0]), u});
+    }
+    if (!ok || pieces.size() < 2) continue;
+    std::sort(pieces.begin(), pieces.end(), [](const Piece& x, const Piece& y) { return x.lo < y.lo; });
+    std::vector<graph::Node> added;
+    const auto wv = w->to_f32();
+    std::vector<float> bv;
+    if (add >= 0) {
+      const graph::Node& a = g.nodes[static_cast<size_t>(add)];
+      bv = constant(a.inputs[0] == mm.outputs[0] ? a.inputs[1] : a.inputs[0])->to_f32();
+    }
+    for (const Piece& p : pieces) {
+      const int64_t n = p.hi - p.lo;
+      const std::string tag = "/cols" + std::to_string(p.lo) + "_" + std::to_string(p.hi);
+      std::vector<float> wp(static_cast<size_t>(K * n));
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = 0; j < n; ++j) wp[static_cast<size_t>(k * n + j)] = wv[static_cast<size_t>(k * N + p.lo + j)];
+      graph::Value wval{mm.inputs[1] + tag, DType::f32, {K, n}, true, Tensor::from_f32({K, n}, std::move(wp)), false};
+      g.values[wval.name] = wval;
+      const std::string& sout = g.nodes[p.node].outputs[0];
+      std::string mout = sout;
+      if (add >= 0) {
+        mout = sout + "/matmul";
+        graph::Value mv = g.value(sout);
+        mv.name = mout;
+        mv.data.reset();
+        g.values[mout] = mv;
+      }
+      added.push_back({mm.name + tag, "MatMul", {}, {mm.inputs[0], wval.name}, {mout}});
+      if (add >= 0) {
+        graph::Value bval{wval.name + "/bias", DType::f32, {n}, true, Tensor::from_f32({n}, std::vector<float>(bv.begin() + p.lo, bv.begin() + p.hi)), false};
+        g.values[bval.name] = bval;
+        added.push_back({mm.name + tag + "/bias", "Add", {}, {mout, bval.name}, {sout}});  // the kernel keeps the MatMul's name
+      }
+    }
+    // Replace: the projection's place takes the new nodes; its Add and the Slices go.
+    std::set<size_t> drop{mi};
+    if (add >= 0) drop.insert(static_cast<size_t>(add));
+    for (const Piece& p : pieces) drop.insert(p.node);
+    std::vector<graph::Node> nodes;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      if (i == mi) nodes.insert(nodes.end(), added.begin(), added.end());
+      if (!drop.count(i)) nodes.push_back(std::move(g.nodes[i]));
+    }
+    g.nodes = std::move(nodes);
+    split_sliced_projections(g);  // indices moved: start over (each split removes a projection)
+    return;
+  }
+}
+
 }  // namespace
 
-std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input, std::string& output) {
+std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input, std::string& output) {
+  graph::Graph g = g0;
+  split_sliced_projections(g);
   if (g.inputs.size() != 1 || g.outputs.size() != 1)
     throw InputError(g.source, "the wafer compiler maps graphs with one input and one output (this one has " + std::to_string(g.inputs.size()) +
                                    " and " + std::to_string(g.outputs.size()) + ")",
