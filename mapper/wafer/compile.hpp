@@ -73,7 +73,6 @@ struct Unary {
   std::string op;  // the graph op it came from ("Relu", "Clip", ...), for messages and the kernel's op
   bool monotone() const;  // non-decreasing: it commutes with a max (a MaxPool after it)
   int temporaries() const;  // arrays of y's size its PE operations need
-  bool operator==(const Unary&) const = default;
 };
 
 // One dense layer placed on the fabric.

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "isa/error.hpp"
+#include "mapper/passes/rewrite.hpp"
 #include "mapper/wafer/internal.hpp"
 
 namespace tessera::wafer::detail {
@@ -31,8 +33,8 @@ bool per_feature(const Tensor& c, int64_t N, bool fmap, size_t rank) {
   if (c.numel() != N) return false;
   const Shape& s = c.shape();
   if (N == 1 || s.empty()) return true;
-  const size_t axis = fmap ? s.size() - (rank - 2) - 1 : s.size() - 1;  // the feature axis, aligned from the right
   if (fmap && s.size() < rank - 1) return false;
+  const size_t axis = fmap ? s.size() - (rank - 2) - 1 : s.size() - 1;  // the feature axis, aligned from the right
   for (size_t d = 0; d < s.size(); ++d)
     if (d != axis && s[d] != 1) return false;
   return s[axis] == N;
@@ -51,99 +53,78 @@ void absorb(DenseKernel& k, const graph::Node& n) {
 // whose output is read only by Slices of its last axis, as nn.MultiheadAttention's in_proj exports
 // Q, K and V -- becomes one MatMul (and Add) per Slice of the weight's (and bias') columns, each
 // producing its Slice's value: a dense layer per slice, its outputs on chain ends of their own, as
-// the attention expects Q, K and V. New nodes keep the file's place of the projection (kernels
-// are numbered in the order the model lists them), in the slices' order.
-void split_sliced_projections(graph::Graph& g) {
-  auto constant = [&](const std::string& v) -> const Tensor* {
-    return v.empty() || !g.has_value(v) || !g.value(v).data ? nullptr : &*g.value(v).data;
-  };
-  std::map<std::string, std::vector<size_t>> uses;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (const auto& v : g.nodes[i].inputs) uses[v].push_back(i);
+// the attention expects Q, K and V. Returns whether it changed g.
+bool split_sliced_projections(graph::Graph& g) {
+  passes::Rewriter rw(g);
   for (size_t mi = 0; mi < g.nodes.size(); ++mi) {
-    const graph::Node mm = g.nodes[mi];
-    const Tensor* w = mm.op == "MatMul" && mm.inputs.size() == 2 ? constant(mm.inputs[1]) : nullptr;
+    const graph::Node& mm = g.nodes[mi];
+    const Tensor* w = mm.op == "MatMul" && mm.inputs.size() == 2 ? rw.constant(mm.inputs[1]) : nullptr;
     if (!w || w->rank() != 2) continue;
     const int64_t K = w->shape()[0], N = w->shape()[1];
     std::string out = mm.outputs[0];
-    long add = -1;  // the bias Add, if it is the MatMul's one reader
-    if (uses[out].size() == 1 && g.nodes[uses[out][0]].op == "Add") {
-      const graph::Node& a = g.nodes[uses[out][0]];
-      const Tensor* b = constant(a.inputs[0] == out ? a.inputs[1] : a.inputs[0]);
-      if (b && b->numel() == N) add = static_cast<long>(uses[out][0]), out = a.outputs[0];
+    size_t ai = SIZE_MAX;  // the bias Add, if it is the MatMul's one reader
+    const Tensor* bias = nullptr;
+    if (const graph::Node* a = rw.only_consumer(out, &ai); a && a->op == "Add") {
+      bias = rw.constant(a->inputs[0] == out ? a->inputs[1] : a->inputs[0]);
+      if (bias && bias->numel() == N) out = a->outputs[0];
+      else bias = nullptr;
     }
-    const Shape& os = g.value(out).shape;
+    if (!bias) ai = SIZE_MAX;
     struct Piece { int64_t lo, hi; size_t node; };
     std::vector<Piece> pieces;
-    bool ok = !uses[out].empty() && std::find(g.outputs.begin(), g.outputs.end(), out) == g.outputs.end();
-    for (const size_t u : uses[out]) {
+    bool ok = !rw.consumers(out).empty() && !rw.is_output(out);
+    for (const size_t u : rw.consumers(out)) {
       const graph::Node& s = g.nodes[u];
-      const Tensor *st = s.inputs.size() > 2 ? constant(s.inputs[1]) : nullptr, *en = st ? constant(s.inputs[2]) : nullptr;
-      const Tensor* ax = s.inputs.size() > 3 ? constant(s.inputs[3]) : nullptr;
-      const Tensor* sp = s.inputs.size() > 4 ? constant(s.inputs[4]) : nullptr;
-      if (s.op != "Slice" || s.inputs[0] != out || !st || !en || st->numel() != 1 || en->numel() != 1 || (s.inputs.size() > 3 && !s.inputs[3].empty() && !ax) ||
-          (sp && sp->to_i64()[0] != 1) || (s.inputs.size() > 4 && !s.inputs[4].empty() && !sp)) {
+      auto in = [&](size_t i) { return i < s.inputs.size() && !s.inputs[i].empty() ? rw.constant(s.inputs[i]) : nullptr; };
+      auto given = [&](size_t i) { return i < s.inputs.size() && !s.inputs[i].empty(); };
+      const Tensor *st = in(1), *en = in(2), *ax = in(3), *sp = in(4);
+      const int64_t rank = static_cast<int64_t>(g.value(out).shape.size()), axis = ax ? ax->to_i64()[0] : 0;
+      if (s.op != "Slice" || s.inputs[0] != out || !st || !en || st->numel() != 1 || en->numel() != 1 || (given(3) && !ax) || (given(4) && !sp) ||
+          (sp && sp->to_i64()[0] != 1) || (axis != -1 && axis != rank - 1)) {
         ok = false;
         break;
       }
-      const int64_t a = ax ? ax->to_i64()[0] : 0, r = static_cast<int64_t>(os.size());
-      if (a != -1 && a != r - 1) { ok = false; break; }
       auto clampi = [&](int64_t v) { return std::clamp(v < 0 ? v + N : v, int64_t{0}, N); };
       pieces.push_back({clampi(st->to_i64()[0]), clampi(en->to_i64()[0]), u});
     }
     if (!ok || pieces.size() < 2) continue;
     std::sort(pieces.begin(), pieces.end(), [](const Piece& x, const Piece& y) { return x.lo < y.lo; });
-    std::vector<graph::Node> added;
     const auto wv = w->to_f32();
-    std::vector<float> bv;
-    if (add >= 0) {
-      const graph::Node& a = g.nodes[static_cast<size_t>(add)];
-      bv = constant(a.inputs[0] == mm.outputs[0] ? a.inputs[1] : a.inputs[0])->to_f32();
-    }
+    const std::vector<float> bv = bias ? bias->to_f32() : std::vector<float>{};
     for (const Piece& p : pieces) {
       const int64_t n = p.hi - p.lo;
       const std::string tag = "/cols" + std::to_string(p.lo) + "_" + std::to_string(p.hi);
       std::vector<float> wp(static_cast<size_t>(K * n));
       for (int64_t k = 0; k < K; ++k)
         for (int64_t j = 0; j < n; ++j) wp[static_cast<size_t>(k * n + j)] = wv[static_cast<size_t>(k * N + p.lo + j)];
-      graph::Value wval{mm.inputs[1] + tag, DType::f32, {K, n}, true, Tensor::from_f32({K, n}, std::move(wp)), false};
-      g.values[wval.name] = wval;
-      const std::string& sout = g.nodes[p.node].outputs[0];
-      std::string mout = sout;
-      if (add >= 0) {
-        mout = sout + "/matmul";
-        graph::Value mv = g.value(sout);
-        mv.name = mout;
-        mv.data.reset();
-        g.values[mout] = mv;
+      const std::string wname = rw.add_constant(mm.inputs[1] + tag, Tensor::from_f32({K, n}, std::move(wp)));
+      const std::string& sout = g.nodes[p.node].outputs[0];  // the Slice's value, now the new nodes'
+      if (!bias) {
+        rw.add_node({mm.name + tag, "MatMul", {}, {mm.inputs[0], wname}, {sout}});
+        continue;
       }
-      added.push_back({mm.name + tag, "MatMul", {}, {mm.inputs[0], wval.name}, {mout}});
-      if (add >= 0) {
-        graph::Value bval{wval.name + "/bias", DType::f32, {n}, true, Tensor::from_f32({n}, std::vector<float>(bv.begin() + p.lo, bv.begin() + p.hi)), false};
-        g.values[bval.name] = bval;
-        added.push_back({mm.name + tag + "/bias", "Add", {}, {mout, bval.name}, {sout}});  // the kernel keeps the MatMul's name
-      }
+      const std::string mout = rw.add_value(sout + "/matmul", DType::f32, g.value(sout).shape);
+      rw.add_node({mm.name + tag, "MatMul", {}, {mm.inputs[0], wname}, {mout}});
+      const std::string bname = rw.add_constant(wname + "/bias", Tensor::from_f32({n}, std::vector<float>(bv.begin() + p.lo, bv.begin() + p.hi)));
+      rw.add_node({mm.name + tag + "/bias", "Add", {}, {mout, bname}, {sout}});  // the kernel keeps the MatMul's name
     }
-    // Replace: the projection's place takes the new nodes; its Add and the Slices go.
-    std::set<size_t> drop{mi};
-    if (add >= 0) drop.insert(static_cast<size_t>(add));
-    for (const Piece& p : pieces) drop.insert(p.node);
-    std::vector<graph::Node> nodes;
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-      if (i == mi) nodes.insert(nodes.end(), added.begin(), added.end());
-      if (!drop.count(i)) nodes.push_back(std::move(g.nodes[i]));
-    }
-    g.nodes = std::move(nodes);
-    split_sliced_projections(g);  // indices moved: start over (each split removes a projection)
-    return;
+    rw.remove_node(mi);
+    if (ai != SIZE_MAX) rw.remove_node(ai);
+    for (const Piece& p : pieces) rw.remove_node(p.node);
   }
+  return rw.commit();
 }
 
 }  // namespace
 
 std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input, std::string& output) {
-  graph::Graph g = g0;
-  split_sliced_projections(g);
+  // A copy only for a graph with Slices (packed projections split per slice; its weights copied once).
+  std::optional<graph::Graph> split;
+  if (std::any_of(g0.nodes.begin(), g0.nodes.end(), [](const graph::Node& n) { return n.op == "Slice"; })) {
+    split = g0;
+    if (!split_sliced_projections(*split)) split.reset();
+  }
+  const graph::Graph& g = split ? *split : g0;
   if (g.inputs.size() != 1 || g.outputs.size() != 1)
     throw InputError(g.source, "the wafer compiler maps graphs with one input and one output (this one has " + std::to_string(g.inputs.size()) +
                                    " and " + std::to_string(g.outputs.size()) + ")",
@@ -349,12 +330,12 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
         // between a group's outputs and the other groups' inputs: the general path, every K block
         // of the mesh GEMM still computed (docs/wafer-compiler.md "Convolutions").
         const int64_t cg = k.cin / groups, ng = k.N / groups, taps = k.kh * k.kw;
-        std::vector<float> dense(static_cast<size_t>(k.N * k.cin * taps), 0.0f);
+        std::vector<float> full(static_cast<size_t>(k.N * k.cin * taps), 0.0f);
         for (int64_t o = 0; o < k.N; ++o)
           for (int64_t c = 0; c < cg; ++c)
-            for (int64_t i = 0; i < taps; ++i)
-              dense[static_cast<size_t>((o * k.cin + (o / ng) * cg + c) * taps + i)] = k.Wconv[static_cast<size_t>((o * cg + c) * taps + i)];
-        k.Wconv = std::move(dense);
+            for (int64_t tap = 0; tap < taps; ++tap)
+              full[static_cast<size_t>((o * k.cin + (o / ng) * cg + c) * taps + tap)] = k.Wconv[static_cast<size_t>((o * cg + c) * taps + tap)];
+        k.Wconv = std::move(full);
         k.op = "Conv(group " + std::to_string(groups) + ")";
       }
       start_kernel(k, n, "per output channel");
@@ -482,6 +463,9 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
     } else {
       // An elementwise function of the running activation, at the chain ends of the kernel before
       // it, after its bias (elementwise.cpp).
+      if (!kUnary.count(n.op))  // a structural op no branch above took (a Transpose that moves the features, ...)
+        unsupported(n.op == "Transpose" ? "a Transpose that moves data is not mapped on the wafer in this build (one that only moves axes of size 1 is an alias)"
+                                        : "op " + n.op + " is not mapped here by the wafer compiler in this build");
       std::string why;
       const std::vector<Unary> us = unary_of(n, constant, why);
       if (us.empty()) unsupported(n.op == "Add" ? "Add is mapped as a bias (a constant per output feature) right after a dense layer or Conv, as a residual, or as an Add of a scalar constant" : why);

@@ -24,10 +24,16 @@ WaferConfig wse2() {
   return WaferConfig::from(ParamSet::resolve(*t, *t->find_preset("wse2"), {}, d));
 }
 
-void BM_CompileBertLayerWafer(benchmark::State& state) {
+// The BERT-base layer as `tessera run` compiles it (the canonical graph).
+graph::Graph bert_layer() {
   graph::Graph g = frontend::load_onnx(TESSERA_SOURCE_DIR "/scenarios/models/bert_layer.onnx");
   passes::prepare(g);
-  passes::canonicalize(g);  // as tessera run compiles it
+  passes::canonicalize(g);
+  return g;
+}
+
+void BM_CompileBertLayerWafer(benchmark::State& state) {
+  const graph::Graph g = bert_layer();
   const WaferConfig cfg = wse2();
   MappingOptions mo;
   mo.mode = state.range(0) ? MapMode::pipelined : MapMode::weight_streaming;
@@ -50,9 +56,7 @@ BENCHMARK(BM_CompileBertLayerWafer)->Arg(0)->Arg(1)->ArgNames({"pipelined"})->Un
 // made -- from the compiler's ProgramTemplates (what `tessera run` does), or, as before the
 // compiler built programs in code, by assembling their text (text:1; the same programs).
 void BM_LoadBertLayerWafer(benchmark::State& state) {
-  graph::Graph g = frontend::load_onnx(TESSERA_SOURCE_DIR "/scenarios/models/bert_layer.onnx");
-  passes::prepare(g);
-  passes::canonicalize(g);  // as tessera run compiles it
+  const graph::Graph g = bert_layer();
   const WaferConfig cfg = wse2();
   MappingOptions mo;
   mo.mode = state.range(0) ? MapMode::pipelined : MapMode::weight_streaming;
