@@ -49,6 +49,7 @@ wafer::FabricOptions compiled_fabric_options(const Scenario& s, const wafer::Waf
   fo.summary = trace_wanted(s);
   fo.stop = [] { return interrupt_requested(); };  // SIGINT stops a long fabric run (tessera exits 130, nothing written)
   fo.task_ends = true;
+  fo.task_logs = {"red", "ldd"};  // the sequencer's shared tasks: their n-th end on a PE is kernel n's
   // The compiled programs never write what a memory-only op reads while it runs, so those ops may
   // compute at issue -- unless faults are armed: a bit flipped mid-op must be seen element by element.
   fo.eager_memory_ops = s.resolved["run"]["faults"].empty();
@@ -237,17 +238,22 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   std::vector<PredictedKernel> pred_spans, sim_spans;
   int64_t prev_sim = 0, prev_pred = 0;
   json layers = json::array();
+  // (Sequenced: the shared tasks' l-th ends on a PE are kernel l's.)
+  auto end_of = [&](int64_t x, int64_t y, const char* task, size_t l) {
+    if (!cp.sequenced) return fab.task_end(x, y, task + std::to_string(l));
+    const std::vector<int64_t> log = fab.task_end_log(x, y, task);
+    return l < log.size() ? log[l] : int64_t{-1};
+  };
   for (size_t l = 0; l < cp.kernels.size(); ++l) {
     const auto& k = cp.kernels[l];
-    const std::string ls = std::to_string(l);
     int64_t end = 0, wready = -1;
     for (int64_t i = 0; i < (k.k_on_columns ? k.h : k.w); ++i) {  // every chain end (padding lines too)
       const int64_t px = k.k_on_columns ? k.w - 1 : i, py = k.k_on_columns ? i : k.h - 1;
-      end = std::max(end, fab.task_end(k.x0 + px, k.y0 + py, "red" + ls));
+      end = std::max(end, end_of(k.x0 + px, k.y0 + py, "red", l));
     }
     if (ws)
       for (int64_t y = 0; y < k.h; ++y)
-        for (int64_t x = 0; x < k.w; ++x) wready = std::max(wready, fab.task_end(k.x0 + x, k.y0 + y, "ldd" + ls));
+        for (int64_t x = 0; x < k.w; ++x) wready = std::max(wready, end_of(k.x0 + x, k.y0 + y, "ldd", l));
     // Waiting for weights: how long after the previous layer's output (the run's start for the
     // first) the last PE of this layer got its weight block.
     const int64_t wait = ws ? std::max<int64_t>(0, wready - prev_sim) : 0;

@@ -146,6 +146,7 @@ const std::vector<OpInfo>& all_ops() {
       {Op::jmp, "jmp", C::control, S::none, {R::L}, {}, "go to LABEL"},
       {Op::bz, "bz", C::control, S::none, {R::A, R::L}, {}, "go to LABEL if A == 0"},
       {Op::bnz, "bnz", C::control, S::none, {R::A, R::L}, {}, "go to LABEL if A != 0"},
+      {Op::blz, "blz", C::control, S::none, {R::A, R::L}, {}, "go to LABEL if A < 0 (signed)"},
       {Op::loop, "loop", C::control, S::none, {R::R, R::L}, {}, "rN -= 1; go to LABEL if rN != 0"},
       {Op::activate, "activate", C::control, S::none, {R::T}, {}, "activate task T"},
       {Op::block, "block", C::control, S::none, {R::T}, {}, "block task T"},
@@ -268,7 +269,7 @@ const std::vector<CostRow>& cost_rows() {
        "wafer.md PE: fmacs is not SIMD, width 1 (SDK Appendix); 3P measured 0.5 elements/cycle"},
       {"stride rule", "width = min(class width, cap(stride)); cap: stride 0,1 none; stride%8 in {2,3,5,6} none; {1,7} 2; {0,4} 1",
        "wafer.md PE: \"stride 0/1 full width; stride%8 in {2,3,5,6} full; {1,7} width 2; 0 width 1\"; %8==4 assumption (read-port rule b1%4 != b2%4)"},
-      {"mov add sub mul dsd_off dsd_len jmp bz bnz loop activate block unblock ret halt nop", "1",
+      {"mov add sub mul dsd_off dsd_len jmp bz bnz blz loop activate block unblock ret halt nop", "1",
        "assumption from wafer.md PE 3P pipeline notes: single issue, in order"},
   };
   return rows;

@@ -132,7 +132,7 @@ enum class Op : uint8_t {
   dsd_off,   // D.base = declared base + A elements
   dsd_len,   // D length (mem1d, fabin, fabout) = A
   // control flow and tasks
-  jmp, bz, bnz, loop, activate, block, unblock, ret, halt, nop,
+  jmp, bz, bnz, blz, loop, activate, block, unblock, ret, halt, nop,
 };
 inline constexpr int kOps = static_cast<int>(Op::nop) + 1;
 

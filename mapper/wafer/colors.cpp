@@ -56,7 +56,7 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
       st.push_back({l, 'e', {r}});
     }
     if (share && first_of_orientation(c, l) != l) {
-      st.push_back({l, 'x', {r}});
+      if (!c.sequenced) st.push_back({l, 'x', {r}});  // (sequenced: the orientation's x color too)
       continue;
     }
     Stream x{l, 'x', {r}};
@@ -124,6 +124,10 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
       if (q == l) continue;
       DenseKernel& k = c.kernels[l];
       k.cr0 = c.kernels[q].cr0, k.cr1 = c.kernels[q].cr1, k.cw = c.kernels[q].cw;
+      if (c.sequenced) {
+        k.cx = c.kernels[q].cx;
+        by_color[k.cx].push_back("kernel '" + k.name + "' x multicast (shared)");
+      }
       by_color[k.cr0].push_back("kernel '" + k.name + "' reduce 0 (shared)");
       by_color[k.cr1].push_back("kernel '" + k.name + "' reduce 1 (shared)");
       by_color[k.cw].push_back("kernel '" + k.name + "' weight stream (shared)");

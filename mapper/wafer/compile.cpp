@@ -21,13 +21,32 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   c.output_shape = g.value(c.output).shape;
   c.kernels.front().input_layer = true;
   const int64_t nker = static_cast<int64_t>(c.kernels.size());
-  if (nker > 8) throw InputError(g.source, std::to_string(nker) + " dense layers; this build maps at most 8 (task ids)", kOpsHint);
   c.readers.assign(c.kernels.size() + 1, {});
   if (c.input_shape.size() == 4)
     for (size_t l = 1; l < c.kernels.size(); ++l)
       if (c.kernels[l].src < 0) throw InputError("kernel '" + c.kernels[l].name + "'", "a feature-map input read by several kernels is not mapped", kOpsHint);
   for (size_t l = 0; l < c.kernels.size(); ++l) c.readers[static_cast<size_t>(c.kernels[l].src + 1)].push_back(l);
-  {
+  // More kernels than task ids and colors for one set each: weight-streaming inference of a chain
+  // runs them from shared tasks (the sequencer); other mappings stop here.
+  if (nker > kOwnTaskKernels) {
+    std::string why;
+    if (opt.mode != MapMode::weight_streaming) why = "pipelined mode gives every kernel its own tasks and colors";
+    else if (opt.training) why = "training gives every kernel its own tasks and colors";
+    for (size_t l = 0; why.empty() && l < c.kernels.size(); ++l) {
+      const DenseKernel& k = c.kernels[l];
+      if (k.src != static_cast<int64_t>(l) - 1)
+        why = "kernel '" + k.name + "' reads " + (k.src < 0 ? std::string("the graph input") : "kernel '" + c.kernels[static_cast<size_t>(k.src)].name + "'") + ", not the kernel before it";
+      else if (c.readers[l + 1].size() > 1) why = "kernel '" + k.name + "' is read by " + std::to_string(c.readers[l + 1].size()) + " kernels";
+      else if (k.attn || k.layernorm || k.qkv) why = "kernel '" + k.name + "' has attention or LayerNorm";
+    }
+    if (!why.empty())
+      throw InputError(g.source, std::to_string(nker) + " kernels: a PE has task ids and colors for " + std::to_string(kOwnTaskKernels) +
+                                     " with their own tasks; more run in weight-streaming inference of a chain (each kernel reading the one before it, "
+                                     "no attention or LayerNorm) from shared tasks; here " + why,
+                       std::string("map at most ") + std::to_string(kOwnTaskKernels) + " kernels, or run the chain with \"mapping\": {\"mode\": \"weight_streaming\"} for inference (docs/wafer-compiler.md \"Many kernels\")");
+    c.sequenced = true;
+  }
+  if (!c.sequenced) {
     const int nk5 = std::max<int>(5, static_cast<int>(nker));
     int next_id = 8 * nk5;  // after the send (7n) and the gathers (7n + reader, reader < n)
     c.extra_send_id.assign(c.readers.size(), 0);
@@ -202,6 +221,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       throw InputError("/mapping/wafer_rect", "the rectangle " + std::to_string(w) + " x " + std::to_string(h) + " is larger than the fabric " +
                                                  std::to_string(cfg.fabric_width) + " x " + std::to_string(cfg.fabric_height));
     place_streaming(c.kernels, w, h);
+    if (c.sequenced) y_arena(c);
     if (c.kernels.back().softmax && c.kernels.back().nblocks() != 1) {
       const DenseKernel& k = c.kernels.back();
       throw InputError("/mapping/wafer_rect", "the Softmax's " + std::to_string(k.N) + " outputs per sample must lie on one PE, but the " + std::to_string(w) + " x " +
@@ -312,9 +332,10 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     t.data("Wa", c.compute, wa, {}, -1, -1, "weight blocks of layers 0, 2, 4");
     if (wb) t.data("Wb", c.compute, wb, {}, -1, -1, "layers 1, 3, 5");
     t.data("junk", c.compute, 1, {}, -1, -1, "weights of other PEs land here");
+    if (c.sequenced) t.data("Yar", Elem::f32, c.y_arena, {}, -1, -1, "every kernel's y (its place: Compiled::y_off)");
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
-      x_routes(k, true, routes);
+      if (!c.sequenced || first_of_orientation(c, l) == l) x_routes(k, true, routes);  // (sequenced: one x color per orientation)
       if (c.training || first_of_orientation(c, l) == l) {  // shared colors (inference): one set of routes
         reduce_routes(k, routes);
         weight_routes(k, routes);
@@ -329,6 +350,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
         ports.push_back({{"name", k.port}, {"dir", "in"}, {"side", k.k_on_columns ? "W" : "N"}, {"x", 0}, {"y", 0}, {"length", k.lanes}, {"color", k.cw},
                          {"type", we}});
     }
+    if (c.sequenced) sequenced_tasks(c, t);
     if (c.training) {
       for (size_t l = 0; l < c.kernels.size(); ++l) {
         DenseKernel& k = c.kernels[l];

@@ -236,6 +236,12 @@ struct Compiled {
   // that read it, in order; the task id of the send to its second reader (the others follow).
   std::vector<std::vector<size_t>> readers;
   std::vector<int> extra_send_id;
+  // Weight-streaming inference of more kernels than a PE has task ids and colors for one each
+  // (docs/wafer-compiler.md "Many kernels"): shared tasks run every kernel's bodies in turn
+  // (sequencer.cpp); the kernels' y arrays lie in one arena, kernel l's at element y_off[l].
+  bool sequenced = false;
+  std::vector<int64_t> y_off;
+  int64_t y_arena = 0;
   std::vector<HostArray> constants;
   std::string input, output;                    // graph values
   Shape input_shape, output_shape;
@@ -339,12 +345,15 @@ Tensor Compiled::gather_output(Read read) const {
   // The chain ends: the last column (K on columns) or the last row (K on rows); block i of N.
   for (int64_t i = 0; i < k.nblocks(); ++i) {
     const int64_t px = k.k_on_columns ? k.w - 1 : i, py = k.k_on_columns ? i : k.h - 1;
-    const std::vector<float> y = read(k.x0 + px, k.y0 + py, (k.attn ? "att" : k.pkh ? "p" : "y") + std::to_string(&k - kernels.data()));
+    const size_t l = static_cast<size_t>(&k - kernels.data());
+    const bool arena = sequenced && !k.attn && !k.pkh;  // y in the sequencer's arena
+    const std::vector<float> y = read(k.x0 + px, k.y0 + py, arena ? std::string("Yar") : (k.attn ? "att" : k.pkh ? "p" : "y") + std::to_string(l));
+    const size_t base = arena ? static_cast<size_t>(y_off[l]) : 0;
     const int64_t nb = k.feat_nb(), N = k.feat_N();
     for (int64_t s = 0; s < k.samples; ++s)
       for (int64_t r = 0; r < R; ++r)
         for (int64_t n = 0; n < nb && i * nb + n < N; ++n)
-          out[static_cast<size_t>((s * N + i * nb + n) * R + r)] = y[static_cast<size_t>((s * R + r) * nb + n)];
+          out[static_cast<size_t>((s * N + i * nb + n) * R + r)] = y[base + static_cast<size_t>((s * R + r) * nb + n)];
   }
   return Tensor::from_f32(output_shape, std::move(out));
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "mapper/wafer/compile.hpp"
+#include "mapper/wafer/internal.hpp"
 
 namespace tessera::wafer {
 
@@ -180,6 +181,11 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       if (b[i].first <= t && t < b[i].second) t = b[i].second;
     return t;
   };
+  // The sequencer (sequencer.cpp): its shared tasks find a kernel's body by a binary search of
+  // two ops a step over n kernels (the x tasks' end: over the kernels of one orientation; the
+  // hand-off: over the kernels with a reader).
+  const size_t nk = c.kernels.size();
+  const int64_t seq_d = c.sequenced ? 2 * detail::dispatch_depth(nk) : 0, seq_out = c.sequenced ? 2 * detail::dispatch_depth(nk - 1) : 0;
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     DenseKernel& k = c.kernels[l];
     // The chains and lines span the whole rectangle (weight streaming pads blocks with zeros to
@@ -193,9 +199,19 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     // fp16: fmachs (fp32 SIMD class) for both.
     // Training: each x value is also saved (mul, add, dsd_off, a one-element fmovs).
     const int64_t save_x = c.training ? 3 + S + 1 : 0;
-    const int64_t per_x = 9 + S + cdiv(k.nb, c.half() ? w32 : wf) + save_x;
-    const int64_t first_x = 10 + S + cdiv(k.nb, w32) + save_x;
-    const int64_t compute = k.B * ((k.kb - 1) * per_x + first_x) + 4 * k.B + 2 + (wrap_ld ? 1 : 0);
+    // Sequenced: the y offset's add per x value; after the last, the x task's end (unblock the load,
+    // count, block, the next kernel's registers: 6 ops after the search, jmp, sub, bz, unblock) and
+    // the reduce's search and mov of r8 before its chain step.
+    const int64_t seq = c.sequenced ? 1 : 0;
+    int64_t seq_end = 0;
+    if (c.sequenced) {
+      size_t same = 0;
+      for (const auto& o : c.kernels) same += o.k_on_columns == k.k_on_columns ? 1 : 0;
+      seq_end = 3 + 2 * detail::dispatch_depth(same) + (l + 1 < nk ? 6 : 0) + 4 + seq_d + 1 - (wrap_ld ? 1 : 0);
+    }
+    const int64_t per_x = 9 + S + cdiv(k.nb, c.half() ? w32 : wf) + save_x + seq;
+    const int64_t first_x = 10 + S + cdiv(k.nb, w32) + save_x + seq;
+    const int64_t compute = k.B * ((k.kb - 1) * per_x + first_x) + 4 * k.B + 2 + (wrap_ld ? 1 : 0) + seq_end;
     k.est.compute = compute;
     const int64_t nf = k.nflops ? k.nflops : k.N;  // without pass-through columns and padding
     k.est.flops = 2.0 * static_cast<double>(k.B * k.kflops * nf) + static_cast<double>(k.B * nf) * (k.act_is(Unary::Kind::relu) ? 2 : 1);
@@ -218,7 +234,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     if (ws) {
       const int64_t qw = c.weight_queue(l);
       const int64_t Q = qw < static_cast<int64_t>(cfg.input_depth.size()) ? cfg.input_depth[static_cast<size_t>(qw)] : 1;
-      const int64_t gap = std::max<int64_t>(0, S + 2 - Q);
+      const int64_t gap = std::max<int64_t>(0, S + 2 + seq_d - Q);  // (sequenced: the next load step's search first)
       const double bytes = static_cast<double>(k.lanes * k.lane_len) * 4;
       const double burst = std::min(static_cast<double>(cfg.memoryx_burst), bytes);
       // This layer's first burst is out of SwarmX after the earlier layers' bytes and its own first
@@ -241,7 +257,8 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         // The first wavelet enters the line when it is out of SwarmX and the PEs are loading (their
         // first op set up); the last one, lane_len - 1 wavelets and the boundary gaps later, or
         // when SwarmX delivers it.
-        const int64_t t0 = std::max(first, go + S + (c.training || (along - 1) * k.kb * k.nb > 65535 ? 0 : 3));  // run-time lengths: the pre length set first (mul, 2 dsd_len)
+        const int64_t t0 = std::max(first, go + S + (c.training || (along - 1) * k.kb * k.nb > 65535 ? 0 : 3) +  // run-time lengths: the pre length set first (mul, 2 dsd_len)
+                                               seq_d + (c.sequenced && l >= 2 ? 2 : 0) + (c.sequenced && l == 0 ? 6 : 0));  // sequenced: the search, the buffer's check, kernel 0's registers
         int64_t t_last = std::max(t0 + k.lane_len - 1 + (along - 1) * gap, supply_end);
         // A PE of the line that runs an earlier kernel's chain-end task (bias, activation,
         // attention, LayerNorm -- long, and blocking in its receives) cannot switch its load ops
@@ -259,7 +276,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
           const int64_t px = k.k_on_columns ? p : ln, py = k.k_on_columns ? ln : p;
           // Readable at PE p (hops, ramp), taken, the op done, ldd picked and run (unblock,
           // activate the next load, ret).
-          const int64_t t = after_busy(static_cast<size_t>(py * k.w + px), t_last + (p + 1) * hop + 1 + 1) + 3;
+          const int64_t t = after_busy(static_cast<size_t>(py * k.w + px), t_last + (p + 1) * hop + 1 + 1) + 3 + (c.sequenced ? seq_d + 4 : 0);
           wready[static_cast<size_t>(py * k.w + px)] = t;
           worst = std::max(worst, t);
         }
@@ -387,7 +404,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       // which sets the first sample's offset (mul, dsd_off, add, sub, bz) before its send.
       const std::vector<size_t>& rd = c.readers[l + 1];
       const int64_t gather = !rd.empty() && c.kernels[rd[0]].spatial() ? 3 + 5 : 0;
-      next[static_cast<size_t>(pn)] = (ws ? t + S + 2 : t + S + pass) + conv + gather;
+      next[static_cast<size_t>(pn)] = (ws ? t + S + 2 : t + S + pass) + conv + gather + (gather ? 2 : 1) * seq_out;  // (sequenced: the hand-off's search, the gather's)
       if (l + 1 == c.kernels.size()) last_chain_end.push_back(t);
     }
     k.est.compute_end = compute_end;

@@ -36,6 +36,9 @@ void sum_elements(ProgramTemplate& t, const std::string& acc, const std::string&
 void first_sets(ProgramTemplate& t, Operand r, const std::string& la, const std::string& lb, Op op1, const std::vector<Arg>& a1, Op op2,
                 const std::vector<Arg>& a2);
 
+// compile.cpp: the most kernels that get their own tasks and colors (more run sequenced).
+inline constexpr int64_t kOwnTaskKernels = 8;
+
 // match_layers.cpp: graph -> dense layers. kOpsHint: what the compiler maps (the hint of its errors).
 extern const char* const kOpsHint;
 std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input, std::string& output);
@@ -69,6 +72,8 @@ enum class Hold { y, y16, att, p, xp };
 Hold hold_of(const DenseKernel& k, bool half);
 int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<int64_t, 3>* scratch = nullptr);
 bool scratch_reuse(const Compiled& c);
+std::pair<int32_t, int32_t> scratch_phases(const Compiled& c, size_t l, int span);
+void y_arena(Compiled& c);
 int64_t streaming_data_bytes(const Compiled& c, int64_t wbytes);
 void conv_weights(DenseKernel& k);
 std::pair<int64_t, int64_t> place_pipelined(std::vector<DenseKernel>& ks, int64_t b);
@@ -101,8 +106,40 @@ void softmax_program(ProgramTemplate& t, const DenseKernel& k, const std::string
 void ln_program(const DenseKernel& k, size_t l, bool padded, ProgramTemplate& t);
 void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& t);
 
-// layer_program.cpp.
+// layer_program.cpp: kernel l's arrays and DSDs (then its tasks, unless sequenced).
 void layer_program(const Compiled& c, size_t l, ProgramTemplate& t);
+// An array and an element offset in it: kernel l's y is y<l>, or its place in the sequencer's
+// arena "Yar" (Compiled::y_off).
+struct ArrayAt {
+  std::string array;
+  int64_t off = 0;
+};
+ArrayAt y_array(const Compiled& c, size_t l);
+ArrayAt hold_array(const Compiled& c, size_t l);  // where kernel l's readers take its output from
+std::string res_dsd(const Compiled& c, size_t l);
+
+// layer_tasks.cpp: the task bodies, kernel by kernel. TaskNames: the tasks a body activates --
+// kernel l's own (onx<l>, ...) or the sequencer's shared ones.
+struct TaskNames {
+  std::string onx, red, out, gs, ld, ldb, ldc, ldd;
+};
+TaskNames task_names(const Compiled& c, size_t l);
+int x_regs(const Compiled& c, size_t l);
+void gather_ops(ProgramTemplate& t, const std::string& task, const std::string& label, const std::string& src, const std::string& out, int64_t stride,
+                int64_t samples, int rt, Op mov, bool halt_after);
+void red_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& tn);
+std::string out_first(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& tn);
+void ld_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& tn);
+void ldb_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& tn);
+void ldc_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& tn);
+void input_sends(const Compiled& c, size_t l, ProgramTemplate& t, int id_send);
+void x_product(const Compiled& c, ProgramTemplate& t, Operand rj, const std::string& yr, const std::string& wc, const std::string& tag);
+void layer_tasks(const Compiled& c, size_t l, ProgramTemplate& t);
+
+// sequencer.cpp: the shared tasks of a sequenced program (Compiled::sequenced), after every
+// kernel's declarations.
+void sequenced_tasks(const Compiled& c, ProgramTemplate& t);
+int dispatch_depth(size_t n);
 
 // training.cpp.
 void dy_routes(const DenseKernel& k, json& routes);

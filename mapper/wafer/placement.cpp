@@ -48,9 +48,25 @@ bool scratch_reuse(const Compiled& c) {
   if (c.mode != MapMode::weight_streaming || c.training) return false;
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     const DenseKernel& k = c.kernels[l];
-    if (k.src != static_cast<int64_t>(l) - 1 || c.readers[l + 1].size() > 1 || k.residual >= 0 || k.attn || k.layernorm || k.res_host || k.qkv) return false;
+    if (k.src != static_cast<int64_t>(l) - 1 || c.readers[l + 1].size() > 1 || k.attn || k.layernorm || k.res_host || k.qkv) return false;
   }
   return true;
+}
+
+// The phases a scratch array of kernel l is live in: l through l + span (layer_program's live=).
+// The array a later kernel's residual adds -- kernel l's output holder (span 2), or the graph
+// input's (span 0, kernel 0) -- lives on to that kernel's phase: its reduce reads it at the chain
+// ends before any x value of the kernel after it reaches them.
+std::pair<int32_t, int32_t> scratch_phases(const Compiled& c, size_t l, int span) {
+  int32_t hi = static_cast<int32_t>(l) + span;
+  if (span == 0 || span == 2)
+    for (size_t m = l + 1; m < c.kernels.size(); ++m) {
+      const DenseKernel& k = c.kernels[m];
+      if (k.residual < 0 || k.res_host) continue;
+      const int64_t held = c.kernels[static_cast<size_t>(k.residual)].src;  // -1: the graph input
+      if (span == 2 ? held == static_cast<int64_t>(l) : held < 0 && l == 0) hi = std::max(hi, static_cast<int32_t>(m));
+    }
+  return {static_cast<int32_t>(l), hi};
 }
 
 // Weight streaming: the data bytes of the busiest PE (every kernel's arrays as if one PE held them
@@ -64,16 +80,47 @@ int64_t streaming_data_bytes(const Compiled& c, int64_t wbytes) {
   std::vector<int64_t> phase(n + 2, 0);
   for (size_t l = 0; l < n; ++l) {
     std::array<int64_t, 3> s{};
-    const int64_t all = pe_bytes(c.kernels[l], false, wbytes, &s);
+    const DenseKernel& k = c.kernels[l];
+    const int64_t all = pe_bytes(k, false, wbytes, &s);
     if (!reuse) {
-      kept += all;
+      kept += all - (c.sequenced ? k.B * k.nb * 4 : 0);
       continue;
     }
     kept += all - s[0] - s[1] - s[2];
-    for (size_t span = 0; span < 3; ++span)
-      for (size_t t = l; t <= l + span; ++t) phase[t] += s[span];
+    if (c.sequenced) s[hold_of(k, wbytes == 2) == Hold::y ? 2 : 1] -= k.B * k.nb * 4;  // y: in the arena
+    for (int span = 0; span < 3; ++span) {
+      const auto [lo, hi] = scratch_phases(c, l, span);
+      if (static_cast<size_t>(hi) >= phase.size()) phase.resize(static_cast<size_t>(hi) + 1, 0);
+      for (int32_t t = lo; t <= hi; ++t) phase[static_cast<size_t>(t)] += s[static_cast<size_t>(span)];
+    }
   }
-  return kept + *std::max_element(phase.begin(), phase.end());
+  return kept + *std::max_element(phase.begin(), phase.end()) + (c.sequenced ? c.y_arena * 4 : 0);
+}
+
+// The sequencer's arena of the kernels' y (Compiled::y_off): each kernel's y at the lowest offset
+// clear of every y live in a phase with it (scratch_phases; all of them live throughout when the
+// PEs do not reuse scratch SRAM), as the assembler places arrays.
+void y_arena(Compiled& c) {
+  const bool reuse = scratch_reuse(c);
+  const size_t n = c.kernels.size();
+  std::vector<std::pair<int32_t, int32_t>> ph(n);
+  c.y_off.assign(n, 0);
+  c.y_arena = 0;
+  for (size_t l = 0; l < n; ++l) {
+    const DenseKernel& k = c.kernels[l];
+    ph[l] = reuse ? scratch_phases(c, l, hold_of(k, c.half()) == Hold::y ? 2 : 1) : std::pair<int32_t, int32_t>{0, static_cast<int32_t>(n)};
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    for (size_t m = 0; m < l; ++m)
+      if (ph[m].first <= ph[l].second && ph[l].first <= ph[m].second) busy.emplace_back(c.y_off[m], c.y_off[m] + c.kernels[m].B * c.kernels[m].nb);
+    std::sort(busy.begin(), busy.end());
+    int64_t at = 0;
+    for (const auto& [lo, hi] : busy) {
+      if (at + k.B * k.nb <= lo) break;
+      at = std::max(at, hi);
+    }
+    c.y_off[l] = at;
+    c.y_arena = std::max(c.y_arena, at + k.B * k.nb);
+  }
 }
 
 namespace {

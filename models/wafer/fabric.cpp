@@ -314,6 +314,15 @@ int64_t Fabric::task_end(int64_t x, int64_t y, const std::string& name) const {
   return k < 0 ? -1 : impl_->task_end[static_cast<size_t>(s) * 64 + static_cast<size_t>(k)];
 }
 
+std::vector<int64_t> Fabric::task_end_log(int64_t x, int64_t y, const std::string& name) const {
+  const uint32_t s = impl_->slot_of(x, y);
+  if (s == kNone) return {};
+  const int k = impl_->prog(s).find_task(name);
+  if (k < 0) return {};
+  const auto it = impl_->task_log.find(uint64_t{s} * 64 + static_cast<uint64_t>(k));
+  return it == impl_->task_log.end() ? std::vector<int64_t>{} : it->second;
+}
+
 bool Fabric::halted(int64_t x, int64_t y) const {
   const uint32_t s = impl_->slot_of(x, y);
   return s != kNone && impl_->pes[s].halted;
@@ -404,6 +413,7 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
       }
       if (t.active) pi.init_active |= uint64_t{1} << k;
       if (t.blocked) pi.init_blocked |= uint64_t{1} << k;
+      if (std::find(f.opt_.task_logs.begin(), f.opt_.task_logs.end(), t.name) != f.opt_.task_logs.end()) pi.logged |= uint64_t{1} << k;
       pi.by_id.push_back(static_cast<int8_t>(k));
     }
     pi.used_q = used;
@@ -652,6 +662,7 @@ void Fabric::Impl::reset(int64_t c0) {
   start = c0;
   hops_binned = 0;
   if (f.opt_.task_ends) task_end.assign(pes.size() * 64, -1);
+  task_log.clear();
   // Faults: flips in cycle order; routers that drop wavelets leave the relay fast path.
   f.fired_.assign(faults, Fabric::FaultFired{});
   std::stable_sort(flips.begin(), flips.end(), [](const Flip& a, const Flip& b) { return a.f.cycle < b.f.cycle; });

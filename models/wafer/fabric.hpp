@@ -45,6 +45,7 @@ struct FabricOptions {
   // conflicts.
   bool eager_memory_ops = false;
   bool task_ends = false;             // keep, per PE and task, the end of its last run (task_end())
+  std::vector<std::string> task_logs; // tasks whose every end is kept, per PE (task_end_log())
   std::function<bool()> stop;         // polled every 1024 calendar cycles: true ends the run with error "interrupted"
   std::function<void(int64_t cycle, int64_t hops)> progress;  // called every 1024 calendar cycles (relative cycle, hops so far)
   int64_t host_memory_budget = 0;     // bytes of host memory the fabric may take (0 = no limit): load()
@@ -251,6 +252,9 @@ class Fabric : public sc_core::sc_module {
   // With FabricOptions::task_ends: the cycle (relative) the last run of PE (x,y)'s task `name`
   // ended; -1 if it never ran to its end (or no such PE or task).
   int64_t task_end(int64_t x, int64_t y, const std::string& name) const;
+  // With `name` in FabricOptions::task_logs: the cycles (relative) every run of PE (x,y)'s task
+  // `name` ended, in order (empty if none).
+  std::vector<int64_t> task_end_log(int64_t x, int64_t y, const std::string& name) const;
   const WaferConfig& config() const { return cfg_; }
   const ClockDomain& clock() const { return clock_; }
   int64_t width() const { return W_; }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -141,6 +142,7 @@ struct Fabric::Impl {
     std::array<int8_t, kMaxColors> color_q{};    // input queue a color is delivered to (-1: none)
     std::array<int8_t, kMaxColors> data_task{};  // task index fired by a color (-1: none)
     uint64_t init_active = 0, init_blocked = 0;  // by task index
+    uint64_t logged = 0;                         // tasks in FabricOptions::task_logs, by index
     std::vector<int8_t> by_id;                   // task indices by hardware id (priority)
     std::array<int8_t, 64> ctrl_task{};          // control task index by hardware id (-1: none)
     bool has_ctrl = false;
@@ -270,6 +272,7 @@ struct Fabric::Impl {
     if (group < f.summary_.rects) f.summary_.delivered.add(t - start, 1);
   }
   std::vector<int64_t> task_end;             // FabricOptions::task_ends: per PE slot x 64 tasks (relative cycle, -1)
+  std::map<uint64_t, std::vector<int64_t>> task_log;  // FabricOptions::task_logs: slot x 64 + task -> every end
   void load(const LoadedLayout& layout);
   static int64_t estimate_bytes(const LoadedLayout& layout, const WaferConfig& cfg, int64_t& fill_bytes);  // fill_bytes: the SRAM part
   void check_host_memory(const LoadedLayout& layout);  // throws InputError past FabricOptions::host_memory_budget

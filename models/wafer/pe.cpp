@@ -479,6 +479,7 @@ void Fabric::Impl::exec(uint32_t s, int64_t t) {
     }
     if (f.opt_.record) f.task_records_.push_back({P.x, P.y, P.task, P.task_start - start, at - start});
     if (!task_end.empty()) task_end[static_cast<size_t>(s) * 64 + static_cast<size_t>(P.task)] = at - start;
+    if (pinfo[P.prog].logged >> P.task & 1) task_log[uint64_t{s} * 64 + static_cast<uint64_t>(P.task)].push_back(at - start);
     P.task = -1;
     P.ready_at = at;
     if (halt) {
@@ -575,6 +576,7 @@ void Fabric::Impl::exec(uint32_t s, int64_t t) {
       case Op::jmp: next = a[0].v; break;
       case Op::bz: if (val(a[0]) == 0) next = a[1].v; break;
       case Op::bnz: if (val(a[0]) != 0) next = a[1].v; break;
+      case Op::blz: if (static_cast<int32_t>(val(a[0])) < 0) next = a[1].v; break;
       case Op::loop: if (--P.regs[static_cast<size_t>(a[0].v)] != 0) next = a[1].v; break;
       case Op::activate: P.active |= uint64_t{1} << a[0].v; break;
       case Op::block: P.blocked |= uint64_t{1} << a[0].v; break;

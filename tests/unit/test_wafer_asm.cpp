@@ -128,6 +128,7 @@ tail:
   block ctl
   unblock recv
   nop
+  blz r3, top
   ret
 .task recv data id=3 color=3 queue=1 blocked
   fmovs am, wv
@@ -234,6 +235,9 @@ TEST_CASE("wafer-asm: decoded fields") {
   CHECK(loop.op == Op::loop);
   CHECK(loop.a[1] == Operand{OpndKind::label, p.labels.at("tail")});
   CHECK(p.instrs[32].a[0] == Operand{OpndKind::task, 1});
+  const Instr& blz = p.instrs[36];
+  CHECK(blz.op == Op::blz);
+  CHECK(blz.a[0] == Operand{OpndKind::reg, 3});
   CHECK(disassemble(p, p.instrs[19]) == "fs2h hout, am async activate=recv unblock=ctl");
   CHECK(disassemble(p, p.instrs[p.tasks[2].entry + 1]) == "mov r6, -3.5e-08");
   CHECK(instr_length(p, p.instrs[12]) == 8);  // fnegs fq, am: the fifo takes am's length

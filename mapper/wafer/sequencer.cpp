@@ -1,0 +1,196 @@
+// The sequencer (compile.hpp Compiled::sequenced; docs/wafer-compiler.md "Many kernels"): weight
+// streaming of a chain of more kernels than a PE has task ids and colors for one set each. Every
+// kernel runs on the one rectangle, one after another, so one set of tasks serves them all:
+//
+//   ld, ldb, ldc, ldd  the weight loads, kernel r10 (the load in progress);
+//   onxA, onxB         the x tasks of the kernels with K along the columns (A) and along the rows
+//                      (B), one x color each; their body is the same for every kernel, which the
+//                      registers describe (r3 nb, r4 kb, r5 samples, r6 y's offset in the arena
+//                      Yar) along with the DSDs wcolA/B and yrowA/B;
+//   red, out, gs       the reduce, the hand-off and the im2col gather, kernel r8 (the reduce next);
+//   send               the graph input's sends (kernel 0).
+//
+// A task whose body differs by kernel dispatches on its register with a binary search (sub, blz).
+// r7 counts the kernels whose x tasks have ended on this PE, r9 the kernels whose weights are in.
+// Order on a PE follows from the chain: kernel l + 1's x values reach a PE from the chain end of
+// its own kernel-l line, so after the PE's reduce of kernel l; loads run ahead by at most one
+// buffer (kernel m's load waits until kernel m - 2's x tasks are done, as in layer_tasks).
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mapper/wafer/internal.hpp"
+
+namespace tessera::wafer::detail {
+
+namespace {
+
+constexpr int kRt = 2, kNb = 3, kKb = 4, kRows = 5, kYoff = 6, kXdone = 7, kRed = 8, kLoaded = 9, kLoad = 10;
+// Task ids (priorities, as in layer_tasks): loads, x tasks, reduce, hand-off, gather, the input's sends.
+constexpr int kIdLd = 0, kIdOnx = 4, kIdRed = 6, kIdOut = 7, kIdGs = 8, kIdSend = 9;
+
+const char* group_name(const DenseKernel& k) { return k.k_on_columns ? "A" : "B"; }
+
+// Binary search on register r over the sorted `keys`: emit(key) writes one case's code, which ends
+// in ret, halt or a jump.
+void dispatch(ProgramTemplate& t, int r, const std::vector<int64_t>& keys, const std::string& tag, const std::function<void(int64_t)>& emit) {
+  std::function<void(size_t, size_t)> go = [&](size_t lo, size_t hi) {
+    if (hi - lo == 1) return emit(keys[lo]);
+    const size_t mid = (lo + hi) / 2;
+    const std::string below = tag + "_" + std::to_string(keys[lo]) + "_" + std::to_string(keys[mid]);
+    t.op(Op::sub, {reg(kRt), reg(r), imm(keys[mid])});
+    t.op(Op::blz, {reg(kRt), below});
+    go(mid, hi);
+    t.label(below);
+    go(lo, mid);
+  };
+  go(0, keys.size());
+}
+
+// Kernel m's registers and x-task DSD lengths: it is the next whose x values this PE takes.
+void setup(const Compiled& c, size_t m, ProgramTemplate& t) {
+  const DenseKernel& k = c.kernels[m];
+  const std::string G = group_name(k);
+  t.op(Op::mov, {reg(kNb), imm(k.nb)});
+  t.op(Op::mov, {reg(kKb), imm(k.kb)});
+  t.op(Op::mov, {reg(kRows), imm(k.B)});
+  t.op(Op::mov, {reg(kYoff), imm(c.y_off[m])});
+  t.op(Op::dsd_len, {"wcol" + G, imm(k.nb)});
+  t.op(Op::dsd_len, {"yrow" + G, imm(k.nb)});
+}
+
+std::vector<int64_t> range(size_t n) {
+  std::vector<int64_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<int64_t>(i);
+  return v;
+}
+
+}  // namespace
+
+// The number of compare steps a dispatch over n cases takes at most (the estimate's cost).
+int dispatch_depth(size_t n) {
+  int d = 0;
+  while ((size_t{1} << d) < n) ++d;
+  return d;
+}
+
+void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
+  const size_t n = c.kernels.size();
+  const TaskNames tn = task_names(c, 0);
+  const Op mov = c.half() ? Op::fmovh : Op::fmovs;
+  t.comment("---- the sequencer: shared tasks run every kernel in turn (r7 x tasks done, r8 next reduce, r9 loaded, r10 loading)");
+  for (const char* G : {"A", "B"}) {  // the x tasks' DSDs: lengths and offsets set at run time
+    t.mem1d(std::string("wcol") + G, G[0] == 'A' ? "Wa" : "Wb", 0, 1);
+    t.mem1d(std::string("yrow") + G, "Yar", 0, 1);
+  }
+  if (c.kernels[0].input_layer) input_sends(c, 0, t, kIdSend);
+
+  // The x tasks: y[b, :] (+)= W[:, j] * x for the current kernel; after its last x value the
+  // reduce, the load waiting for the buffer, the next kernel's registers, and the x task of the
+  // next kernel's orientation if its weights are in.
+  for (const bool cols : {true, false}) {
+    const std::string G = cols ? "A" : "B", O = cols ? "B" : "A";
+    int64_t color = -1;
+    std::vector<int64_t> next;  // the kernels after this orientation's
+    for (size_t l = 0; l < n; ++l)
+      if (c.kernels[l].k_on_columns == cols) color = c.kernels[l].cx, next.push_back(static_cast<int64_t>(l) + 1);
+    if (color < 0) continue;
+    t.task("onx" + G, TaskKind::data, kIdOnx + (cols ? 0 : 1), color, 0, false, true, "one x value of the current kernel");
+    t.op(Op::mul, {reg(kRt), reg(0), reg(kNb)});
+    t.op(Op::dsd_off, {"wcol" + G, reg(kRt)});
+    t.op(Op::mul, {reg(kRt), reg(1), reg(kNb)});
+    t.op(Op::add, {reg(kRt), reg(kRt), reg(kYoff)});
+    t.op(Op::dsd_off, {"yrow" + G, reg(kRt)});
+    x_product(c, t, reg(0), "yrow" + G, "wcol" + G, G);
+    t.op(Op::add, {reg(0), reg(0), imm(1)});
+    t.op(Op::sub, {reg(kRt), reg(0), reg(kKb)});
+    t.op(Op::bnz, {reg(kRt), "x" + G});
+    t.op(Op::mov, {reg(0), imm(0)});
+    t.op(Op::add, {reg(1), reg(1), imm(1)});
+    t.op(Op::sub, {reg(kRt), reg(1), reg(kRows)});
+    t.op(Op::bnz, {reg(kRt), "x" + G});
+    t.op(Op::mov, {reg(1), imm(0)});
+    t.op(Op::activate, {tn.red});
+    t.op(Op::unblock, {tn.ld}, "a load waiting for this kernel's buffer goes on");
+    t.op(Op::add, {reg(kXdone), reg(kXdone), imm(1)});
+    t.op(Op::block, {"onx" + G});
+    dispatch(t, kXdone, next, "n" + G, [&](int64_t m) {
+      if (m < static_cast<int64_t>(n)) setup(c, static_cast<size_t>(m), t);
+      t.op(Op::jmp, {"e" + G});
+    });
+    t.label("e" + G);
+    t.op(Op::sub, {reg(kRt), reg(kLoaded), reg(kXdone)});
+    t.op(Op::bz, {reg(kRt), "x" + G});
+    t.op(Op::unblock, {"onx" + O}, "the next kernel's weights are in");
+    t.label("x" + G);
+    t.op(Op::ret, {});
+  }
+
+  t.task(tn.red, TaskKind::local, kIdRed, -1, -1, false, false, "the reduce of kernel r8");
+  dispatch(t, kRed, range(n), "r", [&](int64_t l) {
+    t.op(Op::mov, {reg(kRed), imm(l + 1)});
+    red_body(c, static_cast<size_t>(l), t, tn);
+  });
+
+  std::vector<int64_t> outs, gathers;  // r8 values (kernel + 1) of the kernels with a reader, a conv reader
+  for (size_t l = 0; l + 1 < n; ++l) {
+    outs.push_back(static_cast<int64_t>(l) + 1);
+    if (c.kernels[l + 1].spatial()) gathers.push_back(static_cast<int64_t>(l) + 1);
+  }
+  if (!outs.empty()) {
+    t.task(tn.out, TaskKind::local, kIdOut, -1, -1, false, false, "the hand-off of kernel r8 - 1 at its chain ends");
+    dispatch(t, kRed, outs, "o", [&](int64_t m) {
+      t.if_("last" + std::to_string(m - 1));
+      out_first(c, static_cast<size_t>(m - 1), t, tn);
+      t.endif();
+      t.op(Op::ret, {});
+    });
+  }
+  if (!gathers.empty()) {
+    t.task(tn.gs, TaskKind::local, kIdGs, -1, -1, false, false, "one sample's im2col rows of kernel r8 - 1's output per send");
+    dispatch(t, kRed, gathers, "g", [&](int64_t m) {
+      const size_t p = static_cast<size_t>(m - 1);
+      const DenseKernel& nk = c.kernels[p + 1];
+      t.if_("last" + std::to_string(p));
+      gather_ops(t, tn.gs, "gz" + std::to_string(p), "gx" + std::to_string(p + 1), "yout" + std::to_string(p), nk.ih * nk.iw * nk.cblk, nk.samples, kRt, mov, false);
+      t.endif();
+      t.op(Op::ret, {});
+    });
+  }
+
+  // The loads, kernel r10: kernel m's waits until kernel m - 2's x tasks are done with its buffer.
+  t.task(tn.ld, TaskKind::local, kIdLd, -1, -1, true, false, "take this PE's block of kernel r10 from the line's weight stream");
+  dispatch(t, kLoad, range(n), "l", [&](int64_t m) {
+    const std::string M = std::to_string(m);
+    if (m == 0) setup(c, 0, t);
+    if (m >= 2) {
+      t.op(Op::sub, {reg(kRt), reg(kXdone), imm(m - 2)});
+      t.op(Op::bnz, {reg(kRt), "lgo" + M});
+      t.op(Op::block, {tn.ld}, "the buffer is kernel " + std::to_string(m - 2) + "'s still");
+      t.op(Op::activate, {tn.ld});
+      t.op(Op::ret, {});
+      t.label("lgo" + M);
+    }
+    ld_body(c, static_cast<size_t>(m), t, tn);
+  });
+  t.task(tn.ldb, TaskKind::local, kIdLd + 1);
+  dispatch(t, kLoad, range(n), "lb", [&](int64_t m) { ldb_body(c, static_cast<size_t>(m), t, tn); });
+  t.task(tn.ldc, TaskKind::local, kIdLd + 2);
+  dispatch(t, kLoad, range(n), "lc", [&](int64_t m) { ldc_body(c, static_cast<size_t>(m), t, tn); });
+  t.task(tn.ldd, TaskKind::local, kIdLd + 3, -1, -1, false, false, "kernel r10's block is in place");
+  dispatch(t, kLoad, range(n), "ld", [&](int64_t m) {
+    const std::string M = std::to_string(m);
+    t.op(Op::mov, {reg(kLoaded), imm(m + 1)});
+    t.op(Op::sub, {reg(kRt), reg(kXdone), imm(m)});
+    t.op(Op::bnz, {reg(kRt), "ldn" + M});
+    t.op(Op::unblock, {std::string("onx") + group_name(c.kernels[static_cast<size_t>(m)])}, "its x values are next");
+    t.label("ldn" + M);
+    if (m + 1 < static_cast<int64_t>(n)) {
+      t.op(Op::mov, {reg(kLoad), imm(m + 1)});
+      t.op(Op::activate, {tn.ld});
+    }
+    t.op(Op::ret, {});
+  });
+}
+
+}  // namespace tessera::wafer::detail
