@@ -224,7 +224,7 @@ CASES = [
     dict(name="mobilenet_v2", seed=12, opset=11, inputs={"x": (1, 3, 64, 64)},
          build=lambda: torchvision.models.mobilenet_v2(width_mult=0.35, num_classes=10),
          source="torchvision.models.mobilenet_v2(width_mult=0.35, num_classes=10)",
-         what="MobileNetV2 at width 0.35"),
+         what="MobileNetV2 at width 0.35", wafer=("weight_streaming",), wafer_rect=(32, 32)),
     dict(name="mobilenet_v3_small", seed=13, opset=17, inputs={"x": (8, 3, 64, 64)},
          build=lambda: torchvision.models.mobilenet_v3_small(width_mult=0.5, num_classes=10),
          source="torchvision.models.mobilenet_v3_small(width_mult=0.5, num_classes=10)",
@@ -498,6 +498,10 @@ def export_case(case, root):
             desc += (f" On a WSE-2, {modes[file].replace('_', ' ')}, {compute} compute with fp32 "
                      f"sums: atol {bf16_atol:g}, twice PyTorch's own bf16 inference error "
                      f"({bf16_err:.3g}) when that is more than {NEURONCORE_TOL[1]:g}.")
+            if "wafer_rect" in case:
+                w, h = case["wafer_rect"]
+                desc += (f" On {w} x {h} PEs (mapping.wafer_rect) so that it simulates in CI time; without it "
+                         "the compiler takes the rectangle its widest layer wants (docs/wafer-compiler.md).")
         elif compute == "bf16":
             desc += (f" bf16: atol {bf16_atol:g}, twice PyTorch's own bf16 inference error "
                      f"({bf16_err:.3g}) when that is more than {NEURONCORE_TOL[1]:g}.")
@@ -519,6 +523,8 @@ def export_case(case, root):
         }
         if target == "wafer":
             scenario["mapping"] = {"mode": modes[file]}
+            if "wafer_rect" in case:  # a smaller rectangle than the default, to simulate in CI time
+                scenario["mapping"]["wafer_rect"] = list(case["wafer_rect"])
         if compute:
             scenario["precision"] = {"compute": compute}
         scenario["expect"] = {"outputs": {outputs[0]: {"file": "y.npy", "rtol": tol[0],

@@ -35,6 +35,14 @@ size_t first_of_orientation(const Compiled& c, size_t l) {
   return l;
 }
 
+// The first kernel whose residual moves in the same direction as kernel l's (l itself when none
+// before it): they share the diagonal route and its color, used one after another.
+size_t first_move(const Compiled& c, size_t l) {
+  for (size_t q = 0; q < l; ++q)
+    if (c.kernels[q].res_move && c.kernels[q].k_on_columns == c.kernels[l].k_on_columns) return q;
+  return l;
+}
+
 void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& opt) {
   std::vector<Stream> st;
   // Weight streaming (inference): kernels of one orientation share their reduce and weight colors
@@ -55,6 +63,7 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
       st.push_back({l, 'c', {r}});
       st.push_back({l, 'e', {r}});
     }
+    if (k.res_move && first_move(c, l) == l) st.push_back({l, 'm', {r}});  // the residual moves of one direction share a color
     if (share && first_of_orientation(c, l) != l) {
       if (!c.sequenced) st.push_back({l, 'x', {r}});  // (sequenced: the orientation's x color too)
       continue;
@@ -93,7 +102,7 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
   auto label = [&](size_t v) {
     const char w = st[v].what;
     return "kernel '" + c.kernels[st[v].kernel].name + "' " +
-           (w == 'x' ? "x multicast" : w == 'w' ? "weight stream" : w == 'b' ? "dy multicast" : w == 'L' || w == 'M' ? "loss chain" : w == 'n' || w == 'o' ? "LayerNorm chain" : w == 'p' ? "LayerNorm broadcast" : w == 'a' || w == 'c' ? "attention score chain" : w == 'e' ? "attention P broadcast" : std::string("reduce ") + w);
+           (w == 'x' ? "x multicast" : w == 'w' ? "weight stream" : w == 'b' ? "dy multicast" : w == 'L' || w == 'M' ? "loss chain" : w == 'n' || w == 'o' ? "LayerNorm chain" : w == 'p' ? "LayerNorm broadcast" : w == 'a' || w == 'c' ? "attention score chain" : w == 'e' ? "attention P broadcast" : w == 'm' ? "residual move" : std::string("reduce ") + w);
   };
   if (used > avail) {
     size_t worst = 0;
@@ -115,9 +124,15 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
     const int col = static_cast<int>(opt.reserved_colors + static_cast<int64_t>(color[v]));
     const char w = st[v].what;
     (w == 'x' ? k.cx : w == '0' ? k.cr0 : w == '1' ? k.cr1 : w == 'b' ? k.cb : w == 'L' ? c.cl0 : w == 'M' ? c.cl1 : w == 'n' ? k.cn0 : w == 'o' ? k.cn1 : w == 'p' ? k.cnb
-     : w == 'a' ? k.ca0 : w == 'c' ? k.ca1 : w == 'e' ? k.cab : k.cw) = col;
+     : w == 'a' ? k.ca0 : w == 'c' ? k.ca1 : w == 'e' ? k.cab : w == 'm' ? k.cm : k.cw) = col;
     by_color[col].push_back(label(v));
   }
+  for (size_t l = 0; l < c.kernels.size(); ++l)
+    if (c.kernels[l].res_move && first_move(c, l) != l) {
+      DenseKernel& k = c.kernels[l];
+      k.cm = c.kernels[first_move(c, l)].cm;
+      by_color[k.cm].push_back("kernel '" + k.name + "' residual move (shared)");
+    }
   if (share)  // the shared colors: from the first kernel of the same orientation
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       const size_t q = first_of_orientation(c, l);

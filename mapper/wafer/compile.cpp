@@ -192,6 +192,13 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     int64_t wneed = 1, hneed = 1;
     for (size_t l = 0; l < c.kernels.size(); ++l)  // the orientations (place_streaming's rule)
       c.kernels[l].k_on_columns = c.kernels[l].src < 0 || !c.kernels[static_cast<size_t>(c.kernels[l].src)].k_on_columns;
+    // Residuals whose input lies on the other edge move along the diagonal: a square rectangle.
+    bool moves = false;
+    for (auto& k : c.kernels) {
+      const int64_t rs = k.residual < 0 || k.res_host ? -1 : c.kernels[static_cast<size_t>(k.residual)].src;
+      k.res_move = rs >= 0 && c.kernels[static_cast<size_t>(rs)].k_on_columns != k.k_on_columns && !opt.training;
+      moves = moves || k.res_move;
+    }
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
       const int64_t kd = k.xread == DenseKernel::XRead::rows ? k.K : k.cin;  // conv / flatten: channel blocks along K
@@ -217,6 +224,14 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
                                                       " features over " + std::to_string(len) + " PEs is " + std::to_string(cdiv(k.N, len)) + " per PE, heads have " + std::to_string(k.dh),
                            std::string("give a rectangle whose ") + (k.k_on_columns ? "height" : "width") + " makes the features per PE a multiple or a divisor of the head size");
       }
+    if (moves && w != h) {
+      const auto it = std::find_if(c.kernels.begin(), c.kernels.end(), [](const DenseKernel& k) { return k.res_move; });
+      if (!auto_rect)
+        throw InputError("/mapping/wafer_rect", "kernel '" + it->name + "' adds a residual from the other edge of the rectangle, which moves along its diagonal: the rectangle must be square, not " +
+                                                    std::to_string(w) + " x " + std::to_string(h),
+                         "give a square mapping.wafer_rect, or leave it out");
+      w = h = std::min({std::max(w, h), cfg.fabric_width, cfg.fabric_height});
+    }
     if (w > cfg.fabric_width || h > cfg.fabric_height)
       throw InputError("/mapping/wafer_rect", "the rectangle " + std::to_string(w) + " x " + std::to_string(h) + " is larger than the fabric " +
                                                  std::to_string(cfg.fabric_width) + " x " + std::to_string(cfg.fabric_height));
@@ -305,12 +320,16 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       same = r.xread == DenseKernel::XRead::rows && r.k_on_columns != k.k_on_columns && r.kb == k.nb && r.B == k.B;
     } else {
       const DenseKernel& p = c.kernels[static_cast<size_t>(r.src)];
-      same = p.k_on_columns == k.k_on_columns && p.feat_nb() == k.nb && p.rows_out() == k.B && p.feat_N() == k.N;
+      same = (p.k_on_columns == k.k_on_columns || (k.res_move && c.fabric_width == c.fabric_height)) && p.feat_nb() == k.nb && p.rows_out() == k.B && p.feat_N() == k.N;
+      if (k.res_move)
+        for (const auto& o : c.kernels)
+          if (o.attn || o.layernorm)
+            throw InputError(where, "a residual from the other edge (moved along the diagonal) in a model with attention or LayerNorm is not mapped in this build (their queues)", kOpsHint);
     }
     if (!same)
-      throw InputError(where, "the residual's input (the input of kernel '" + r.name + "') does not lie on this kernel's chain ends in the same blocks (an even number of layers between them, or blocks " +
-                                  std::to_string(r.kb) + " vs " + std::to_string(k.nb) + ")",
-                       "a residual spans an odd number of dense layers or Convs after its input, e.g. x + W2 f(W1 x)");
+      throw InputError(where, "the residual's input (the input of kernel '" + r.name + "') does not lie on this kernel's chain ends in the same blocks (" +
+                                  (opt.mode == MapMode::pipelined ? std::string("pipelined: an odd number of kernels in the branch") : "rows or blocks differ") + ")",
+                       opt.mode == MapMode::pipelined ? "use \"mapping\": {\"mode\": \"weight_streaming\"}, which moves a residual from the other edge" : kOpsHint);
   }
   if (c.training)
     for (const auto& k : c.kernels)
@@ -336,6 +355,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
       if (!c.sequenced || first_of_orientation(c, l) == l) x_routes(k, true, routes);  // (sequenced: one x color per orientation)
+      if (k.res_move && first_move(c, l) == l) move_routes(k, routes);
       if (c.training || first_of_orientation(c, l) == l) {  // shared colors (inference): one set of routes
         reduce_routes(k, routes);
         weight_routes(k, routes);

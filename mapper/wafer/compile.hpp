@@ -105,6 +105,12 @@ struct DenseKernel {
   // Pipelined: the residual is the graph input, which the host places on this kernel's chain ends
   // (array xr<l>) as it places it on the first kernel's sources.
   bool res_host = false;
+  // Weight streaming: the residual's input lies on the other edge (the producer's chain ends have
+  // the other orientation: an odd number of kernels in the branch, MobileNetV2's blocks): the
+  // producer sends it along the diagonal route (docs/wafer-compiler.md "Residuals across the
+  // edges") on color cm, and the chain ends add it as it arrives (fabin mvin<l>).
+  bool res_move = false;
+  int cm = -1;
   // Pipelined: the activation (Relu, Tanh, GELU) applies to the first act_blocks N blocks only
   // (-1: all); the rest are identity columns passing the kernel's input through to the next
   // kernel, whose identity rows add it (a residual over two pipelined layers).

@@ -84,6 +84,7 @@ void place_streaming(std::vector<DenseKernel>& ks, int64_t w, int64_t h);
 
 // colors.cpp.
 size_t first_of_orientation(const Compiled& c, size_t l);
+size_t first_move(const Compiled& c, size_t l);
 void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& opt);
 
 // routes.cpp: route regions and per-PE parameters.
@@ -91,6 +92,9 @@ inline constexpr DirSet kRamp = dir_bit(Dir::RAMP);
 json route(int color, int64_t x, int64_t y, int64_t w, int64_t h, DirSet rx, DirSet tx);
 void x_routes(const DenseKernel& k, bool from_ramp, json& routes);
 void reduce_routes(const DenseKernel& k, json& routes);
+void move_routes(const DenseKernel& k, json& routes);
+// The queues of a residual move: the producer's output queue, the adder's input queue.
+inline constexpr int kMoveOutQueue = 4, kMoveInQueue = 6;  // (4: no other async op uses microthread 4 without LayerNorm or attention)
 void handoff_routes(const DenseKernel& p, const DenseKernel& n, json& routes);
 void weight_routes(const DenseKernel& k, json& routes);
 bool runtime_block_lengths(bool training, const DenseKernel& k);
@@ -117,6 +121,7 @@ struct ArrayAt {
 ArrayAt y_array(const Compiled& c, size_t l);
 ArrayAt hold_array(const Compiled& c, size_t l);  // where kernel l's readers take its output from
 std::string res_dsd(const Compiled& c, size_t l);
+int64_t move_reader(const Compiled& c, size_t l);
 
 // layer_tasks.cpp: the task bodies, kernel by kernel. TaskNames: the tasks a body activates --
 // kernel l's own (onx<l>, ...) or the sequencer's shared ones.

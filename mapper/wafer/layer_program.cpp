@@ -50,8 +50,16 @@ Dims im2col_dims(const DenseKernel& n) {
 // interior walk `xpi<p>` (declared on the same chain-end PEs).
 std::string res_dsd(const Compiled& c, size_t l) {
   const DenseKernel& k = c.kernels[l];
+  if (k.res_move) return "mvin" + std::to_string(l);  // as it arrives along the diagonal
   const int64_t rs = c.kernels[static_cast<size_t>(k.residual)].src;
   return !k.res_host && rs >= 0 && c.kernels[static_cast<size_t>(rs)].xp_h ? "xpi" + std::to_string(rs) : "res" + std::to_string(l);
+}
+
+// The kernel whose residual kernel l's output moves to along the diagonal (-1: none).
+int64_t move_reader(const Compiled& c, size_t l) {
+  for (size_t m = l + 1; m < c.kernels.size(); ++m)
+    if (c.kernels[m].res_move && c.kernels[static_cast<size_t>(c.kernels[m].residual)].src == static_cast<int64_t>(l)) return static_cast<int64_t>(m);
+  return -1;
 }
 
 ArrayAt y_array(const Compiled& c, size_t l) {
@@ -139,7 +147,8 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     const size_t r = static_cast<size_t>(k.residual);
     const int64_t rs = c.kernels[r].src;
     if (k.res_host) data(t, "xr" + L, f32, B * nb, {}, "the graph input's block, placed by the host");
-    if (res_dsd(c, l) == "res" + L) {
+    if (k.res_move) t.fabric("mvin" + L, DsdKind::fabin, h ? we : f32, k.cm, kMoveInQueue, B * nb);
+    else if (res_dsd(c, l) == "res" + L) {
       const ArrayAt held = k.res_host ? ArrayAt{"xr" + L} : rs < 0 ? ArrayAt{"xs0"} : hold_array(c, static_cast<size_t>(rs));
       t.mem1d("res" + L, held.array, held.off, B * nb);
     }
@@ -257,6 +266,8 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   if (has_next && h && !k.xp_h) t.mem1d("y16m" + L, "y16_" + L);
   if (k.xp_h)  // where the chain end writes y: the holder's interior
     t.mem4d("xpi" + L, "xp" + L, (nk->pad_t * k.xp_w + nk->pad_l) * nb, interior_dims(k.samples, k.xp_h, k.xp_w, nk->ih_raw, nk->iw_raw, nb));
+  if (const int64_t m = move_reader(c, l); m >= 0)  // the held output, sent along the diagonal to kernel m's chain ends
+    t.fabric("mvout" + L, DsdKind::fabout, h ? we : f32, c.kernels[static_cast<size_t>(m)].cm, kMoveOutQueue, rows * k.feat_nb());
   t.endif();
   if (ws) {
     // Inference: the lengths of the blocks before and after this PE's are set at run time from

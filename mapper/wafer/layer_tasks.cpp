@@ -111,6 +111,8 @@ std::string out_first(const Compiled& c, size_t l, ProgramTemplate& t, const Tas
   const std::string full = k.attn ? "aall" + L : k.pkh ? "pall" + L : "yall" + L;
   if (k.xp_h) t.op(h ? Op::fs2h : Op::fmovs, {"xpi" + L, full}, "into the next Conv's bordered input");
   else if (h) t.op(Op::fs2h, {"y16m" + L, full});
+  if (move_reader(c, l) >= 0)  // a later residual's input, along the diagonal (it waits on the route until added)
+    t.op_async(mov, {"mvout" + L, k.xp_h ? "xpi" + L : h ? "y16m" + L : full});
   if (nk.spatial()) {
     t.op(Op::activate, {tn.gs});
     t.op(Op::ret, {});

@@ -63,6 +63,33 @@ void reduce_routes(const DenseKernel& k, json& routes) {
   }
 }
 
+// A residual move to kernel k's chain ends from the other edge of its square n x n rectangle
+// (docs/wafer-compiler.md "Residuals across the edges"): block i leaves the producer's chain end
+// i, runs along its line to the diagonal PE (i, i) and turns along line i of k's edge to k's chain
+// end i. Every router has one role (source, line, turn, column, destination): one color serves all.
+void move_routes(const DenseKernel& k, json& routes) {
+  const int64_t n = k.w;
+  const DirSet N = dir_bit(Dir::N), S = dir_bit(Dir::S), E = dir_bit(Dir::E), W = dir_bit(Dir::W);
+  const bool to_south = !k.k_on_columns;  // from the east column to the south row, else back
+  routes.push_back(route(k.cm, n - 1, n - 1, 1, 1, kRamp, kRamp));  // the corner keeps its block
+  for (int64_t i = 0; i + 1 < n; ++i) {
+    const int64_t mid = n - 2 - i;  // PEs between the turn and the edge, each way
+    if (to_south) {
+      routes.push_back(route(k.cm, n - 1, i, 1, 1, kRamp, W));
+      if (mid > 0) routes.push_back(route(k.cm, i + 1, i, mid, 1, E, W));
+      routes.push_back(route(k.cm, i, i, 1, 1, E, S));
+      if (mid > 0) routes.push_back(route(k.cm, i, i + 1, 1, mid, N, S));
+      routes.push_back(route(k.cm, i, n - 1, 1, 1, N, kRamp));
+    } else {
+      routes.push_back(route(k.cm, i, n - 1, 1, 1, kRamp, N));
+      if (mid > 0) routes.push_back(route(k.cm, i, i + 1, 1, mid, S, N));
+      routes.push_back(route(k.cm, i, i, 1, 1, S, E));
+      if (mid > 0) routes.push_back(route(k.cm, i + 1, i, mid, 1, W, E));
+      routes.push_back(route(k.cm, n - 1, i, 1, 1, W, kRamp));
+    }
+  }
+}
+
 // Routes at kernel p's chain ends that send the next kernel's x towards it (pipelined) -- in
 // p's rectangle. In weight streaming the chain ends are the next kernel's x sources.
 void handoff_routes(const DenseKernel& p, const DenseKernel& n, json& routes) {
