@@ -321,6 +321,19 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     } else {
       const DenseKernel& p = c.kernels[static_cast<size_t>(r.src)];
       same = (p.k_on_columns == k.k_on_columns || (k.res_move && c.fabric_width == c.fabric_height)) && p.feat_nb() == k.nb && p.rows_out() == k.B && p.feat_N() == k.N;
+      if (k.res_move) {
+        // One route and queue per direction, used one move at a time; the last kernel halts its
+        // PEs at its reduce, which would drop a send still on the route.
+        if (l + 1 == c.kernels.size())
+          throw InputError(where, "a residual from the other edge (moved along the diagonal) into the last kernel is not mapped in this build", kOpsHint);
+        for (size_t q = 0; q < c.kernels.size(); ++q) {
+          const DenseKernel& o = c.kernels[q];
+          if (q == l || !o.res_move) continue;
+          const int64_t os = c.kernels[static_cast<size_t>(o.residual)].src;
+          if (os == r.src || (os < static_cast<int64_t>(l) && r.src < static_cast<int64_t>(q)))
+            throw InputError(where, "its residual from the other edge overlaps the one of kernel '" + o.name + "' (moves along the diagonal go one at a time in this build)", kOpsHint);
+        }
+      }
       if (k.res_move)
         for (const auto& o : c.kernels)
           if (o.attn || o.layernorm)
@@ -328,7 +341,9 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     }
     if (!same)
       throw InputError(where, "the residual's input (the input of kernel '" + r.name + "') does not lie on this kernel's chain ends in the same blocks (" +
-                                  (opt.mode == MapMode::pipelined ? std::string("pipelined: an odd number of kernels in the branch") : "rows or blocks differ") + ")",
+                                  (opt.mode == MapMode::pipelined ? std::string("pipelined: an odd number of kernels in the branch")
+                                   : opt.training                 ? std::string("training: an odd number of kernels in the branch, which it does not move")
+                                                                  : std::string("rows or blocks differ")) + ")",
                        opt.mode == MapMode::pipelined ? "use \"mapping\": {\"mode\": \"weight_streaming\"}, which moves a residual from the other edge" : kOpsHint);
   }
   if (c.training)

@@ -40,8 +40,8 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<in
   return b + 16;
 }
 
-// Weight streaming, inference, a chain (each kernel reads the one before it, once; no residual,
-// attention or LayerNorm): every PE runs the kernels one after another, so a kernel's scratch
+// Weight streaming, inference, a chain (each kernel reads the one before it, once; residuals
+// allowed, not attention or LayerNorm): every PE runs the kernels one after another, so a kernel's scratch
 // arrays (pe_bytes) can take the bytes of those two kernels back (layer_program's live= ranges; the
 // assembler places them).
 bool scratch_reuse(const Compiled& c) {
@@ -56,7 +56,7 @@ bool scratch_reuse(const Compiled& c) {
 // The phases a scratch array of kernel l is live in: l through l + span (layer_program's live=).
 // The array a later kernel's residual adds -- kernel l's output holder (span 2), or the graph
 // input's (span 0, kernel 0) -- lives on to that kernel's phase: its reduce reads it at the chain
-// ends before any x value of the kernel after it reaches them.
+// ends before any x value of the kernel after it reaches them; a moved one to the phase after.
 std::pair<int32_t, int32_t> scratch_phases(const Compiled& c, size_t l, int span) {
   int32_t hi = static_cast<int32_t>(l) + span;
   if (span == 0 || span == 2)
@@ -64,7 +64,9 @@ std::pair<int32_t, int32_t> scratch_phases(const Compiled& c, size_t l, int span
       const DenseKernel& k = c.kernels[m];
       if (k.residual < 0 || k.res_host) continue;
       const int64_t held = c.kernels[static_cast<size_t>(k.residual)].src;  // -1: the graph input
-      if (span == 2 ? held == static_cast<int64_t>(l) : held < 0 && l == 0) hi = std::max(hi, static_cast<int32_t>(m));
+      // (A moved residual is sent while its producer's PEs may already take kernel m + 1's x
+      // values: the array lives one phase more.)
+      if (span == 2 ? held == static_cast<int64_t>(l) : held < 0 && l == 0) hi = std::max(hi, static_cast<int32_t>(m) + (k.res_move ? 1 : 0));
     }
   return {static_cast<int32_t>(l), hi};
 }

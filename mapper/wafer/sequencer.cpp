@@ -5,7 +5,7 @@
 //   ld, ldb, ldc, ldd  the weight loads, kernel r10 (the load in progress);
 //   onxA, onxB         the x tasks of the kernels with K along the columns (A) and along the rows
 //                      (B), one x color each; their body is the same for every kernel, which the
-//                      registers describe (r3 nb, r4 kb, r5 samples, r6 y's offset in the arena
+//                      registers describe (r3 nb, r4 kb, r5 rows, r6 y's offset in the arena
 //                      Yar) along with the DSDs wcolA/B and yrowA/B;
 //   red, out, gs       the reduce, the hand-off and the im2col gather, kernel r8 (the reduce next);
 //   send               the graph input's sends (kernel 0).
