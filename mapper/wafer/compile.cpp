@@ -29,9 +29,11 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   // More kernels than task ids and colors for one set each: weight-streaming inference of a chain
   // runs them from shared tasks (the sequencer); other mappings stop here.
   if (nker > kOwnTaskKernels) {
+    if (opt.mode != MapMode::weight_streaming)  // (at /mapping/mode: mode auto streams instead)
+      throw InputError("/mapping/mode", std::to_string(nker) + " kernels: pipelined mode gives every kernel its own tasks and colors, which a PE has for " + std::to_string(kOwnTaskKernels),
+                       "use \"mapping\": {\"mode\": \"weight_streaming\"}: a chain of more kernels runs there from shared tasks (docs/wafer-compiler.md \"Many kernels\")");
     std::string why;
-    if (opt.mode != MapMode::weight_streaming) why = "pipelined mode gives every kernel its own tasks and colors";
-    else if (opt.training) why = "training gives every kernel its own tasks and colors";
+    if (opt.training) why = "training gives every kernel its own tasks and colors";
     for (size_t l = 0; why.empty() && l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
       if (k.src != static_cast<int64_t>(l) - 1)
