@@ -8,7 +8,9 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <map>
 #include <optional>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -1117,7 +1119,8 @@ LoadedLayout load_layout_text(std::string_view json_text, const std::string& fil
   LoadedLayout L;
   L.layout = parse_layout(json_text, file_name, base_dir, c);
   DiagnosticList d;
-  std::map<std::pair<std::string, std::vector<double>>, uint32_t> cache;
+  // Instances by program and parameter values (a rectangle's PEs mostly share a few).
+  std::map<std::string, std::map<std::vector<double>, uint32_t>> cache;
   int failed = 0;
   constexpr int kMaxFailed = 16;
   L.pe_program.resize(L.layout.rects.size());
@@ -1139,28 +1142,29 @@ LoadedLayout load_layout_text(std::string_view json_text, const std::string& fil
     const bool uniform = std::none_of(r.params.begin(), r.params.end(), [](const ParamSpec& p) { return p.is_expr; });
     auto& v = L.pe_program[ri];
     v.assign(uniform ? 1 : static_cast<size_t>(r.width) * static_cast<size_t>(r.height), kNoProgram);
+    auto& instances = cache[r.program];
+    std::vector<double> values(r.params.size());
     for (size_t k = 0; k < v.size() && failed < kMaxFailed; ++k) {
       const int64_t px = static_cast<int64_t>(k) % r.width, py = static_cast<int64_t>(k) / r.width;
-      const std::string pe = pe_name(r.x + px, r.y + py);
-      std::vector<double> values;
       bool ok = true;
-      for (const auto& p : r.params) {
+      for (size_t i = 0; i < r.params.size(); ++i) {
+        const ParamSpec& p = r.params[i];
         int64_t e = 0;
         if (p.is_expr && !p.expr.eval(px, py, r.width, r.height, e)) {
-          d.add(p.where + " " + pe, "division by zero");
+          d.add(p.where + " " + pe_name(r.x + px, r.y + py), "division by zero");
           ok = false;
         }
-        values.push_back(p.is_expr ? static_cast<double>(e) : p.value);
+        values[i] = p.is_expr ? static_cast<double>(e) : p.value;
       }
       if (!ok) {
         ++failed;
         continue;
       }
-      auto key = std::make_pair(r.program, values);
-      if (auto it = cache.find(key); it != cache.end()) {
+      if (auto it = instances.find(values); it != instances.end()) {
         v[k] = it->second;
         continue;
       }
+      const std::string pe = pe_name(r.x + px, r.y + py);
       Bindings b;
       for (size_t i = 0; i < r.params.size(); ++i) b[r.params[i].name] = values[i];
       uint32_t index = kNoProgram;
@@ -1176,7 +1180,7 @@ LoadedLayout load_layout_text(std::string_view json_text, const std::string& fil
         for (const auto& x : e.diagnostics()) d.add(x.where, x.message, x.hint);
       }
       if (index == kNoProgram) ++failed;
-      cache[key] = index;
+      instances[values] = index;
       v[k] = index;
     }
     if (failed >= kMaxFailed) {
@@ -1184,26 +1188,48 @@ LoadedLayout load_layout_text(std::string_view json_text, const std::string& fil
       break;
     }
   }
-  // Colors a program sends and receives need RAMP in the PE's route.
+  // Colors a program sends and receives need RAMP in the PE's route. (Per program instance the
+  // distinct (color, receive) pairs; per color a grid of the route regions, built when first
+  // needed: a lookup per PE and pair.)
   if (d.empty()) {
+    std::vector<std::vector<std::pair<int, bool>>> needs(L.programs.size());
+    for (size_t i = 0; i < L.programs.size(); ++i) {
+      std::set<std::pair<int, bool>> s;
+      for (const auto& t : L.programs[i].tasks)
+        if (t.kind == TaskKind::data) s.insert({t.color, true});
+      for (const auto& ds : L.programs[i].dsds)
+        if (ds.is_fabric()) s.insert({ds.color, ds.kind == DsdKind::fabin});
+      needs[i].assign(s.begin(), s.end());
+    }
+    const int64_t W = L.layout.width, H = L.layout.height;
+    std::map<int, std::vector<int32_t>> grids;  // color -> route index per PE (-1: none)
+    auto route_of = [&](int64_t x, int64_t y, int color) -> const Route* {
+      auto it = grids.find(color);
+      if (it == grids.end()) {
+        std::vector<int32_t> g(static_cast<size_t>(W * H), -1);
+        for (size_t i = L.layout.routes.size(); i-- > 0;) {  // (the first route of a PE wins, as find_route's)
+          const RouteSpec& rs = L.layout.routes[i];
+          if (rs.color != color) continue;
+          for (int64_t yy = std::max<int64_t>(0, rs.y); yy < std::min<int64_t>(H, rs.y + rs.height); ++yy)
+            for (int64_t xx = std::max<int64_t>(0, rs.x); xx < std::min<int64_t>(W, rs.x + rs.width); ++xx) g[static_cast<size_t>(yy * W + xx)] = static_cast<int32_t>(i);
+        }
+        it = grids.emplace(color, std::move(g)).first;
+      }
+      const int32_t i = it->second[static_cast<size_t>(y * W + x)];
+      return i < 0 ? nullptr : &L.layout.routes[static_cast<size_t>(i)].route;
+    };
     for (size_t ri = 0; ri < L.layout.rects.size(); ++ri) {
       const RectSpec& r = L.layout.rects[ri];
       if (r.program.empty()) continue;
       std::map<std::pair<int, bool>, std::pair<int64_t, std::string>> missing;  // (color, receive) -> (count, first PE)
       for (int64_t y = r.y; y < r.y + r.height; ++y)
-        for (int64_t x = r.x; x < r.x + r.width; ++x) {
-          const Program& p = L.programs[L.program_at(x, y)];
-          auto need = [&](int color, bool receive) {
-            const Route* rt = L.route_at(x, y, color);
-            if (rt && ((receive ? rt->tx_any() : rt->rx_any()) & dir_bit(Dir::RAMP))) return;
+        for (int64_t x = r.x; x < r.x + r.width; ++x)
+          for (const auto& [color, receive] : needs[L.program_at(x, y)]) {
+            const Route* rt = route_of(x, y, color);
+            if (rt && ((receive ? rt->tx_any() : rt->rx_any()) & dir_bit(Dir::RAMP))) continue;
             auto& m = missing[{color, receive}];
             if (m.first++ == 0) m.second = pe_name(x, y);
-          };
-          for (const auto& t : p.tasks)
-            if (t.kind == TaskKind::data) need(t.color, true);
-          for (const auto& ds : p.dsds)
-            if (ds.is_fabric()) need(ds.color, ds.kind == DsdKind::fabin);
-        }
+          }
       for (const auto& [k, m] : missing)
         d.add(m.second, "the program " + std::string(k.second ? "receives" : "sends") + " color " + std::to_string(k.first) + " but the route there has no RAMP in " +
                             (k.second ? "tx" : "rx") + (m.first > 1 ? " (and " + std::to_string(m.first - 1) + " more PE(s) of " + r.where + ")" : ""),
