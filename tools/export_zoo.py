@@ -255,7 +255,8 @@ CASES = [
          source="torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, "
                 "batch_first=True)",
          what="a post-norm transformer encoder layer (ReLU, stock packed-QKV attention)",
-         wafer=("weight_streaming", "pipelined"), wafer_precisions=("fp32",)),
+         wafer=("weight_streaming", "pipelined"),
+         wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32"), "pipelined": ("fp32",)}),
     dict(name="encoder_prenorm", seed=18, opset=17, inputs={"x": (2, 16, 64)},
          build=lambda: nn.TransformerEncoderLayer(64, 4, 128, batch_first=True,
                                                   norm_first=True),
@@ -484,16 +485,20 @@ def export_case(case, root):
     # tolerance).
     modes = {}
     for mode in case.get("wafer", ()):
-        for p in case.get("wafer_precisions", ("fp16", "bf16")):
+        precisions = case.get("wafer_precisions", ("fp16", "bf16"))
+        if isinstance(precisions, dict):  # per mode
+            precisions = precisions.get(mode, ("fp16", "bf16"))
+        for p in precisions:
             file = "wafer_" + ("pipelined_" if mode == "pipelined" else "") + p
             modes[file] = mode
             variants += ((file, "wafer", p, NEURONCORE_FP32_TOL if p == "fp32" else (NEURONCORE_TOL[0], bf16_atol)),)
     for file, target, compute, tol in variants:
         desc = describe(case, batch)
         if target == "wafer" and compute == "fp32":
-            desc += (f" On a WSE-2, {modes[file].replace('_', ' ')}, fp32 compute (the wafer maps "
-                     "attention in fp32 only in this build): the compiled layout against PyTorch to "
-                     "fp32 rounding.")
+            desc += (f" On a WSE-2, {modes[file].replace('_', ' ')}, fp32 compute: the compiled "
+                     "layout against PyTorch to fp32 rounding" +
+                     (" (pipelined mode maps attention and residuals in fp32 only in this build)."
+                      if modes[file] == "pipelined" else "."))
         elif target == "wafer":
             desc += (f" On a WSE-2, {modes[file].replace('_', ' ')}, {compute} compute with fp32 "
                      f"sums: atol {bf16_atol:g}, twice PyTorch's own bf16 inference error "
