@@ -1,6 +1,7 @@
 // The PE program of a layer (compile.hpp; docs/wafer-compiler.md "The kernel", "Convolutions"):
-// its arrays and DSDs, the x tasks, the reduce with the chain-end post-ops (chain_end_program.cpp),
-// the hand-off to its readers (im2col gathers for a conv) and, in weight streaming, its weight loads.
+// its arrays and DSDs -- W blocks, y (or its place in the sequencer's arena), the chain-end post-ops'
+// arrays, the fabric DSDs of its x, reduce, hand-off, residual move and weight stream; its tasks
+// are in layer_tasks.cpp.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -75,7 +76,8 @@ ArrayAt hold_array(const Compiled& c, size_t l) {
   return {kName[static_cast<int>(hd)] + std::to_string(l), 0};
 }
 
-// The PE program of kernel l (its arrays, DSDs and tasks), names suffixed with l.
+// The PE program of kernel l, names suffixed with l: its arrays and DSDs here, then its tasks
+// (layer_tasks.cpp) -- unless the program is sequenced (sequencer.cpp runs every kernel's bodies).
 void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   const DenseKernel& k = c.kernels[l];
   const bool ws = c.mode == MapMode::weight_streaming;
