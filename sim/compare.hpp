@@ -67,7 +67,8 @@ struct ErrorStat {
 
 struct CompareSummary {
   size_t scenarios = 0, kernels = 0, passed = 0, check_failed = 0, errors = 0;
-  ErrorStat predicted_vs_simulated;  // per kernel
+  ErrorStat predicted_vs_simulated;         // per kernel
+  ErrorStat predicted_vs_simulated_totals;  // per scenario total
   ErrorStat simulated_vs_published;  // per scenario total
 };
 

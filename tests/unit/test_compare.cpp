@@ -133,8 +133,10 @@ TEST_CASE("compare: the table has a row per kernel and a total row", "[compare]"
         std::string::npos);
   CHECK(t.find("zeta      k1        1.100 us   1.000 us  +10.0%\n") != std::string::npos);
   CHECK(t.find("zeta      (total)   2.700 us   3.000 us  -10.0%          -           -  ok\n") != std::string::npos);
-  CHECK(t.find("predicted vs simulated: MAPE 11.67% over 3 of 3 kernels, worst -20.0% (zeta, kernel k2)") !=
+  CHECK(t.find("predicted vs simulated, kernels: MAPE 11.67% over 3 of 3 kernels, worst -20.0% (zeta, kernel k2)") !=
         std::string::npos);
+  // The scenario totals on a line of their own: alpha +5%, zeta -10%.
+  CHECK(t.find("predicted vs simulated, scenario totals: MAPE 7.50% over 2 of 4 scenarios, worst -10.0% (zeta)\n") != std::string::npos);
   CHECK(t.find("simulated vs published: MAPE 25.00% over 1 of 4 scenarios, worst +25.0% (alpha)") != std::string::npos);
   CHECK(t.find("4 scenarios: 2 ok, 1 check failed, 1 could not run") != std::string::npos);
   CHECK(t.find("\033[") == std::string::npos);  // no colour unless asked
@@ -169,6 +171,8 @@ TEST_CASE("compare: json keeps every figure and the summary", "[compare]") {
   CHECK(j["summary"]["predicted_vs_simulated"]["count"] == 3);
   CHECK(j["summary"]["predicted_vs_simulated"]["worst"]["kernel"] == "k2");
   CHECK(j["summary"]["simulated_vs_published"]["mape_pct"].get<double>() == Approx(25.0));
+  CHECK(j["summary"]["predicted_vs_simulated_totals"]["count"] == 2);
+  CHECK(j["summary"]["predicted_vs_simulated_totals"]["mape_pct"].get<double>() == Approx(7.5));
   CHECK(j["summary"]["errors"] == 1);
 }
 
@@ -183,7 +187,8 @@ TEST_CASE("compare: markdown is a pipe table with the summary as a list", "[comp
   CHECK(m.find("| alpha | only | 21.00 us | 20.00 us | +5.0% | 16.00 us | +25.0% | FAIL: y: 3 elements outside |") !=
         std::string::npos);
   CHECK(m.find("| zeta | a\\|b | 1.100 us |") != std::string::npos);
-  CHECK(m.find("- predicted vs simulated: MAPE 11.67%") != std::string::npos);
+  CHECK(m.find("- predicted vs simulated, kernels: MAPE 11.67%") != std::string::npos);
+  CHECK(m.find("- predicted vs simulated, scenario totals: MAPE 7.50%") != std::string::npos);
 }
 
 TEST_CASE("compare: the plot has one circle per kernel, a diamond per scenario total, colours per scenario and the band lines", "[compare]") {
