@@ -241,7 +241,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   // (Sequenced: the shared tasks' l-th ends on a PE are kernel l's.)
   auto end_of = [&](int64_t x, int64_t y, const char* task, size_t l) {
     if (!cp.sequenced) return fab.task_end(x, y, task + std::to_string(l));
-    const std::vector<int64_t> log = fab.task_end_log(x, y, task);
+    const std::vector<int64_t>& log = fab.task_end_log(x, y, task);
     return l < log.size() ? log[l] : int64_t{-1};
   };
   for (size_t l = 0; l < cp.kernels.size(); ++l) {

@@ -186,13 +186,15 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
   // hand-off: over the kernels with a reader).
   const size_t nk = c.kernels.size();
   const int64_t seq_d = c.sequenced ? 2 * detail::dispatch_depth(nk) : 0, seq_out = c.sequenced ? 2 * detail::dispatch_depth(nk - 1) : 0;
+  size_t orientation_count[2] = {0, 0};  // kernels with K along the columns, along the rows
+  for (const auto& k : c.kernels) ++orientation_count[k.k_on_columns ? 0 : 1];
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     DenseKernel& k = c.kernels[l];
     // The chains and lines span the whole rectangle (weight streaming pads blocks with zeros to
     // cover it; pipelined rectangles are exactly kblocks x nblocks).
     const int64_t Lk = k.k_on_columns ? k.w : k.h;        // chain length (positions along K)
     const int64_t Ln = k.k_on_columns ? k.h : k.w;        // PEs along an x line (N axis)
-    const bool wrap_ld = ws && l + 2 < c.kernels.size();
+    const bool wrap_ld = ws && !c.sequenced && l + 2 < nk;  // onx<l> unblocks ld<l+2> (the sequencer's unblock is in seq_end)
     // Per x value: mul, dsd_off, mul, dsd_off, bnz, fmacs (setup + nb / width), add, sub, bnz, ret;
     // the first of a sample's kb values takes fmuls (fp32 width) and a jmp instead of fmacs; every
     // kb values the sample counter wraps (mov, add, sub, bnz); the last value activates the reduce.
@@ -203,12 +205,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     // count, block, the next kernel's registers: 6 ops after the search, jmp, sub, bz, unblock) and
     // the reduce's search and mov of r8 before its chain step.
     const int64_t seq = c.sequenced ? 1 : 0;
-    int64_t seq_end = 0;
-    if (c.sequenced) {
-      size_t same = 0;
-      for (const auto& o : c.kernels) same += o.k_on_columns == k.k_on_columns ? 1 : 0;
-      seq_end = 3 + 2 * detail::dispatch_depth(same) + (l + 1 < nk ? 6 : 0) + 4 + seq_d + 1 - (wrap_ld ? 1 : 0);
-    }
+    const int64_t seq_end = c.sequenced ? 3 + 2 * detail::dispatch_depth(orientation_count[k.k_on_columns ? 0 : 1]) + (l + 1 < nk ? 6 : 0) + 4 + seq_d + 1 : 0;
     const int64_t per_x = 9 + S + cdiv(k.nb, c.half() ? w32 : wf) + save_x + seq;
     const int64_t first_x = 10 + S + cdiv(k.nb, w32) + save_x + seq;
     const int64_t compute = k.B * ((k.kb - 1) * per_x + first_x) + 4 * k.B + 2 + (wrap_ld ? 1 : 0) + seq_end;

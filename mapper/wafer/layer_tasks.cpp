@@ -4,6 +4,7 @@
 // streaming, its weight loads. Each task's body is written once; the standard program gives every
 // kernel its own tasks (layer_tasks), the sequencer (sequencer.cpp) runs the bodies of all kernels
 // from shared tasks.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -132,24 +133,39 @@ std::string out_first(const Compiled& c, size_t l, ProgramTemplate& t, const Tas
 // The weight loads of kernel l (weight streaming), one body per step: `ld` takes the blocks
 // before this PE's into `junk` (or its own block at once), `ldb` its own block, `ldc` the blocks
 // after it, `ldd` marks the block in place.
-void ld_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& tn) {
+namespace {
+
+// The blocks before (pre) or after this PE's into `junk`, then `then_task`; a PE with none does
+// `otherwise`. Their number is set at run time from the PE's position (inference) or is a parameter.
+void skip_blocks(const Compiled& c, size_t l, ProgramTemplate& t, bool pre, const std::string& then_task, const std::function<void()>& otherwise) {
   const DenseKernel& k = c.kernels[l];
-  const std::string L = std::to_string(l);
-  const Op mov = c.half() ? Op::fmovh : Op::fmovs;
+  const std::string L = std::to_string(l), side = pre ? "pre" : "post";
   const Operand pos = k.k_on_columns ? kPx : kPy, r = reg(x_regs(c, l) + 2);
   const bool rt_len = runtime_block_lengths(c.training, k);
-  if (!rt_len) t.if_("pre" + L);
-  else t.if_("first" + L, false);
+  if (!rt_len) t.if_(side + L);
+  else t.if_((pre ? "first" : "last") + L, false);
   if (rt_len) {
-    t.op(Op::mul, {r, pos, imm(k.kb * k.nb)});
-    t.op(Op::dsd_len, {"wpre" + L, r});
-    t.op(Op::dsd_len, {"jpre" + L, r});
+    if (pre) {
+      t.op(Op::mul, {r, pos, imm(k.kb * k.nb)});
+    } else {
+      t.op(Op::sub, {r, imm((k.k_on_columns ? k.w : k.h) - 1), pos});
+      t.op(Op::mul, {r, r, imm(k.kb * k.nb)});
+    }
+    t.op(Op::dsd_len, {"w" + side + L, r});
+    t.op(Op::dsd_len, {"j" + side + L, r});
   }
-  t.op_async(mov, {"jpre" + L, "wpre" + L}, tn.ldb);
+  t.op_async(c.half() ? Op::fmovh : Op::fmovs, {"j" + side + L, "w" + side + L}, then_task);
   t.else_();
-  t.op_async(mov, {"wbuf" + L, "wkeep" + L}, tn.ldc);
+  otherwise();
   t.endif();
   t.op(Op::ret, {});
+}
+
+}  // namespace
+
+void ld_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& tn) {
+  const std::string L = std::to_string(l);
+  skip_blocks(c, l, t, true, tn.ldb, [&] { t.op_async(c.half() ? Op::fmovh : Op::fmovs, {"wbuf" + L, "wkeep" + L}, tn.ldc); });
 }
 
 void ldb_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& tn) {
@@ -159,25 +175,7 @@ void ldb_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& 
 }
 
 void ldc_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& tn) {
-  const DenseKernel& k = c.kernels[l];
-  const std::string L = std::to_string(l);
-  const Op mov = c.half() ? Op::fmovh : Op::fmovs;
-  const Operand pos = k.k_on_columns ? kPx : kPy, r = reg(x_regs(c, l) + 2);
-  const bool rt_len = runtime_block_lengths(c.training, k);
-  const int64_t kl1 = (k.k_on_columns ? k.w : k.h) - 1;
-  if (!rt_len) t.if_("post" + L);
-  else t.if_("last" + L, false);
-  if (rt_len) {
-    t.op(Op::sub, {r, imm(kl1), pos});
-    t.op(Op::mul, {r, r, imm(k.kb * k.nb)});
-    t.op(Op::dsd_len, {"wpost" + L, r});
-    t.op(Op::dsd_len, {"jpost" + L, r});
-  }
-  t.op_async(mov, {"jpost" + L, "wpost" + L}, tn.ldd);
-  t.else_();
-  t.op(Op::activate, {tn.ldd});
-  t.endif();
-  t.op(Op::ret, {});
+  skip_blocks(c, l, t, false, tn.ldd, [&] { t.op(Op::activate, {tn.ldd}); });
 }
 
 // Kernel l's own tasks (the standard program; the sequencer's are in sequencer.cpp).

@@ -314,13 +314,14 @@ int64_t Fabric::task_end(int64_t x, int64_t y, const std::string& name) const {
   return k < 0 ? -1 : impl_->task_end[static_cast<size_t>(s) * 64 + static_cast<size_t>(k)];
 }
 
-std::vector<int64_t> Fabric::task_end_log(int64_t x, int64_t y, const std::string& name) const {
+const std::vector<int64_t>& Fabric::task_end_log(int64_t x, int64_t y, const std::string& name) const {
+  static const std::vector<int64_t> kNoEnds;
   const uint32_t s = impl_->slot_of(x, y);
-  if (s == kNone) return {};
+  if (s == kNone) return kNoEnds;
   const int k = impl_->prog(s).find_task(name);
-  if (k < 0) return {};
+  if (k < 0) return kNoEnds;
   const auto it = impl_->task_log.find(uint64_t{s} * 64 + static_cast<uint64_t>(k));
-  return it == impl_->task_log.end() ? std::vector<int64_t>{} : it->second;
+  return it == impl_->task_log.end() ? kNoEnds : it->second;
 }
 
 bool Fabric::halted(int64_t x, int64_t y) const {

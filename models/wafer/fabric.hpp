@@ -254,7 +254,7 @@ class Fabric : public sc_core::sc_module {
   int64_t task_end(int64_t x, int64_t y, const std::string& name) const;
   // With `name` in FabricOptions::task_logs: the cycles (relative) every run of PE (x,y)'s task
   // `name` ended, in order (empty if none).
-  std::vector<int64_t> task_end_log(int64_t x, int64_t y, const std::string& name) const;
+  const std::vector<int64_t>& task_end_log(int64_t x, int64_t y, const std::string& name) const;
   const WaferConfig& config() const { return cfg_; }
   const ClockDomain& clock() const { return clock_; }
   int64_t width() const { return W_; }
