@@ -220,7 +220,7 @@ CASES = [
          build=lambda: ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10),
          source="torchvision.models.resnet.ResNet(BasicBlock, [1, 1, 1, 1], num_classes=10)",
          what="ResNet with one BasicBlock per stage (resnet18's stem and widths 64-512; "
-              "torchvision has no narrower BasicBlock ResNet)"),
+              "torchvision has no narrower BasicBlock ResNet)", wafer=("weight_streaming",)),
     dict(name="mobilenet_v2", seed=12, opset=11, inputs={"x": (1, 3, 64, 64)},
          build=lambda: torchvision.models.mobilenet_v2(width_mult=0.35, num_classes=10),
          source="torchvision.models.mobilenet_v2(width_mult=0.35, num_classes=10)",

@@ -27,8 +27,13 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       if (c.kernels[l].src < 0) throw InputError("kernel '" + c.kernels[l].name + "'", "a feature-map input read by several kernels is not mapped", kOpsHint);
   for (size_t l = 0; l < c.kernels.size(); ++l) c.readers[static_cast<size_t>(c.kernels[l].src + 1)].push_back(l);
   // More kernels than task ids and colors for one set each: weight-streaming inference of a chain
-  // runs them from shared tasks (the sequencer); other mappings stop here.
-  if (nker > kOwnTaskKernels) {
+  // runs them from shared tasks (the sequencer); other mappings stop here. A branch (a Conv reading
+  // an earlier kernel than the one before it: ResNet's downsampling shortcut) runs sequenced too,
+  // where the chain ends of the kernel before a reader hand its input off.
+  bool branch = false;
+  for (size_t l = 1; l < c.kernels.size(); ++l)
+    branch = branch || (c.kernels[l].src >= 0 && c.kernels[l].src != static_cast<int64_t>(l) - 1 && c.kernels[l].spatial());
+  if (nker > kOwnTaskKernels || (branch && opt.mode == MapMode::weight_streaming && !opt.training)) {
     if (opt.mode != MapMode::weight_streaming)  // (at /mapping/mode: mode auto streams instead)
       throw InputError("/mapping/mode", std::to_string(nker) + " kernels: pipelined mode gives every kernel its own tasks and colors, which a PE has for " + std::to_string(kOwnTaskKernels),
                        "use \"mapping\": {\"mode\": \"weight_streaming\"}: a chain of more kernels runs there from shared tasks (docs/wafer-compiler.md \"Many kernels\")");
@@ -36,11 +41,18 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     if (opt.training) why = "training gives every kernel its own tasks and colors";
     for (size_t l = 0; why.empty() && l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
-      if (k.src != static_cast<int64_t>(l) - 1)
-        why = "kernel '" + k.name + "' reads " + (k.src < 0 ? std::string("the graph input") : "kernel '" + c.kernels[static_cast<size_t>(k.src)].name + "'") + ", not the kernel before it";
-      else if (c.readers[l + 1].size() > 1) why = "kernel '" + k.name + "' is read by " + std::to_string(c.readers[l + 1].size()) + " kernels";
+      // Kernel l's x values come from the chain ends of kernel l - 1, which hold its input when
+      // that is kernel l - 1's output or one an even number of kernels before it (the same edge).
+      const int64_t back = static_cast<int64_t>(l) - 1 - k.src;
+      if (k.src != static_cast<int64_t>(l) - 1 && (k.src < 0 || back % 2 != 0 || (!k.spatial() && k.xread != DenseKernel::XRead::flatten)))
+        why = "kernel '" + k.name + "' reads " + (k.src < 0 ? std::string("the graph input") : "kernel '" + c.kernels[static_cast<size_t>(k.src)].name + "'") +
+              (k.src >= 0 && back % 2 != 0 ? ", an odd number of kernels before the one before it (its output lies on the other edge)" : ", not the kernel before it");
+      else if (c.readers[l + 1].size() > 1 && !k.spatial()) why = "kernel '" + k.name + "' is read by " + std::to_string(c.readers[l + 1].size()) + " kernels";
       else if (k.attn || k.layernorm || k.qkv) why = "kernel '" + k.name + "' has attention or LayerNorm";
     }
+    if (!why.empty() && nker <= kOwnTaskKernels)
+      throw InputError(g.source, "a branch (a Conv reading an earlier kernel than the one before it) runs from shared tasks in weight-streaming inference of a chain; here " + why,
+                       "run it on target.kind neuroncore or reference (docs/wafer-compiler.md \"Many kernels\")");
     if (!why.empty())
       throw InputError(g.source, std::to_string(nker) + " kernels: a PE has task ids and colors for " + std::to_string(kOwnTaskKernels) +
                                      " with their own tasks; more run in weight-streaming inference of a chain (each kernel reading the one before it, "
@@ -65,7 +77,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       throw InputError("/mapping/mode", "kernel '" + k.name + "' reads " + (k.src < 0 ? std::string("the graph input") : "kernel '" + c.kernels[static_cast<size_t>(k.src)].name + "'") +
                                             ", not the kernel before it: pipelined mode maps chains of layers",
                        "use \"mapping\": {\"mode\": \"weight_streaming\"} for branching graphs (every kernel on one rectangle)");
-    if (c.readers[l + 1].size() > 1 && (k.spatial() || k.pkh))  // one gather per holder: a feature map has one reader
+    if (c.readers[l + 1].size() > 1 && (k.spatial() || k.pkh) && !c.sequenced)  // one gather per holder: a feature map has one reader (sequenced: one per hand-off)
       throw InputError("kernel '" + k.name + "'", "a convolution's output read by several kernels is not mapped (" + std::to_string(c.readers[l + 1].size()) + " read it)",
                        kOpsHint);
     // (Weight streaming: Q, K and V are fp32 at the chain ends, where the attention runs in fp32
@@ -114,6 +126,9 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       DenseKernel& k = c.kernels[l];
       if (k.residual < 0) continue;
       const DenseKernel& r = c.kernels[static_cast<size_t>(k.residual)];
+      if (k.res_out)
+        throw InputError("/mapping/mode", "kernel '" + k.name + "': pipelined mode maps a residual of the graph input or of a kernel's input; this one adds the output of kernel '" + r.name + "'",
+                         "use \"mapping\": {\"mode\": \"weight_streaming\"}");
       if (r.src < 0 && r.xread == DenseKernel::XRead::rows && !k.attn) {
         k.res_host = true;
       } else if (k.src == k.residual && k.N == r.K && r.xread == DenseKernel::XRead::rows && k.xread == DenseKernel::XRead::rows && !r.layernorm && !r.softmax &&
@@ -200,7 +215,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     // Residuals whose input lies on the other edge move along the diagonal: a square rectangle.
     bool moves = false;
     for (auto& k : c.kernels) {
-      const int64_t rs = k.residual < 0 || k.res_host ? -1 : c.kernels[static_cast<size_t>(k.residual)].src;
+      const int64_t rs = k.residual < 0 || k.res_host ? -1 : res_producer(c.kernels, k);
       k.res_move = rs >= 0 && c.kernels[static_cast<size_t>(rs)].k_on_columns != k.k_on_columns && !opt.training;
       moves = moves || k.res_move;
     }
@@ -321,10 +336,11 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     // The held value: kernel r's input -- the graph input on r's sources (rows), or kernel p's output
     // on p's chain ends, which must be this kernel's chain ends with the same blocks and rows.
     bool same = false;
-    if (r.src < 0) {
+    const int64_t ps = res_producer(c.kernels, k);
+    if (ps < 0) {
       same = r.xread == DenseKernel::XRead::rows && r.k_on_columns != k.k_on_columns && r.kb == k.nb && r.B == k.B;
     } else {
-      const DenseKernel& p = c.kernels[static_cast<size_t>(r.src)];
+      const DenseKernel& p = c.kernels[static_cast<size_t>(ps)];
       same = (p.k_on_columns == k.k_on_columns || (k.res_move && c.fabric_width == c.fabric_height)) && p.feat_nb() == k.nb && p.rows_out() == k.B && p.feat_N() == k.N;
       if (k.res_move) {
         // One route and queue per direction, used one move at a time; the last kernel halts its
@@ -334,8 +350,8 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
         for (size_t q = 0; q < c.kernels.size(); ++q) {
           const DenseKernel& o = c.kernels[q];
           if (q == l || !o.res_move) continue;
-          const int64_t os = c.kernels[static_cast<size_t>(o.residual)].src;
-          if (os == r.src || (os < static_cast<int64_t>(l) && r.src < static_cast<int64_t>(q)))
+          const int64_t os = res_producer(c.kernels, o);
+          if (os == ps || (os < static_cast<int64_t>(l) && ps < static_cast<int64_t>(q)))
             throw InputError(where, "its residual from the other edge overlaps the one of kernel '" + o.name + "' (moves along the diagonal go one at a time in this build)", kOpsHint);
         }
       }
@@ -345,7 +361,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
             throw InputError(where, "a residual from the other edge (moved along the diagonal) in a model with attention or LayerNorm is not mapped in this build (their queues)", kOpsHint);
     }
     if (!same)
-      throw InputError(where, "the residual's input (the input of kernel '" + r.name + "') does not lie on this kernel's chain ends in the same blocks (" +
+      throw InputError(where, "the residual's input (the " + std::string(k.res_out ? "output" : "input") + " of kernel '" + r.name + "') does not lie on this kernel's chain ends in the same blocks (" +
                                   (opt.mode == MapMode::pipelined ? std::string("pipelined: an odd number of kernels in the branch")
                                    : opt.training                 ? std::string("training: an odd number of kernels in the branch, which it does not move")
                                                                   : std::string("rows or blocks differ")) + ")",

@@ -102,6 +102,9 @@ struct DenseKernel {
   // lies on the same PEs in the same blocks (weight streaming: a kernel two orientations back; a
   // feature map read inside its zero border through the holder's interior walk).
   int64_t residual = -1;
+  // The residual is the output of kernel `residual` rather than its input: an output no kernel
+  // reads (ResNet's downsampling shortcut: Add(conv2, downsample) at the later of the two).
+  bool res_out = false;
   // Pipelined: the residual is the graph input, which the host places on this kernel's chain ends
   // (array xr<l>) as it places it on the first kernel's sources.
   bool res_host = false;
@@ -178,8 +181,9 @@ struct DenseKernel {
   int64_t ih_raw = 1, iw_raw = 1;    // conv: the input's height and width without the border
   bool padded() const { return spatial() && (ih != ih_raw || iw != iw_raw); }
   // The producer of a padded Conv: its reader's holder dims ([samples, xp_h, xp_w, nb] with the
-  // zero border; 0: its reader takes y as it is).
-  int64_t xp_h = 0, xp_w = 0;
+  // zero border; 0: its reader takes y as it is), the border's top and left (an unpadded second
+  // reader walks the interior).
+  int64_t xp_h = 0, xp_w = 0, xp_t = 0, xp_l = 0;
   int64_t P = 1;                     // flatten: positions per channel
   std::vector<float> Wconv;          // conv: the weight as ONNX has it, [N, cin kh kw] (W built once cb is known)
   // A MaxPool, AveragePool or GlobalAveragePool (a window of the whole map) after the activation,

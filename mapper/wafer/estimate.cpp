@@ -217,7 +217,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     // When the first x of each K block is readable at its source PE.
     std::vector<int64_t> x0(static_cast<size_t>(Lk), 0);
     if (k.src < 0) std::fill(x0.begin(), x0.end(), S + 2 + (k.spatial() ? 5 : 0));  // `send` at cycle 0 (a conv's: its offset first), its own ramp
-    else x0 = next_of[static_cast<size_t>(k.src)];
+    else x0 = next_of[c.sequenced ? l - 1 : static_cast<size_t>(k.src)];  // (sequenced: handed off by kernel l - 1's chain ends)
 
     // Weights in place (weight streaming): a line's stream passes every PE of the line and each
     // takes its block (three async ops: the blocks before it, its own, the blocks after). Loads
@@ -397,11 +397,14 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       // rectangle (pipelined: router, link, ramp) or to its own ramp (weight streaming, async).
       // fp16: fs2h converts y first (activate the task, then S + B nb / conversion width).
       // A padded Conv reading it: y copied into its bordered holder (fmovs; fp16: the fs2h writes there).
-      const int64_t conv = c.half() ? S + cdiv(k.rows_out() * k.nb, std::max<int64_t>(1, cfg.simd_convert)) : k.xp_h ? S + cdiv(k.rows_out() * k.nb, w32) : 0;
+      const std::vector<size_t>& rd = c.readers[l + 1];
+      const bool held = !rd.empty() || detail::move_reader(c, l) >= 0;
+      const int64_t conv = !held ? 0 : c.half() ? S + cdiv(k.rows_out() * k.nb, std::max<int64_t>(1, cfg.simd_convert)) : k.xp_h ? S + cdiv(k.rows_out() * k.nb, w32) : 0;
       // A conv's im2col gather: the out task activates the gather task (activate, ret, the switch),
       // which sets the first sample's offset (mul, dsd_off, add, sub, bz) before its send.
-      const std::vector<size_t>& rd = c.readers[l + 1];
-      const int64_t gather = !rd.empty() && c.kernels[rd[0]].spatial() ? 3 + 5 : 0;
+      // (Sequenced: the hand-off is kernel l + 1's, whichever kernel it reads.)
+      const size_t hn = c.sequenced ? l + 1 : rd.empty() ? nk : rd[0];
+      const int64_t gather = hn < nk && c.kernels[hn].spatial() ? 3 + 5 : 0;
       next[static_cast<size_t>(pn)] = (ws ? t + S + 2 : t + S + pass) + conv + gather + (gather ? 2 : 1) * seq_out;  // (sequenced: the hand-off's search, the gather's)
       if (l + 1 == c.kernels.size()) last_chain_end.push_back(t);
     }

@@ -64,6 +64,11 @@ std::vector<Unary> unary_of(const graph::Node& n, const ConstantOf& constant, st
 std::vector<AttnBlock> match_attention(const graph::Graph& g, std::map<std::string, size_t>& producer, const ConstantOf& constant,
                                        const SoleConsumer& sole, std::set<size_t>& consumed);
 
+// The kernel whose output a residual Add adds (-1: the graph input); k.residual >= 0.
+inline int64_t res_producer(const std::vector<DenseKernel>& ks, const DenseKernel& k) {
+  return k.res_out ? k.residual : ks[static_cast<size_t>(k.residual)].src;
+}
+
 // placement.cpp.
 // The array a kernel's readers take its output from (layer_program names it, pe_bytes counts it):
 // y as it is, its 16-bit copy, the attention's output, the pool's output, or the next Conv's
@@ -121,6 +126,10 @@ struct ArrayAt {
 ArrayAt y_array(const Compiled& c, size_t l);
 ArrayAt hold_array(const Compiled& c, size_t l);  // where kernel l's readers take its output from
 std::string res_dsd(const Compiled& c, size_t l);
+struct ConvWalk {
+  int64_t off = 0, H = 0, W = 0;  // the walk's start, the holder's height and width per sample
+};
+ConvWalk conv_walk(const Compiled& c, size_t reader);
 int64_t move_reader(const Compiled& c, size_t l);
 
 // layer_tasks.cpp: the task bodies, kernel by kernel. TaskNames: the tasks a body activates --

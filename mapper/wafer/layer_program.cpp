@@ -38,13 +38,23 @@ void data(ProgramTemplate& t, const std::string& name, Elem e, int64_t count, Li
   t.data(name, e, count, {}, lv.lo, lv.hi, note);
 }
 
-// The DSD dims of a conv's im2col walk over one sample of its [ih, iw, cb] holder.
-Dims im2col_dims(const DenseKernel& n) {
+// The DSD dims of a conv's im2col walk over one sample of its [H, W, cb] holder.
+Dims im2col_dims(const DenseKernel& n, int64_t W) {
   const int64_t cb = n.cblk;
-  return {{n.oh, n.sh * n.iw * cb}, {n.ow, n.sw * cb}, {n.khb, n.iw * cb}, {n.kw * cb, 1}};
+  return {{n.oh, n.sh * W * cb}, {n.ow, n.sw * cb}, {n.khb, W * cb}, {n.kw * cb, 1}};
 }
 
 }  // namespace
+
+// Where conv kernel `reader` walks its producer's holder: the holder's [H, W] per sample (the
+// reader's padded input, or the producer's bordered holder when another reader is padded) and the
+// element offset of the walk's start (inside the border for a reader with smaller pads).
+ConvWalk conv_walk(const Compiled& c, size_t reader) {
+  const DenseKernel& n = c.kernels[reader];
+  if (n.src < 0 || !c.kernels[static_cast<size_t>(n.src)].xp_h) return {0, n.ih, n.iw};
+  const DenseKernel& p = c.kernels[static_cast<size_t>(n.src)];
+  return {((p.xp_t - n.pad_t) * p.xp_w + (p.xp_l - n.pad_l)) * n.cblk, p.xp_h, p.xp_w};
+}
 
 // The DSD kernel l's residual reads: its own `res<l>` over the held array, or, when the held
 // feature map lies inside a zero border (the holder's reader is a padded Conv), the holder's
@@ -52,14 +62,14 @@ Dims im2col_dims(const DenseKernel& n) {
 std::string res_dsd(const Compiled& c, size_t l) {
   const DenseKernel& k = c.kernels[l];
   if (k.res_move) return "mvin" + std::to_string(l);  // as it arrives along the diagonal
-  const int64_t rs = c.kernels[static_cast<size_t>(k.residual)].src;
+  const int64_t rs = res_producer(c.kernels, k);
   return !k.res_host && rs >= 0 && c.kernels[static_cast<size_t>(rs)].xp_h ? "xpi" + std::to_string(rs) : "res" + std::to_string(l);
 }
 
 // The kernel whose residual kernel l's output moves to along the diagonal (-1: none).
 int64_t move_reader(const Compiled& c, size_t l) {
   for (size_t m = l + 1; m < c.kernels.size(); ++m)
-    if (c.kernels[m].res_move && c.kernels[static_cast<size_t>(c.kernels[m].residual)].src == static_cast<int64_t>(l)) return static_cast<int64_t>(m);
+    if (c.kernels[m].res_move && res_producer(c.kernels, c.kernels[m]) == static_cast<int64_t>(l)) return static_cast<int64_t>(m);
   return -1;
 }
 
@@ -101,8 +111,6 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     data(t, "xsave" + L, f32, B * kb, {}, "the x values this PE took (the weight gradient needs them)");
     t.mem1d("xsv" + L, "xsave" + L, 0, 1);
   }
-  const DenseKernel* nk = has_next ? &c.kernels[rd[0]] : nullptr;
-  const std::string N1 = has_next ? std::to_string(rd[0]) : "";
   const int64_t rows = k.rows_out();
   if (k.input_layer) {
     t.if_("src" + L);
@@ -112,7 +120,8 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   t.if_("last" + L);
   data(t, "bias" + L, f32, nb);
   if (k.pkh) data(t, "p" + L, f32, rows * nb, live(c, l, hold_of(k, h) == Hold::p ? 2 : 1), "the pool's output [sample, ph, pw, channel]");
-  if (h && has_next && !k.xp_h) data(t, "y16_" + L, we, rows * nb, live(c, l, 2), "y in the 16-bit format, as the next layer takes it");
+  const bool held = has_next || move_reader(c, l) >= 0;  // its output goes on (read, or moved to a residual)
+  if (h && held && !k.xp_h) data(t, "y16_" + L, we, rows * nb, live(c, l, 2), "y in the 16-bit format, as the next layer takes it");
   if (k.xp_h) data(t, "xp" + L, h ? we : f32, k.samples * k.xp_h * k.xp_w * nb, {}, "the next Conv's input [sample, h, w, channel] inside its zero border");
   if (k.pool_padded())
     t.data("yp" + L, f32, k.samples * k.pool_ih() * k.pool_iw() * nb, k.pavg ? 0.0f : -INFINITY, -1, -1, "y inside the pool's border");
@@ -122,7 +131,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   t.mem1d("yall" + L, ya.array, ya.off, B * nb);
   if (k.input_layer && k.spatial()) {
     t.if_("src" + L);
-    t.mem4d("xsm" + L, "xs" + L, P("xoff" + L), im2col_dims(k));
+    t.mem4d("xsm" + L, "xs" + L, P("xoff" + L), im2col_dims(k, k.iw));
     t.fabric("xout" + L, DsdKind::fabout, we, k.cx, 0, k.oh * k.ow * kb);
     t.endif();
   } else if (k.input_layer) {
@@ -145,14 +154,13 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     data(t, "act" + L + "_" + std::to_string(i) + "_a", f32, B * nb, live(c, l, 1));
     t.mem1d("act" + L + "_" + std::to_string(i), "act" + L + "_" + std::to_string(i) + "_a");
   }
-  if (k.residual >= 0) {  // the residual: the input of kernel r, held here in the same blocks
-    const size_t r = static_cast<size_t>(k.residual);
-    const int64_t rs = c.kernels[r].src;
+  if (k.residual >= 0) {  // the residual: the input (or output) of kernel r, held here in the same blocks
+    const int64_t rs = res_producer(c.kernels, k);
     if (k.res_host) data(t, "xr" + L, f32, B * nb, {}, "the graph input's block, placed by the host");
     if (k.res_move) t.fabric("mvin" + L, DsdKind::fabin, h ? we : f32, k.cm, kMoveInQueue, B * nb);
     else if (res_dsd(c, l) == "res" + L) {
-      const ArrayAt held = k.res_host ? ArrayAt{"xr" + L} : rs < 0 ? ArrayAt{"xs0"} : hold_array(c, static_cast<size_t>(rs));
-      t.mem1d("res" + L, held.array, held.off, B * nb);
+      const ArrayAt at = k.res_host ? ArrayAt{"xr" + L} : rs < 0 ? ArrayAt{"xs0"} : hold_array(c, static_cast<size_t>(rs));
+      t.mem1d("res" + L, at.array, at.off, B * nb);
     }
   }
   if (k.layernorm) {
@@ -255,19 +263,28 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
         t.mem4d("pw" + L + "_" + std::to_string(a * k.pkw + b), yin.array, yin.off + (a * pw_in + b) * nb,
                 {{k.samples, ph_in * pw_in * nb}, {k.ph, k.psh * pw_in * nb}, {k.pw, k.psw * nb}, {nb, 1}});
   }
-  // The array the next layer's x values are read from, and how.
-  const ArrayAt hold = hold_array(c, l);
-  if (has_next) {
-    const int64_t len = nk->spatial() ? nk->oh * nk->ow * nk->kb : rows * k.feat_nb();
-    t.fabric("yout" + L, DsdKind::fabout, we, nk->cx, 1, len);
-    for (size_t j = 1; j < rd.size(); ++j) t.fabric("yout" + L + "_" + std::to_string(j), DsdKind::fabout, we, c.kernels[rd[j]].cx, 1, len);
-    if (nk->xread == DenseKernel::XRead::flatten)  // [sample, P, nb] read channel-major: the Flatten's order
-      t.mem4d("gx" + N1, hold.array, hold.off, {{nk->samples, nk->P * nb}, {nb, 1}, {nk->P, nb}});
-    if (nk->spatial()) t.mem4d("gx" + N1, hold.array, hold.off, im2col_dims(*nk));
+  // The hand-off: the x values of the reader (sequenced: of kernel l + 1, read from the holder of
+  // the kernel it reads -- this one's, or one an even number of kernels back on the same PEs).
+  const size_t hn = c.sequenced ? l + 1 : has_next ? rd[0] : c.kernels.size();
+  if (hn < c.kernels.size()) {
+    const DenseKernel& n = c.kernels[hn];
+    const DenseKernel& sk = c.kernels[static_cast<size_t>(n.src)];
+    const ArrayAt hold = hold_array(c, static_cast<size_t>(n.src));
+    const std::string H = std::to_string(hn);
+    const int64_t len = n.spatial() ? n.oh * n.ow * n.kb : sk.rows_out() * sk.feat_nb();
+    t.fabric("yout" + L, DsdKind::fabout, we, n.cx, 1, len);
+    if (!c.sequenced)
+      for (size_t j = 1; j < rd.size(); ++j) t.fabric("yout" + L + "_" + std::to_string(j), DsdKind::fabout, we, c.kernels[rd[j]].cx, 1, len);
+    if (n.xread == DenseKernel::XRead::flatten)  // [sample, P, nb] read channel-major: the Flatten's order
+      t.mem4d("gx" + H, hold.array, hold.off, {{n.samples, n.P * sk.nb}, {sk.nb, 1}, {n.P, sk.nb}});
+    if (n.spatial()) {
+      const ConvWalk cw = conv_walk(c, hn);
+      t.mem4d("gx" + H, hold.array, hold.off + cw.off, im2col_dims(n, cw.W));
+    }
   }
-  if (has_next && h && !k.xp_h) t.mem1d("y16m" + L, "y16_" + L);
+  if (held && h && !k.xp_h) t.mem1d("y16m" + L, "y16_" + L);
   if (k.xp_h)  // where the chain end writes y: the holder's interior
-    t.mem4d("xpi" + L, "xp" + L, (nk->pad_t * k.xp_w + nk->pad_l) * nb, interior_dims(k.samples, k.xp_h, k.xp_w, nk->ih_raw, nk->iw_raw, nb));
+    t.mem4d("xpi" + L, "xp" + L, (k.xp_t * k.xp_w + k.xp_l) * nb, interior_dims(k.samples, k.xp_h, k.xp_w, k.pkh ? k.ph : k.oh, k.pkh ? k.pw : k.ow, nb));
   if (const int64_t m = move_reader(c, l); m >= 0)  // the held output, sent along the diagonal to kernel m's chain ends
     t.fabric("mvout" + L, DsdKind::fabout, h ? we : f32, c.kernels[static_cast<size_t>(m)].cm, kMoveOutQueue, rows * k.feat_nb());
   t.endif();

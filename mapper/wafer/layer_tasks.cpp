@@ -39,9 +39,10 @@ void gather_ops(ProgramTemplate& t, const std::string& task, const std::string& 
 }
 
 // The first of kernel l's three x-task registers (counter j, sample counter b, scratch): three per
-// layer (r0..r14) for up to 5 layers; with more, every layer's x tasks share r0..r2 (a PE
-// finishes a kernel's x tasks, the counters back at 0, before the next kernel's x values reach it).
-int x_regs(const Compiled& c, size_t l) { return c.kernels.size() > 5 ? 0 : 3 * static_cast<int>(l); }
+// layer (r0..r14) for up to 5 layers; with more, or sequenced (whose shared tasks keep r3..r10),
+// every layer's x tasks share r0..r2 (a PE finishes a kernel's x tasks, the counters back at 0,
+// before the next kernel's x values reach it).
+int x_regs(const Compiled& c, size_t l) { return c.kernels.size() > 5 || c.sequenced ? 0 : 3 * static_cast<int>(l); }
 
 TaskNames task_names(const Compiled& c, size_t l) {
   if (c.sequenced) return {"onx", "red", "out", "gs", "ld", "ldb", "ldc", "ldd"};
@@ -55,7 +56,8 @@ TaskNames task_names(const Compiled& c, size_t l) {
 void red_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& tn) {
   const DenseKernel& k = c.kernels[l];
   const bool ws = c.mode == MapMode::weight_streaming;
-  const bool has_next = !c.readers[l + 1].empty();
+  // (sequenced: every kernel but the last hands the next one's x values off, read or not)
+  const bool has_next = c.sequenced ? l + 1 < c.kernels.size() : !c.readers[l + 1].empty();
   const bool final_layer = ws ? l + 1 == c.kernels.size() : true;
   const std::string L = std::to_string(l);
   const bool h = c.half();
@@ -99,19 +101,29 @@ void red_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& 
 }
 
 // The hand-off at the chain ends (inside `last<l>`): y into the next Conv's bordered input or its
-// 16-bit copy, then the gather (a conv reader) or one send of the block to the first reader.
-// Returns the array the sends read.
+// 16-bit copy (when read or moved), then the gather (a conv reader) or one send of the block to the
+// first reader -- sequenced: to kernel l + 1, from the holder of the kernel it reads (this one, or
+// one an even number of kernels back whose chain ends are these PEs). Returns the array the sends
+// read.
 std::string out_first(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& tn) {
   const DenseKernel& k = c.kernels[l];
   const bool ws = c.mode == MapMode::weight_streaming;
   const std::vector<size_t>& rd = c.readers[l + 1];
-  const DenseKernel& nk = c.kernels[rd[0]];
-  const std::string L = std::to_string(l), N1 = std::to_string(rd[0]);
+  const size_t hn = c.sequenced ? l + 1 : rd[0];
+  const DenseKernel& nk = c.kernels[hn];
+  const size_t s = static_cast<size_t>(nk.src);
+  const std::string L = std::to_string(l), N1 = std::to_string(hn), S = std::to_string(s);
   const bool h = c.half();
   const Op mov = h ? Op::fmovh : Op::fmovs;
-  const std::string full = k.attn ? "aall" + L : k.pkh ? "pall" + L : "yall" + L;
-  if (k.xp_h) t.op(h ? Op::fs2h : Op::fmovs, {"xpi" + L, full}, "into the next Conv's bordered input");
-  else if (h) t.op(Op::fs2h, {"y16m" + L, full});
+  auto full_of = [&](size_t q) {
+    const DenseKernel& qk = c.kernels[q];
+    return (qk.attn ? "aall" : qk.pkh ? "pall" : "yall") + std::to_string(q);
+  };
+  const std::string full = full_of(l);
+  if (!rd.empty() || move_reader(c, l) >= 0) {
+    if (k.xp_h) t.op(h ? Op::fs2h : Op::fmovs, {"xpi" + L, full}, "into the next Conv's bordered input");
+    else if (h) t.op(Op::fs2h, {"y16m" + L, full});
+  }
   if (move_reader(c, l) >= 0)  // a later residual's input, along the diagonal (it waits on the route until added)
     t.op_async(mov, {"mvout" + L, k.xp_h ? "xpi" + L : h ? "y16m" + L : full});
   if (nk.spatial()) {
@@ -119,7 +131,7 @@ std::string out_first(const Compiled& c, size_t l, ProgramTemplate& t, const Tas
     t.op(Op::ret, {});
     return {};
   }
-  const std::string src = nk.xread == DenseKernel::XRead::flatten ? "gx" + N1 : h ? "y16m" + L : full;
+  const std::string src = nk.xread == DenseKernel::XRead::flatten ? "gx" + N1 : h ? "y16m" + S : full_of(s);
   if (ws) {
     t.op_async(mov, {"yout" + L, src}, rd.size() > 1 ? "out" + L + "_1" : "");
     t.op(Op::ret, {});
@@ -232,7 +244,8 @@ void layer_tasks(const Compiled& c, size_t l, ProgramTemplate& t) {
     const std::string src = out_first(c, l, t, tn);
     if (nk.spatial()) {
       t.task(tn.gs, TaskKind::local, id_send + static_cast<int>(rd[0]), -1, -1, false, false, "one sample's im2col rows per send");
-      gather_ops(t, tn.gs, tn.gs + "_z", "gx" + std::to_string(rd[0]), "yout" + L, nk.ih * nk.iw * nk.cblk, nk.samples, x_regs(c, rd[0]) + 2, mov, !ws);
+      const ConvWalk cw = conv_walk(c, rd[0]);
+      gather_ops(t, tn.gs, tn.gs + "_z", "gx" + std::to_string(rd[0]), "yout" + L, cw.H * cw.W * nk.cblk, nk.samples, x_regs(c, rd[0]) + 2, mov, !ws);
     }
     for (size_t j = 1; j < rd.size(); ++j) {  // the other readers, one after another
       const std::string out = "out" + L + "_" + std::to_string(j), yout = "yout" + L + "_" + std::to_string(j);

@@ -258,7 +258,8 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
     const bool commutative = n.op == "Add" || n.op == "Mul";
     // A dense layer may read the graph input or any kernel's output (weight streaming); the rest
     // continue the running activation.
-    const bool dense = n.op == "Gemm" || n.op == "MatMul";
+    // A Conv may read an earlier Conv's output too (ResNet's downsampling shortcut beside the block).
+    const bool dense = n.op == "Gemm" || n.op == "MatMul" || n.op == "Conv";
     long src = -2;
     if (dense && !n.inputs.empty()) {
       if (n.inputs[0] == input) src = -1;
@@ -285,7 +286,9 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       if (!fmap || !w || w->rank() != static_cast<int64_t>(cs.size()))
         unsupported("Conv needs a [batch, channels, height, width] input and a constant 4-D weight (or [batch, channels, length] and a 3-D weight)");
       const bool one_d = cs.size() == 3;
-      if (!ks.empty() && !ks.back().spatial()) unsupported("Conv reads the output of a dense layer; the wafer compiler maps convolutions on the input or after another Conv");
+      const long csrc = src >= -1 ? src : static_cast<long>(ks.size()) - 1;
+      if (csrc >= 0 && !ks[static_cast<size_t>(csrc)].spatial()) unsupported("Conv reads the output of a dense layer; the wafer compiler maps convolutions on the input or after another Conv");
+      if (csrc < 0 && !ks.empty()) unsupported("Conv reads the graph input beside another kernel; the wafer maps a feature-map input read by one kernel");
       const int64_t groups = n.attrs.get_int("group", 1);
       for (const int64_t d : n.attrs.get_ints("dilations", {1, 1}))
         if (d != 1) unsupported("dilated Conv is not mapped on the wafer");
@@ -301,7 +304,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       k.op = "Conv";
       k.nodes = {n.name};
       k.xread = DenseKernel::XRead::conv;
-      k.src = static_cast<long>(ks.size()) - 1;
+      k.src = csrc;
       k.samples = cs[0];
       k.cin = cs[1];
       k.N = w->shape()[0];
@@ -323,7 +326,12 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       k.B = k.samples * k.oh * k.ow;
       k.K = k.cin * k.kh * k.kw;
       k.kflops = k.K / groups;  // the model's FLOPs: a group's inputs only
-      if (k.padded() && !ks.empty()) ks.back().xp_h = k.ih, ks.back().xp_w = k.iw;
+      if (k.padded() && csrc >= 0) {  // the producer holds its output inside this reader's zero border
+        DenseKernel& p = ks[static_cast<size_t>(csrc)];
+        if (p.xp_h && (p.xp_h != k.ih || p.xp_w != k.iw || p.xp_t != k.pad_t || p.xp_l != k.pad_l))
+          unsupported("two padded Convs read one feature map with different pads; the wafer holds it inside one zero border");
+        p.xp_h = k.ih, p.xp_w = k.iw, p.xp_t = k.pad_t, p.xp_l = k.pad_l;
+      }
       k.Wconv = w->to_f32();
       if (groups > 1) {
         // A grouped (depthwise: one channel per group) Conv as the dense Conv whose weight is zero
@@ -422,12 +430,16 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       // A residual: the other input must be the input of an earlier kernel (held on the PEs).
       const std::string o2 = other_in(n, cur);
       long r = -1;
+      bool out = false;
       for (size_t q = 0; q < ks.size(); ++q)
         if (ks[q].in_value == o2) r = static_cast<long>(q);
+      for (size_t q = 0; r < 0 && q + 1 < kout.size(); ++q)  // or an earlier kernel's output no kernel reads
+        if (kout[q] == o2) r = static_cast<long>(q), out = true;
       if (r < 0 || ks.back().residual >= 0 || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().pkh || flat)
         unsupported("Add of two activations is mapped only as a residual: the running activation plus the input of an earlier dense layer or Conv, before any LayerNorm or pool");
       if (shape_numel(g.value(o2).shape) != shape_numel(cs)) unsupported("the residual adds " + shape_str(g.value(o2).shape) + " to " + shape_str(cs) + " (a broadcast): the wafer maps residuals of one shape");
       ks.back().residual = r;
+      ks.back().res_out = out;
       absorb(ks.back(), n);
     } else if (n.op == "Add" && !ks.empty() && constant(other_in(n, cur)) && per_feature(*constant(other_in(n, cur)), ks.back().N, fmap, cs.size()) &&
                !ks.back().activated() && ks.back().residual < 0 && !ks.back().softmax && !ks.back().attn && !ks.back().layernorm && !ks.back().pkh && !flat) {

@@ -48,7 +48,7 @@ bool scratch_reuse(const Compiled& c) {
   if (c.mode != MapMode::weight_streaming || c.training) return false;
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     const DenseKernel& k = c.kernels[l];
-    if (k.src != static_cast<int64_t>(l) - 1 || c.readers[l + 1].size() > 1 || k.attn || k.layernorm || k.res_host || k.qkv) return false;
+    if (((k.src != static_cast<int64_t>(l) - 1 || c.readers[l + 1].size() > 1) && !c.sequenced) || k.attn || k.layernorm || k.res_host || k.qkv) return false;
   }
   return true;
 }
@@ -59,11 +59,13 @@ bool scratch_reuse(const Compiled& c) {
 // ends before any x value of the kernel after it reaches them; a moved one to the phase after.
 std::pair<int32_t, int32_t> scratch_phases(const Compiled& c, size_t l, int span) {
   int32_t hi = static_cast<int32_t>(l) + span;
+  if (span == 2)  // a later reader (sequenced branches) takes it in its own phase, as kernel l + 1 does in l + 1
+    for (const size_t m : c.readers[l + 1]) hi = std::max(hi, static_cast<int32_t>(m) + 1);
   if (span == 0 || span == 2)
     for (size_t m = l + 1; m < c.kernels.size(); ++m) {
       const DenseKernel& k = c.kernels[m];
       if (k.residual < 0 || k.res_host) continue;
-      const int64_t held = c.kernels[static_cast<size_t>(k.residual)].src;  // -1: the graph input
+      const int64_t held = res_producer(c.kernels, k);  // -1: the graph input
       // (A moved residual is sent while its producer's PEs may already take kernel m + 1's x
       // values: the array lives one phase more.)
       if (span == 2 ? held == static_cast<int64_t>(l) : held < 0 && l == 0) hi = std::max(hi, static_cast<int32_t>(m) + (k.res_move ? 1 : 0));
@@ -137,7 +139,7 @@ namespace {
 void channel_blocks(std::vector<DenseKernel>& ks, size_t l, int64_t input_cb, int64_t lines, int64_t per_line) {
   DenseKernel& k = ks[l];
   if (k.xread == DenseKernel::XRead::rows) return;
-  k.cblk = l == 0 ? input_cb : ks[l - 1].nb;
+  k.cblk = k.src < 0 ? input_cb : ks[static_cast<size_t>(k.src)].nb;
   k.khb = k.kh;
   if (l == 0 && k.spatial()) {
     const int64_t spare = std::max<int64_t>(1, lines / cdiv(k.cin, k.cblk));

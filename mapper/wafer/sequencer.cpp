@@ -152,7 +152,8 @@ void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
       const size_t p = static_cast<size_t>(m - 1);
       const DenseKernel& nk = c.kernels[p + 1];
       t.if_("last" + std::to_string(p));
-      gather_ops(t, tn.gs, "gz" + std::to_string(p), "gx" + std::to_string(p + 1), "yout" + std::to_string(p), nk.ih * nk.iw * nk.cblk, nk.samples, kRt, mov, false);
+      const ConvWalk cw = conv_walk(c, p + 1);
+      gather_ops(t, tn.gs, "gz" + std::to_string(p), "gx" + std::to_string(p + 1), "yout" + std::to_string(p), cw.H * cw.W * nk.cblk, nk.samples, kRt, mov, false);
       t.endif();
       t.op(Op::ret, {});
     });
