@@ -231,7 +231,9 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     if (ws) {
       const int64_t qw = c.weight_queue(l);
       const int64_t Q = qw < static_cast<int64_t>(cfg.input_depth.size()) ? cfg.input_depth[static_cast<size_t>(qw)] : 1;
-      const int64_t gap = std::max<int64_t>(0, S + 2 + seq_d - Q);  // (sequenced: the next load step's search first)
+      // (Sequenced: the next load step's search first. Run-time block lengths: the step after a
+      // PE's own block sets the length of the blocks after it first -- sub, mul, two dsd_len.)
+      const int64_t gap = std::max<int64_t>(0, S + 2 + seq_d + (detail::runtime_block_lengths(c.training, k) ? 4 : 0) - Q);
       const double bytes = static_cast<double>(k.lanes * k.lane_len) * 4;
       const double burst = std::min(static_cast<double>(cfg.memoryx_burst), bytes);
       // This layer's first burst is out of SwarmX after the earlier layers' bytes and its own first
