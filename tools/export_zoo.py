@@ -234,7 +234,7 @@ CASES = [
          source="torchvision EfficientNet(*_efficientnet_conf('efficientnet_b0', "
                 "width_mult=0.25, depth_mult=0.25), num_classes=10)",
          what="EfficientNet-B0 scaled to width 0.25 and depth 0.25 by torchvision's own "
-              "config builder"),
+              "config builder", wafer=("weight_streaming",)),
     dict(name="regnet_y", seed=15, opset=17, inputs={"x": (2, 3, 32, 32)},
          build=regnet_y_tiny,
          source="torchvision RegNet(BlockParams.from_init_params(depth=4, w_0=16, w_a=8, "

@@ -320,6 +320,16 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       if (q.k_on_columns != k.k_on_columns || kk.k_on_columns != k.k_on_columns || q.nb != k.nb || kk.nb != k.nb || q.B != k.B || kk.B != k.B || q.N != k.N || kk.N != k.N)
         throw InputError("kernel '" + k.name + "'", "the attention's Q, K and V must come out on the same PEs in the same blocks (dense layers of the same input and size)", kOpsHint);
     }
+  // Squeeze-excitation: the gated feature map lies on the gate's chain ends in the same blocks.
+  for (const auto& k : c.kernels) {
+    if (k.gate_of < 0) continue;
+    const DenseKernel& gk = c.kernels[static_cast<size_t>(k.gate_of)];
+    if (opt.mode == MapMode::pipelined)
+      throw InputError("/mapping/mode", "kernel '" + k.name + "': pipelined mode does not map a squeeze-excitation gate (the feature map it multiplies lies in another kernel's rectangle)",
+                       "use \"mapping\": {\"mode\": \"weight_streaming\"}");
+    if (gk.k_on_columns != k.k_on_columns || gk.nb != k.nb || gk.samples != k.samples)
+      throw InputError("kernel '" + k.name + "'", "the squeeze-excitation gate's feature map (the output of kernel '" + gk.name + "') does not lie on its chain ends in the same blocks (an odd number of kernels between them)", kOpsHint);
+  }
   // Residuals: the held input must lie on this kernel's chain ends in the same blocks.
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     const DenseKernel& k = c.kernels[l];

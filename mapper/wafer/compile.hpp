@@ -194,11 +194,18 @@ struct DenseKernel {
   // (`yp<l>`: -inf for a max, zeros for a mean counting them).
   int64_t ppt = 0, ppl = 0, ppb = 0, ppr = 0;
   bool pool_padded() const { return ppt || ppl || ppb || ppr; }
+  // Squeeze-excitation: this kernel's output (after its functions) is a per-channel gate
+  // [samples, N] that multiplies the output of kernel gate_of before its pool -- a feature map of
+  // gate_rows rows in the same blocks on the same chain ends (two kernels back: the same edge); the
+  // product (array gt<l>) is what its readers take. prepool: the value before a kernel's pool (the
+  // graph value a later gate multiplies).
+  int64_t gate_of = -1, gate_rows = 0;
+  std::string prepool;
   int64_t pool_ih() const { return oh + ppt + ppb; }
   int64_t pool_iw() const { return ow + ppl + ppr; }
   bool spatial() const { return xread == XRead::conv; }
   // Rows of the output the next kernel reads (after the pool), per block of nb channels.
-  int64_t rows_out() const { return pkh ? samples * ph * pw : B; }
+  int64_t rows_out() const { return gate_rows ? gate_rows : pkh ? samples * ph * pw : B; }
   // Colors: x multicast, the two alternating reduce colors, weights (weight streaming only).
   int cx = -1, cr0 = -1, cr1 = -1, cw = -1;
   int cb = -1;                       // training: dy multicast back along the chains
@@ -356,8 +363,8 @@ Tensor Compiled::gather_output(Read read) const {
   for (int64_t i = 0; i < k.nblocks(); ++i) {
     const int64_t px = k.k_on_columns ? k.w - 1 : i, py = k.k_on_columns ? i : k.h - 1;
     const size_t l = static_cast<size_t>(&k - kernels.data());
-    const bool arena = sequenced && !k.attn && !k.pkh;  // y in the sequencer's arena
-    const std::vector<float> y = read(k.x0 + px, k.y0 + py, arena ? std::string("Yar") : (k.attn ? "att" : k.pkh ? "p" : "y") + std::to_string(l));
+    const bool arena = sequenced && !k.attn && !k.pkh && k.gate_of < 0;  // y in the sequencer's arena
+    const std::vector<float> y = read(k.x0 + px, k.y0 + py, arena ? std::string("Yar") : (k.attn ? "att" : k.pkh ? "p" : k.gate_of >= 0 ? "gt" : "y") + std::to_string(l));
     const size_t base = arena ? static_cast<size_t>(y_off[l]) : 0;
     const int64_t nb = k.feat_nb(), N = k.feat_N();
     for (int64_t s = 0; s < k.samples; ++s)

@@ -329,6 +329,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       for (const Unary& u : k.acts_after) act_ops += unary_op_count(u);
       t += (S + cdiv(n_el, w32)) * (1 + act_ops + (k.residual >= 0 && !k.res_move ? 1 : 0));  // bias, activation, residual
       if (k.res_move) t += S + n_el;  // a moved residual is added as it arrives: a wavelet per cycle
+      if (k.gate_of >= 0) t += S + cdiv(k.gate_rows * k.nb, w32);  // squeeze-excitation: the feature map times the gate
       if (k.softmax) {  // softmax_program over the N outputs of the B samples (strided columns)
         const int64_t N = k.N, B = k.B;
         t += dsd(B, Op::fmovs, k.nb) + (N - 1) * dsd(B, Op::fmaxs, k.nb) + N * dsd(B, Op::fsubs, std::max(k.nb, N)) + kExpOps * dsd(B * N, Op::fmuls, 1) +

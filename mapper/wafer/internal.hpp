@@ -71,9 +71,9 @@ inline int64_t res_producer(const std::vector<DenseKernel>& ks, const DenseKerne
 
 // placement.cpp.
 // The array a kernel's readers take its output from (layer_program names it, pe_bytes counts it):
-// y as it is, its 16-bit copy, the attention's output, the pool's output, or the next Conv's
-// holder with the zero border.
-enum class Hold { y, y16, att, p, xp };
+// y as it is, its 16-bit copy, the attention's output, the pool's output, the next Conv's
+// holder with the zero border, or the squeeze-excitation product.
+enum class Hold { y, y16, att, p, xp, gt };
 Hold hold_of(const DenseKernel& k, bool half);
 int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<int64_t, 3>* scratch = nullptr);
 bool scratch_reuse(const Compiled& c);

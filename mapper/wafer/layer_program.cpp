@@ -80,7 +80,7 @@ ArrayAt y_array(const Compiled& c, size_t l) {
 
 // The array holding kernel l's output where the next kernels read it.
 ArrayAt hold_array(const Compiled& c, size_t l) {
-  static const char* const kName[] = {"y", "y16_", "att", "p", "xp"};  // by Hold
+  static const char* const kName[] = {"y", "y16_", "att", "p", "xp", "gt"};  // by Hold
   const Hold hd = hold_of(c.kernels[l], c.half());
   if (hd == Hold::y) return y_array(c, l);
   return {kName[static_cast<int>(hd)] + std::to_string(l), 0};
@@ -123,6 +123,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   const bool held = has_next || move_reader(c, l) >= 0;  // its output goes on (read, or moved to a residual)
   if (h && held && !k.xp_h) data(t, "y16_" + L, we, rows * nb, live(c, l, 2), "y in the 16-bit format, as the next layer takes it");
   if (k.xp_h) data(t, "xp" + L, h ? we : f32, k.samples * k.xp_h * k.xp_w * nb, {}, "the next Conv's input [sample, h, w, channel] inside its zero border");
+  if (k.gate_of >= 0) data(t, "gt" + L, f32, k.gate_rows * nb, live(c, l, hold_of(k, h) == Hold::gt ? 2 : 1), "the gated feature map [sample, h, w, channel]");
   if (k.pool_padded())
     t.data("yp" + L, f32, k.samples * k.pool_ih() * k.pool_iw() * nb, k.pavg ? 0.0f : -INFINITY, -1, -1, "y inside the pool's border");
   t.endif();
@@ -162,6 +163,12 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
       const ArrayAt at = k.res_host ? ArrayAt{"xr" + L} : rs < 0 ? ArrayAt{"xs0"} : hold_array(c, static_cast<size_t>(rs));
       t.mem1d("res" + L, at.array, at.off, B * nb);
     }
+  }
+  if (k.gate_of >= 0) {  // squeeze-excitation: kernel g's y (before its pool) times this kernel's gate, per sample and channel
+    const ArrayAt gy = y_array(c, static_cast<size_t>(k.gate_of));
+    t.mem1d("gall" + L, "gt" + L);
+    t.mem1d("gy" + L, gy.array, gy.off, k.gate_rows * nb);
+    t.mem4d("gg" + L, ya.array, ya.off, {{k.samples, nb}, {k.gate_rows / k.samples, 0}, {nb, 1}}, "the gate again for every position");
   }
   if (k.layernorm) {
     for (const char* n : {"lns", "lnc", "lnr"}) data(t, n + L, f32, B);

@@ -71,6 +71,7 @@ void red_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& 
   for (int i = 0; i < k.act_temporaries(); ++i) tmp.push_back("act" + L + "_" + std::to_string(i));
   for (const Unary& u : k.acts) unary_ops(t, u, y, tmp);
   if (act_some) t.endif();
+  if (k.gate_of >= 0) t.op(Op::fmuls, {"gall" + L, "gy" + L, "gg" + L}, "squeeze-excitation: the feature map times the gate");
   if (k.attn) attention_program(k, l, x_regs(c, l), t);
   if (k.softmax) softmax_program(t, k, L);
   if (k.residual >= 0) t.op(h && !k.res_host ? Op::faddhs : Op::fadds, {y, y, res_dsd(c, l)});  // 16-bit compute: the held value is 16-bit
@@ -117,7 +118,7 @@ std::string out_first(const Compiled& c, size_t l, ProgramTemplate& t, const Tas
   const Op mov = h ? Op::fmovh : Op::fmovs;
   auto full_of = [&](size_t q) {
     const DenseKernel& qk = c.kernels[q];
-    return (qk.attn ? "aall" : qk.pkh ? "pall" : "yall") + std::to_string(q);
+    return (qk.attn ? "aall" : qk.pkh ? "pall" : qk.gate_of >= 0 ? "gall" : "yall") + std::to_string(q);
   };
   const std::string full = full_of(l);
   if (!rd.empty() || move_reader(c, l) >= 0) {

@@ -369,6 +369,8 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       for (const int64_t d : n.attrs.get_ints("dilations", {1, 1}))
         if (d != 1) unsupported("dilated " + n.op + " is not mapped on the wafer");
       if (kshape.size() != 2 || st.size() != 2) unsupported(n.op + " needs a 2-D kernel_shape and strides");
+      if (k.gate_of >= 0) unsupported(n.op + " after a squeeze-excitation gate is not mapped on the wafer in this build");
+      k.prepool = cur;  // (a later squeeze-excitation gate multiplies it)
       k.pavg = n.op != "MaxPool";  // without pads, count_include_pad changes nothing
       k.pkh = kshape[0];
       k.pkw = kshape[1];
@@ -406,7 +408,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
         const DenseKernel& p = ks.back();
         k.xread = DenseKernel::XRead::flatten;
         k.cin = p.N;
-        k.P = p.pkh ? p.ph * p.pw : p.oh * p.ow;
+        k.P = p.rows_out() / p.samples;
         flat = false;
       }
       bool trans_b = false;
@@ -435,7 +437,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
         if (ks[q].in_value == o2) r = static_cast<long>(q);
       for (size_t q = 0; r < 0 && q + 1 < kout.size(); ++q)  // or an earlier kernel's output no kernel reads
         if (kout[q] == o2) r = static_cast<long>(q), out = true;
-      if (r < 0 || ks.back().residual >= 0 || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().pkh || flat)
+      if (r < 0 || ks.back().residual >= 0 || ks.back().gate_of >= 0 || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().pkh || flat)
         unsupported("Add of two activations is mapped only as a residual: the running activation plus the input of an earlier dense layer or Conv, before any LayerNorm or pool");
       if (shape_numel(g.value(o2).shape) != shape_numel(cs)) unsupported("the residual adds " + shape_str(g.value(o2).shape) + " to " + shape_str(cs) + " (a broadcast): the wafer maps residuals of one shape");
       ks.back().residual = r;
@@ -448,6 +450,21 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       for (int64_t b = 0; b < ks.back().N; ++b) ks.back().bias[static_cast<size_t>(b)] += cv[static_cast<size_t>(b)];
       ks.back().b_value = ks.back().b_value.empty() ? other_in(n, cur) : "*";  // "*": two biases (training refuses it)
       absorb(ks.back(), n);
+    } else if (n.op == "Mul" && !ks.empty() && !other_in(n, cur).empty() && !constant(other_in(n, cur))) {
+      // Squeeze-excitation: the running activation, a per-channel gate [samples, C, 1, 1] (a 1x1
+      // Conv of pooled features and its Sigmoid), times the feature map an earlier Conv pooled.
+      const std::string o2 = other_in(n, cur);
+      long gk = -1;
+      for (size_t q = 0; q + 1 < ks.size(); ++q)
+        if (ks[q].prepool == o2) gk = static_cast<long>(q);
+      DenseKernel& k = ks.back();
+      const Shape& os = g.value(o2).shape;
+      if (gk < 0 || !k.spatial() || k.oh * k.ow != 1 || k.residual >= 0 || k.pkh || k.layernorm || k.softmax || k.attn || k.gate_of >= 0 || flat || os.size() != cs.size() ||
+          os[0] != cs[0] || os[1] != cs[1])
+        unsupported("Mul of two activations is mapped only as squeeze-excitation: a per-channel gate (a 1x1 Conv of the features an earlier Conv pooled, after its function) times that Conv's feature map");
+      k.gate_of = gk;
+      k.gate_rows = ks[static_cast<size_t>(gk)].B;
+      absorb(k, n);
     } else if (n.op == "Softmax") {
       const int64_t r = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());
       const int64_t axis = n.attrs.get_int("axis", g.opset >= 13 ? -1 : 1);
@@ -483,8 +500,8 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       if (us.empty()) unsupported(n.op == "Add" ? "Add is mapped as a bias (a constant per output feature) right after a dense layer or Conv, as a residual, or as an Add of a scalar constant" : why);
       if (ks.empty() || flat) unsupported(n.op + " is mapped only after a dense layer or Conv (at its chain ends)");
       DenseKernel& k = ks.back();
-      if (k.attn || k.softmax || k.layernorm)
-        unsupported(n.op + " after attention, a Softmax or a LayerNorm is not mapped on the wafer in this build");
+      if (k.attn || k.softmax || k.layernorm || k.gate_of >= 0)
+        unsupported(n.op + " after attention, a Softmax, a LayerNorm or a squeeze-excitation gate is not mapped on the wafer in this build");
       if (k.pkh && k.pavg) unsupported(n.op + " after an average pool is not mapped on the wafer (a mean does not commute with it); apply it before the pool");
       for (const Unary& u : us)  // after a MaxPool it runs before the pool: exact when max commutes with it
         if (k.pkh && !u.monotone()) unsupported(n.op + " after a MaxPool is not mapped on the wafer (it is applied before the pool, exact only for a non-decreasing function); apply it before the pool");

@@ -17,7 +17,7 @@ namespace tessera::wafer::detail {
 // sends end before the next kernel's x values exist), 1 y and the post-ops' arrays, 2 the array
 // the next kernel's x values are read from.
 Hold hold_of(const DenseKernel& k, bool half) {
-  return k.xp_h ? Hold::xp : half ? Hold::y16 : k.attn ? Hold::att : k.pkh ? Hold::p : Hold::y;
+  return k.xp_h ? Hold::xp : half ? Hold::y16 : k.attn ? Hold::att : k.pkh ? Hold::p : k.gate_of >= 0 ? Hold::gt : Hold::y;
 }
 
 int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<int64_t, 3>* scratch) {
@@ -27,6 +27,7 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<in
   s[1] += k.act_temporaries() * k.B * k.nb * 4;                                     // the elementwise functions' temporaries (chain end)
   if (k.pkh) s[hold == Hold::p ? 2 : 1] += k.rows_out() * k.nb * 4;  // the pooled output (chain end)
   if (hold == Hold::y16) s[2] += k.rows_out() * k.nb * 2;            // y in the 16-bit format (chain end)
+  if (k.gate_of >= 0) s[hold == Hold::gt ? 2 : 1] += k.gate_rows * k.nb * 4;  // the squeeze-excitation product (chain end)
   if (k.input_layer) s[0] += (k.spatial() ? k.xs_elems() : k.B * k.kb) * wbytes;  // xs (source)
   if (scratch) *scratch = s;
   int64_t b = s[0] + s[1] + s[2] + (own_w ? k.kb * k.nb * wbytes : 0);  // W
@@ -61,6 +62,9 @@ std::pair<int32_t, int32_t> scratch_phases(const Compiled& c, size_t l, int span
   int32_t hi = static_cast<int32_t>(l) + span;
   if (span == 2)  // a later reader (sequenced branches) takes it in its own phase, as kernel l + 1 does in l + 1
     for (const size_t m : c.readers[l + 1]) hi = std::max(hi, static_cast<int32_t>(m) + 1);
+  if (span >= 1)  // y before the pool, which a later squeeze-excitation gate multiplies in its reduce
+    for (size_t m = l + 1; m < c.kernels.size(); ++m)
+      if (c.kernels[m].gate_of == static_cast<int64_t>(l)) hi = std::max(hi, static_cast<int32_t>(m));
   if (span == 0 || span == 2)
     for (size_t m = l + 1; m < c.kernels.size(); ++m) {
       const DenseKernel& k = c.kernels[m];
