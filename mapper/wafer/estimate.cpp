@@ -258,19 +258,25 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         // when SwarmX delivers it.
         const int64_t t0 = std::max(first, go + S + (c.training || (along - 1) * k.kb * k.nb > 65535 ? 0 : 3) +  // run-time lengths: the pre length set first (mul, 2 dsd_len)
                                                seq_d + (c.sequenced && l >= 2 ? 2 : 0) + (c.sequenced && l == 0 ? 6 : 0));  // sequenced: the search, the buffer's check, kernel 0's registers
-        int64_t t_last = std::max(t0 + k.lane_len - 1 + (along - 1) * gap, supply_end);
-        // A PE of the line that runs an earlier kernel's chain-end task (bias, activation,
-        // attention, LayerNorm -- long, and blocking in its receives) cannot switch its load ops
-        // meanwhile: the line's stream waits for the longest such task inside its window.
-        int64_t stall = 0;
-        for (int64_t p = 0; p < along; ++p) {
-          const int64_t px = k.k_on_columns ? p : ln, py = k.k_on_columns ? ln : p;
-          for (size_t e = 0; e < l; ++e) {
-            const auto [b0, b1] = busy_of[e][static_cast<size_t>(py * k.w + px)];
-            if (b1 > t0 && b0 < t_last) stall = std::max(stall, b1 - std::max(b0, t0));
+        // Block by block: at each boundary two PEs switch load ops (the one whose block ended to
+        // the blocks after it, the next to its own); one that runs an earlier kernel's chain-end
+        // task then (bias, functions, attention, LayerNorm, a pool -- blocking in its receives)
+        // switches when the task ends, and the line's stream waits for it (an async op in flight
+        // goes on meanwhile: only the switches need the PE).
+        const int64_t blk = k.kb * k.nb;
+        int64_t T = t0;  // when block q's first wavelet enters the line
+        for (int64_t q = 1; q < along; ++q) {
+          int64_t m = T + blk;  // block q - 1 is in: the switch
+          for (const int64_t p : {q - 1, q}) {
+            const int64_t px = k.k_on_columns ? p : ln, py = k.k_on_columns ? ln : p;
+            for (size_t e = 0; e < l; ++e) {
+              const auto [b0, b1] = busy_of[e][static_cast<size_t>(py * k.w + px)];
+              if (b0 <= m + p * hop && m + p * hop < b1) m = b1 - p * hop;
+            }
           }
+          T = m + gap;
         }
-        t_last += stall;
+        const int64_t t_last = std::max(T + blk - 1, supply_end);
         for (int64_t p = 0; p < along; ++p) {
           const int64_t px = k.k_on_columns ? p : ln, py = k.k_on_columns ? ln : p;
           // Readable at PE p (hops, ramp), taken, the op done, ldd picked and run (unblock,
