@@ -239,7 +239,7 @@ CASES = [
          build=regnet_y_tiny,
          source="torchvision RegNet(BlockParams.from_init_params(depth=4, w_0=16, w_a=8, "
                 "w_m=2, group_width=8, se_ratio=0.25), num_classes=10)",
-         what="a 4-block RegNetY (grouped convs, squeeze-excitation)"),
+         what="a 4-block RegNetY (grouped convs, squeeze-excitation)", wafer=("weight_streaming",)),
     dict(name="vit_tiny", seed=16, opset=13, inputs={"x": (8, 3, 32, 32)},
          build=vit_tiny,
          source="torchvision.models.VisionTransformer(image_size=32, patch_size=8, "

@@ -39,14 +39,22 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
                        "use \"mapping\": {\"mode\": \"weight_streaming\"}: a chain of more kernels runs there from shared tasks (docs/wafer-compiler.md \"Many kernels\")");
     std::string why;
     if (opt.training) why = "training gives every kernel its own tasks and colors";
+    std::vector<bool> cols(c.kernels.size());  // the orientations placement gives them (K along the columns)
+    for (size_t l = 0; l < c.kernels.size(); ++l) cols[l] = c.kernels[l].src < 0 || !cols[static_cast<size_t>(c.kernels[l].src)];
     for (size_t l = 0; why.empty() && l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
       // Kernel l's x values come from the chain ends of kernel l - 1, which hold its input when
-      // that is kernel l - 1's output or one an even number of kernels before it (the same edge).
-      const int64_t back = static_cast<int64_t>(l) - 1 - k.src;
-      if (k.src != static_cast<int64_t>(l) - 1 && (k.src < 0 || back % 2 != 0 || (!k.spatial() && k.xread != DenseKernel::XRead::flatten)))
+      // that is kernel l - 1's output or one on the same edge; or, for a follower (the same
+      // orientation as kernel l - 1), right after kernel l - 1's from the chain ends that sent
+      // those, when the first kernel of the run is a Conv (its gathers go one after another).
+      const bool same_edge = k.src >= 0 && l >= 1 && cols[static_cast<size_t>(k.src)] == cols[l - 1];
+      size_t lead = l;
+      while (lead >= 1 && k.src >= 0 && cols[lead - 1] == cols[l]) --lead;
+      const bool follows = k.src >= 0 && l >= 1 && cols[l] == cols[l - 1] && k.spatial() && lead >= 1 && c.kernels[lead].spatial();
+      if (k.src != static_cast<int64_t>(l) - 1 && !follows && (!same_edge || (!k.spatial() && k.xread != DenseKernel::XRead::flatten)))
         why = "kernel '" + k.name + "' reads " + (k.src < 0 ? std::string("the graph input") : "kernel '" + c.kernels[static_cast<size_t>(k.src)].name + "'") +
-              (k.src >= 0 && back % 2 != 0 ? ", an odd number of kernels before the one before it (its output lies on the other edge)" : ", not the kernel before it");
+              (k.src >= 0 ? ", whose output lies on neither the edge of the kernel before it nor (a Conv after a Conv of its orientation) the edge that kernel's input came from"
+                          : ", not the kernel before it");
       else if (c.readers[l + 1].size() > 1 && !k.spatial()) why = "kernel '" + k.name + "' is read by " + std::to_string(c.readers[l + 1].size()) + " kernels";
       else if (k.attn || k.layernorm || k.qkv) why = "kernel '" + k.name + "' has attention or LayerNorm";
     }
@@ -277,7 +285,8 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     int64_t wa = 0, wb = 0, data = streaming_data_bytes(c, wbytes_pe);
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
-      (l % 2 ? wb : wa) = std::max(l % 2 ? wb : wa, k.kb * k.nb * wbytes_pe);
+      const bool second = c.sequenced ? !k.k_on_columns : l % 2 == 1;  // (sequenced: a buffer per orientation)
+      (second ? wb : wa) = std::max(second ? wb : wa, k.kb * k.nb * wbytes_pe);
     }
     if (c.training)
       for (size_t l = 0; l < c.kernels.size(); ++l) {
@@ -391,7 +400,10 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     json routes = json::array(), params = json::object(), ports = json::array();
     ProgramTemplate t("compiled/streaming.pe");
     int64_t wa = 0, wb = 0;
-    for (size_t l = 0; l < c.kernels.size(); ++l) (l % 2 ? wb : wa) = std::max(l % 2 ? wb : wa, c.kernels[l].kb * c.kernels[l].nb);
+    for (size_t l = 0; l < c.kernels.size(); ++l) {
+      const bool second = c.sequenced ? !c.kernels[l].k_on_columns : l % 2 == 1;  // (sequenced: a buffer per orientation)
+      (second ? wb : wa) = std::max(second ? wb : wa, c.kernels[l].kb * c.kernels[l].nb);
+    }
     t.comment("tessera wafer compiler, weight streaming: every layer on this " + std::to_string(c.fabric_width) + " x " + std::to_string(c.fabric_height) + " rectangle");
     const std::string we(elem_name(c.compute));
     t.data("Wa", c.compute, wa, {}, -1, -1, "weight blocks of layers 0, 2, 4");

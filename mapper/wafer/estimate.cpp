@@ -171,6 +171,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
   double mx_bytes_before = 0;
 
   std::vector<std::vector<int64_t>> next_of;  // per kernel, per chain end: its output's first x readable at the reader's source PE
+  std::vector<std::vector<int64_t>> x0_of;    // per kernel, per K block: its first x readable at its source PE
   std::vector<int64_t> last_chain_end;  // the last kernel's chain ends: when each holds its output
   std::vector<std::vector<int64_t>> compute_end_of, wready_of;  // per kernel: per PE (row-major in its rect)
   std::vector<std::vector<std::pair<int64_t, int64_t>>> busy_of;  // per kernel: per PE, its chain-end task's span
@@ -217,7 +218,13 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     // When the first x of each K block is readable at its source PE.
     std::vector<int64_t> x0(static_cast<size_t>(Lk), 0);
     if (k.src < 0) std::fill(x0.begin(), x0.end(), S + 2 + (k.spatial() ? 5 : 0));  // `send` at cycle 0 (a conv's: its offset first), its own ramp
-    else x0 = next_of[c.sequenced ? l - 1 : static_cast<size_t>(k.src)];  // (sequenced: handed off by kernel l - 1's chain ends)
+    else if (c.sequenced && detail::follower(c, l)) {
+      // A follower: sent right after kernel l - 1's x values (their count per line later) by the same chain ends.
+      const DenseKernel& pk = c.kernels[l - 1];
+      x0 = x0_of[l - 1];
+      for (auto& v : x0) v += pk.oh * pk.ow * pk.kb * pk.samples + 8 + 2 * detail::dispatch_depth(nk);
+    } else x0 = next_of[c.sequenced ? l - 1 : static_cast<size_t>(k.src)];  // (sequenced: handed off by kernel l - 1's chain ends)
+    x0_of.push_back(x0);
 
     // Weights in place (weight streaming): a line's stream passes every PE of the line and each
     // takes its block (three async ops: the blocks before it, its own, the blocks after). Loads
@@ -244,6 +251,11 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       const int64_t supply_end = static_cast<int64_t>(std::ceil((lat + (mx_bytes_before + bytes) / bw) * hz));
       mx_bytes_before += bytes;
       const int64_t lines = k.lanes, along = k.k_on_columns ? k.w : k.h;
+      // The kernel whose buffer this one's weights take (its x tasks done first): l - 2, or
+      // sequenced the previous kernel of this orientation.
+      int64_t pb = static_cast<int64_t>(l) - 2;
+      if (c.sequenced)
+        for (pb = static_cast<int64_t>(l) - 1; pb >= 0 && c.kernels[static_cast<size_t>(pb)].k_on_columns != k.k_on_columns; --pb) {}
       int64_t worst = 0;
       for (int64_t ln = 0; ln < lines; ++ln) {
         int64_t go = 0;  // every PE of the line has started this layer's load
@@ -251,13 +263,13 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
           const int64_t px = k.k_on_columns ? p : ln, py = k.k_on_columns ? ln : p;
           const size_t i = static_cast<size_t>(py * k.w + px);
           if (l >= 1) go = std::max(go, after_busy(i, wready_of[l - 1][i] + 1));
-          if (l >= 2) go = std::max(go, after_busy(i, compute_end_of[l - 2][i] + 1));
+          if (pb >= 0) go = std::max(go, after_busy(i, compute_end_of[static_cast<size_t>(pb)][i] + 1));
         }
         // The first wavelet enters the line when it is out of SwarmX and the PEs are loading (their
         // first op set up); the last one, lane_len - 1 wavelets and the boundary gaps later, or
         // when SwarmX delivers it.
         const int64_t t0 = std::max(first, go + S + (c.training || (along - 1) * k.kb * k.nb > 65535 ? 0 : 3) +  // run-time lengths: the pre length set first (mul, 2 dsd_len)
-                                               seq_d + (c.sequenced && l >= 2 ? 2 : 0) + (c.sequenced && l == 0 ? 6 : 0));  // sequenced: the search, the buffer's check, kernel 0's registers
+                                               seq_d + (c.sequenced && pb >= 0 ? 2 : 0) + (c.sequenced && l == 0 ? 6 : 0));  // sequenced: the search, the buffer's check, kernel 0's registers
         // Block by block: at each boundary two PEs switch load ops (the one whose block ended to
         // the blocks after it, the next to its own); one that runs an earlier kernel's chain-end
         // task then (bias, functions, attention, LayerNorm, a pool -- blocking in its receives)
@@ -407,7 +419,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       // fp16: fs2h converts y first (activate the task, then S + B nb / conversion width).
       // A padded Conv reading it: y copied into its bordered holder (fmovs; fp16: the fs2h writes there).
       const std::vector<size_t>& rd = c.readers[l + 1];
-      const bool held = !rd.empty() || detail::move_reader(c, l) >= 0;
+      const bool held = detail::output_used(c, l);
       const int64_t conv = !held ? 0 : c.half() ? S + cdiv(k.rows_out() * k.nb, std::max<int64_t>(1, cfg.simd_convert)) : k.xp_h ? S + cdiv(k.rows_out() * k.nb, w32) : 0;
       // A conv's im2col gather: the out task activates the gather task (activate, ret, the switch),
       // which sets the first sample's offset (mul, dsd_off, add, sub, bz) before its send.

@@ -131,6 +131,13 @@ struct ConvWalk {
 };
 ConvWalk conv_walk(const Compiled& c, size_t reader);
 int64_t move_reader(const Compiled& c, size_t l);
+// Whether kernel l's output goes on: read by a kernel, or added (here or moved) as a later residual.
+bool output_used(const Compiled& c, size_t l);
+// Sequenced: the kernel whose chain ends hand kernel m's x values off -- m - 1 when m has the other
+// orientation, else (a follower: the same orientation as m - 1, its input on the edge m - 1's came
+// from) the kernel that handed m - 1's off, right after them.
+size_t handoff_from(const Compiled& c, size_t m);
+inline bool follower(const Compiled& c, size_t m) { return m >= 1 && c.kernels[m].k_on_columns == c.kernels[m - 1].k_on_columns; }
 
 // layer_tasks.cpp: the task bodies, kernel by kernel. TaskNames: the tasks a body activates --
 // kernel l's own (onx<l>, ...) or the sequencer's shared ones.
@@ -140,7 +147,7 @@ struct TaskNames {
 TaskNames task_names(const Compiled& c, size_t l);
 int x_regs(const Compiled& c, size_t l);
 void gather_ops(ProgramTemplate& t, const std::string& task, const std::string& label, const std::string& src, const std::string& out, int64_t stride,
-                int64_t samples, int rt, Op mov, bool halt_after);
+                int64_t samples, int rt, Op mov, bool halt_after, const std::function<void()>& before_last = {}, const std::string& then = {});
 void red_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& tn);
 std::string out_first(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& tn);
 void ld_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& tn);

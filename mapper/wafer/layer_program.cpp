@@ -73,6 +73,15 @@ int64_t move_reader(const Compiled& c, size_t l) {
   return -1;
 }
 
+bool output_used(const Compiled& c, size_t l) {
+  if (!c.readers[l + 1].empty()) return true;
+  for (size_t m = l + 1; m < c.kernels.size(); ++m)
+    if (c.kernels[m].residual >= 0 && res_producer(c.kernels, c.kernels[m]) == static_cast<int64_t>(l)) return true;
+  return false;
+}
+
+size_t handoff_from(const Compiled& c, size_t m) { return follower(c, m) ? handoff_from(c, m - 1) : m - 1; }
+
 ArrayAt y_array(const Compiled& c, size_t l) {
   if (c.sequenced) return {"Yar", c.y_off[l]};
   return {"y" + std::to_string(l), 0};
@@ -94,7 +103,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   const std::vector<size_t>& rd = c.readers[l + 1];  // the kernels reading this one's output
   const bool has_next = !rd.empty();
   const std::string L = std::to_string(l);
-  const std::string wbuf = ws ? (l % 2 ? "Wb" : "Wa") : "W" + L;
+  const std::string wbuf = !ws ? "W" + L : c.sequenced ? (k.k_on_columns ? "Wa" : "Wb") : l % 2 ? "Wb" : "Wa";  // (sequenced: by orientation, as the x tasks' wcolA/B)
   const int64_t B = k.B, kb = k.kb, nb = k.nb;
   const int qw = c.weight_queue(l);
   // fp16 compute: W blocks and x values in fp16, products exact in fp32 (fmachs), partial sums,
@@ -120,7 +129,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   t.if_("last" + L);
   data(t, "bias" + L, f32, nb);
   if (k.pkh) data(t, "p" + L, f32, rows * nb, live(c, l, hold_of(k, h) == Hold::p ? 2 : 1), "the pool's output [sample, ph, pw, channel]");
-  const bool held = has_next || move_reader(c, l) >= 0;  // its output goes on (read, or moved to a residual)
+  const bool held = output_used(c, l);  // its output goes on (read, or added to a later residual)
   if (h && held && !k.xp_h) data(t, "y16_" + L, we, rows * nb, live(c, l, 2), "y in the 16-bit format, as the next layer takes it");
   if (k.xp_h) data(t, "xp" + L, h ? we : f32, k.samples * k.xp_h * k.xp_w * nb, {}, "the next Conv's input [sample, h, w, channel] inside its zero border");
   if (k.gate_of >= 0) data(t, "gt" + L, f32, k.gate_rows * nb, live(c, l, hold_of(k, h) == Hold::gt ? 2 : 1), "the gated feature map [sample, h, w, channel]");
@@ -272,7 +281,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   }
   // The hand-off: the x values of the reader (sequenced: of kernel l + 1, read from the holder of
   // the kernel it reads -- this one's, or one an even number of kernels back on the same PEs).
-  const size_t hn = c.sequenced ? l + 1 : has_next ? rd[0] : c.kernels.size();
+  const size_t hn = c.sequenced ? (l + 1 < c.kernels.size() && !follower(c, l + 1) ? l + 1 : c.kernels.size()) : has_next ? rd[0] : c.kernels.size();
   if (hn < c.kernels.size()) {
     const DenseKernel& n = c.kernels[hn];
     const DenseKernel& sk = c.kernels[static_cast<size_t>(n.src)];
@@ -288,6 +297,15 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
       const ConvWalk cw = conv_walk(c, hn);
       t.mem4d("gx" + H, hold.array, hold.off + cw.off, im2col_dims(n, cw.W));
     }
+  }
+  // Followers (sequenced): the next kernels of the reader's orientation, whose x values these chain
+  // ends send right after the reader's (xo<f>, gx<f>).
+  for (size_t f = hn + 1; c.sequenced && hn < c.kernels.size() && f < c.kernels.size() && follower(c, f); ++f) {
+    const DenseKernel& n = c.kernels[f];
+    const ArrayAt hold = hold_array(c, static_cast<size_t>(n.src));
+    const ConvWalk cw = conv_walk(c, f);
+    t.fabric("xo" + std::to_string(f), DsdKind::fabout, we, n.cx, 1, n.oh * n.ow * n.kb);
+    t.mem4d("gx" + std::to_string(f), hold.array, hold.off + cw.off, im2col_dims(n, cw.W));
   }
   if (held && h && !k.xp_h) t.mem1d("y16m" + L, "y16_" + L);
   if (k.xp_h)  // where the chain end writes y: the holder's interior

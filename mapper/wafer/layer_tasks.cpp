@@ -16,10 +16,11 @@ namespace tessera::wafer::detail {
 // over one sample of the holder array (oh, ow, kh, then kw and the channels as one run), moved by
 // `stride` elements per sample; each send is async and activates `task` again for the next
 // sample (r15 counts; `rt` is a scratch register of the receiving layer, free between its tasks),
-// the last one without, so no task runs after the gather ends. `halt_after`: the sender takes no
-// part in the layer (pipelined chain ends): the last send blocks and the PE halts.
+// the last one without, so no task runs after the gather ends (or activating `then`, after
+// `before_last`'s ops: the sequencer's next gather from the same PEs). `halt_after`: the sender
+// takes no part in the layer (pipelined chain ends): the last send blocks and the PE halts.
 void gather_ops(ProgramTemplate& t, const std::string& task, const std::string& label, const std::string& src, const std::string& out, int64_t stride,
-                int64_t samples, int rt, Op mov, bool halt_after) {
+                int64_t samples, int rt, Op mov, bool halt_after, const std::function<void()>& before_last, const std::string& then) {
   t.op(Op::mul, {reg(rt), reg(15), imm(stride)});
   t.op(Op::dsd_off, {src, reg(rt)});
   t.op(Op::add, {reg(15), reg(15), imm(1)});
@@ -33,7 +34,8 @@ void gather_ops(ProgramTemplate& t, const std::string& task, const std::string& 
     t.op(mov, {out, src});
     t.op(Op::halt, {});
   } else {
-    t.op_async(mov, {out, src});
+    if (before_last) before_last();
+    t.op_async(mov, {out, src}, then);
     t.op(Op::ret, {});
   }
 }
@@ -121,12 +123,16 @@ std::string out_first(const Compiled& c, size_t l, ProgramTemplate& t, const Tas
     return (qk.attn ? "aall" : qk.pkh ? "pall" : qk.gate_of >= 0 ? "gall" : "yall") + std::to_string(q);
   };
   const std::string full = full_of(l);
-  if (!rd.empty() || move_reader(c, l) >= 0) {
+  if (output_used(c, l)) {
     if (k.xp_h) t.op(h ? Op::fs2h : Op::fmovs, {"xpi" + L, full}, "into the next Conv's bordered input");
     else if (h) t.op(Op::fs2h, {"y16m" + L, full});
   }
   if (move_reader(c, l) >= 0)  // a later residual's input, along the diagonal (it waits on the route until added)
     t.op_async(mov, {"mvout" + L, k.xp_h ? "xpi" + L : h ? "y16m" + L : full});
+  if (c.sequenced && follower(c, hn)) {  // kernel l + 1's x values come from other chain ends
+    t.op(Op::ret, {});
+    return {};
+  }
   if (nk.spatial()) {
     t.op(Op::activate, {tn.gs});
     t.op(Op::ret, {});

@@ -14,7 +14,11 @@
 // r7 counts the kernels whose x tasks have ended on this PE, r9 the kernels whose weights are in.
 // Order on a PE follows from the chain: kernel l + 1's x values reach a PE from the chain end of
 // its own kernel-l line, so after the PE's reduce of kernel l; loads run ahead by at most one
-// buffer (kernel m's load waits until kernel m - 2's x tasks are done, as in layer_tasks).
+// buffer (kernel m's load waits until the x tasks of the kernel before it with the same
+// orientation, whose buffer it takes, are done: kernel m - 2 in an alternating chain).
+// A follower -- a kernel of the same orientation as the one before it, reading a holder on the
+// edge that one's input came from (RegNet's block after its shortcut) -- takes its x values from
+// the same chain ends right after that kernel's (the gather `gsf`, r11 the follower).
 #include <functional>
 #include <string>
 #include <vector>
@@ -25,9 +29,12 @@ namespace tessera::wafer::detail {
 
 namespace {
 
-constexpr int kRt = 2, kNb = 3, kKb = 4, kRows = 5, kYoff = 6, kXdone = 7, kRed = 8, kLoaded = 9, kLoad = 10;
-// Task ids (priorities, as in layer_tasks): loads, x tasks, reduce, hand-off, gather, the input's sends.
-constexpr int kIdLd = 0, kIdOnx = 4, kIdRed = 6, kIdOut = 7, kIdGs = 8, kIdSend = 9;
+constexpr int kRt = 2, kNb = 3, kKb = 4, kRows = 5, kYoff = 6, kXdone = 7, kRed = 8, kLoaded = 9, kLoad = 10, kFollow = 11;
+// Task ids (priorities, as in layer_tasks): loads, x tasks, reduce, hand-off, gather, the input's
+// sends, the followers' gathers. With followers the reduce goes before the x tasks (ids 4 and 5-6):
+// a follower's x values reach a PE right after the previous kernel's, before its reduce has run,
+// and the end of the follower's x loop must not activate `red` while it is still pending.
+constexpr int kIdLd = 0, kIdOnx = 4, kIdRed = 6, kIdOut = 7, kIdGs = 8, kIdSend = 9, kIdGsf = 10;
 
 const char* group_name(const DenseKernel& k) { return k.k_on_columns ? "A" : "B"; }
 
@@ -77,6 +84,9 @@ int dispatch_depth(size_t n) {
 void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
   const size_t n = c.kernels.size();
   const TaskNames tn = task_names(c, 0);
+  bool followers = false;
+  for (size_t m = 1; m < n; ++m) followers = followers || follower(c, m);
+  const int id_onx = followers ? kIdOnx + 1 : kIdOnx, id_red = followers ? kIdOnx : kIdRed;
   const Op mov = c.half() ? Op::fmovh : Op::fmovs;
   t.comment("---- the sequencer: shared tasks run every kernel in turn (r7 x tasks done, r8 next reduce, r9 loaded, r10 loading)");
   for (const char* G : {"A", "B"}) {  // the x tasks' DSDs: lengths and offsets set at run time
@@ -95,7 +105,7 @@ void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
     for (size_t l = 0; l < n; ++l)
       if (c.kernels[l].k_on_columns == cols) color = c.kernels[l].cx, next.push_back(static_cast<int64_t>(l) + 1);
     if (color < 0) continue;
-    t.task("onx" + G, TaskKind::data, kIdOnx + (cols ? 0 : 1), color, 0, false, true, "one x value of the current kernel");
+    t.task("onx" + G, TaskKind::data, id_onx + (cols ? 0 : 1), color, 0, false, true, "one x value of the current kernel");
     t.op(Op::mul, {reg(kRt), reg(0), reg(kNb)});
     t.op(Op::dsd_off, {"wcol" + G, reg(kRt)});
     t.op(Op::mul, {reg(kRt), reg(1), reg(kNb)});
@@ -114,19 +124,27 @@ void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
     t.op(Op::unblock, {tn.ld}, "a load waiting for this kernel's buffer goes on");
     t.op(Op::add, {reg(kXdone), reg(kXdone), imm(1)});
     t.op(Op::block, {"onx" + G});
+    // (the next kernel's orientation: the other one's, or this one's for a follower)
+    bool same = false;
     dispatch(t, kXdone, next, "n" + G, [&](int64_t m) {
+      const bool f = m < static_cast<int64_t>(n) && c.kernels[static_cast<size_t>(m)].k_on_columns == cols;
+      same = same || f;
       if (m < static_cast<int64_t>(n)) setup(c, static_cast<size_t>(m), t);
-      t.op(Op::jmp, {"e" + G});
+      t.op(Op::jmp, {(f ? "s" : "e") + G});
     });
-    t.label("e" + G);
-    t.op(Op::sub, {reg(kRt), reg(kLoaded), reg(kXdone)});
-    t.op(Op::bz, {reg(kRt), "x" + G});
-    t.op(Op::unblock, {"onx" + O}, "the next kernel's weights are in");
+    for (const bool f : {false, true}) {
+      if (f && !same) continue;
+      t.label((f ? "s" : "e") + G);
+      t.op(Op::sub, {reg(kRt), reg(kLoaded), reg(kXdone)});
+      t.op(Op::bz, {reg(kRt), "x" + G});
+      t.op(Op::unblock, {"onx" + (f ? G : O)}, "the next kernel's weights are in");
+      if (same) t.op(Op::ret, {});  // (else the ret below)
+    }
     t.label("x" + G);
     t.op(Op::ret, {});
   }
 
-  t.task(tn.red, TaskKind::local, kIdRed, -1, -1, false, false, "the reduce of kernel r8");
+  t.task(tn.red, TaskKind::local, id_red, -1, -1, false, false, "the reduce of kernel r8");
   dispatch(t, kRed, range(n), "r", [&](int64_t l) {
     t.op(Op::mov, {reg(kRed), imm(l + 1)});
     red_body(c, static_cast<size_t>(l), t, tn);
@@ -135,7 +153,7 @@ void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
   std::vector<int64_t> outs, gathers;  // r8 values (kernel + 1) of the kernels with a reader, a conv reader
   for (size_t l = 0; l + 1 < n; ++l) {
     outs.push_back(static_cast<int64_t>(l) + 1);
-    if (c.kernels[l + 1].spatial()) gathers.push_back(static_cast<int64_t>(l) + 1);
+    if (c.kernels[l + 1].spatial() && !follower(c, l + 1)) gathers.push_back(static_cast<int64_t>(l) + 1);
   }
   if (!outs.empty()) {
     t.task(tn.out, TaskKind::local, kIdOut, -1, -1, false, false, "the hand-off of kernel r8 - 1 at its chain ends");
@@ -153,21 +171,43 @@ void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
       const DenseKernel& nk = c.kernels[p + 1];
       t.if_("last" + std::to_string(p));
       const ConvWalk cw = conv_walk(c, p + 1);
-      gather_ops(t, tn.gs, "gz" + std::to_string(p), "gx" + std::to_string(p + 1), "yout" + std::to_string(p), cw.H * cw.W * nk.cblk, nk.samples, kRt, mov, false);
+      const bool fw = p + 2 < n && follower(c, p + 2);  // a follower's gather from these PEs next
+      gather_ops(t, tn.gs, "gz" + std::to_string(p), "gx" + std::to_string(p + 1), "yout" + std::to_string(p), cw.H * cw.W * nk.cblk, nk.samples, kRt, mov, false,
+                 [&] { if (fw) t.op(Op::mov, {reg(kFollow), imm(static_cast<int64_t>(p) + 2)}); }, fw ? "gsf" : "");
+      t.endif();
+      t.op(Op::ret, {});
+    });
+  }
+  // The followers' gathers (kernel r11), each after the one before it on the same chain ends.
+  std::vector<int64_t> fl;
+  for (size_t m = 1; m < n; ++m)
+    if (follower(c, m)) fl.push_back(static_cast<int64_t>(m));
+  if (!fl.empty()) {
+    t.task("gsf", TaskKind::local, kIdGsf, -1, -1, false, false, "one sample's im2col rows of follower r11 per send");
+    dispatch(t, kFollow, fl, "f", [&](int64_t m) {
+      const size_t f = static_cast<size_t>(m);
+      const DenseKernel& nk = c.kernels[f];
+      const ConvWalk cw = conv_walk(c, f);
+      const bool fw = f + 1 < n && follower(c, f + 1);
+      t.if_("last" + std::to_string(handoff_from(c, f)));
+      gather_ops(t, "gsf", "gf" + std::to_string(f), "gx" + std::to_string(f), "xo" + std::to_string(f), cw.H * cw.W * nk.cblk, nk.samples, kRt, mov, false,
+                 [&] { if (fw) t.op(Op::mov, {reg(kFollow), imm(m + 1)}); }, fw ? "gsf" : "");
       t.endif();
       t.op(Op::ret, {});
     });
   }
 
-  // The loads, kernel r10: kernel m's waits until kernel m - 2's x tasks are done with its buffer.
+  // The loads, kernel r10: kernel m's waits until the previous kernel of its orientation is done with the buffer.
   t.task(tn.ld, TaskKind::local, kIdLd, -1, -1, true, false, "take this PE's block of kernel r10 from the line's weight stream");
   dispatch(t, kLoad, range(n), "l", [&](int64_t m) {
     const std::string M = std::to_string(m);
     if (m == 0) setup(c, 0, t);
-    if (m >= 2) {
-      t.op(Op::sub, {reg(kRt), reg(kXdone), imm(m - 2)});
-      t.op(Op::bnz, {reg(kRt), "lgo" + M});
-      t.op(Op::block, {tn.ld}, "the buffer is kernel " + std::to_string(m - 2) + "'s still");
+    int64_t pm = m - 1;  // the kernel before it with the same buffer (orientation)
+    while (pm >= 0 && c.kernels[static_cast<size_t>(pm)].k_on_columns != c.kernels[static_cast<size_t>(m)].k_on_columns) --pm;
+    if (pm >= 0) {
+      t.op(Op::sub, {reg(kRt), imm(pm), reg(kXdone)});  // < 0: kernel pm's x tasks are done
+      t.op(Op::blz, {reg(kRt), "lgo" + M});
+      t.op(Op::block, {tn.ld}, "the buffer is kernel " + std::to_string(pm) + "'s still");
       t.op(Op::activate, {tn.ld});
       t.op(Op::ret, {});
       t.label("lgo" + M);
