@@ -30,9 +30,9 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   // runs them from shared tasks (the sequencer); other mappings stop here. A branch (a Conv reading
   // an earlier kernel than the one before it: ResNet's downsampling shortcut) runs sequenced too,
   // where the chain ends of the kernel before a reader hand its input off.
-  bool branch = false;
+  bool branch = false;  // (also a residual of an output no kernel reads: its chain ends' hand-off task sends or keeps it)
   for (size_t l = 1; l < c.kernels.size(); ++l)
-    branch = branch || (c.kernels[l].src >= 0 && c.kernels[l].src != static_cast<int64_t>(l) - 1 && c.kernels[l].spatial());
+    branch = branch || (c.kernels[l].src >= 0 && c.kernels[l].src != static_cast<int64_t>(l) - 1 && c.kernels[l].spatial()) || c.kernels[l].res_out;
   if (nker > kOwnTaskKernels || (branch && opt.mode == MapMode::weight_streaming && !opt.training)) {
     if (opt.mode != MapMode::weight_streaming)  // (at /mapping/mode: mode auto streams instead)
       throw InputError("/mapping/mode", std::to_string(nker) + " kernels: pipelined mode gives every kernel its own tasks and colors, which a PE has for " + std::to_string(kOwnTaskKernels),
@@ -51,15 +51,16 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       size_t lead = l;
       while (lead >= 1 && k.src >= 0 && cols[lead - 1] == cols[l]) --lead;
       const bool follows = k.src >= 0 && l >= 1 && cols[l] == cols[l - 1] && k.spatial() && lead >= 1 && c.kernels[lead].spatial();
-      if (k.src != static_cast<int64_t>(l) - 1 && !follows && (!same_edge || (!k.spatial() && k.xread != DenseKernel::XRead::flatten)))
+      if (k.src >= 0 && l >= 1 && cols[l] == cols[l - 1] && !follows)
+        why = "kernel '" + k.name + "' would follow kernel '" + c.kernels[l - 1].name + "' in its orientation (its input lies on the edge that kernel's came from), which is mapped for Convs after a Conv only";
+      else if (k.src != static_cast<int64_t>(l) - 1 && !follows && (!same_edge || (!k.spatial() && k.xread != DenseKernel::XRead::flatten)))
         why = "kernel '" + k.name + "' reads " + (k.src < 0 ? std::string("the graph input") : "kernel '" + c.kernels[static_cast<size_t>(k.src)].name + "'") +
-              (k.src >= 0 ? ", whose output lies on neither the edge of the kernel before it nor (a Conv after a Conv of its orientation) the edge that kernel's input came from"
-                          : ", not the kernel before it");
+              (k.src >= 0 ? ", whose output is not on the edge of the kernel before it" : ", not the kernel before it");
       else if (c.readers[l + 1].size() > 1 && !k.spatial()) why = "kernel '" + k.name + "' is read by " + std::to_string(c.readers[l + 1].size()) + " kernels";
       else if (k.attn || k.layernorm || k.qkv) why = "kernel '" + k.name + "' has attention or LayerNorm";
     }
     if (!why.empty() && nker <= kOwnTaskKernels)
-      throw InputError(g.source, "a branch (a Conv reading an earlier kernel than the one before it) runs from shared tasks in weight-streaming inference of a chain; here " + why,
+      throw InputError(g.source, "a branch (a Conv reading an earlier kernel than the one before it, or a residual of an output no kernel reads) runs from shared tasks in weight-streaming inference; here " + why,
                        "run it on target.kind neuroncore or reference (docs/wafer-compiler.md \"Many kernels\")");
     if (!why.empty())
       throw InputError(g.source, std::to_string(nker) + " kernels: a PE has task ids and colors for " + std::to_string(kOwnTaskKernels) +
@@ -406,8 +407,8 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     }
     t.comment("tessera wafer compiler, weight streaming: every layer on this " + std::to_string(c.fabric_width) + " x " + std::to_string(c.fabric_height) + " rectangle");
     const std::string we(elem_name(c.compute));
-    t.data("Wa", c.compute, wa, {}, -1, -1, "weight blocks of layers 0, 2, 4");
-    if (wb) t.data("Wb", c.compute, wb, {}, -1, -1, "layers 1, 3, 5");
+    t.data("Wa", c.compute, wa, {}, -1, -1, c.sequenced ? "weight blocks of the kernels with K along the columns" : "weight blocks of layers 0, 2, 4");
+    if (wb) t.data("Wb", c.compute, wb, {}, -1, -1, c.sequenced ? "along the rows" : "layers 1, 3, 5");
     t.data("junk", c.compute, 1, {}, -1, -1, "weights of other PEs land here");
     if (c.sequenced) t.data("Yar", Elem::f32, c.y_arena, {}, -1, -1, "every kernel's y (its place: Compiled::y_off)");
     for (size_t l = 0; l < c.kernels.size(); ++l) {

@@ -222,7 +222,9 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       // A follower: sent right after kernel l - 1's x values (their count per line later) by the same chain ends.
       const DenseKernel& pk = c.kernels[l - 1];
       x0 = x0_of[l - 1];
-      for (auto& v : x0) v += pk.oh * pk.ow * pk.kb * pk.samples + 8 + 2 * detail::dispatch_depth(nk);
+      size_t nfol = 0;  // the followers gsf searches over
+      for (size_t m = 1; m < nk; ++m) nfol += detail::follower(c, m) ? 1 : 0;
+      for (auto& v : x0) v += pk.oh * pk.ow * pk.kb * pk.samples + 8 + 2 * detail::dispatch_depth(nfol);
     } else x0 = next_of[c.sequenced ? l - 1 : static_cast<size_t>(k.src)];  // (sequenced: handed off by kernel l - 1's chain ends)
     x0_of.push_back(x0);
 

@@ -77,7 +77,7 @@ enum class Hold { y, y16, att, p, xp, gt };
 Hold hold_of(const DenseKernel& k, bool half);
 int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<int64_t, 3>* scratch = nullptr);
 bool scratch_reuse(const Compiled& c);
-std::pair<int32_t, int32_t> scratch_phases(const Compiled& c, size_t l, int span);
+std::pair<int32_t, int32_t> scratch_phases(const Compiled& c, size_t l, int span, bool is_y = false);
 void y_arena(Compiled& c);
 int64_t streaming_data_bytes(const Compiled& c, int64_t wbytes);
 void conv_weights(DenseKernel& k);

@@ -28,9 +28,9 @@ struct Live {
 
 // The live range of a scratch array of kernel l (scratch_phases) when its PEs reuse SRAM across
 // kernels (scratch_reuse), else none (pe_bytes counts the same spans).
-Live live(const Compiled& c, size_t l, int span) {
+Live live(const Compiled& c, size_t l, int span, bool is_y = false) {
   if (!scratch_reuse(c)) return {};
-  const auto [lo, hi] = scratch_phases(c, l, span);
+  const auto [lo, hi] = scratch_phases(c, l, span, is_y);
   return {lo, hi};
 }
 
@@ -80,6 +80,16 @@ bool output_used(const Compiled& c, size_t l) {
   return false;
 }
 
+// The height and width of kernel l's output feature map (after its pool; a gate's: the gated map's).
+int64_t out_h(const Compiled& c, size_t l) {
+  const DenseKernel& k = c.kernels[l];
+  return k.gate_of >= 0 ? c.kernels[static_cast<size_t>(k.gate_of)].oh : k.pkh ? k.ph : k.oh;
+}
+int64_t out_w(const Compiled& c, size_t l) {
+  const DenseKernel& k = c.kernels[l];
+  return k.gate_of >= 0 ? c.kernels[static_cast<size_t>(k.gate_of)].ow : k.pkh ? k.pw : k.ow;
+}
+
 size_t handoff_from(const Compiled& c, size_t m) { return follower(c, m) ? handoff_from(c, m - 1) : m - 1; }
 
 ArrayAt y_array(const Compiled& c, size_t l) {
@@ -115,7 +125,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   t.comment("---- kernel " + L + ": " + k.name + " (" + k.op + "), X[" + std::to_string(B) + "," + std::to_string(k.K) + "] x W[" + std::to_string(k.K) + "," +
             std::to_string(k.N) + "], block " + std::to_string(kb) + " x " + std::to_string(nb) + (k.k_on_columns ? ", K along columns" : ", K along rows"));
   if (!ws) data(t, wbuf, we, kb * nb, {}, "W block, column j = the weights of x_j");
-  if (!c.sequenced) data(t, "y" + L, f32, B * nb, live(c, l, hold_of(k, h) == Hold::y ? 2 : 1));
+  if (!c.sequenced) data(t, "y" + L, f32, B * nb, live(c, l, hold_of(k, h) == Hold::y ? 2 : 1, true));
   if (c.training) {
     data(t, "xsave" + L, f32, B * kb, {}, "the x values this PE took (the weight gradient needs them)");
     t.mem1d("xsv" + L, "xsave" + L, 0, 1);
@@ -309,7 +319,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   }
   if (held && h && !k.xp_h) t.mem1d("y16m" + L, "y16_" + L);
   if (k.xp_h)  // where the chain end writes y: the holder's interior
-    t.mem4d("xpi" + L, "xp" + L, (k.xp_t * k.xp_w + k.xp_l) * nb, interior_dims(k.samples, k.xp_h, k.xp_w, k.pkh ? k.ph : k.oh, k.pkh ? k.pw : k.ow, nb));
+    t.mem4d("xpi" + L, "xp" + L, (k.xp_t * k.xp_w + k.xp_l) * nb, interior_dims(k.samples, k.xp_h, k.xp_w, out_h(c, l), out_w(c, l), nb));
   if (const int64_t m = move_reader(c, l); m >= 0)  // the held output, sent along the diagonal to kernel m's chain ends
     t.fabric("mvout" + L, DsdKind::fabout, h ? we : f32, c.kernels[static_cast<size_t>(m)].cm, kMoveOutQueue, rows * k.feat_nb());
   t.endif();

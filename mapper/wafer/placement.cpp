@@ -58,11 +58,11 @@ bool scratch_reuse(const Compiled& c) {
 // The array a later kernel's residual adds -- kernel l's output holder (span 2), or the graph
 // input's (span 0, kernel 0) -- lives on to that kernel's phase: its reduce reads it at the chain
 // ends before any x value of the kernel after it reaches them; a moved one to the phase after.
-std::pair<int32_t, int32_t> scratch_phases(const Compiled& c, size_t l, int span) {
+std::pair<int32_t, int32_t> scratch_phases(const Compiled& c, size_t l, int span, bool is_y) {
   int32_t hi = static_cast<int32_t>(l) + span;
   if (span == 2)  // a later reader (sequenced branches) takes it in its own phase, as kernel l + 1 does in l + 1
     for (const size_t m : c.readers[l + 1]) hi = std::max(hi, static_cast<int32_t>(m) + 1);
-  if (span >= 1)  // y before the pool, which a later squeeze-excitation gate multiplies in its reduce
+  if (is_y)  // y before the pool, which a later squeeze-excitation gate multiplies in its reduce
     for (size_t m = l + 1; m < c.kernels.size(); ++m)
       if (c.kernels[m].gate_of == static_cast<int64_t>(l)) hi = std::max(hi, static_cast<int32_t>(m));
   if (span == 0 || span == 2)
@@ -101,6 +101,12 @@ int64_t streaming_data_bytes(const Compiled& c, int64_t wbytes) {
       if (static_cast<size_t>(hi) >= phase.size()) phase.resize(static_cast<size_t>(hi) + 1, 0);
       for (int32_t t = lo; t <= hi; ++t) phase[static_cast<size_t>(t)] += s[static_cast<size_t>(span)];
     }
+    if (!c.sequenced) {  // y kept on for a squeeze-excitation gate (sequenced: in the arena)
+      const int yspan = hold_of(k, wbytes == 2) == Hold::y ? 2 : 1;
+      const int32_t hi = scratch_phases(c, l, yspan).second, ghi = scratch_phases(c, l, yspan, true).second;
+      if (static_cast<size_t>(ghi) >= phase.size()) phase.resize(static_cast<size_t>(ghi) + 1, 0);
+      for (int32_t t = hi + 1; t <= ghi; ++t) phase[static_cast<size_t>(t)] += k.B * k.nb * 4;
+    }
   }
   return kept + *std::max_element(phase.begin(), phase.end()) + (c.sequenced ? c.y_arena * 4 : 0);
 }
@@ -116,7 +122,7 @@ void y_arena(Compiled& c) {
   c.y_arena = 0;
   for (size_t l = 0; l < n; ++l) {
     const DenseKernel& k = c.kernels[l];
-    ph[l] = reuse ? scratch_phases(c, l, hold_of(k, c.half()) == Hold::y ? 2 : 1) : std::pair<int32_t, int32_t>{0, static_cast<int32_t>(n)};
+    ph[l] = reuse ? scratch_phases(c, l, hold_of(k, c.half()) == Hold::y ? 2 : 1, true) : std::pair<int32_t, int32_t>{0, static_cast<int32_t>(n)};
     std::vector<std::pair<int64_t, int64_t>> busy;
     for (size_t m = 0; m < l; ++m)
       if (ph[m].first <= ph[l].second && ph[l].first <= ph[m].second) busy.emplace_back(c.y_off[m], c.y_off[m] + c.kernels[m].B * c.kernels[m].nb);

@@ -31,10 +31,12 @@ namespace {
 
 constexpr int kRt = 2, kNb = 3, kKb = 4, kRows = 5, kYoff = 6, kXdone = 7, kRed = 8, kLoaded = 9, kLoad = 10, kFollow = 11;
 // Task ids (priorities, as in layer_tasks): loads, x tasks, reduce, hand-off, gather, the input's
-// sends, the followers' gathers. With followers the reduce goes before the x tasks (ids 4 and 5-6):
+// sends, the followers' gathers. With followers the reduce goes before the x tasks (ids 4, and 6-7):
 // a follower's x values reach a PE right after the previous kernel's, before its reduce has run,
 // and the end of the follower's x loop must not activate `red` while it is still pending.
 constexpr int kIdLd = 0, kIdOnx = 4, kIdRed = 6, kIdOut = 7, kIdGs = 8, kIdSend = 9, kIdGsf = 10;
+// (with followers: red 4, out 5, onxA/B 6-7 -- `out` dispatches on r8 too, so it must run before
+// the next reduce can move r8 on)
 
 const char* group_name(const DenseKernel& k) { return k.k_on_columns ? "A" : "B"; }
 
@@ -86,7 +88,7 @@ void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
   const TaskNames tn = task_names(c, 0);
   bool followers = false;
   for (size_t m = 1; m < n; ++m) followers = followers || follower(c, m);
-  const int id_onx = followers ? kIdOnx + 1 : kIdOnx, id_red = followers ? kIdOnx : kIdRed;
+  const int id_onx = followers ? kIdOnx + 2 : kIdOnx, id_red = followers ? kIdOnx : kIdRed, id_out = followers ? kIdOnx + 1 : kIdOut;
   const Op mov = c.half() ? Op::fmovh : Op::fmovs;
   t.comment("---- the sequencer: shared tasks run every kernel in turn (r7 x tasks done, r8 next reduce, r9 loaded, r10 loading)");
   for (const char* G : {"A", "B"}) {  // the x tasks' DSDs: lengths and offsets set at run time
@@ -156,7 +158,7 @@ void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
     if (c.kernels[l + 1].spatial() && !follower(c, l + 1)) gathers.push_back(static_cast<int64_t>(l) + 1);
   }
   if (!outs.empty()) {
-    t.task(tn.out, TaskKind::local, kIdOut, -1, -1, false, false, "the hand-off of kernel r8 - 1 at its chain ends");
+    t.task(tn.out, TaskKind::local, id_out, -1, -1, false, false, "the hand-off of kernel r8 - 1 at its chain ends");
     dispatch(t, kRed, outs, "o", [&](int64_t m) {
       t.if_("last" + std::to_string(m - 1));
       out_first(c, static_cast<size_t>(m - 1), t, tn);
