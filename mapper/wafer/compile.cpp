@@ -39,19 +39,19 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
                        "use \"mapping\": {\"mode\": \"weight_streaming\"}: a chain of more kernels runs there from shared tasks (docs/wafer-compiler.md \"Many kernels\")");
     std::string why;
     if (opt.training) why = "training gives every kernel its own tasks and colors";
-    std::vector<bool> cols(c.kernels.size());  // the orientations placement gives them (K along the columns)
-    for (size_t l = 0; l < c.kernels.size(); ++l) cols[l] = c.kernels[l].src < 0 || !cols[static_cast<size_t>(c.kernels[l].src)];
+    for (auto& k : c.kernels)  // the orientations of weight streaming (place_streaming's rule)
+      k.k_on_columns = k.src < 0 || !c.kernels[static_cast<size_t>(k.src)].k_on_columns;
     for (size_t l = 0; why.empty() && l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
       // Kernel l's x values come from the chain ends of kernel l - 1, which hold its input when
       // that is kernel l - 1's output or one on the same edge; or, for a follower (the same
       // orientation as kernel l - 1), right after kernel l - 1's from the chain ends that sent
       // those, when the first kernel of the run is a Conv (its gathers go one after another).
-      const bool same_edge = k.src >= 0 && l >= 1 && cols[static_cast<size_t>(k.src)] == cols[l - 1];
+      const bool same_edge = k.src >= 0 && l >= 1 && c.kernels[static_cast<size_t>(k.src)].k_on_columns == c.kernels[l - 1].k_on_columns;
       size_t lead = l;
-      while (lead >= 1 && k.src >= 0 && cols[lead - 1] == cols[l]) --lead;
-      const bool follows = k.src >= 0 && l >= 1 && cols[l] == cols[l - 1] && k.spatial() && lead >= 1 && c.kernels[lead].spatial();
-      if (k.src >= 0 && l >= 1 && cols[l] == cols[l - 1] && !follows)
+      while (follower(c, lead)) --lead;
+      const bool follows = follower(c, l) && k.src >= 0 && k.spatial() && lead >= 1 && c.kernels[lead].spatial();
+      if (follower(c, l) && k.src >= 0 && !follows)
         why = "kernel '" + k.name + "' would follow kernel '" + c.kernels[l - 1].name + "' in its orientation (its input lies on the edge that kernel's came from), which is mapped for Convs after a Conv only";
       else if (k.src != static_cast<int64_t>(l) - 1 && !follows && (!same_edge || (!k.spatial() && k.xread != DenseKernel::XRead::flatten)))
         why = "kernel '" + k.name + "' reads " + (k.src < 0 ? std::string("the graph input") : "kernel '" + c.kernels[static_cast<size_t>(k.src)].name + "'") +

@@ -222,9 +222,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       // A follower: sent right after kernel l - 1's x values (their count per line later) by the same chain ends.
       const DenseKernel& pk = c.kernels[l - 1];
       x0 = x0_of[l - 1];
-      size_t nfol = 0;  // the followers gsf searches over
-      for (size_t m = 1; m < nk; ++m) nfol += detail::follower(c, m) ? 1 : 0;
-      for (auto& v : x0) v += pk.oh * pk.ow * pk.kb * pk.samples + 8 + 2 * detail::dispatch_depth(nfol);
+      for (auto& v : x0) v += pk.oh * pk.ow * pk.kb * pk.samples + 8 + 2 * detail::dispatch_depth(detail::followers(c).size());  // (gsf's search)
     } else x0 = next_of[c.sequenced ? l - 1 : static_cast<size_t>(k.src)];  // (sequenced: handed off by kernel l - 1's chain ends)
     x0_of.push_back(x0);
 
@@ -255,9 +253,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       const int64_t lines = k.lanes, along = k.k_on_columns ? k.w : k.h;
       // The kernel whose buffer this one's weights take (its x tasks done first): l - 2, or
       // sequenced the previous kernel of this orientation.
-      int64_t pb = static_cast<int64_t>(l) - 2;
-      if (c.sequenced)
-        for (pb = static_cast<int64_t>(l) - 1; pb >= 0 && c.kernels[static_cast<size_t>(pb)].k_on_columns != k.k_on_columns; --pb) {}
+      const int64_t pb = c.sequenced ? detail::buffer_before(c, l) : static_cast<int64_t>(l) - 2;
       int64_t worst = 0;
       for (int64_t ln = 0; ln < lines; ++ln) {
         int64_t go = 0;  // every PE of the line has started this layer's load

@@ -138,6 +138,11 @@ bool output_used(const Compiled& c, size_t l);
 // from) the kernel that handed m - 1's off, right after them.
 size_t handoff_from(const Compiled& c, size_t m);
 inline bool follower(const Compiled& c, size_t m) { return m >= 1 && c.kernels[m].k_on_columns == c.kernels[m - 1].k_on_columns; }
+// The sequenced kernels that are followers, in order.
+std::vector<int64_t> followers(const Compiled& c);
+// Sequenced: the kernel whose weight buffer (one per orientation) kernel m's load takes -- the
+// previous kernel of its orientation (m - 2 in an alternating chain; -1: none).
+int64_t buffer_before(const Compiled& c, size_t m);
 
 // layer_tasks.cpp: the task bodies, kernel by kernel. TaskNames: the tasks a body activates --
 // kernel l's own (onx<l>, ...) or the sequencer's shared ones.

@@ -81,16 +81,26 @@ bool output_used(const Compiled& c, size_t l) {
 }
 
 // The height and width of kernel l's output feature map (after its pool; a gate's: the gated map's).
-int64_t out_h(const Compiled& c, size_t l) {
+std::pair<int64_t, int64_t> out_hw(const Compiled& c, size_t l) {
   const DenseKernel& k = c.kernels[l];
-  return k.gate_of >= 0 ? c.kernels[static_cast<size_t>(k.gate_of)].oh : k.pkh ? k.ph : k.oh;
-}
-int64_t out_w(const Compiled& c, size_t l) {
-  const DenseKernel& k = c.kernels[l];
-  return k.gate_of >= 0 ? c.kernels[static_cast<size_t>(k.gate_of)].ow : k.pkh ? k.pw : k.ow;
+  if (k.gate_of >= 0) return {c.kernels[static_cast<size_t>(k.gate_of)].oh, c.kernels[static_cast<size_t>(k.gate_of)].ow};
+  return k.pkh ? std::pair{k.ph, k.pw} : std::pair{k.oh, k.ow};
 }
 
 size_t handoff_from(const Compiled& c, size_t m) { return follower(c, m) ? handoff_from(c, m - 1) : m - 1; }
+
+std::vector<int64_t> followers(const Compiled& c) {
+  std::vector<int64_t> f;
+  for (size_t m = 1; m < c.kernels.size(); ++m)
+    if (follower(c, m)) f.push_back(static_cast<int64_t>(m));
+  return f;
+}
+
+int64_t buffer_before(const Compiled& c, size_t m) {
+  int64_t p = static_cast<int64_t>(m) - 1;
+  while (p >= 0 && c.kernels[static_cast<size_t>(p)].k_on_columns != c.kernels[m].k_on_columns) --p;
+  return p;
+}
 
 ArrayAt y_array(const Compiled& c, size_t l) {
   if (c.sequenced) return {"Yar", c.y_off[l]};
@@ -290,7 +300,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
                 {{k.samples, ph_in * pw_in * nb}, {k.ph, k.psh * pw_in * nb}, {k.pw, k.psw * nb}, {nb, 1}});
   }
   // The hand-off: the x values of the reader (sequenced: of kernel l + 1, read from the holder of
-  // the kernel it reads -- this one's, or one an even number of kernels back on the same PEs).
+  // the kernel it reads -- this one's, or an earlier one whose chain ends are these PEs).
   const size_t hn = c.sequenced ? (l + 1 < c.kernels.size() && !follower(c, l + 1) ? l + 1 : c.kernels.size()) : has_next ? rd[0] : c.kernels.size();
   if (hn < c.kernels.size()) {
     const DenseKernel& n = c.kernels[hn];
@@ -319,7 +329,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   }
   if (held && h && !k.xp_h) t.mem1d("y16m" + L, "y16_" + L);
   if (k.xp_h)  // where the chain end writes y: the holder's interior
-    t.mem4d("xpi" + L, "xp" + L, (k.xp_t * k.xp_w + k.xp_l) * nb, interior_dims(k.samples, k.xp_h, k.xp_w, out_h(c, l), out_w(c, l), nb));
+    t.mem4d("xpi" + L, "xp" + L, (k.xp_t * k.xp_w + k.xp_l) * nb, interior_dims(k.samples, k.xp_h, k.xp_w, out_hw(c, l).first, out_hw(c, l).second, nb));
   if (const int64_t m = move_reader(c, l); m >= 0)  // the held output, sent along the diagonal to kernel m's chain ends
     t.fabric("mvout" + L, DsdKind::fabout, h ? we : f32, c.kernels[static_cast<size_t>(m)].cm, kMoveOutQueue, rows * k.feat_nb());
   t.endif();

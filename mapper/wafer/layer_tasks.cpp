@@ -106,7 +106,7 @@ void red_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& 
 // The hand-off at the chain ends (inside `last<l>`): y into the next Conv's bordered input or its
 // 16-bit copy (when read or moved), then the gather (a conv reader) or one send of the block to the
 // first reader -- sequenced: to kernel l + 1, from the holder of the kernel it reads (this one, or
-// one an even number of kernels back whose chain ends are these PEs). Returns the array the sends
+// an earlier one whose chain ends are these PEs). Returns the array the sends
 // read.
 std::string out_first(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& tn) {
   const DenseKernel& k = c.kernels[l];

@@ -86,9 +86,9 @@ int dispatch_depth(size_t n) {
 void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
   const size_t n = c.kernels.size();
   const TaskNames tn = task_names(c, 0);
-  bool followers = false;
-  for (size_t m = 1; m < n; ++m) followers = followers || follower(c, m);
-  const int id_onx = followers ? kIdOnx + 2 : kIdOnx, id_red = followers ? kIdOnx : kIdRed, id_out = followers ? kIdOnx + 1 : kIdOut;
+  const std::vector<int64_t> fl = followers(c);
+  const bool fw_any = !fl.empty();
+  const int id_onx = fw_any ? kIdOnx + 2 : kIdOnx, id_red = fw_any ? kIdOnx : kIdRed, id_out = fw_any ? kIdOnx + 1 : kIdOut;
   const Op mov = c.half() ? Op::fmovh : Op::fmovs;
   t.comment("---- the sequencer: shared tasks run every kernel in turn (r7 x tasks done, r8 next reduce, r9 loaded, r10 loading)");
   for (const char* G : {"A", "B"}) {  // the x tasks' DSDs: lengths and offsets set at run time
@@ -166,36 +166,30 @@ void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
       t.op(Op::ret, {});
     });
   }
+  // Kernel r's im2col gather at the chain ends handing its x values off (`task`, sending on `out`),
+  // then, if a follower comes next, that one's (gsf, r11 the follower).
+  auto gather_case = [&](size_t r, const std::string& task, const std::string& label, const std::string& out) {
+    const DenseKernel& nk = c.kernels[r];
+    const ConvWalk cw = conv_walk(c, r);
+    const bool fw = r + 1 < n && follower(c, r + 1);
+    t.if_("last" + std::to_string(handoff_from(c, r)));
+    gather_ops(t, task, label, "gx" + std::to_string(r), out, cw.H * cw.W * nk.cblk, nk.samples, kRt, mov, false,
+               [&] { if (fw) t.op(Op::mov, {reg(kFollow), imm(static_cast<int64_t>(r) + 1)}); }, fw ? "gsf" : "");
+    t.endif();
+    t.op(Op::ret, {});
+  };
   if (!gathers.empty()) {
     t.task(tn.gs, TaskKind::local, kIdGs, -1, -1, false, false, "one sample's im2col rows of kernel r8 - 1's output per send");
     dispatch(t, kRed, gathers, "g", [&](int64_t m) {
-      const size_t p = static_cast<size_t>(m - 1);
-      const DenseKernel& nk = c.kernels[p + 1];
-      t.if_("last" + std::to_string(p));
-      const ConvWalk cw = conv_walk(c, p + 1);
-      const bool fw = p + 2 < n && follower(c, p + 2);  // a follower's gather from these PEs next
-      gather_ops(t, tn.gs, "gz" + std::to_string(p), "gx" + std::to_string(p + 1), "yout" + std::to_string(p), cw.H * cw.W * nk.cblk, nk.samples, kRt, mov, false,
-                 [&] { if (fw) t.op(Op::mov, {reg(kFollow), imm(static_cast<int64_t>(p) + 2)}); }, fw ? "gsf" : "");
-      t.endif();
-      t.op(Op::ret, {});
+      const std::string P = std::to_string(m - 1);
+      gather_case(static_cast<size_t>(m), tn.gs, "gz" + P, "yout" + P);
     });
   }
-  // The followers' gathers (kernel r11), each after the one before it on the same chain ends.
-  std::vector<int64_t> fl;
-  for (size_t m = 1; m < n; ++m)
-    if (follower(c, m)) fl.push_back(static_cast<int64_t>(m));
-  if (!fl.empty()) {
+  if (fw_any) {
     t.task("gsf", TaskKind::local, kIdGsf, -1, -1, false, false, "one sample's im2col rows of follower r11 per send");
     dispatch(t, kFollow, fl, "f", [&](int64_t m) {
-      const size_t f = static_cast<size_t>(m);
-      const DenseKernel& nk = c.kernels[f];
-      const ConvWalk cw = conv_walk(c, f);
-      const bool fw = f + 1 < n && follower(c, f + 1);
-      t.if_("last" + std::to_string(handoff_from(c, f)));
-      gather_ops(t, "gsf", "gf" + std::to_string(f), "gx" + std::to_string(f), "xo" + std::to_string(f), cw.H * cw.W * nk.cblk, nk.samples, kRt, mov, false,
-                 [&] { if (fw) t.op(Op::mov, {reg(kFollow), imm(m + 1)}); }, fw ? "gsf" : "");
-      t.endif();
-      t.op(Op::ret, {});
+      const std::string F = std::to_string(m);
+      gather_case(static_cast<size_t>(m), "gsf", "gf" + F, "xo" + F);
     });
   }
 
@@ -204,8 +198,7 @@ void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
   dispatch(t, kLoad, range(n), "l", [&](int64_t m) {
     const std::string M = std::to_string(m);
     if (m == 0) setup(c, 0, t);
-    int64_t pm = m - 1;  // the kernel before it with the same buffer (orientation)
-    while (pm >= 0 && c.kernels[static_cast<size_t>(pm)].k_on_columns != c.kernels[static_cast<size_t>(m)].k_on_columns) --pm;
+    const int64_t pm = buffer_before(c, static_cast<size_t>(m));
     if (pm >= 0) {
       t.op(Op::sub, {reg(kRt), imm(pm), reg(kXdone)});  // < 0: kernel pm's x tasks are done
       t.op(Op::blz, {reg(kRt), "lgo" + M});
