@@ -77,9 +77,13 @@ void stream_compiled_weights(const wafer::Compiled& cp, wafer::Fabric& fab, wafe
   const models::ClockDomain& ck = fab.clock();
   const int64_t c_start = ck.cycle_at_or_after(static_cast<models::Femtos>(t_start.value()));
   // Kernels sharing a port (weight streaming, one per orientation) queue their streams on its
-  // lanes in layer order.
+  // lanes in layer order, then (training) the backward pass's reloads in theirs.
   std::map<std::pair<std::string, int64_t>, std::pair<std::vector<uint32_t>, std::vector<int64_t>>> lanes_of;
-  for (const auto& k : cp.kernels) {  // in layer order, from the step's start (MemoryX serves them one after another)
+  std::vector<const wafer::DenseKernel*> order;
+  for (const auto& k : cp.kernels) order.push_back(&k);
+  for (const int64_t l : cp.reloads) order.push_back(&cp.kernels[static_cast<size_t>(l)]);
+  for (const wafer::DenseKernel* kp : order) {  // from the step's start (MemoryX serves them one after another)
+    const wafer::DenseKernel& k = *kp;
     const wafer::SwarmX::Stream st = sx.broadcast(mx.address(k.mx_tensor), mx.count(k.mx_tensor), t_start);
     for (int64_t lane = 0; lane < k.lanes; ++lane) {
       std::vector<uint32_t> pl(static_cast<size_t>(k.lane_len));

@@ -8,6 +8,7 @@
 // and read back from MemoryX and the PEs only for checkpoints and at the end.
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "isa/fileio.hpp"
@@ -141,21 +142,27 @@ class WaferTrainer : public TrainMachine {
     if (!fab_->finished()) throw std::runtime_error("the fabric did not finish a training step (SystemC ran out of events)");
     const wafer::FabricStats& st = fab_->stats();
     sc_core::sc_time t_end = sc_core::sc_time::from_value(static_cast<uint64_t>(ck.time_of(c_start + st.cycles)));
-    // Each layer's weight gradient: the lanes of its port, through SwarmX into MemoryX's update
-    // window (SGD on the fp32 masters).
-    for (const auto& k : cp_.kernels) {
+    // Each layer's weight gradient, last layer first: the lanes of its port, through SwarmX into
+    // MemoryX's update window (SGD on the fp32 masters). A port (one per orientation) carries its
+    // kernels' blocks one kernel after another on each lane, in that order.
+    std::map<std::string, int64_t> expect, taken;
+    for (const auto& k : cp_.kernels) expect[k.grad_port] += k.lane_len;
+    for (size_t li = cp_.kernels.size(); li-- > 0;) {
+      const auto& k = cp_.kernels[li];
       std::vector<std::vector<float>> lanes;
       int64_t last = 0;
+      const int64_t at = taken[k.grad_port];
       for (int64_t lane = 0; lane < k.lanes; ++lane) {
         const auto& o = fab_->port_output(k.grad_port, lane);
-        if (static_cast<int64_t>(o.size()) != k.lane_len)
+        if (static_cast<int64_t>(o.size()) != expect[k.grad_port])
           throw std::runtime_error("training step: gradient port '" + k.grad_port + "' lane " + std::to_string(lane) + " collected " + std::to_string(o.size()) +
-                                   " wavelets, expected " + std::to_string(k.lane_len));
-        std::vector<float> v(o.size());
-        for (size_t i = 0; i < o.size(); ++i) v[i] = bits_float(o[i].first);
-        if (!o.empty()) last = std::max(last, o.back().second);
+                                   " wavelets, expected " + std::to_string(expect[k.grad_port]));
+        std::vector<float> v(static_cast<size_t>(k.lane_len));
+        for (int64_t i = 0; i < k.lane_len; ++i) v[static_cast<size_t>(i)] = bits_float(o[static_cast<size_t>(at + i)].first);
+        if (k.lane_len) last = std::max(last, o[static_cast<size_t>(at + k.lane_len - 1)].second);
         lanes.push_back(std::move(v));
       }
+      taken[k.grad_port] = at + k.lane_len;
       const sc_core::sc_time t0 = sc_core::sc_time::from_value(static_cast<uint64_t>(ck.time_of(c_start + last)));
       t_end = std::max(t_end, sx_->reduce_update(mx_->address(k.mx_tensor), {cp_.gradient_layout(k, lanes)}, t0));
     }
@@ -172,7 +179,7 @@ class WaferTrainer : public TrainMachine {
       const double cyc = 1.0 / cfg_.clock_hz;
       const auto& kl = cp_.kernels.back();
       int64_t fwd = 0;
-      for_chain_ends(kl, [&](int64_t x, int64_t y, int64_t) { fwd = std::max(fwd, fab_->task_end(x, y, "red" + std::to_string(cp_.kernels.size() - 1))); });
+      for_chain_ends(kl, [&](int64_t x, int64_t y, int64_t) { fwd = std::max(fwd, fab_->task_end(x, y, "red")); });
       const int64_t loss = std::max(fwd, fab_->task_end(cp_.loss_x, cp_.loss_y, "lossk"));
       spans_.push_back({"step " + std::to_string(first_step + steps_), t0, t0 + last_s_});
       phases_.push_back({"forward", t0, t0 + static_cast<double>(fwd) * cyc});

@@ -10,7 +10,7 @@ torch.optim, and writes the loss of every step:
     scenarios/data/train_NAME/losses_OPT.npy      [steps] float32, PyTorch's loss per step
     scenarios/reference/train_NAME_OPT.json       the scenario (target.kind reference)
 
-Run with Debian's python3-torch:  /usr/bin/python3 tools/export_training.py [--out DIR]
+Run with Debian's python3-torch:  /usr/bin/python3 tools/export_training.py [--out DIR] [--only NAME ...]
 CI never runs this; the outputs are committed. torch runs on one thread with fixed seeds.
 """
 import argparse
@@ -85,6 +85,30 @@ class DeepRegressor(nn.Module):  # MLP regression 8 -> 16 -> 12 -> 4 (three laye
         return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
 
 
+class Deep6Regressor(nn.Module):  # MLP regression 8 -> 16 -> 16 -> 12 -> 12 -> 8 -> 4 (six layers: the wafer streams layers 1-3 again for the backward pass)
+    def __init__(self):
+        super().__init__()
+        dims = [8, 16, 16, 12, 12, 8, 4]
+        self.fcs = nn.ModuleList([nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:])])
+
+    def forward(self, x):
+        for fc in self.fcs[:-1]:
+            x = torch.relu(fc(x))
+        return self.fcs[-1](x)
+
+
+class Deep6Classifier(nn.Module):  # 10 -> 24 -> 24 -> 16 -> 16 -> 12 -> 3, Tanh and ReLU, softmax cross-entropy
+    def __init__(self):
+        super().__init__()
+        dims = [10, 24, 24, 16, 16, 12, 3]
+        self.fcs = nn.ModuleList([nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:])])
+
+    def forward(self, x):
+        for i, fc in enumerate(self.fcs[:-1]):
+            x = torch.tanh(fc(x)) if i % 2 else torch.relu(fc(x))
+        return self.fcs[-1](x)
+
+
 def regression_data(rng):
     a = rng.normal(size=(8, 4)).astype(np.float32)
     x = rng.normal(size=(STEPS, 16, 8)).astype(np.float32)
@@ -140,7 +164,9 @@ def export(model, shape, path):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    root = ap.parse_args().out
+    ap.add_argument("--only", nargs="*", default=None, help="export these cases only (by name: mlp, mlp6, ...)")
+    args = ap.parse_args()
+    root, only = args.out, args.only
     torch.set_num_threads(1)
     cases = [
         ("mlp", Regressor, regression_data, "mse", [("sgd", 0.05), ("adam", 0.01), ("sgd_exponential", 0.1)], (16, 8)),
@@ -148,8 +174,12 @@ def main():
         ("relu_classifier", ReluClassifier, classification_data, "softmax_cross_entropy", [("sgd", 0.1), ("momentum", 0.05)], (24, 10)),
         ("cnn", SmallCNN, image_data, "softmax_cross_entropy", [("sgd", 0.05)], (16, 1, 8, 8)),
         ("mlp3", DeepRegressor, regression_data, "mse", [("sgd", 0.05)], (16, 8)),
+        ("mlp6", Deep6Regressor, regression_data, "mse", [("sgd", 0.05)], (16, 8)),
+        ("classifier6", Deep6Classifier, classification_data, "softmax_cross_entropy", [("momentum", 0.05)], (24, 10)),
     ]
     for name, cls, data, loss, opts, shape in cases:
+        if only and name not in only:
+            continue
         rng = np.random.default_rng(2026)
         x, t = data(rng)
         ddir = os.path.join(root, "scenarios", "data", "train_" + name)

@@ -45,11 +45,11 @@ size_t first_move(const Compiled& c, size_t l) {
 
 void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& opt) {
   std::vector<Stream> st;
-  // Weight streaming (inference): kernels of one orientation share their reduce and weight colors
+  // Weight streaming: kernels of one orientation share their reduce and weight colors
   // -- the same routes, used one kernel after another (a PE finishes a kernel's tasks before the
   // next kernel's data reaches it; the streams come in order) -- so only the x multicasts, which
   // select a data task each, need a color per kernel.
-  const bool share = c.mode == MapMode::weight_streaming && !c.training;
+  const bool share = c.mode == MapMode::weight_streaming;
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     const DenseKernel& k = c.kernels[l];
     const RectR r{k.x0, k.y0, k.x0 + k.w - 1, k.y0 + k.h - 1};
@@ -64,6 +64,7 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
       st.push_back({l, 'e', {r}});
     }
     if (k.res_move && first_move(c, l) == l) st.push_back({l, 'm', {r}});  // the residual moves of one direction share a color
+    if (c.training) st.push_back({l, 'b', {r}});  // the dy multicast: one per kernel (its data task)
     if (share && first_of_orientation(c, l) != l) {
       if (!c.sequenced) st.push_back({l, 'x', {r}});  // (sequenced: the orientation's x color too)
       continue;
@@ -78,7 +79,6 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
     st.push_back({l, '0', {r}});
     st.push_back({l, '1', {r}});
     if (c.mode == MapMode::weight_streaming) st.push_back({l, 'w', {r}});
-    if (c.training) st.push_back({l, 'b', {r}});
   }
   if (c.training) {  // the loss chain along the last layer's chain ends
     const DenseKernel& k = c.kernels.back();
@@ -115,7 +115,7 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
     for (const auto& n : ks) names += (names.empty() ? "" : ", ") + n;
     throw InputError("color allocation", "the routes need " + std::to_string(used) + " colors, " + std::to_string(avail) +
                                              " are available (router.colors - reserved); " + label(worst) + " conflicts with streams of " + names,
-                     c.mode == MapMode::weight_streaming ? "weight streaming uses a color per layer plus 3 per orientation (4 per layer when training) on one rectangle: map fewer layers"
+                     c.mode == MapMode::weight_streaming ? "weight streaming uses a color per layer plus 3 per orientation (training: 4 per orientation, one per layer and 2 for the loss) on one rectangle: map fewer layers"
                                                          : "use a larger block (mapping.wafer_block) or weight streaming");
   }
   std::map<int, std::vector<std::string>> by_color;

@@ -33,15 +33,16 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   bool branch = false;  // (also a residual of an output no kernel reads: its chain ends' hand-off task sends or keeps it)
   for (size_t l = 1; l < c.kernels.size(); ++l)
     branch = branch || (c.kernels[l].src >= 0 && c.kernels[l].src != static_cast<int64_t>(l) - 1 && c.kernels[l].spatial()) || c.kernels[l].res_out;
-  if (nker > kOwnTaskKernels || (branch && opt.mode == MapMode::weight_streaming && !opt.training)) {
+  // Training always runs sequenced (its backward pass, from shared tasks too, follows the forward
+  // pass's kernels; training's own checks below refuse what is not a chain of dense layers).
+  if (nker > kOwnTaskKernels || (branch && opt.mode == MapMode::weight_streaming) || (opt.training && opt.mode == MapMode::weight_streaming)) {
     if (opt.mode != MapMode::weight_streaming)  // (at /mapping/mode: mode auto streams instead)
       throw InputError("/mapping/mode", std::to_string(nker) + " kernels: pipelined mode gives every kernel its own tasks and colors, which a PE has for " + std::to_string(kOwnTaskKernels),
                        "use \"mapping\": {\"mode\": \"weight_streaming\"}: a chain of more kernels runs there from shared tasks (docs/wafer-compiler.md \"Many kernels\")");
     std::string why;
-    if (opt.training) why = "training gives every kernel its own tasks and colors";
     for (auto& k : c.kernels)  // the orientations of weight streaming (place_streaming's rule)
       k.k_on_columns = k.src < 0 || !c.kernels[static_cast<size_t>(k.src)].k_on_columns;
-    for (size_t l = 0; why.empty() && l < c.kernels.size(); ++l) {
+    for (size_t l = 0; why.empty() && !opt.training && l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
       // Kernel l's x values come from the chain ends of kernel l - 1, which hold its input when
       // that is kernel l - 1's output or one on the same edge; or, for a follower (the same
@@ -110,14 +111,9 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   c.loss = opt.loss;
   c.momentum = opt.momentum;
   if (c.training) {
-    const char* hint = "training on the wafer maps up to three dense layers (Gemm/MatMul, bias, ReLU or Tanh) with weight streaming in fp32, MSE or softmax cross-entropy (docs/wafer-compiler.md); run it on target.kind neuroncore or reference";
+    const char* hint = "training on the wafer maps chains of dense layers (Gemm/MatMul, bias, ReLU or Tanh) with weight streaming in fp32, MSE or softmax cross-entropy (docs/wafer-compiler.md); run it on target.kind neuroncore or reference";
     if (opt.mode != MapMode::weight_streaming) throw InputError("/mapping/mode", "training on the wafer runs in weight_streaming mode (weights and their updates in MemoryX)", "set mapping.mode to weight_streaming");
     if (c.half()) throw InputError("/precision/compute", "training on the wafer is compiled in fp32 in this build", hint);
-    if (c.kernels.size() > 3)
-      throw InputError(g.source, std::to_string(c.kernels.size()) +
-                                     " dense layers: training maps at most 3 (the backward pass reads the weights of every layer but the first from the two buffers "
-                                     "that hold the last two layers'; a fourth would need its weights streamed again)",
-                       hint);
     for (const auto& k : c.kernels) {
       if (k.b_value == "*") throw InputError("kernel '" + k.name + "'", "two biases (Gemm's C and an Add) are not trained on the wafer", hint);
       if (k.xread != DenseKernel::XRead::rows) throw InputError("kernel '" + k.name + "'", "convolutions are not trained on the wafer in this build", hint);
@@ -266,6 +262,14 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
                                                  std::to_string(cfg.fabric_width) + " x " + std::to_string(cfg.fabric_height));
     place_streaming(c.kernels, w, h);
     if (c.sequenced) y_arena(c);
+    if (c.training) {  // the saved x values' arena; the weights streamed again for the backward pass
+      c.xs_off.assign(c.kernels.size(), 0);
+      c.xs_arena = 0;
+      c.reloads.clear();
+      for (size_t l = 0; l < c.kernels.size(); ++l) c.xs_off[l] = c.xs_arena, c.xs_arena += c.kernels[l].B * c.kernels[l].kb;
+      for (size_t l = c.kernels.size(); l-- > 1;)
+        if (buffer_after(c, l) >= 0) c.reloads.push_back(static_cast<int64_t>(l));
+    }
     if (c.kernels.back().softmax && c.kernels.back().nblocks() != 1) {
       const DenseKernel& k = c.kernels.back();
       throw InputError("/mapping/wafer_rect", "the Softmax's " + std::to_string(k.N) + " outputs per sample must lie on one PE, but the " + std::to_string(w) + " x " +
@@ -317,8 +321,9 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       DenseKernel& k = c.kernels[l];
       k.mx_tensor = "W" + std::to_string(l) + "." + k.name;
-      // Inference: one port per orientation (the kernels share its color); training: one per layer.
-      k.port = c.training ? "weights" + std::to_string(l) : k.k_on_columns ? "weights_w" : "weights_n";
+      // One port per orientation (the kernels share its color; training's reloads follow the forward
+      // pass's streams on it).
+      k.port = k.k_on_columns ? "weights_w" : "weights_n";
       k.lanes = k.k_on_columns ? k.h : k.w;
       k.lane_len = (k.k_on_columns ? k.w : k.h) * k.kb * k.nb;
     }
@@ -411,11 +416,12 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     if (wb) t.data("Wb", c.compute, wb, {}, -1, -1, c.sequenced ? "along the rows" : "layers 1, 3, 5");
     t.data("junk", c.compute, 1, {}, -1, -1, "weights of other PEs land here");
     if (c.sequenced) t.data("Yar", Elem::f32, c.y_arena, {}, -1, -1, "every kernel's y (its place: Compiled::y_off)");
+    if (c.training) t.data("Xsv", Elem::f32, c.xs_arena, {}, -1, -1, "the x values each kernel took (the weight gradients need them; its place: Compiled::xs_off)");
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
       if (!c.sequenced || first_of_orientation(c, l) == l) x_routes(k, true, routes);  // (sequenced: one x color per orientation)
       if (k.res_move && first_move(c, l) == l) move_routes(k, routes);
-      if (c.training || first_of_orientation(c, l) == l) {  // shared colors (inference): one set of routes
+      if (first_of_orientation(c, l) == l) {  // shared colors: one set of routes
         reduce_routes(k, routes);
         weight_routes(k, routes);
       }
@@ -434,13 +440,17 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       for (size_t l = 0; l < c.kernels.size(); ++l) {
         DenseKernel& k = c.kernels[l];
         dy_routes(k, routes);
+        backward_program(c, l, t);
+        // One gradient port per orientation (the chain colors are the orientation's): its lanes carry
+        // the kernels' blocks one kernel after another, last kernel first.
+        k.grad_port = k.k_on_columns ? "grads_e" : "grads_s";
+        if (first_of_orientation(c, l) != l) continue;
         grad_port_routes(k, routes);
-        backward_program(c, l, opt.learning_rate, t);
-        k.grad_port = "grads" + std::to_string(l);
         const int64_t len = k.k_on_columns ? k.w : k.h;
         ports.push_back({{"name", k.grad_port}, {"dir", "out"}, {"side", k.k_on_columns ? "E" : "S"}, {"x", k.k_on_columns ? k.w - 1 : 0},
                          {"y", k.k_on_columns ? 0 : k.h - 1}, {"length", k.lanes}, {"color", chain_color(k, len - 1)}, {"type", "f32"}});
       }
+      backward_tasks(c, opt.learning_rate, t);
       loss_routes(c, routes);
       train_params(c, params);
       if (opt.loss == "softmax_cross_entropy") xent_program(c, t);

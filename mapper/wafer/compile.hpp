@@ -259,6 +259,12 @@ struct Compiled {
   bool sequenced = false;
   std::vector<int64_t> y_off;
   int64_t y_arena = 0;
+  // Training (always sequenced): the x values each kernel's PEs took, in one arena "Xsv" (kernel
+  // l's at element xs_off[l]); the kernels whose weights stream again for the backward pass (every
+  // one but the first whose block is no longer in its orientation's buffer), in backward order.
+  std::vector<int64_t> xs_off;
+  int64_t xs_arena = 0;
+  std::vector<int64_t> reloads;
   std::vector<HostArray> constants;
   std::string input, output;                    // graph values
   Shape input_shape, output_shape;
@@ -287,9 +293,9 @@ struct Compiled {
   std::vector<float> gradient_layout(const DenseKernel& k, const std::vector<std::vector<float>>& lanes) const;
   // The inverse of memoryx_layout: [K, N] values from MemoryX order.
   std::vector<float> from_memoryx_layout(const DenseKernel& k, const std::vector<float>& mx) const;
-  // Weight streaming: the input queue of kernel l's weight stream -- one per orientation when
-  // kernels share their weight colors (inference), one per layer when training.
-  int weight_queue(size_t l) const { return training ? 2 + static_cast<int>(l) : kernels[l].k_on_columns ? 2 : 3; }
+  // Weight streaming: the input queue of kernel l's weight stream, one per orientation (the
+  // kernels of an orientation share its weight color).
+  int weight_queue(size_t l) const { return kernels[l].k_on_columns ? 2 : 3; }
   // Host-side placement (data movement only): the graph input's values as PE arrays; the output
   // gathered back from the PEs that hold it.
   std::vector<HostArray> place_input(const Tensor& x) const;

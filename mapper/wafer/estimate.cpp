@@ -64,17 +64,43 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
   c.train_est.forward = *std::max_element(fwd_end.begin(), fwd_end.end());
   c.train_est.loss = loss_end;
 
-  // ---- the backward pass, layer by layer; `freed` per PE: its previous layer's gradient block has left
+  // ---- the backward pass, layer by layer; `freed` per PE: its previous layer's gradient block has
+  // left. The shared tasks (bstart, bdone, g2, g3) search for their kernel first (dd cycles).
+  const int64_t dd = 2 * detail::dispatch_depth(L), ld_d = 2 * detail::dispatch_depth(L + c.reloads.size());
+  const int64_t Qw = cfg.input_depth.size() > 3 ? std::min(cfg.input_depth[2], cfg.input_depth[3]) : 1;
   std::vector<int64_t> freed;
   std::vector<int64_t> port_end_of(L, 0);
+  std::vector<std::vector<int64_t>> bdy_end_of(L);
   int64_t fabric_end = 0;
   for (size_t li = L; li-- > 0;) {
     const DenseKernel& k = c.kernels[li];
     const int64_t Lk = k.k_on_columns ? k.w : k.h, Ln = k.k_on_columns ? k.h : k.w;
     const int64_t kb = k.kb, nb = k.nb, n = B * nb, bs = kb * nb;
     if (freed.empty()) freed.assign(static_cast<size_t>(k.w * k.h), 0);
+    // A reload (Compiled::reloads): each PE of a line starts taking the stream when the kernel whose
+    // block its buffer holds has ended its dy tasks there (then bdone's unblock, the load's search
+    // and check); the stream moves when every PE of the line takes it, a block at a wavelet per
+    // cycle with the load steps' gaps between blocks, and the block is in a PE hops later, after
+    // ldd (the search, the join's check, the unblock).
+    std::vector<int64_t> wready(static_cast<size_t>(k.w * k.h), 0);
+    if (std::find(c.reloads.begin(), c.reloads.end(), static_cast<int64_t>(li)) != c.reloads.end()) {
+      const std::vector<int64_t>& prev = bdy_end_of[static_cast<size_t>(detail::buffer_after(c, li))];
+      const int64_t gap = std::max<int64_t>(0, S + 2 + ld_d - Qw);
+      for (int64_t ln = 0; ln < k.lanes; ++ln) {
+        int64_t go = 0;
+        for (int64_t p = 0; p < Lk; ++p) {
+          const int64_t px = k.k_on_columns ? p : ln, py = k.k_on_columns ? ln : p;
+          go = std::max(go, prev[static_cast<size_t>(py * k.w + px)] + 4 + dd + ld_d + 2);
+        }
+        const int64_t t_last = go + S + Lk * bs + (Lk - 1) * gap - 1;
+        for (int64_t p = 0; p < Lk; ++p) {
+          const int64_t px = k.k_on_columns ? p : ln, py = k.k_on_columns ? ln : p;
+          wready[static_cast<size_t>(py * k.w + px)] = t_last + (p + 1) * hop + 2 + 3 + ld_d + 4;
+        }
+      }
+    }
     // bstart at each chain end q: mask (ReLU), bias gradient and update, then the multicast
-    const int64_t body = (k.activated() ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + dsd(nb, Op::fmacs) + 1 + (c.momentum != 0 ? 2 * dsd(nb) : 0);
+    const int64_t body = dd + (k.activated() ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + dsd(nb, Op::fmacs) + 1 + (c.momentum != 0 ? 2 * dsd(nb) : 0);
     // per dy wavelet at every PE (bdy): the weight gradient's fmacs (fmuls for the first sample),
     // from layer 1 on the input gradient's (fmuls for the first column), and the bookkeeping
     const int64_t g_mac = dsd(kb, Op::fmacs, nb), g_first = dsd(kb, Op::fmuls, nb) + 1;
@@ -88,9 +114,10 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
         const int64_t px = k.k_on_columns ? p : q, py = k.k_on_columns ? q : p;
         const size_t i = static_cast<size_t>(py * k.w + px);
         const int64_t first = send + S + (Lk - 1 - p) * hop + 2;
-        bdy_end[i] = std::max(first, freed[i] + 1) + work;
+        bdy_end[i] = std::max({first, freed[i] + 1, wready[i] + 1}) + work;
       }
     }
+    bdy_end_of[li] = bdy_end;
     // bdone: the input gradient reduced along the x lines (the previous layer's chains), then the
     // gather; the reduce's end starts the previous layer's bstart.
     std::vector<int64_t> gstart(static_cast<size_t>(k.w * k.h), 0);
@@ -103,13 +130,13 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
         for (int64_t q = 0; q < Ln; ++q) {
           const int64_t px = k.k_on_columns ? p : q, py = k.k_on_columns ? q : p;
           const size_t i = static_cast<size_t>(py * k.w + px);
-          lead = std::max(lead, bdy_end[i] + 2 + S - q * pass);
+          lead = std::max(lead, bdy_end[i] + 2 + dd + 1 + (c.reloads.empty() ? 0 : 1) + S - q * pass);  // bdone: the search, the count, the load's unblock
           gstart[i] = lead + q * pass + ne + 1;  // this position's part is out (or summed, at the end)
         }
         next_bstart[static_cast<size_t>(p)] = lead + (Ln - 1) * pass + ne + 3;
       }
     } else {
-      for (size_t i = 0; i < gstart.size(); ++i) gstart[i] = bdy_end[i] + 2;
+      for (size_t i = 0; i < gstart.size(); ++i) gstart[i] = bdy_end[i] + 2 + dd + 1 + (c.reloads.empty() ? 0 : 1);
     }
     // the gather along each chain (N position q): own block, then the blocks from behind, relayed;
     // the chain end's output carries Lk blocks at a wavelet per cycle.
@@ -123,7 +150,7 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
         // from p: its own block (setup, bs wavelets), then (beyond the chain end) every later
         // position's relay stage (completion, g2, setup) and the remaining blocks
         e = std::max(e, g + S + (Lk - p) * bs + (Lk - 1 - p) * pass);
-        if (p == Lk - 1 && Lk > 1) e = std::max(e, g + 2 * S + 2 + Lk * bs);
+        if (p == Lk - 1 && Lk > 1) e = std::max(e, g + 2 * S + 2 + dd + Lk * bs);
       }
       line_end[static_cast<size_t>(q)] = e + pass;
       port_end = std::max(port_end, e + pass);
@@ -132,7 +159,7 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     for (int64_t q = 0; q < Ln; ++q)
       for (int64_t p = 0; p < Lk; ++p) {
         const int64_t px = k.k_on_columns ? p : q, py = k.k_on_columns ? q : p;
-        freed[static_cast<size_t>(py * k.w + px)] = line_end[static_cast<size_t>(q)] + 2;
+        freed[static_cast<size_t>(py * k.w + px)] = line_end[static_cast<size_t>(q)] + 2 + dd + 2;  // g3: the search, the count (and, before a reload, its check)
         fabric_end = std::max(fabric_end, line_end[static_cast<size_t>(q)] + 3);
       }
     bstart = next_bstart;
@@ -187,6 +214,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
   // hand-off: over the kernels with a reader).
   const size_t nk = c.kernels.size();
   const int64_t seq_d = c.sequenced ? 2 * detail::dispatch_depth(nk) : 0, seq_out = c.sequenced ? 2 * detail::dispatch_depth(nk - 1) : 0;
+  const int64_t seq_ld = c.sequenced ? 2 * detail::dispatch_depth(nk + c.reloads.size()) : 0;  // the loads' search (training: the reloads too)
   size_t orientation_count[2] = {0, 0};  // kernels with K along the columns, along the rows
   for (const auto& k : c.kernels) ++orientation_count[k.k_on_columns ? 0 : 1];
   for (size_t l = 0; l < c.kernels.size(); ++l) {
@@ -200,13 +228,13 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     // the first of a sample's kb values takes fmuls (fp32 width) and a jmp instead of fmacs; every
     // kb values the sample counter wraps (mov, add, sub, bnz); the last value activates the reduce.
     // fp16: fmachs (fp32 SIMD class) for both.
-    // Training: each x value is also saved (mul, add, dsd_off, a one-element fmovs).
-    const int64_t save_x = c.training ? 3 + S + 1 : 0;
+    // Training: each x value is also saved (mul, two adds, dsd_off, a one-element fmovs).
+    const int64_t save_x = c.training ? 4 + S + 1 : 0;
     // Sequenced: the y offset's add per x value; after the last, the x task's end (unblock the load,
     // count, block, the next kernel's registers: 6 ops after the search, jmp, sub, bz, unblock) and
     // the reduce's search and mov of r8 before its chain step.
     const int64_t seq = c.sequenced ? 1 : 0;
-    const int64_t seq_end = c.sequenced ? 3 + 2 * detail::dispatch_depth(orientation_count[k.k_on_columns ? 0 : 1]) + (l + 1 < nk ? 6 : 0) + 4 + seq_d + 1 : 0;
+    const int64_t seq_end = c.sequenced ? 3 + 2 * detail::dispatch_depth(orientation_count[k.k_on_columns ? 0 : 1]) + (l + 1 < nk ? (c.training ? 7 : 6) : 0) + 4 + seq_d + 1 : 0;
     const int64_t per_x = 9 + S + cdiv(k.nb, c.half() ? w32 : wf) + save_x + seq;
     const int64_t first_x = 10 + S + cdiv(k.nb, w32) + save_x + seq;
     const int64_t compute = k.B * ((k.kb - 1) * per_x + first_x) + 4 * k.B + 2 + (wrap_ld ? 1 : 0) + seq_end;
@@ -240,7 +268,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       const int64_t Q = qw < static_cast<int64_t>(cfg.input_depth.size()) ? cfg.input_depth[static_cast<size_t>(qw)] : 1;
       // (Sequenced: the next load step's search first. Run-time block lengths: the step after a
       // PE's own block sets the length of the blocks after it first -- sub, mul, two dsd_len.)
-      const int64_t gap = std::max<int64_t>(0, S + 2 + seq_d + (detail::runtime_block_lengths(c.training, k) ? 4 : 0) - Q);
+      const int64_t gap = std::max<int64_t>(0, S + 2 + seq_ld + (detail::runtime_block_lengths(c.training, k) ? 4 : 0) - Q);
       const double bytes = static_cast<double>(k.lanes * k.lane_len) * 4;
       const double burst = std::min(static_cast<double>(cfg.memoryx_burst), bytes);
       // This layer's first burst is out of SwarmX after the earlier layers' bytes and its own first
@@ -267,7 +295,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         // first op set up); the last one, lane_len - 1 wavelets and the boundary gaps later, or
         // when SwarmX delivers it.
         const int64_t t0 = std::max(first, go + S + (c.training || (along - 1) * k.kb * k.nb > 65535 ? 0 : 3) +  // run-time lengths: the pre length set first (mul, 2 dsd_len)
-                                               seq_d + (c.sequenced && pb >= 0 ? 2 : 0) + (c.sequenced && l == 0 ? 6 : 0));  // sequenced: the search, the buffer's check, kernel 0's registers
+                                               seq_ld + (c.sequenced && pb >= 0 ? 2 : 0) + (c.sequenced && l == 0 ? (c.training ? 7 : 6) : 0));  // sequenced: the search, the buffer's check, kernel 0's registers
         // Block by block: at each boundary two PEs switch load ops (the one whose block ended to
         // the blocks after it, the next to its own); one that runs an earlier kernel's chain-end
         // task then (bias, functions, attention, LayerNorm, a pool -- blocking in its receives)
@@ -291,7 +319,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
           const int64_t px = k.k_on_columns ? p : ln, py = k.k_on_columns ? ln : p;
           // Readable at PE p (hops, ramp), taken, the op done, ldd picked and run (unblock,
           // activate the next load, ret).
-          const int64_t t = after_busy(static_cast<size_t>(py * k.w + px), t_last + (p + 1) * hop + 1 + 1) + 3 + (c.sequenced ? seq_d + 4 : 0);
+          const int64_t t = after_busy(static_cast<size_t>(py * k.w + px), t_last + (p + 1) * hop + 1 + 1) + 3 + (c.sequenced ? seq_ld + 4 : 0);
           wready[static_cast<size_t>(py * k.w + px)] = t;
           worst = std::max(worst, t);
         }

@@ -143,6 +143,9 @@ std::vector<int64_t> followers(const Compiled& c);
 // Sequenced: the kernel whose weight buffer (one per orientation) kernel m's load takes -- the
 // previous kernel of its orientation (m - 2 in an alternating chain; -1: none).
 int64_t buffer_before(const Compiled& c, size_t m);
+// Training: the next kernel of kernel m's orientation (-1: none) -- the one whose block the
+// buffer holds when the backward pass reaches m.
+int64_t buffer_after(const Compiled& c, size_t m);
 
 // layer_tasks.cpp: the task bodies, kernel by kernel. TaskNames: the tasks a body activates --
 // kernel l's own (onx<l>, ...) or the sequencer's shared ones.
@@ -166,6 +169,14 @@ void layer_tasks(const Compiled& c, size_t l, ProgramTemplate& t);
 // kernel's declarations.
 void sequenced_tasks(const Compiled& c, ProgramTemplate& t);
 int dispatch_depth(size_t n);
+// Binary search on register r over the sorted `keys` (scratch r2): emit(key) writes one case's
+// code, which ends in ret, halt or a jump.
+void dispatch(ProgramTemplate& t, int r, const std::vector<int64_t>& keys, const std::string& tag, const std::function<void(int64_t)>& emit);
+// Registers of a sequenced program that training.cpp shares: the scratch register (free between
+// tasks), the kernels whose backward pass (r13: bdone) and whose gradient send (r11: g3) has ended
+// on this PE, counted from the last kernel. (r11 is the followers' register in inference;
+// training has none.)
+inline constexpr int kSeqScratch = 2, kRegGdone = 11, kRegBdone = 13;
 
 // training.cpp.
 void dy_routes(const DenseKernel& k, json& routes);
@@ -175,6 +186,8 @@ void loss_routes(const Compiled& c, json& routes);
 void train_params(const Compiled& c, json& params);
 void loss_program(const Compiled& c, ProgramTemplate& t);
 void xent_program(const Compiled& c, ProgramTemplate& t);
-void backward_program(const Compiled& c, size_t l, double lr, ProgramTemplate& t);
+void backward_program(const Compiled& c, size_t l, ProgramTemplate& t);
+void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t);
+int loss_task_id(const Compiled& c);
 
 }  // namespace tessera::wafer::detail

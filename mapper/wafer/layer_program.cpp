@@ -102,6 +102,12 @@ int64_t buffer_before(const Compiled& c, size_t m) {
   return p;
 }
 
+int64_t buffer_after(const Compiled& c, size_t m) {
+  for (size_t p = m + 1; p < c.kernels.size(); ++p)
+    if (c.kernels[p].k_on_columns == c.kernels[m].k_on_columns) return static_cast<int64_t>(p);
+  return -1;
+}
+
 ArrayAt y_array(const Compiled& c, size_t l) {
   if (c.sequenced) return {"Yar", c.y_off[l]};
   return {"y" + std::to_string(l), 0};
@@ -136,10 +142,6 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
             std::to_string(k.N) + "], block " + std::to_string(kb) + " x " + std::to_string(nb) + (k.k_on_columns ? ", K along columns" : ", K along rows"));
   if (!ws) data(t, wbuf, we, kb * nb, {}, "W block, column j = the weights of x_j");
   if (!c.sequenced) data(t, "y" + L, f32, B * nb, live(c, l, hold_of(k, h) == Hold::y ? 2 : 1, true));
-  if (c.training) {
-    data(t, "xsave" + L, f32, B * kb, {}, "the x values this PE took (the weight gradient needs them)");
-    t.mem1d("xsv" + L, "xsave" + L, 0, 1);
-  }
   const int64_t rows = k.rows_out();
   if (k.input_layer) {
     t.if_("src" + L);

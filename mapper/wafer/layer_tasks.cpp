@@ -218,12 +218,6 @@ void layer_tasks(const Compiled& c, size_t l, ProgramTemplate& t) {
   const Op mov = h ? Op::fmovh : Op::fmovs;
   if (k.input_layer) input_sends(c, l, t, id_send);
   t.task(tn.onx, TaskKind::data, id_onx, k.cx, 0, false, ws, "one x value: y[b, :] += W[:, j] * x");
-  if (c.training) {
-    t.op(Op::mul, {reg(rt), reg(rb), imm(kb)});
-    t.op(Op::add, {reg(rt), reg(rt), reg(rj)});
-    t.op(Op::dsd_off, {"xsv" + L, reg(rt)});
-    t.op(Op::fmovs, {"xsv" + L, kWv});
-  }
   t.op(Op::mul, {reg(rt), reg(rj), imm(nb)});
   t.op(Op::dsd_off, {"wcol" + L, reg(rt)});
   t.op(Op::mul, {reg(rt), reg(rb), imm(nb)});

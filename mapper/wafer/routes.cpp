@@ -145,11 +145,14 @@ void layer_params(const DenseKernel& k, size_t l, bool ws, bool training, json& 
   }
 }
 
-// The input queue of kernel l's chain colors (a color arrives in one queue of a PE). Training
-// gives every layer its own (1, 5, 6): a fabin takes the head of its queue whatever its color, and
-// in the backward pass a PE reads the input gradient on layer l-1's colors while gradient blocks
-// (layer l's, or layer l+1's still draining) may arrive from a neighbour on another layer's.
-int chain_queue(const Compiled& c, size_t l) { return !c.training || l == 0 ? 1 : l == 1 ? 5 : 6; }
+// The input queue of kernel l's chain colors (a color arrives in one queue of a PE; the kernels of
+// an orientation share their chain colors). Training gives each orientation its own (1, 5): a fabin
+// takes the head of its queue whatever its color, and in the backward pass a PE reads the input
+// gradient on layer l-1's colors while layer l's gradient blocks may arrive from a neighbour on the
+// other orientation's. (On one orientation's queue the order is the chain's: a PE relays all of
+// layer l's blocks before its part of layer l-1's input gradient, which travels on layer l's
+// orientation colors too.)
+int chain_queue(const Compiled& c, size_t l) { return c.training && !c.kernels[l].k_on_columns ? 5 : 1; }
 
 namespace {
 

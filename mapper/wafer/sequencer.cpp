@@ -29,7 +29,8 @@ namespace tessera::wafer::detail {
 
 namespace {
 
-constexpr int kRt = 2, kNb = 3, kKb = 4, kRows = 5, kYoff = 6, kXdone = 7, kRed = 8, kLoaded = 9, kLoad = 10, kFollow = 11;
+constexpr int kRt = kSeqScratch, kNb = 3, kKb = 4, kRows = 5, kYoff = 6, kXdone = 7, kRed = 8, kLoaded = 9, kLoad = 10, kFollow = 11, kXsOff = 12;
+constexpr int kBdone = kRegBdone, kGdone = kRegGdone;
 // Task ids (priorities, as in layer_tasks): loads, x tasks, reduce, hand-off, gather, the input's
 // sends, the followers' gathers. With followers the reduce goes before the x tasks (ids 4, and 6-7):
 // a follower's x values reach a PE right after the previous kernel's, before its reduce has run,
@@ -40,8 +41,27 @@ constexpr int kIdLd = 0, kIdOnx = 4, kIdRed = 6, kIdOut = 7, kIdGs = 8, kIdSend 
 
 const char* group_name(const DenseKernel& k) { return k.k_on_columns ? "A" : "B"; }
 
-// Binary search on register r over the sorted `keys`: emit(key) writes one case's code, which ends
-// in ret, halt or a jump.
+// Kernel m's registers and x-task DSD lengths: it is the next whose x values this PE takes.
+void setup(const Compiled& c, size_t m, ProgramTemplate& t) {
+  const DenseKernel& k = c.kernels[m];
+  const std::string G = group_name(k);
+  t.op(Op::mov, {reg(kNb), imm(k.nb)});
+  t.op(Op::mov, {reg(kKb), imm(k.kb)});
+  t.op(Op::mov, {reg(kRows), imm(k.B)});
+  t.op(Op::mov, {reg(kYoff), imm(c.y_off[m])});
+  if (c.training) t.op(Op::mov, {reg(kXsOff), imm(c.xs_off[m])});
+  t.op(Op::dsd_len, {"wcol" + G, imm(k.nb)});
+  t.op(Op::dsd_len, {"yrow" + G, imm(k.nb)});
+}
+
+std::vector<int64_t> range(size_t n) {
+  std::vector<int64_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<int64_t>(i);
+  return v;
+}
+
+}  // namespace
+
 void dispatch(ProgramTemplate& t, int r, const std::vector<int64_t>& keys, const std::string& tag, const std::function<void(int64_t)>& emit) {
   std::function<void(size_t, size_t)> go = [&](size_t lo, size_t hi) {
     if (hi - lo == 1) return emit(keys[lo]);
@@ -55,26 +75,6 @@ void dispatch(ProgramTemplate& t, int r, const std::vector<int64_t>& keys, const
   };
   go(0, keys.size());
 }
-
-// Kernel m's registers and x-task DSD lengths: it is the next whose x values this PE takes.
-void setup(const Compiled& c, size_t m, ProgramTemplate& t) {
-  const DenseKernel& k = c.kernels[m];
-  const std::string G = group_name(k);
-  t.op(Op::mov, {reg(kNb), imm(k.nb)});
-  t.op(Op::mov, {reg(kKb), imm(k.kb)});
-  t.op(Op::mov, {reg(kRows), imm(k.B)});
-  t.op(Op::mov, {reg(kYoff), imm(c.y_off[m])});
-  t.op(Op::dsd_len, {"wcol" + G, imm(k.nb)});
-  t.op(Op::dsd_len, {"yrow" + G, imm(k.nb)});
-}
-
-std::vector<int64_t> range(size_t n) {
-  std::vector<int64_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<int64_t>(i);
-  return v;
-}
-
-}  // namespace
 
 // The number of compare steps a dispatch over n cases takes at most (the estimate's cost).
 int dispatch_depth(size_t n) {
@@ -95,6 +95,7 @@ void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
     t.mem1d(std::string("wcol") + G, G[0] == 'A' ? "Wa" : "Wb", 0, 1);
     t.mem1d(std::string("yrow") + G, "Yar", 0, 1);
   }
+  if (c.training) t.mem1d("xsv", "Xsv", 0, 1);
   if (c.kernels[0].input_layer) input_sends(c, 0, t, kIdSend);
 
   // The x tasks: y[b, :] (+)= W[:, j] * x for the current kernel; after its last x value the
@@ -108,6 +109,13 @@ void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
       if (c.kernels[l].k_on_columns == cols) color = c.kernels[l].cx, next.push_back(static_cast<int64_t>(l) + 1);
     if (color < 0) continue;
     t.task("onx" + G, TaskKind::data, id_onx + (cols ? 0 : 1), color, 0, false, true, "one x value of the current kernel");
+    if (c.training) {  // keep x[b, j] for the weight gradient: Xsv[xs_off + b kb + j]
+      t.op(Op::mul, {reg(kRt), reg(1), reg(kKb)});
+      t.op(Op::add, {reg(kRt), reg(kRt), reg(0)});
+      t.op(Op::add, {reg(kRt), reg(kRt), reg(kXsOff)});
+      t.op(Op::dsd_off, {"xsv", reg(kRt)});
+      t.op(Op::fmovs, {"xsv", kWv});
+    }
     t.op(Op::mul, {reg(kRt), reg(0), reg(kNb)});
     t.op(Op::dsd_off, {"wcol" + G, reg(kRt)});
     t.op(Op::mul, {reg(kRt), reg(1), reg(kNb)});
@@ -193,36 +201,52 @@ void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
     });
   }
 
-  // The loads, kernel r10: kernel m's waits until the previous kernel of its orientation is done with the buffer.
+  // The loads, r10: kernel r10's (r10 < n), then (training) the backward pass's reload
+  // c.reloads[r10 - n]. Kernel m's load waits until the previous kernel of its orientation is done
+  // with the buffer; a reload until the backward pass of the kernel whose block the buffer holds is.
+  const size_t nl = n + c.reloads.size();
+  auto kernel_of = [&](int64_t r) { return static_cast<size_t>(r < static_cast<int64_t>(n) ? r : c.reloads[static_cast<size_t>(r) - n]); };
   t.task(tn.ld, TaskKind::local, kIdLd, -1, -1, true, false, "take this PE's block of kernel r10 from the line's weight stream");
-  dispatch(t, kLoad, range(n), "l", [&](int64_t m) {
-    const std::string M = std::to_string(m);
-    if (m == 0) setup(c, 0, t);
-    const int64_t pm = buffer_before(c, static_cast<size_t>(m));
+  dispatch(t, kLoad, range(nl), "l", [&](int64_t r) {
+    const std::string M = std::to_string(r);
+    const size_t m = kernel_of(r);
+    if (r == 0) setup(c, 0, t);
+    const bool reload = r >= static_cast<int64_t>(n);
+    const int64_t pm = reload ? buffer_after(c, m) : buffer_before(c, m);
     if (pm >= 0) {
-      t.op(Op::sub, {reg(kRt), imm(pm), reg(kXdone)});  // < 0: kernel pm's x tasks are done
+      if (reload)  // < 0: kernel pm's backward is done here (r13 counts them, from the last kernel)
+        t.op(Op::sub, {reg(kRt), imm(static_cast<int64_t>(n) - pm - 1), reg(kBdone)});
+      else  // < 0: kernel pm's x tasks are done
+        t.op(Op::sub, {reg(kRt), imm(pm), reg(kXdone)});
       t.op(Op::blz, {reg(kRt), "lgo" + M});
       t.op(Op::block, {tn.ld}, "the buffer is kernel " + std::to_string(pm) + "'s still");
       t.op(Op::activate, {tn.ld});
       t.op(Op::ret, {});
       t.label("lgo" + M);
     }
-    ld_body(c, static_cast<size_t>(m), t, tn);
+    ld_body(c, m, t, tn);
   });
   t.task(tn.ldb, TaskKind::local, kIdLd + 1);
-  dispatch(t, kLoad, range(n), "lb", [&](int64_t m) { ldb_body(c, static_cast<size_t>(m), t, tn); });
+  dispatch(t, kLoad, range(nl), "lb", [&](int64_t r) { ldb_body(c, kernel_of(r), t, tn); });
   t.task(tn.ldc, TaskKind::local, kIdLd + 2);
-  dispatch(t, kLoad, range(n), "lc", [&](int64_t m) { ldc_body(c, static_cast<size_t>(m), t, tn); });
+  dispatch(t, kLoad, range(nl), "lc", [&](int64_t r) { ldc_body(c, kernel_of(r), t, tn); });
   t.task(tn.ldd, TaskKind::local, kIdLd + 3, -1, -1, false, false, "kernel r10's block is in place");
-  dispatch(t, kLoad, range(n), "ld", [&](int64_t m) {
-    const std::string M = std::to_string(m);
-    t.op(Op::mov, {reg(kLoaded), imm(m + 1)});
-    t.op(Op::sub, {reg(kRt), reg(kXdone), imm(m)});
-    t.op(Op::bnz, {reg(kRt), "ldn" + M});
-    t.op(Op::unblock, {std::string("onx") + group_name(c.kernels[static_cast<size_t>(m)])}, "its x values are next");
+  dispatch(t, kLoad, range(nl), "ld", [&](int64_t r) {
+    const std::string M = std::to_string(r);
+    const size_t m = kernel_of(r);
+    t.op(Op::mov, {reg(kLoaded), imm(r + 1)});
+    if (r < static_cast<int64_t>(n)) {
+      t.op(Op::sub, {reg(kRt), reg(kXdone), imm(r)});
+      t.op(Op::bnz, {reg(kRt), "ldn" + M});
+      t.op(Op::unblock, {std::string("onx") + group_name(c.kernels[m])}, "its x values are next");
+    } else {  // the backward pass of kernel m goes on once the one after it has sent its gradient (r11 counts those)
+      t.op(Op::sub, {reg(kRt), reg(kGdone), imm(static_cast<int64_t>(n) - 1 - static_cast<int64_t>(m))});
+      t.op(Op::blz, {reg(kRt), "ldn" + M});
+      t.op(Op::unblock, {"bdy" + std::to_string(m)}, "its weights are in again");
+    }
     t.label("ldn" + M);
-    if (m + 1 < static_cast<int64_t>(n)) {
-      t.op(Op::mov, {reg(kLoad), imm(m + 1)});
+    if (r + 1 < static_cast<int64_t>(nl)) {
+      t.op(Op::mov, {reg(kLoad), imm(r + 1)});
       t.op(Op::activate, {tn.ld});
     }
     t.op(Op::ret, {});

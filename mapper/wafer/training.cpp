@@ -1,5 +1,6 @@
 // Training (weight streaming; compile.hpp, docs/wafer-compiler.md "Training", docs/training.md): routes,
 // parameters and the backward program of every layer, and the loss at the last layer's chain ends.
+#include <algorithm>
 #include <string>
 
 #include "mapper/wafer/internal.hpp"
@@ -87,7 +88,7 @@ void loss_program(const Compiled& c, ProgramTemplate& t) {
   t.if_("lfirst", false);
   t.fabric("lfrom", DsdKind::fabin, Elem::f32, P("lcin"), 7, 1);
   t.endif();
-  t.task("lossk", TaskKind::local, 60);
+  t.task("lossk", TaskKind::local, loss_task_id(c));
   t.op(Op::fsubs, {"ddm", "yall" + L, "tgtm"});
   t.op(Op::fmuls, {"dym" + L, "ddm", fnum(2.0 * inv)});
   t.op(Op::fmuls, {"ddm", "ddm", "ddm"});
@@ -96,7 +97,7 @@ void loss_program(const Compiled& c, ProgramTemplate& t) {
   t.if_("llast");
   t.op(Op::fmuls, {"lossm", "laccm", fnum(inv)});
   t.endif();
-  t.op(Op::activate, {"bstart" + L});
+  t.op(Op::activate, {"bstart"});
   t.op(Op::ret, {});
   t.endif();
 }
@@ -109,6 +110,7 @@ void xent_program(const Compiled& c, ProgramTemplate& t) {
   const DenseKernel& k = c.kernels.back();
   const std::string L = std::to_string(l);
   const int64_t B = k.B, N = k.N, nb = k.nb;
+  const ArrayAt ya = y_array(c, l);
   t.comment("---- loss (softmax cross-entropy) at the chain end of kernel " + L);
   t.if_("last" + L);
   t.data("tgt", Elem::f32, B * nb, {}, -1, -1, "the target block (one-hot or soft), placed by the host each step");
@@ -123,12 +125,12 @@ void xent_program(const Compiled& c, ProgramTemplate& t) {
   t.mem1d("de", "xe", 0, 1);
   for (int64_t cc = 0; cc < N; ++cc) {
     const std::string C = std::to_string(cc);
-    t.mem1d("z" + C, "y" + L, cc, B, nb);
+    t.mem1d("z" + C, ya.array, ya.off + cc, B, nb);
     t.mem1d("t" + C, "tgt", cc, B, nb);
     t.mem1d("g" + C, "dy" + L, cc, B, nb);
     t.mem1d("e" + C, "xe", cc, B, N);
   }
-  t.task("lossk", TaskKind::local, 60);
+  t.task("lossk", TaskKind::local, loss_task_id(c));
   t.op(Op::fmovs, {"xmm", "z0"});
   for (int64_t cc = 1; cc < N; ++cc) t.op(Op::fmaxs, {"xmm", "xmm", "z" + std::to_string(cc)});
   for (int64_t cc = 0; cc < N; ++cc) t.op(Op::fsubs, {"e" + std::to_string(cc), "z" + std::to_string(cc), "xmm"});
@@ -166,30 +168,41 @@ void xent_program(const Compiled& c, ProgramTemplate& t) {
   }
   sum_elements(t, "laccm", "de", B * N);
   t.op(Op::fmuls, {"lossm", "laccm", fnum(1.0 / static_cast<double>(B))});
-  t.op(Op::activate, {"bstart" + L});
+  t.op(Op::activate, {"bstart"});
   t.op(Op::ret, {});
   t.endif();
 }
 
-// The backward pass of kernel l on every PE. dy[b, i] arrives as wavelets (color cb, from the
-// chain end): the weight gradient's column i += x[b, :] dy[b, i] (x as saved in the forward pass)
-// and, from layer 1 on, the input gradient's row b += W[:, i] dy[b, i]. After the last wavelet the
-// input gradient is reduced along the x lines (the previous layer's chains, so it ends at that
-// layer's chain ends) and the weight-gradient block goes out along the chain (own block first, then
-// the blocks from behind) to the gradient port. Both reuse the forward chains' colors, so they use
-// the same queues (a color arrives in one input queue of a PE).
-void backward_program(const Compiled& c, size_t l, double lr, ProgramTemplate& t) {
+// Task ids of the backward pass (after the sequencer's, 0-10; lower ids go first): the dy
+// wavelets of kernel l (a data task per kernel, on its own color), then the shared tasks.
+namespace {
+constexpr int kDyOutQueue = 4, kGradOutQueue = 5;
+int id_bdy(size_t l) { return 11 + static_cast<int>(l); }
+int id_after(const Compiled& c, int i) { return 11 + static_cast<int>(c.kernels.size()) + i; }  // 0 bdone, 1 g2, 2 g3, 3 bstart, 4 lossk
+}  // namespace
+
+int loss_task_id(const Compiled& c) { return id_after(c, 4); }
+
+// The backward pass of kernel l on every PE: its arrays and DSDs, and its dy task. dy[b, i]
+// arrives as wavelets (color cb, from the chain end): the weight gradient's column i += x[b, :]
+// dy[b, i] (x as the forward pass saved it) and, from layer 1 on, the input gradient's row b +=
+// W[:, i] dy[b, i] (W in its orientation's buffer: still there from the forward pass, or streamed
+// again -- Compiled::reloads). After the last wavelet the shared tasks (backward_tasks) reduce the
+// input gradient along the x lines (the previous layer's chains, so it ends at that layer's chain
+// ends) and send the weight-gradient block along the chain (own block first, then the blocks from
+// behind) to the gradient port. Both reuse the forward chains' colors, so their queues.
+void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   const DenseKernel& k = c.kernels[l];
   const std::string L = std::to_string(l), P0 = l ? std::to_string(l - 1) : "";
   const int64_t B = k.B, kb = k.kb, nb = k.nb;
-  const std::string wbuf = l % 2 ? "Wb" : "Wa";
-  const int rI = 6 + 3 * static_cast<int>(l), rB = rI + 1, rT = rI + 2;
-  const int li = static_cast<int>(l);
+  const std::string wbuf = k.k_on_columns ? "Wa" : "Wb";
+  // (the forward pass's x counters r0 and r1 are back at 0: the dy tasks count with them)
+  const Operand rI = reg(0), rB = reg(1), rT = reg(kSeqScratch);
   t.comment("---- backward of kernel " + L + ": " + k.name);
   t.data("gW" + L, Elem::f32, kb * nb, {}, -1, -1, "the weight gradient block (as W's block)");
   if (l) t.data("dx" + L, Elem::f32, B * kb, {}, -1, -1, "the input gradient (partial over this PE's columns)");
   t.mem1d("gcol" + L, "gW" + L, 0, kb, nb);
-  t.mem1d("xrow" + L, "xsave" + L, 0, kb);
+  t.mem1d("xrow" + L, "Xsv", c.xs_off[l], kb);
   t.mem1d("gWm" + L, "gW" + L);
   if (l) {
     t.mem1d("wcolT" + L, wbuf, 0, kb, nb);
@@ -202,12 +215,14 @@ void backward_program(const Compiled& c, size_t l, double lr, ProgramTemplate& t
     t.fabric("dxto" + L, DsdKind::fabout, Elem::f32, P("cout" + P0), 2, B * kb);
     t.endif();
   }
-  t.fabric("gto" + L, DsdKind::fabout, Elem::f32, P("cout" + L), 2, kb * nb);
+  // The async sends run on the microthread of their output queue: the gradient's on 5, dy's on 4,
+  // clear of the weight loads' 2 and 3 (a reload may be under way meanwhile).
+  t.fabric("gto" + L, DsdKind::fabout, Elem::f32, P("cout" + L), kGradOutQueue, kb * nb);
   t.if_("pre" + L);
-  t.fabric("gto2" + L, DsdKind::fabout, Elem::f32, P("cout" + L), 2, P("npre" + L));
+  t.fabric("gto2" + L, DsdKind::fabout, Elem::f32, P("cout" + L), kGradOutQueue, P("npre" + L));
   t.fabric("gfrom" + L, DsdKind::fabin, Elem::f32, P("cin" + L), chain_queue(c, l), P("npre" + L));
   t.endif();
-  // Chain ends: dy, the bias update, the multicast.
+  // Chain ends: dy, the bias gradient, the multicast.
   t.if_("last" + L);
   t.data("dy" + L, Elem::f32, B * nb);
   t.data("db" + L, Elem::f32, nb);
@@ -219,95 +234,144 @@ void backward_program(const Compiled& c, size_t l, double lr, ProgramTemplate& t
   t.mem1d("dyrow" + L, "dy" + L, 0, nb);
   t.mem1d("dbm" + L, "db" + L);
   t.mem1d("biasm" + L, "bias" + L);
-  t.fabric("dyout" + L, DsdKind::fabout, Elem::f32, k.cb, 3, B * nb);
+  t.fabric("dyout" + L, DsdKind::fabout, Elem::f32, k.cb, kDyOutQueue, B * nb);
   if (c.momentum != 0) {
     t.data("vb" + L, Elem::f32, nb, {}, -1, -1, "the bias velocity (momentum), kept from step to step");
     t.mem1d("vbm" + L, "vb" + L);
   }
-  t.task("bstart" + L, TaskKind::local, 56 + li, -1, -1, false, false, "dy complete: ReLU mask, bias update, multicast");
-  const std::string mk = "mkm" + L, dy = "dym" + L, y = "yall" + L;
-  if (k.act_is(Unary::Kind::relu)) {  // the ReLU's derivative [y > 0] as -max(-y 2^100, -1): 1 for y >= 2^-100, 0 for y = 0 (y = relu(z) >= 0)
-    t.op(Op::fmuls, {mk, y, fimm(-1.2676506e30)});
-    t.op(Op::fmaxs, {mk, mk, fimm(-1.0)});
-    t.op(Op::fnegs, {mk, mk});
-    t.op(Op::fmuls, {dy, dy, mk});
-  }
-  if (k.act_is(Unary::Kind::tanh)) {  // the derivative 1 - y^2
-    t.op(Op::fmuls, {mk, y, y});
-    t.op(Op::fmuls, {mk, mk, fimm(-1.0)});
-    t.op(Op::fadds, {mk, mk, fimm(1.0)});
-    t.op(Op::fmuls, {dy, dy, mk});
-  }
-  // db = the sum of dy's rows
-  t.op(Op::dsd_off, {"dyrow" + L, imm(0)});
-  t.op(Op::fmovs, {"dbm" + L, "dyrow" + L});
-  t.op(Op::mov, {reg(14), imm(1)});
-  t.label("bl" + L);
-  t.op(Op::sub, {reg(15), reg(14), imm(B)});
-  t.op(Op::bz, {reg(15), "bd" + L});
-  t.op(Op::mul, {reg(15), reg(14), imm(nb)});
-  t.op(Op::dsd_off, {"dyrow" + L, reg(15)});
-  t.op(Op::fadds, {"dbm" + L, "dbm" + L, "dyrow" + L});
-  t.op(Op::add, {reg(14), reg(14), imm(1)});
-  t.op(Op::jmp, {"bl" + L});
-  t.label("bd" + L);
-  if (c.momentum != 0) {  // v = mu v + db; b -= lr v (torch's SGD with momentum)
-    t.op(Op::fmuls, {"vbm" + L, "vbm" + L, fnum(c.momentum)});
-    t.op(Op::fadds, {"vbm" + L, "vbm" + L, "dbm" + L});
-    t.op(Op::fmacs, {"biasm" + L, "biasm" + L, "vbm" + L, fnum(-lr)});
-  } else {
-    t.op(Op::fmacs, {"biasm" + L, "biasm" + L, "dbm" + L, fnum(-lr)});
-  }
-  t.op_async(Op::fmovs, {"dyout" + L, dy});
-  t.op(Op::ret, {});
   t.endif();
-  // Every PE: one task per dy wavelet.
+  // Every PE: one task per dy wavelet (blocked until the kernel after it has sent its gradient and,
+  // for a reload, its weights are in again).
   const bool last_layer = l + 1 == c.kernels.size();
-  t.task("bdy" + L, TaskKind::data, 40 + li, k.cb, 4, false, !last_layer, "wv = dy[b, i]");
-  t.op(Op::mul, {reg(rT), reg(rB), imm(kb)});
-  t.op(Op::dsd_off, {"xrow" + L, reg(rT)});
-  t.op(Op::dsd_off, {"gcol" + L, reg(rI)});
-  first_sets(t, reg(rB), "ga" + L, "gb" + L, Op::fmuls, {"gcol" + L, "xrow" + L, kWv}, Op::fmacs, {"gcol" + L, "gcol" + L, "xrow" + L, kWv});
+  t.task("bdy" + L, TaskKind::data, id_bdy(l), k.cb, 4, false, !last_layer, "wv = dy[b, i]");
+  t.op(Op::mul, {rT, rB, imm(kb)});
+  t.op(Op::dsd_off, {"xrow" + L, rT});
+  t.op(Op::dsd_off, {"gcol" + L, rI});
+  first_sets(t, rB, "ga" + L, "gb" + L, Op::fmuls, {"gcol" + L, "xrow" + L, kWv}, Op::fmacs, {"gcol" + L, "gcol" + L, "xrow" + L, kWv});
   if (l) {
-    t.op(Op::dsd_off, {"dxrow" + L, reg(rT)});
-    t.op(Op::dsd_off, {"wcolT" + L, reg(rI)});
-    first_sets(t, reg(rI), "da" + L, "dc" + L, Op::fmuls, {"dxrow" + L, "wcolT" + L, kWv}, Op::fmacs, {"dxrow" + L, "dxrow" + L, "wcolT" + L, kWv});
+    t.op(Op::dsd_off, {"dxrow" + L, rT});
+    t.op(Op::dsd_off, {"wcolT" + L, rI});
+    first_sets(t, rI, "da" + L, "dc" + L, Op::fmuls, {"dxrow" + L, "wcolT" + L, kWv}, Op::fmacs, {"dxrow" + L, "dxrow" + L, "wcolT" + L, kWv});
   }
-  t.op(Op::add, {reg(rI), reg(rI), imm(1)});
-  t.op(Op::sub, {reg(rT), reg(rI), imm(nb)});
-  t.op(Op::bnz, {reg(rT), "bx" + L});
-  t.op(Op::mov, {reg(rI), imm(0)});
-  t.op(Op::add, {reg(rB), reg(rB), imm(1)});
-  t.op(Op::sub, {reg(rT), reg(rB), imm(B)});
-  t.op(Op::bnz, {reg(rT), "bx" + L});
-  t.op(Op::mov, {reg(rB), imm(0)});
-  t.op(Op::activate, {"bdone" + L});
+  t.op(Op::add, {rI, rI, imm(1)});
+  t.op(Op::sub, {rT, rI, imm(nb)});
+  t.op(Op::bnz, {rT, "bx" + L});
+  t.op(Op::mov, {rI, imm(0)});
+  t.op(Op::add, {rB, rB, imm(1)});
+  t.op(Op::sub, {rT, rB, imm(B)});
+  t.op(Op::bnz, {rT, "bx" + L});
+  t.op(Op::mov, {rB, imm(0)});
+  t.op(Op::activate, {"bdone"});
   t.label("bx" + L);
   t.op(Op::ret, {});
-  // All of dy seen: the input gradient's reduce (synchronous), then the weight gradient out.
-  t.task("bdone" + L, TaskKind::local, 44 + li);
-  if (l) {
-    chain_step(t, "first" + P0, "last" + P0, "dxm" + L, "dxto" + L, "dxfrom" + L, "dym" + P0);
-    t.if_("last" + P0);
-    t.op(Op::activate, {"bstart" + P0});
+}
+
+// The backward pass's shared tasks, kernel by kernel from the last (each dispatches on a counter:
+// r13 the kernels whose dy tasks have ended on this PE, r11 those whose gradient block has left):
+//   bstart  dy complete at kernel l's chain ends: the activation's derivative, the bias gradient
+//           and update, the multicast;
+//   bdone   all of dy seen: the input gradient's reduce (synchronous; its end starts the previous
+//           kernel's bstart), then the weight-gradient block out (g2: the blocks from behind);
+//   g3      the block has left: the previous kernel's dy task may go on (once its weights are in
+//           again, for a reload), or, after kernel 0, the PE halts.
+void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
+  const size_t n = c.kernels.size();
+  std::vector<int64_t> keys(n);
+  for (size_t i = 0; i < n; ++i) keys[i] = static_cast<int64_t>(i);  // key i: kernel n - 1 - i
+  auto layer = [&](int64_t key) { return n - 1 - static_cast<size_t>(key); };
+  t.comment("---- the backward pass (r13 kernels whose dy tasks have ended here, r11 whose gradient has left; from the last kernel)");
+
+  t.task("bstart", TaskKind::local, id_after(c, 3), -1, -1, false, false, "dy complete at kernel n - 1 - r13's chain ends: mask, bias update, multicast");
+  dispatch(t, kRegBdone, keys, "bs", [&](int64_t key) {
+    const size_t l = layer(key);
+    const DenseKernel& k = c.kernels[l];
+    const std::string L = std::to_string(l);
+    const int64_t B = k.B, nb = k.nb;
+    t.if_("last" + L);
+    const std::string mk = "mkm" + L, dy = "dym" + L, y = "yall" + L;
+    if (k.act_is(Unary::Kind::relu)) {  // the ReLU's derivative [y > 0] as -max(-y 2^100, -1): 1 for y >= 2^-100, 0 for y = 0 (y = relu(z) >= 0)
+      t.op(Op::fmuls, {mk, y, fimm(-1.2676506e30)});
+      t.op(Op::fmaxs, {mk, mk, fimm(-1.0)});
+      t.op(Op::fnegs, {mk, mk});
+      t.op(Op::fmuls, {dy, dy, mk});
+    }
+    if (k.act_is(Unary::Kind::tanh)) {  // the derivative 1 - y^2
+      t.op(Op::fmuls, {mk, y, y});
+      t.op(Op::fmuls, {mk, mk, fimm(-1.0)});
+      t.op(Op::fadds, {mk, mk, fimm(1.0)});
+      t.op(Op::fmuls, {dy, dy, mk});
+    }
+    // db = the sum of dy's rows
+    t.op(Op::dsd_off, {"dyrow" + L, imm(0)});
+    t.op(Op::fmovs, {"dbm" + L, "dyrow" + L});
+    t.op(Op::mov, {reg(14), imm(1)});
+    t.label("bl" + L);
+    t.op(Op::sub, {reg(15), reg(14), imm(B)});
+    t.op(Op::bz, {reg(15), "bd" + L});
+    t.op(Op::mul, {reg(15), reg(14), imm(nb)});
+    t.op(Op::dsd_off, {"dyrow" + L, reg(15)});
+    t.op(Op::fadds, {"dbm" + L, "dbm" + L, "dyrow" + L});
+    t.op(Op::add, {reg(14), reg(14), imm(1)});
+    t.op(Op::jmp, {"bl" + L});
+    t.label("bd" + L);
+    if (c.momentum != 0) {  // v = mu v + db; b -= lr v (torch's SGD with momentum)
+      t.op(Op::fmuls, {"vbm" + L, "vbm" + L, fnum(c.momentum)});
+      t.op(Op::fadds, {"vbm" + L, "vbm" + L, "dbm" + L});
+      t.op(Op::fmacs, {"biasm" + L, "biasm" + L, "vbm" + L, fnum(-lr)});
+    } else {
+      t.op(Op::fmacs, {"biasm" + L, "biasm" + L, "dbm" + L, fnum(-lr)});
+    }
+    t.op_async(Op::fmovs, {"dyout" + L, dy});
     t.endif();
-  }
-  t.op_async(Op::fmovs, {"gto" + L, "gWm" + L}, "g2" + L);
-  t.op(Op::ret, {});
-  t.task("g2" + L, TaskKind::local, 48 + li);
-  t.if_("pre" + L);
-  t.op_async(Op::fmovs, {"gto2" + L, "gfrom" + L}, "g3" + L);
-  t.else_();
-  t.op(Op::activate, {"g3" + L});
-  t.endif();
-  t.op(Op::ret, {});
-  t.task("g3" + L, TaskKind::local, 52 + li, -1, -1, false, false, "the gradient block has left");
-  if (l) {
-    t.op(Op::unblock, {"bdy" + P0});
     t.op(Op::ret, {});
-  } else {
-    t.op(Op::halt, {});
-  }
+  });
+
+  t.task("bdone", TaskKind::local, id_after(c, 0), -1, -1, false, false, "kernel n - 1 - r13's dy tasks are done here");
+  dispatch(t, kRegBdone, keys, "bd", [&](int64_t key) {
+    const size_t l = layer(key);
+    const std::string L = std::to_string(l), P0 = l ? std::to_string(l - 1) : "";
+    t.op(Op::add, {reg(kRegBdone), reg(kRegBdone), imm(1)});
+    if (!c.reloads.empty()) t.op(Op::unblock, {"ld"}, "a reload waiting for this kernel's buffer goes on");
+    if (l) {
+      chain_step(t, "first" + P0, "last" + P0, "dxm" + L, "dxto" + L, "dxfrom" + L, "dym" + P0);
+      t.if_("last" + P0);
+      t.op(Op::activate, {"bstart"});
+      t.endif();
+    }
+    t.op_async(Op::fmovs, {"gto" + L, "gWm" + L}, "g2");
+    t.op(Op::ret, {});
+  });
+
+  t.task("g2", TaskKind::local, id_after(c, 1), -1, -1, false, false, "kernel n - 1 - r11's block has left: the blocks from behind");
+  dispatch(t, kRegGdone, keys, "gb", [&](int64_t key) {
+    const std::string L = std::to_string(layer(key));
+    t.if_("pre" + L);
+    t.op_async(Op::fmovs, {"gto2" + L, "gfrom" + L}, "g3");
+    t.else_();
+    t.op(Op::activate, {"g3"});
+    t.endif();
+    t.op(Op::ret, {});
+  });
+
+  t.task("g3", TaskKind::local, id_after(c, 2), -1, -1, false, false, "kernel n - 1 - r11's gradient blocks have left");
+  dispatch(t, kRegGdone, keys, "gc", [&](int64_t key) {
+    const size_t l = layer(key);
+    if (l == 0) {
+      t.op(Op::halt, {});
+      return;
+    }
+    t.op(Op::add, {reg(kRegGdone), reg(kRegGdone), imm(1)});
+    const auto it = std::find(c.reloads.begin(), c.reloads.end(), static_cast<int64_t>(l - 1));
+    const std::string P0 = std::to_string(l - 1);
+    if (it != c.reloads.end()) {  // (else its load's end unblocks it)
+      const int64_t loaded = static_cast<int64_t>(n) + (it - c.reloads.begin()) + 1;  // r9 once the reload is in
+      t.op(Op::sub, {reg(kSeqScratch), reg(9), imm(loaded)});
+      t.op(Op::blz, {reg(kSeqScratch), "gw" + P0});
+    }
+    t.op(Op::unblock, {"bdy" + P0});
+    t.label("gw" + P0);
+    t.op(Op::ret, {});
+  });
 }
 
 }  // namespace tessera::wafer::detail
