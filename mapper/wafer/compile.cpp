@@ -104,230 +104,14 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   if (c.kernels.back().softmax && opt.training)
     throw InputError("kernel '" + c.kernels.back().name + "'", "a model ending in Softmax is not trained on the wafer",
                      "end the model with the logits and use \"loss\": \"softmax_cross_entropy\"");
-  const int64_t area = cfg.data_area_bytes();
   c.compute = opt.compute;
-  const int64_t wbytes_pe = c.half() ? 2 : 4;
   c.training = opt.training;
   c.loss = opt.loss;
   c.momentum = opt.momentum;
-  if (c.training) {
-    const char* hint = "training on the wafer maps chains of dense layers (Gemm/MatMul, bias, ReLU or Tanh) with weight streaming in fp32, MSE or softmax cross-entropy (docs/wafer-compiler.md); run it on target.kind neuroncore or reference";
-    if (opt.mode != MapMode::weight_streaming) throw InputError("/mapping/mode", "training on the wafer runs in weight_streaming mode (weights and their updates in MemoryX)", "set mapping.mode to weight_streaming");
-    if (c.half()) throw InputError("/precision/compute", "training on the wafer is compiled in fp32 in this build", hint);
-    for (const auto& k : c.kernels) {
-      if (k.b_value == "*") throw InputError("kernel '" + k.name + "'", "two biases (Gemm's C and an Add) are not trained on the wafer", hint);
-      if (k.xread != DenseKernel::XRead::rows) throw InputError("kernel '" + k.name + "'", "convolutions are not trained on the wafer in this build", hint);
-      if (k.attn || k.src != static_cast<int64_t>(&k - c.kernels.data()) - 1)
-        throw InputError("kernel '" + k.name + "'", "attention and branching graphs (a layer reading other than the layer before it) are not trained on the wafer in this build", hint);
-    }
-    if (opt.loss != "mse" && opt.loss != "softmax_cross_entropy") throw InputError("/training/loss", "the wafer computes mse or softmax_cross_entropy", hint);
-  }
+  if (c.training) check_training(c, opt);
 
-  if (opt.mode == MapMode::pipelined) {
-    // Residuals: the graph input the host places on the kernel's chain ends; the input of the
-    // kernel it reads passes through that kernel (pass_through); others have no place here.
-    std::vector<size_t> passes;
-    for (size_t l = 0; l < c.kernels.size(); ++l) {
-      DenseKernel& k = c.kernels[l];
-      if (k.residual < 0) continue;
-      const DenseKernel& r = c.kernels[static_cast<size_t>(k.residual)];
-      if (k.res_out)
-        throw InputError("/mapping/mode", "kernel '" + k.name + "': pipelined mode maps a residual of the graph input or of a kernel's input; this one adds the output of kernel '" + r.name + "'",
-                         "use \"mapping\": {\"mode\": \"weight_streaming\"}");
-      if (r.src < 0 && r.xread == DenseKernel::XRead::rows && !k.attn) {
-        k.res_host = true;
-      } else if (k.src == k.residual && k.N == r.K && r.xread == DenseKernel::XRead::rows && k.xread == DenseKernel::XRead::rows && !r.layernorm && !r.softmax &&
-                 !r.attn && !r.pkh && r.residual < 0 && !k.activated() && !k.attn && !k.softmax && !is_half(opt.compute)) {
-        // (the identity rows add the input into the sum, before the bias: an activation of k would
-        // then act on it, where the graph adds it after)
-        passes.push_back(l);
-      } else {
-        const bool after = k.activated() || k.attn || k.softmax;
-        throw InputError("/mapping/mode", "kernel '" + k.name + "': pipelined mode maps a residual of the graph input, or of the input of the kernel it reads (x + W2 f(W1 x), fp32, added after the bias); this one adds the input of kernel '" + r.name + "'" +
-                                              (after && k.src == k.residual ? " after an activation or attention" : is_half(opt.compute) && k.src == k.residual ? " in 16-bit compute" : ""),
-                         "use \"mapping\": {\"mode\": \"weight_streaming\"} (every kernel on one rectangle, held inputs on the PEs)");
-      }
-    }
-    // The smallest block (most PEs, shortest per-PE work) whose staircase fits the fabric and whose
-    // per-PE data fits the SRAM data area; a given block is taken as is.
-    std::vector<int64_t> cands;
-    if (opt.block > 0) cands = {opt.block};
-    else
-      for (int64_t b = 1; b <= 4096; b *= 2) cands.push_back(b);
-    std::string why;
-    bool placed = false;
-    for (const int64_t b : cands) {
-      std::vector<DenseKernel> ks = c.kernels;
-      int64_t bad_dh = 0;  // the attention takes whole heads, or whole fractions of one, per chain end
-      for (auto& k : ks)
-        if (k.qkv) {
-          if (b % k.dh != 0 && k.dh % b != 0) bad_dh = k.dh;
-          qkv_weights(k, b);
-        }
-      if (bad_dh) {
-        if (opt.block > 0)
-          throw InputError("/mapping/wafer_block", "block " + std::to_string(b) + ": the attention's heads of " + std::to_string(bad_dh) + " features do not split into blocks of " + std::to_string(b) +
-                                                       " (a chain end takes whole heads, or whole fractions of one)",
-                           "give a block that divides the head size or is a multiple of it, or leave mapping.wafer_block out");
-        continue;  // (the search goes on to the next power of two)
-      }
-      for (const size_t l : passes) pass_through(ks, l, b);
-      const auto [W, H] = place_pipelined(ks, b);
-      if (ks.back().softmax && ks.back().nblocks() != 1) {
-        if (why.empty()) why = "block " + std::to_string(b) + ": the Softmax's " + std::to_string(ks.back().N) + " outputs would span several PEs";
-        continue;
-      }
-      int64_t worst = 0;
-      size_t wk = 0;
-      for (size_t l = 0; l < ks.size(); ++l)
-        if (pe_bytes(ks[l], true, wbytes_pe) > worst) worst = pe_bytes(ks[l], true, wbytes_pe), wk = l;
-      if (W > cfg.fabric_width || H > cfg.fabric_height) {
-        why = "block " + std::to_string(b) + ": the layers' rectangles span " + std::to_string(W) + " x " + std::to_string(H) + " PEs, the fabric is " +
-              std::to_string(cfg.fabric_width) + " x " + std::to_string(cfg.fabric_height);
-        continue;
-      }
-      if (worst > area) {
-        if (why.rfind("block", 0) == 0 && why.find("SRAM") != std::string::npos) continue;  // keep the first such reason (smallest block)
-        why = "block " + std::to_string(b) + ": a PE of kernel '" + ks[wk].name + "' needs " + std::to_string(worst) + " bytes of SRAM, the data area is " +
-              std::to_string(area);
-        continue;
-      }
-      c.kernels = std::move(ks);
-      c.fabric_width = W;
-      c.fabric_height = H;
-      c.sram_high_water = worst;
-      placed = true;
-      break;
-    }
-    if (!placed) {
-      int64_t wbytes = 0;
-      for (const auto& k : c.kernels) wbytes += k.K * k.N * (k.qkv ? 3 : 1) * 4;  // (a fused kernel holds V's projection until its block is chosen)
-      const int64_t sram = cfg.fabric_width * cfg.fabric_height * area;
-      const std::string detail = wbytes > sram ? "more than the " + std::to_string(sram) + " bytes of SRAM data area of all " +
-                                                     std::to_string(cfg.fabric_width * cfg.fabric_height) + " PEs"
-                                               : why;
-      throw InputError("/mapping/mode",
-                       "the weights (" + std::to_string(wbytes) + " bytes fp32) do not fit on the wafer in pipelined mode: " + detail,
-                       "use \"mapping\": {\"mode\": \"weight_streaming\"}: weights then stream from MemoryX layer by layer, or give a larger fabric");
-    }
-  } else {
-    // One rectangle for every layer: as large as useful (blocks of at least kMinBlock per axis)
-    // within the fabric, unless given.
-    constexpr int64_t kMinBlock = 16;
-    int64_t wneed = 1, hneed = 1;
-    for (size_t l = 0; l < c.kernels.size(); ++l)  // the orientations (place_streaming's rule)
-      c.kernels[l].k_on_columns = c.kernels[l].src < 0 || !c.kernels[static_cast<size_t>(c.kernels[l].src)].k_on_columns;
-    // Residuals whose input lies on the other edge move along the diagonal: a square rectangle.
-    bool moves = false;
-    for (auto& k : c.kernels) {
-      const int64_t rs = k.residual < 0 || k.res_host ? -1 : res_producer(c.kernels, k);
-      k.res_move = rs >= 0 && c.kernels[static_cast<size_t>(rs)].k_on_columns != k.k_on_columns && !opt.training;
-      moves = moves || k.res_move;
-    }
-    for (size_t l = 0; l < c.kernels.size(); ++l) {
-      const DenseKernel& k = c.kernels[l];
-      const int64_t kd = k.xread == DenseKernel::XRead::rows ? k.K : k.cin;  // conv / flatten: channel blocks along K
-      const int64_t on_cols = k.k_on_columns ? kd : k.N, on_rows = k.k_on_columns ? k.N : kd;
-      wneed = std::max(wneed, cdiv(on_cols, kMinBlock));
-      hneed = std::max(hneed, cdiv(on_rows, kMinBlock));
-    }
-    // Not given: start from the weights' need and double both sides (within the fabric) while a
-    // PE's data does not fit -- activations of many rows need more PEs than the weights do.
-    const bool auto_rect = opt.rect_width <= 0 && opt.rect_height <= 0;
-    int64_t w = 0, h = 0;
-    for (int64_t grow = 1;; grow *= 2) {
-    w = opt.rect_width > 0 ? opt.rect_width : std::min(cfg.fabric_width, wneed * grow);
-    h = opt.rect_height > 0 ? opt.rect_height : std::min(cfg.fabric_height, hneed * grow);
-    for (const auto& k : c.kernels)  // attention: whole heads per chain-end PE (nb a multiple of dh)
-      if (k.attn) {
-        int64_t& len = k.k_on_columns ? h : w;
-        const bool given = k.k_on_columns ? opt.rect_height > 0 : opt.rect_width > 0;
-        auto fits = [&](int64_t n) { const int64_t b = cdiv(k.N, n); return b % k.dh == 0 || k.dh % b == 0; };
-        while (!given && len > 1 && !fits(len)) --len;
-        if (!fits(len))
-          throw InputError("/mapping/wafer_rect", "the attention of kernel '" + k.name + "' needs whole heads, or whole fractions of one, on each chain-end PE: " + std::to_string(k.N) +
-                                                      " features over " + std::to_string(len) + " PEs is " + std::to_string(cdiv(k.N, len)) + " per PE, heads have " + std::to_string(k.dh),
-                           std::string("give a rectangle whose ") + (k.k_on_columns ? "height" : "width") + " makes the features per PE a multiple or a divisor of the head size");
-      }
-    if (moves && w != h) {
-      const auto it = std::find_if(c.kernels.begin(), c.kernels.end(), [](const DenseKernel& k) { return k.res_move; });
-      if (!auto_rect)
-        throw InputError("/mapping/wafer_rect", "kernel '" + it->name + "' adds a residual from the other edge of the rectangle, which moves along its diagonal: the rectangle must be square, not " +
-                                                    std::to_string(w) + " x " + std::to_string(h),
-                         "give a square mapping.wafer_rect, or leave it out");
-      w = h = std::min({std::max(w, h), cfg.fabric_width, cfg.fabric_height});
-    }
-    if (w > cfg.fabric_width || h > cfg.fabric_height)
-      throw InputError("/mapping/wafer_rect", "the rectangle " + std::to_string(w) + " x " + std::to_string(h) + " is larger than the fabric " +
-                                                 std::to_string(cfg.fabric_width) + " x " + std::to_string(cfg.fabric_height));
-    place_streaming(c.kernels, w, h);
-    if (c.sequenced) y_arena(c);
-    if (c.training) {  // the saved x values' arena; the weights streamed again for the backward pass
-      c.xs_off.assign(c.kernels.size(), 0);
-      c.xs_arena = 0;
-      c.reloads.clear();
-      for (size_t l = 0; l < c.kernels.size(); ++l) c.xs_off[l] = c.xs_arena, c.xs_arena += c.kernels[l].B * c.kernels[l].kb;
-      for (size_t l = c.kernels.size(); l-- > 1;)
-        if (buffer_after(c, l) >= 0) c.reloads.push_back(static_cast<int64_t>(l));
-    }
-    if (c.kernels.back().softmax && c.kernels.back().nblocks() != 1) {
-      const DenseKernel& k = c.kernels.back();
-      throw InputError("/mapping/wafer_rect", "the Softmax's " + std::to_string(k.N) + " outputs per sample must lie on one PE, but the " + std::to_string(w) + " x " +
-                                                  std::to_string(h) + " rectangle splits them into " + std::to_string(k.nblocks()) + " blocks",
-                       std::string("give a rectangle one PE ") + (k.k_on_columns ? "high" : "wide") + " along the last layer's output axis");
-    }
-    if (opt.training && opt.loss == "softmax_cross_entropy" && c.kernels.back().N > 16)
-      throw InputError("/training/loss", "softmax cross-entropy on the wafer takes up to 16 classes (its Newton reciprocal and logarithm are accurate over sums in [1, 16]); the model has " +
-                                             std::to_string(c.kernels.back().N),
-                       "run it on target.kind neuroncore or reference");
-    if (opt.training && opt.loss == "softmax_cross_entropy" && (c.kernels.back().k_on_columns ? h : w) != 1) {
-      const DenseKernel& k = c.kernels.back();
-      throw InputError("/mapping/wafer_rect", "softmax cross-entropy runs on one PE per sample row: the last layer's " + std::to_string(k.N) + " classes must lie on one chain-end PE, but the " +
-                                                  std::to_string(w) + " x " + std::to_string(h) + " rectangle splits them into " + std::to_string(k.nblocks()) + " blocks",
-                       std::string("give a rectangle one PE ") + (k.k_on_columns ? "high" : "wide") + " along the last layer's output axis, e.g. \"wafer_rect\": [" +
-                           (k.k_on_columns ? std::to_string(w) + ", 1" : "1, " + std::to_string(h)) + "]");
-    }
-    int64_t wa = 0, wb = 0, data = streaming_data_bytes(c, wbytes_pe);
-    for (size_t l = 0; l < c.kernels.size(); ++l) {
-      const DenseKernel& k = c.kernels[l];
-      const bool second = c.sequenced ? !k.k_on_columns : l % 2 == 1;  // (sequenced: a buffer per orientation)
-      (second ? wb : wa) = std::max(second ? wb : wa, k.kb * k.nb * wbytes_pe);
-    }
-    if (c.training)
-      for (size_t l = 0; l < c.kernels.size(); ++l) {
-        const DenseKernel& k = c.kernels[l];
-        data += (k.B * k.kb * (l ? 2 : 1) + k.kb * k.nb) * 4;  // saved x, weight gradient, input gradient
-        data += (k.B * k.nb * (k.activated() ? 2 : 1) + k.nb) * 4;  // chain ends: dy, mask, bias gradient
-        if (opt.momentum != 0) data += k.nb * 4;                       // chain ends: the bias velocity
-        if (l + 1 == c.kernels.size())
-          data += (opt.loss == "softmax_cross_entropy" ? k.B * k.nb + 2 * k.B * k.N + 7 * k.B + 2 : 2 * k.B * k.nb + 2) * 4;  // target, work arrays, loss
-      }
-    c.sram_high_water = data + wa + wb;
-    if (c.sram_high_water > area && auto_rect && (wneed * grow < cfg.fabric_width || hneed * grow < cfg.fabric_height)) continue;
-    if (c.sram_high_water > area) {
-      size_t big = 0;
-      for (size_t l = 0; l < c.kernels.size(); ++l)
-        if (c.kernels[l].kb * c.kernels[l].nb > c.kernels[big].kb * c.kernels[big].nb) big = l;
-      throw InputError("/mapping/mode",
-                       "a PE needs " + std::to_string(c.sram_high_water) + " bytes of SRAM on a " + std::to_string(w) + " x " + std::to_string(h) +
-                           " rectangle (kernel '" + c.kernels[big].name + "' has " + std::to_string(c.kernels[big].kb) + " x " +
-                           std::to_string(c.kernels[big].nb) + " weight blocks); the data area is " + std::to_string(area),
-                       "give a larger rectangle (mapping.wafer_rect or target.params fabric.width/height) or a smaller batch");
-    }
-    break;
-    }
-    c.fabric_width = w;
-    c.fabric_height = h;
-    for (size_t l = 0; l < c.kernels.size(); ++l) {
-      DenseKernel& k = c.kernels[l];
-      k.mx_tensor = "W" + std::to_string(l) + "." + k.name;
-      // One port per orientation (the kernels share its color; training's reloads follow the forward
-      // pass's streams on it).
-      k.port = k.k_on_columns ? "weights_w" : "weights_n";
-      k.lanes = k.k_on_columns ? k.h : k.w;
-      k.lane_len = (k.k_on_columns ? k.w : k.h) * k.kb * k.nb;
-    }
-  }
+  if (opt.mode == MapMode::pipelined) place_pipelined_rect(c, cfg, opt);
+  else place_streaming_rect(c, cfg, opt);
   for (auto& k : c.kernels) conv_weights(k);
   for (const auto& k : c.kernels)
     if (k.attn) {
@@ -392,11 +176,6 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
                                                                   : std::string("rows or blocks differ")) + ")",
                        opt.mode == MapMode::pipelined ? "use \"mapping\": {\"mode\": \"weight_streaming\"}, which moves a residual from the other edge" : kOpsHint);
   }
-  if (c.training)
-    for (const auto& k : c.kernels)
-      if ((k.activated() && !k.act_is(Unary::Kind::relu) && !k.act_is(Unary::Kind::tanh)) || k.layernorm || k.residual >= 0)
-        throw InputError("kernel '" + k.name + "'", "activations other than one Relu or Tanh, LayerNorm and residuals are not trained on the wafer in this build",
-                         "train it on target.kind neuroncore or reference");
   allocate_colors(c, cfg, opt);
 
   // Layout and programs.
@@ -436,28 +215,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
                          {"type", we}});
     }
     if (c.sequenced) sequenced_tasks(c, t);
-    if (c.training) {
-      for (size_t l = 0; l < c.kernels.size(); ++l) {
-        DenseKernel& k = c.kernels[l];
-        dy_routes(k, routes);
-        backward_program(c, l, t);
-        // One gradient port per orientation (the chain colors are the orientation's): its lanes carry
-        // the kernels' blocks one kernel after another, last kernel first.
-        k.grad_port = k.k_on_columns ? "grads_e" : "grads_s";
-        if (first_of_orientation(c, l) != l) continue;
-        grad_port_routes(k, routes);
-        const int64_t len = k.k_on_columns ? k.w : k.h;
-        ports.push_back({{"name", k.grad_port}, {"dir", "out"}, {"side", k.k_on_columns ? "E" : "S"}, {"x", k.k_on_columns ? k.w - 1 : 0},
-                         {"y", k.k_on_columns ? 0 : k.h - 1}, {"length", k.lanes}, {"color", chain_color(k, len - 1)}, {"type", "f32"}});
-      }
-      backward_tasks(c, opt.learning_rate, t);
-      loss_routes(c, routes);
-      train_params(c, params);
-      if (opt.loss == "softmax_cross_entropy") xent_program(c, t);
-      else loss_program(c, t);
-      c.loss_x = c.fabric_width - 1;
-      c.loss_y = c.fabric_height - 1;
-    }
+    if (c.training) training_layout(c, opt, routes, params, ports, t);
     for (const auto& [name, v] : params.items()) t.param(name);
     c.programs.emplace("compiled/streaming.pe", std::move(t));
     layout["rects"].push_back({{"name", "layers"}, {"x", 0}, {"y", 0}, {"width", c.fabric_width}, {"height", c.fabric_height},

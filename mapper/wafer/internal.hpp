@@ -189,5 +189,12 @@ void xent_program(const Compiled& c, ProgramTemplate& t);
 void backward_program(const Compiled& c, size_t l, ProgramTemplate& t);
 void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t);
 int loss_task_id(const Compiled& c);
+void check_training(const Compiled& c, const MappingOptions& opt);
+void training_layout(Compiled& c, const MappingOptions& opt, json& routes, json& params, json& ports, ProgramTemplate& t);
+
+// rectangles.cpp: the kernels' rectangles and the fabric's size in pipelined mode (a block), in
+// weight streaming (one rectangle; its x and saved-x arenas, the ports, the reloads).
+void place_pipelined_rect(Compiled& c, const WaferConfig& cfg, const MappingOptions& opt);
+void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOptions& opt);
 
 }  // namespace tessera::wafer::detail

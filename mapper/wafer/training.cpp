@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "isa/error.hpp"
 #include "mapper/wafer/internal.hpp"
 
 namespace tessera::wafer::detail {
@@ -372,6 +373,51 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     t.label("gw" + P0);
     t.op(Op::ret, {});
   });
+}
+
+// What training on the wafer maps (else an error naming the kernel or the JSON pointer): a chain
+// of dense layers with one bias and at most one Relu or Tanh each, weight streaming, fp32, MSE or
+// softmax cross-entropy.
+void check_training(const Compiled& c, const MappingOptions& opt) {
+  const char* hint = "training on the wafer maps chains of dense layers (Gemm/MatMul, bias, ReLU or Tanh) with weight streaming in fp32, MSE or softmax cross-entropy (docs/wafer-compiler.md); run it on target.kind neuroncore or reference";
+  if (opt.mode != MapMode::weight_streaming) throw InputError("/mapping/mode", "training on the wafer runs in weight_streaming mode (weights and their updates in MemoryX)", "set mapping.mode to weight_streaming");
+  if (c.half()) throw InputError("/precision/compute", "training on the wafer is compiled in fp32 in this build", hint);
+  for (const auto& k : c.kernels) {
+    if (k.b_value == "*") throw InputError("kernel '" + k.name + "'", "two biases (Gemm's C and an Add) are not trained on the wafer", hint);
+    if (k.xread != DenseKernel::XRead::rows) throw InputError("kernel '" + k.name + "'", "convolutions are not trained on the wafer in this build", hint);
+    if (k.attn || k.src != static_cast<int64_t>(&k - c.kernels.data()) - 1)
+      throw InputError("kernel '" + k.name + "'", "attention and branching graphs (a layer reading other than the layer before it) are not trained on the wafer in this build", hint);
+  }
+  if (opt.loss != "mse" && opt.loss != "softmax_cross_entropy") throw InputError("/training/loss", "the wafer computes mse or softmax_cross_entropy", hint);
+  for (const auto& k : c.kernels)
+    if ((k.activated() && !k.act_is(Unary::Kind::relu) && !k.act_is(Unary::Kind::tanh)) || k.layernorm || k.residual >= 0)
+      throw InputError("kernel '" + k.name + "'", "activations other than one Relu or Tanh, LayerNorm and residuals are not trained on the wafer in this build",
+                       "train it on target.kind neuroncore or reference");
+}
+
+// The training parts of the weight-streaming layout: per kernel its dy routes and backward arrays
+// and task, one gradient port per orientation (the chain colors are the orientation's: its lanes
+// carry the kernels' blocks one kernel after another, last kernel first), the shared backward
+// tasks, the loss chain and program.
+void training_layout(Compiled& c, const MappingOptions& opt, json& routes, json& params, json& ports, ProgramTemplate& t) {
+  for (size_t l = 0; l < c.kernels.size(); ++l) {
+    DenseKernel& k = c.kernels[l];
+    dy_routes(k, routes);
+    backward_program(c, l, t);
+    k.grad_port = k.k_on_columns ? "grads_e" : "grads_s";
+    if (first_of_orientation(c, l) != l) continue;
+    grad_port_routes(k, routes);
+    const int64_t len = k.k_on_columns ? k.w : k.h;
+    ports.push_back({{"name", k.grad_port}, {"dir", "out"}, {"side", k.k_on_columns ? "E" : "S"}, {"x", k.k_on_columns ? k.w - 1 : 0},
+                     {"y", k.k_on_columns ? 0 : k.h - 1}, {"length", k.lanes}, {"color", chain_color(k, len - 1)}, {"type", "f32"}});
+  }
+  backward_tasks(c, opt.learning_rate, t);
+  loss_routes(c, routes);
+  train_params(c, params);
+  if (opt.loss == "softmax_cross_entropy") xent_program(c, t);
+  else loss_program(c, t);
+  c.loss_x = c.fabric_width - 1;
+  c.loss_y = c.fabric_height - 1;
 }
 
 }  // namespace tessera::wafer::detail
