@@ -206,20 +206,17 @@ class WaferTrainer : public TrainMachine {
   std::map<std::string, Tensor> state() override {
     std::map<std::string, Tensor> st;
     for (const auto& k : cp_.kernels) {
-      const std::vector<float> w = cp_.from_memoryx_layout(k, mx_->values(k.mx_tensor));  // [K, N]
       const Shape& ws = tg_.initial.at(k.w_value).shape();
-      std::vector<float> g(w.size());
-      for (int64_t a = 0; a < k.K; ++a)
-        for (int64_t b = 0; b < k.N; ++b) (k.w_trans ? g[static_cast<size_t>(b * k.K + a)] : g[static_cast<size_t>(a * k.N + b)]) = w[static_cast<size_t>(a * k.N + b)];
-      st[k.w_value] = Tensor::from_f32(ws, std::move(g));
-      const std::string l = std::to_string(&k - cp_.kernels.data());
-      if (momentum_ != 0) {
-        const std::vector<float> v = cp_.from_memoryx_layout(k, mx_->velocity(k.mx_tensor));
-        std::vector<float> gv(v.size());
+      auto as_param = [&](const std::vector<float>& w) {  // [K, N] -> the parameter's shape
+        if (k.spatial()) return Tensor::from_f32(ws, wafer::conv_tensor(k, w));
+        std::vector<float> g(w.size());
         for (int64_t a = 0; a < k.K; ++a)
-          for (int64_t b = 0; b < k.N; ++b) (k.w_trans ? gv[static_cast<size_t>(b * k.K + a)] : gv[static_cast<size_t>(a * k.N + b)]) = v[static_cast<size_t>(a * k.N + b)];
-        st["momentum:" + k.w_value] = Tensor::from_f32(ws, std::move(gv));
-      }
+          for (int64_t b = 0; b < k.N; ++b) (k.w_trans ? g[static_cast<size_t>(b * k.K + a)] : g[static_cast<size_t>(a * k.N + b)]) = w[static_cast<size_t>(a * k.N + b)];
+        return Tensor::from_f32(ws, std::move(g));
+      };
+      st[k.w_value] = as_param(cp_.from_memoryx_layout(k, mx_->values(k.mx_tensor)));
+      const std::string l = std::to_string(&k - cp_.kernels.data());
+      if (momentum_ != 0) st["momentum:" + k.w_value] = as_param(cp_.from_memoryx_layout(k, mx_->velocity(k.mx_tensor)));
       auto from_chain_ends = [&](const std::string& value, const std::string& array) {
         std::vector<float> b(static_cast<size_t>(k.N), 0.0f);
         for_chain_ends(k, [&](int64_t x, int64_t y, int64_t i) {
@@ -275,6 +272,7 @@ class WaferTrainer : public TrainMachine {
   // The graph's weight value as [K, N].
   static std::vector<float> kn_of(const wafer::DenseKernel& k, const Tensor& w) {
     const auto v = w.to_f32();
+    if (k.spatial()) return wafer::conv_matrix(k, v);  // a Conv's weights as its im2col matrix
     std::vector<float> o(static_cast<size_t>(k.K * k.N));
     for (int64_t a = 0; a < k.K; ++a)
       for (int64_t b = 0; b < k.N; ++b) o[static_cast<size_t>(a * k.N + b)] = k.w_trans ? v[static_cast<size_t>(b * k.K + a)] : v[static_cast<size_t>(a * k.N + b)];

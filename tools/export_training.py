@@ -66,10 +66,10 @@ class SmallCNN(nn.Module):  # [1, 8, 8] -> Conv 3x3 (4 channels, padding 1) -> R
         return self.fc(torch.flatten(nn.functional.max_pool2d(torch.relu(self.conv(x)), 2), 1))
 
 
-def image_data(rng):  # 8x8 images: one of three fixed patterns, scaled, plus noise; one-hot labels
+def image_data(rng, batch=16):  # 8x8 images: one of three fixed patterns, scaled, plus noise; one-hot labels
     patterns = rng.normal(size=(3, 1, 8, 8)).astype(np.float32)
-    labels = rng.integers(0, 3, size=(STEPS, 16))
-    x = (patterns[labels] * rng.uniform(0.5, 1.5, size=(STEPS, 16, 1, 1, 1)) + 0.5 * rng.normal(size=(STEPS, 16, 1, 8, 8))).astype(np.float32)
+    labels = rng.integers(0, 3, size=(STEPS, batch))
+    x = (patterns[labels] * rng.uniform(0.5, 1.5, size=(STEPS, batch, 1, 1, 1)) + 0.5 * rng.normal(size=(STEPS, batch, 1, 8, 8))).astype(np.float32)
     t = np.eye(3, dtype=np.float32)[labels]
     return x, t
 
@@ -175,6 +175,8 @@ def main():
         ("cnn", SmallCNN, image_data, "softmax_cross_entropy", [("sgd", 0.05)], (16, 1, 8, 8)),
         ("mlp3", DeepRegressor, regression_data, "mse", [("sgd", 0.05)], (16, 8)),
         ("mlp6", Deep6Regressor, regression_data, "mse", [("sgd", 0.05)], (16, 8)),
+        # the small CNN at batch 4 (the wafer keeps every im2col row of a conv on each PE of its line)
+        ("cnn_b4", SmallCNN, lambda rng: image_data(rng, 4), "softmax_cross_entropy", [("sgd", 0.05)], (4, 1, 8, 8)),
         ("classifier6", Deep6Classifier, classification_data, "softmax_cross_entropy", [("momentum", 0.05)], (24, 10)),
     ]
     for name, cls, data, loss, opts, shape in cases:

@@ -306,6 +306,11 @@ struct Compiled {
   std::vector<float> memoryx_layout(const DenseKernel& k) const;
 };
 
+// A conv kernel's weights [N, cin, kh, kw] as its im2col matrix [K, N] (the rows its lines take;
+// rows past kh or cin are 0), and back (training: MemoryX holds the matrix).
+std::vector<float> conv_matrix(const DenseKernel& k, const std::vector<float>& wconv);
+std::vector<float> conv_tensor(const DenseKernel& k, const std::vector<float>& kn);
+
 // Throws InputError naming the node for an op or shape this build does not map, the kernel and
 // bytes when weights do not fit PE SRAM (suggesting weight streaming), or the conflicting kernels
 // when the colors run out.

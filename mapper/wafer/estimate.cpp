@@ -28,14 +28,14 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
   auto dsd = [&](int64_t len, Op op = Op::fadds, int64_t stride = 1) { return S + cdiv(len, std::max<int64_t>(1, simd_width(op, stride, cfg))); };
   const size_t L = c.kernels.size();
   const DenseKernel& kl = c.kernels.back();
-  const int64_t B = kl.B;
+  const int64_t Bl = kl.B;  // the loss's samples
   // ---- the loss, per chain end q of the last layer: when its bstart begins
   const int64_t Lq = static_cast<int64_t>(fwd_end.size());
   std::vector<int64_t> bstart(static_cast<size_t>(Lq), 0);
   int64_t loss_end = 0;
   const bool xent = c.loss == "softmax_cross_entropy";
   if (!xent) {
-    const int64_t n = B * kl.nb;
+    const int64_t n = Bl * kl.nb;
     const int64_t body = 3 * dsd(n) + 1 + dsd(1) + 1 + (n - 1) * (5 + dsd(1)) + 2;
     int64_t lead = INT64_MIN;
     for (int64_t q = 0; q < Lq; ++q) {
@@ -47,13 +47,13 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
       loss_end = std::max(loss_end, sent);
     }
   } else {
-    const int64_t N = kl.N, nb = kl.nb, BN = B * N;
+    const int64_t N = kl.N, nb = kl.nb, BN = Bl * N;
     const int64_t exp_ops = kExpOps;
-    int64_t body = dsd(B, Op::fmovs, nb) + (N - 1) * dsd(B, Op::fmaxs, nb) + N * dsd(B, Op::fsubs, std::max(nb, N));
-    body += exp_ops * dsd(BN) + dsd(B, Op::fmovs, N) + (N - 1) * dsd(B, Op::fadds, N) + kRecipOps * dsd(B);  // exp, sum, 1 / s
-    body += dsd(B * nb) + 3 * N * dsd(B, Op::fmuls, std::max(nb, N));                              // dy
-    body += dsd(B) + kRecipOps * dsd(B) + 3 * dsd(B) + 5 * ((1 + exp_ops + 3) * dsd(B));           // ln s
-    body += dsd(B) + 2 * N * dsd(B, Op::fmuls, std::max(nb, N));                                   // t (m + ln s - z)
+    int64_t body = dsd(Bl, Op::fmovs, nb) + (N - 1) * dsd(Bl, Op::fmaxs, nb) + N * dsd(Bl, Op::fsubs, std::max(nb, N));
+    body += exp_ops * dsd(BN) + dsd(Bl, Op::fmovs, N) + (N - 1) * dsd(Bl, Op::fadds, N) + kRecipOps * dsd(Bl);  // exp, sum, 1 / s
+    body += dsd(Bl * nb) + 3 * N * dsd(Bl, Op::fmuls, std::max(nb, N));                              // dy
+    body += dsd(Bl) + kRecipOps * dsd(Bl) + 3 * dsd(Bl) + 5 * ((1 + exp_ops + 3) * dsd(Bl));           // ln s
+    body += dsd(Bl) + 2 * N * dsd(Bl, Op::fmuls, std::max(nb, N));                                   // t (m + ln s - z)
     body += 1 + dsd(1) + 1 + (BN - 1) * (5 + dsd(1)) + 2 + dsd(1);                                 // the sum, the loss
     for (int64_t q = 0; q < Lq; ++q) {
       const int64_t sent = fwd_end[static_cast<size_t>(q)] + 2 + body;
@@ -75,6 +75,7 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
   for (size_t li = L; li-- > 0;) {
     const DenseKernel& k = c.kernels[li];
     const int64_t Lk = k.k_on_columns ? k.w : k.h, Ln = k.k_on_columns ? k.h : k.w;
+    const int64_t B = k.B;  // (a Conv's: its im2col rows)
     const int64_t kb = k.kb, nb = k.nb, n = B * nb, bs = kb * nb;
     if (freed.empty()) freed.assign(static_cast<size_t>(k.w * k.h), 0);
     // A reload (Compiled::reloads): each PE of a line starts taking the stream when the kernel whose
@@ -100,7 +101,9 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
       }
     }
     // bstart at each chain end q: mask (ReLU), bias gradient and update, then the multicast
-    const int64_t body = dd + (k.activated() ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + dsd(nb, Op::fmacs) + 1 + (c.momentum != 0 ? 2 * dsd(nb) : 0);
+    int64_t body = dd + (k.activated() ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + dsd(nb, Op::fmacs) + 1 + (c.momentum != 0 ? 2 * dsd(nb) : 0);
+    if (k.spatial() && k.pkh)  // a Conv's max pool: per window offset the mask (4 ops) and dy at the offset, strided walks
+      body += k.pkh * k.pkw * 5 * dsd(k.rows_out() * nb, Op::fmuls, k.psw * nb);
     // per dy wavelet at every PE (bdy): the weight gradient's fmacs (fmuls for the first sample),
     // from layer 1 on the input gradient's (fmuls for the first column), and the bookkeeping
     const int64_t g_mac = dsd(kb, Op::fmacs, nb), g_first = dsd(kb, Op::fmuls, nb) + 1;

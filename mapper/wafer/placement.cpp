@@ -165,18 +165,51 @@ void channel_blocks(std::vector<DenseKernel>& ks, size_t l, int64_t input_cb, in
 // the channels are one contiguous run of the gathered send. K becomes kblocks kb (zero rows pad).
 void conv_weights(DenseKernel& k) {
   if (!k.spatial()) return;
+  k.K = k.kblocks() * k.kb;
+  k.W = conv_matrix(k, k.Wconv);
+}
+
+}  // namespace tessera::wafer::detail
+
+namespace tessera::wafer {
+
+// The im2col matrix [K, N] of conv weights [N, cin, kh, kw] (K = kblocks x kb: line j takes channel
+// block j / nkh and kernel rows from (j % nkh) khb; rows past kh or cin stay 0), and back.
+namespace {
+template <class F>
+void conv_rows(const DenseKernel& k, F f) {  // f(row of the matrix, index of [n = 0, ci, a, b] in the tensor)
   const int64_t kblocks = k.kblocks(), nkh = k.kh_blocks();
-  k.K = kblocks * k.kb;
-  k.W.assign(static_cast<size_t>(k.K * k.N), 0.0f);
-  for (int64_t j = 0; j < kblocks; ++j)  // line j: channel block j / nkh, kernel rows from (j % nkh) khb
+  for (int64_t j = 0; j < kblocks; ++j)
     for (int64_t a = (j % nkh) * k.khb; a < std::min(k.kh, (j % nkh + 1) * k.khb); ++a)
       for (int64_t b = 0; b < k.kw; ++b)
         for (int64_t c = 0; c < k.cblk && j / nkh * k.cblk + c < k.cin; ++c) {
           const int64_t row = j * k.kb + ((a - (j % nkh) * k.khb) * k.kw + b) * k.cblk + c, ci = j / nkh * k.cblk + c;
-          for (int64_t n = 0; n < k.N; ++n)
-            k.W[static_cast<size_t>(row * k.N + n)] = k.Wconv[static_cast<size_t>(((n * k.cin + ci) * k.kh + a) * k.kw + b)];
+          f(row, (ci * k.kh + a) * k.kw + b);
         }
 }
+}  // namespace
+
+std::vector<float> conv_matrix(const DenseKernel& k, const std::vector<float>& wconv) {
+  std::vector<float> w(static_cast<size_t>(k.kblocks() * k.kb * k.N), 0.0f);
+  const int64_t per_n = k.cin * k.kh * k.kw;
+  conv_rows(k, [&](int64_t row, int64_t t) {
+    for (int64_t n = 0; n < k.N; ++n) w[static_cast<size_t>(row * k.N + n)] = wconv[static_cast<size_t>(n * per_n + t)];
+  });
+  return w;
+}
+
+std::vector<float> conv_tensor(const DenseKernel& k, const std::vector<float>& kn) {
+  const int64_t per_n = k.cin * k.kh * k.kw;
+  std::vector<float> w(static_cast<size_t>(k.N * per_n), 0.0f);
+  conv_rows(k, [&](int64_t row, int64_t t) {
+    for (int64_t n = 0; n < k.N; ++n) w[static_cast<size_t>(n * per_n + t)] = kn[static_cast<size_t>(row * k.N + n)];
+  });
+  return w;
+}
+
+}  // namespace tessera::wafer
+
+namespace tessera::wafer::detail {
 
 // Places the kernels of a pipelined mapping with one block edge b: a staircase, each layer next
 // to its producer. Returns the extent (width, height) used.

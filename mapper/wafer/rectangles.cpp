@@ -202,10 +202,21 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
     size_t big = 0;
     for (size_t l = 0; l < c.kernels.size(); ++l)
       if (c.kernels[l].kb * c.kernels[l].nb > c.kernels[big].kb * c.kernels[big].nb) big = l;
+    std::string kept;
+    if (c.training) {  // what the backward pass keeps from the forward pass
+      size_t most = 0;
+      int64_t xs = 0;
+      for (size_t l = 0; l < c.kernels.size(); ++l) {
+        xs += c.kernels[l].B * c.kernels[l].kb * 4;
+        if (c.kernels[l].B * c.kernels[l].kb > c.kernels[most].B * c.kernels[most].kb) most = l;
+      }
+      kept = "; training keeps the x values every PE took, " + std::to_string(xs) + " bytes (kernel '" + c.kernels[most].name + "': " +
+             std::to_string(c.kernels[most].B) + (c.kernels[most].spatial() ? " im2col rows" : " rows") + " of " + std::to_string(c.kernels[most].kb) + ")";
+    }
     throw InputError("/mapping/mode",
                      "a PE needs " + std::to_string(c.sram_high_water) + " bytes of SRAM on a " + std::to_string(w) + " x " + std::to_string(h) +
                          " rectangle (kernel '" + c.kernels[big].name + "' has " + std::to_string(c.kernels[big].kb) + " x " +
-                         std::to_string(c.kernels[big].nb) + " weight blocks); the data area is " + std::to_string(area),
+                         std::to_string(c.kernels[big].nb) + " weight blocks" + kept + "); the data area is " + std::to_string(area),
                      "give a larger rectangle (mapping.wafer_rect or target.params fabric.width/height) or a smaller batch");
   }
   break;

@@ -236,6 +236,23 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   t.mem1d("dbm" + L, "db" + L);
   t.mem1d("biasm" + L, "bias" + L);
   t.fabric("dyout" + L, DsdKind::fabout, Elem::f32, k.cb, kDyOutQueue, B * nb);
+  if (k.spatial() && l + 1 < c.kernels.size()) {
+    // The reader's input gradient arrives in the Flatten's order ([sample, channel, position]):
+    // written back in the holder's ([sample, position, channel]) -- the pool's dy, or y's.
+    const DenseKernel& n = c.kernels[l + 1];
+    const int64_t rows = k.rows_out();
+    if (k.pkh) {
+      t.data("dyp" + L, Elem::f32, rows * nb, {}, -1, -1, "dy of the pool's output");
+      t.data("pt" + L, Elem::f32, rows * nb, {}, -1, -1, "1 where y is its window's maximum");
+      t.mem1d("dypm" + L, "dyp" + L);
+      t.mem1d("ptm" + L, "pt" + L);
+      for (int64_t a = 0; a < k.pkh; ++a)  // dy at window offset (a, b), as pw<l>_i walks y
+        for (int64_t b = 0; b < k.pkw; ++b)
+          t.mem4d("dw" + L + "_" + std::to_string(a * k.pkw + b), "dy" + L, (a * k.ow + b) * nb,
+                  {{k.samples, k.oh * k.ow * nb}, {k.ph, k.psh * k.ow * nb}, {k.pw, k.psw * nb}, {nb, 1}});
+    }
+    t.mem4d("dyT" + L, (k.pkh ? "dyp" : "dy") + L, 0, {{n.samples, n.P * nb}, {nb, 1}, {n.P, nb}}, "the Flatten's order");
+  }
   if (c.momentum != 0) {
     t.data("vb" + L, Elem::f32, nb, {}, -1, -1, "the bias velocity (momentum), kept from step to step");
     t.mem1d("vbm" + L, "vb" + L);
@@ -290,6 +307,16 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     const int64_t B = k.B, nb = k.nb;
     t.if_("last" + L);
     const std::string mk = "mkm" + L, dy = "dym" + L, y = "yall" + L;
+    if (k.spatial() && k.pkh) {  // the max pool: each window's dy to its maximum (exact ties: to each)
+      for (int64_t i = 0; i < k.pkh * k.pkw; ++i) {
+        const std::string I = std::to_string(i), pt = "ptm" + L;
+        t.op(Op::fsubs, {pt, "pw" + L + "_" + I, "pall" + L});  // y - max <= 0
+        t.op(Op::fmuls, {pt, pt, fimm(1.2676506e30)});
+        t.op(Op::fmaxs, {pt, pt, fimm(-1.0)});
+        t.op(Op::fadds, {pt, pt, fimm(1.0)});               // 1 at the maximum, else 0
+        t.op(Op::fmuls, {"dw" + L + "_" + I, pt, "dypm" + L});
+      }
+    }
     if (k.act_is(Unary::Kind::relu)) {  // the ReLU's derivative [y > 0] as -max(-y 2^100, -1): 1 for y >= 2^-100, 0 for y = 0 (y = relu(z) >= 0)
       t.op(Op::fmuls, {mk, y, fimm(-1.2676506e30)});
       t.op(Op::fmaxs, {mk, mk, fimm(-1.0)});
@@ -334,7 +361,7 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     t.op(Op::add, {reg(kRegBdone), reg(kRegBdone), imm(1)});
     if (!c.reloads.empty()) t.op(Op::unblock, {"ld"}, "a reload waiting for this kernel's buffer goes on");
     if (l) {
-      chain_step(t, "first" + P0, "last" + P0, "dxm" + L, "dxto" + L, "dxfrom" + L, "dym" + P0);
+      chain_step(t, "first" + P0, "last" + P0, "dxm" + L, "dxto" + L, "dxfrom" + L, (c.kernels[l - 1].spatial() ? "dyT" : "dym") + P0);
       t.if_("last" + P0);
       t.op(Op::activate, {"bstart"});
       t.endif();
@@ -383,10 +410,23 @@ void check_training(const Compiled& c, const MappingOptions& opt) {
   if (opt.mode != MapMode::weight_streaming) throw InputError("/mapping/mode", "training on the wafer runs in weight_streaming mode (weights and their updates in MemoryX)", "set mapping.mode to weight_streaming");
   if (c.half()) throw InputError("/precision/compute", "training on the wafer is compiled in fp32 in this build", hint);
   for (const auto& k : c.kernels) {
-    if (k.b_value == "*") throw InputError("kernel '" + k.name + "'", "two biases (Gemm's C and an Add) are not trained on the wafer", hint);
-    if (k.xread != DenseKernel::XRead::rows) throw InputError("kernel '" + k.name + "'", "convolutions are not trained on the wafer in this build", hint);
-    if (k.attn || k.src != static_cast<int64_t>(&k - c.kernels.data()) - 1)
-      throw InputError("kernel '" + k.name + "'", "attention and branching graphs (a layer reading other than the layer before it) are not trained on the wafer in this build", hint);
+    const size_t l = static_cast<size_t>(&k - c.kernels.data());
+    const std::string where = "kernel '" + k.name + "'";
+    if (k.b_value == "*") throw InputError(where, "two biases (Gemm's C and an Add) are not trained on the wafer", hint);
+    // A Conv trains as the first kernel (no input gradient), with a max pool of non-overlapping
+    // windows after its function, read by a Flatten into a dense layer.
+    if (k.spatial() && l != 0)
+      throw InputError(where, "a Conv is trained on the wafer as the first kernel only (a later one would need its input gradient: col2im) in this build", hint);
+    if (k.spatial() && k.pkh && (k.pavg || k.pool_padded() || k.psh != k.pkh || k.psw != k.pkw))
+      throw InputError(where, "a pool after a trained Conv must be a max pool of non-overlapping windows (stride = window, no padding) in this build", hint);
+    if (k.spatial() && (!k.acts_after.empty() || k.gate_of >= 0))
+      throw InputError(where, "functions after a trained Conv's pool or a squeeze-excitation gate are not trained on the wafer in this build", hint);
+    if (k.xread == DenseKernel::XRead::conv ? false : k.xread == DenseKernel::XRead::flatten ? !(l == 1 && c.kernels[0].spatial()) : false)
+      throw InputError(where, "a Flatten into a trained dense layer is mapped after a first Conv only in this build", hint);
+    if (l + 1 < c.kernels.size() && k.spatial() && c.kernels[l + 1].xread != DenseKernel::XRead::flatten)
+      throw InputError(where, "a trained Conv is read by a Flatten into a dense layer in this build (not by another Conv)", hint);
+    if (k.attn || k.src != static_cast<int64_t>(l) - 1)
+      throw InputError(where, "attention and branching graphs (a layer reading other than the layer before it) are not trained on the wafer in this build", hint);
   }
   if (opt.loss != "mse" && opt.loss != "softmax_cross_entropy") throw InputError("/training/loss", "the wafer computes mse or softmax_cross_entropy", hint);
   for (const auto& k : c.kernels)
@@ -400,6 +440,11 @@ void check_training(const Compiled& c, const MappingOptions& opt) {
 // carry the kernels' blocks one kernel after another, last kernel first), the shared backward
 // tasks, the loss chain and program.
 void training_layout(Compiled& c, const MappingOptions& opt, json& routes, json& params, json& ports, ProgramTemplate& t) {
+  for (const auto& k : c.kernels)
+    if (k.spatial() && k.kblocks() * k.kb != k.cin * k.kh * k.kw)  // (the padded rows' gradients would move their zero weights)
+      throw InputError("/mapping/wafer_rect", "kernel '" + k.name + "': the Conv's " + std::to_string(k.cin * k.kh * k.kw) + " weights per output channel split into " +
+                                                  std::to_string(k.kblocks()) + " blocks of " + std::to_string(k.kb) + " with padding, which training does not map",
+                       "give a rectangle whose K axis divides the Conv's channels x kernel rows (e.g. 1 PE)");
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     DenseKernel& k = c.kernels[l];
     dy_routes(k, routes);
