@@ -1,9 +1,10 @@
 // Training on the wafer (docs/training.md, docs/wafer-compiler.md "Training"): the forward graph is
 // compiled once in weight-streaming mode with its backward pass (mapper/wafer, MappingOptions::
 // training); the fabric, MemoryX and SwarmX are elaborated once. Every step the host places the
-// step's x and target in the PEs that take them, SwarmX streams each layer's weights from MemoryX,
-// the fabric runs forward and backward, each layer's weight gradient leaves through its edge port,
-// and SwarmX hands it to MemoryX, which applies SGD to its fp32 master weights. Biases live and are
+// step's x and target in the PEs that take them, SwarmX streams each layer's weights from MemoryX
+// (and again, for the backward pass, those no longer in a PE buffer: Compiled::reloads), the fabric
+// runs forward and backward, each layer's weight gradient leaves through its orientation's edge
+// port, and SwarmX hands it to MemoryX, which applies SGD to its fp32 master weights. Biases live and are
 // updated in the chain-end PEs' SRAM. The state is written once (initial values or a checkpoint's)
 // and read back from MemoryX and the PEs only for checkpoints and at the end.
 #include <chrono>

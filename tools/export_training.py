@@ -74,7 +74,7 @@ def image_data(rng, batch=16):  # 8x8 images: one of three fixed patterns, scale
     return x, t
 
 
-class DeepRegressor(nn.Module):  # MLP regression 8 -> 16 -> 12 -> 4 (three layers: the wafer streams the first one's weights again)
+class DeepRegressor(nn.Module):  # MLP regression 8 -> 16 -> 12 -> 4 (three layers: the wafer's two buffers hold every block the backward pass reads)
     def __init__(self):
         super().__init__()
         self.fc1 = nn.Linear(8, 16)
@@ -175,6 +175,7 @@ def main():
         ("cnn", SmallCNN, image_data, "softmax_cross_entropy", [("sgd", 0.05)], (16, 1, 8, 8)),
         ("mlp3", DeepRegressor, regression_data, "mse", [("sgd", 0.05)], (16, 8)),
         ("mlp6", Deep6Regressor, regression_data, "mse", [("sgd", 0.05)], (16, 8)),
+        ("linear", lambda: nn.Linear(8, 4), regression_data, "mse", [("sgd", 0.05)], (16, 8)),  # one layer
         # the small CNN at batch 4 (the wafer keeps every im2col row of a conv on each PE of its line)
         ("cnn_b4", SmallCNN, lambda rng: image_data(rng, 4), "softmax_cross_entropy", [("sgd", 0.05)], (4, 1, 8, 8)),
         ("classifier6", Deep6Classifier, classification_data, "softmax_cross_entropy", [("momentum", 0.05)], (24, 10)),

@@ -257,6 +257,14 @@ CASES = [
          what="a post-norm transformer encoder layer (ReLU, stock packed-QKV attention)",
          wafer=("weight_streaming", "pipelined"),
          wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32"), "pipelined": ("fp32",)}),
+    dict(name="encoder_postnorm_b2", latency_pct=20, seed=17, opset=13, inputs={"x": (2, 16, 64)},
+         build=lambda: nn.TransformerEncoderLayer(64, 4, 128, batch_first=True),
+         source="torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, "
+                "batch_first=True)",
+         what="the post-norm transformer encoder layer at batch 2 (the export transposes to "
+              "[seq, batch, d] and attends per batch x head)",
+         wafer=("weight_streaming", "pipelined"),
+         wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32"), "pipelined": ("fp32",)}),
     dict(name="encoder_prenorm", seed=18, opset=17, inputs={"x": (2, 16, 64)},
          build=lambda: nn.TransformerEncoderLayer(64, 4, 128, batch_first=True,
                                                   norm_first=True),
@@ -534,8 +542,8 @@ def export_case(case, root):
             scenario["precision"] = {"compute": compute}
         scenario["expect"] = {"outputs": {outputs[0]: {"file": "y.npy", "rtol": tol[0],
                                                        "atol": tol[1]}}}
-        if compute == "bf16" or target == "wafer":
-            scenario["expect"]["latency_error_pct"] = latency_pct
+        if compute == "bf16" or target == "wafer":  # (latency_pct: the NeuronCore estimate's; the wafer's is held to 10%)
+            scenario["expect"]["latency_error_pct"] = 10 if target == "wafer" else latency_pct
         write_json(os.path.join(d, file + ".json"), scenario)
 
 

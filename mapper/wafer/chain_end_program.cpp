@@ -68,7 +68,8 @@ void ln_program(const DenseKernel& k, size_t l, bool padded, ProgramTemplate& t)
 // over [1, S]); out[s, j] = sum_t P[s, t] V[t, j] (per t one product of broadcast walks, S x dh).
 void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& t) {
   const std::string L = std::to_string(l);
-  const int64_t fb = k.feat_nb(), S = k.B, Sq = k.attn_rows(), nq = S / Sq, g = k.attn_group(), w = g > 1 ? fb : k.dh, hp = g > 1 ? 1 : fb / k.dh;
+  const int64_t fb = k.feat_nb(), S = k.attn_keys(), Sq = k.attn_rows(), nq = S / Sq, g = k.attn_group(), w = g > 1 ? fb : k.dh, hp = g > 1 ? 1 : fb / k.dh;
+  const int64_t rs = k.attn_rstep();  // (a batch: rows between a sample's consecutive rows)
   // Query blocks of Sq rows, one after another: the scores of a block are Sq x S. The kernel's own
   // x-task registers: its counter (0 between its x tasks) counts the blocks, its scratch holds the
   // offset; the counter is back at 0 at the end. Fused Q, K, V (rows of nb = 3 fb): the output's
@@ -79,12 +80,12 @@ void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& 
   if (nq > 1) {
     t.op(Op::mov, {rq, imm(0)});
     t.label("ablk" + L);
-    t.op(Op::mul, {ro, rq, imm(Sq * k.nb)});
-    if (rv != ro) t.op(Op::mul, {rv, rq, imm(Sq * fb)});
+    t.op(Op::mul, {ro, rq, imm(Sq * rs * k.nb)});
+    if (rv != ro) t.op(Op::mul, {rv, rq, imm(Sq * rs * fb)});
   }
   auto acol = [&](int64_t c) { return "acol" + L + "_" + std::to_string(c); };
-  for (int64_t hh = 0; hh < hp; ++hh) {
-    const std::string H = L + "_" + std::to_string(hh);
+  for (int64_t hb = 0; hb < k.attn_samples * hp; ++hb) {  // (sample, head) pairs
+    const std::string H = L + "_" + std::to_string(hb);
     auto aq = [&](int64_t j) { return "aq" + H + "_" + std::to_string(j); };
     auto ak = [&](int64_t j) { return "ak" + H + "_" + std::to_string(j); };
     if (nq > 1) {

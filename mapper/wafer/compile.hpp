@@ -135,6 +135,14 @@ struct DenseKernel {
   bool attn = false;
   int64_t attn_q = -1, attn_k = -1, heads = 0, dh = 0;
   double attn_scale = 1;
+  // A batch of attn_samples sequences of attn_keys() rows each (nn.MultiheadAttention's batch):
+  // each sample attends within its rows -- contiguous (attn_contig: the exporter's [seq, batch]
+  // rows on the input's physical [batch, seq] order) or interleaved (row s x samples + b).
+  int64_t attn_samples = 1;
+  bool attn_contig = false;
+  int64_t attn_keys() const { return B / attn_samples; }
+  int64_t attn_row0(int64_t b) const { return attn_contig ? b * attn_keys() : b; }  // sample b's first row
+  int64_t attn_rstep() const { return attn_contig ? 1 : attn_samples; }           // rows between its consecutive rows
   // Heads split over chain-end PEs (nb < dh, dh a multiple of nb): g = dh / nb PEs per head sum
   // their partial scores along the edge (ca0/ca1) and the group's last PE, after the softmax,
   // broadcasts P back (cab). g = 1: whole heads per PE.
@@ -150,11 +158,12 @@ struct DenseKernel {
   int64_t feat_nb() const { return qkv ? nb / 3 : nb; }
   int64_t feat_N() const { return qkv ? attn_d : N; }
   int64_t attn_group() const { return attn && feat_nb() < dh ? dh / feat_nb() : 1; }
-  // Query rows per block: all B when the B x B scores take at most 1024 values (4 KB), else the
-  // largest divisor of B whose block does.
+  // Query rows per block: all S = attn_keys() rows of a sample when the S x S scores take at most
+  // 1024 values (4 KB), else the largest divisor of S whose block does.
   int64_t attn_rows() const {
-    int64_t q = B;
-    while (q > 1 && (q * B > 1024 || B % q != 0)) --q;
+    const int64_t S = attn_keys();
+    int64_t q = S;
+    while (q > 1 && (q * S > 1024 || S % q != 0)) --q;
     return q;
   }
   std::vector<float> W;              // [K, N] row-major (fp32 master values)

@@ -70,7 +70,7 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
   const int64_t Qw = cfg.input_depth.size() > 3 ? std::min(cfg.input_depth[2], cfg.input_depth[3]) : 1;
   std::vector<int64_t> freed;
   std::vector<int64_t> port_end_of(L, 0);
-  std::vector<std::vector<int64_t>> bdy_end_of(L);
+  std::vector<std::vector<int64_t>> bdone_end_of(L);
   int64_t fabric_end = 0;
   for (size_t li = L; li-- > 0;) {
     const DenseKernel& k = c.kernels[li];
@@ -79,19 +79,19 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     const int64_t kb = k.kb, nb = k.nb, n = B * nb, bs = kb * nb;
     if (freed.empty()) freed.assign(static_cast<size_t>(k.w * k.h), 0);
     // A reload (Compiled::reloads): each PE of a line starts taking the stream when the kernel whose
-    // block its buffer holds has ended its dy tasks there (then bdone's unblock, the load's search
-    // and check); the stream moves when every PE of the line takes it, a block at a wavelet per
+    // block its buffer holds has ended its dy tasks there -- the load (id 0) runs once that kernel's
+    // bdone has returned (after its input gradient's reduce): the search and the check; the stream moves when every PE of the line takes it, a block at a wavelet per
     // cycle with the load steps' gaps between blocks, and the block is in a PE hops later, after
     // ldd (the search, the join's check, the unblock).
     std::vector<int64_t> wready(static_cast<size_t>(k.w * k.h), 0);
     if (std::find(c.reloads.begin(), c.reloads.end(), static_cast<int64_t>(li)) != c.reloads.end()) {
-      const std::vector<int64_t>& prev = bdy_end_of[static_cast<size_t>(detail::buffer_after(c, li))];
+      const std::vector<int64_t>& prev = bdone_end_of[static_cast<size_t>(detail::buffer_after(c, li))];
       const int64_t gap = std::max<int64_t>(0, S + 2 + ld_d - Qw);
       for (int64_t ln = 0; ln < k.lanes; ++ln) {
         int64_t go = 0;
         for (int64_t p = 0; p < Lk; ++p) {
           const int64_t px = k.k_on_columns ? p : ln, py = k.k_on_columns ? ln : p;
-          go = std::max(go, prev[static_cast<size_t>(py * k.w + px)] + 4 + dd + ld_d + 2);
+          go = std::max(go, prev[static_cast<size_t>(py * k.w + px)] + ld_d + 2);
         }
         const int64_t t_last = go + S + Lk * bs + (Lk - 1) * gap - 1;
         for (int64_t p = 0; p < Lk; ++p) {
@@ -120,7 +120,6 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
         bdy_end[i] = std::max({first, freed[i] + 1, wready[i] + 1}) + work;
       }
     }
-    bdy_end_of[li] = bdy_end;
     // bdone: the input gradient reduced along the x lines (the previous layer's chains), then the
     // gather; the reduce's end starts the previous layer's bstart.
     std::vector<int64_t> gstart(static_cast<size_t>(k.w * k.h), 0);
@@ -141,6 +140,8 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     } else {
       for (size_t i = 0; i < gstart.size(); ++i) gstart[i] = bdy_end[i] + 2 + dd + 1 + (c.reloads.empty() ? 0 : 1);
     }
+    bdone_end_of[li] = gstart;  // (+ bdone's last ops: the activation, the async send, ret)
+    for (auto& e : bdone_end_of[li]) e += 3;
     // the gather along each chain (N position q): own block, then the blocks from behind, relayed;
     // the chain end's output carries Lk blocks at a wavelet per cycle.
     int64_t port_end = 0;
@@ -391,7 +392,9 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       // partial scores to its last PE (the reduce's formula), the softmax there, P broadcast back
       // hop by hop; then P V over the PE's w features.
       // Query blocks of Sq rows run one after another (a block's scores: Sq x S).
-      const int64_t fb = k.feat_nb(), Sk = k.B, Sq = k.attn_rows(), nq = Sk / Sq, SS = Sq * Sk, g = k.attn_group(), w = g > 1 ? fb : k.dh, hp = g > 1 ? 1 : fb / k.dh;
+      // A batch: every (sample, head) pair of the PE in turn, over its sample's Sk keys.
+      const int64_t fb = k.feat_nb(), Sk = k.attn_keys(), Sq = k.attn_rows(), nq = Sk / Sq, SS = Sq * Sk, g = k.attn_group(), w = g > 1 ? fb : k.dh,
+                    hp = (g > 1 ? 1 : fb / k.dh) * k.attn_samples;
       auto op = [&](int64_t len, int64_t stride) { return dsd(len, Op::fmuls, stride); };
       const int64_t scores = w * op(SS, k.nb) + (w - 1) * op(SS, 1) + (nq > 1 ? w + 1 : 0);
       const int64_t softmax = op(SS, 1) + Sk * op(Sq, Sk) + op(SS, 1) + kExpOps * op(SS, 1) + Sk * op(Sq, Sk) + recip_op_count(1.0, static_cast<double>(Sk)) * op(Sq, 1) + op(SS, 1);
@@ -399,7 +402,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       if (g == 1) {
         for (auto& tq : t_of) tq += nq * (hp * (scores + softmax + pv) + (nq > 1 ? 4 + (fb != k.nb ? 1 : 0) : 0));
       } else {
-        for (int64_t qb = 0; qb < nq; ++qb)
+        for (int64_t qb = 0; qb < nq * hp; ++qb)
         for (int64_t g0 = 0; g0 < Ln; g0 += g) {
           const int64_t gl = std::min(Ln, g0 + g) - 1;  // the group's last position
           int64_t lead = INT64_MIN;

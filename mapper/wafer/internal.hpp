@@ -50,6 +50,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
 struct AttnBlock {
   std::string q, k, v, out;
   int64_t heads = 0, dh = 0;
+  int64_t samples = 1;  // nn.MultiheadAttention's batch: Reshape [S, batch x H, dh] of [S, batch, d]
   double scale = 1;
   bool done = false;
 };
@@ -176,7 +177,7 @@ void dispatch(ProgramTemplate& t, int r, const std::vector<int64_t>& keys, const
 // tasks), the kernels whose backward pass (r13: bdone) and whose gradient send (r11: g3) has ended
 // on this PE, counted from the last kernel. (r11 is the followers' register in inference;
 // training has none.)
-inline constexpr int kSeqScratch = 2, kRegGdone = 11, kRegBdone = 13;
+inline constexpr int kSeqScratch = 2, kRegLoaded = 9, kRegGdone = 11, kRegBdone = 13;  // (r9: the loads done, kernels then reloads)
 
 // training.cpp.
 void dy_routes(const DenseKernel& k, json& routes);

@@ -234,10 +234,12 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   if (k.attn) {  // attention: scores [S, S] and their work array, the output [S, fb], per-row temporaries
     // S keys; Sq query rows per block (all S when the scores fit); dh here: the head's features on this PE.
     // Fused (pipelined): Q, K and V in y's rows at offsets 0, fb, 2 fb; else the Q and K kernels' y arrays.
-    const int64_t fb = k.feat_nb(), S = B, Sq = k.attn_rows(), g = k.attn_group(), dh = g > 1 ? fb : k.dh, hp = g > 1 ? 1 : fb / k.dh;
+    // A batch (attn_samples > 1): S keys per sample; each (sample, head) pair walks its sample's rows.
+    const int64_t fb = k.feat_nb(), S = k.attn_keys(), Sq = k.attn_rows(), g = k.attn_group(), dh = g > 1 ? fb : k.dh, hp = g > 1 ? 1 : fb / k.dh;
+    const int64_t rs = k.attn_rstep();
     const std::string Q = std::to_string(k.attn_q), K = std::to_string(k.attn_k);
     const int64_t qoff = 0, koff = k.qkv ? fb : 0, voff = k.qkv ? 2 * fb : 0;
-    data(t, "att" + L, f32, S * fb, {}, "the attention's output: what the next kernels read");
+    data(t, "att" + L, f32, B * fb, {}, "the attention's output: what the next kernels read");
     data(t, "asc" + L, f32, Sq * S);
     data(t, "atm" + L, f32, Sq * S);
     data(t, "ato" + L, f32, Sq * dh);
@@ -267,14 +269,16 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
       t.mem1d("acol" + L + "_" + std::to_string(s), "asc" + L, s, Sq, S);
       t.mem4d("ap" + L + "_" + std::to_string(s), (g > 1 ? "atm" : "asc") + L, s, {{Sq, S}, {dh, 0}});
     }
-    for (int64_t hh = 0; hh < hp; ++hh) {
-      const std::string H = L + "_" + std::to_string(hh);
+    for (int64_t hb = 0; hb < k.attn_samples * hp; ++hb) {  // (sample, head) pairs
+      const int64_t hh = hb % hp, r0 = k.attn_row0(hb / hp);
+      const std::string H = L + "_" + std::to_string(hb);
       for (int64_t j = 0; j < dh; ++j) {
-        t.mem4d("aq" + H + "_" + std::to_string(j), "y" + Q, qoff + hh * dh + j, {{Sq, nb}, {S, 0}});
-        t.mem4d("ak" + H + "_" + std::to_string(j), "y" + K, koff + hh * dh + j, {{Sq, 0}, {S, nb}});
+        t.mem4d("aq" + H + "_" + std::to_string(j), "y" + Q, qoff + r0 * nb + hh * dh + j, {{Sq, rs * nb}, {S, 0}});
+        t.mem4d("ak" + H + "_" + std::to_string(j), "y" + K, koff + r0 * nb + hh * dh + j, {{Sq, 0}, {S, rs * nb}});
       }
-      for (int64_t s = 0; s < S; ++s) t.mem4d("av" + H + "_" + std::to_string(s), ya.array, ya.off + s * nb + voff + hh * dh, {{Sq, 0}, {dh, 1}});
-      t.mem4d("ao" + H, "att" + L, hh * dh, {{Sq, fb}, {dh, 1}});
+      for (int64_t s = 0; s < S; ++s)
+        t.mem4d("av" + H + "_" + std::to_string(s), ya.array, ya.off + (r0 + s * rs) * nb + voff + hh * dh, {{Sq, 0}, {dh, 1}});
+      t.mem4d("ao" + H, "att" + L, r0 * fb + hh * dh, {{Sq, rs * fb}, {dh, 1}});
     }
   }
   if (k.softmax) {  // per class c: the logits' column (stride nb) and the exponentials' (stride N)

@@ -36,9 +36,13 @@ std::vector<AttnBlock> match_attention(const graph::Graph& g, std::map<std::stri
           v = pn.inputs[0];
         } else if (pn.op == "Reshape" && transposed && g.value(v).shape.size() == 3) {
           const Shape& hs = g.value(v).shape;  // [S, H, dh]
-          if (blk.heads && (blk.heads != hs[1] || blk.dh != hs[2])) return "";
-          blk.heads = hs[1];
+          // A batch: [S, batch, d] reshaped to [S, batch x H, dh] (nn.MultiheadAttention's export).
+          const Shape& is = g.value(pn.inputs[0]).shape;
+          const int64_t nb = is.size() == 3 && is[0] == hs[0] && is[1] * is[2] == hs[1] * hs[2] && hs[1] % is[1] == 0 ? is[1] : 1;
+          if (blk.heads && (blk.heads != hs[1] / nb || blk.dh != hs[2] || blk.samples != nb)) return "";
+          blk.heads = hs[1] / nb;
           blk.dh = hs[2];
+          blk.samples = nb;
           path.push_back(pi);
           return pn.inputs[0];
         } else {

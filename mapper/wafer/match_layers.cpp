@@ -191,6 +191,28 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
   }
   // Multi-head attention blocks (match_attention.cpp), attached below to the kernel computing V.
   std::vector<AttnBlock> blocks = match_attention(g, producer, constant, sole, consumed);
+  // A Transpose swapping the two leading axes of [A, B, d] (nn.MultiheadAttention's batch_first
+  // [batch, seq, d] <-> [seq, batch, d]) moves no data either: it changes the rows' logical order
+  // against the physical one (which stays the graph input's). `swapped` marks such aliases; a
+  // value's parity is the number of swaps, mod 2, between it and the physical order. Only the
+  // attention (which rows form a sample) and the graph output (which must be in physical order)
+  // depend on it; a residual adds values of the same parity.
+  std::map<std::string, bool> swapped;
+  for (const size_t i : g.topo_order()) {
+    const graph::Node& n = g.nodes[i];
+    if (n.op != "Transpose" || consumed.count(i) || alias.count(n.outputs[0])) continue;
+    const Shape& a = g.value(n.inputs[0]).shape;
+    if (a.size() == 3 && n.attrs.get_ints("perm", {}) == std::vector<int64_t>{1, 0, 2})
+      alias[n.outputs[0]] = n.inputs[0], swapped[n.outputs[0]] = true, consumed.insert(i);
+  }
+  auto rel = [&](std::string v) {  // parity of v against its canonical value
+    bool p = false;
+    for (auto it = alias.find(v); it != alias.end(); it = alias.find(v)) p = p != swapped.count(v), v = it->second;
+    return p;
+  };
+  std::map<std::string, bool> parity_of;  // canonical values: parity against the physical order
+  parity_of[input] = false;
+  auto parity = [&](const std::string& raw) { return parity_of[canon(raw)] != rel(raw); };
   // Nodes in a topological order that keeps the file's order where it can (Kahn's algorithm,
   // smallest index first): kernels are numbered -- and run -- in the order the model lists them.
   std::vector<size_t> order;
@@ -249,6 +271,13 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       k.heads = blk.heads;
       k.dh = blk.dh;
       k.attn_scale = blk.scale;
+      k.attn_samples = blk.samples;
+      // Logical rows [seq, batch] (the exporter's transposed layout) on physical [batch, seq] rows:
+      // a sample's rows are contiguous; else (parity 0) they interleave.
+      k.attn_contig = blk.samples > 1 && parity(blk.q);
+      if (blk.samples > 1 && (parity(blk.q) != parity(blk.k) || parity(blk.q) != parity(blk.v)))
+        throw InputError("kernel '" + k.name + "'", "the attention's Q, K and V rows are in different orders", kOpsHint);
+      parity_of[canon(blk.out)] = parity(blk.v);
       k.op += "+Attention";
       k.name = blk.out;
       cur = kout.back() = blk.out;
@@ -440,6 +469,12 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       if (r < 0 || ks.back().residual >= 0 || ks.back().gate_of >= 0 || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().pkh || flat)
         unsupported("Add of two activations is mapped only as a residual: the running activation plus the input of an earlier dense layer or Conv, before any LayerNorm or pool");
       if (shape_numel(g.value(o2).shape) != shape_numel(cs)) unsupported("the residual adds " + shape_str(g.value(o2).shape) + " to " + shape_str(cs) + " (a broadcast): the wafer maps residuals of one shape");
+      {
+        const graph::Node& rn = g.nodes[i];  // (raw inputs: their parities)
+        const bool first_is_cur = canon(rn.inputs[0]) == cur;
+        if (parity(rn.inputs[first_is_cur ? 0 : 1]) != parity(rn.inputs[first_is_cur ? 1 : 0]))
+          unsupported("the residual adds values whose rows are in different orders (a Transpose of the leading axes lies between them)");
+      }
       ks.back().residual = r;
       ks.back().res_out = out;
       absorb(ks.back(), n);
@@ -509,6 +544,14 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       acts.insert(acts.end(), us.begin(), us.end());
       absorb(k, n);
     }
+    {  // the output's parity: the chain input's as the node reads it (a dense layer's: its first input)
+      const graph::Node& raw = g.nodes[i];
+      std::string in_raw = raw.inputs.empty() ? std::string() : raw.inputs[0];
+      for (const auto& v : raw.inputs)
+        if (canon(v) == cur) in_raw = v;
+      if (n.op == "Gemm" || n.op == "MatMul" || n.op == "Conv") in_raw = raw.inputs[0];
+      parity_of[n.outputs[0]] = !in_raw.empty() && parity(in_raw);
+    }
     cur = n.outputs[0];
   }
   if (ks.empty()) throw InputError(g.source, "the graph has no dense layer to map", kOpsHint);
@@ -516,6 +559,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
     if (!blk.done)
       throw InputError(g.source, "an attention block (its output '" + blk.out + "') must follow the dense layers computing its Q, K and then V (each with its bias)", kOpsHint);
   if (cur != canon(output)) throw InputError(g.source, "the graph's output '" + output + "' is not the end of the layer chain", kOpsHint);
+  if (parity(output)) throw InputError(g.source, "the graph's output '" + output + "' has its rows in another order than the input's (a Transpose of the leading axes is not undone)", kOpsHint);
   if (flat) throw InputError(g.source, "the graph ends in a Flatten; the wafer compiler maps a Flatten only into a dense layer", kOpsHint);
   return ks;
 }

@@ -33,7 +33,7 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<in
   int64_t b = s[0] + s[1] + s[2] + (own_w ? k.kb * k.nb * wbytes : 0);  // W
   b += k.nb * 4;                                                     // bias (chain end)
   if (k.softmax) b += (2 * k.B * k.N + 4 * k.B) * 4;                 // softmax arrays (chain end)
-  if (k.attn) b += (k.B * k.feat_nb() + 2 * k.attn_rows() * k.B + k.attn_rows() * std::min(k.dh, k.feat_nb()) + 4 * k.attn_rows()) * 4;  // attention arrays (chain end)
+  if (k.attn) b += (k.B * k.feat_nb() + 2 * k.attn_rows() * k.attn_keys() + k.attn_rows() * std::min(k.dh, k.feat_nb()) + 4 * k.attn_rows()) * 4;  // attention arrays (chain end)
   if (k.res_host) b += k.B * k.nb * 4;                               // the graph input's block for the residual (chain end)
   if (k.layernorm) b += (k.B * k.nb + 4 * k.B + 3 * k.nb) * 4;       // LayerNorm arrays (chain end)
   if (k.pool_padded()) b += k.samples * k.pool_ih() * k.pool_iw() * k.nb * 4;  // y inside the pool's border (chain end)

@@ -2,7 +2,8 @@
 // streaming of a chain of more kernels than a PE has task ids and colors for one set each. Every
 // kernel runs on the one rectangle, one after another, so one set of tasks serves them all:
 //
-//   ld, ldb, ldc, ldd  the weight loads, kernel r10 (the load in progress);
+//   ld, ldb, ldc, ldd  the weight loads, kernel r10 (the load in progress; training: r10 >= n is
+//                      the backward pass's reload c.reloads[r10 - n], which waits on r13);
 //   onxA, onxB         the x tasks of the kernels with K along the columns (A) and along the rows
 //                      (B), one x color each; their body is the same for every kernel, which the
 //                      registers describe (r3 nb, r4 kb, r5 rows, r6 y's offset in the arena
@@ -19,6 +20,9 @@
 // A follower -- a kernel of the same orientation as the one before it, reading a holder on the
 // edge that one's input came from (RegNet's block after its shortcut) -- takes its x values from
 // the same chain ends right after that kernel's (the gather `gsf`, r11 the follower).
+// Training (always sequenced; no followers): the x tasks also save each x value (r12 the kernel's
+// offset in the arena Xsv), and the backward pass (training.cpp backward_tasks) counts on r11 (the
+// kernels whose gradient has left this PE) and r13 (whose dy tasks have ended).
 #include <functional>
 #include <string>
 #include <vector>
@@ -29,7 +33,7 @@ namespace tessera::wafer::detail {
 
 namespace {
 
-constexpr int kRt = kSeqScratch, kNb = 3, kKb = 4, kRows = 5, kYoff = 6, kXdone = 7, kRed = 8, kLoaded = 9, kLoad = 10, kFollow = 11, kXsOff = 12;
+constexpr int kRt = kSeqScratch, kNb = 3, kKb = 4, kRows = 5, kYoff = 6, kXdone = 7, kRed = 8, kLoaded = kRegLoaded, kLoad = 10, kFollow = 11, kXsOff = 12;
 constexpr int kBdone = kRegBdone, kGdone = kRegGdone;
 // Task ids (priorities, as in layer_tasks): loads, x tasks, reduce, hand-off, gather, the input's
 // sends, the followers' gathers. With followers the reduce goes before the x tasks (ids 4, and 6-7):
@@ -91,7 +95,10 @@ void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
   const int id_onx = fw_any ? kIdOnx + 2 : kIdOnx, id_red = fw_any ? kIdOnx : kIdRed, id_out = fw_any ? kIdOnx + 1 : kIdOut;
   const Op mov = c.half() ? Op::fmovh : Op::fmovs;
   t.comment("---- the sequencer: shared tasks run every kernel in turn (r7 x tasks done, r8 next reduce, r9 loaded, r10 loading)");
+  bool has[2] = {false, false};  // an orientation with kernels (A: K along the columns; a one-kernel chain has one)
+  for (const auto& k : c.kernels) has[k.k_on_columns ? 0 : 1] = true;
   for (const char* G : {"A", "B"}) {  // the x tasks' DSDs: lengths and offsets set at run time
+    if (!has[G[0] == 'A' ? 0 : 1]) continue;
     t.mem1d(std::string("wcol") + G, G[0] == 'A' ? "Wa" : "Wb", 0, 1);
     t.mem1d(std::string("yrow") + G, "Yar", 0, 1);
   }
@@ -147,7 +154,7 @@ void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
       t.label((f ? "s" : "e") + G);
       t.op(Op::sub, {reg(kRt), reg(kLoaded), reg(kXdone)});
       t.op(Op::bz, {reg(kRt), "x" + G});
-      t.op(Op::unblock, {"onx" + (f ? G : O)}, "the next kernel's weights are in");
+      if (f || has[cols ? 1 : 0]) t.op(Op::unblock, {"onx" + (f ? G : O)}, "the next kernel's weights are in");
       if (same) t.op(Op::ret, {});  // (else the ret below)
     }
     t.label("x" + G);

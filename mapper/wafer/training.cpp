@@ -393,7 +393,7 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     const std::string P0 = std::to_string(l - 1);
     if (it != c.reloads.end()) {  // (else its load's end unblocks it)
       const int64_t loaded = static_cast<int64_t>(n) + (it - c.reloads.begin()) + 1;  // r9 once the reload is in
-      t.op(Op::sub, {reg(kSeqScratch), reg(9), imm(loaded)});
+      t.op(Op::sub, {reg(kSeqScratch), reg(kRegLoaded), imm(loaded)});
       t.op(Op::blz, {reg(kSeqScratch), "gw" + P0});
     }
     t.op(Op::unblock, {"bdy" + P0});
