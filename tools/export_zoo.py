@@ -270,7 +270,8 @@ CASES = [
                                                   norm_first=True),
          source="torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, "
                 "batch_first=True, norm_first=True)",
-         what="a pre-norm transformer encoder layer"),
+         what="a pre-norm transformer encoder layer",
+         wafer=("weight_streaming",), wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32")}),
     dict(name="gpt2_block", latency_pct=20, seed=19, opset=13, inputs={"x": (2, 32, 64)},
          build=lambda: GPT2Block(64, 4, 64),
          source="a nanoGPT-style Block (tools/export_zoo.py GPT2Block: d 64, 4 heads, "

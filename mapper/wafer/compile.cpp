@@ -26,6 +26,8 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     for (size_t l = 1; l < c.kernels.size(); ++l)
       if (c.kernels[l].src < 0) throw InputError("kernel '" + c.kernels[l].name + "'", "a feature-map input read by several kernels is not mapped", kOpsHint);
   for (size_t l = 0; l < c.kernels.size(); ++l) c.readers[static_cast<size_t>(c.kernels[l].src + 1)].push_back(l);
+  for (const auto& k : c.kernels)  // a pre-norm residual: its producer keeps the value before its LayerNorm
+    if (k.res_preln) c.kernels[static_cast<size_t>(k.residual)].keeps_preln = true;
   // More kernels than task ids and colors for one set each: weight-streaming inference of a chain
   // runs them from shared tasks (the sequencer); other mappings stop here. A branch (a Conv reading
   // an earlier kernel than the one before it: ResNet's downsampling shortcut) runs sequenced too,

@@ -105,6 +105,11 @@ struct DenseKernel {
   // The residual is the output of kernel `residual` rather than its input: an output no kernel
   // reads (ResNet's downsampling shortcut: Add(conv2, downsample) at the later of the two).
   bool res_out = false;
+  // Or kernel `residual`'s value before its LayerNorm (a pre-norm block's x + f(LN(x))), which its
+  // chain ends keep (array yh<r>) before they normalise (weight streaming); preln_value: that value.
+  bool res_preln = false;
+  std::string preln_value;
+  bool keeps_preln = false;  // a later kernel's residual adds its value before its LayerNorm (yh<l>)
   // Pipelined: the residual is the graph input, which the host places on this kernel's chain ends
   // (array xr<l>) as it places it on the first kernel's sources.
   bool res_host = false;

@@ -416,6 +416,8 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         }
       }
     }
+    if (k.keeps_preln)  // the copy of the value before the LayerNorm (fmovs over B nb)
+      for (auto& tq : t_of) tq += dsd(k.B * k.nb, Op::fmovs);
     if (k.layernorm) {
       // LayerNorm along the chain ends (chain_end_program.cpp ln_program), twice: each position's row sums (nb
       // strided ops over B), the pipelined chain of B values to the edge's end (the reduce's

@@ -67,7 +67,7 @@ std::vector<AttnBlock> match_attention(const graph::Graph& g, std::map<std::stri
 
 // The kernel whose output a residual Add adds (-1: the graph input); k.residual >= 0.
 inline int64_t res_producer(const std::vector<DenseKernel>& ks, const DenseKernel& k) {
-  return k.res_out ? k.residual : ks[static_cast<size_t>(k.residual)].src;
+  return k.res_out || k.res_preln ? k.residual : ks[static_cast<size_t>(k.residual)].src;
 }
 
 // placement.cpp.

@@ -191,7 +191,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     if (k.res_host) data(t, "xr" + L, f32, B * nb, {}, "the graph input's block, placed by the host");
     if (k.res_move) t.fabric("mvin" + L, DsdKind::fabin, h ? we : f32, k.cm, kMoveInQueue, B * nb);
     else if (res_dsd(c, l) == "res" + L) {
-      const ArrayAt at = k.res_host ? ArrayAt{"xr" + L} : rs < 0 ? ArrayAt{"xs0"} : hold_array(c, static_cast<size_t>(rs));
+      const ArrayAt at = k.res_host ? ArrayAt{"xr" + L} : k.res_preln ? ArrayAt{"yh" + std::to_string(rs)} : rs < 0 ? ArrayAt{"xs0"} : hold_array(c, static_cast<size_t>(rs));
       t.mem1d("res" + L, at.array, at.off, B * nb);
     }
   }
@@ -200,6 +200,10 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     t.mem1d("gall" + L, "gt" + L);
     t.mem1d("gy" + L, gy.array, gy.off, k.gate_rows * nb);
     t.mem4d("gg" + L, ya.array, ya.off, {{k.samples, nb}, {k.gate_rows / k.samples, 0}, {nb, 1}}, "the gate again for every position");
+  }
+  if (k.keeps_preln) {
+    data(t, "yh" + L, f32, B * nb, {}, "the value before the LayerNorm (a later residual adds it)");
+    t.mem1d("yhm" + L, "yh" + L);
   }
   if (k.layernorm) {
     for (const char* n : {"lns", "lnc", "lnr"}) data(t, n + L, f32, B);

@@ -76,8 +76,9 @@ void red_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& 
   if (k.gate_of >= 0) t.op(Op::fmuls, {"gall" + L, "gy" + L, "gg" + L}, "squeeze-excitation: the feature map times the gate");
   if (k.attn) attention_program(k, l, x_regs(c, l), t);
   if (k.softmax) softmax_program(t, k, L);
-  if (k.residual >= 0) t.op(h && !k.res_host ? Op::faddhs : Op::fadds, {y, y, res_dsd(c, l)});  // 16-bit compute: the held value is 16-bit
+  if (k.residual >= 0) t.op(h && !k.res_host && !k.res_preln ? Op::faddhs : Op::fadds, {y, y, res_dsd(c, l)});  // 16-bit compute: the held value is 16-bit (the pre-LayerNorm copy fp32)
   for (const Unary& u : k.acts_after) unary_ops(t, u, y, tmp);
+  if (k.keeps_preln) t.op(Op::fmovs, {"yhm" + L, y}, "the value before the LayerNorm: a later residual adds it");
   if (k.layernorm) ln_program(k, l, (k.k_on_columns ? k.h : k.w) * k.nb > k.N, t);
   if (k.pkh) {  // the pool: the first window's values, then the max with (the sum of) every other window
     if (k.pool_padded()) t.op(Op::fmovs, {"ypi" + L, y}, "y inside the border");

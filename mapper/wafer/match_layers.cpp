@@ -466,6 +466,9 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
         if (ks[q].in_value == o2) r = static_cast<long>(q);
       for (size_t q = 0; r < 0 && q + 1 < kout.size(); ++q)  // or an earlier kernel's output no kernel reads
         if (kout[q] == o2) r = static_cast<long>(q), out = true;
+      bool preln = false;  // or an earlier kernel's value before its LayerNorm (a pre-norm block's residual)
+      for (size_t q = 0; q + 1 < ks.size(); ++q)
+        if (ks[q].layernorm && ks[q].preln_value == o2) r = static_cast<long>(q), out = false, preln = true;
       if (r < 0 || ks.back().residual >= 0 || ks.back().gate_of >= 0 || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().pkh || flat)
         unsupported("Add of two activations is mapped only as a residual: the running activation plus the input of an earlier dense layer or Conv, before any LayerNorm or pool");
       if (shape_numel(g.value(o2).shape) != shape_numel(cs)) unsupported("the residual adds " + shape_str(g.value(o2).shape) + " to " + shape_str(cs) + " (a broadcast): the wafer maps residuals of one shape");
@@ -477,6 +480,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       }
       ks.back().residual = r;
       ks.back().res_out = out;
+      ks.back().res_preln = preln;
       absorb(ks.back(), n);
     } else if (n.op == "Add" && !ks.empty() && constant(other_in(n, cur)) && per_feature(*constant(other_in(n, cur)), ks.back().N, fmap, cs.size()) &&
                !ks.back().activated() && ks.back().residual < 0 && !ks.back().softmax && !ks.back().attn && !ks.back().layernorm && !ks.back().pkh && !flat) {
@@ -510,8 +514,30 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
     } else if (n.op == "LayerNormalization") {
       // LayerNorm over the last axis (the canonical graph's: fuse_decompositions recognises the exporters' decompositions).
       const int64_t rank = static_cast<int64_t>(cs.size());
-      if (ks.empty() || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().spatial()) unsupported("LayerNorm is mapped only after a dense layer");
+      if (ks.empty() && cur == input && !fmap) {
+        // On the graph input (a pre-norm model's first LayerNorm): the chain ends of an identity
+        // layer normalise it -- a d x d identity streamed like any weight (the general path: the
+        // values pass through the PEs' multiply-adds exactly); its value before the LayerNorm, the
+        // input itself, is what the model's first residual adds.
+        Shape xs = cs;
+        int64_t rows = 1;
+        for (size_t d = 0; d + 1 < xs.size(); ++d) rows *= xs[d];
+        DenseKernel k;
+        k.src = -1;
+        k.name = n.name.empty() ? n.outputs[0] : n.name;
+        k.op = "Identity";
+        k.nodes = {n.name};
+        k.B = k.samples = rows;
+        k.K = k.N = xs.back();
+        k.W.assign(static_cast<size_t>(k.K * k.N), 0.0f);
+        for (int64_t a = 0; a < k.K; ++a) k.W[static_cast<size_t>(a * k.N + a)] = 1.0f;
+        k.bias.assign(static_cast<size_t>(k.N), 0.0f);
+        k.in_value = cur;
+        ks.push_back(std::move(k));
+      }
+      if (ks.empty() || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().spatial()) unsupported("LayerNorm is mapped only after a dense layer, or on the graph input");
       DenseKernel& k = ks.back();
+      k.preln_value = cur;  // (a later residual may add the value before the LayerNorm: pre-norm)
       const int64_t ax = n.attrs.get_int("axis", -1);
       if ((ax != -1 && ax != rank - 1) || n.inputs.size() < 2) unsupported("LayerNormalization is mapped only over the features (the last axis)");
       const Tensor* gam = constant(n.inputs[1]);

@@ -21,8 +21,9 @@ void place_pipelined_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
     DenseKernel& k = c.kernels[l];
     if (k.residual < 0) continue;
     const DenseKernel& r = c.kernels[static_cast<size_t>(k.residual)];
-    if (k.res_out)
-      throw InputError("/mapping/mode", "kernel '" + k.name + "': pipelined mode maps a residual of the graph input or of a kernel's input; this one adds the output of kernel '" + r.name + "'",
+    if (k.res_out || k.res_preln)
+      throw InputError("/mapping/mode", "kernel '" + k.name + "': pipelined mode maps a residual of the graph input or of a kernel's input; this one adds the " +
+                                            (k.res_preln ? "value before the LayerNorm" : "output") + " of kernel '" + r.name + "'",
                        "use \"mapping\": {\"mode\": \"weight_streaming\"}");
     if (r.src < 0 && r.xread == DenseKernel::XRead::rows && !k.attn) {
       k.res_host = true;
@@ -115,7 +116,7 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
   bool moves = false;
   for (auto& k : c.kernels) {
     const int64_t rs = k.residual < 0 || k.res_host ? -1 : res_producer(c.kernels, k);
-    k.res_move = rs >= 0 && c.kernels[static_cast<size_t>(rs)].k_on_columns != k.k_on_columns && !opt.training;
+    k.res_move = rs >= 0 && c.kernels[static_cast<size_t>(rs)].k_on_columns != k.k_on_columns && !opt.training && !k.res_preln;  // (a pre-LayerNorm value does not move: the check below names it)
     moves = moves || k.res_move;
   }
   for (size_t l = 0; l < c.kernels.size(); ++l) {
