@@ -111,6 +111,18 @@ class CausalDecoder(nn.Module):
         return self.layer(tgt, memory, tgt_mask=self.tgt_mask)
 
 
+class CausalEncoder(nn.Module):
+    """nn.TransformerEncoderLayer with a causal src_mask kept as a buffer (an additive -inf mask)."""
+
+    def __init__(self, d, heads, ff, seq):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(d, heads, ff, batch_first=True)
+        self.register_buffer("src_mask", nn.Transformer.generate_square_subsequent_mask(seq))
+
+    def forward(self, x):
+        return self.layer(x, src_mask=self.src_mask)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, d, eps=1e-6):
         super().__init__()
@@ -265,6 +277,12 @@ CASES = [
               "[seq, batch, d] and attends per batch x head)",
          wafer=("weight_streaming", "pipelined"),
          wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32"), "pipelined": ("fp32",)}),
+    dict(name="encoder_causal", latency_pct=20, seed=25, opset=13, inputs={"x": (2, 16, 64)},
+         build=lambda: CausalEncoder(64, 4, 128, 16),
+         source="torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, "
+                "batch_first=True) called with src_mask=nn.Transformer.generate_square_subsequent_mask(16)",
+         what="a post-norm encoder layer with a causal mask (an additive -inf mask on the scores), batch 2",
+         wafer=("weight_streaming",), wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32")}),
     dict(name="encoder_prenorm", seed=18, opset=17, inputs={"x": (2, 16, 64)},
          build=lambda: nn.TransformerEncoderLayer(64, 4, 128, batch_first=True,
                                                   norm_first=True),
@@ -277,7 +295,8 @@ CASES = [
          source="a nanoGPT-style Block (tools/export_zoo.py GPT2Block: d 64, 4 heads, "
                 "block_size 64)",
          what="a GPT-2 block (LayerNorm, causal attention by masked_fill of a tril buffer, "
-              "GELU tanh)"),
+              "GELU tanh)",
+         wafer=("weight_streaming",), wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32")}),
     dict(name="decoder_causal", seed=20, opset=17, inputs={"tgt": (1, 16, 64),
                                                             "memory": (1, 24, 64)},
          build=lambda: CausalDecoder(64, 4, 128, 16),

@@ -80,6 +80,10 @@ void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& 
   if (nq > 1) {
     t.op(Op::mov, {rq, imm(0)});
     t.label("ablk" + L);
+    if (!k.attn_mask.empty()) {  // the mask's rows of this query block
+      t.op(Op::mul, {ro, rq, imm(Sq * S)});
+      t.op(Op::dsd_off, {"amk" + L, ro});
+    }
     t.op(Op::mul, {ro, rq, imm(Sq * rs * k.nb)});
     if (rv != ro) t.op(Op::mul, {rv, rq, imm(Sq * rs * fb)});
   }
@@ -102,6 +106,7 @@ void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& 
       t.if_("aglast" + L);
     }
     t.op(Op::fmuls, {sc, sc, fnum(k.attn_scale)});
+    if (!k.attn_mask.empty()) t.op(Op::fadds, {sc, sc, "amk" + L}, "the mask (a causal one: -inf above the diagonal)");
     t.op(Op::fmovs, {"amm" + L, acol(0)});
     for (int64_t c = 1; c < S; ++c) t.op(Op::fmaxs, {"amm" + L, "amm" + L, acol(c)});
     t.op(Op::fsubs, {sc, sc, "amb" + L});

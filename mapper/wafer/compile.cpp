@@ -269,6 +269,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
           for (int64_t i = 0; i < k.nb; ++i)
             if (nbk * k.nb + i < k.N) a.values[static_cast<size_t>(i)] = k.bias[static_cast<size_t>(nbk * k.nb + i)];
           c.constants.push_back(std::move(a));
+          if (k.attn && !k.attn_mask.empty()) c.constants.push_back({k.x0 + px, k.y0 + py, "amask" + std::to_string(l), k.attn_mask});  // the scores' mask
           if (k.layernorm) {  // the scale and bias of the block's features (0 beyond N), and the mask when padded
             HostArray ga{k.x0 + px, k.y0 + py, "lng" + std::to_string(l), std::vector<float>(static_cast<size_t>(k.nb), 0.0f)};
             HostArray b2{k.x0 + px, k.y0 + py, "lnb" + std::to_string(l), std::vector<float>(static_cast<size_t>(k.nb), 0.0f)};

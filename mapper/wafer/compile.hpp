@@ -145,6 +145,7 @@ struct DenseKernel {
   // rows on the input's physical [batch, seq] order) or interleaved (row s x samples + b).
   int64_t attn_samples = 1;
   bool attn_contig = false;
+  std::vector<float> attn_mask;  // added to the scaled scores [S, S] before the softmax (empty: none); array amask<l>
   int64_t attn_keys() const { return B / attn_samples; }
   int64_t attn_row0(int64_t b) const { return attn_contig ? b * attn_keys() : b; }  // sample b's first row
   int64_t attn_rstep() const { return attn_contig ? 1 : attn_samples; }           // rows between its consecutive rows

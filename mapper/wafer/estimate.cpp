@@ -396,11 +396,11 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       const int64_t fb = k.feat_nb(), Sk = k.attn_keys(), Sq = k.attn_rows(), nq = Sk / Sq, SS = Sq * Sk, g = k.attn_group(), w = g > 1 ? fb : k.dh,
                     hp = (g > 1 ? 1 : fb / k.dh) * k.attn_samples;
       auto op = [&](int64_t len, int64_t stride) { return dsd(len, Op::fmuls, stride); };
-      const int64_t scores = w * op(SS, k.nb) + (w - 1) * op(SS, 1) + (nq > 1 ? w + 1 : 0);
+      const int64_t scores = w * op(SS, k.nb) + (w - 1) * op(SS, 1) + (nq > 1 ? w + 1 : 0) + (k.attn_mask.empty() ? 0 : op(SS, 1));  // (the mask's fadds)
       const int64_t softmax = op(SS, 1) + Sk * op(Sq, Sk) + op(SS, 1) + kExpOps * op(SS, 1) + Sk * op(Sq, Sk) + recip_op_count(1.0, static_cast<double>(Sk)) * op(Sq, 1) + op(SS, 1);
       const int64_t pv = (2 * Sk - 1) * op(Sq * w, 1);
       if (g == 1) {
-        for (auto& tq : t_of) tq += nq * (hp * (scores + softmax + pv) + (nq > 1 ? 4 + (fb != k.nb ? 1 : 0) : 0));
+        for (auto& tq : t_of) tq += nq * (hp * (scores + softmax + pv) + (nq > 1 ? 4 + (fb != k.nb ? 1 : 0) + (k.attn_mask.empty() ? 0 : 2) : 0));
       } else {
         for (int64_t qb = 0; qb < nq * hp; ++qb)
         for (int64_t g0 = 0; g0 < Ln; g0 += g) {

@@ -51,6 +51,8 @@ struct AttnBlock {
   std::string q, k, v, out;
   int64_t heads = 0, dh = 0;
   int64_t samples = 1;  // nn.MultiheadAttention's batch: Reshape [S, batch x H, dh] of [S, batch, d]
+  bool seq_major = true;    // [S, batch] rows (the 3-D form); else [batch, S] (the 4-D form)
+  std::vector<float> mask;  // an additive mask over the scores [S, S] (empty: none)
   double scale = 1;
   bool done = false;
 };

@@ -247,6 +247,10 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     data(t, "asc" + L, f32, Sq * S);
     data(t, "atm" + L, f32, Sq * S);
     data(t, "ato" + L, f32, Sq * dh);
+    if (!k.attn_mask.empty()) {  // the additive mask, placed by the host; a query block's rows at run time
+      data(t, "amask" + L, f32, S * S, {}, "the scores' additive mask [S, S] (a causal one: -inf above the diagonal)");
+      t.mem1d("amk" + L, "amask" + L, 0, Sq * S);
+    }
     if (g > 1) {
       t.if_("aglast" + L, false);
       t.fabric("aton" + L, DsdKind::fabout, f32, P("agcout" + L), 2, Sq * S);

@@ -23,7 +23,7 @@ namespace {
 // the chain ends: elementwise.cpp) -- Add, Mul, Sub and Div when the other operand is a scalar
 // constant (Add is a bias or a residual otherwise).
 const std::set<std::string> kStructural = {"Gemm", "MatMul", "Add", "Softmax", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
-                                           "Flatten", "Reshape", "Div", "Mul", "LayerNormalization", "Transpose"};
+                                           "Flatten", "Reshape", "Div", "Mul", "LayerNormalization", "Transpose", "Where"};  // (Where: an attention mask)
 const std::set<std::string> kUnary = {"Relu", "LeakyRelu", "Clip", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Swish", "Gelu",
                                       "Abs", "Neg", "Add", "Mul", "Sub", "Div"};
 
@@ -274,7 +274,9 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       k.attn_samples = blk.samples;
       // Logical rows [seq, batch] (the exporter's transposed layout) on physical [batch, seq] rows:
       // a sample's rows are contiguous; else (parity 0) they interleave.
-      k.attn_contig = blk.samples > 1 && parity(blk.q);
+      // ([batch, S] rows in the 4-D form, the physical order at parity 0.)
+      k.attn_contig = blk.samples > 1 && blk.seq_major == parity(blk.q);
+      k.attn_mask = blk.mask;
       if (blk.samples > 1 && (parity(blk.q) != parity(blk.k) || parity(blk.q) != parity(blk.v)))
         throw InputError("kernel '" + k.name + "'", "the attention's Q, K and V rows are in different orders", kOpsHint);
       parity_of[canon(blk.out)] = parity(blk.v);
