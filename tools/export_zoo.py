@@ -179,6 +179,21 @@ class LlamaBlock(nn.Module):
         return h + self.w2(F.silu(self.w1(y)) * self.w3(y))
 
 
+class LlamaFFN(nn.Module):
+    """LLaMA's feed-forward half-block: x + w2(silu(w1(RMSNorm(x))) * w3(RMSNorm(x)))."""
+
+    def __init__(self, d, hidden):
+        super().__init__()
+        self.ffn_norm = RMSNorm(d)
+        self.w1 = nn.Linear(d, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, d, bias=False)
+        self.w3 = nn.Linear(d, hidden, bias=False)
+
+    def forward(self, x):
+        y = self.ffn_norm(x)
+        return x + self.w2(F.silu(self.w1(y)) * self.w3(y))
+
+
 def audio_net(batch_norm, classes):
     """Conv1d keyword-spotting style classifier: Conv1d (+ BatchNorm1d) + ReLU stacks, a strided
     conv, AdaptiveAvgPool1d(1), Linear."""
@@ -310,6 +325,12 @@ CASES = [
          source="a LLaMA-style block (tools/export_zoo.py LlamaBlock: d 64, 4 heads, "
                 "SwiGLU hidden 176, max_seq 64)",
          what="a LLaMA block (RMSNorm, rotary embeddings, causal attention, SwiGLU)"),
+    dict(name="llama_ffn", seed=26, opset=17, inputs={"x": (2, 32, 64)},
+         build=lambda: LlamaFFN(64, 176),
+         source="LLaMA's feed-forward half-block (tools/export_zoo.py LlamaFFN: RMSNorm, SwiGLU "
+                "hidden 176, no biases, the residual)",
+         what="RMSNorm and a SwiGLU gate (silu(w1 x) * w3 x)",
+         wafer=("weight_streaming",), wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32")}),
     dict(name="audio_conv1d", seed=22, opset=11, inputs={"x": (8, 1, 512)},
          build=lambda: audio_net(batch_norm=True, classes=10), wafer=("weight_streaming", "pipelined"),
          source="nn.Sequential of Conv1d+BatchNorm1d+ReLU x3 (one stride 2), "

@@ -36,14 +36,16 @@ void ln_program(const DenseKernel& k, size_t l, bool padded, ProgramTemplate& t)
     chain_step(t, "lnfirst" + L, "lnlast" + L, sm, "lnto" + L, "lnfr" + L, sm);
   };
   const Operand invn = fnum(1.0 / static_cast<double>(k.N));
-  sums("lyc");
-  t.if_("lnlast" + L);
-  t.op(Op::fmuls, {"lncm" + L, sm, invn});
-  t.op_async(Op::fmovs, {"lnbo" + L, "lncm" + L});
-  t.endif();
-  t.op(Op::fmovs, {"lnrm" + L, "lnbi" + L});
-  t.op(Op::fsubs, {y, y, "lnrb" + L});
-  if (padded) t.op(Op::fmuls, {y, y, "lnkb" + L}, "padded features stay 0");
+  if (!k.rms) {  // (RMSNorm: no mean; padded features are 0 already)
+    sums("lyc");
+    t.if_("lnlast" + L);
+    t.op(Op::fmuls, {"lncm" + L, sm, invn});
+    t.op_async(Op::fmovs, {"lnbo" + L, "lncm" + L});
+    t.endif();
+    t.op(Op::fmovs, {"lnrm" + L, "lnbi" + L});
+    t.op(Op::fsubs, {y, y, "lnrb" + L});
+    if (padded) t.op(Op::fmuls, {y, y, "lnkb" + L}, "padded features stay 0");
+  }
   t.op(Op::fmuls, {"lnqm" + L, y, y});
   sums("lqc");
   t.if_("lnlast" + L);
@@ -55,7 +57,7 @@ void ln_program(const DenseKernel& k, size_t l, bool padded, ProgramTemplate& t)
   t.op(Op::fmovs, {"lnrm" + L, "lnbi" + L});
   t.op(Op::fmuls, {y, y, "lnrb" + L});
   t.op(Op::fmuls, {y, y, "lngb" + L});
-  t.op(Op::fadds, {y, y, "lnbb" + L});
+  if (!k.rms) t.op(Op::fadds, {y, y, "lnbb" + L});
 }
 
 // Queues: an async op runs on the microthread of its queue number, and weight loads keep input

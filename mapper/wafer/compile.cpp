@@ -32,9 +32,15 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   // runs them from shared tasks (the sequencer); other mappings stop here. A branch (a Conv reading
   // an earlier kernel than the one before it: ResNet's downsampling shortcut) runs sequenced too,
   // where the chain ends of the kernel before a reader hand its input off.
-  bool branch = false;  // (also a residual of an output no kernel reads: its chain ends' hand-off task sends or keeps it)
+  // (Also a residual of an output no kernel reads that lies on the other edge: its chain ends'
+  // hand-off task sends it along the diagonal. On the same edge -- a gated unit's two kernels --
+  // the reduce keeps it, and own tasks do.)
+  std::vector<bool> on_cols(c.kernels.size());  // weight streaming's orientations (place_streaming's rule)
+  for (size_t l = 0; l < c.kernels.size(); ++l) on_cols[l] = c.kernels[l].src < 0 || !on_cols[static_cast<size_t>(c.kernels[l].src)];
+  bool branch = false;
   for (size_t l = 1; l < c.kernels.size(); ++l)
-    branch = branch || (c.kernels[l].src >= 0 && c.kernels[l].src != static_cast<int64_t>(l) - 1 && c.kernels[l].spatial()) || c.kernels[l].res_out;
+    branch = branch || (c.kernels[l].src >= 0 && c.kernels[l].src != static_cast<int64_t>(l) - 1 && c.kernels[l].spatial()) ||
+             (c.kernels[l].res_out && on_cols[static_cast<size_t>(c.kernels[l].residual)] != on_cols[l]);
   // Training always runs sequenced (its backward pass, from shared tasks too, follows the forward
   // pass's kernels; training's own checks below refuse what is not a chain of dense layers).
   if (nker > kOwnTaskKernels || (branch && opt.mode == MapMode::weight_streaming) || (opt.training && opt.mode == MapMode::weight_streaming)) {

@@ -109,7 +109,9 @@ struct DenseKernel {
   // chain ends keep (array yh<r>) before they normalise (weight streaming); preln_value: that value.
   bool res_preln = false;
   std::string preln_value;
-  bool keeps_preln = false;  // a later kernel's residual adds its value before its LayerNorm (yh<l>)
+  bool keeps_preln = false;
+  bool rms = false;
+  bool res_mul = false;  // the residual multiplies (a gated unit: SwiGLU's silu(w1 x) * w3 x) instead of adding  // the LayerNorm is an RMSNorm: x / sqrt(mean(x^2) + eps) * scale (no mean, no bias)  // a later kernel's residual adds its value before its LayerNorm (yh<l>)
   // Pipelined: the residual is the graph input, which the host places on this kernel's chain ends
   // (array xr<l>) as it places it on the first kernel's sources.
   bool res_host = false;

@@ -348,6 +348,12 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         if (ws && l > 0) st = std::max(st, compute_end_of[l - 1][i] + 2);
         first_start = std::min(first_start, st);
         cend[i] = st + compute;
+        // (Own tasks: at an earlier kernel's chain end -- a reader of the same data as the kernel
+        // before it, whose chain ends are these PEs -- that kernel's chain-end task runs within
+        // this one's x tasks, which wait for it: its span is added.)
+        if (ws && !c.sequenced)
+          for (const auto& b : busy_of)
+            if (b[i].second > st && b[i].first < cend[i]) cend[i] += b[i].second - std::max(b[i].first, st);
       }
     k.est.start = first_start == INT64_MAX ? 0 : first_start;
 
@@ -369,13 +375,19 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       }
       compute_end = std::max(compute_end, tmax);
       int64_t t = Lk == 1 ? tmax : lead + (Lk - 1) * pass + n_el;  // the chain end holds the sum
+      if (ws && !c.sequenced) {  // (own tasks: the chain end runs an earlier kernel's chain-end task first when it still holds the PE)
+        const int64_t px = k.k_on_columns ? Lk - 1 : pn, py = k.k_on_columns ? pn : Lk - 1;
+        const size_t ie = static_cast<size_t>(py * k.w + px);
+        const int64_t free_at = after_busy(ie, cend[ie]);
+        if (free_at > cend[ie]) t = std::max(t, free_at + (Lk == 1 ? 0 : S + n_el));
+      }
       chain_of[static_cast<size_t>(pn)] = t;
       const bool act = k.act_blocks < 0 || pn < k.act_blocks;  // pass-through blocks (pipelined residuals) take no activation
       int64_t act_ops = 0;  // the elementwise functions (unary_ops)
       if (act)
         for (const Unary& u : k.acts) act_ops += unary_op_count(u);
       for (const Unary& u : k.acts_after) act_ops += unary_op_count(u);
-      t += (S + cdiv(n_el, w32)) * (1 + act_ops + (k.residual >= 0 && !k.res_move ? 1 : 0));  // bias, activation, residual
+      t += (S + cdiv(n_el, w32)) * (1 + act_ops + (k.residual >= 0 && !k.res_move ? 1 : 0) + (k.res_mul && c.half() ? 1 : 0));  // bias, activation, residual (a gate's widening)
       if (k.res_move) t += S + n_el;  // a moved residual is added as it arrives: a wavelet per cycle
       if (k.gate_of >= 0) t += S + cdiv(k.gate_rows * k.nb, w32);  // squeeze-excitation: the feature map times the gate
       if (k.softmax) {  // softmax_program over the N outputs of the B samples (strided columns)
@@ -436,10 +448,14 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
           T[static_cast<size_t>(q)] = std::max(own, sent + (Ln - 1 - q) * hop + B + 2) + 1;
         }
       };
-      pass_ln(t_of, dsd(B));
-      for (auto& tq : t_of) tq += dsd(n_el) * (padded ? 3 : 2);  // subtract the mean (mask), square
+      if (!k.rms) {  // (RMSNorm: no mean pass)
+        pass_ln(t_of, dsd(B));
+        for (auto& tq : t_of) tq += dsd(n_el) * (padded ? 3 : 2);  // subtract the mean (mask), square
+      } else {
+        for (auto& tq : t_of) tq += dsd(n_el);  // square
+      }
       pass_ln(t_of, 2 * dsd(B) + dsd(B, Op::fmovs) + kRsqrtIters * (3 * dsd(B, Op::fmuls) + dsd(B, Op::fmacs)));  // rsqrt_ops: 3 fmuls and an fmacs per step
-      for (auto& tq : t_of) tq += 3 * dsd(n_el);  // times rstd, scale, bias
+      for (auto& tq : t_of) tq += (k.rms ? 2 : 3) * dsd(n_el);  // times rstd, scale (, bias)
     }
     for (int64_t pn = 0; pn < Ln; ++pn) {
       int64_t t = t_of[static_cast<size_t>(pn)];

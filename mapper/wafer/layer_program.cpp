@@ -201,6 +201,10 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     t.mem1d("gy" + L, gy.array, gy.off, k.gate_rows * nb);
     t.mem4d("gg" + L, ya.array, ya.off, {{k.samples, nb}, {k.gate_rows / k.samples, 0}, {nb, 1}}, "the gate again for every position");
   }
+  if (k.res_mul && c.half()) {
+    data(t, "rmul" + L + "_a", f32, B * nb, live(c, l, 1), "the gate's other factor, widened to fp32");
+    t.mem1d("rmul" + L, "rmul" + L + "_a");
+  }
   if (k.keeps_preln) {
     data(t, "yh" + L, f32, B * nb, {}, "the value before the LayerNorm (a later residual adds it)");
     t.mem1d("yhm" + L, "yh" + L);

@@ -76,7 +76,12 @@ void red_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& 
   if (k.gate_of >= 0) t.op(Op::fmuls, {"gall" + L, "gy" + L, "gg" + L}, "squeeze-excitation: the feature map times the gate");
   if (k.attn) attention_program(k, l, x_regs(c, l), t);
   if (k.softmax) softmax_program(t, k, L);
-  if (k.residual >= 0) t.op(h && !k.res_host && !k.res_preln ? Op::faddhs : Op::fadds, {y, y, res_dsd(c, l)});  // 16-bit compute: the held value is 16-bit (the pre-LayerNorm copy fp32)
+  if (k.residual >= 0 && k.res_mul) {  // a gated unit: times the other kernel's output (16-bit compute: widened first)
+    if (h) t.op(Op::fh2s, {"rmul" + L, res_dsd(c, l)});
+    t.op(Op::fmuls, {y, y, h ? "rmul" + L : res_dsd(c, l)});
+  } else if (k.residual >= 0) {
+    t.op(h && !k.res_host && !k.res_preln ? Op::faddhs : Op::fadds, {y, y, res_dsd(c, l)});  // 16-bit compute: the held value is 16-bit (the pre-LayerNorm copy fp32)
+  }
   for (const Unary& u : k.acts_after) unary_ops(t, u, y, tmp);
   if (k.keeps_preln) t.op(Op::fmovs, {"yhm" + L, y}, "the value before the LayerNorm: a later residual adds it");
   if (k.layernorm) ln_program(k, l, (k.k_on_columns ? k.h : k.w) * k.nb > k.N, t);
@@ -87,6 +92,7 @@ void red_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& 
     if (k.pavg) t.op(Op::fmuls, {"pall" + L, "pall" + L, fnum(1.0 / static_cast<double>(k.pkh * k.pkw))}, "the mean");
   }
   const Op end_op = final_layer ? Op::halt : Op::ret;
+  if (!has_next && h && output_used(c, l) && !k.xp_h) t.op(Op::fs2h, {"y16m" + L, y}, "the 16-bit copy a later gated unit or residual takes (no hand-off writes it)");
   if (has_next) {
     t.op(Op::activate, {tn.out});
     t.op(Op::ret, {});

@@ -23,7 +23,7 @@ namespace {
 // the chain ends: elementwise.cpp) -- Add, Mul, Sub and Div when the other operand is a scalar
 // constant (Add is a bias or a residual otherwise).
 const std::set<std::string> kStructural = {"Gemm", "MatMul", "Add", "Softmax", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
-                                           "Flatten", "Reshape", "Div", "Mul", "LayerNormalization", "Transpose", "Where"};  // (Where: an attention mask)
+                                           "Flatten", "Reshape", "Div", "Mul", "LayerNormalization", "RMSNormalization", "Transpose", "Where"};  // (Where: an attention mask)
 const std::set<std::string> kUnary = {"Relu", "LeakyRelu", "Clip", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Swish", "Gelu",
                                       "Abs", "Neg", "Add", "Mul", "Sub", "Div"};
 
@@ -225,8 +225,17 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
     for (size_t i = 0; i < g.nodes.size(); ++i)
       if (!pending[i]) ready.insert(i);
     while (!ready.empty()) {
-      const size_t i = *ready.begin();
-      ready.erase(ready.begin());
+      // (An elementwise function of the node just placed goes right after it, so a kernel's
+      // functions follow it even when the file lists a sibling kernel between them: SwiGLU's
+      // w1, w3, silu(w1 x) order.)
+      size_t i = *ready.begin();
+      if (!order.empty() && !g.nodes[order.back()].outputs.empty())
+        for (const size_t u : ready)
+          if (kUnary.count(g.nodes[u].op) && g.nodes[u].inputs.size() == 1 && g.nodes[u].inputs[0] == g.nodes[order.back()].outputs[0]) {
+            i = u;
+            break;
+          }
+      ready.erase(i);
       order.push_back(i);
       for (const auto& v : g.nodes[i].outputs)
         for (const size_t u : uses[v])
@@ -500,9 +509,24 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
         if (ks[q].prepool == o2) gk = static_cast<long>(q);
       DenseKernel& k = ks.back();
       const Shape& os = g.value(o2).shape;
+      // A gated unit (SwiGLU: silu(w1 x) * w3 x): the running activation times an earlier dense
+      // kernel's output of the same shape that no kernel reads -- multiplied at the chain ends as a
+      // residual is added (the two kernels read one input, so their outputs lie on the same PEs).
+      long mk = -1;
+      for (size_t q = 0; q + 1 < kout.size(); ++q)
+        if (kout[q] == o2 && !ks[q].spatial()) mk = static_cast<long>(q);
+      if (gk < 0 && mk >= 0 && !k.spatial() && k.residual < 0 && k.gate_of < 0 && !k.layernorm && !k.softmax && !k.attn && !flat && os == cs) {
+        k.residual = mk;
+        k.res_out = true;
+        k.res_mul = true;
+        absorb(k, n);
+        cur = n.outputs[0];
+        parity_of[n.outputs[0]] = parity(g.nodes[i].inputs[0]);
+        continue;
+      }
       if (gk < 0 || !k.spatial() || k.oh * k.ow != 1 || k.residual >= 0 || k.pkh || k.layernorm || k.softmax || k.attn || k.gate_of >= 0 || flat || os.size() != cs.size() ||
           os[0] != cs[0] || os[1] != cs[1])
-        unsupported("Mul of two activations is mapped only as squeeze-excitation: a per-channel gate (a 1x1 Conv of the features an earlier Conv pooled, after its function) times that Conv's feature map");
+        unsupported("Mul of two activations is mapped only as squeeze-excitation (a per-channel gate -- a 1x1 Conv of the features an earlier Conv pooled, after its function -- times that Conv's feature map) or as a gated unit (a dense layer's output, after its functions, times another dense layer's output of the same shape that no kernel reads)");
       k.gate_of = gk;
       k.gate_rows = ks[static_cast<size_t>(gk)].B;
       absorb(k, n);
@@ -513,7 +537,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
         unsupported("Softmax is mapped only over the features, after the last dense layer");
       ks.back().softmax = true;
       absorb(ks.back(), n);
-    } else if (n.op == "LayerNormalization") {
+    } else if (n.op == "LayerNormalization" || n.op == "RMSNormalization") {
       // LayerNorm over the last axis (the canonical graph's: fuse_decompositions recognises the exporters' decompositions).
       const int64_t rank = static_cast<int64_t>(cs.size());
       if (ks.empty() && cur == input && !fmap) {
@@ -545,7 +569,9 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       const Tensor* gam = constant(n.inputs[1]);
       const bool has_beta = n.inputs.size() > 2 && !n.inputs[2].empty();
       const Tensor* bet = has_beta ? constant(n.inputs[2]) : nullptr;
-      if (!gam || gam->numel() != k.N || (bet && bet->numel() != k.N) || (!bet && has_beta)) unsupported("LayerNorm needs a constant scale (and bias) of " + std::to_string(k.N) + " values");
+      if (!gam || gam->numel() != k.N || (bet && bet->numel() != k.N) || (!bet && has_beta)) unsupported(n.op + " needs a constant scale (and bias) of " + std::to_string(k.N) + " values");
+      k.rms = n.op == "RMSNormalization";
+      if (k.rms && bet) unsupported("RMSNormalization with a bias is not mapped on the wafer");
       k.ln_eps = n.attrs.get_float("epsilon", 1e-5);
       k.layernorm = true;
       k.ln_gamma = gam->to_f32();
