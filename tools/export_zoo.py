@@ -325,6 +325,13 @@ CASES = [
          source="a LLaMA-style block (tools/export_zoo.py LlamaBlock: d 64, 4 heads, "
                 "SwiGLU hidden 176, max_seq 64)",
          what="a LLaMA block (RMSNorm, rotary embeddings, causal attention, SwiGLU)"),
+    dict(name="llama_block_s16", latency_pct=25, seed=27, opset=17, inputs={"x": (2, 16, 64)},
+         build=lambda: LlamaBlock(64, 4, 64, 16),
+         source="the LLaMA-style block of llama_block at SwiGLU hidden 64 and max_seq 16 "
+                "(tools/export_zoo.py LlamaBlock(64, 4, 64, 16))",
+         what="a smaller LLaMA block (RMSNorm, rotary embeddings, additive causal mask, SwiGLU): "
+              "the size whose heads-whole rectangle fits the wafer's PE SRAM",
+         wafer=("weight_streaming",), wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32")}),
     dict(name="llama_ffn", seed=26, opset=17, inputs={"x": (2, 32, 64)},
          build=lambda: LlamaFFN(64, 176),
          source="LLaMA's feed-forward half-block (tools/export_zoo.py LlamaFFN: RMSNorm, SwiGLU "

@@ -89,6 +89,17 @@ void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& 
     t.op(Op::mul, {ro, rq, imm(Sq * rs * k.nb)});
     if (rv != ro) t.op(Op::mul, {rv, rq, imm(Sq * rs * fb)});
   }
+  // Rotary embeddings, in place on Q and K: x cos + rotate_half(x) sin, rotate_half(x) = [-x2, x1]
+  // per head -- the halves into rtm (the first negated), x times cos, plus rtm.
+  for (const bool isq : {true, false}) {
+    if ((isq ? k.attn_q_cos : k.attn_k_cos).empty()) continue;
+    const std::string X = isq ? "q" : "k";
+    t.op(Op::fmuls, {"rtma" + L, "r" + X + "b" + L, "rs" + X + "a" + L}, "rotary embeddings of " + std::string(isq ? "Q" : "K"));
+    t.op(Op::fnegs, {"rtma" + L, "rtma" + L});
+    t.op(Op::fmuls, {"rtmb" + L, "r" + X + "a" + L, "rs" + X + "b" + L});
+    t.op(Op::fmuls, {"r" + X + "f" + L, "r" + X + "f" + L, "rc" + X + "f" + L});
+    t.op(Op::fadds, {"r" + X + "f" + L, "r" + X + "f" + L, "rtmf" + L});
+  }
   auto acol = [&](int64_t c) { return "acol" + L + "_" + std::to_string(c); };
   for (int64_t hb = 0; hb < k.attn_samples * hp; ++hb) {  // (sample, head) pairs
     const std::string H = L + "_" + std::to_string(hb);

@@ -80,7 +80,9 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   }
   if (!c.sequenced) {
     const int nk5 = std::max<int>(5, static_cast<int>(nker));
-    int next_id = 8 * nk5;  // after the send (7n) and the gathers (7n + reader, reader < n)
+    bool gathers = false;  // (a conv reader's im2col gather: ids 7n + reader)
+    for (const auto& k : c.kernels) gathers = gathers || k.spatial();
+    int next_id = gathers ? 8 * nk5 : 7 * nk5 + 1;  // after the send (7n) and the gathers (7n + reader, reader < n)
     c.extra_send_id.assign(c.readers.size(), 0);
     for (size_t p = 0; p < c.readers.size(); ++p) {
       c.extra_send_id[p] = next_id;
@@ -127,6 +129,11 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       if (q.k_on_columns != k.k_on_columns || kk.k_on_columns != k.k_on_columns || q.nb != k.nb || kk.nb != k.nb || q.B != k.B || kk.B != k.B || q.N != k.N || kk.N != k.N)
         throw InputError("kernel '" + k.name + "'", "the attention's Q, K and V must come out on the same PEs in the same blocks (dense layers of the same input and size)", kOpsHint);
     }
+  for (const auto& k : c.kernels)
+    if (k.attn && (!k.attn_q_cos.empty() || !k.attn_k_cos.empty()) && k.attn_group() > 1)
+      throw InputError("kernel '" + k.name + "'", "rotary embeddings need whole heads on each chain-end PE (a head's halves trade places); this mapping splits a head of " +
+                                                      std::to_string(k.dh) + " features over " + std::to_string(k.attn_group()) + " PEs",
+                       "give a rectangle whose chain ends hold whole heads (mapping.wafer_rect), or run it on target.kind neuroncore");
   // Squeeze-excitation: the gated feature map lies on the gate's chain ends in the same blocks.
   for (const auto& k : c.kernels) {
     if (k.gate_of < 0) continue;
@@ -276,6 +283,14 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
             if (nbk * k.nb + i < k.N) a.values[static_cast<size_t>(i)] = k.bias[static_cast<size_t>(nbk * k.nb + i)];
           c.constants.push_back(std::move(a));
           if (k.attn && !k.attn_mask.empty()) c.constants.push_back({k.x0 + px, k.y0 + py, "amask" + std::to_string(l), k.attn_mask});  // the scores' mask
+          if (k.attn && !k.attn_q_cos.empty()) {  // the rotary tables
+            c.constants.push_back({k.x0 + px, k.y0 + py, "rcq" + std::to_string(l), k.attn_q_cos});
+            c.constants.push_back({k.x0 + px, k.y0 + py, "rsq" + std::to_string(l), k.attn_q_sin});
+          }
+          if (k.attn && !k.attn_k_cos.empty()) {
+            c.constants.push_back({k.x0 + px, k.y0 + py, "rck" + std::to_string(l), k.attn_k_cos});
+            c.constants.push_back({k.x0 + px, k.y0 + py, "rsk" + std::to_string(l), k.attn_k_sin});
+          }
           if (k.layernorm) {  // the scale and bias of the block's features (0 beyond N), and the mask when padded
             HostArray ga{k.x0 + px, k.y0 + py, "lng" + std::to_string(l), std::vector<float>(static_cast<size_t>(k.nb), 0.0f)};
             HostArray b2{k.x0 + px, k.y0 + py, "lnb" + std::to_string(l), std::vector<float>(static_cast<size_t>(k.nb), 0.0f)};

@@ -148,6 +148,9 @@ struct DenseKernel {
   int64_t attn_samples = 1;
   bool attn_contig = false;
   std::vector<float> attn_mask;  // added to the scaled scores [S, S] before the softmax (empty: none); array amask<l>
+  // Rotary embeddings of Q and K (LLaMA's): q cos + rotate_half(q) sin per position, cos and sin of
+  // [S, dh] each (empty: none); arrays rcq/rsq/rck/rsk<l>, applied in place before the scores.
+  std::vector<float> attn_q_cos, attn_q_sin, attn_k_cos, attn_k_sin;
   int64_t attn_keys() const { return B / attn_samples; }
   int64_t attn_row0(int64_t b) const { return attn_contig ? b * attn_keys() : b; }  // sample b's first row
   int64_t attn_rstep() const { return attn_contig ? 1 : attn_samples; }           // rows between its consecutive rows

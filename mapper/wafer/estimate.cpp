@@ -411,6 +411,9 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       const int64_t scores = w * op(SS, k.nb) + (w - 1) * op(SS, 1) + (nq > 1 ? w + 1 : 0) + (k.attn_mask.empty() ? 0 : op(SS, 1));  // (the mask's fadds)
       const int64_t softmax = op(SS, 1) + Sk * op(Sq, Sk) + op(SS, 1) + kExpOps * op(SS, 1) + Sk * op(Sq, Sk) + recip_op_count(1.0, static_cast<double>(Sk)) * op(Sq, 1) + op(SS, 1);
       const int64_t pv = (2 * Sk - 1) * op(Sq * w, 1);
+      for (const bool isq : {true, false})  // rotary embeddings: five ops over Q's (K's) rows x fb, two over halves, strided
+        if (!(isq ? k.attn_q_cos : k.attn_k_cos).empty())
+          for (auto& tq : t_of) tq += 3 * op(k.B * fb / 2, 2) + op(k.B * fb, 2) + op(k.B * fb, 1);
       if (g == 1) {
         for (auto& tq : t_of) tq += nq * (hp * (scores + softmax + pv) + (nq > 1 ? 4 + (fb != k.nb ? 1 : 0) + (k.attn_mask.empty() ? 0 : 2) : 0));
       } else {

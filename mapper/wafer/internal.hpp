@@ -53,6 +53,7 @@ struct AttnBlock {
   int64_t samples = 1;  // nn.MultiheadAttention's batch: Reshape [S, batch x H, dh] of [S, batch, d]
   bool seq_major = true;    // [S, batch] rows (the 3-D form); else [batch, S] (the 4-D form)
   std::vector<float> mask;  // an additive mask over the scores [S, S] (empty: none)
+  std::vector<float> q_cos, q_sin, k_cos, k_sin;  // rotary embeddings of Q and K, [S, dh] each (empty: none)
   double scale = 1;
   bool done = false;
 };

@@ -1,4 +1,5 @@
 // The multi-head attention pattern of PyTorch's export (internal.hpp: AttnBlock), for match_layers.
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -71,8 +72,57 @@ std::vector<AttnBlock> match_attention(const graph::Graph& g, std::map<std::stri
     if (cm.inputs[0] != sm.outputs[0]) continue;
     path.push_back(producer[sv]);
     path.push_back(static_cast<size_t>(ci));
-    // Back from an operand: scalar scalings, a Transpose with `perm`, a Reshape from rows to [S, H, dh].
-    auto trace = [&](std::string v, const std::vector<int64_t>& perm, double* scale) -> std::string {
+    // Rotary embeddings (LLaMA's q cos + rotate_half(q) sin, rotate_half(q) = [-q2, q1]): an Add of
+    // Mul(t, cos) and Mul(Concat(Neg(Slice(t, dh/2:)), Slice(t, :dh/2)), sin) with constant cos and
+    // sin of [S, dh]; t is returned (empty: not that pattern) and the nodes go on `path`.
+    auto rope = [&](const graph::Node& add, std::vector<float>& cs, std::vector<float>& sn) -> std::string {
+      if (add.op != "Add" || add.inputs.size() != 2 || !producer.count(add.inputs[0]) || !producer.count(add.inputs[1])) return "";
+      auto mul_const = [&](const std::string& v, std::string& x, const Tensor*& c) {  // Mul(x, c) either way
+        if (!producer.count(v)) return false;
+        const graph::Node& m = g.nodes[producer[v]];
+        if (m.op != "Mul" || m.inputs.size() != 2) return false;
+        for (int side = 0; side < 2; ++side)
+          if (constant(m.inputs[static_cast<size_t>(side)]) && !constant(m.inputs[static_cast<size_t>(1 - side)])) {
+            c = constant(m.inputs[static_cast<size_t>(side)]), x = m.inputs[static_cast<size_t>(1 - side)];
+            return true;
+          }
+        return false;
+      };
+      auto slice_of = [&](const std::string& v, const std::string& t, int64_t lo, int64_t hi) {  // Slice(t, lo:hi) on the last axis
+        if (!producer.count(v)) return false;
+        const graph::Node& sl = g.nodes[producer[v]];
+        if (sl.op != "Slice" || sl.inputs.size() < 3 || sl.inputs[0] != t) return false;
+        const Tensor *st = constant(sl.inputs[1]), *en = constant(sl.inputs[2]), *ax = sl.inputs.size() > 3 ? constant(sl.inputs[3]) : nullptr;
+        if (!st || !en || st->numel() != 1 || en->numel() != 1) return false;
+        const int64_t r = static_cast<int64_t>(g.value(t).shape.size()), aa = ax ? ax->to_i64()[0] : 0;
+        if (ax ? (aa != -1 && aa != r - 1) : r != 1) return false;
+        const int64_t s0 = st->to_i64()[0], e0 = std::min(en->to_i64()[0], hi);
+        if (sl.inputs.size() > 4 && constant(sl.inputs[4]) && constant(sl.inputs[4])->to_i64()[0] != 1) return false;
+        return s0 == lo && e0 == hi;
+      };
+      for (int o = 0; o < 2; ++o) {
+        std::string x1, x2;
+        const Tensor *c1 = nullptr, *c2 = nullptr;
+        if (!mul_const(add.inputs[static_cast<size_t>(o)], x1, c1) || !mul_const(add.inputs[static_cast<size_t>(1 - o)], x2, c2)) continue;
+        const Shape& ts = g.value(x1).shape;
+        if (ts.empty() || !producer.count(x2)) continue;
+        const int64_t dh = ts.back(), h = dh / 2, Sr = ts.size() >= 2 ? ts[ts.size() - 2] : 1;
+        const graph::Node& cat = g.nodes[producer[x2]];
+        if (cat.op != "Concat" || cat.inputs.size() != 2 || dh % 2 || c1->numel() != Sr * dh || c2->numel() != Sr * dh) continue;
+        const int64_t cax = cat.attrs.get_int("axis", -1);
+        if (cax != -1 && cax != static_cast<int64_t>(ts.size()) - 1) continue;
+        if (!producer.count(cat.inputs[0]) || g.nodes[producer[cat.inputs[0]]].op != "Neg") continue;
+        const graph::Node& ng = g.nodes[producer[cat.inputs[0]]];
+        if (!slice_of(ng.inputs[0], x1, h, dh) || !slice_of(cat.inputs[1], x1, 0, h)) continue;
+        cs = c1->to_f32(), sn = c2->to_f32();
+        for (const std::string& v : {add.inputs[0], add.inputs[1], x2, cat.inputs[0], ng.inputs[0], cat.inputs[1]}) path.push_back(producer[v]);
+        return x1;
+      }
+      return "";
+    };
+    // Back from an operand: scalar scalings, rotary embeddings, a Transpose with `perm` (K in the 4-D
+    // form: [0, 2, 1, 3] then [0, 1, 3, 2], rotated between them), a Reshape from rows to [S, H, dh].
+    auto trace = [&](std::string v, std::vector<int64_t> perm, double* scale, std::vector<float>* rcos, std::vector<float>* rsin) -> std::string {
       bool transposed = false;
       while (producer.count(v)) {
         const size_t pi = producer[v];
@@ -81,6 +131,13 @@ std::vector<AttnBlock> match_attention(const graph::Graph& g, std::map<std::stri
           const double c = constant(pn.inputs[1])->to_f32()[0];
           *scale *= pn.op == "Div" ? 1.0 / c : c;
           v = pn.inputs[0];
+        } else if (four && !transposed && perm == std::vector<int64_t>{0, 2, 3, 1} && pn.op == "Transpose" && pn.attrs.get_ints("perm", {}) == std::vector<int64_t>{0, 1, 3, 2}) {
+          perm = {0, 2, 1, 3};  // (K transposed last: rotated in Q's layout)
+          v = pn.inputs[0];
+        } else if (four && !transposed && rcos && rcos->empty() && pn.op == "Add") {
+          const std::string t = rope(pn, *rcos, *rsin);  // (its other nodes go on path)
+          if (t.empty()) return "";
+          v = t;
         } else if (pn.op == "Transpose" && !transposed && pn.attrs.get_ints("perm", {}) == perm) {
           transposed = true;
           v = pn.inputs[0];
@@ -113,9 +170,9 @@ std::vector<AttnBlock> match_attention(const graph::Graph& g, std::map<std::stri
       return "";
     };
     const std::vector<int64_t> pq = four ? std::vector<int64_t>{0, 2, 1, 3} : std::vector<int64_t>{1, 0, 2}, pk = four ? std::vector<int64_t>{0, 2, 3, 1} : std::vector<int64_t>{1, 2, 0};
-    blk.q = trace(a.inputs[0], pq, &blk.scale);
-    blk.k = trace(a.inputs[1], pk, nullptr);
-    blk.v = trace(cm.inputs[1], pq, nullptr);
+    blk.q = trace(a.inputs[0], pq, &blk.scale, &blk.q_cos, &blk.q_sin);
+    blk.k = trace(a.inputs[1], pk, nullptr, &blk.k_cos, &blk.k_sin);
+    blk.v = trace(cm.inputs[1], pq, nullptr, nullptr, nullptr);
     const long t = sole(cm.outputs[0], "Transpose");
     const long r = t < 0 ? -1 : sole(g.nodes[static_cast<size_t>(t)].outputs[0], "Reshape");
     if (blk.q.empty() || blk.k.empty() || blk.v.empty() || r < 0 || g.nodes[static_cast<size_t>(t)].attrs.get_ints("perm", {}) != pq)

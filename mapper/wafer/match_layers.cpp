@@ -23,7 +23,7 @@ namespace {
 // the chain ends: elementwise.cpp) -- Add, Mul, Sub and Div when the other operand is a scalar
 // constant (Add is a bias or a residual otherwise).
 const std::set<std::string> kStructural = {"Gemm", "MatMul", "Add", "Softmax", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
-                                           "Flatten", "Reshape", "Div", "Mul", "LayerNormalization", "RMSNormalization", "Transpose", "Where"};  // (Where: an attention mask)
+                                           "Flatten", "Reshape", "Div", "Mul", "LayerNormalization", "RMSNormalization", "Transpose", "Where", "Slice", "Concat"};  // (Where: an attention mask; Slice and Concat: rotary embeddings in an attention)
 const std::set<std::string> kUnary = {"Relu", "LeakyRelu", "Clip", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Swish", "Gelu",
                                       "Abs", "Neg", "Add", "Mul", "Sub", "Div"};
 
@@ -286,6 +286,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       // ([batch, S] rows in the 4-D form, the physical order at parity 0.)
       k.attn_contig = blk.samples > 1 && blk.seq_major == parity(blk.q);
       k.attn_mask = blk.mask;
+      k.attn_q_cos = blk.q_cos, k.attn_q_sin = blk.q_sin, k.attn_k_cos = blk.k_cos, k.attn_k_sin = blk.k_sin;
       if (blk.samples > 1 && (parity(blk.q) != parity(blk.k) || parity(blk.q) != parity(blk.v)))
         throw InputError("kernel '" + k.name + "'", "the attention's Q, K and V rows are in different orders", kOpsHint);
       parity_of[canon(blk.out)] = parity(blk.v);
@@ -583,7 +584,9 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       // it, after its bias (elementwise.cpp).
       if (!kUnary.count(n.op))  // a structural op no branch above took (a Transpose that moves the features, ...)
         unsupported(n.op == "Transpose" ? "a Transpose that moves data is not mapped on the wafer in this build (one that only moves axes of size 1 is an alias)"
-                                        : "op " + n.op + " is not mapped here by the wafer compiler in this build");
+                                        : n.op == "Where" || n.op == "Slice" || n.op == "Concat"
+                                            ? "op " + n.op + " is mapped by the wafer compiler only inside an attention block (a mask; rotary embeddings), not here in this build"
+                                            : "op " + n.op + " is not mapped here by the wafer compiler in this build");
       std::string why;
       const std::vector<Unary> us = unary_of(n, constant, why);
       if (us.empty()) unsupported(n.op == "Add" ? "Add is mapped as a bias (a constant per output feature) right after a dense layer or Conv, as a residual, or as an Add of a scalar constant" : why);

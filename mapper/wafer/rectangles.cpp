@@ -137,12 +137,13 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
     if (k.attn) {
       int64_t& len = k.k_on_columns ? h : w;
       const bool given = k.k_on_columns ? opt.rect_height > 0 : opt.rect_width > 0;
-      auto fits = [&](int64_t n) { const int64_t b = cdiv(k.N, n); return b % k.dh == 0 || k.dh % b == 0; };
+      const bool rope = !k.attn_q_cos.empty() || !k.attn_k_cos.empty();  // (rotary embeddings: whole heads)
+      auto fits = [&](int64_t n) { const int64_t b = cdiv(k.N, n); return b % k.dh == 0 || (k.dh % b == 0 && !rope); };
       while (!given && len > 1 && !fits(len)) --len;
       if (!fits(len))
-        throw InputError("/mapping/wafer_rect", "the attention of kernel '" + k.name + "' needs whole heads, or whole fractions of one, on each chain-end PE: " + std::to_string(k.N) +
+        throw InputError("/mapping/wafer_rect", "the attention of kernel '" + k.name + "' needs whole heads" + (rope ? " (rotary embeddings: a head's halves trade places)" : ", or whole fractions of one,") + " on each chain-end PE: " + std::to_string(k.N) +
                                                     " features over " + std::to_string(len) + " PEs is " + std::to_string(cdiv(k.N, len)) + " per PE, heads have " + std::to_string(k.dh),
-                         std::string("give a rectangle whose ") + (k.k_on_columns ? "height" : "width") + " makes the features per PE a multiple or a divisor of the head size");
+                         std::string("give a rectangle whose ") + (k.k_on_columns ? "height" : "width") + " makes the features per PE a multiple" + (rope ? "" : " or a divisor") + " of the head size");
     }
   if (moves && w != h) {
     const auto it = std::find_if(c.kernels.begin(), c.kernels.end(), [](const DenseKernel& k) { return k.res_move; });
@@ -214,10 +215,14 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
       kept = "; training keeps the x values every PE took, " + std::to_string(xs) + " bytes (kernel '" + c.kernels[most].name + "': " +
              std::to_string(c.kernels[most].B) + (c.kernels[most].spatial() ? " im2col rows" : " rows") + " of " + std::to_string(c.kernels[most].kb) + ")";
     }
+    size_t most = 0;  // the kernel whose own arrays (outputs, functions' temporaries, chain-end post-ops) take the most
+    for (size_t l = 0; l < c.kernels.size(); ++l)
+      if (pe_bytes(c.kernels[l], false, wbytes_pe) > pe_bytes(c.kernels[most], false, wbytes_pe)) most = l;
     throw InputError("/mapping/mode",
                      "a PE needs " + std::to_string(c.sram_high_water) + " bytes of SRAM on a " + std::to_string(w) + " x " + std::to_string(h) +
                          " rectangle (kernel '" + c.kernels[big].name + "' has " + std::to_string(c.kernels[big].kb) + " x " +
-                         std::to_string(c.kernels[big].nb) + " weight blocks" + kept + "); the data area is " + std::to_string(area),
+                         std::to_string(c.kernels[big].nb) + " weight blocks; kernel '" + c.kernels[most].name + "' keeps " +
+                         std::to_string(pe_bytes(c.kernels[most], false, wbytes_pe)) + " bytes of its own arrays at a chain-end PE" + kept + "); the data area is " + std::to_string(area),
                      "give a larger rectangle (mapping.wafer_rect or target.params fabric.width/height) or a smaller batch");
   }
   break;
