@@ -43,6 +43,12 @@ inline constexpr int64_t kOwnTaskKernels = 8;
 extern const char* const kOpsHint;
 std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input, std::string& output);
 
+// match_ops.cpp: single nodes' kernels for match_layers (`unsupported` throws the node's error).
+using Unsupported = std::function<void(const std::string&)>;
+bool split_sliced_projections(graph::Graph& g);
+DenseKernel conv_kernel(const graph::Node& n, const Shape& cs, const Tensor& w, long csrc, std::vector<DenseKernel>& ks, const Unsupported& unsupported);
+void pool_into(DenseKernel& k, const graph::Node& n, const std::string& cur, const Shape& cs, const Unsupported& unsupported);
+
 // match_attention.cpp.
 // Multi-head attention (PyTorch's export for one sequence): Q, K, V rows [S, d] -> Reshape
 // [S, H, dh] -> Transpose to [H, S, dh] (K: [H, dh, S]) -> MatMul(Q / c, K) -> Softmax -> MatMul(., V)

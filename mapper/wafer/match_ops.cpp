@@ -1,0 +1,181 @@
+// The kernels of single nodes for match_layers (internal.hpp): a Conv's geometry and grouped
+// weights, a pool's window at a Conv's chain ends, and the packed projections split per slice.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "isa/error.hpp"
+#include "mapper/passes/rewrite.hpp"
+#include "mapper/wafer/internal.hpp"
+
+namespace tessera::wafer::detail {
+
+// A packed projection -- MatMul of x by a constant [K, N] weight (and a bias Add of N constants)
+// whose output is read only by Slices of its last axis, as nn.MultiheadAttention's in_proj exports
+// Q, K and V -- becomes one MatMul (and Add) per Slice of the weight's (and bias') columns, each
+// producing its Slice's value: a dense layer per slice, its outputs on chain ends of their own, as
+// the attention expects Q, K and V. Returns whether it changed g.
+bool split_sliced_projections(graph::Graph& g) {
+  passes::Rewriter rw(g);
+  for (size_t mi = 0; mi < g.nodes.size(); ++mi) {
+    const graph::Node& mm = g.nodes[mi];
+    const Tensor* w = mm.op == "MatMul" && mm.inputs.size() == 2 ? rw.constant(mm.inputs[1]) : nullptr;
+    if (!w || w->rank() != 2) continue;
+    const int64_t K = w->shape()[0], N = w->shape()[1];
+    std::string out = mm.outputs[0];
+    size_t ai = SIZE_MAX;  // the bias Add, if it is the MatMul's one reader
+    const Tensor* bias = nullptr;
+    if (const graph::Node* a = rw.only_consumer(out, &ai); a && a->op == "Add") {
+      bias = rw.constant(a->inputs[0] == out ? a->inputs[1] : a->inputs[0]);
+      if (bias && bias->numel() == N) out = a->outputs[0];
+      else bias = nullptr;
+    }
+    if (!bias) ai = SIZE_MAX;
+    struct Piece { int64_t lo, hi; size_t node; };
+    std::vector<Piece> pieces;
+    bool ok = !rw.consumers(out).empty() && !rw.is_output(out);
+    for (const size_t u : rw.consumers(out)) {
+      const graph::Node& s = g.nodes[u];
+      auto in = [&](size_t i) { return i < s.inputs.size() && !s.inputs[i].empty() ? rw.constant(s.inputs[i]) : nullptr; };
+      auto given = [&](size_t i) { return i < s.inputs.size() && !s.inputs[i].empty(); };
+      const Tensor *st = in(1), *en = in(2), *ax = in(3), *sp = in(4);
+      const int64_t rank = static_cast<int64_t>(g.value(out).shape.size()), axis = ax ? ax->to_i64()[0] : 0;
+      if (s.op != "Slice" || s.inputs[0] != out || !st || !en || st->numel() != 1 || en->numel() != 1 || (given(3) && !ax) || (given(4) && !sp) ||
+          (sp && sp->to_i64()[0] != 1) || (axis != -1 && axis != rank - 1)) {
+        ok = false;
+        break;
+      }
+      auto clampi = [&](int64_t v) { return std::clamp(v < 0 ? v + N : v, int64_t{0}, N); };
+      pieces.push_back({clampi(st->to_i64()[0]), clampi(en->to_i64()[0]), u});
+    }
+    if (!ok || pieces.size() < 2) continue;
+    std::sort(pieces.begin(), pieces.end(), [](const Piece& x, const Piece& y) { return x.lo < y.lo; });
+    const auto wv = w->to_f32();
+    const std::vector<float> bv = bias ? bias->to_f32() : std::vector<float>{};
+    for (const Piece& p : pieces) {
+      const int64_t n = p.hi - p.lo;
+      const std::string tag = "/cols" + std::to_string(p.lo) + "_" + std::to_string(p.hi);
+      std::vector<float> wp(static_cast<size_t>(K * n));
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = 0; j < n; ++j) wp[static_cast<size_t>(k * n + j)] = wv[static_cast<size_t>(k * N + p.lo + j)];
+      const std::string wname = rw.add_constant(mm.inputs[1] + tag, Tensor::from_f32({K, n}, std::move(wp)));
+      const std::string& sout = g.nodes[p.node].outputs[0];  // the Slice's value, now the new nodes'
+      if (!bias) {
+        rw.add_node({mm.name + tag, "MatMul", {}, {mm.inputs[0], wname}, {sout}});
+        continue;
+      }
+      const std::string mout = rw.add_value(sout + "/matmul", DType::f32, g.value(sout).shape);
+      rw.add_node({mm.name + tag, "MatMul", {}, {mm.inputs[0], wname}, {mout}});
+      const std::string bname = rw.add_constant(wname + "/bias", Tensor::from_f32({n}, std::vector<float>(bv.begin() + p.lo, bv.begin() + p.hi)));
+      rw.add_node({mm.name + tag + "/bias", "Add", {}, {mout, bname}, {sout}});  // the kernel keeps the MatMul's name
+    }
+    rw.remove_node(mi);
+    if (ai != SIZE_MAX) rw.remove_node(ai);
+    for (const Piece& p : pieces) rw.remove_node(p.node);
+  }
+  return rw.commit();
+}
+
+// A Conv node's kernel (its input [batch, C, H, W] or [batch, C, L] of shape cs, its constant weight
+// w): strides, pads, groups as a dense Conv with zero blocks; a padded reader of kernel csrc makes
+// that producer hold its output inside the border.
+DenseKernel conv_kernel(const graph::Node& n, const Shape& cs, const Tensor& wt, long csrc, std::vector<DenseKernel>& ks, const Unsupported& unsupported) {
+  const Tensor* w = &wt;
+  const bool one_d = cs.size() == 3;
+  const int64_t groups = n.attrs.get_int("group", 1);
+  for (const int64_t d : n.attrs.get_ints("dilations", {1, 1}))
+    if (d != 1) unsupported("dilated Conv is not mapped on the wafer");
+  const std::string ap = n.attrs.get_string("auto_pad", "NOTSET");
+  if (ap != "NOTSET" && ap != "VALID") unsupported("Conv auto_pad " + ap + " is not mapped; give explicit pads");
+  // A 1-D Conv is a 2-D one of height 1: strides (1, s), pads (0, begin, 0, end).
+  std::vector<int64_t> st = n.attrs.get_ints("strides", one_d ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 1});
+  std::vector<int64_t> pads = n.attrs.get_ints("pads", std::vector<int64_t>(one_d ? 2 : 4, 0));
+  if (st.size() != cs.size() - 2 || pads.size() != 2 * (cs.size() - 2)) unsupported("Conv needs one stride per spatial axis and two pads per axis");
+  if (one_d) st = {1, st[0]}, pads = {0, pads[0], 0, pads[1]};
+  DenseKernel k;
+  k.name = n.name.empty() ? n.outputs[0] : n.name;
+  k.op = "Conv";
+  k.nodes = {n.name};
+  k.xread = DenseKernel::XRead::conv;
+  k.src = csrc;
+  k.samples = cs[0];
+  k.cin = cs[1];
+  k.N = w->shape()[0];
+  if (groups < 1 || k.cin % groups || k.N % groups || w->shape()[1] * groups != k.cin)
+    unsupported("weight " + shape_str(w->shape()) + " does not match the input's " + std::to_string(k.cin) + " channels in " + std::to_string(groups) + " group(s)");
+  k.kh = one_d ? 1 : w->shape()[2];
+  k.kw = w->shape().back();
+  k.sh = st[0];
+  k.sw = st[1];
+  k.pad_t = pads[0];
+  k.pad_l = pads[1];
+  k.ih_raw = one_d ? 1 : cs[2];
+  k.iw_raw = cs.back();
+  k.ih = k.ih_raw + pads[0] + pads[2];
+  k.iw = k.iw_raw + pads[1] + pads[3];
+  k.oh = (k.ih - k.kh) / k.sh + 1;
+  k.ow = (k.iw - k.kw) / k.sw + 1;
+  if (k.oh < 1 || k.ow < 1) unsupported("the Conv window is larger than its padded input");
+  k.B = k.samples * k.oh * k.ow;
+  k.K = k.cin * k.kh * k.kw;
+  k.kflops = k.K / groups;  // the model's FLOPs: a group's inputs only
+  if (k.padded() && csrc >= 0) {  // the producer holds its output inside this reader's zero border
+    DenseKernel& p = ks[static_cast<size_t>(csrc)];
+    if (p.xp_h && (p.xp_h != k.ih || p.xp_w != k.iw || p.xp_t != k.pad_t || p.xp_l != k.pad_l))
+      unsupported("two padded Convs read one feature map with different pads; the wafer holds it inside one zero border");
+    p.xp_h = k.ih, p.xp_w = k.iw, p.xp_t = k.pad_t, p.xp_l = k.pad_l;
+  }
+  k.Wconv = w->to_f32();
+  if (groups > 1) {
+    // A grouped (depthwise: one channel per group) Conv as the dense Conv whose weight is zero
+    // between a group's outputs and the other groups' inputs: the general path, every K block
+    // of the mesh GEMM still computed (docs/wafer-compiler.md "Convolutions").
+    const int64_t cg = k.cin / groups, ng = k.N / groups, taps = k.kh * k.kw;
+    std::vector<float> full(static_cast<size_t>(k.N * k.cin * taps), 0.0f);
+    for (int64_t o = 0; o < k.N; ++o)
+      for (int64_t c = 0; c < cg; ++c)
+        for (int64_t tap = 0; tap < taps; ++tap)
+          full[static_cast<size_t>((o * k.cin + (o / ng) * cg + c) * taps + tap)] = k.Wconv[static_cast<size_t>((o * cg + c) * taps + tap)];
+    k.Wconv = std::move(full);
+    k.op = "Conv(group " + std::to_string(groups) + ")";
+  }
+  return k;
+}
+
+// A MaxPool, AveragePool or GlobalAveragePool node at the chain ends of Conv kernel k (cur: the
+// value before it, of shape cs).
+void pool_into(DenseKernel& k, const graph::Node& n, const std::string& cur, const Shape& cs, const Unsupported& unsupported) {
+  const bool global = n.op == "GlobalAveragePool";
+  const bool one_d = cs.size() == 3;  // a 1-D pool: height 1, as its Conv
+  std::vector<int64_t> kshape = global ? std::vector<int64_t>{k.oh, k.ow} : n.attrs.get_ints("kernel_shape");
+  std::vector<int64_t> st = global ? std::vector<int64_t>{1, 1} : n.attrs.get_ints("strides", kshape);
+  std::vector<int64_t> pads = global ? std::vector<int64_t>{0, 0, 0, 0} : n.attrs.get_ints("pads", std::vector<int64_t>(2 * kshape.size(), 0));
+  if (one_d && !global && kshape.size() == 1 && st.size() == 1 && pads.size() == 2) kshape = {1, kshape[0]}, st = {1, st[0]}, pads = {0, pads[0], 0, pads[1]};
+  if (pads.size() != 4) unsupported(n.op + " needs two pads per spatial axis");
+  const bool padded = pads[0] || pads[1] || pads[2] || pads[3];
+  // The border: -inf for a max; zeros for a mean that counts them (count_include_pad = 1).
+  if (padded && n.op == "AveragePool" && !n.attrs.get_int("count_include_pad", 0))
+    unsupported("padded AveragePool with count_include_pad = 0 (a divisor per window) is not mapped on the wafer; export with count_include_pad=True or without pads");
+  if (n.attrs.get_int("ceil_mode", 0) || n.attrs.get_int("storage_order", 0) || n.outputs.size() > 1)
+    unsupported(n.op + " with ceil_mode, storage_order or an Indices output is not mapped on the wafer");
+  if (const std::string ap = n.attrs.get_string("auto_pad", "NOTSET"); ap != "NOTSET" && ap != "VALID")
+    unsupported(n.op + " with auto_pad is not mapped on the wafer; give explicit pads");
+  for (const int64_t d : n.attrs.get_ints("dilations", {1, 1}))
+    if (d != 1) unsupported("dilated " + n.op + " is not mapped on the wafer");
+  if (kshape.size() != 2 || st.size() != 2) unsupported(n.op + " needs a 2-D kernel_shape and strides");
+  if (k.gate_of >= 0) unsupported(n.op + " after a squeeze-excitation gate is not mapped on the wafer in this build");
+  k.prepool = cur;  // (a later squeeze-excitation gate multiplies it)
+  k.pavg = n.op != "MaxPool";  // without pads, count_include_pad changes nothing
+  k.pkh = kshape[0];
+  k.pkw = kshape[1];
+  k.psh = st[0];
+  k.psw = st[1];
+  k.ppt = pads[0], k.ppl = pads[1], k.ppb = pads[2], k.ppr = pads[3];
+  k.ph = (k.pool_ih() - k.pkh) / k.psh + 1;
+  k.pw = (k.pool_iw() - k.pkw) / k.psw + 1;
+  if (k.ph < 1 || k.pw < 1) unsupported("the " + n.op + " window is larger than its input");
+}
+
+}  // namespace tessera::wafer::detail
