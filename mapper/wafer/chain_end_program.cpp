@@ -64,9 +64,10 @@ void ln_program(const DenseKernel& k, size_t l, bool padded, ProgramTemplate& t)
 // queues 2 and 3's microthreads busy for long stretches, so the broadcasts that other PEs wait for
 // in a blocking receive (LayerNorm's on output queue 5, attention's on 4) use other numbers; the
 // chains' blocking sends use output queue 2 (blocking ops need no microthread).
-// Multi-head attention at the chain end of the kernel computing V (rows S = B), for each of the nb /
-// dh heads in the PE's block: scores[s, t] = sum_j Q[s, j] K[t, j] (per j one product of two
-// broadcast walks, S x S), times the scale; softmax over t (row max, exp_ops, row sum, recip_ops
+// Multi-head attention at the chain end of the kernel computing V (S = attn_keys() rows per sample),
+// for each (sample, head) pair in the PE's block (rotary embeddings on Q and K first): scores[s, t]
+// = sum_j Q[s, j] K[t, j] (per j one product of two broadcast walks, S x S), times the scale, plus
+// the mask; softmax over t (row max, exp_ops, row sum, recip_ops
 // over [1, S]); out[s, j] = sum_t P[s, t] V[t, j] (per t one product of broadcast walks, S x dh).
 void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& t) {
   const std::string L = std::to_string(l);

@@ -185,7 +185,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
             throw InputError(where, "a residual from the other edge (moved along the diagonal) in a model with attention or LayerNorm is not mapped in this build (their queues)", kOpsHint);
     }
     if (!same)
-      throw InputError(where, "the residual's input (the " + std::string(k.res_out ? "output" : "input") + " of kernel '" + r.name + "') does not lie on this kernel's chain ends in the same blocks (" +
+      throw InputError(where, "the residual's input (the " + std::string(k.res_preln ? "value before the LayerNorm" : k.res_out ? "output" : "input") + " of kernel '" + r.name + "') does not lie on this kernel's chain ends in the same blocks (" +
                                   (opt.mode == MapMode::pipelined ? std::string("pipelined: an odd number of kernels in the branch")
                                    : opt.training                 ? std::string("training: an odd number of kernels in the branch, which it does not move")
                                                                   : std::string("rows or blocks differ")) + ")",

@@ -142,9 +142,10 @@ struct DenseKernel {
   bool attn = false;
   int64_t attn_q = -1, attn_k = -1, heads = 0, dh = 0;
   double attn_scale = 1;
-  // A batch of attn_samples sequences of attn_keys() rows each (nn.MultiheadAttention's batch):
-  // each sample attends within its rows -- contiguous (attn_contig: the exporter's [seq, batch]
-  // rows on the input's physical [batch, seq] order) or interleaved (row s x samples + b).
+  // A batch of attn_samples sequences of attn_keys() rows each: each sample attends within its
+  // rows -- contiguous (attn_contig: nn.MultiheadAttention's [seq, batch] rows on the input's
+  // physical [batch, seq] order, or the 4-D form's [batch, seq] rows in physical order) or
+  // interleaved (row s x samples + b).
   int64_t attn_samples = 1;
   bool attn_contig = false;
   std::vector<float> attn_mask;  // added to the scaled scores [S, S] before the softmax (empty: none); array amask<l>

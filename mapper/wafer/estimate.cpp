@@ -408,8 +408,8 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       const int64_t fb = k.feat_nb(), Sk = k.attn_keys(), Sq = k.attn_rows(), nq = Sk / Sq, SS = Sq * Sk, g = k.attn_group(), w = g > 1 ? fb : k.dh,
                     hp = (g > 1 ? 1 : fb / k.dh) * k.attn_samples;
       auto op = [&](int64_t len, int64_t stride) { return dsd(len, Op::fmuls, stride); };
-      const int64_t scores = w * op(SS, k.nb) + (w - 1) * op(SS, 1) + (nq > 1 ? w + 1 : 0) + (k.attn_mask.empty() ? 0 : op(SS, 1));  // (the mask's fadds)
-      const int64_t softmax = op(SS, 1) + Sk * op(Sq, Sk) + op(SS, 1) + kExpOps * op(SS, 1) + Sk * op(Sq, Sk) + recip_op_count(1.0, static_cast<double>(Sk)) * op(Sq, 1) + op(SS, 1);
+      const int64_t scores = w * op(SS, k.nb) + (w - 1) * op(SS, 1) + (nq > 1 ? w + 1 : 0);
+      const int64_t softmax = (k.attn_mask.empty() ? 0 : op(SS, 1)) + op(SS, 1) + Sk * op(Sq, Sk) + op(SS, 1) + kExpOps * op(SS, 1) + Sk * op(Sq, Sk) + recip_op_count(1.0, static_cast<double>(Sk)) * op(Sq, 1) + op(SS, 1);
       const int64_t pv = (2 * Sk - 1) * op(Sq * w, 1);
       for (const bool isq : {true, false})  // rotary embeddings: five ops over Q's (K's) rows x fb, two over halves, strided
         if (!(isq ? k.attn_q_cos : k.attn_k_cos).empty())
@@ -417,7 +417,9 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       if (g == 1) {
         for (auto& tq : t_of) tq += nq * (hp * (scores + softmax + pv) + (nq > 1 ? 4 + (fb != k.nb ? 1 : 0) + (k.attn_mask.empty() ? 0 : 2) : 0));
       } else {
-        for (int64_t qb = 0; qb < nq * hp; ++qb)
+        for (int64_t qb = 0; qb < nq * hp; ++qb) {
+        if (nq > 1 && qb % hp == 0)  // a query block's start: its offsets (and the mask's rows)
+          for (auto& tq : t_of) tq += 4 + (fb != k.nb ? 1 : 0) + (k.attn_mask.empty() ? 0 : 2);
         for (int64_t g0 = 0; g0 < Ln; g0 += g) {
           const int64_t gl = std::min(Ln, g0 + g) - 1;  // the group's last position
           int64_t lead = INT64_MIN;
@@ -428,6 +430,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
             const int64_t own = t_of[static_cast<size_t>(q)] + scores + (q < gl ? S + SS : 0);
             t_of[static_cast<size_t>(q)] = std::max(own, sent + (gl - q) * hop + SS + 2) + 1 + pv;
           }
+        }
         }
       }
     }

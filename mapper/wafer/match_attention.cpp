@@ -1,5 +1,6 @@
 // The multi-head attention pattern of PyTorch's export (internal.hpp: AttnBlock), for match_layers.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -27,6 +28,12 @@ std::vector<AttnBlock> match_attention(const graph::Graph& g, std::map<std::stri
     // a constant -- as an additive mask over [S, S] (the same for every sample and head), in the
     // scaled scores' units (a mask applied before a later scaling is scaled with it).
     const int64_t S = g.value(sm.inputs[0]).shape.back();
+    auto is_ss = [&](const Tensor* t) {  // [S, S] after dropping leading 1s: the same for every sample and head
+      if (!t) return false;
+      Shape sh = t->shape();
+      while (sh.size() > 2 && sh.front() == 1) sh.erase(sh.begin());
+      return sh == Shape{S, S};
+    };
     double post = 1.0;  // the scalings after the current node
     std::string sv = sm.inputs[0];
     bool ok = true;
@@ -39,18 +46,19 @@ std::vector<AttnBlock> match_attention(const graph::Graph& g, std::map<std::stri
         blk.scale *= pn.op == "Div" ? 1.0 / c : c;
         post *= pn.op == "Div" ? 1.0 / c : c;
         sv = pn.inputs[0];
-      } else if (pn.op == "Where" && pn.inputs.size() == 3 && constant(pn.inputs[0]) && constant(pn.inputs[1]) && constant(pn.inputs[1])->numel() == 1 &&
-                 constant(pn.inputs[0])->numel() == S * S) {
+      } else if (pn.op == "Where" && pn.inputs.size() == 3 && is_ss(constant(pn.inputs[0])) && constant(pn.inputs[1]) && constant(pn.inputs[1])->numel() == 1 &&
+                 constant(pn.inputs[1])->to_f32()[0] <= -1e30) {
+        // (only a fill of -inf, or float's lowest: the score it replaces then does not matter, so an
+        // added -inf is the same; a finite fill would replace, not add, and is not matched)
         const std::vector<float> cond = constant(pn.inputs[0])->to_f32();
-        const double x = constant(pn.inputs[1])->to_f32()[0];
         if (blk.mask.empty()) blk.mask.assign(static_cast<size_t>(S * S), 0.0f);
         for (int64_t e = 0; e < S * S; ++e)
-          if (cond[static_cast<size_t>(e)] != 0.0f) blk.mask[static_cast<size_t>(e)] = static_cast<float>(x * post);  // (replaces: -inf, or a large negative)
+          if (cond[static_cast<size_t>(e)] != 0.0f) blk.mask[static_cast<size_t>(e)] = -INFINITY;
         sv = pn.inputs[2];
       } else if (pn.op == "Add" && pn.inputs.size() == 2 && (constant(pn.inputs[0]) || constant(pn.inputs[1]))) {
         const bool first = constant(pn.inputs[0]) != nullptr;
         const Tensor* m = constant(pn.inputs[first ? 0 : 1]);
-        if (m->numel() != S * S) {
+        if (!is_ss(m)) {
           ok = false;
           break;
         }
@@ -121,7 +129,8 @@ std::vector<AttnBlock> match_attention(const graph::Graph& g, std::map<std::stri
       return "";
     };
     // Back from an operand: scalar scalings, rotary embeddings, a Transpose with `perm` (K in the 4-D
-    // form: [0, 2, 1, 3] then [0, 1, 3, 2], rotated between them), a Reshape from rows to [S, H, dh].
+    // form: [0, 2, 1, 3] then [0, 1, 3, 2], rotated between them), a Reshape from rows to [S, H, dh]
+    // (3-D) or from [batch, S, d] to [batch, S, H, dh] (4-D).
     auto trace = [&](std::string v, std::vector<int64_t> perm, double* scale, std::vector<float>* rcos, std::vector<float>* rsin) -> std::string {
       bool transposed = false;
       while (producer.count(v)) {

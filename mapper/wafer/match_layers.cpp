@@ -326,9 +326,17 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
         if (ks[q].in_value == o2) r = static_cast<long>(q);
       for (size_t q = 0; r < 0 && q + 1 < kout.size(); ++q)  // or an earlier kernel's output no kernel reads
         if (kout[q] == o2) r = static_cast<long>(q), out = true;
-      bool preln = false;  // or an earlier kernel's value before its LayerNorm (a pre-norm block's residual)
+      // Or an earlier kernel's value before its LayerNorm (a pre-norm block's residual) -- taken from
+      // that kernel's chain ends when they are this kernel's (weight streaming's orientations), else
+      // the match above stands (the graph input on the sources, say).
+      bool preln = false;
+      auto on_cols = [&](size_t q) {  // weight streaming's orientation (place_streaming's rule)
+        bool oc = true;
+        for (long s = static_cast<long>(q); s >= 0; s = ks[static_cast<size_t>(s)].src) oc = !oc;
+        return !oc;
+      };
       for (size_t q = 0; q + 1 < ks.size(); ++q)
-        if (ks[q].layernorm && ks[q].preln_value == o2) r = static_cast<long>(q), out = false, preln = true;
+        if (ks[q].layernorm && ks[q].preln_value == o2 && (r < 0 || on_cols(q) == on_cols(ks.size() - 1))) r = static_cast<long>(q), out = false, preln = true;
       if (r < 0 || ks.back().residual >= 0 || ks.back().gate_of >= 0 || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().pkh || flat)
         unsupported("Add of two activations is mapped only as a residual: the running activation plus the input of an earlier dense layer or Conv, before any LayerNorm or pool");
       if (shape_numel(g.value(o2).shape) != shape_numel(cs)) unsupported("the residual adds " + shape_str(g.value(o2).shape) + " to " + shape_str(cs) + " (a broadcast): the wafer maps residuals of one shape");
@@ -401,9 +409,12 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
         k.src = -1;
         k.name = n.name.empty() ? n.outputs[0] : n.name;
         k.op = "Identity";
-        k.nodes = {n.name};
+        k.nodes = {};  // (absorb adds the LayerNorm's name)
         k.B = k.samples = rows;
         k.K = k.N = xs.back();
+        // (kflops stays 0: the model has no such layer, its FLOPs and weights are not the model's --
+        // the identity's streamed weights and multiply-adds show in the simulated time, the stream
+        // counters and the estimate)
         k.W.assign(static_cast<size_t>(k.K * k.N), 0.0f);
         for (int64_t a = 0; a < k.K; ++a) k.W[static_cast<size_t>(a * k.N + a)] = 1.0f;
         k.bias.assign(static_cast<size_t>(k.N), 0.0f);

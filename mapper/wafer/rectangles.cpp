@@ -116,7 +116,7 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
   bool moves = false;
   for (auto& k : c.kernels) {
     const int64_t rs = k.residual < 0 || k.res_host ? -1 : res_producer(c.kernels, k);
-    k.res_move = rs >= 0 && c.kernels[static_cast<size_t>(rs)].k_on_columns != k.k_on_columns && !opt.training && !k.res_preln && !k.res_mul;  // (a pre-LayerNorm value does not move: the check below names it)
+    k.res_move = rs >= 0 && c.kernels[static_cast<size_t>(rs)].k_on_columns != k.k_on_columns && !opt.training && !k.res_preln && !k.res_mul;  // (a pre-LayerNorm value or a gate's factor does not move: compile's residual check names it)
     moves = moves || k.res_move;
   }
   for (size_t l = 0; l < c.kernels.size(); ++l) {
