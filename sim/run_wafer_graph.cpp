@@ -291,10 +291,13 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
                   static_cast<double>(simk) / cfg.clock_hz * 1e6, e, static_cast<long long>(k.pes()), ws ? std::to_string(wready).c_str() : "-",
                   ws ? std::to_string(wait).c_str() : "-");
     con.out(line);
-    pred_spans.push_back({k.name, static_cast<double>(prev_pred) / cfg.clock_hz, static_cast<double>(k.est.end) / cfg.clock_hz});
-    sim_spans.push_back({k.name, static_cast<double>(prev_sim) / cfg.clock_hz, static_cast<double>(end) / cfg.clock_hz});
-    prev_sim = end;
-    prev_pred = k.est.end;
+    // (A kernel that ends before the one listed before it -- kernels overlap on one rectangle --
+    // shows as an empty slice on the trace's kernel tracks, which must nest; the table keeps the
+    // negative difference.)
+    pred_spans.push_back({k.name, static_cast<double>(prev_pred) / cfg.clock_hz, static_cast<double>(std::max(prev_pred, k.est.end)) / cfg.clock_hz});
+    sim_spans.push_back({k.name, static_cast<double>(prev_sim) / cfg.clock_hz, static_cast<double>(std::max(prev_sim, end)) / cfg.clock_hz});
+    prev_sim = std::max(prev_sim, end);
+    prev_pred = std::max(prev_pred, k.est.end);
   }
   {
     char line[200];
