@@ -35,8 +35,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   // (Also a residual of an output no kernel reads that lies on the other edge: its chain ends'
   // hand-off task sends it along the diagonal. On the same edge -- a gated unit's two kernels --
   // the reduce keeps it, and own tasks do.)
-  std::vector<bool> on_cols(c.kernels.size());  // weight streaming's orientations (place_streaming's rule)
-  for (size_t l = 0; l < c.kernels.size(); ++l) on_cols[l] = c.kernels[l].src < 0 || !on_cols[static_cast<size_t>(c.kernels[l].src)];
+  const std::vector<bool> on_cols = streaming_orientations(c.kernels);
   bool branch = false;
   for (size_t l = 1; l < c.kernels.size(); ++l)
     branch = branch || (c.kernels[l].src >= 0 && c.kernels[l].src != static_cast<int64_t>(l) - 1 && c.kernels[l].spatial()) ||
@@ -48,8 +47,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       throw InputError("/mapping/mode", std::to_string(nker) + " kernels: pipelined mode gives every kernel its own tasks and colors, which a PE has for " + std::to_string(kOwnTaskKernels),
                        "use \"mapping\": {\"mode\": \"weight_streaming\"}: a chain of more kernels runs there from shared tasks (docs/wafer-compiler.md \"Many kernels\")");
     std::string why;
-    for (auto& k : c.kernels)  // the orientations of weight streaming (place_streaming's rule)
-      k.k_on_columns = k.src < 0 || !c.kernels[static_cast<size_t>(k.src)].k_on_columns;
+    for (size_t l = 0; l < c.kernels.size(); ++l) c.kernels[l].k_on_columns = on_cols[l];
     for (size_t l = 0; why.empty() && !opt.training && l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
       // Kernel l's x values come from the chain ends of kernel l - 1, which hold its input when

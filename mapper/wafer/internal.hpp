@@ -96,6 +96,9 @@ void fuse_qkv(std::vector<DenseKernel>& ks);
 void qkv_weights(DenseKernel& k, int64_t b);
 void pass_through(std::vector<DenseKernel>& ks, size_t l, int64_t b);
 void place_streaming(std::vector<DenseKernel>& ks, int64_t w, int64_t h);
+// Weight streaming's orientation of each kernel (k_on_columns): K along the columns for a reader of
+// the graph input, else the other orientation than the kernel it reads.
+std::vector<bool> streaming_orientations(const std::vector<DenseKernel>& ks);
 
 // colors.cpp.
 size_t first_of_orientation(const Compiled& c, size_t l);

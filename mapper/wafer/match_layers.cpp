@@ -330,13 +330,9 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       // that kernel's chain ends when they are this kernel's (weight streaming's orientations), else
       // the match above stands (the graph input on the sources, say).
       bool preln = false;
-      auto on_cols = [&](size_t q) {  // weight streaming's orientation (place_streaming's rule)
-        bool oc = true;
-        for (long s = static_cast<long>(q); s >= 0; s = ks[static_cast<size_t>(s)].src) oc = !oc;
-        return !oc;
-      };
+      const std::vector<bool> on_cols = streaming_orientations(ks);
       for (size_t q = 0; q + 1 < ks.size(); ++q)
-        if (ks[q].layernorm && ks[q].preln_value == o2 && (r < 0 || on_cols(q) == on_cols(ks.size() - 1))) r = static_cast<long>(q), out = false, preln = true;
+        if (ks[q].layernorm && ks[q].preln_value == o2 && (r < 0 || on_cols[q] == on_cols.back())) r = static_cast<long>(q), out = false, preln = true;
       if (r < 0 || ks.back().residual >= 0 || ks.back().gate_of >= 0 || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().pkh || flat)
         unsupported("Add of two activations is mapped only as a residual: the running activation plus the input of an earlier dense layer or Conv, before any LayerNorm or pool");
       if (shape_numel(g.value(o2).shape) != shape_numel(cs)) unsupported("the residual adds " + shape_str(g.value(o2).shape) + " to " + shape_str(cs) + " (a broadcast): the wafer maps residuals of one shape");
@@ -376,16 +372,13 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
         k.residual = mk;
         k.res_out = true;
         k.res_mul = true;
-        absorb(k, n);
-        cur = n.outputs[0];
-        parity_of[n.outputs[0]] = parity(g.nodes[i].inputs[0]);
-        continue;
-      }
-      if (gk < 0 || !k.spatial() || k.oh * k.ow != 1 || k.residual >= 0 || k.pkh || k.layernorm || k.softmax || k.attn || k.gate_of >= 0 || flat || os.size() != cs.size() ||
-          os[0] != cs[0] || os[1] != cs[1])
+      } else if (gk < 0 || !k.spatial() || k.oh * k.ow != 1 || k.residual >= 0 || k.pkh || k.layernorm || k.softmax || k.attn || k.gate_of >= 0 || flat || os.size() != cs.size() ||
+          os[0] != cs[0] || os[1] != cs[1]) {
         unsupported("Mul of two activations is mapped only as squeeze-excitation (a per-channel gate -- a 1x1 Conv of the features an earlier Conv pooled, after its function -- times that Conv's feature map) or as a gated unit (a dense layer's output, after its functions, times another dense layer's output of the same shape that no kernel reads)");
-      k.gate_of = gk;
-      k.gate_rows = ks[static_cast<size_t>(gk)].B;
+      } else {
+        k.gate_of = gk;
+        k.gate_rows = ks[static_cast<size_t>(gk)].B;
+      }
       absorb(k, n);
     } else if (n.op == "Softmax") {
       const int64_t r = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());
@@ -463,9 +456,8 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
     {  // the output's parity: the chain input's as the node reads it (a dense layer's: its first input)
       const graph::Node& raw = g.nodes[i];
       std::string in_raw = raw.inputs.empty() ? std::string() : raw.inputs[0];
-      for (const auto& v : raw.inputs)
+      for (const auto& v : raw.inputs)  // (a dense layer's cur is its first input)
         if (canon(v) == cur) in_raw = v;
-      if (n.op == "Gemm" || n.op == "MatMul" || n.op == "Conv") in_raw = raw.inputs[0];
       parity_of[n.outputs[0]] = !in_raw.empty() && parity(in_raw);
     }
     cur = n.outputs[0];

@@ -337,12 +337,19 @@ void pass_through(std::vector<DenseKernel>& ks, size_t l, int64_t b) {
 }
 
 // Weight streaming: every layer on the rectangle [0, w) x [0, h), K on columns for even layers.
+// The orientation follows the data: the graph input sits on the south row (K along the columns), a
+// kernel's outputs on its chain ends -- the east column or the south row.
+std::vector<bool> streaming_orientations(const std::vector<DenseKernel>& ks) {
+  std::vector<bool> on_cols(ks.size());
+  for (size_t l = 0; l < ks.size(); ++l) on_cols[l] = ks[l].src < 0 || !on_cols[static_cast<size_t>(ks[l].src)];
+  return on_cols;
+}
+
 void place_streaming(std::vector<DenseKernel>& ks, int64_t w, int64_t h) {
+  const std::vector<bool> on_cols = streaming_orientations(ks);
   for (size_t l = 0; l < ks.size(); ++l) {
     DenseKernel& k = ks[l];
-    // The orientation follows the data: the graph input sits on the south row (K along the
-    // columns), a kernel's outputs on its chain ends -- the east column or the south row.
-    k.k_on_columns = k.src < 0 || !ks[static_cast<size_t>(k.src)].k_on_columns;
+    k.k_on_columns = on_cols[l];
     k.x_flow = k.k_on_columns ? Dir::N : Dir::W;  // from the previous layer's outputs: the south row / east column
     k.x0 = k.y0 = 0;
     k.w = w;

@@ -110,8 +110,8 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
   // within the fabric, unless given.
   constexpr int64_t kMinBlock = 16;
   int64_t wneed = 1, hneed = 1;
-  for (size_t l = 0; l < c.kernels.size(); ++l)  // the orientations (place_streaming's rule)
-    c.kernels[l].k_on_columns = c.kernels[l].src < 0 || !c.kernels[static_cast<size_t>(c.kernels[l].src)].k_on_columns;
+  const std::vector<bool> orient = streaming_orientations(c.kernels);
+  for (size_t l = 0; l < c.kernels.size(); ++l) c.kernels[l].k_on_columns = orient[l];
   // Residuals whose input lies on the other edge move along the diagonal: a square rectangle.
   bool moves = false;
   for (auto& k : c.kernels) {

@@ -421,7 +421,7 @@ void check_training(const Compiled& c, const MappingOptions& opt) {
       throw InputError(where, "a pool after a trained Conv must be a max pool of non-overlapping windows (stride = window, no padding) in this build", hint);
     if (k.spatial() && (!k.acts_after.empty() || k.gate_of >= 0))
       throw InputError(where, "functions after a trained Conv's pool or a squeeze-excitation gate are not trained on the wafer in this build", hint);
-    if (k.xread == DenseKernel::XRead::conv ? false : k.xread == DenseKernel::XRead::flatten ? !(l == 1 && c.kernels[0].spatial()) : false)
+    if (k.xread == DenseKernel::XRead::flatten && !(l == 1 && c.kernels[0].spatial()))
       throw InputError(where, "a Flatten into a trained dense layer is mapped after a first Conv only in this build", hint);
     if (l + 1 < c.kernels.size() && k.spatial() && c.kernels[l + 1].xread != DenseKernel::XRead::flatten)
       throw InputError(where, "a trained Conv is read by a Flatten into a dense layer in this build (not by another Conv)", hint);
