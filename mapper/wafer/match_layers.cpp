@@ -13,9 +13,12 @@
 namespace tessera::wafer::detail {
 
 const char* const kOpsHint =
-    "the wafer compiler maps in this build: Gemm, or MatMul by a constant weight, with a bias Add; Conv (1-D or 2-D, any stride and pads), "
-    "MaxPool, AveragePool or GlobalAveragePool after a Conv, a Flatten into a dense layer; elementwise functions of one value (Relu, LeakyRelu, Clip, Tanh, Sigmoid, HardSigmoid, HardSwish, Swish, GELU, Abs, Neg, Add, Mul, Sub or Div by a scalar constant); a final Softmax; residual Adds, "
-    "LayerNorm and multi-head attention (pipelined: the transformer layer's pattern; docs/wafer-compiler.md); run other models on target.kind neuroncore or reference";
+    "the wafer compiler maps in this build: Gemm, or MatMul by a constant weight, with a bias Add; Conv (1-D or 2-D, any stride, pads and "
+    "groups), MaxPool, AveragePool or GlobalAveragePool after a Conv, a Flatten into a dense layer; elementwise functions of one value (Relu, "
+    "LeakyRelu, Clip, Tanh, Sigmoid, HardSigmoid, HardSwish, Swish, GELU, Abs, Neg, Add, Mul, Sub or Div by a scalar constant); a final "
+    "Softmax; residual Adds (ResNet's shortcuts, MobileNet's inverted residuals), squeeze-excitation gates, gated units (SwiGLU); LayerNorm "
+    "and RMSNorm; multi-head attention with additive or causal masks and rotary embeddings (docs/wafer-compiler.md \"What it maps\"); "
+    "run other models on target.kind neuroncore or reference";
 
 namespace {
 
