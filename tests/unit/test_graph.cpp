@@ -140,7 +140,7 @@ TEST_CASE("graph: GELU and LayerNorm decompositions fuse and compute the same va
   CHECK(c.max_abs_error < 1e-5);
 }
 
-TEST_CASE("graph: inputs that decide a new op's shape must be constants; constant ones fold", "[graph]") {
+TEST_CASE("graph: inputs that decide a new op's shape must be constants, and constant ones fold", "[graph]") {
   // Tile's repeats, Pad's pads, Resize's scales, Range's bounds and NonZero's input decide shapes.
   const char* dynamic[] = {
       R"({"name": "t", "op": "Tile", "inputs": ["x", "k"], "outputs": ["y"]})",

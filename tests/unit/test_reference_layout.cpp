@@ -18,7 +18,7 @@ TEST_CASE("reference: Tile repeats every dimension", "[reference]") {
   CHECK_THAT(error_of(op("Tile", {&x, &r1})), Catch::Contains("one value per dimension"));
 }
 
-TEST_CASE("reference: Pad constant, reflect and edge; pads as input or attribute; cropping", "[reference]") {
+TEST_CASE("reference: Pad constant, reflect and edge, pads as input or attribute, cropping", "[reference]") {
   const Tensor x = f32({2, 3}, {1, 2, 3, 4, 5, 6});
   // Expected values from numpy.pad with the same widths and mode.
   const Tensor p_reflect = ints({0, 2, 0, 1});
@@ -76,7 +76,7 @@ TEST_CASE("reference: Trilu keeps the upper or lower triangle from diagonal k", 
   check_f32(lower.one(), {3, 3}, {0, 0, 0, 4, 0, 0, 7, 8, 0});
 }
 
-TEST_CASE("reference: Resize linear, nearest, align_corners; Upsample", "[reference]") {
+TEST_CASE("reference: Resize linear, nearest, align_corners, and Upsample", "[reference]") {
   const Tensor x = f32({1, 1, 2, 2}, {1, 2, 3, 4});
   // half_pixel: output i reads input (i + 0.5) / 2 - 0.5, neighbours beyond the edge repeat it.
   const Tensor s2 = f32({4}, {1, 1, 2, 2});

@@ -94,7 +94,7 @@ TEST_CASE("scenario: --set overrides are validated like the file", "[scenario]")
   CHECK(e[0].where.find("(from --set)") != std::string::npos);
 }
 
-TEST_CASE("scenario: model needs onnx, graph or program; schema is required", "[scenario]") {
+TEST_CASE("scenario: model needs onnx, graph or program, and schema is required", "[scenario]") {
   json doc = base();
   doc["model"] = json::object();
   auto e = errors_of(doc);
