@@ -14,7 +14,8 @@
 //                           that cannot be planned returns a Status whose reason names the node
 //   emission (emit.cpp)     instructions built directly (isa/neuroncore Instr), packed into bundles by
 //                           a list scheduler
-//   estimate (estimate.cpp) the predicted time per kernel from the emitted instructions
+//   estimate (estimate.cpp) the predicted time per kernel: the bundles replayed on the compiler's
+//                           timing model of the core (with overlaps between kernels and queue waits)
 //
 // Activations live in HBM between kernels; each kernel streams its operands into SBUF through the
 // DMA lanes, computes, and streams its result back.
@@ -54,11 +55,6 @@ struct Compiled {
   std::vector<IoBinding> inputs, outputs;
   std::vector<std::pair<std::string, Tensor>> hbm_init;  // constants to preload (HBM tensor name, data)
   std::vector<KernelEstimate> kernels;                   // one per Program::kernels entry
-  std::vector<int64_t> stream_buffers;                   // per kernel: buffers of its streamed tiles (DMAs in flight)
-  std::vector<std::pair<int64_t, int64_t>> pieces;        // per kernel: independent pieces (heads) and how many overlap
-  // Per kernel: with a single-buffered operand, the fraction of a step's compute done before the
-  // step's first buffer is released for the next step's loads (0: loads overlap compute fully).
-  std::vector<double> serial_fraction;
   std::vector<std::string> notes;                        // decisions worth telling the user (compile_report.txt)
   double predicted_s = 0;
   int64_t sbuf_high_water = 0;   // bytes per partition

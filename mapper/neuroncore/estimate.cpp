@@ -1,114 +1,182 @@
 #include "mapper/neuroncore/estimate.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <map>
 #include <sstream>
+#include <vector>
 
 namespace tessera::neuroncore {
+
+namespace {
+
+// The schedule replay: when each kernel ends if the bundles issue as the compiler packed them.
+// The compiler's own timing model of the core -- bundles in order, a bundle issuing when each of
+// its compute instructions' unit is free and its operands are ready (a result read on another
+// engine one isa.dependent_gap later), DMAs waiting in their queue and engine (dma.trigger_latency
+// when triggered by another engine's result) at the cost table's transfer cost and no faster than
+// HBM bandwidth -- on exact-overlap footprints of what each instruction reads and writes. It leaves
+// out what the simulated core adds: clock edges (times here are continuous), the port conflicts of
+// NeuronCore-v2, HBM bandwidth shared between concurrent transfers, semaphores and branches
+// (compiled programs have none). docs/neuroncore-compiler.md "The estimator".
+struct Replay {
+  const CoreConfig& cfg;
+  struct Pending {
+    Footprint r;
+    double end;
+    bool write;
+  };
+  std::vector<Pending> pending;
+  std::array<double, kLanes> unit_free{};
+  double loader_free = 0;
+  std::vector<double> queue_free, engine_free;
+
+  explicit Replay(const CoreConfig& c)
+      : cfg(c), queue_free(static_cast<size_t>(c.dma_engines * c.dma_queues_per_engine), 0.0), engine_free(static_cast<size_t>(c.dma_engines), 0.0) {}
+
+  // When `in`'s operands are ready; raw: the latest wait is on a result.
+  double ready(const Instr& in, bool& raw) const {
+    double t = 0;
+    raw = false;
+    auto consider = [&](const AccessPattern& ap, bool is_write) {
+      const Footprint r = footprint(ap);
+      for (const auto& p : pending)
+        if ((p.write || is_write) && p.end > t && p.r.overlaps(r)) {
+          t = p.end;
+          raw = p.write && !is_write;
+        }
+    };
+    for (const AccessPattern* ap : {&in.src0, &in.src1})
+      if (ap->present()) consider(*ap, false);
+    if (in.aux.present()) consider(in.aux, in.op == Op::activation);
+    if (in.dst.present()) consider(in.dst, true);
+    return t;
+  }
+  void occupy(const Instr& in, double end) {
+    for (const AccessPattern* ap : {&in.src0, &in.src1})
+      if (ap->present()) pending.push_back({footprint(*ap), end, false});
+    if (in.aux.present()) pending.push_back({footprint(in.aux), end, in.op == Op::activation});
+    if (in.dst.present()) pending.push_back({footprint(in.dst), end, true});
+  }
+  double dma(const Instr& in, double issued) {
+    bool raw = false;
+    double ts = std::max(issued, ready(in, raw));
+    if (ts > issued) ts += cfg.dma_trigger_latency;
+    int64_t bytes = 0, chunks = 0;
+    dma_shape(in, bytes, chunks);
+    const bool hbm = in.src0.space == Space::hbm || in.dst.space == Space::hbm;
+    double end = ts;
+    auto piece = [&](size_t q, int64_t rows, int64_t all_rows) {
+      const size_t e = q % engine_free.size();
+      const int64_t pb = bytes * rows / all_rows, pch = std::max<int64_t>(1, chunks * rows / all_rows);
+      const double s0 = std::max({ts, queue_free[q], engine_free[e]});
+      double pe = s0 + dma_transfer_seconds(pb, pch, cfg);
+      if (hbm) pe = std::max(pe, s0 + static_cast<double>(pb) / cfg.hbm_bandwidth) + cfg.hbm_latency;
+      queue_free[q] = engine_free[e] = pe;
+      end = std::max(end, pe);
+    };
+    if (spread_queue(in.queue)) {
+      const int64_t rows = std::max<int32_t>(1, in.src0.parts), engines = static_cast<int64_t>(engine_free.size());
+      const int64_t groups = std::max<int64_t>(1, std::min(engines, rows / 8));
+      const size_t base = engine_free.size() * static_cast<size_t>(-in.queue);
+      for (int64_t g = 0; g < groups; ++g) piece(base + static_cast<size_t>(g), rows * (g + 1) / groups - rows * g / groups, rows);
+    } else {
+      piece(static_cast<size_t>(in.queue) % queue_free.size(), 1, 1);
+    }
+    occupy(in, end);
+    return end;
+  }
+
+  // Per kernel, the time its last instruction ends (0 for a kernel with none).
+  std::vector<double> kernel_ends(const Program& p, size_t nk) {
+    std::vector<double> ends(nk, 0.0);
+    double next_issue = 0;
+    const double seq_cycle = 1.0 / lane_clock_hz(Lane::control, cfg);
+    for (const Bundle& b : p.bundles) {
+      double T = next_issue;
+      pending.erase(std::remove_if(pending.begin(), pending.end(), [&](const Pending& q) { return q.end <= T; }), pending.end());
+      for (int l = 0; l < kLanes; ++l) {
+        const int32_t idx = b.slot[static_cast<size_t>(l)];
+        const Lane lane = static_cast<Lane>(l);
+        if (idx < 0 || lane == Lane::dma0 || lane == Lane::dma1) continue;
+        const Instr& in = p.instrs[static_cast<size_t>(idx)];
+        T = std::max(T, in.op == Op::load_stationary ? loader_free : unit_free[static_cast<size_t>(l)]);
+        bool raw = false;
+        double dep = ready(in, raw);
+        if (raw) dep += static_cast<double>(cfg.dependent_gap) / lane_clock_hz(lane, cfg);
+        T = std::max(T, dep);
+      }
+      for (int l = 0; l < kLanes; ++l) {
+        const int32_t idx = b.slot[static_cast<size_t>(l)];
+        if (idx < 0) continue;
+        const Instr& in = p.instrs[static_cast<size_t>(idx)];
+        const Lane lane = static_cast<Lane>(l);
+        const double hz = lane_clock_hz(lane, cfg);
+        double end;
+        if (in.op == Op::dma) {
+          end = dma(in, T + 1.0 / hz);
+          unit_free[static_cast<size_t>(l)] = T + 1.0 / hz;
+        } else {
+          end = T + static_cast<double>(instr_cycles(in, cfg)) / hz;
+          (in.op == Op::load_stationary ? loader_free : unit_free[static_cast<size_t>(l)]) = end;
+          occupy(in, end);
+        }
+        if (in.kernel >= 0 && static_cast<size_t>(in.kernel) < nk) ends[static_cast<size_t>(in.kernel)] = std::max(ends[static_cast<size_t>(in.kernel)], end);
+      }
+      // A matmul needs its stationary loaded: the array waits for the loader.
+      if (b.slot[0] >= 0 && p.instrs[static_cast<size_t>(b.slot[0])].op == Op::load_stationary) unit_free[0] = std::max(unit_free[0], loader_free);
+      next_issue = T + seq_cycle;
+    }
+    return ends;
+  }
+};
+
+}  // namespace
 
 void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
   const Program& p = c.program;
   const size_t nk = p.kernels.size();
   c.kernels.assign(nk, KernelEstimate{});
+  // Per kernel, what it asks of each engine (the compile report's breakdown and the bound).
   struct Acc {
     std::array<double, kLanes> lane_s{};
     std::map<int64_t, double> engine_s;
     double hbm_bytes = 0, flops = 0;
-    int64_t dma_count = 0, stream_count = 0, refills = 0;
-    std::vector<Footprint> read;         // SBUF read by the kernel's compute instructions (the recent ones)
-    double stream_s = 0, serial_s = 0;
-    bool computing = false;              // a compute instruction has been seen
-    double prologue_s = 0;               // the longest load before the first compute instruction
-    bool prologue_dependent = false;     // one of those loads reads an earlier kernel's output
-    bool reads_previous = false;         // a load reads what the kernel just before wrote
-    double last_tail_s = 0, last_store_s = 0;
     std::string op;
   };
   std::vector<Acc> acc(nk);
-  std::vector<std::pair<int64_t, int64_t>> stored_ranges;  // HBM bytes written by earlier kernels
-  auto hbm_range = [](const AccessPattern& ap) {
-    const Footprint f = footprint(ap);
-    return std::pair<int64_t, int64_t>{f.b_lo, f.b_hi};
-  };
-  int16_t current = -1;
-  std::vector<std::pair<int64_t, int64_t>> pending_ranges, previous_ranges;
   for (const Instr& in : p.instrs) {
-    if (in.kernel < 0) continue;
-    if (in.kernel != current) {
-      stored_ranges.insert(stored_ranges.end(), pending_ranges.begin(), pending_ranges.end());
-      previous_ranges = std::move(pending_ranges);
-      pending_ranges.clear();
-      current = in.kernel;
-    }
+    if (in.kernel < 0 || static_cast<size_t>(in.kernel) >= nk) continue;
     Acc& a = acc[static_cast<size_t>(in.kernel)];
     if (in.op == Op::dma) {
       int64_t bytes = 0, chunks = 0;
       dma_shape(in, bytes, chunks);
-      double t = 0;
       if (spread_queue(in.queue)) {
-        // One piece per partition group on each engine (as the core splits it); its latency is a
-        // piece's. Spread transfers are the kernel's streamed loads (or its stores).
         const int64_t rows = std::max<int32_t>(1, in.src0.parts);
         const int64_t groups = std::max<int64_t>(1, std::min<int64_t>(cfg.dma_engines, rows / 8));
         for (int64_t g = 0; g < groups; ++g) {
           const int64_t r = rows * (g + 1) / groups - rows * g / groups;
-          const double tp = dma_transfer_seconds(bytes * r / rows, std::max<int64_t>(1, chunks * r / rows), cfg);
-          a.engine_s[g] += tp;
-          t = std::max(t, tp);
+          a.engine_s[g] += dma_transfer_seconds(bytes * r / rows, std::max<int64_t>(1, chunks * r / rows), cfg);
         }
       } else {
-        t = dma_transfer_seconds(bytes, chunks, cfg);
-        a.engine_s[in.queue % cfg.dma_engines] += t;
-      }
-      ++a.dma_count;
-      if (in.queue < kStreamQueues && (!spread_queue(in.queue) || in.src0.space == Space::hbm)) {
-        ++a.stream_count;
-        a.stream_s += t;
-        // A refill: a load into SBUF the kernel's compute has read before waits for that read.
-        if (in.dst.space == Space::sbuf) {
-          const Footprint f = footprint(in.dst);
-          if (std::any_of(a.read.begin(), a.read.end(), [&](const Footprint& r) { return r.overlaps(f); })) ++a.refills;
-        }
+        a.engine_s[in.queue % cfg.dma_engines] += dma_transfer_seconds(bytes, chunks, cfg);
       }
       if (in.src0.space == Space::hbm || in.dst.space == Space::hbm) a.hbm_bytes += static_cast<double>(bytes);
-      if (in.src0.space == Space::hbm) {
-        const auto r = hbm_range(in.src0);
-        for (const auto& w : previous_ranges)
-          if (r.first < w.second && w.first < r.second) a.reads_previous = true;
-      }
-      if (!a.computing && in.src0.space == Space::hbm) {
-        a.prologue_s = std::max(a.prologue_s, t);
-        const auto r = hbm_range(in.src0);
-        for (const auto& w : stored_ranges)
-          if (r.first < w.second && w.first < r.second) a.prologue_dependent = true;
-      }
-      if (in.dst.space == Space::hbm) {
-        a.last_store_s = t;  // the store of the last tile
-        pending_ranges.push_back(hbm_range(in.dst));
-      }
       continue;
     }
-    a.computing = true;
-    for (const AccessPattern* ap : {&in.src0, &in.src1, &in.aux})
-      if (ap->present() && ap->space == Space::sbuf) {
-        if (a.read.size() >= 256) a.read.erase(a.read.begin());
-        a.read.push_back(footprint(*ap));
-      }
     const Lane lane = op_lane(in.op);
-    const double s = static_cast<double>(instr_cycles(in, cfg)) / lane_clock_hz(lane, cfg);
-    a.lane_s[static_cast<size_t>(lane)] += s;
-    // The vector/scalar/gpsimd steps of a tile consume each other's results: in a chain each one
-    // also waits the hand-off gap (isa.dependent_gap).
-    a.serial_s += s;
-    if (lane != Lane::tensor) a.serial_s += static_cast<double>(cfg.dependent_gap) / lane_clock_hz(lane, cfg);
+    a.lane_s[static_cast<size_t>(lane)] += static_cast<double>(instr_cycles(in, cfg)) / lane_clock_hz(lane, cfg);
     if (in.op == Op::multiply_moving) {
       a.flops += 2.0 * in.src0.parts * in.dst.parts * static_cast<double>(in.src0.free_elems());
       a.op = "matmul";
     }
-    if (in.op == Op::activation || in.op == Op::tensor_tensor) a.last_tail_s = s;
   }
-  double total = 0, previous_drain = 0;
+  // Kernels overlap (a kernel's loads start while the one before computes): like the simulated
+  // kernel table, a kernel's time runs from the previous kernel's end to its own, so the kernel
+  // times add up to the total.
+  const std::vector<double> ends = Replay(cfg).kernel_ends(p, nk);
+  double previous_end = 0;
   for (size_t k = 0; k < nk; ++k) {
     Acc& a = acc[k];
     KernelEstimate& e = c.kernels[k];
@@ -118,49 +186,18 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
     e.vector_s = a.lane_s[static_cast<size_t>(Lane::vector)];
     e.scalar_s = a.lane_s[static_cast<size_t>(Lane::scalar)];
     e.gpsimd_s = a.lane_s[static_cast<size_t>(Lane::gpsimd)];
-    // DMA engines work in parallel, but no more transfers are in flight than the kernel has
-    // buffers for its streamed tiles.
-    // Each refill of a buffer waits for the instruction that read it and pays the trigger latency.
     for (const auto& [eng, t] : a.engine_s) e.dma_s = std::max(e.dma_s, t);
-    // Only refills wait on compute: the streamed transfers beyond the first `inflight` (the bulk
-    // queues' operand blocks and stores are not limited by the stream buffers).
-    const int64_t inflight = std::max<int64_t>(1, k < c.stream_buffers.size() ? c.stream_buffers[k] : 1);
-    const int64_t refills = a.refills;
-    const double latency_bound = (a.stream_s + static_cast<double>(refills) * cfg.dma_trigger_latency) /
-                                 static_cast<double>(inflight);
-    e.dma_s = std::max(e.dma_s, latency_bound);
     e.hbm_s = a.hbm_bytes / cfg.hbm_bandwidth;
-    // Engines overlap across tiles, but one tile's steps form a chain; with `inflight` tiles in
-    // flight the chains overlap that many ways.
-    const int64_t tiles_inflight = std::max<int64_t>(1, std::min<int64_t>(a.stream_count, k < c.stream_buffers.size() ? c.stream_buffers[k] : 1));
-    const double compute = std::max({e.tensor_s, e.vector_s, e.scalar_s, e.gpsimd_s, a.serial_s / static_cast<double>(tiles_inflight)});
-    const double memory = std::max(e.dma_s, e.hbm_s);
-    e.bound = compute >= memory ? "compute" : "memory";
-    // Prologue: the loads before the first compute instruction (in parallel: the longest). Then the
-    // overlapped middle at the slowest engine's pace, then the last evacuation and store drain. A DMA that waits on another
-    // engine (the last store on the evacuation; a first load on an earlier kernel's store) costs
-    // dma.trigger_latency ([DMA] ~1300 ns semaphore to start) on top of its transfer.
-    const double prologue = a.prologue_s + (a.prologue_dependent ? cfg.dma_trigger_latency : 0.0);
-    // The first tile's loads come first (nothing computes before them); the rest overlaps.
-    // A kernel made of independent pieces (the heads of a batched matmul) pays each piece's
-    // prologue and drain, `overlap` pieces at a time.
-    const auto [units, overlap] = k < c.pieces.size() ? c.pieces[k] : std::pair<int64_t, int64_t>{1, 1};
-    const double edges = (prologue + a.last_tail_s + a.last_store_s + cfg.dma_trigger_latency) *
-                         std::max(1.0, static_cast<double>(units) / static_cast<double>(std::max<int64_t>(1, overlap)));
-    // A single-buffered operand's next loads wait for a fraction f of the step's compute (the first
-    // release of its buffer): each step takes max(C, f C + L).
-    const double f = k < c.serial_fraction.size() ? c.serial_fraction[k] : 0.0;
-    e.seconds = std::max(compute, memory - a.prologue_s + f * compute) + edges;
-    // A kernel that reads nothing the kernel before it wrote is scheduled beside it: its fixed
-    // latencies (the prologue before its first compute, its drain) run under the previous kernel's drain.
-    if (k > 0 && !a.reads_previous) e.seconds -= std::min(edges, previous_drain);
-    previous_drain = a.last_tail_s + a.last_store_s + cfg.dma_trigger_latency;
+    const double compute = std::max({e.tensor_s, e.vector_s, e.scalar_s, e.gpsimd_s});
+    e.bound = compute >= std::max(e.dma_s, e.hbm_s) ? "compute" : "memory";
+    const double end = std::max(previous_end, ends[k]);
+    e.seconds = end - previous_end;
+    previous_end = end;
     e.flops = a.flops;
     e.bytes = a.hbm_bytes;
     e.tensor_utilisation = e.seconds > 0 ? e.tensor_s / e.seconds : 0;
-    total += e.seconds;
   }
-  c.predicted_s = total;
+  c.predicted_s = previous_end;
 }
 
 std::string compile_report(const Compiled& c, const CoreConfig& cfg) {

@@ -1,12 +1,14 @@
 #pragma once
-// The compiler's analytical estimate (mapper/neuroncore/estimate): predicted time per kernel from
-// the cost table (isa/neuroncore/cost_table.hpp) and a bandwidth model, without the simulator.
+// The compiler's estimate (mapper/neuroncore/estimate.cpp): predicted time per kernel from the
+// scheduled program, the cost table (isa/neuroncore/cost_table.hpp) and a bandwidth model, without
+// the simulator.
 //
-// Per kernel: each engine's busy time is the sum of its instructions' cost-table cycles over its
-// clock; each DMA engine's time is its transfers at the engine bandwidth with the per-chunk
-// overhead; HBM's time is the bytes at HBM bandwidth. Engines overlap (the program is
-// multi-buffered), so the kernel takes the longest of these plus a prologue (its first
-// transfer) and an epilogue (the last tile's evacuation and store), which cannot overlap.
+// The bundles are replayed in order on the compiler's timing model of the core (in-order units,
+// operands ready by exact footprint overlap, the hand-off gap on a result, DMA queues and engines
+// at the cost table's transfer cost, HBM bandwidth shared), so each kernel's predicted end takes
+// in the overlap with its neighbours and the waits in queues; a kernel's time runs from the
+// previous kernel's end to its own, as the simulated kernel table measures it. Per kernel the
+// engines' busy times give the compile report's breakdown, utilisation and bound.
 #include "mapper/neuroncore/compile.hpp"
 #include "mapper/neuroncore/emit.hpp"
 

@@ -33,16 +33,7 @@ int64_t Ctx::tile_free(const std::string& kernel, int64_t fixed) const {
   return want;
 }
 
-void Ctx::begin(const std::string& name, int64_t stream_buffers, std::pair<int64_t, int64_t> pieces) {
-  em.begin_kernel(name);
-  c.stream_buffers.push_back(stream_buffers);
-  c.pieces.push_back(pieces);
-}
-
-void Ctx::set_serial_fraction(double f) {
-  c.serial_fraction.resize(c.program.kernels.size(), 0.0);
-  c.serial_fraction.back() = f;
-}
+void Ctx::begin(const std::string& name) { em.begin_kernel(name); }
 
 Sbuf Ctx::sbuf(const std::string& kernel, int64_t lo, int64_t hi) const {
   Sbuf s;

@@ -55,12 +55,8 @@ class Ctx {
   Emitter& em;
   Storage& st;
 
-  // Starts a kernel. `stream_buffers`: DMAs its streamed tiles keep in flight (the estimator's
-  // overlap); pieces: independent pieces and how many of them overlap.
-  void begin(const std::string& name, int64_t stream_buffers = 2, std::pair<int64_t, int64_t> pieces = {1, 1});
-  void set_stream_buffers(int64_t n) { c.stream_buffers.back() = std::max(c.stream_buffers.back(), n); }
-  void set_pieces(int64_t n, int64_t overlap) { c.pieces.back() = {n, overlap}; }
-  void set_serial_fraction(double f);
+  // Starts a kernel: the instructions emitted from here on are its (the estimate and the kernel table).
+  void begin(const std::string& name);
   Sbuf sbuf(const std::string& kernel, int64_t lo = 0, int64_t hi = -1) const;
   void used(const Sbuf& s) { c.sbuf_high_water = std::max(c.sbuf_high_water, s.next); }
   int64_t banks() const { return std::min<int64_t>(cfg.psum_banks, 8); }

@@ -134,7 +134,7 @@ Status conv(Ctx& x, const Node& n, const Epilogue& ep) {
   const int64_t bh = (nr - 1) * g.sh + (g.KH - 1) * g.dh + 1, bw = (own - 1) * g.sw + (g.KW - 1) * g.dw + 1;
   const int64_t es = X.es();
   const int64_t band = nn * bh * bw;
-  x.begin(n.name, 2);
+  x.begin(n.name);
   Sbuf sb = x.sbuf(n.name);
   sb.hint = "the convolution keeps a band of input rows per 128 input channels, and its weights when they fit, in SBUF; this layer's band is too large";
   // Band sets and output buffers in rotation (up to 4 each), so the loads of the next tiles and the

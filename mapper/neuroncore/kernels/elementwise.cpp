@@ -166,7 +166,7 @@ Status elementwise(Ctx& x, const Node& n) {
   for (const auto& o : ops)
     if (o) views.push_back(o->view);
   const Loop l = plan_loop(views, x.cfg.partitions, kMaxFree);
-  x.begin(n.name, 2);
+  x.begin(n.name);
   Sbuf sb = x.sbuf(n.name);
   sb.hint = "an elementwise kernel's tiles are at most 2048 elements per partition for each operand";
   const int64_t chunk_elems = l.free_elems(l.chunk);
@@ -217,7 +217,7 @@ Status elementwise(Ctx& x, const Node& n) {
 }
 
 Status copy(Ctx& x, const std::string& kernel, const TensorRef& src, const TensorRef& dst) {
-  x.begin(kernel, 2);
+  x.begin(kernel);
   copy_into(x, kernel, src, dst);
   return {};
 }

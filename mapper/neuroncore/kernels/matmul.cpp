@@ -141,7 +141,7 @@ Status matmul(Ctx& x, const Node& n, const Epilogue& ep) {
     if (nb != 1) return Status::fail("mapping.matmul_schedule applies to 2-D matmuls; this one has " + std::to_string(nb) + " batches", "use matmul_schedule auto");
     return matmul_nki(x, job_at(0), ep);
   }
-  x.begin(n.name, 0, {nb, nb > 1 ? 2 : 1});
+  x.begin(n.name);
   Sbuf sb = x.sbuf(n.name);
   EpilogueEmitter epi(x, ep, sb, 512);
   int64_t tiles = 0;

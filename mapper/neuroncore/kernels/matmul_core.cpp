@@ -86,7 +86,6 @@ class Core {
       return;
     }
     const int64_t nbuf = a_resident ? nbuf_b : nbuf_a;
-    x_.set_stream_buffers(nbuf);
     resident_ = sb_.take(a_resident ? KT * TM_ * a_.es() : KT * TN_ * b_.es());
     stream_ = sb_.take(nbuf * (a_resident ? TN_ * b_.es() : TM_ * a_.es()));
     out_ = sb_.take(2 * TN_ * 4);
@@ -135,7 +134,6 @@ class Core {
 
  private:
   void streamed_both(int64_t M, int64_t N, int64_t KT, int64_t nbuf) {
-    x_.set_stream_buffers(2 * nbuf);
     const int64_t sa = sb_.take(nbuf * TM_ * a_.es()), sbb = sb_.take(nbuf * TN_ * b_.es());
     out_ = sb_.take(2 * TN_ * 4);
     if (a_.transpose || b_.transpose) stage_ = sb_.take(kStageSlots * 128 * 4);

@@ -40,7 +40,7 @@ Status matmul_nki(Ctx& x, const MatmulJob& job, const Epilogue& ep) {
   const int64_t bn = x.opt.block_n > 0 ? x.opt.block_n : 2;
   const int64_t bk = x.opt.block_k > 0 ? x.opt.block_k : 8;
   const DType ct = stat.ref.dtype;
-  x.begin(job.name, 0);
+  x.begin(job.name);
   Sbuf sb = x.sbuf(job.name);
   sb.hint = "use smaller blocks (mapping.block_m / block_n / block_k) or tiles (mapping.tile_m / tile_n)";
   EpilogueEmitter epi(x, ep, sb, TN);
@@ -102,7 +102,6 @@ Status matmul_nki(Ctx& x, const MatmulJob& job, const Epilogue& ep) {
 
   if (sch == MatmulSchedule::tiled) {
     const int64_t nbuf = x.opt.buffers > 0 ? x.opt.buffers : auto_buffers(x, TM * es, std::min(K, TK), std::min(TM, P), std::min(TN, F));
-    x.c.stream_buffers.back() = 2 * nbuf;
     const int64_t sbuf_ = sb.take(nbuf * TM * es), mbuf = sb.take(nbuf * TN * es);
     out_buf = sb.take(2 * TN * 4);
     int64_t slot = 0;
@@ -127,11 +126,7 @@ Status matmul_nki(Ctx& x, const MatmulJob& job, const Epilogue& ep) {
     const int64_t stat_blk = sb.take(s_sets * stat_bytes);
     const int64_t m_sets = sets_of(mov_bytes, 0);
     const int64_t mov_blk = sb.take(m_sets * mov_bytes);
-    x.c.stream_buffers.back() = s_sets * BMt * KT + m_sets * BNt * KT;
     const int64_t MB = ceil_div(MT, BMt), NB = ceil_div(NT, BNt);
-    // One mov set: mov tile (n, k) is read last by the block's last stat tile row, so the next
-    // step's loads start once (BMt - 1) of the BMt rows of output tiles are computed.
-    if (m_sets == 1 && NB > 1) x.set_serial_fraction(static_cast<double>(BMt - 1) / static_cast<double>(BMt));
     std::vector<Step> steps;
     for (int64_t mb = 0; mb < MB; ++mb)
       for (int64_t nb = 0; nb < NB; ++nb) {
@@ -176,9 +171,6 @@ Status matmul_nki(Ctx& x, const MatmulJob& job, const Epilogue& ep) {
     const int64_t mov_blk = sb.take(m_sets * m_bytes);
     const int64_t s_sets = sets_of(s_bytes, 0);
     const int64_t stat_blk0 = sb.take(s_sets * s_bytes);
-    x.c.stream_buffers.back() = (m_sets + s_sets) * bk;
-    // One stat set: its tiles are read until the step's last column of output tiles.
-    if (s_sets == 1) x.set_serial_fraction(static_cast<double>(bn - 1) / static_cast<double>(bn));
     const int64_t KB = ceil_div(KT, bk), NB = ceil_div(F, BN), MB = ceil_div(P, BM);
     // A step is one (N block, K block, M block): its stat block (and, first in a K block, the mov
     // block) loaded, its tile pairs multiplied and accumulated.

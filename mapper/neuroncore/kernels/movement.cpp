@@ -22,7 +22,7 @@ int64_t axis_of(const Node& n, int64_t rank, int64_t def = 0) {
 Status concat(Ctx& x, const Node& n) {
   const TensorRef O = x.st.ref(n.outputs[0]);
   const int64_t axis = axis_of(n, O.rank());
-  x.begin(n.name, 2);
+  x.begin(n.name);
   int64_t at = 0;
   for (const auto& in : n.inputs) {
     if (in.empty()) continue;
@@ -69,7 +69,7 @@ Status pad(Ctx& x, const Node& n) {
     dst.view = graph::slice(dst.view, a, std::max<int64_t>(b, 0), len);
     src.view = graph::slice(src.view, a, std::max<int64_t>(-b, 0), len);
   }
-  x.begin(n.name, 2);
+  x.begin(n.name);
   if (src.view.numel() > 0) copy_into(x, n.name, src, dst);
   return {};
 }
@@ -90,7 +90,7 @@ Status gather(Ctx& x, const Node& n) {
     os.insert(os.end(), data.shape.begin() + axis + 1, data.shape.end());
     auto ov = graph::reshape(O.view, os);
     if (!ov) return Status::fail("the gathered output's view");
-    x.begin(n.name, 2);
+    x.begin(n.name);
     for (size_t i = 0; i < iv.size(); ++i) {
       const int64_t j = iv[i] < 0 ? iv[i] + dim : iv[i];
       TensorRef src = D, dst = O;
@@ -117,7 +117,7 @@ Status gather(Ctx& x, const Node& n) {
   if (!ov) return Status::fail("the output's view cannot be walked as [indices, " + std::to_string(D) + "]");
   // The table transposed ([D, V], at compile time): a column of it per partition.
   const TensorRef T = x.st.constant(n.inputs[0] + "@T", transpose2d(data.data->cast(DType::f32)).cast(ct));
-  x.begin(n.name, 2);
+  x.begin(n.name);
   if (!iv) {  // indices in a view that does not flatten (a transpose of them): copied in order first
     TensorRef flat = x.st.scratch(n.inputs[1] + "@flat", I.dtype, {N});
     flat.view = graph::reshape(flat.view, I.shape()).value();

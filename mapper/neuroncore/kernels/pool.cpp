@@ -78,7 +78,7 @@ Status pool(Ctx& x, const Node& n) {
     if (!same) counts = x.st.constant(n.name + "@counts", Tensor::from_f32({OH, OW}, std::move(c)));
   }
   const double pad_value = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
-  x.begin(n.name, 2);
+  x.begin(n.name);
   Sbuf sb = x.sbuf(n.name);
   sb.hint = "the pooling keeps a band of input rows per 128 (image, channel) pairs in SBUF";
   const int64_t band = sb.take(2 * bh * bw * 4), acc = sb.take(nr * OW * 4), yout = sb.take(2 * nr * OW * 4);

@@ -152,7 +152,7 @@ Status rows(Ctx& x, const Node& n) {
     return Status::fail("rows of " + std::to_string(C) + " elements" + (extra.empty() ? "" : " with their scale and bias") + " need " +
                             std::to_string(need) + " bytes of SBUF per partition; it has " + std::to_string(x.cfg.sbuf_partition_bytes),
                         "the row kernel keeps a whole row (the reduced or normalised axes) in SBUF");
-  x.begin(n.name, 2);
+  x.begin(n.name);
   Sbuf sb = x.sbuf(n.name);
   sb.hint = "the row kernel keeps a whole row (the reduced or normalised axes) in SBUF";
   const int64_t xin = sb.take(2 * C * 4), work = sb.take(C * 4), yout = sb.take(2 * C * 4), small = sb.take(2 * 16 * 4);
