@@ -203,7 +203,7 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
 std::string compile_report(const Compiled& c, const CoreConfig& cfg) {
   std::ostringstream os;
   char line[256];
-  os << "tessera NeuronCore compile report (predicted by the analytical estimator)\n";
+  os << "tessera NeuronCore compile report (predicted by replaying the schedule: docs/neuroncore-compiler.md \"The estimator\")\n";
   std::snprintf(line, sizeof line, "tensor %.3g GHz, HBM %.4g GB/s, %lld DMA engines at %.4g GB/s\n\n", cfg.tensor_hz / 1e9,
                 cfg.hbm_bandwidth / 1e9, static_cast<long long>(cfg.dma_engines), cfg.dma_engine_bandwidth / 1e9);
   os << line;
