@@ -152,11 +152,17 @@ Status matmul(Ctx& x, const Node& n, const Epilogue& ep) {
     x.used(sb);
     return {};
   }
-  // Batches alternate between two halves of SBUF, so one's loads overlap the other's compute.
+  // Batches rotate over R regions of SBUF, as many as hold a batch's working set, so that the next
+  // batches' loads overlap one's compute: at least two, at most the batches and the PSUM banks a
+  // batch's accumulation can rotate over beside the two of transposed loads (more batches in flight
+  // than banks wait for each other's evacuations).
   x.used(sb);
-  const int64_t half = (sb.limit - sb.next) / 2 / 64 * 64;
+  const int64_t max_regions = std::max<int64_t>(2, std::min(nb, x.banks() - 2));
+  const int64_t per = (matmul_auto_sbuf(x, job_at(0)) + 63) / 64 * 64;
+  const int64_t R = std::clamp<int64_t>(per > 0 ? (sb.limit - sb.next) / per : 2, 2, max_regions);
+  const int64_t half = (sb.limit - sb.next) / R / 64 * 64;
   for (int64_t i = 0; i < nb; ++i) {
-    Sbuf region = x.sbuf(n.name, sb.next + (i % 2) * half, sb.next + (i % 2 + 1) * half);
+    Sbuf region = x.sbuf(n.name, sb.next + (i % R) * half, sb.next + (i % R + 1) * half);
     matmul_auto(x, job_at(i), epi, region, tiles);
     x.used(region);
   }

@@ -32,6 +32,10 @@ int64_t auto_buffers(const Ctx& x, int64_t tile_bytes_per_part, int64_t kp, int6
 // contiguous in HBM and through the tensor engine's transpose when its partition dimension is.
 void matmul_auto(Ctx& x, const MatmulJob& job, EpilogueEmitter& epi, Sbuf& sb, int64_t& tile_count);
 
+// SBUF bytes per partition matmul_auto takes for `job` with its buffers (the least of its two loop
+// orders, with the staging of transposed loads).
+int64_t matmul_auto_sbuf(const Ctx& x, const MatmulJob& job);
+
 // The NKI tutorial's loop nests (mapping.matmul_schedule); both operands must load directly (lhsT
 // and rhs contiguous along their free dimension).
 Status matmul_nki(Ctx& x, const MatmulJob& job, const Epilogue& ep);

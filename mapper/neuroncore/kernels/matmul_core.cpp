@@ -58,27 +58,50 @@ int64_t auto_buffers(const Ctx& x, int64_t tile_bytes_per_part, int64_t kp, int6
 
 namespace {
 
+// The loop's tile sizes and buffers, decided before anything is emitted (matmul_auto_sbuf sizes
+// the SBUF regions of a batched matmul with it).
+struct Plan {
+  int64_t M = 0, N = 0, K = 0, TM = 128, TN = 512, TK = 128, MT = 0, NT = 0, KT = 0, nbuf_a = 0, nbuf_b = 0, fixed = 0;
+  bool a_resident = true;
+  // SBUF bytes per partition with A's stationary tiles (or B's moving block) resident for all of K.
+  int64_t need(bool ares, const KF& a, const KF& b) const {
+    return ares ? KT * TM * a.es() + nbuf_b * TN * b.es() : KT * TN * b.es() + nbuf_a * TM * a.es();
+  }
+};
+
+constexpr int64_t kStageSlots = 8;  // staging slots of transposed tile loads
+
+Plan plan_of(const Ctx& x, const MatmulJob& job, const KF& a, const KF& b) {
+  Plan p;
+  p.M = job.a.rows, p.K = job.a.cols, p.N = job.b.cols;
+  p.TM = std::min<int64_t>(x.opt.tile_m > 0 ? x.opt.tile_m : x.cfg.tensor_cols, x.cfg.tensor_cols);
+  p.TN = x.tile_free(job.name);
+  p.TK = x.cfg.tensor_rows;
+  p.MT = ceil_div(p.M, p.TM), p.NT = ceil_div(p.N, p.TN), p.KT = ceil_div(p.K, p.TK);
+  // Bytes each order moves (a transposed load costs about twice: the transpose and its copy).
+  const double a_bytes = static_cast<double>(p.M * p.K * a.es()) * (a.transpose ? 2 : 1);
+  const double b_bytes = static_cast<double>(p.K * p.N * b.es()) * (b.transpose ? 2 : 1);
+  p.a_resident = static_cast<double>(p.MT) * b_bytes + a_bytes < static_cast<double>(p.NT) * a_bytes + b_bytes;
+  // Never more buffers than the loop streams tiles (MT x NT x KT whichever operand streams): a small
+  // matmul (an attention head's) then takes little SBUF, and more of them run at once.
+  const int64_t tiles = p.MT * p.NT * p.KT;
+  p.nbuf_a = std::min(tiles, x.opt.buffers > 0 ? x.opt.buffers : auto_buffers(x, p.TM * a.es(), std::min(p.K, p.TK), std::min(p.M, p.TM), std::min(p.N, p.TN)));
+  p.nbuf_b = std::min(tiles, x.opt.buffers > 0 ? x.opt.buffers : auto_buffers(x, p.TN * b.es(), std::min(p.K, p.TK), std::min(p.M, p.TM), std::min(p.N, p.TN)));
+  p.fixed = 2 * p.TN * 4 + ((a.transpose || b.transpose) ? kStageSlots * 128 * 4 : 0);
+  return p;
+}
+
 class Core {
  public:
   Core(Ctx& x, const MatmulJob& job, EpilogueEmitter& epi, Sbuf& sb, int64_t& tiles)
       : x_(x), job_(job), epi_(epi), sb_(sb), tiles_(tiles), a_(as_kf(job.a, true)), b_(as_kf(job.b, false)) {}
 
   void run() {
-    const int64_t M = job_.a.rows, K = job_.a.cols, N = job_.b.cols;
-    TM_ = std::min<int64_t>(x_.opt.tile_m > 0 ? x_.opt.tile_m : x_.cfg.tensor_cols, x_.cfg.tensor_cols);
-    TN_ = x_.tile_free(job_.name);
-    TK_ = x_.cfg.tensor_rows;
-    const int64_t MT = ceil_div(M, TM_), NT = ceil_div(N, TN_), KT = ceil_div(K, TK_);
-    // Bytes each order moves (a transposed load costs about twice: the transpose and its copy).
-    const double a_bytes = static_cast<double>(M * K * a_.es()) * (a_.transpose ? 2 : 1);
-    const double b_bytes = static_cast<double>(K * N * b_.es()) * (b_.transpose ? 2 : 1);
-    bool a_resident = static_cast<double>(MT) * b_bytes + a_bytes < static_cast<double>(NT) * a_bytes + b_bytes;
-    const int64_t nbuf_a = x_.opt.buffers > 0 ? x_.opt.buffers : auto_buffers(x_, TM_ * a_.es(), std::min(K, TK_), std::min(M, TM_), std::min(N, TN_));
-    const int64_t nbuf_b = x_.opt.buffers > 0 ? x_.opt.buffers : auto_buffers(x_, TN_ * b_.es(), std::min(K, TK_), std::min(M, TM_), std::min(N, TN_));
-    auto need = [&](bool ares) {
-      return ares ? KT * TM_ * a_.es() + nbuf_b * TN_ * b_.es() : KT * TN_ * b_.es() + nbuf_a * TM_ * a_.es();
-    };
-    const int64_t fixed = 2 * TN_ * 4 + ((a_.transpose || b_.transpose) ? 8 * 128 * 4 : 0);
+    const Plan p = plan_of(x_, job_, a_, b_);
+    const int64_t M = p.M, K = p.K, N = p.N, MT = p.MT, NT = p.NT, KT = p.KT, nbuf_a = p.nbuf_a, nbuf_b = p.nbuf_b, fixed = p.fixed;
+    TM_ = p.TM, TN_ = p.TN, TK_ = p.TK;
+    bool a_resident = p.a_resident;
+    auto need = [&](bool ares) { return p.need(ares, a_, b_); };
     if (!sb_.fits(need(a_resident) + fixed) && sb_.fits(need(!a_resident) + fixed)) a_resident = !a_resident;
     if (!sb_.fits(need(a_resident) + fixed)) {
       // Neither operand fits for all of K (a very long contraction): both stream, tile by tile.
@@ -233,7 +256,6 @@ class Core {
   int64_t& tiles_;
   KF a_, b_;
   int64_t TM_ = 128, TN_ = 512, TK_ = 128;
-  static constexpr int64_t kStageSlots = 8;
   int64_t resident_ = 0, stream_ = 0, out_ = 0, stage_ = 0, block_stage_ = -1, acc_banks_ = 8, stages_ = 0, outs_ = 0, blocks_ = 0;
   std::function<void()> deferred_;
 };
@@ -242,6 +264,13 @@ class Core {
 
 void matmul_auto(Ctx& x, const MatmulJob& job, EpilogueEmitter& epi, Sbuf& sb, int64_t& tile_count) {
   Core(x, job, epi, sb, tile_count).run();
+}
+
+int64_t matmul_auto_sbuf(const Ctx& x, const MatmulJob& job) {
+  const KF a = as_kf(job.a, true), b = as_kf(job.b, false);
+  const Plan p = plan_of(x, job, a, b);
+  const KF& res = p.a_resident ? a : b;
+  return std::min(p.need(true, a, b), p.need(false, a, b)) + p.fixed + (res.transpose ? 2 * p.K * res.es() : 0);
 }
 
 }  // namespace tessera::neuroncore
