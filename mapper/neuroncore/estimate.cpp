@@ -17,9 +17,11 @@ namespace {
 // engine one isa.dependent_gap later), DMAs waiting in their queue and engine (dma.trigger_latency
 // when triggered by another engine's result) at the cost table's transfer cost and no faster than
 // HBM bandwidth -- on exact-overlap footprints of what each instruction reads and writes. It leaves
-// out what the simulated core adds: clock edges (times here are continuous), the port conflicts of
-// NeuronCore-v2, HBM bandwidth shared between concurrent transfers, semaphores and branches
-// (compiled programs have none). docs/neuroncore-compiler.md "The estimator".
+// out what the simulated core adds: clock edges (times here are continuous), HBM bandwidth shared
+// between concurrent transfers, semaphores and branches (compiled programs have none); it keeps
+// NeuronCore-v2's port conflicts, without which a bundle issues early, finds a DMA's operand not
+// yet written and charges the trigger latency the core does not. docs/neuroncore-compiler.md
+// "The estimator".
 struct Replay {
   const CoreConfig& cfg;
   struct Pending {
@@ -30,6 +32,14 @@ struct Replay {
   std::vector<Pending> pending;
   std::array<double, kLanes> unit_free{};
   double loader_free = 0;
+  // NeuronCore-v2's shared ports (core.port_conflicts): until when vector and gpsimd hold the SBUF
+  // port, vector and scalar the PSUM port.
+  double vector_sbuf = 0, gpsimd_sbuf = 0, vector_psum = 0, scalar_psum = 0;
+  static bool touches(const Instr& in, Space s) {
+    for (const AccessPattern* ap : {&in.dst, &in.src0, &in.src1, &in.aux})
+      if (ap->present() && ap->space == s) return true;
+    return false;
+  }
   std::vector<double> queue_free, engine_free;
 
   explicit Replay(const CoreConfig& c)
@@ -102,6 +112,12 @@ struct Replay {
         if (idx < 0 || lane == Lane::dma0 || lane == Lane::dma1) continue;
         const Instr& in = p.instrs[static_cast<size_t>(idx)];
         T = std::max(T, in.op == Op::load_stationary ? loader_free : unit_free[static_cast<size_t>(l)]);
+        if (cfg.port_conflicts) {
+          if (lane == Lane::vector && touches(in, Space::sbuf)) T = std::max(T, gpsimd_sbuf);
+          if (lane == Lane::gpsimd && touches(in, Space::sbuf)) T = std::max(T, vector_sbuf);
+          if (lane == Lane::vector && touches(in, Space::psum)) T = std::max(T, scalar_psum);
+          if (lane == Lane::scalar && touches(in, Space::psum)) T = std::max(T, vector_psum);
+        }
         bool raw = false;
         double dep = ready(in, raw);
         if (raw) dep += static_cast<double>(cfg.dependent_gap) / lane_clock_hz(lane, cfg);
@@ -120,6 +136,12 @@ struct Replay {
         } else {
           end = T + static_cast<double>(instr_cycles(in, cfg)) / hz;
           (in.op == Op::load_stationary ? loader_free : unit_free[static_cast<size_t>(l)]) = end;
+          if (cfg.port_conflicts) {
+            if (lane == Lane::gpsimd && touches(in, Space::sbuf)) gpsimd_sbuf = end;
+            if (lane == Lane::scalar && touches(in, Space::psum)) scalar_psum = end;
+            if (lane == Lane::vector && touches(in, Space::sbuf)) vector_sbuf = end;
+            if (lane == Lane::vector && touches(in, Space::psum)) vector_psum = end;
+          }
           occupy(in, end);
         }
         if (in.kernel >= 0 && static_cast<size_t>(in.kernel) < nk) ends[static_cast<size_t>(in.kernel)] = std::max(ends[static_cast<size_t>(in.kernel)], end);

@@ -93,3 +93,29 @@ TEST_CASE("nc-estimate: independent work on two engines overlaps, and a store of
   CHECK(c.kernels[0].seconds < end_v + end_store);  // the vector op ran beside the activation and the store
   CHECK(c.kernels[0].bytes == Approx(static_cast<double>(bytes)));
 }
+
+TEST_CASE("nc-estimate: on NeuronCore-v2 the scalar engine waits while the vector engine holds the PSUM port", "[nc-estimate]") {
+  const CoreConfig cfg = trn1();
+  REQUIRE(cfg.port_conflicts);
+  Compiled c;
+  Emitter em(c.program);
+  em.begin_kernel("k");
+  Instr s0 = activation(16384, 20480);  // a short scalar op (SBUF only), so the next one needs a bundle of its own
+  s0.dst.dims[0].num = s0.src0.dims[0].num = 1;
+  em.emit(s0, Lane::scalar);
+  Instr v;  // vector: PSUM bank 0 -> SBUF, in the first bundle beside it
+  v.op = Op::tensor_copy;
+  v.dst = on_chip(Space::sbuf, DType::f32, 0, 128, 0, {{512, 1}});
+  v.src0 = on_chip(Space::psum, DType::f32, 0, 128, 0, {{512, 1}});
+  em.emit(v, Lane::vector);
+  Instr a = activation(8192, 0);  // scalar: PSUM bank 1 -> SBUF, no data shared with either
+  a.src0 = on_chip(Space::psum, DType::f32, 0, 128, 2048, {{512, 1}});
+  em.emit(a, Lane::scalar);
+  em.schedule(48, &cfg);
+  REQUIRE(c.program.bundles.size() == 3);  // {s0, v}, {a}, halt
+  estimate_kernels(c, cfg);
+  // The second bundle could issue when s0 ends, but the copy holds the PSUM port until it ends.
+  const double end_s0 = seconds(s0, Lane::scalar, cfg), end_v = seconds(v, Lane::vector, cfg);
+  REQUIRE(end_s0 < end_v);
+  CHECK(c.kernels[0].seconds == Approx(end_v + seconds(a, Lane::scalar, cfg)).epsilon(1e-12));
+}
