@@ -94,6 +94,30 @@ class Lowering {
     return p && position_.at(p->name) < position_.at(producer_node.name);
   }
 
+  // Equal after dropping leading dimensions of size 1.
+  static bool same_dims(const Shape& a, const Shape& b) {
+    auto lead = [](const Shape& s) {
+      size_t i = 0;
+      while (i + 1 < s.size() && s[i] == 1) ++i;
+      return Shape(s.begin() + static_cast<std::ptrdiff_t>(i), s.end());
+    };
+    return lead(a) == lead(b);
+  }
+
+  // A view node reading `in` whose output is `in`'s elements in the same order (its storage view
+  // and `in`'s flatten to the same walk) and the same dims but for dims of size 1.
+  bool order_preserving_view(const Node& c, const std::string& in) {
+    if (!st_.is_view_node(c) || c.inputs.empty() || c.inputs[0] != in || st_.is_output(c.outputs[0]) || tied_.count(c.outputs[0])) return false;
+    auto squeezed = [](Shape s) {
+      s.erase(std::remove(s.begin(), s.end(), int64_t{1}), s.end());
+      return s;
+    };
+    if (squeezed(g_.value(c.outputs[0]).shape) != squeezed(g_.value(in).shape)) return false;
+    const int64_t n = shape_numel(g_.value(in).shape);
+    const auto a = graph::reshape(st_.ref(in).view, {n}), b = graph::reshape(st_.ref(c.outputs[0]).view, {n});
+    return a && b && *a == *b;
+  }
+
   static bool broadcasts(const Shape& from, const Shape& to) {
     if (from.size() > to.size()) return false;
     for (size_t i = 0; i < from.size(); ++i) {
@@ -130,11 +154,19 @@ class Lowering {
     }
     const Shape out_shape = g_.value(p.outputs[0]).shape;
     for (const Node* c = only_consumer(ep.out); c; c = only_consumer(ep.out)) {
+      // Views that keep the elements in order (a Reshape or a Transpose that only adds or moves
+      // dimensions of size 1: the attention's out-projection seen as [1, S, d]) are looked through:
+      // the node after them fuses and the matmul writes its output.
+      std::string in = ep.out;
+      while (c && order_preserving_view(*c, in)) {
+        in = c->outputs[0];
+        c = only_consumer(in);
+      }
       // (a next state is written by its own node: the in-place ordering is by node)
-      if (g_.value(c->outputs[0]).shape != out_shape || tied_.count(c->outputs[0])) break;
+      if (!c || !same_dims(g_.value(c->outputs[0]).shape, out_shape) || tied_.count(c->outputs[0])) break;
       Func f;
       const std::string* other = nullptr;
-      if (c->inputs.size() == 2) other = c->inputs[0] == ep.out ? &c->inputs[1] : &c->inputs[0];
+      if (c->inputs.size() == 2) other = c->inputs[0] == in ? &c->inputs[1] : &c->inputs[0];
       const auto* cv = other ? &g_.value(*other) : nullptr;
       const bool scalar = cv && cv->data && cv->data->numel() == 1 && is_float(cv->dtype);
       if ((c->op == "Mul" || (c->op == "Div" && c->inputs[0] == ep.out)) && scalar && !ep.bias && !ep.residual && ep.func == Func::identity) {
@@ -146,7 +178,7 @@ class Lowering {
         TensorRef b = st_.ref(*other);
         b.view = graph::broadcast_to(b.view, out_shape);
         ep.bias = b;
-      } else if (c->op == "Add" && cv && !cv->data && cv->shape == out_shape && !ep.residual && ready_before(*other, p)) {
+      } else if (c->op == "Add" && cv && !cv->data && cv->shape == g_.value(c->outputs[0]).shape && !ep.residual && ready_before(*other, p)) {
         ep.residual = st_.ref(*other);
         ep.residual_first = ep.func == Func::identity;
       } else if (unary_func(c->op, *c, f) && ep.func == Func::identity && (!ep.residual || ep.residual_first)) {
