@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
-#include <map>
 #include <sstream>
 #include <vector>
 
@@ -24,6 +23,14 @@ namespace {
 // "The estimator".
 struct Replay {
   const CoreConfig& cfg;
+  // Per kernel, what it asks of each engine (the compile report's breakdown and the bound).
+  struct Load {
+    std::array<double, kLanes> lane_s{};
+    std::vector<double> engine_s;  // busy seconds per DMA engine
+    double hbm_bytes = 0, flops = 0;
+    bool matmul = false;
+  };
+  std::vector<Load> loads;
   struct Pending {
     Footprint r;
     double end;
@@ -69,7 +76,7 @@ struct Replay {
     if (in.aux.present()) pending.push_back({footprint(in.aux), end, in.op == Op::activation});
     if (in.dst.present()) pending.push_back({footprint(in.dst), end, true});
   }
-  double dma(const Instr& in, double issued) {
+  double dma(const Instr& in, double issued, Load* load) {
     bool raw = false;
     double ts = std::max(issued, ready(in, raw));
     if (ts > issued) ts += cfg.dma_trigger_latency;
@@ -81,7 +88,9 @@ struct Replay {
       const size_t e = q % engine_free.size();
       const int64_t pb = bytes * rows / all_rows, pch = std::max<int64_t>(1, chunks * rows / all_rows);
       const double s0 = std::max({ts, queue_free[q], engine_free[e]});
-      double pe = s0 + dma_transfer_seconds(pb, pch, cfg);
+      const double transfer = dma_transfer_seconds(pb, pch, cfg);
+      if (load) load->engine_s[e] += transfer;
+      double pe = s0 + transfer;
       if (hbm) pe = std::max(pe, s0 + static_cast<double>(pb) / cfg.hbm_bandwidth) + cfg.hbm_latency;
       queue_free[q] = engine_free[e] = pe;
       end = std::max(end, pe);
@@ -94,13 +103,16 @@ struct Replay {
     } else {
       piece(static_cast<size_t>(in.queue) % queue_free.size(), 1, 1);
     }
+    if (load && hbm) load->hbm_bytes += static_cast<double>(bytes);
     occupy(in, end);
     return end;
   }
 
-  // Per kernel, the time its last instruction ends (0 for a kernel with none).
+  // Per kernel, the time its last instruction ends (0 for a kernel with none); fills `loads`.
   std::vector<double> kernel_ends(const Program& p, size_t nk) {
     std::vector<double> ends(nk, 0.0);
+    loads.assign(nk, Load{});
+    for (Load& l : loads) l.engine_s.assign(engine_free.size(), 0.0);
     double next_issue = 0;
     const double seq_cycle = 1.0 / lane_clock_hz(Lane::control, cfg);
     for (const Bundle& b : p.bundles) {
@@ -129,12 +141,21 @@ struct Replay {
         const Instr& in = p.instrs[static_cast<size_t>(idx)];
         const Lane lane = static_cast<Lane>(l);
         const double hz = lane_clock_hz(lane, cfg);
+        Load* load = in.kernel >= 0 && static_cast<size_t>(in.kernel) < nk ? &loads[static_cast<size_t>(in.kernel)] : nullptr;
         double end;
         if (in.op == Op::dma) {
-          end = dma(in, T + 1.0 / hz);
+          end = dma(in, T + 1.0 / hz, load);
           unit_free[static_cast<size_t>(l)] = T + 1.0 / hz;
         } else {
-          end = T + static_cast<double>(instr_cycles(in, cfg)) / hz;
+          const double busy = static_cast<double>(instr_cycles(in, cfg)) / hz;
+          end = T + busy;
+          if (load) {
+            load->lane_s[static_cast<size_t>(l)] += busy;
+            if (in.op == Op::multiply_moving) {
+              load->flops += 2.0 * in.src0.parts * in.dst.parts * static_cast<double>(in.src0.free_elems());
+              load->matmul = true;
+            }
+          }
           (in.op == Op::load_stationary ? loader_free : unit_free[static_cast<size_t>(l)]) = end;
           if (cfg.port_conflicts) {
             if (lane == Lane::gpsimd && touches(in, Space::sbuf)) gpsimd_sbuf = end;
@@ -144,7 +165,7 @@ struct Replay {
           }
           occupy(in, end);
         }
-        if (in.kernel >= 0 && static_cast<size_t>(in.kernel) < nk) ends[static_cast<size_t>(in.kernel)] = std::max(ends[static_cast<size_t>(in.kernel)], end);
+        if (load) ends[static_cast<size_t>(in.kernel)] = std::max(ends[static_cast<size_t>(in.kernel)], end);
       }
       // A matmul needs its stationary loaded: the array waits for the loader.
       if (b.slot[0] >= 0 && p.instrs[static_cast<size_t>(b.slot[0])].op == Op::load_stationary) unit_free[0] = std::max(unit_free[0], loader_free);
@@ -160,55 +181,22 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
   const Program& p = c.program;
   const size_t nk = p.kernels.size();
   c.kernels.assign(nk, KernelEstimate{});
-  // Per kernel, what it asks of each engine (the compile report's breakdown and the bound).
-  struct Acc {
-    std::array<double, kLanes> lane_s{};
-    std::map<int64_t, double> engine_s;
-    double hbm_bytes = 0, flops = 0;
-    std::string op;
-  };
-  std::vector<Acc> acc(nk);
-  for (const Instr& in : p.instrs) {
-    if (in.kernel < 0 || static_cast<size_t>(in.kernel) >= nk) continue;
-    Acc& a = acc[static_cast<size_t>(in.kernel)];
-    if (in.op == Op::dma) {
-      int64_t bytes = 0, chunks = 0;
-      dma_shape(in, bytes, chunks);
-      if (spread_queue(in.queue)) {
-        const int64_t rows = std::max<int32_t>(1, in.src0.parts);
-        const int64_t groups = std::max<int64_t>(1, std::min<int64_t>(cfg.dma_engines, rows / 8));
-        for (int64_t g = 0; g < groups; ++g) {
-          const int64_t r = rows * (g + 1) / groups - rows * g / groups;
-          a.engine_s[g] += dma_transfer_seconds(bytes * r / rows, std::max<int64_t>(1, chunks * r / rows), cfg);
-        }
-      } else {
-        a.engine_s[in.queue % cfg.dma_engines] += dma_transfer_seconds(bytes, chunks, cfg);
-      }
-      if (in.src0.space == Space::hbm || in.dst.space == Space::hbm) a.hbm_bytes += static_cast<double>(bytes);
-      continue;
-    }
-    const Lane lane = op_lane(in.op);
-    a.lane_s[static_cast<size_t>(lane)] += static_cast<double>(instr_cycles(in, cfg)) / lane_clock_hz(lane, cfg);
-    if (in.op == Op::multiply_moving) {
-      a.flops += 2.0 * in.src0.parts * in.dst.parts * static_cast<double>(in.src0.free_elems());
-      a.op = "matmul";
-    }
-  }
   // Kernels overlap (a kernel's loads start while the one before computes): like the simulated
   // kernel table, a kernel's time runs from the previous kernel's end to its own, so the kernel
   // times add up to the total.
-  const std::vector<double> ends = Replay(cfg).kernel_ends(p, nk);
+  Replay replay(cfg);
+  const std::vector<double> ends = replay.kernel_ends(p, nk);
   double previous_end = 0;
   for (size_t k = 0; k < nk; ++k) {
-    Acc& a = acc[k];
+    const Replay::Load& a = replay.loads[k];
     KernelEstimate& e = c.kernels[k];
     e.name = p.kernels[k];
-    e.op = a.op.empty() ? "elementwise" : a.op;
+    e.op = a.matmul ? "matmul" : "elementwise";
     e.tensor_s = a.lane_s[static_cast<size_t>(Lane::tensor)];
     e.vector_s = a.lane_s[static_cast<size_t>(Lane::vector)];
     e.scalar_s = a.lane_s[static_cast<size_t>(Lane::scalar)];
     e.gpsimd_s = a.lane_s[static_cast<size_t>(Lane::gpsimd)];
-    for (const auto& [eng, t] : a.engine_s) e.dma_s = std::max(e.dma_s, t);
+    for (const double t : a.engine_s) e.dma_s = std::max(e.dma_s, t);
     e.hbm_s = a.hbm_bytes / cfg.hbm_bandwidth;
     const double compute = std::max({e.tensor_s, e.vector_s, e.scalar_s, e.gpsimd_s});
     e.bound = compute >= std::max(e.dma_s, e.hbm_s) ? "compute" : "memory";

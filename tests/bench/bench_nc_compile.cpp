@@ -11,22 +11,17 @@
 #include "mapper/neuroncore/compile.hpp"
 #include "mapper/passes/canonicalize.hpp"
 #include "mapper/passes/passes.hpp"
+#include "tests/unit/nc_test_config.hpp"
 
 using namespace tessera;
 using namespace tessera::neuroncore;
 
 namespace {
 
-CoreConfig trn1() {
-  DiagnosticList d;
-  const TargetDesc* t = target_of_preset("trn1");
-  return CoreConfig::from(ParamSet::resolve(*t, *t->find_preset("trn1"), {}, d));
-}
-
 void BM_CompileBertLayer(benchmark::State& state) {
   graph::Graph g = frontend::load_onnx(TESSERA_SOURCE_DIR "/scenarios/models/bert_layer.onnx");
   passes::canonicalize(g);
-  const CoreConfig cfg = trn1();
+  const CoreConfig cfg = preset_config();
   MappingOptions mo;
   mo.compute = DType::bf16;
   size_t instrs = 0;
@@ -50,7 +45,7 @@ void BM_CompileNkiMatmulBlocked(benchmark::State& state) {
     ] })");
   graph::Graph g = frontend::load_json_graph(j, "/model/graph", ".");
   passes::prepare(g);
-  const CoreConfig cfg = trn1();
+  const CoreConfig cfg = preset_config();
   MappingOptions mo;
   mo.compute = DType::bf16;
   mo.matmul_schedule = MatmulSchedule::blocked_mnk;

@@ -3,19 +3,13 @@
 // predicted kernel times against the rules written out by hand from the cost table.
 #include <catch2/catch.hpp>
 
-#include "isa/params.hpp"
 #include "mapper/neuroncore/estimate.hpp"
+#include "tests/unit/nc_test_config.hpp"
 
 using namespace tessera;
 using namespace tessera::neuroncore;
 
 namespace {
-
-CoreConfig trn1() {
-  DiagnosticList d;
-  const TargetDesc* t = target_of_preset("trn1");
-  return CoreConfig::from(ParamSet::resolve(*t, *t->find_preset("trn1"), {}, d));
-}
 
 double seconds(const Instr& in, Lane lane, const CoreConfig& cfg) { return static_cast<double>(instr_cycles(in, cfg)) / lane_clock_hz(lane, cfg); }
 
@@ -32,7 +26,7 @@ Instr activation(int64_t to, int64_t from) {
 }  // namespace
 
 TEST_CASE("nc-estimate: a result read on another engine waits one dependent gap, and kernels partition the time", "[nc-estimate]") {
-  const CoreConfig cfg = trn1();
+  const CoreConfig cfg = preset_config();
   Compiled c;
   Emitter em(c.program);
   em.begin_kernel("produce");
@@ -61,7 +55,7 @@ TEST_CASE("nc-estimate: a result read on another engine waits one dependent gap,
 }
 
 TEST_CASE("nc-estimate: independent work on two engines overlaps, and a store of a result pays the trigger latency", "[nc-estimate]") {
-  const CoreConfig cfg = trn1();
+  const CoreConfig cfg = preset_config();
   Compiled c;
   Emitter em(c.program);
   em.begin_kernel("k");
@@ -95,7 +89,7 @@ TEST_CASE("nc-estimate: independent work on two engines overlaps, and a store of
 }
 
 TEST_CASE("nc-estimate: on NeuronCore-v2 the scalar engine waits while the vector engine holds the PSUM port", "[nc-estimate]") {
-  const CoreConfig cfg = trn1();
+  const CoreConfig cfg = preset_config();
   REQUIRE(cfg.port_conflicts);
   Compiled c;
   Emitter em(c.program);

@@ -3,19 +3,13 @@
 // are ready), so these are the placement rules the compiled kernels' overlap depends on.
 #include <catch2/catch.hpp>
 
-#include "isa/params.hpp"
 #include "mapper/neuroncore/emit.hpp"
+#include "tests/unit/nc_test_config.hpp"
 
 using namespace tessera;
 using namespace tessera::neuroncore;
 
 namespace {
-
-CoreConfig trn1() {
-  DiagnosticList d;
-  const TargetDesc* t = target_of_preset("trn1");
-  return CoreConfig::from(ParamSet::resolve(*t, *t->find_preset("trn1"), {}, d));
-}
 
 // Bundle index holding instruction `i` of the program.
 int bundle_of(const Program& p, int32_t i) {
@@ -44,7 +38,7 @@ TEST_CASE("nc-schedule: DMAs on one queue keep their order but may share a bundl
 }
 
 TEST_CASE("nc-schedule: a reader of a long result on another engine goes where the stream has caught up with it", "[nc-schedule]") {
-  const CoreConfig cfg = trn1();
+  const CoreConfig cfg = preset_config();
   for (const bool timed : {false, true}) {
     Program p;
     Emitter em(p);

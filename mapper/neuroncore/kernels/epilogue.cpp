@@ -37,7 +37,6 @@ void EpilogueEmitter::preload_row_bias(int64_t elem, int64_t count, int64_t stri
   // MLPs' rows of 16-64 B are up to 2.5% faster by DMA; rows of 128 B and more gain 0.5-13.5% by
   // the tensor engine -- the BERT layer 5.3%, the zoo's attention blocks 3.5-7.2%.)
   constexpr int64_t kRowBytes = 128;
-  const int64_t chunk = x_.cfg.psum_bank_bytes() / 4;  // fp32 accumulators per bank
   if (count * es < kRowBytes) {
     x_.em.dma(on_chip(Space::sbuf, dt, 0, P, row_buf_, {{static_cast<int32_t>(count), 1}}),
               hbm_ap(*ep_.bias, elem, P, 0, {{static_cast<int32_t>(count), static_cast<int32_t>(stride)}}), Emitter::DmaClass::spread);
@@ -49,6 +48,7 @@ void EpilogueEmitter::preload_row_bias(int64_t elem, int64_t count, int64_t stri
             hbm_ap(*ep_.bias, elem, 1, 0, {{static_cast<int32_t>(count), static_cast<int32_t>(stride)}}), Emitter::DmaClass::spread);
   const AccessPattern one_row = on_chip(Space::sbuf, dt, 0, 1, ones, {{P, 1}});
   x_.memset(one_row, 1.0);
+  const int64_t chunk = x_.cfg.psum_bank_bytes() / 4;  // fp32 accumulators per bank
   for (int64_t n0 = 0, i = 0; n0 < count; n0 += chunk, ++i) {
     const int32_t nn = static_cast<int32_t>(std::min(chunk, count - n0));
     const AccessPattern ps = x_.psum(i % 2, P, nn);
