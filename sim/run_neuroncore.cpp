@@ -107,6 +107,7 @@ MappingOptions nc_mapping_options(const Scenario& s) {
   mo.block_m = m.value("block_m", 0);
   mo.block_n = m.value("block_n", 0);
   mo.block_k = m.value("block_k", 0);
+  mo.fuse_attention = m.value("fuse_attention", true);
   return mo;
 }
 

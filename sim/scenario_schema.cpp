@@ -144,6 +144,8 @@ NodePtr build() {
       opt("block_m", integer(1, 1024, "NeuronCore, blocked schedules: stationary (M) tiles per block (default 2, blocked_mnk 16)")),
       opt("block_n", integer(1, 1024, "NeuronCore, blocked schedules: moving (N) tiles per block (default 2)")),
       opt("block_k", integer(1, 1024, "NeuronCore, blocked_mnk: contraction (K) tiles per block (default 8)")),
+      opt("fuse_attention", with_default(boolean("NeuronCore: compile MatMul -> Softmax -> MatMul (attention) as one fused kernel whose "
+          "scores stay on chip, where it fits; false: each node its own kernel"), true)),
   }, "compiler choices"), json::object());
 
   auto run = with_default(object({

@@ -33,6 +33,8 @@ class Lowering {
     const auto order = emission_order();
     for (size_t k = 0; k < order.size(); ++k) position_[g_.nodes[order[k]].name] = k;
     for (size_t idx : order) plan_epilogue(g_.nodes[idx]);
+    if (opt_.fuse_attention)
+      for (size_t idx : order) plan_attention(g_.nodes[idx]);
     for (size_t idx : order) {
       const Node& n = g_.nodes[idx];
       if (fused_.count(n.name) || st_.is_view_node(n)) continue;
@@ -61,6 +63,7 @@ class Lowering {
       else return Status::fail("a Slice with a negative step (reversing) is not compiled");
       return copy(x_, n.name, src, dst);
     }
+    if (auto a = attention_.find(n.name); a != attention_.end()) return attention(x_, a->second);
     if (op == "MatMul") return matmul(x_, n, epilogues_.at(n.name));
     if (op == "Conv" || op == "ConvTranspose") return conv(x_, n, epilogues_.at(n.name));
     if (is_pool(op)) return pool(x_, n);
@@ -192,6 +195,32 @@ class Lowering {
     epilogues_[p.name] = ep;
   }
 
+  // Attention: a MatMul whose planned epilogue (scale, mask as bias) is read only by a Softmax over
+  // the last axis, read only by a MatMul as its left operand, compiles as one kernel at the second
+  // MatMul's place (its inputs, and the first's, are ready there).
+  void plan_attention(const Node& p) {
+    if (p.op != "MatMul" || fused_.count(p.name)) return;
+    const Epilogue& ep = epilogues_.at(p.name);
+    const Node* sm = only_consumer(ep.out);
+    if (!sm || sm->op != "Softmax" || sm->inputs[0] != ep.out) return;
+    const int64_t rank = static_cast<int64_t>(g_.value(ep.out).shape.size());
+    int64_t axis = sm->attrs.get_int("axis", -1);
+    if (axis < 0) axis += rank;
+    if (axis != rank - 1) return;
+    const Node* p2 = only_consumer(sm->outputs[0]);
+    if (!p2 || p2->op != "MatMul" || p2->inputs[0] != sm->outputs[0] || p2->inputs[1] == sm->outputs[0] || fused_.count(p2->name)) return;
+    AttentionPlan a;
+    a.scores = &p;
+    a.softmax = sm;
+    a.context = p2;
+    a.score_ep = ep;
+    a.context_ep = epilogues_.at(p2->name);
+    if (!attention_fits(x_, a).ok) return;
+    fused_.insert(p.name);
+    fused_.insert(sm->name);
+    attention_[p2->name] = a;
+  }
+
   // Topological order in which a kernel that writes state in place (MappingOptions::in_place) comes
   // after every node reading that state: the scoreboard keeps program order, so a read placed after
   // the update would see the next step's value.
@@ -249,6 +278,7 @@ class Lowering {
   std::map<std::string, std::vector<const Node*>> consumers_;
   std::map<std::string, size_t> position_;
   std::map<std::string, Epilogue> epilogues_;
+  std::map<std::string, AttentionPlan> attention_;
   std::set<std::string> fused_, tied_;
 };
 

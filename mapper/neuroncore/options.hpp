@@ -23,6 +23,9 @@ struct MappingOptions {
   // Tiles per block (the tutorial's TILES_IN_BLOCK_M/N/K) for the blocked schedules; 0: the
   // tutorial's values (blocked_mn 2x2, blocked_mnk 16x2x8).
   int64_t block_m = 0, block_n = 0, block_k = 0;
+  // A MatMul -> Softmax -> MatMul chain (attention) as one fused kernel (kernels/attention.cpp) when
+  // it fits; false: each node its own kernel, the scores through HBM.
+  bool fuse_attention = true;
   // State updated in place (training): (input S, output holding S's next value). The output is
   // stored where S is, so the next step reads it without a host round trip; the kernel writing it
   // runs after every kernel that reads S. S and its next value share a dtype.

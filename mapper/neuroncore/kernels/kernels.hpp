@@ -20,6 +20,22 @@ Status matmul(Ctx& x, const graph::Node& n, const Epilogue& ep);
 // A 1-D [N, C, L] tensor's view as 2-D [N, C, 1, L] (a 4-D view is returned as it is).
 graph::Strided as_2d_spatial(const graph::Strided& v);
 
+// Attention fused into one kernel (kernels/attention.cpp): O = softmax(scale * Q @ Kt + mask) @ V,
+// the scores staying in PSUM and SBUF. The lowering finds the chain: a MatMul whose planned epilogue
+// (a scale, a mask added as its bias) is read only by a Softmax over the last axis, read only by a
+// MatMul as its left operand.
+struct AttentionPlan {
+  const graph::Node* scores = nullptr;   // Q @ Kt
+  const graph::Node* softmax = nullptr;
+  const graph::Node* context = nullptr;  // P @ V
+  Epilogue score_ep, context_ep;         // the two matmuls' planned epilogues
+};
+// Whether the fused kernel takes this chain (keys and value width within a PSUM bank, head
+// dimension within the array, SBUF for its slots); the reason when not (the chain then compiles
+// kernel by kernel).
+Status attention_fits(Ctx& x, const AttentionPlan& a);
+Status attention(Ctx& x, const AttentionPlan& a);
+
 // Conv and ConvTranspose 1-D/2-D, any stride, dilation, pads and groups: kernels/conv.cpp.
 Status conv(Ctx& x, const graph::Node& n, const Epilogue& ep);
 // MaxPool, AveragePool (pads, ceil mode, count_include_pad), GlobalAveragePool, GlobalMaxPool:

@@ -56,6 +56,8 @@ Mat mat(const TensorRef& r, const Strided& v) {
   return m;
 }
 
+}  // namespace
+
 // The last two dims of `v` at batch index `b` (row-major over v's batch dims).
 Strided batch_slice(const Strided& v, int64_t b) {
   Strided r;
@@ -69,8 +71,6 @@ Strided batch_slice(const Strided& v, int64_t b) {
   r.strides = {v.strides[nb], v.strides[nb + 1]};
   return r;
 }
-
-}  // namespace
 
 Status matmul(Ctx& x, const Node& n, const Epilogue& ep) {
   const std::string& ain = ep.operand[0].empty() ? n.inputs[0] : ep.operand[0];

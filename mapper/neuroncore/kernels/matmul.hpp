@@ -23,6 +23,9 @@ struct MatmulJob {
   int64_t bias_rs = 0, bias_cs = 0, res_rs = 0, res_cs = 0;
 };
 
+// The last two dims of `v` at batch index `b` (row-major over v's batch dims).
+graph::Strided batch_slice(const graph::Strided& v, int64_t b);
+
 // Enough buffers for streamed tiles ([kp partitions, tile_bytes_per_part]) that the DMAs in flight
 // cover a tile's transfer (and the trigger latency of a refill) with the matmuls of the tiles before it.
 int64_t auto_buffers(const Ctx& x, int64_t tile_bytes_per_part, int64_t kp, int64_t parts_out, int64_t free);

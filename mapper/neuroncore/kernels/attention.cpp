@@ -1,0 +1,289 @@
+// Fused attention (kernels.hpp): O = softmax(scale * Q @ Kt + mask) @ V as one kernel, per batch
+// (head) and 128-row tile of queries, the scores never leaving PSUM and SBUF:
+//   scores  PSUM [sq, Sk]  = (Q^T [dh, sq])^T @ Kt [dh, Sk]          (tensor engine, K = dh)
+//   masked  SBUF [sq, Sk]  = scale * scores + mask                   (the first matmul's epilogue)
+//   P       SBUF [sq, Sk]  = exp(s - max), row sums accumulated      (vector max, scalar exp)
+//   P^T     SBUF [kc, sq]  per 128 keys                              (tensor engine transpose)
+//   context PSUM [sq, dv]  = sum over key chunks of (P^T)^T @ V      (tensor engine, K = keys)
+//   O       SBUF [sq, dv]  = context * (1 / row sum)                 (vector, from PSUM), stored
+// The normalisation moves after the second matmul (the sums are per query row), so P is written
+// once. Units (batch, query tile) are software-pipelined over three stages (scores, probabilities,
+// context) with the next unit's loads ahead of them, in four SBUF slots, PSUM alternating between
+// two sets of banks, so one head's softmax runs beside the next heads' matmuls.
+#include <algorithm>
+
+#include "mapper/neuroncore/kernels/epilogue.hpp"
+#include "mapper/neuroncore/kernels/kernels.hpp"
+#include "mapper/neuroncore/kernels/matmul.hpp"
+
+namespace tessera::neuroncore {
+
+using graph::Strided;
+
+namespace {
+
+constexpr int64_t kSlots = 4;  // SBUF slots (units whose operands are in SBUF at once)
+
+struct Operands {
+  TensorRef q, kt, v, o;
+  Strided qv, ktv, vv, ov, mask;  // batch dims broadcast to the output's
+  Shape batch;
+  int64_t Sq = 0, dh = 0, Sk = 0, dv = 0, nb = 1;
+};
+
+Operands operands(Ctx& x, const AttentionPlan& a) {
+  Operands o;
+  const std::string& qin = a.score_ep.operand[0].empty() ? a.scores->inputs[0] : a.score_ep.operand[0];
+  const std::string& kin = a.score_ep.operand[1].empty() ? a.scores->inputs[1] : a.score_ep.operand[1];
+  const std::string& vin = a.context_ep.operand[1].empty() ? a.context->inputs[1] : a.context_ep.operand[1];
+  o.q = x.st.ref(qin);
+  o.kt = x.st.ref(kin);
+  o.v = x.st.ref(vin);
+  o.o = x.st.ref(a.context_ep.out);
+  const Shape& os = o.o.shape();
+  o.batch.assign(os.begin(), os.end() - 2);
+  o.Sq = os[os.size() - 2];
+  o.dv = os.back();
+  o.dh = o.q.shape().back();
+  o.Sk = o.kt.shape().back();
+  auto with_batch = [&](const Strided& v, int64_t r, int64_t c) {
+    Shape s = o.batch;
+    s.push_back(r);
+    s.push_back(c);
+    return graph::broadcast_to(v, s);
+  };
+  o.qv = with_batch(o.q.view, o.Sq, o.dh);
+  o.ktv = with_batch(o.kt.view, o.dh, o.Sk);
+  o.vv = with_batch(o.v.view, o.Sk, o.dv);
+  o.ov = o.o.view;
+  if (a.score_ep.bias) o.mask = with_batch(a.score_ep.bias->view, o.Sq, o.Sk);
+  o.nb = shape_numel(o.batch);
+  return o;
+}
+
+class Attention {
+ public:
+  Attention(Ctx& x, const AttentionPlan& a) : x_(x), a_(a), o_(operands(x, a)) {}
+
+  void run() {
+    const std::string name = a_.scores->name + "+attention";
+    x_.begin(name);
+    Sbuf sb = x_.sbuf(name);
+    Epilogue mask_ep;  // scale * scores + mask into SBUF fp32 (only with a mask)
+    mask_ep.scale = a_.score_ep.scale;
+    mask_ep.bias = a_.score_ep.bias;
+    EpilogueEmitter epi(x_, mask_ep, sb, o_.Sk);
+    slot_bytes_ = (slot_need(x_, o_.dh, o_.Sk, o_.dv, es_in(), mask()) + 63) / 64 * 64;
+    slots_ = sb.take(kSlots * slot_bytes_);
+    x_.used(sb);
+    x_.used_psum();
+    bank_ = x_.cfg.psum_bank_bytes();
+    const int64_t qtiles = ceil_div(o_.Sq, 128);
+    const int64_t units = o_.nb * qtiles;
+    // Software-pipelined: at step t the loads of unit t + 1, the scores of t, the probabilities of
+    // t - 1 and the context of t - 2 -- the engines' in-order streams interleave three units, so
+    // one unit's dependent steps wait beside the others' work instead of idling the engines.
+    if (units > 0) load(0, qtiles);
+    for (int64_t t = 0; t < units + 2; ++t) {
+      if (t + 1 < units) load(t + 1, qtiles);
+      if (t < units) scores(t, qtiles, epi);
+      if (t >= 1 && t - 1 < units) probabilities(t - 1, qtiles);
+      if (t >= 2) context(t - 2, qtiles);
+    }
+  }
+
+  // SBUF bytes per partition of one slot.
+  static int64_t slot_need(const Ctx& x, int64_t dh, int64_t Sk, int64_t dv, int64_t es, bool mask) {
+    (void)x;
+    (void)dh;
+    const int64_t chunks = ceil_div(Sk, 128);
+    return 128 * es            // Q^T [dh, sq]
+           + Sk * es           // K^T [dh, Sk]
+           + chunks * dv * es  // V [kc, dv] per key chunk
+           + 4 * 128 * es      // staging of transposed loads
+           + (mask ? Sk * 4 : 0)
+           + Sk * es           // P [sq, Sk]
+           + chunks * 128 * es // P^T [kc, sq] per chunk
+           + dv * 4            // O [sq, dv]
+           + 4 * 4;            // -max, row sum, 1 / sum
+  }
+
+ private:
+  bool mask() const { return a_.score_ep.bias.has_value(); }
+  // The operands' SBUF dtype: V's (the context matmul reads P and V alike).
+  int64_t es_in() const { return std::max({o_.q.es(), o_.kt.es(), o_.v.es()}); }
+
+  // Offsets within slot s.
+  struct Slot {
+    int64_t qT, kT, v, stage, s, p, pT, out, cols;
+  };
+  Slot slot(int64_t u) const {
+    const int64_t es = es_in(), chunks = ceil_div(o_.Sk, 128);
+    Slot s;
+    int64_t at = slots_ + (u % kSlots) * slot_bytes_;
+    auto take = [&](int64_t bytes) {
+      const int64_t r = at;
+      at += bytes;
+      return r;
+    };
+    s.qT = take(128 * es);
+    s.kT = take(o_.Sk * es);
+    s.v = take(chunks * o_.dv * es);
+    s.stage = take(4 * 128 * es);
+    s.s = take(mask() ? o_.Sk * 4 : 0);
+    s.p = take(o_.Sk * es);
+    s.pT = take(chunks * 128 * es);
+    s.out = take(o_.dv * 4);
+    s.cols = take(16);
+    return s;
+  }
+
+  AccessPattern psum_at(int64_t bank, int64_t off, int32_t parts, int32_t free) const {
+    return on_chip(Space::psum, DType::f32, 0, parts, (bank % x_.banks()) * bank_ + off, {{free, 1}});
+  }
+
+  // [K, F] of `r` (element (k, f) at elem + k * sk + f * sf) into SBUF at `dst` with K on the
+  // partitions: one DMA when F is contiguous in HBM, else [F, K] blocks of 128 (K contiguous) turned
+  // by the tensor engine (banks 6 and 7, four positions each) and copied back.
+  void load_kf(const TensorRef& r, int64_t elem, int64_t K, int64_t sk, int64_t F, int64_t sf, int64_t dst, int64_t stage) {
+    const DType dt = r.dtype;
+    const bool transposed = sf != 1 && sk == 1 && F > 1;
+    if (!transposed) {
+      x_.em.dma(on_chip(Space::sbuf, dt, 0, static_cast<int32_t>(K), dst, {{static_cast<int32_t>(F), 1}}),
+                hbm_ap(r, elem, static_cast<int32_t>(K), sk, {{static_cast<int32_t>(F), static_cast<int32_t>(sf)}}), Emitter::DmaClass::spread);
+      return;
+    }
+    for (int64_t j = 0; j < F; j += 128, ++stages_) {
+      const int32_t fs = static_cast<int32_t>(std::min<int64_t>(128, F - j));
+      const AccessPattern staged = on_chip(Space::sbuf, dt, 0, fs, stage + (stages_ % 4) * 128 * r.es(), {{static_cast<int32_t>(K), 1}});
+      x_.em.dma(staged, hbm_ap(r, elem + j * sf, fs, sf, {{static_cast<int32_t>(K), static_cast<int32_t>(sk)}}), Emitter::DmaClass::spread);
+      const AccessPattern pt = psum_at(6 + (stages_ / 4) % 2, (stages_ % 4) * 512, static_cast<int32_t>(K), fs);
+      x_.transpose(pt, staged);
+      x_.copy(on_chip(Space::sbuf, dt, 0, static_cast<int32_t>(K), dst + j * r.es(), {{fs, 1}}), pt);
+    }
+  }
+
+  void load(int64_t u, int64_t qtiles) {
+    const int64_t b = u / qtiles, q0 = (u % qtiles) * 128, sq = std::min<int64_t>(128, o_.Sq - q0);
+    const Slot s = slot(u);
+    const Strided q = batch_slice(o_.qv, b), kt = batch_slice(o_.ktv, b), v = batch_slice(o_.vv, b);
+    // Q^T [dh, sq]: (k, f) = Q(q0 + f, k)
+    load_kf(o_.q, q.offset + q0 * q.strides[0], o_.dh, q.strides[1], sq, q.strides[0], s.qT, s.stage);
+    // K^T [dh, Sk]
+    load_kf(o_.kt, kt.offset, o_.dh, kt.strides[0], o_.Sk, kt.strides[1], s.kT, s.stage);
+    // V [kc, dv] per chunk of 128 keys
+    for (int64_t c0 = 0, c = 0; c0 < o_.Sk; c0 += 128, ++c) {
+      const int64_t kc = std::min<int64_t>(128, o_.Sk - c0);
+      load_kf(o_.v, v.offset + c0 * v.strides[0], kc, v.strides[0], o_.dv, v.strides[1], s.v + c * o_.dv * o_.v.es(), s.stage);
+    }
+  }
+
+  struct Unit {
+    int64_t b, q0;
+    int32_t sq;
+    Slot s;
+    int64_t set;  // PSUM: scores in bank `set`, context in 2 + set, P^T in 4 + set
+  };
+  Unit unit(int64_t u, int64_t qtiles) const {
+    Unit r;
+    r.b = u / qtiles;
+    r.q0 = (u % qtiles) * 128;
+    r.sq = static_cast<int32_t>(std::min<int64_t>(128, o_.Sq - r.q0));
+    r.s = slot(u);
+    r.set = u % 2;
+    return r;
+  }
+  AccessPattern col(const Unit& n, int i) const { return on_chip(Space::sbuf, DType::f32, 0, n.sq, n.s.cols + i * 4, {{1, 1}}); }
+
+  // Stage 1: the scores, masked and scaled, and their row maxima (negated, scaled).
+  void scores(int64_t u, int64_t qtiles, EpilogueEmitter& epi) {
+    const Unit n = unit(u, qtiles);
+    const int32_t Sk = static_cast<int32_t>(o_.Sk), dh = static_cast<int32_t>(o_.dh);
+    const AccessPattern ps = psum_at(n.set, 0, n.sq, Sk);
+    x_.matmul_step(ps, on_chip(Space::sbuf, o_.q.dtype, 0, dh, n.s.qT, {{n.sq, 1}}), on_chip(Space::sbuf, o_.kt.dtype, 0, dh, n.s.kT, {{Sk, 1}}), true,
+                   true);
+    const AccessPattern src = scores_src(n);
+    if (mask()) {
+      const Strided m = batch_slice(o_.mask, n.b);
+      const TileView at{m.offset, 0, {}};
+      epi.run(src, ps, tile_at(at, m.strides[0], m.strides[1], n.q0, 0, Sk), TileView{}, u);
+    }
+    x_.reduce(col(n, 0), src, Alu::max, true);  // -max
+    if (exp_scale() != 1.0) x_.tensor_scalar(col(n, 0), col(n, 0), Alu::multiply, exp_scale());
+  }
+  AccessPattern scores_src(const Unit& n) const {
+    return mask() ? on_chip(Space::sbuf, DType::f32, 0, n.sq, n.s.s, {{static_cast<int32_t>(o_.Sk), 1}})
+                  : psum_at(n.set, 0, n.sq, static_cast<int32_t>(o_.Sk));
+  }
+  double exp_scale() const { return mask() ? 1.0 : a_.score_ep.scale; }
+
+  // Stage 2: P = exp(s - max) with its row sums, 1 / sum, P^T per 128 keys.
+  void probabilities(int64_t u, int64_t qtiles) {
+    const Unit n = unit(u, qtiles);
+    const DType pdt = o_.v.dtype;
+    const int64_t pes = o_.v.es();
+    const AccessPattern p = on_chip(Space::sbuf, pdt, 0, n.sq, n.s.p, {{static_cast<int32_t>(o_.Sk), 1}});
+    x_.activation(p, scores_src(n), Func::exp, exp_scale(), col(n, 0), 0.0, col(n, 1));  // exp(sc * s - sc * max), row sums
+    x_.activation(col(n, 2), col(n, 1), Func::reciprocal);
+    if (a_.context_ep.scale != 1.0) x_.tensor_scalar(col(n, 2), col(n, 2), Alu::multiply, a_.context_ep.scale);
+    for (int64_t c = 0, chunks = ceil_div(o_.Sk, 128); c < chunks; ++c) {
+      const int32_t kc = static_cast<int32_t>(std::min<int64_t>(128, o_.Sk - c * 128));
+      const AccessPattern pt = psum_at(4 + n.set, c * 512, kc, n.sq);
+      x_.transpose(pt, on_chip(Space::sbuf, pdt, 0, n.sq, n.s.p + c * 128 * pes, {{kc, 1}}));
+      x_.copy(on_chip(Space::sbuf, pdt, 0, kc, n.s.pT + c * 128 * pes, {{n.sq, 1}}), pt);
+    }
+  }
+
+  // Stage 3: the context (P^T)^T @ V over the key chunks, normalised by the row sums, stored.
+  void context(int64_t u, int64_t qtiles) {
+    const Unit n = unit(u, qtiles);
+    const int32_t dv = static_cast<int32_t>(o_.dv);
+    const DType pdt = o_.v.dtype;
+    const int64_t pes = o_.v.es(), chunks = ceil_div(o_.Sk, 128);
+    const AccessPattern po = psum_at(2 + n.set, 0, n.sq, dv);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int32_t kc = static_cast<int32_t>(std::min<int64_t>(128, o_.Sk - c * 128));
+      x_.matmul_step(po, on_chip(Space::sbuf, pdt, 0, kc, n.s.pT + c * 128 * pes, {{n.sq, 1}}),
+                     on_chip(Space::sbuf, o_.v.dtype, 0, kc, n.s.v + c * o_.dv * pes, {{dv, 1}}), c == 0, c == chunks - 1);
+    }
+    const AccessPattern out = on_chip(Space::sbuf, o_.o.dtype, 0, n.sq, n.s.out, {{dv, 1}});
+    x_.tensor_tensor(Alu::multiply, out, po, on_chip(Space::sbuf, DType::f32, 0, n.sq, n.s.cols + 8, {{dv, 0}}));
+    const Strided ov = batch_slice(o_.ov, n.b);
+    x_.em.dma(hbm_ap(o_.o, ov.offset + n.q0 * ov.strides[0], n.sq, ov.strides[0], {{dv, static_cast<int32_t>(ov.strides[1])}}), out,
+              Emitter::DmaClass::spread_store);
+  }
+
+  Ctx& x_;
+  const AttentionPlan& a_;
+  Operands o_;
+  int64_t slot_bytes_ = 0, slots_ = 0, bank_ = 0, stages_ = 0;
+};
+
+}  // namespace
+
+Status attention_fits(Ctx& x, const AttentionPlan& a) {
+  if (a.score_ep.func != Func::identity || a.score_ep.residual) return Status::fail("the scores have an activation or a residual");
+  if (a.context_ep.bias || a.context_ep.residual || a.context_ep.func != Func::identity || !a.context_ep.operand[0].empty())
+    return Status::fail("the context matmul has an epilogue beyond a scale");
+  if (a.score_ep.scale <= 0 || a.context_ep.scale <= 0) return Status::fail("a scale that is not positive");
+  for (const std::string* v : {&a.scores->inputs[0], &a.scores->inputs[1], &a.context->inputs[1]})
+    if (x.g.value(*v).data || x.g.value(*v).shape.size() < 2) return Status::fail("a constant or 1-D operand");
+  const Operands o = operands(x, a);
+  if (o.ov.rank() < 2 || o.q.rank() < 2) return Status::fail("operands of rank < 2");
+  const int64_t bank_f32 = x.cfg.psum_bank_bytes() / 4, free_max = std::min<int64_t>(bank_f32, x.cfg.max_moving_free);
+  if (x.banks() < 8) return Status::fail("fewer than 8 PSUM banks");
+  if (o.dh > x.cfg.tensor_rows || o.dh > 128) return Status::fail("a head dimension over 128");
+  if (o.Sk > free_max || o.dv > free_max || o.Sk > 512) return Status::fail("keys or value width beyond one PSUM bank");
+  if (x.cfg.tensor_cols < 128 || x.cfg.partitions < 128) return Status::fail("an array narrower than 128");
+  const int64_t es = std::max({o.q.es(), o.kt.es(), o.v.es()});
+  const int64_t need = kSlots * ((Attention::slot_need(x, o.dh, o.Sk, o.dv, es, a.score_ep.bias.has_value()) + 63) / 64 * 64) + 3 * o.Sk * 4 + 1024;
+  if (need > x.cfg.sbuf_partition_bytes) return Status::fail("SBUF too small for the fused kernel's slots");
+  return {};
+}
+
+Status attention(Ctx& x, const AttentionPlan& a) {
+  Attention(x, a).run();
+  return {};
+}
+
+}  // namespace tessera::neuroncore
