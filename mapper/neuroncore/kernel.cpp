@@ -131,6 +131,21 @@ void Ctx::transpose(const AccessPattern& psum_dst, const AccessPattern& src) {
   em.emit(tr, Lane::tensor);
 }
 
+void Ctx::replicate_row(DType dt, int64_t off, int64_t count, int64_t ones) {
+  const int32_t P = static_cast<int32_t>(cfg.partitions);
+  const int64_t es = static_cast<int64_t>(dtype_size(dt));
+  const AccessPattern one_row = on_chip(Space::sbuf, dt, 0, 1, ones, {{P, 1}});
+  memset(one_row, 1.0);
+  const int64_t chunk = cfg.psum_bank_bytes() / 4;  // fp32 accumulators per bank
+  for (int64_t n0 = 0, i = 0; n0 < count; n0 += chunk, ++i) {
+    const int32_t nn = static_cast<int32_t>(std::min(chunk, count - n0));
+    const AccessPattern ps = psum(i % 2, P, nn);
+    matmul_step(ps, one_row, on_chip(Space::sbuf, dt, 0, 1, off + n0 * es, {{nn, 1}}), true, true);
+    copy(on_chip(Space::sbuf, dt, 0, P, off + n0 * es, {{nn, 1}}), ps);
+  }
+  used_psum();
+}
+
 bool unary_func(const std::string& op, const graph::Node& n, Func& f) {
   static const std::pair<const char*, Func> table[] = {
       {"Relu", Func::relu}, {"Sigmoid", Func::sigmoid}, {"Tanh", Func::tanh}, {"Exp", Func::exp},         {"Log", Func::log},

@@ -28,16 +28,9 @@ void EpilogueEmitter::preload_row_bias(int64_t elem, int64_t count, int64_t stri
   row_elem_ = elem;
   row_count_ = count;
   row_stride_ = stride;
-  // Replicated on every partition. A short row by a stride-0 DMA (P copies of it through the
-  // engines); a row of kRowBytes or more would hold the engines' load queues (in order) for the
-  // time of its P copies -- BERT's [768] fp32 biases, 393 KB each, held the loads behind them
-  // ~15 us -- so it goes into partition 0 once and the tensor engine replicates it:
-  // ones[1, P]^T x row[1, n] puts it on every partition, exactly (one product by 1.0 into a cleared
-  // accumulator), and a copy brings it back. (Measured over the shipped scenarios: the training
-  // MLPs' rows of 16-64 B are up to 2.5% faster by DMA; rows of 128 B and more gain 0.5-13.5% by
-  // the tensor engine -- the BERT layer 5.3%, the zoo's attention blocks 3.5-7.2%.)
-  constexpr int64_t kRowBytes = 128;
-  if (count * es < kRowBytes) {
+  // Replicated on every partition: a short row by a stride-0 DMA, a longer one loaded into
+  // partition 0 and replicated by the tensor engine (Ctx::replicate_row).
+  if (count * es < kReplicateRowBytes) {
     x_.em.dma(on_chip(Space::sbuf, dt, 0, P, row_buf_, {{static_cast<int32_t>(count), 1}}),
               hbm_ap(*ep_.bias, elem, P, 0, {{static_cast<int32_t>(count), static_cast<int32_t>(stride)}}), Emitter::DmaClass::spread);
     x_.used(*sb_);
@@ -46,17 +39,8 @@ void EpilogueEmitter::preload_row_bias(int64_t elem, int64_t count, int64_t stri
   const int64_t ones = sb_->take(P * es);
   x_.em.dma(on_chip(Space::sbuf, dt, 0, 1, row_buf_, {{static_cast<int32_t>(count), 1}}),
             hbm_ap(*ep_.bias, elem, 1, 0, {{static_cast<int32_t>(count), static_cast<int32_t>(stride)}}), Emitter::DmaClass::spread);
-  const AccessPattern one_row = on_chip(Space::sbuf, dt, 0, 1, ones, {{P, 1}});
-  x_.memset(one_row, 1.0);
-  const int64_t chunk = x_.cfg.psum_bank_bytes() / 4;  // fp32 accumulators per bank
-  for (int64_t n0 = 0, i = 0; n0 < count; n0 += chunk, ++i) {
-    const int32_t nn = static_cast<int32_t>(std::min(chunk, count - n0));
-    const AccessPattern ps = x_.psum(i % 2, P, nn);
-    x_.matmul_step(ps, one_row, on_chip(Space::sbuf, dt, 0, 1, row_buf_ + n0 * es, {{nn, 1}}), true, true);
-    x_.copy(on_chip(Space::sbuf, dt, 0, P, row_buf_ + n0 * es, {{nn, 1}}), ps);
-  }
+  x_.replicate_row(dt, row_buf_, count, ones);
   x_.used(*sb_);
-  x_.used_psum();
 }
 
 AccessPattern EpilogueEmitter::column(const TileView& bias, int32_t parts) {

@@ -123,7 +123,7 @@ Status pool(Ctx& x, const Node& n) {
       for (const Run& run : tile.runs)
         x.em.dma(hbm_ap(O, run.offset[0] + oh0 * ov.strides[2], run.parts, l.row_stride(0),
                         {{static_cast<int32_t>(tr), static_cast<int32_t>(ov.strides[2])}, {static_cast<int32_t>(OW), static_cast<int32_t>(ov.strides[3])}}),
-                 on_chip(Space::sbuf, O.dtype, run.p0, run.parts, yoff, odims), Emitter::DmaClass::bulk);
+                 on_chip(Space::sbuf, O.dtype, run.p0, run.parts, yoff, odims), Emitter::DmaClass::spread_store);
     }
   }
   return {};

@@ -13,6 +13,8 @@
 
 namespace tessera::neuroncore {
 
+constexpr int64_t kRowsReplicateBytes = 1024;
+
 using graph::Node;
 using graph::Strided;
 
@@ -164,11 +166,21 @@ Status rows(Ctx& x, const Node& n) {
   auto row = [&](int32_t parts, int64_t off, DType t = DType::f32) { return on_chip(Space::sbuf, t, 0, parts, off, row_dims); };
   auto col = [&](int32_t parts, int64_t off) { return on_chip(Space::sbuf, DType::f32, 0, parts, off, {{1, 1}}); };
   auto bcast = [&](int32_t parts, int64_t off) { return on_chip(Space::sbuf, DType::f32, 0, parts, off, {{static_cast<int32_t>(C), 0}}); };
-  // Per-column operands: loaded once, replicated on every partition.
+  // Per-column operands: loaded once, replicated on every partition -- rows of kReplicateRowBytes
+  // or more into partition 0 and over the partitions by the tensor engine (a LayerNorm's [768]
+  // fp32 scale by a stride-0 DMA held four bulk queues 6.2 us), shorter ones by a stride-0 DMA.
   if (!per_row)
     for (size_t i = 0; i < extra.size(); ++i) {
       const Packed p = pack(l.free_dims(2 + i, l.chunk));
-      x.em.dma(on_chip(Space::sbuf, extra[i].dtype, 0, P, ebuf[i], p.sbuf), hbm_ap(extra[i], l.offsets[2 + i], P, 0, p.hbm), Emitter::DmaClass::bulk);
+      const DType dt = extra[i].dtype;
+      if (p.elems * extra[i].es() >= kRowsReplicateBytes && sb.fits(P * extra[i].es())) {
+        const int64_t ones = sb.take(P * extra[i].es());
+        x.used(sb);
+        x.em.dma(on_chip(Space::sbuf, dt, 0, 1, ebuf[i], p.sbuf), hbm_ap(extra[i], l.offsets[2 + i], 1, 0, p.hbm), Emitter::DmaClass::spread);
+        x.replicate_row(dt, ebuf[i], p.elems, ones);
+        continue;
+      }
+      x.em.dma(on_chip(Space::sbuf, dt, 0, P, ebuf[i], p.sbuf), hbm_ap(extra[i], l.offsets[2 + i], P, 0, p.hbm), Emitter::DmaClass::bulk);
     }
   const double eps = n.attrs.get_float("epsilon", 1e-5);
   int64_t t = 0;
@@ -269,10 +281,13 @@ Status rows(Ctx& x, const Node& n) {
       x.tensor_tensor(Alu::multiply, row(pr, work), xs, bcast(pr, sm + 8));
       x.tensor_tensor(Alu::multiply, y, row(pr, work), on_chip(Space::sbuf, extra[0].dtype, 0, pr, ebuf[0], g0.read));
     }
+    // Stored by a DMA spread over every engine (a LayerNorm's [128, 768] fp32 output on the four
+    // bulk queues took 6.2 us; global pools' columns: MobileNetV3 -6.6%, ResNet -3.3%, EfficientNet
+    // +1.5%).
     const Packed yp = reduce ? Packed{{{1, 1}}, {{1, 1}}, {{1, 1}}, 1} : pack(l.free_dims(0, l.chunk));
     for (const Run& run : tile.runs)
       x.em.dma(hbm_ap(Y, run.offset[0], run.parts, l.row_stride(0), yp.hbm), on_chip(Space::sbuf, Y.dtype, run.p0, run.parts, yb, yp.sbuf),
-               Emitter::DmaClass::bulk);
+               Emitter::DmaClass::spread_store);
     ++t;
   }
   return {};
