@@ -201,15 +201,35 @@ class Lowering {
   void plan_attention(const Node& p) {
     if (p.op != "MatMul" || fused_.count(p.name)) return;
     const Epilogue& ep = epilogues_.at(p.name);
+    AttentionPlan a;
     const Node* sm = only_consumer(ep.out);
-    if (!sm || sm->op != "Softmax" || sm->inputs[0] != ep.out) return;
-    const int64_t rank = static_cast<int64_t>(g_.value(ep.out).shape.size());
+    std::string scores = ep.out;
+    if (sm && sm->op == "Where" && sm->inputs.size() == 3 && sm->inputs[1] != sm->inputs[2]) {  // masked_fill
+      const Node& w = *sm;
+      const size_t side = w.inputs[1] == ep.out ? 1 : w.inputs[2] == ep.out ? 2 : 0;
+      if (side == 0 || w.inputs[0] == ep.out) return;
+      const auto& cv = g_.value(w.inputs[0]);
+      const auto& fv = g_.value(w.inputs[3 - side]);
+      const Shape& ss = g_.value(ep.out).shape;
+      if (!cv.data || !fv.data || fv.data->numel() != 1 || !is_float(fv.dtype) || !broadcasts(cv.shape, ss) ||
+          g_.value(w.outputs[0]).shape != ss)
+        return;
+      TensorRef c = st_.ref(w.inputs[0]);
+      c.view = graph::broadcast_to(c.view, ss);
+      a.where = &w;
+      a.cond = c;
+      a.keep_when = side == 1;
+      a.fill = fv.data->cast(DType::f64).to_f64()[0];
+      scores = w.outputs[0];
+      sm = only_consumer(scores);
+    }
+    if (!sm || sm->op != "Softmax" || sm->inputs[0] != scores) return;
+    const int64_t rank = static_cast<int64_t>(g_.value(scores).shape.size());
     int64_t axis = sm->attrs.get_int("axis", -1);
     if (axis < 0) axis += rank;
     if (axis != rank - 1) return;
     const Node* p2 = only_consumer(sm->outputs[0]);
     if (!p2 || p2->op != "MatMul" || p2->inputs[0] != sm->outputs[0] || p2->inputs[1] == sm->outputs[0] || fused_.count(p2->name)) return;
-    AttentionPlan a;
     a.scores = &p;
     a.softmax = sm;
     a.context = p2;
@@ -218,6 +238,7 @@ class Lowering {
     if (!attention_fits(x_, a).ok) return;
     fused_.insert(p.name);
     fused_.insert(sm->name);
+    if (a.where) fused_.insert(a.where->name);
     attention_[p2->name] = a;
   }
 

@@ -26,7 +26,7 @@ constexpr int64_t kSlots = 4;  // SBUF slots (units whose operands are in SBUF a
 
 struct Operands {
   TensorRef q, kt, v, o;
-  Strided qv, ktv, vv, ov, mask;  // batch dims broadcast to the output's
+  Strided qv, ktv, vv, ov, mask, cond;  // batch dims broadcast to the output's
   Shape batch;
   int64_t Sq = 0, dh = 0, Sk = 0, dv = 0, nb = 1;
 };
@@ -57,6 +57,7 @@ Operands operands(Ctx& x, const AttentionPlan& a) {
   o.vv = with_batch(o.v.view, o.Sk, o.dv);
   o.ov = o.o.view;
   if (a.score_ep.bias) o.mask = with_batch(a.score_ep.bias->view, o.Sq, o.Sk);
+  if (a.cond) o.cond = with_batch(a.cond->view, o.Sq, o.Sk);
   o.nb = shape_numel(o.batch);
   return o;
 }
@@ -73,8 +74,12 @@ class Attention {
     mask_ep.scale = a_.score_ep.scale;
     mask_ep.bias = a_.score_ep.bias;
     EpilogueEmitter epi(x_, mask_ep, sb, o_.Sk);
-    slot_bytes_ = (slot_need(x_, o_.dh, o_.Sk, o_.dv, es_in(), mask()) + 63) / 64 * 64;
+    slot_bytes_ = (slot_need(x_, o_.dh, o_.Sk, o_.dv, es_in(), mask() || where(), where() ? a_.cond->es() : 0) + 63) / 64 * 64;
     slots_ = sb.take(kSlots * slot_bytes_);
+    if (where()) {  // the fill value in a column, read with stride 0 along the keys
+      fill_ = sb.take(64);
+      x_.memset(on_chip(Space::sbuf, DType::f32, 0, 128, fill_, {{1, 1}}), a_.fill);
+    }
     x_.used(sb);
     x_.used_psum();
     bank_ = x_.cfg.psum_bank_bytes();
@@ -93,7 +98,7 @@ class Attention {
   }
 
   // SBUF bytes per partition of one slot.
-  static int64_t slot_need(const Ctx& x, int64_t dh, int64_t Sk, int64_t dv, int64_t es, bool mask) {
+  static int64_t slot_need(const Ctx& x, int64_t dh, int64_t Sk, int64_t dv, int64_t es, bool mask, int64_t cond_es) {
     (void)x;
     (void)dh;
     const int64_t chunks = ceil_div(Sk, 128);
@@ -105,17 +110,19 @@ class Attention {
            + Sk * es           // P [sq, Sk]
            + chunks * 128 * es // P^T [kc, sq] per chunk
            + dv * 4            // O [sq, dv]
+           + Sk * cond_es      // the masked_fill condition [sq, Sk]
            + 4 * 4;            // -max, row sum, 1 / sum
   }
 
  private:
   bool mask() const { return a_.score_ep.bias.has_value(); }
+  bool where() const { return a_.cond.has_value(); }
   // The operands' SBUF dtype: V's (the context matmul reads P and V alike).
   int64_t es_in() const { return std::max({o_.q.es(), o_.kt.es(), o_.v.es()}); }
 
   // Offsets within slot s.
   struct Slot {
-    int64_t qT, kT, v, stage, s, p, pT, out, cols;
+    int64_t qT, kT, v, stage, s, p, pT, out, cond, cols;
   };
   Slot slot(int64_t u) const {
     const int64_t es = es_in(), chunks = ceil_div(o_.Sk, 128);
@@ -130,10 +137,11 @@ class Attention {
     s.kT = take(o_.Sk * es);
     s.v = take(chunks * o_.dv * es);
     s.stage = take(4 * 128 * es);
-    s.s = take(mask() ? o_.Sk * 4 : 0);
+    s.s = take(mask() || where() ? o_.Sk * 4 : 0);
     s.p = take(o_.Sk * es);
     s.pT = take(chunks * 128 * es);
     s.out = take(o_.dv * 4);
+    s.cond = take(where() ? o_.Sk * a_.cond->es() : 0);
     s.cols = take(16);
     return s;
   }
@@ -208,14 +216,29 @@ class Attention {
       const TileView at{m.offset, 0, {}};
       epi.run(src, ps, tile_at(at, m.strides[0], m.strides[1], n.q0, 0, Sk), TileView{}, u);
     }
+    if (where()) {  // src = cond ? scores : fill (or the other way round), the scale applied first
+      if (!mask()) x_.activation(src, ps, Func::identity, a_.score_ep.scale);
+      const Strided c = batch_slice(o_.cond, n.b);
+      const AccessPattern ct = on_chip(Space::sbuf, a_.cond->dtype, 0, n.sq, n.s.cond, {{Sk, 1}});
+      x_.em.dma(ct, hbm_ap(*a_.cond, c.offset + n.q0 * c.strides[0], n.sq, c.strides[0], {{Sk, static_cast<int32_t>(c.strides[1])}}),
+                Emitter::DmaClass::spread);
+      const AccessPattern fill = on_chip(Space::sbuf, DType::f32, 0, n.sq, fill_, {{Sk, 0}});
+      Instr sel;
+      sel.op = Op::select;
+      sel.dst = src;
+      sel.src0 = ct;
+      sel.src1 = a_.keep_when ? src : fill;
+      sel.aux = a_.keep_when ? fill : src;
+      x_.em.emit(sel, Lane::vector);
+    }
     x_.reduce(col(n, 0), src, Alu::max, true);  // -max
     if (exp_scale() != 1.0) x_.tensor_scalar(col(n, 0), col(n, 0), Alu::multiply, exp_scale());
   }
   AccessPattern scores_src(const Unit& n) const {
-    return mask() ? on_chip(Space::sbuf, DType::f32, 0, n.sq, n.s.s, {{static_cast<int32_t>(o_.Sk), 1}})
+    return mask() || where() ? on_chip(Space::sbuf, DType::f32, 0, n.sq, n.s.s, {{static_cast<int32_t>(o_.Sk), 1}})
                   : psum_at(n.set, 0, n.sq, static_cast<int32_t>(o_.Sk));
   }
-  double exp_scale() const { return mask() ? 1.0 : a_.score_ep.scale; }
+  double exp_scale() const { return mask() || where() ? 1.0 : a_.score_ep.scale; }
 
   // Stage 2: P = exp(s - max) with its row sums, 1 / sum, P^T per 128 keys.
   void probabilities(int64_t u, int64_t qtiles) {
@@ -256,7 +279,7 @@ class Attention {
   Ctx& x_;
   const AttentionPlan& a_;
   Operands o_;
-  int64_t slot_bytes_ = 0, slots_ = 0, bank_ = 0, stages_ = 0;
+  int64_t slot_bytes_ = 0, slots_ = 0, bank_ = 0, stages_ = 0, fill_ = 0;
 };
 
 }  // namespace
@@ -276,7 +299,8 @@ Status attention_fits(Ctx& x, const AttentionPlan& a) {
   if (o.Sk > free_max || o.dv > free_max || o.Sk > 512) return Status::fail("keys or value width beyond one PSUM bank");
   if (x.cfg.tensor_cols < 128 || x.cfg.partitions < 128) return Status::fail("an array narrower than 128");
   const int64_t es = std::max({o.q.es(), o.kt.es(), o.v.es()});
-  const int64_t need = kSlots * ((Attention::slot_need(x, o.dh, o.Sk, o.dv, es, a.score_ep.bias.has_value()) + 63) / 64 * 64) + 3 * o.Sk * 4 + 1024;
+  const int64_t need =
+      kSlots * ((Attention::slot_need(x, o.dh, o.Sk, o.dv, es, a.score_ep.bias || a.cond, a.cond ? a.cond->es() : 0) + 63) / 64 * 64) + 3 * o.Sk * 4 + 1024;
   if (need > x.cfg.sbuf_partition_bytes) return Status::fail("SBUF too small for the fused kernel's slots");
   return {};
 }

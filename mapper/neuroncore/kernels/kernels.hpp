@@ -29,6 +29,12 @@ struct AttentionPlan {
   const graph::Node* softmax = nullptr;
   const graph::Node* context = nullptr;  // P @ V
   Epilogue score_ep, context_ep;         // the two matmuls' planned epilogues
+  // A masked_fill between the scores and the Softmax: Where(cond, scores, fill) (keep where cond)
+  // or Where(cond, fill, scores) (keep where not cond), cond constant, fill a scalar.
+  const graph::Node* where = nullptr;
+  std::optional<TensorRef> cond;         // broadcast to the scores' shape
+  bool keep_when = true;
+  double fill = 0;
 };
 // Whether the fused kernel takes this chain (keys and value width within a PSUM bank, head
 // dimension within the array, SBUF for its slots); the reason when not (the chain then compiles
