@@ -11,6 +11,7 @@
 // context) with the next unit's loads ahead of them, in four SBUF slots, PSUM alternating between
 // two sets of banks, so one head's softmax runs beside the next heads' matmuls.
 #include <algorithm>
+#include <cmath>
 
 #include "mapper/neuroncore/kernels/epilogue.hpp"
 #include "mapper/neuroncore/kernels/kernels.hpp"
@@ -71,7 +72,7 @@ class Attention {
     x_.begin(name);
     Sbuf sb = x_.sbuf(name);
     Epilogue mask_ep;  // scale * scores + mask into SBUF fp32 (only with a mask)
-    mask_ep.scale = a_.score_ep.scale;
+    mask_ep.scale = score_scale();
     mask_ep.bias = a_.score_ep.bias;
     EpilogueEmitter epi(x_, mask_ep, sb, o_.Sk);
     slot_bytes_ = (slot_need(x_, o_.dh, o_.Sk, o_.dv, es_in(), mask() || where(), where() ? a_.cond->es() : 0) + 63) / 64 * 64;
@@ -116,6 +117,16 @@ class Attention {
 
  private:
   bool mask() const { return a_.score_ep.bias.has_value(); }
+  // The scores' scale applied to Q as its transposed tiles leave PSUM (the copy becomes a multiply
+  // of the same cost), when that is exact: Q loaded through the transpose, and the scale a power of
+  // two or Q kept in fp32. Else it is applied to the scores (one more dependent step per unit).
+  double q_scale() const {
+    const double sc = a_.score_ep.scale;
+    const bool transposed = o_.qv.strides.back() == 1 && o_.qv.strides[o_.qv.strides.size() - 2] != 1 && o_.Sq > 1;
+    int e = 0;
+    const bool pow2 = std::frexp(sc, &e) == 0.5;
+    return transposed && (pow2 || o_.q.dtype == DType::f32) ? sc : 1.0;
+  }
   bool where() const { return a_.cond.has_value(); }
   // The operands' SBUF dtype: V's (the context matmul reads P and V alike).
   int64_t es_in() const { return std::max({o_.q.es(), o_.kt.es(), o_.v.es()}); }
@@ -153,7 +164,8 @@ class Attention {
   // [K, F] of `r` (element (k, f) at elem + k * sk + f * sf) into SBUF at `dst` with K on the
   // partitions: one DMA when F is contiguous in HBM, else [F, K] blocks of 128 (K contiguous) turned
   // by the tensor engine (banks 6 and 7, four positions each) and copied back.
-  void load_kf(const TensorRef& r, int64_t elem, int64_t K, int64_t sk, int64_t F, int64_t sf, int64_t dst, int64_t stage) {
+  // `scale` multiplies the values on the way (transposed loads only: the copy out of PSUM does it).
+  void load_kf(const TensorRef& r, int64_t elem, int64_t K, int64_t sk, int64_t F, int64_t sf, int64_t dst, int64_t stage, double scale = 1.0) {
     const DType dt = r.dtype;
     const bool transposed = sf != 1 && sk == 1 && F > 1;
     if (!transposed) {
@@ -167,7 +179,9 @@ class Attention {
       x_.em.dma(staged, hbm_ap(r, elem + j * sf, fs, sf, {{static_cast<int32_t>(K), static_cast<int32_t>(sk)}}), Emitter::DmaClass::spread);
       const AccessPattern pt = psum_at(6 + (stages_ / 4) % 2, (stages_ % 4) * 512, static_cast<int32_t>(K), fs);
       x_.transpose(pt, staged);
-      x_.copy(on_chip(Space::sbuf, dt, 0, static_cast<int32_t>(K), dst + j * r.es(), {{fs, 1}}), pt);
+      const AccessPattern to = on_chip(Space::sbuf, dt, 0, static_cast<int32_t>(K), dst + j * r.es(), {{fs, 1}});
+      if (scale != 1.0) x_.tensor_scalar(to, pt, Alu::multiply, scale);
+      else x_.copy(to, pt);
     }
   }
 
@@ -176,7 +190,7 @@ class Attention {
     const Slot s = slot(u);
     const Strided q = batch_slice(o_.qv, b), kt = batch_slice(o_.ktv, b), v = batch_slice(o_.vv, b);
     // Q^T [dh, sq]: (k, f) = Q(q0 + f, k)
-    load_kf(o_.q, q.offset + q0 * q.strides[0], o_.dh, q.strides[1], sq, q.strides[0], s.qT, s.stage);
+    load_kf(o_.q, q.offset + q0 * q.strides[0], o_.dh, q.strides[1], sq, q.strides[0], s.qT, s.stage, q_scale());
     // K^T [dh, Sk]
     load_kf(o_.kt, kt.offset, o_.dh, kt.strides[0], o_.Sk, kt.strides[1], s.kT, s.stage);
     // V [kc, dv] per chunk of 128 keys
@@ -217,7 +231,7 @@ class Attention {
       epi.run(src, ps, tile_at(at, m.strides[0], m.strides[1], n.q0, 0, Sk), TileView{}, u);
     }
     if (where()) {  // src = cond ? scores : fill (or the other way round), the scale applied first
-      if (!mask()) x_.activation(src, ps, Func::identity, a_.score_ep.scale);
+      if (!mask()) x_.activation(src, ps, Func::identity, score_scale());
       const Strided c = batch_slice(o_.cond, n.b);
       const AccessPattern ct = on_chip(Space::sbuf, a_.cond->dtype, 0, n.sq, n.s.cond, {{Sk, 1}});
       x_.em.dma(ct, hbm_ap(*a_.cond, c.offset + n.q0 * c.strides[0], n.sq, c.strides[0], {{Sk, static_cast<int32_t>(c.strides[1])}}),
@@ -238,7 +252,9 @@ class Attention {
     return mask() || where() ? on_chip(Space::sbuf, DType::f32, 0, n.sq, n.s.s, {{static_cast<int32_t>(o_.Sk), 1}})
                   : psum_at(n.set, 0, n.sq, static_cast<int32_t>(o_.Sk));
   }
-  double exp_scale() const { return mask() || where() ? 1.0 : a_.score_ep.scale; }
+  double exp_scale() const { return mask() || where() ? 1.0 : score_scale(); }
+  // The scale still to apply to the scores (1 when Q carries it).
+  double score_scale() const { return q_scale() != 1.0 ? 1.0 : a_.score_ep.scale; }
 
   // Stage 2: P = exp(s - max) with its row sums, 1 / sum, P^T per 128 keys.
   void probabilities(int64_t u, int64_t qtiles) {
