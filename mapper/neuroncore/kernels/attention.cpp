@@ -169,8 +169,10 @@ class Attention {
     const DType dt = r.dtype;
     const bool transposed = sf != 1 && sk == 1 && F > 1;
     if (!transposed) {
-      x_.em.dma(on_chip(Space::sbuf, dt, 0, static_cast<int32_t>(K), dst, {{static_cast<int32_t>(F), 1}}),
-                hbm_ap(r, elem, static_cast<int32_t>(K), sk, {{static_cast<int32_t>(F), static_cast<int32_t>(sf)}}), Emitter::DmaClass::spread);
+      const AccessPattern to = on_chip(Space::sbuf, dt, 0, static_cast<int32_t>(K), dst, {{static_cast<int32_t>(F), 1}});
+      x_.em.dma(to, hbm_ap(r, elem, static_cast<int32_t>(K), sk, {{static_cast<int32_t>(F), static_cast<int32_t>(sf)}}), Emitter::DmaClass::spread);
+      // (a last query tile of one row loads directly although Q is transposed elsewhere)
+      if (scale != 1.0) x_.tensor_scalar(to, to, Alu::multiply, scale);
       return;
     }
     for (int64_t j = 0; j < F; j += 128, ++stages_) {
