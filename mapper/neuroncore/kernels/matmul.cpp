@@ -2,6 +2,7 @@
 // matmuls over strided views (kernels/matmul.hpp). When the right operand does not change across
 // the batch (a linear layer over [batch, seq, d]), the batch folds into M: one 2-D matmul.
 #include <algorithm>
+#include <array>
 
 #include "isa/error.hpp"
 #include "mapper/neuroncore/kernels/kernels.hpp"
@@ -118,6 +119,59 @@ Status matmul(Ctx& x, const Node& n, const Epilogue& ep) {
       res = *fres;
       b = batch_slice(b, 0);
       nb = 1;
+    } else if (b_repeats && batch.size() <= 4) {
+      // Not all of the batch folds (PyTorch's seq-first attention projections see [S, B, d] as
+      // a batch of S matmuls of B rows, B outermost in memory): rows being independent, order the
+      // row dims (the batch dims and M) the same way for every operand, fold the largest block of
+      // them that merges in all of them into the rows, and loop over the rest. (Without this a
+      // batch-2 BERT layer ran each projection as 128 matmuls of 2 rows, each streaming the whole
+      // weight: 1.1 ms instead of 11 us.)
+      const size_t nrd = batch.size() + 1;  // row dims: the batch dims, then M
+      Shape rdims = batch;
+      rdims.push_back(M);
+      std::vector<int64_t> perm(nrd);
+      for (size_t i = 0; i < nrd; ++i) perm[i] = static_cast<int64_t>(i);
+      int64_t best_outer = nb;
+      std::array<Strided, 4> best;
+      auto permuted = [&](const Strided& v) {
+        std::vector<int64_t> p(perm);
+        p.push_back(static_cast<int64_t>(nrd));
+        return graph::permute(v, p);
+      };
+      do {
+        for (size_t j = 0; j < nrd; ++j) {  // row dims perm[j..] fold into the rows
+          int64_t inner = 1;
+          Shape outer;
+          for (size_t i = 0; i < nrd; ++i) {
+            const int64_t d = rdims[static_cast<size_t>(perm[i])];
+            if (i < j) outer.push_back(d);
+            else inner *= d;
+          }
+          if (shape_numel(outer) >= best_outer) continue;
+          auto to = [&](int64_t last) {
+            Shape sh = outer;
+            sh.push_back(inner);
+            sh.push_back(last);
+            return sh;
+          };
+          auto ra = graph::reshape(permuted(a), to(K));
+          auto ry = graph::reshape(permuted(y), to(N));
+          auto rb = graph::reshape(permuted(bias), to(N));
+          auto rr = graph::reshape(permuted(res), to(N));
+          if (!ra || !ry || !rb || !rr) continue;
+          best_outer = shape_numel(outer);
+          best = {*ra, *ry, *rb, *rr};
+          break;
+        }
+      } while (std::next_permutation(perm.begin(), perm.end()));
+      if (best_outer < nb) {
+        a = best[0];
+        y = best[1];
+        bias = best[2];
+        res = best[3];
+        b = batch_slice(b, 0);
+        nb = best_outer;
+      }
     }
   }
   auto job_at = [&](int64_t i) {

@@ -82,7 +82,9 @@ Plan plan_of(const Ctx& x, const MatmulJob& job, const KF& a, const KF& b) {
   // Bytes each order moves (a transposed load costs about twice: the transpose and its copy).
   const double a_bytes = static_cast<double>(p.M * p.K * a.es()) * (a.transpose ? 2 : 1);
   const double b_bytes = static_cast<double>(p.K * p.N * b.es()) * (b.transpose ? 2 : 1);
-  p.a_resident = static_cast<double>(p.MT) * b_bytes + a_bytes < static_cast<double>(p.NT) * a_bytes + b_bytes;
+  // (With A resident, MG row tiles share each pass of B: Core::run.)
+  const int64_t mg = std::min<int64_t>(p.MT, std::max<int64_t>(1, (x.banks() - ((a.transpose || b.transpose) ? 2 : 0)) / 2));
+  p.a_resident = static_cast<double>(ceil_div(p.MT, mg)) * b_bytes + a_bytes < static_cast<double>(p.NT) * a_bytes + b_bytes;
   // Never more buffers than the loop streams tiles (MT x NT x KT whichever operand streams): a small
   // matmul (an attention head's) then takes little SBUF, and more of them run at once.
   const int64_t tiles = p.MT * p.NT * p.KT;
@@ -118,11 +120,20 @@ class Core {
     // (The same for streamed stationary tiles: G of them, G * TM columns of A^T, per DMA.)
     const KF& streamed = a_resident ? b_ : a_;
     const int64_t tiles_streamed = a_resident ? NT : MT, tile_cols = a_resident ? TN_ : TM_;
-    if (!streamed.transpose && streamed.sf == 1 && tiles_streamed > 1) {
-      G_ = std::min<int64_t>({tiles_streamed, kBlockTiles, std::max<int64_t>(1, banks_for_acc / 2)});
-      if (!sb_.fits(need(a_resident) + fixed + (G_ - 1) * nbuf * tile_cols * streamed.es())) G_ = 1;
+    // With A resident, MG of its row tiles stay resident together and each streamed B block is
+    // applied to all of them (MG x G accumulations): the right operand streams MT / MG times
+    // instead of MT (a batch-2 BERT layer's 256 token rows: its weights once, not twice).
+    int64_t MG = 1;
+    if (a_resident && MT > 1) MG = std::min<int64_t>(MT, std::max<int64_t>(1, banks_for_acc / 2));
+    if (!streamed.transpose && streamed.sf == 1 && tiles_streamed > 1)
+      G_ = std::min<int64_t>({tiles_streamed, kBlockTiles, std::max<int64_t>(1, banks_for_acc / 2 / MG)});
+    auto extra = [&] { return (G_ - 1) * nbuf * tile_cols * streamed.es() + (MG - 1) * KT * TM_ * a_.es(); };
+    while (!sb_.fits(need(a_resident) + fixed + extra()) && (G_ > 1 || MG > 1)) {
+      if (G_ > 1) --G_;
+      else --MG;
     }
-    resident_ = sb_.take(a_resident ? KT * TM_ * a_.es() : KT * TN_ * b_.es());
+    MG_ = MG;
+    resident_ = sb_.take(a_resident ? MG * KT * TM_ * a_.es() : KT * TN_ * b_.es());
     stream_ = sb_.take(nbuf * G_ * tile_cols * streamed.es());
     out_ = sb_.take(2 * TN_ * 4);
     // Staging for transposed loads: a whole [128, K] block of the resident operand (two, so the
@@ -135,25 +146,36 @@ class Core {
     acc_banks_ = x_.banks() - ((a_.transpose || b_.transpose) ? 2 : 0);
     int64_t slot = 0;
     if (a_resident) {
-      for (int64_t m = 0; m < MT; ++m) {
-        const int64_t m0 = m * TM_, mn = std::min(TM_, M - m0);
-        load_resident(a_, TM_, m0, mn);
+      const int64_t a_tiles = KT * TM_ * a_.es();  // one row tile of A, all of K
+      for (int64_t mg = 0; mg < MT; mg += MG_) {
+        const int64_t gm = std::min(MG_, MT - mg);
+        for (int64_t i = 0; i < gm; ++i) {
+          const int64_t m0 = (mg + i) * TM_;
+          res_base_ = resident_ + i * a_tiles;
+          load_resident(a_, TM_, m0, std::min(TM_, M - m0));
+        }
         for (int64_t n = 0; n < NT; n += G_) {
           const int64_t g = std::min(G_, NT - n), n0 = n * TN_, cols = std::min(g * TN_, N - n0);
-          std::vector<AccessPattern> ps;
-          for (int64_t j = 0; j < g; ++j) ps.push_back(acc(mn, std::min(TN_, N - n0 - j * TN_)));
+          auto nn_of = [&](int64_t j) { return std::min(TN_, N - n0 - j * TN_); };
+          auto mn_of = [&](int64_t i) { return std::min(TM_, M - (mg + i) * TM_); };
+          std::vector<AccessPattern> ps;  // [i * g + j]
+          for (int64_t i = 0; i < gm; ++i)
+            for (int64_t j = 0; j < g; ++j) ps.push_back(acc(mn_of(i), nn_of(j)));
           for (int64_t k = 0; k < KT; ++k, ++slot) {
             const int64_t so = stream_ + (slot % nbuf) * G_ * TN_ * b_.es();
             load(b_, so, k, n0, cols);
-            for (int64_t j = 0; j < g; ++j)
-              step(ps[static_cast<size_t>(j)], resident_ + k * TM_ * a_.es(), so + j * TN_ * b_.es(), k, mn, std::min(TN_, N - n0 - j * TN_), KT);
+            for (int64_t i = 0; i < gm; ++i)
+              for (int64_t j = 0; j < g; ++j)
+                step(ps[static_cast<size_t>(i * g + j)], resident_ + i * a_tiles + k * TM_ * a_.es(), so + j * TN_ * b_.es(), k, mn_of(i), nn_of(j), KT);
           }
-          for (int64_t j = 0; j < g; ++j) finish(ps[static_cast<size_t>(j)], m0, mn, n0 + j * TN_, std::min(TN_, N - n0 - j * TN_));
+          for (int64_t i = 0; i < gm; ++i)
+            for (int64_t j = 0; j < g; ++j) finish(ps[static_cast<size_t>(i * g + j)], (mg + i) * TM_, mn_of(i), n0 + j * TN_, nn_of(j));
         }
       }
     } else {
       for (int64_t n = 0; n < NT; ++n) {
         const int64_t n0 = n * TN_, nn = std::min(TN_, N - n0);
+        res_base_ = resident_;
         load_resident(b_, TN_, n0, nn);
         for (int64_t m = 0; m < MT; m += G_) {
           const int64_t g = std::min(G_, MT - m), m0 = m * TM_, rows = std::min(g * TM_, M - m0);
@@ -207,7 +229,7 @@ class Core {
   void load_resident(const KF& o, int64_t tf, int64_t f0, int64_t fn) {
     const int64_t KT = ceil_div(o.K, TK_);
     if (!o.transpose || block_stage_ < 0) {
-      for (int64_t k = 0; k < KT; ++k) load(o, resident_ + k * tf * o.es(), k, f0, fn);
+      for (int64_t k = 0; k < KT; ++k) load(o, res_base_ + k * tf * o.es(), k, f0, fn);
       return;
     }
     for (int64_t j = 0; j < fn; j += 128) {
@@ -219,7 +241,7 @@ class Core {
         const int32_t kp = kn(k);
         const AccessPattern pt = x_.psum(acc_banks_ + stages_++ % 2, kp, fs);
         x_.transpose(pt, on_chip(Space::sbuf, o.ref.dtype, 0, fs, st + k * TK_ * o.es(), {{kp, 1}}));
-        x_.copy(on_chip(Space::sbuf, o.ref.dtype, 0, kp, resident_ + (k * tf + j) * o.es(), {{fs, 1}}), pt);
+        x_.copy(on_chip(Space::sbuf, o.ref.dtype, 0, kp, res_base_ + (k * tf + j) * o.es(), {{fs, 1}}), pt);
       }
     }
   }
@@ -273,7 +295,8 @@ class Core {
   int64_t& tiles_;
   KF a_, b_;
   int64_t TM_ = 128, TN_ = 512, TK_ = 128;
-  int64_t G_ = 1;
+  int64_t G_ = 1, MG_ = 1;
+  int64_t res_base_ = 0;  // where load_resident writes (resident_, or a row tile's part of it)
   int64_t resident_ = 0, stream_ = 0, out_ = 0, stage_ = 0, block_stage_ = -1, acc_banks_ = 8, stages_ = 0, outs_ = 0, blocks_ = 0;
   std::function<void()> deferred_;
 };
