@@ -21,6 +21,9 @@ struct MatmulJob {
   Mat a, b, out;
   TileView bias, residual;  // for output tile (0, 0); rows and cols strides in part_stride / free[0]
   int64_t bias_rs = 0, bias_cs = 0, res_rs = 0, res_cs = 0;
+  // B already in SBUF for the whole kernel at b_pre, [KT][b_pre_row] per partition (K-tile k's
+  // row p at b_pre + (k * b_pre_row + n) * es): a batched matmul's shared right operand.
+  int64_t b_pre = -1, b_pre_row = 0;
 };
 
 // The last two dims of `v` at batch index `b` (row-major over v's batch dims).

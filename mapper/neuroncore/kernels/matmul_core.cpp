@@ -63,8 +63,10 @@ namespace {
 struct Plan {
   int64_t M = 0, N = 0, K = 0, TM = 128, TN = 512, TK = 128, MT = 0, NT = 0, KT = 0, nbuf_a = 0, nbuf_b = 0, fixed = 0;
   bool a_resident = true;
+  bool b_pre = false;  // B already in SBUF for the whole kernel (MatmulJob::b_pre)
   // SBUF bytes per partition with A's stationary tiles (or B's moving block) resident for all of K.
   int64_t need(bool ares, const KF& a, const KF& b) const {
+    if (b_pre) return ares ? KT * TM * a.es() : nbuf_a * TM * a.es();
     return ares ? KT * TM * a.es() + nbuf_b * TN * b.es() : KT * TN * b.es() + nbuf_a * TM * a.es();
   }
 };
@@ -90,6 +92,8 @@ Plan plan_of(const Ctx& x, const MatmulJob& job, const KF& a, const KF& b) {
   const int64_t tiles = p.MT * p.NT * p.KT;
   p.nbuf_a = std::min(tiles, x.opt.buffers > 0 ? x.opt.buffers : auto_buffers(x, p.TM * a.es(), std::min(p.K, p.TK), std::min(p.M, p.TM), std::min(p.N, p.TN)));
   p.nbuf_b = std::min(tiles, x.opt.buffers > 0 ? x.opt.buffers : auto_buffers(x, p.TN * b.es(), std::min(p.K, p.TK), std::min(p.M, p.TM), std::min(p.N, p.TN)));
+  p.b_pre = job.b_pre >= 0;
+  if (p.b_pre) p.a_resident = true;
   p.fixed = 2 * p.TN * 4 + ((a.transpose || b.transpose) ? kStageSlots * 128 * 4 : 0);
   return p;
 }
@@ -101,6 +105,7 @@ class Core {
 
   void run() {
     const Plan p = plan_of(x_, job_, a_, b_);
+    bpre_ = p.b_pre;
     const int64_t M = p.M, K = p.K, N = p.N, MT = p.MT, NT = p.NT, KT = p.KT, nbuf_a = p.nbuf_a, nbuf_b = p.nbuf_b, fixed = p.fixed;
     TM_ = p.TM, TN_ = p.TN, TK_ = p.TK;
     bool a_resident = p.a_resident;
@@ -124,8 +129,8 @@ class Core {
     // applied to all of them (MG x G accumulations): the right operand streams MT / MG times
     // instead of MT (a batch-2 BERT layer's 256 token rows: its weights once, not twice).
     int64_t MG = 1;
-    if (a_resident && MT > 1) MG = std::min<int64_t>(MT, std::max<int64_t>(1, banks_for_acc / 2));
-    if (!streamed.transpose && streamed.sf == 1 && tiles_streamed > 1)
+    if (a_resident && MT > 1 && !bpre_) MG = std::min<int64_t>(MT, std::max<int64_t>(1, banks_for_acc / 2));
+    if (!streamed.transpose && streamed.sf == 1 && tiles_streamed > 1 && !(a_resident && bpre_))
       G_ = std::min<int64_t>({tiles_streamed, kBlockTiles, std::max<int64_t>(1, banks_for_acc / 2 / MG)});
     auto extra = [&] { return (G_ - 1) * nbuf * tile_cols * streamed.es() + (MG - 1) * KT * TM_ * a_.es(); };
     while (!sb_.fits(need(a_resident) + fixed + extra()) && (G_ > 1 || MG > 1)) {
@@ -133,8 +138,8 @@ class Core {
       else --MG;
     }
     MG_ = MG;
-    resident_ = sb_.take(a_resident ? MG * KT * TM_ * a_.es() : KT * TN_ * b_.es());
-    stream_ = sb_.take(nbuf * G_ * tile_cols * streamed.es());
+    resident_ = sb_.take(a_resident ? MG * KT * TM_ * a_.es() : (bpre_ ? 0 : KT * TN_ * b_.es()));
+    stream_ = sb_.take(a_resident && bpre_ ? 0 : nbuf * G_ * tile_cols * streamed.es());
     out_ = sb_.take(2 * TN_ * 4);
     // Staging for transposed loads: a whole [128, K] block of the resident operand (two, so the
     // next block's load overlaps this one's transposes), and slots for streamed tiles.
@@ -162,8 +167,8 @@ class Core {
           for (int64_t i = 0; i < gm; ++i)
             for (int64_t j = 0; j < g; ++j) ps.push_back(acc(mn_of(i), nn_of(j)));
           for (int64_t k = 0; k < KT; ++k, ++slot) {
-            const int64_t so = stream_ + (slot % nbuf) * G_ * TN_ * b_.es();
-            load(b_, so, k, n0, cols);
+            const int64_t so = bpre_ ? b_at(k, n0) : stream_ + (slot % nbuf) * G_ * TN_ * b_.es();
+            if (!bpre_) load(b_, so, k, n0, cols);
             for (int64_t i = 0; i < gm; ++i)
               for (int64_t j = 0; j < g; ++j)
                 step(ps[static_cast<size_t>(i * g + j)], resident_ + i * a_tiles + k * TM_ * a_.es(), so + j * TN_ * b_.es(), k, mn_of(i), nn_of(j), KT);
@@ -176,7 +181,7 @@ class Core {
       for (int64_t n = 0; n < NT; ++n) {
         const int64_t n0 = n * TN_, nn = std::min(TN_, N - n0);
         res_base_ = resident_;
-        load_resident(b_, TN_, n0, nn);
+        if (!bpre_) load_resident(b_, TN_, n0, nn);
         for (int64_t m = 0; m < MT; m += G_) {
           const int64_t g = std::min(G_, MT - m), m0 = m * TM_, rows = std::min(g * TM_, M - m0);
           std::vector<AccessPattern> ps;
@@ -185,7 +190,7 @@ class Core {
             const int64_t so = stream_ + (slot % nbuf) * G_ * TM_ * a_.es();
             load(a_, so, k, m0, rows);
             for (int64_t j = 0; j < g; ++j)
-              step(ps[static_cast<size_t>(j)], so + j * TM_ * a_.es(), resident_ + k * TN_ * b_.es(), k, std::min(TM_, M - m0 - j * TM_), nn, KT);
+              step(ps[static_cast<size_t>(j)], so + j * TM_ * a_.es(), bpre_ ? b_at(k, n0) : resident_ + k * TN_ * b_.es(), k, std::min(TM_, M - m0 - j * TM_), nn, KT);
           }
           for (int64_t j = 0; j < g; ++j) finish(ps[static_cast<size_t>(j)], m0 + j * TM_, std::min(TM_, M - m0 - j * TM_), n0, nn);
         }
@@ -196,7 +201,7 @@ class Core {
 
  private:
   void streamed_both(int64_t M, int64_t N, int64_t KT, int64_t nbuf) {
-    const int64_t sa = sb_.take(nbuf * TM_ * a_.es()), sbb = sb_.take(nbuf * TN_ * b_.es());
+    const int64_t sa = sb_.take(nbuf * TM_ * a_.es()), sbb = bpre_ ? 0 : sb_.take(nbuf * TN_ * b_.es());
     out_ = sb_.take(2 * TN_ * 4);
     if (a_.transpose || b_.transpose) stage_ = sb_.take(kStageSlots * 128 * 4);
     x_.used(sb_);
@@ -208,15 +213,18 @@ class Core {
         const int64_t mn = std::min(TM_, M - m0), nn = std::min(TN_, N - n0);
         const AccessPattern ps = acc(mn, nn);
         for (int64_t k = 0; k < KT; ++k, ++slot) {
-          const int64_t ao = sa + (slot % nbuf) * TM_ * a_.es(), bo = sbb + (slot % nbuf) * TN_ * b_.es();
+          const int64_t ao = sa + (slot % nbuf) * TM_ * a_.es(), bo = bpre_ ? b_at(k, n0) : sbb + (slot % nbuf) * TN_ * b_.es();
           load(a_, ao, k, m0, mn);
-          load(b_, bo, k, n0, nn);
+          if (!bpre_) load(b_, bo, k, n0, nn);
           step(ps, ao, bo, k, mn, nn, KT);
         }
         finish(ps, m0, mn, n0, nn);
       }
     if (deferred_) deferred_();
   }
+
+  // B's tile (k, columns from n0) when B is in SBUF for the whole kernel: [KT][N] per partition.
+  int64_t b_at(int64_t k, int64_t n0) const { return job_.b_pre + (k * job_.b_pre_row + n0) * b_.es(); }
 
   int32_t kn(int64_t k) const { return static_cast<int32_t>(std::min(TK_, a_.K - k * TK_)); }
 
@@ -295,6 +303,7 @@ class Core {
   int64_t& tiles_;
   KF a_, b_;
   int64_t TM_ = 128, TN_ = 512, TK_ = 128;
+  bool bpre_ = false;
   int64_t G_ = 1, MG_ = 1;
   int64_t res_base_ = 0;  // where load_resident writes (resident_, or a row tile's part of it)
   int64_t resident_ = 0, stream_ = 0, out_ = 0, stage_ = 0, block_stage_ = -1, acc_banks_ = 8, stages_ = 0, outs_ = 0, blocks_ = 0;
