@@ -35,9 +35,10 @@ class Lowering {
     for (size_t idx : order) plan_epilogue(g_.nodes[idx]);
     if (opt_.fuse_attention)
       for (size_t idx : order) plan_attention(g_.nodes[idx]);
+    plan_siblings(order);
     for (size_t idx : order) {
       const Node& n = g_.nodes[idx];
-      if (fused_.count(n.name) || st_.is_view_node(n)) continue;
+      if (fused_.count(n.name) || grouped_.count(n.name) || st_.is_view_node(n)) continue;
       const Status s = lower(n);
       if (!s.ok)
         throw InputError(g_.where(n), "the NeuronCore compiler cannot compile this: " + s.reason,
@@ -64,6 +65,7 @@ class Lowering {
       return copy(x_, n.name, src, dst);
     }
     if (auto a = attention_.find(n.name); a != attention_.end()) return attention(x_, a->second);
+    if (auto sg = group_at_.find(n.name); sg != group_at_.end()) return matmul_group(x_, sg->second.first, sg->second.second);
     if (op == "MatMul") return matmul(x_, n, epilogues_.at(n.name));
     if (op == "Conv" || op == "ConvTranspose") return conv(x_, n, epilogues_.at(n.name));
     if (is_pool(op)) return pool(x_, n);
@@ -242,6 +244,52 @@ class Lowering {
     attention_[p2->name] = a;
   }
 
+  // Sibling matmuls (kernels.hpp matmul_group): MatMuls reading the same computed left operand, each
+  // with a constant right operand, compile as one kernel at the last one's place -- when no kernel
+  // emitted between the first and the last reads any of their outputs (through views too).
+  void plan_siblings(const std::vector<size_t>& order) {
+    std::map<std::string, std::vector<const Node*>> by_a;
+    std::vector<std::string> keys;
+    for (size_t idx : order) {
+      const Node& n = g_.nodes[idx];
+      if (n.op != "MatMul" || fused_.count(n.name) || attention_.count(n.name)) continue;
+      const Epilogue& ep = epilogues_.at(n.name);
+      const std::string& ain = ep.operand[0].empty() ? n.inputs[0] : ep.operand[0];
+      if (g_.value(ain).data) continue;
+      // Keyed by what the operand is in memory (two Transposes of one input are the same operand).
+      const TensorRef& r = st_.ref(ain);
+      std::string key = r.hbm + "@" + std::to_string(r.view.offset);
+      for (size_t i = 0; i < r.view.shape.size(); ++i) key += ":" + std::to_string(r.view.shape[i]) + "/" + std::to_string(r.view.strides[i]);
+      if (!by_a.count(key)) keys.push_back(key);
+      by_a[key].push_back(&n);
+    }
+    for (const std::string& a : keys) {
+      const std::vector<const Node*>& nodes = by_a[a];
+      if (nodes.size() < 2) continue;
+      std::vector<const Epilogue*> eps;
+      for (const Node* n : nodes) eps.push_back(&epilogues_.at(n->name));
+      if (!matmul_group_fits(x_, nodes, eps)) continue;
+      std::set<std::string> derived;
+      for (const Epilogue* e : eps) derived.insert(e->out);
+      for (size_t idx : g_.topo_order()) {
+        const Node& v = g_.nodes[idx];
+        if (st_.is_view_node(v) && !v.inputs.empty() && derived.count(v.inputs[0]))
+          for (const auto& o : v.outputs) derived.insert(o);
+      }
+      const size_t first = position_.at(nodes.front()->name), last = position_.at(nodes.back()->name);
+      bool ok = true;
+      for (size_t idx : order) {
+        const Node& v = g_.nodes[idx];
+        const size_t pos = position_.at(v.name);
+        if (pos <= first || pos >= last || fused_.count(v.name) || st_.is_view_node(v)) continue;
+        for (const auto& in : v.inputs) ok = ok && !derived.count(in);
+      }
+      if (!ok) continue;
+      group_at_[nodes.back()->name] = {nodes, eps};
+      for (size_t i = 0; i + 1 < nodes.size(); ++i) grouped_.insert(nodes[i]->name);
+    }
+  }
+
   // Topological order in which a kernel that writes state in place (MappingOptions::in_place) comes
   // after every node reading that state: the scoreboard keeps program order, so a read placed after
   // the update would see the next step's value.
@@ -300,6 +348,8 @@ class Lowering {
   std::map<std::string, size_t> position_;
   std::map<std::string, Epilogue> epilogues_;
   std::map<std::string, AttentionPlan> attention_;
+  std::map<std::string, std::pair<std::vector<const Node*>, std::vector<const Epilogue*>>> group_at_;
+  std::set<std::string> grouped_;
   std::set<std::string> fused_, tied_;
 };
 

@@ -17,6 +17,12 @@ void copy_into(Ctx& x, const std::string& kernel, const TensorRef& src, const Te
 
 // MatMul of any rank with broadcast batch dimensions, operands in any strides: kernels/matmul.cpp.
 Status matmul(Ctx& x, const graph::Node& n, const Epilogue& ep);
+// Sibling matmuls: MatMuls reading the same left operand with constant 2-D right operands of the
+// same K (attention's Q, K and V projections) as one kernel: the left operand loaded once, the
+// right operands streamed side by side, each output written with its own epilogue (bias,
+// activation; no residual).
+bool matmul_group_fits(Ctx& x, const std::vector<const graph::Node*>& nodes, const std::vector<const Epilogue*>& eps);
+Status matmul_group(Ctx& x, const std::vector<const graph::Node*>& nodes, const std::vector<const Epilogue*>& eps);
 // A 1-D [N, C, L] tensor's view as 2-D [N, C, 1, L] (a 4-D view is returned as it is).
 graph::Strided as_2d_spatial(const graph::Strided& v);
 

@@ -14,6 +14,18 @@ struct Mat {
   AccessPattern by_cols(int64_t r0, int64_t nr, int64_t c0, int64_t nc) const;
 };
 
+class EpilogueEmitter;
+
+// Columns [n0, n0 + n) of a matmul whose right operand concatenates several (sibling matmuls that
+// read the same left operand): written to their own output with their own epilogue.
+struct MatmulSegment {
+  int64_t n0 = 0, n = 0;
+  Mat out;
+  TileView bias;
+  int64_t bias_rs = 0, bias_cs = 0;
+  EpilogueEmitter* epi = nullptr;
+};
+
 // One 2-D matmul's operands and output, and where its epilogue operands sit (their strides along
 // the output's rows and columns; offsets of the output's first element).
 struct MatmulJob {
@@ -24,6 +36,7 @@ struct MatmulJob {
   // B already in SBUF for the whole kernel at b_pre, [KT][b_pre_row] per partition (K-tile k's
   // row p at b_pre + (k * b_pre_row + n) * es): a batched matmul's shared right operand.
   int64_t b_pre = -1, b_pre_row = 0;
+  std::vector<MatmulSegment> segments;  // empty: one output (out, bias, residual above)
 };
 
 // The last two dims of `v` at batch index `b` (row-major over v's batch dims).

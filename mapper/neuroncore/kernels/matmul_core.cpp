@@ -93,7 +93,7 @@ Plan plan_of(const Ctx& x, const MatmulJob& job, const KF& a, const KF& b) {
   p.nbuf_a = std::min(tiles, x.opt.buffers > 0 ? x.opt.buffers : auto_buffers(x, p.TM * a.es(), std::min(p.K, p.TK), std::min(p.M, p.TM), std::min(p.N, p.TN)));
   p.nbuf_b = std::min(tiles, x.opt.buffers > 0 ? x.opt.buffers : auto_buffers(x, p.TN * b.es(), std::min(p.K, p.TK), std::min(p.M, p.TM), std::min(p.N, p.TN)));
   p.b_pre = job.b_pre >= 0;
-  if (p.b_pre) p.a_resident = true;
+  if (p.b_pre || !job.segments.empty()) p.a_resident = true;
   p.fixed = 2 * p.TN * 4 + ((a.transpose || b.transpose) ? kStageSlots * 128 * 4 : 0);
   return p;
 }
@@ -110,8 +110,8 @@ class Core {
     TM_ = p.TM, TN_ = p.TN, TK_ = p.TK;
     bool a_resident = p.a_resident;
     auto need = [&](bool ares) { return p.need(ares, a_, b_); };
-    if (!sb_.fits(need(a_resident) + fixed) && sb_.fits(need(!a_resident) + fixed)) a_resident = !a_resident;
-    if (!sb_.fits(need(a_resident) + fixed)) {
+    if (!sb_.fits(need(a_resident) + fixed) && sb_.fits(need(!a_resident) + fixed) && job_.segments.empty()) a_resident = !a_resident;
+    if (!sb_.fits(need(a_resident) + fixed) && job_.segments.empty()) {
       // Neither operand fits for all of K (a very long contraction): both stream, tile by tile.
       streamed_both(M, N, KT, std::min(nbuf_a, nbuf_b));
       return;
@@ -159,9 +159,12 @@ class Core {
           res_base_ = resident_ + i * a_tiles;
           load_resident(a_, TM_, m0, std::min(TM_, M - m0));
         }
-        for (int64_t n = 0; n < NT; n += G_) {
-          const int64_t g = std::min(G_, NT - n), n0 = n * TN_, cols = std::min(g * TN_, N - n0);
-          auto nn_of = [&](int64_t j) { return std::min(TN_, N - n0 - j * TN_); };
+        const auto tiles = n_tiles(N);
+        for (size_t n = 0; n < tiles.size(); n += static_cast<size_t>(G_)) {
+          const int64_t g = std::min<int64_t>(G_, static_cast<int64_t>(tiles.size() - n)), n0 = tiles[n].first;
+          const int64_t cols = tiles[n + static_cast<size_t>(g) - 1].first + tiles[n + static_cast<size_t>(g) - 1].second - n0;
+          auto nn_of = [&](int64_t j) { return tiles[n + static_cast<size_t>(j)].second; };
+          auto at_of = [&](int64_t j) { return tiles[n + static_cast<size_t>(j)].first - n0; };  // column in the block
           auto mn_of = [&](int64_t i) { return std::min(TM_, M - (mg + i) * TM_); };
           std::vector<AccessPattern> ps;  // [i * g + j]
           for (int64_t i = 0; i < gm; ++i)
@@ -171,10 +174,10 @@ class Core {
             if (!bpre_) load(b_, so, k, n0, cols);
             for (int64_t i = 0; i < gm; ++i)
               for (int64_t j = 0; j < g; ++j)
-                step(ps[static_cast<size_t>(i * g + j)], resident_ + i * a_tiles + k * TM_ * a_.es(), so + j * TN_ * b_.es(), k, mn_of(i), nn_of(j), KT);
+                step(ps[static_cast<size_t>(i * g + j)], resident_ + i * a_tiles + k * TM_ * a_.es(), so + at_of(j) * b_.es(), k, mn_of(i), nn_of(j), KT);
           }
           for (int64_t i = 0; i < gm; ++i)
-            for (int64_t j = 0; j < g; ++j) finish(ps[static_cast<size_t>(i * g + j)], (mg + i) * TM_, mn_of(i), n0 + j * TN_, nn_of(j));
+            for (int64_t j = 0; j < g; ++j) finish(ps[static_cast<size_t>(i * g + j)], (mg + i) * TM_, mn_of(i), n0 + at_of(j), nn_of(j));
         }
       }
     } else {
@@ -289,11 +292,33 @@ class Core {
     if (deferred_) deferred_();
     const int64_t t = outs_++;
     deferred_ = [=, this] {
+      if (!job_.segments.empty()) {  // the segment holding these columns, in its own coordinates
+        for (const MatmulSegment& sg : job_.segments) {
+          if (n0 < sg.n0 || n0 >= sg.n0 + sg.n) continue;
+          const int64_t c0 = n0 - sg.n0;
+          const AccessPattern dst = on_chip(Space::sbuf, sg.out.ref.dtype, 0, static_cast<int32_t>(mn), out_ + (t % 2) * TN_ * 4, {{static_cast<int32_t>(nn), 1}});
+          sg.epi->run(dst, ps, tile_at(sg.bias, sg.bias_rs, sg.bias_cs, m0, c0, nn), TileView{}, t);
+          x_.em.dma(sg.out.by_rows(m0, mn, c0, nn), dst, Emitter::DmaClass::spread_store);
+        }
+        return;
+      }
       const Mat& o = job_.out;
       const AccessPattern dst = on_chip(Space::sbuf, o.ref.dtype, 0, static_cast<int32_t>(mn), out_ + (t % 2) * TN_ * 4, {{static_cast<int32_t>(nn), 1}});
       epi_.run(dst, ps, tile_at(job_.bias, job_.bias_rs, job_.bias_cs, m0, n0, nn), tile_at(job_.residual, job_.res_rs, job_.res_cs, m0, n0, nn), t);
       x_.em.dma(o.by_rows(m0, mn, n0, nn), dst, Emitter::DmaClass::spread_store);
     };
+  }
+
+  // The output tiles along N: TN wide, or within each segment when the output is split.
+  std::vector<std::pair<int64_t, int64_t>> n_tiles(int64_t N) const {
+    std::vector<std::pair<int64_t, int64_t>> t;
+    if (job_.segments.empty()) {
+      for (int64_t n0 = 0; n0 < N; n0 += TN_) t.push_back({n0, std::min(TN_, N - n0)});
+      return t;
+    }
+    for (const MatmulSegment& sg : job_.segments)
+      for (int64_t c = 0; c < sg.n; c += TN_) t.push_back({sg.n0 + c, std::min(TN_, sg.n - c)});
+    return t;
   }
 
   Ctx& x_;
