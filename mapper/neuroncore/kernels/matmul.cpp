@@ -58,6 +58,62 @@ Mat mat(const TensorRef& r, const Strided& v) {
   return m;
 }
 
+// Folds the row dims (the batch dims and M) of views [batch..., M, X] (X each view's own) into
+// rows: all of them when the strides allow; else the largest block of them that merges in every
+// view, over some order of them -- the same for every view, rows being independent -- the rest left
+// as batch dims. Returns the batches left (1: every view 2-D). PyTorch's seq-first attention
+// projections see [S, B, d] as a batch of S matmuls of B rows, B outermost in memory; without the
+// partial fold a batch-2 BERT layer ran each as 128 matmuls of 2 rows, each streaming the weight.
+int64_t fold_rows(const Shape& batch, int64_t M, const std::vector<Strided*>& views) {
+  const int64_t nb = shape_numel(batch);
+  if (nb <= 1) return nb;
+  std::vector<Strided> full;
+  for (const Strided* v : views)
+    if (auto f = graph::reshape(*v, {nb * M, v->shape.back()})) full.push_back(*f);
+  if (full.size() == views.size()) {
+    for (size_t i = 0; i < views.size(); ++i) *views[i] = full[i];
+    return 1;
+  }
+  if (batch.size() > 4) return nb;
+  const size_t nrd = batch.size() + 1;  // row dims: the batch dims, then M
+  Shape rdims = batch;
+  rdims.push_back(M);
+  std::vector<int64_t> perm(nrd);
+  for (size_t i = 0; i < nrd; ++i) perm[i] = static_cast<int64_t>(i);
+  int64_t best_outer = nb;
+  std::vector<Strided> best;
+  do {
+    for (size_t j = 0; j < nrd; ++j) {  // row dims perm[j..] fold into the rows
+      int64_t inner = 1;
+      Shape outer;
+      for (size_t i = 0; i < nrd; ++i) {
+        const int64_t d = rdims[static_cast<size_t>(perm[i])];
+        if (i < j) outer.push_back(d);
+        else inner *= d;
+      }
+      if (shape_numel(outer) >= best_outer) continue;
+      std::vector<int64_t> p(perm);
+      p.push_back(static_cast<int64_t>(nrd));
+      std::vector<Strided> got;
+      for (const Strided* v : views) {
+        Shape sh = outer;
+        sh.push_back(inner);
+        sh.push_back(v->shape.back());
+        auto r = graph::reshape(graph::permute(*v, p), sh);
+        if (!r) break;
+        got.push_back(*r);
+      }
+      if (got.size() != views.size()) continue;
+      best_outer = shape_numel(outer);
+      best = std::move(got);
+      break;
+    }
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  if (best_outer < nb)
+    for (size_t i = 0; i < views.size(); ++i) *views[i] = best[i];
+  return best_outer;
+}
+
 }  // namespace
 
 // The last two dims of `v` at batch index `b` (row-major over v's batch dims).
@@ -76,13 +132,14 @@ Strided batch_slice(const Strided& v, int64_t b) {
 
 namespace {
 
-// A sibling group's folded views: A [rows, K] and each member's output and bias [rows, N_s].
+// A sibling group's views, rows folded (fold_rows) the same way for all: A [batch.., rows, K] and
+// each member's output and bias [batch.., rows, N_s]; nb batches left (1: all 2-D).
 struct GroupViews {
   Strided a;
   std::vector<Strided> y, bias;
   TensorRef A;
   std::vector<TensorRef> Y;
-  int64_t K = 0;
+  int64_t K = 0, nb = 1;
 };
 
 std::optional<GroupViews> group_views(Ctx& x, const std::vector<const Node*>& nodes, const std::vector<const Epilogue*>& eps) {
@@ -93,24 +150,22 @@ std::optional<GroupViews> group_views(Ctx& x, const std::vector<const Node*>& no
   if (as.size() < 2) return std::nullopt;
   const int64_t M = as[as.size() - 2];
   g.K = as.back();
-  const int64_t rows = shape_numel(as) / g.K;
-  auto fa = graph::reshape(g.A.view, {rows, g.K});
-  if (!fa) return std::nullopt;
-  g.a = *fa;
-  (void)M;
+  const Shape batch(as.begin(), as.end() - 2);
+  g.a = g.A.view;
   for (size_t s = 0; s < nodes.size(); ++s) {
     const TensorRef Y = x.st.ref(eps[s]->out);
-    const int64_t N = Y.shape().back();
-    if (shape_numel(Y.shape()) != rows * N) return std::nullopt;
-    auto fy = graph::reshape(Y.view, {rows, N});
-    Strided bv = Y.view;
-    if (eps[s]->bias) bv = eps[s]->bias->view;
-    auto fb = graph::reshape(bv, {rows, N});
-    if (!fy || !fb) return std::nullopt;
+    const Shape& ys = Y.shape();
+    if (ys.size() != as.size() || !std::equal(as.begin(), as.end() - 1, ys.begin())) return std::nullopt;
     g.Y.push_back(Y);
-    g.y.push_back(*fy);
-    g.bias.push_back(*fb);
+    g.y.push_back(Y.view);
+    g.bias.push_back(eps[s]->bias ? eps[s]->bias->view : Y.view);
   }
+  std::vector<Strided*> views{&g.a};
+  for (size_t s = 0; s < nodes.size(); ++s) {
+    views.push_back(&g.y[s]);
+    views.push_back(&g.bias[s]);
+  }
+  g.nb = fold_rows(batch, M, views);
   return g;
 }
 
@@ -166,29 +221,63 @@ Status matmul_group(Ctx& x, const std::vector<const Node*>& nodes, const std::ve
   x.begin(name);
   Sbuf sb = x.sbuf(name);
   std::deque<EpilogueEmitter> epis;
-  MatmulJob job;
-  job.name = name;
-  job.a = mat(g.A, g.a);
-  job.b = mat(B, B.view);
-  job.out = mat(g.Y[0], g.y[0]);
-  int64_t n0 = 0;
-  for (size_t s = 0; s < nodes.size(); ++s) {
-    epis.emplace_back(x, *eps[s], sb, 512);
-    MatmulSegment sg;
-    sg.n0 = n0;
-    sg.n = ns[s];
-    sg.out = mat(g.Y[s], g.y[s]);
-    sg.bias.elem = g.bias[s].offset;
-    sg.bias_rs = g.bias[s].strides[0];
-    sg.bias_cs = g.bias[s].strides[1];
-    sg.epi = &epis.back();
-    if (eps[s]->bias && sg.bias_rs == 0) epis.back().preload_row_bias(sg.bias.elem, ns[s], sg.bias_cs);
-    job.segments.push_back(sg);
-    n0 += ns[s];
+  for (size_t s = 0; s < nodes.size(); ++s) epis.emplace_back(x, *eps[s], sb, 512);
+  auto slice = [&](const Strided& v, int64_t i) { return v.rank() == 2 ? v : batch_slice(v, i); };
+  auto job_at = [&](int64_t i) {
+    MatmulJob job;
+    job.name = name;
+    job.a = mat(g.A, slice(g.a, i));
+    job.b = mat(B, B.view);
+    job.out = mat(g.Y[0], slice(g.y[0], i));
+    int64_t n0 = 0;
+    for (size_t s = 0; s < nodes.size(); ++s) {
+      const Strided bs = slice(g.bias[s], i);
+      MatmulSegment sg;
+      sg.n0 = n0;
+      sg.n = ns[s];
+      sg.out = mat(g.Y[s], slice(g.y[s], i));
+      sg.bias.elem = bs.offset;
+      sg.bias_rs = bs.strides[0];
+      sg.bias_cs = bs.strides[1];
+      sg.epi = &epis[s];
+      job.segments.push_back(sg);
+      n0 += ns[s];
+    }
+    return job;
+  };
+  {
+    const MatmulJob j0 = job_at(0);
+    for (size_t s = 0; s < nodes.size(); ++s)
+      if (eps[s]->bias && j0.segments[s].bias_rs == 0) epis[s].preload_row_bias(j0.segments[s].bias.elem, ns[s], j0.segments[s].bias_cs);
   }
   int64_t tiles = 0;
-  matmul_auto(x, job, epis.front(), sb, tiles);
+  if (g.nb == 1) {
+    matmul_auto(x, job_at(0), epis.front(), sb, tiles);
+    x.used(sb);
+    return {};
+  }
+  // Several batches (rows that fold only per sequence): the weights load into SBUF once when they
+  // take at most a third of it, and the batches alternate between two regions of the rest.
+  int64_t b_pre = -1;
+  const int64_t P = x.cfg.tensor_rows, KT = ceil_div(K, P), es = B.es();
+  if (KT * Ntot * es * 3 <= sb.limit - sb.next) {
+    b_pre = sb.take(KT * Ntot * es);
+    for (int64_t k = 0; k < KT; ++k) {
+      const int32_t kp = static_cast<int32_t>(std::min(P, K - k * P));
+      x.em.dma(on_chip(Space::sbuf, B.dtype, 0, kp, b_pre + k * Ntot * es, {{static_cast<int32_t>(Ntot), 1}}),
+               hbm_ap(B, k * P * Ntot, kp, Ntot, {{static_cast<int32_t>(Ntot), 1}}), Emitter::DmaClass::spread);
+    }
+  }
   x.used(sb);
+  const int64_t half = (sb.limit - sb.next) / 2 / 64 * 64;
+  for (int64_t i = 0; i < g.nb; ++i) {
+    MatmulJob j = job_at(i);
+    j.b_pre = b_pre;
+    j.b_pre_row = Ntot;
+    Sbuf region = x.sbuf(name, sb.next + (i % 2) * half, sb.next + (i % 2 + 1) * half);
+    matmul_auto(x, j, epis.front(), region, tiles);
+    x.used(region);
+  }
   return {};
 }
 
@@ -227,69 +316,11 @@ Status matmul(Ctx& x, const Node& n, const Epilogue& ep) {
   if (nb > 1) {
     bool b_repeats = true;
     for (size_t i = 0; i < batch.size(); ++i) b_repeats = b_repeats && (b.strides[i] == 0 || batch[i] == 1);
-    auto fa = graph::reshape(a, {nb * M, K});
-    auto fy = graph::reshape(y, {nb * M, N});
-    auto fbias = graph::reshape(bias, {nb * M, N});
-    auto fres = graph::reshape(res, {nb * M, N});
-    if (b_repeats && fa && fy && fbias && fres) {
-      a = *fa;
-      y = *fy;
-      bias = *fbias;
-      res = *fres;
-      b = batch_slice(b, 0);
-      nb = 1;
-    } else if (b_repeats && batch.size() <= 4) {
-      // Not all of the batch folds (PyTorch's seq-first attention projections see [S, B, d] as
-      // a batch of S matmuls of B rows, B outermost in memory): rows being independent, order the
-      // row dims (the batch dims and M) the same way for every operand, fold the largest block of
-      // them that merges in all of them into the rows, and loop over the rest. (Without this a
-      // batch-2 BERT layer ran each projection as 128 matmuls of 2 rows, each streaming the whole
-      // weight: 1.1 ms instead of 11 us.)
-      const size_t nrd = batch.size() + 1;  // row dims: the batch dims, then M
-      Shape rdims = batch;
-      rdims.push_back(M);
-      std::vector<int64_t> perm(nrd);
-      for (size_t i = 0; i < nrd; ++i) perm[i] = static_cast<int64_t>(i);
-      int64_t best_outer = nb;
-      std::array<Strided, 4> best;
-      auto permuted = [&](const Strided& v) {
-        std::vector<int64_t> p(perm);
-        p.push_back(static_cast<int64_t>(nrd));
-        return graph::permute(v, p);
-      };
-      do {
-        for (size_t j = 0; j < nrd; ++j) {  // row dims perm[j..] fold into the rows
-          int64_t inner = 1;
-          Shape outer;
-          for (size_t i = 0; i < nrd; ++i) {
-            const int64_t d = rdims[static_cast<size_t>(perm[i])];
-            if (i < j) outer.push_back(d);
-            else inner *= d;
-          }
-          if (shape_numel(outer) >= best_outer) continue;
-          auto to = [&](int64_t last) {
-            Shape sh = outer;
-            sh.push_back(inner);
-            sh.push_back(last);
-            return sh;
-          };
-          auto ra = graph::reshape(permuted(a), to(K));
-          auto ry = graph::reshape(permuted(y), to(N));
-          auto rb = graph::reshape(permuted(bias), to(N));
-          auto rr = graph::reshape(permuted(res), to(N));
-          if (!ra || !ry || !rb || !rr) continue;
-          best_outer = shape_numel(outer);
-          best = {*ra, *ry, *rb, *rr};
-          break;
-        }
-      } while (std::next_permutation(perm.begin(), perm.end()));
-      if (best_outer < nb) {
-        a = best[0];
-        y = best[1];
-        bias = best[2];
-        res = best[3];
+    if (b_repeats) {
+      const int64_t folded = fold_rows(batch, M, {&a, &y, &bias, &res});
+      if (folded < nb) {
         b = batch_slice(b, 0);
-        nb = best_outer;
+        nb = folded;
       }
     }
   }
