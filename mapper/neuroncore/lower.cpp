@@ -233,7 +233,6 @@ class Lowering {
     const Node* p2 = only_consumer(sm->outputs[0]);
     if (!p2 || p2->op != "MatMul" || p2->inputs[0] != sm->outputs[0] || p2->inputs[1] == sm->outputs[0] || fused_.count(p2->name)) return;
     a.scores = &p;
-    a.softmax = sm;
     a.context = p2;
     a.score_ep = ep;
     a.context_ep = epilogues_.at(p2->name);

@@ -63,6 +63,34 @@ Operands operands(Ctx& x, const AttentionPlan& a) {
   return o;
 }
 
+// One slot's buffers (SBUF byte offsets per partition from `at`); `end` where the slot ends.
+struct Slot {
+  int64_t qT, kT, v, stage, s, p, pT, out, cond, cols, end;
+};
+Slot slot_layout(int64_t at, int64_t Sk, int64_t dv, int64_t es, bool scores_f32, int64_t cond_es) {
+  const int64_t chunks = ceil_div(Sk, 128);
+  auto take = [&](int64_t bytes) {
+    const int64_t r = at;
+    at += bytes;
+    return r;
+  };
+  Slot s;
+  s.qT = take(128 * es);                  // Q^T [dh, sq]
+  s.kT = take(Sk * es);                   // K^T [dh, Sk]
+  s.v = take(chunks * dv * es);           // V [kc, dv] per key chunk
+  s.stage = take(4 * 128 * es);           // staging of transposed loads
+  s.s = take(scores_f32 ? Sk * 4 : 0);    // masked scores [sq, Sk] fp32
+  s.p = take(Sk * es);                    // P [sq, Sk]
+  s.pT = take(chunks * 128 * es);         // P^T [kc, sq] per chunk
+  s.out = take(dv * 4);                   // O [sq, dv]
+  s.cond = take(Sk * cond_es);            // the masked_fill condition [sq, Sk]
+  s.cols = take(16);                      // -max, row sum, 1 / sum
+  s.end = at;
+  return s;
+}
+
+int64_t round64(int64_t b) { return (b + 63) / 64 * 64; }
+
 class Attention {
  public:
   Attention(Ctx& x, const AttentionPlan& a) : x_(x), a_(a), o_(operands(x, a)) {}
@@ -75,7 +103,7 @@ class Attention {
     mask_ep.scale = score_scale();
     mask_ep.bias = a_.score_ep.bias;
     EpilogueEmitter epi(x_, mask_ep, sb, o_.Sk);
-    slot_bytes_ = (slot_need(x_, o_.dh, o_.Sk, o_.dv, es_in(), mask() || where(), where() ? a_.cond->es() : 0) + 63) / 64 * 64;
+    slot_bytes_ = round64(slot_layout(0, o_.Sk, o_.dv, es_in(), mask() || where(), where() ? a_.cond->es() : 0).end);
     slots_ = sb.take(kSlots * slot_bytes_);
     if (where()) {  // the fill value in a column, read with stride 0 along the keys
       fill_ = sb.take(64);
@@ -98,23 +126,6 @@ class Attention {
     }
   }
 
-  // SBUF bytes per partition of one slot.
-  static int64_t slot_need(const Ctx& x, int64_t dh, int64_t Sk, int64_t dv, int64_t es, bool mask, int64_t cond_es) {
-    (void)x;
-    (void)dh;
-    const int64_t chunks = ceil_div(Sk, 128);
-    return 128 * es            // Q^T [dh, sq]
-           + Sk * es           // K^T [dh, Sk]
-           + chunks * dv * es  // V [kc, dv] per key chunk
-           + 4 * 128 * es      // staging of transposed loads
-           + (mask ? Sk * 4 : 0)
-           + Sk * es           // P [sq, Sk]
-           + chunks * 128 * es // P^T [kc, sq] per chunk
-           + dv * 4            // O [sq, dv]
-           + Sk * cond_es      // the masked_fill condition [sq, Sk]
-           + 4 * 4;            // -max, row sum, 1 / sum
-  }
-
  private:
   bool mask() const { return a_.score_ep.bias.has_value(); }
   // The scores' scale applied to Q as its transposed tiles leave PSUM (the copy becomes a multiply
@@ -122,39 +133,18 @@ class Attention {
   // two or Q kept in fp32. Else it is applied to the scores (one more dependent step per unit).
   double q_scale() const {
     const double sc = a_.score_ep.scale;
-    const bool transposed = o_.qv.strides.back() == 1 && o_.qv.strides[o_.qv.strides.size() - 2] != 1 && o_.Sq > 1;
+    const size_t r = o_.qv.strides.size();  // Q^T's (k, f) = Q(f, k): sk Q's column stride, sf its row stride
+    const bool transposed = loads_transposed(o_.qv.strides[r - 1], o_.qv.strides[r - 2], o_.Sq);
     int e = 0;
     const bool pow2 = std::frexp(sc, &e) == 0.5;
     return transposed && (pow2 || o_.q.dtype == DType::f32) ? sc : 1.0;
   }
   bool where() const { return a_.cond.has_value(); }
-  // The operands' SBUF dtype: V's (the context matmul reads P and V alike).
+  // Bytes per element the slots are sized for: the widest of Q's, K's and V's dtypes.
   int64_t es_in() const { return std::max({o_.q.es(), o_.kt.es(), o_.v.es()}); }
 
-  // Offsets within slot s.
-  struct Slot {
-    int64_t qT, kT, v, stage, s, p, pT, out, cond, cols;
-  };
   Slot slot(int64_t u) const {
-    const int64_t es = es_in(), chunks = ceil_div(o_.Sk, 128);
-    Slot s;
-    int64_t at = slots_ + (u % kSlots) * slot_bytes_;
-    auto take = [&](int64_t bytes) {
-      const int64_t r = at;
-      at += bytes;
-      return r;
-    };
-    s.qT = take(128 * es);
-    s.kT = take(o_.Sk * es);
-    s.v = take(chunks * o_.dv * es);
-    s.stage = take(4 * 128 * es);
-    s.s = take(mask() || where() ? o_.Sk * 4 : 0);
-    s.p = take(o_.Sk * es);
-    s.pT = take(chunks * 128 * es);
-    s.out = take(o_.dv * 4);
-    s.cond = take(where() ? o_.Sk * a_.cond->es() : 0);
-    s.cols = take(16);
-    return s;
+    return slot_layout(slots_ + (u % kSlots) * slot_bytes_, o_.Sk, o_.dv, es_in(), mask() || where(), where() ? a_.cond->es() : 0);
   }
 
   AccessPattern psum_at(int64_t bank, int64_t off, int32_t parts, int32_t free) const {
@@ -167,7 +157,7 @@ class Attention {
   // `scale` multiplies the values on the way (transposed loads only: the copy out of PSUM does it).
   void load_kf(const TensorRef& r, int64_t elem, int64_t K, int64_t sk, int64_t F, int64_t sf, int64_t dst, int64_t stage, double scale = 1.0) {
     const DType dt = r.dtype;
-    const bool transposed = sf != 1 && sk == 1 && F > 1;
+    const bool transposed = loads_transposed(sk, sf, F);
     if (!transposed) {
       const AccessPattern to = on_chip(Space::sbuf, dt, 0, static_cast<int32_t>(K), dst, {{static_cast<int32_t>(F), 1}});
       x_.em.dma(to, hbm_ap(r, elem, static_cast<int32_t>(K), sk, {{static_cast<int32_t>(F), static_cast<int32_t>(sf)}}), Emitter::DmaClass::spread);
@@ -317,8 +307,7 @@ Status attention_fits(Ctx& x, const AttentionPlan& a) {
   if (o.Sk > free_max || o.dv > free_max || o.Sk > 512) return Status::fail("keys or value width beyond one PSUM bank");
   if (x.cfg.tensor_cols < 128 || x.cfg.partitions < 128) return Status::fail("an array narrower than 128");
   const int64_t es = std::max({o.q.es(), o.kt.es(), o.v.es()});
-  const int64_t need =
-      kSlots * ((Attention::slot_need(x, o.dh, o.Sk, o.dv, es, a.score_ep.bias || a.cond, a.cond ? a.cond->es() : 0) + 63) / 64 * 64) + 3 * o.Sk * 4 + 1024;
+  const int64_t need = kSlots * round64(slot_layout(0, o.Sk, o.dv, es, a.score_ep.bias || a.cond, a.cond ? a.cond->es() : 0).end) + 3 * o.Sk * 4 + 1024;
   if (need > x.cfg.sbuf_partition_bytes) return Status::fail("SBUF too small for the fused kernel's slots");
   return {};
 }

@@ -32,7 +32,6 @@ graph::Strided as_2d_spatial(const graph::Strided& v);
 // MatMul as its left operand.
 struct AttentionPlan {
   const graph::Node* scores = nullptr;   // Q @ Kt
-  const graph::Node* softmax = nullptr;
   const graph::Node* context = nullptr;  // P @ V
   Epilogue score_ep, context_ep;         // the two matmuls' planned epilogues
   // A masked_fill between the scores and the Softmax: Where(cond, scores, fill) (keep where cond)

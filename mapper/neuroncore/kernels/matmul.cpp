@@ -114,6 +114,22 @@ int64_t fold_rows(const Shape& batch, int64_t M, const std::vector<Strided*>& vi
   return best_outer;
 }
 
+// A right operand [K, N] (view `b` of B, N contiguous) that several batches share, loaded into SBUF
+// once as [KT][N] per partition when it takes at most a third of what is left: its offset, or -1
+// (then every batch streams it). MatmulJob::b_pre.
+int64_t load_shared_b(Ctx& x, const TensorRef& B, const Strided& b, Sbuf& sb) {
+  if (b.strides[1] != 1) return -1;
+  const int64_t K = b.shape[0], N = b.shape[1], P = x.cfg.tensor_rows, KT = ceil_div(K, P), es = B.es();
+  if (KT * N * es * 3 > sb.limit - sb.next) return -1;
+  const int64_t at = sb.take(KT * N * es);
+  for (int64_t k = 0; k < KT; ++k) {
+    const int32_t kp = static_cast<int32_t>(std::min(P, K - k * P));
+    x.em.dma(on_chip(Space::sbuf, B.dtype, 0, kp, at + k * N * es, {{static_cast<int32_t>(N), 1}}),
+             hbm_ap(B, b.offset + k * P * b.strides[0], kp, b.strides[0], {{static_cast<int32_t>(N), 1}}), Emitter::DmaClass::spread);
+  }
+  return at;
+}
+
 }  // namespace
 
 // The last two dims of `v` at batch index `b` (row-major over v's batch dims).
@@ -173,7 +189,7 @@ std::optional<GroupViews> group_views(Ctx& x, const std::vector<const Node*>& no
 
 bool matmul_group_fits(Ctx& x, const std::vector<const Node*>& nodes, const std::vector<const Epilogue*>& eps) {
   if (nodes.size() < 2 || x.opt.matmul_schedule != MatmulSchedule::automatic) return false;
-  int64_t K = -1, Ntot = 0;
+  int64_t K = -1;
   for (size_t s = 0; s < nodes.size(); ++s) {
     const Epilogue& ep = *eps[s];
     if (ep.residual || !ep.operand[1].empty()) return false;
@@ -184,13 +200,12 @@ bool matmul_group_fits(Ctx& x, const std::vector<const Node*>& nodes, const std:
     // evacuation anyway (transformer_layer's d-64 projections grouped: +3%).
     if (bv.shape[1] < 128) return false;
     K = bv.shape[0];
-    Ntot += bv.shape[1];
   }
   const auto g = group_views(x, nodes, eps);
   if (!g || g->K != K) return false;
   // The left operand's row tiles stay resident (the core's A-resident loop, which splits the output).
   const int64_t es = static_cast<int64_t>(dtype_size(x.opt.compute));
-  return ceil_div(K, x.cfg.tensor_rows) * x.cfg.tensor_cols * es <= 32 * 1024 && Ntot > 0;
+  return ceil_div(K, x.cfg.tensor_rows) * x.cfg.tensor_cols * es <= 32 * 1024;
 }
 
 Status matmul_group(Ctx& x, const std::vector<const Node*>& nodes, const std::vector<const Epilogue*>& eps) {
@@ -231,14 +246,14 @@ Status matmul_group(Ctx& x, const std::vector<const Node*>& nodes, const std::ve
     job.out = mat(g.Y[0], slice(g.y[0], i));
     int64_t n0 = 0;
     for (size_t s = 0; s < nodes.size(); ++s) {
-      const Strided bs = slice(g.bias[s], i);
+      const Strided bsl = slice(g.bias[s], i);
       MatmulSegment sg;
       sg.n0 = n0;
       sg.n = ns[s];
       sg.out = mat(g.Y[s], slice(g.y[s], i));
-      sg.bias.elem = bs.offset;
-      sg.bias_rs = bs.strides[0];
-      sg.bias_cs = bs.strides[1];
+      sg.bias.elem = bsl.offset;
+      sg.bias_rs = bsl.strides[0];
+      sg.bias_cs = bsl.strides[1];
       sg.epi = &epis[s];
       job.segments.push_back(sg);
       n0 += ns[s];
@@ -256,18 +271,9 @@ Status matmul_group(Ctx& x, const std::vector<const Node*>& nodes, const std::ve
     x.used(sb);
     return {};
   }
-  // Several batches (rows that fold only per sequence): the weights load into SBUF once when they
-  // take at most a third of it, and the batches alternate between two regions of the rest.
-  int64_t b_pre = -1;
-  const int64_t P = x.cfg.tensor_rows, KT = ceil_div(K, P), es = B.es();
-  if (KT * Ntot * es * 3 <= sb.limit - sb.next) {
-    b_pre = sb.take(KT * Ntot * es);
-    for (int64_t k = 0; k < KT; ++k) {
-      const int32_t kp = static_cast<int32_t>(std::min(P, K - k * P));
-      x.em.dma(on_chip(Space::sbuf, B.dtype, 0, kp, b_pre + k * Ntot * es, {{static_cast<int32_t>(Ntot), 1}}),
-               hbm_ap(B, k * P * Ntot, kp, Ntot, {{static_cast<int32_t>(Ntot), 1}}), Emitter::DmaClass::spread);
-    }
-  }
+  // Several batches (rows that fold only per sequence): the weights load into SBUF once
+  // (load_shared_b), and the batches alternate between two regions of the rest.
+  const int64_t b_pre = load_shared_b(x, B, B.view, sb);
   x.used(sb);
   const int64_t half = (sb.limit - sb.next) / 2 / 64 * 64;
   for (int64_t i = 0; i < g.nb; ++i) {
@@ -360,20 +366,8 @@ Status matmul(Ctx& x, const Node& n, const Epilogue& ep) {
     return {};
   }
   // A right operand the batches share (a linear layer whose batch did not all fold into M) loads
-  // into SBUF once for all of them when it takes at most a third of it, instead of streaming once
-  // per batch (the batch-8 BERT layer's projections: 8 jobs of 128 rows).
-  if (b.shape.size() == 2 && b.strides[1] == 1) {
-    const int64_t K = b.shape[0], N = b.shape[1], P = x.cfg.tensor_rows, KT = ceil_div(K, P), es = B.es();
-    const int64_t bytes = KT * N * es;
-    if (bytes * 3 <= sb.limit - sb.next) {
-      b_pre = sb.take(bytes);
-      for (int64_t k = 0; k < KT; ++k) {
-        const int32_t kp = static_cast<int32_t>(std::min(P, K - k * P));
-        x.em.dma(on_chip(Space::sbuf, B.dtype, 0, kp, b_pre + k * N * es, {{static_cast<int32_t>(N), 1}}),
-                 hbm_ap(B, b.offset + k * P * b.strides[0], kp, b.strides[0], {{static_cast<int32_t>(N), 1}}), Emitter::DmaClass::spread);
-      }
-    }
-  }
+  // once for all of them (the batch-8 BERT layer's projections: 8 jobs of 128 rows).
+  if (b.shape.size() == 2) b_pre = load_shared_b(x, B, b, sb);
   // Batches rotate over R regions of SBUF, as many as hold a batch's working set, so that the next
   // batches' loads overlap one's compute: at least two, at most the batches and the PSUM banks a
   // batch's accumulation can rotate over beside the two of transposed loads (more batches in flight

@@ -39,6 +39,10 @@ struct MatmulJob {
   std::vector<MatmulSegment> segments;  // empty: one output (out, bias, residual above)
 };
 
+// Whether an operand tile [K on the partitions, F free] (element (k, f) at k * sk + f * sf) loads
+// [F, K] and turns through the tensor engine's transpose: its K is contiguous in HBM, F is not.
+inline bool loads_transposed(int64_t sk, int64_t sf, int64_t F) { return sf != 1 && sk == 1 && F > 1; }
+
 // The last two dims of `v` at batch index `b` (row-major over v's batch dims).
 graph::Strided batch_slice(const graph::Strided& v, int64_t b);
 

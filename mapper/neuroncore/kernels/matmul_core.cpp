@@ -37,7 +37,7 @@ KF as_kf(const Mat& m, bool is_a) {
   } else {
     r.K = m.rows, r.F = m.cols, r.sk = m.rs, r.sf = m.cs;
   }
-  r.transpose = r.sf != 1 && r.sk == 1 && r.F > 1;
+  r.transpose = loads_transposed(r.sk, r.sf, r.F);
   return r;
 }
 
@@ -60,6 +60,9 @@ namespace {
 
 // The loop's tile sizes and buffers, decided before anything is emitted (matmul_auto_sbuf sizes
 // the SBUF regions of a batched matmul with it).
+// PSUM banks a matmul's accumulations rotate over: two go to transposed loads when there are any.
+int64_t accumulation_banks(const Ctx& x, const KF& a, const KF& b) { return x.banks() - ((a.transpose || b.transpose) ? 2 : 0); }
+
 struct Plan {
   int64_t M = 0, N = 0, K = 0, TM = 128, TN = 512, TK = 128, MT = 0, NT = 0, KT = 0, nbuf_a = 0, nbuf_b = 0, fixed = 0;
   bool a_resident = true;
@@ -85,7 +88,7 @@ Plan plan_of(const Ctx& x, const MatmulJob& job, const KF& a, const KF& b) {
   const double a_bytes = static_cast<double>(p.M * p.K * a.es()) * (a.transpose ? 2 : 1);
   const double b_bytes = static_cast<double>(p.K * p.N * b.es()) * (b.transpose ? 2 : 1);
   // (With A resident, MG row tiles share each pass of B: Core::run.)
-  const int64_t mg = std::min<int64_t>(p.MT, std::max<int64_t>(1, (x.banks() - ((a.transpose || b.transpose) ? 2 : 0)) / 2));
+  const int64_t mg = std::min<int64_t>(p.MT, std::max<int64_t>(1, accumulation_banks(x, a, b) / 2));
   p.a_resident = static_cast<double>(ceil_div(p.MT, mg)) * b_bytes + a_bytes < static_cast<double>(p.NT) * a_bytes + b_bytes;
   // Never more buffers than the loop streams tiles (MT x NT x KT whichever operand streams): a small
   // matmul (an attention head's) then takes little SBUF, and more of them run at once.
@@ -121,7 +124,7 @@ class Core {
     // G accumulations live at once: per partition a DMA then moves G * TN contiguous elements
     // instead of TN (BERT's weights: 4 KiB runs instead of 1 KiB, 82% -> 95% of the engines'
     // bandwidth by the per-chunk overhead [DMA]).
-    const int64_t banks_for_acc = x_.banks() - ((a_.transpose || b_.transpose) ? 2 : 0);
+    const int64_t banks_for_acc = accumulation_banks(x_, a_, b_);
     // (The same for streamed stationary tiles: G of them, G * TM columns of A^T, per DMA.)
     const KF& streamed = a_resident ? b_ : a_;
     const int64_t tiles_streamed = a_resident ? NT : MT, tile_cols = a_resident ? TN_ : TM_;
@@ -148,7 +151,7 @@ class Core {
     if (a_.transpose || b_.transpose) stage_ = sb_.take(kStageSlots * 128 * 4);
     x_.used(sb_);
     x_.used_psum();
-    acc_banks_ = x_.banks() - ((a_.transpose || b_.transpose) ? 2 : 0);
+    acc_banks_ = accumulation_banks(x_, a_, b_);
     int64_t slot = 0;
     if (a_resident) {
       const int64_t a_tiles = KT * TM_ * a_.es();  // one row tile of A, all of K
@@ -209,7 +212,7 @@ class Core {
     if (a_.transpose || b_.transpose) stage_ = sb_.take(kStageSlots * 128 * 4);
     x_.used(sb_);
     x_.used_psum();
-    acc_banks_ = x_.banks() - ((a_.transpose || b_.transpose) ? 2 : 0);
+    acc_banks_ = accumulation_banks(x_, a_, b_);
     int64_t slot = 0;
     for (int64_t m0 = 0; m0 < M; m0 += TM_)
       for (int64_t n0 = 0; n0 < N; n0 += TN_) {
