@@ -48,6 +48,7 @@ struct KernelEstimate {
   std::string bound;             // "compute" or "memory"
   // Predicted busy seconds per engine, for the compile report.
   double tensor_s = 0, vector_s = 0, scalar_s = 0, gpsimd_s = 0, dma_s = 0, hbm_s = 0;
+  double own_dma_s = 0;          // dma_s without weight prefetches for later kernels (lower.cpp plans those)
 };
 
 struct Compiled {

@@ -70,13 +70,41 @@ AccessPattern in_hbm(DType t, int32_t rows, int64_t row_stride, int64_t offset, 
 int16_t Emitter::begin_kernel(const std::string& name) {
   p_.kernels.push_back(name);
   kernel_ = static_cast<int16_t>(p_.kernels.size() - 1);
+  for (Item& it : at_kernel_) {
+    it.in.kernel = kernel_;
+    stream_.push_back(it);
+  }
+  at_kernel_.clear();
   return kernel_;
 }
 
 void Emitter::emit(Instr in, Lane lane) {
   if ((stream_.size() & 0xfff) == 0) poll_interrupt();  // a big kernel emits for seconds
   in.kernel = kernel_;
+  if (holding_) {
+    held_.push_back({in, lane});
+    return;
+  }
   stream_.push_back({in, lane});
+  if (every_ > 0 && next_held_ < held_.size() && --countdown_ == 0) {
+    push_held();
+    countdown_ = every_;
+  }
+}
+
+void Emitter::push_held() {
+  Item it = held_[next_held_++];
+  it.in.kernel = kernel_;
+  stream_.push_back(it);
+}
+
+void Emitter::flush_held() {
+  for (const Item& it : at_kernel_) held_.push_back(it);  // no kernel began: emitted here
+  at_kernel_.clear();
+  while (next_held_ < held_.size()) push_held();
+  held_.clear();
+  next_held_ = 0;
+  every_ = 0;
 }
 
 void Emitter::dma(const AccessPattern& dst, const AccessPattern& src, DmaClass cls) {
@@ -90,8 +118,8 @@ void Emitter::dma(const AccessPattern& dst, const AccessPattern& src, DmaClass c
     emit(in, Lane::dma0);
     return;
   }
-  if (cls == DmaClass::spread || cls == DmaClass::spread_store) {
-    in.queue = cls == DmaClass::spread ? kQueueAll : static_cast<int16_t>(kQueueAll - 1);
+  if (cls == DmaClass::spread || cls == DmaClass::spread_store || cls == DmaClass::prefetch) {
+    in.queue = cls == DmaClass::spread ? kQueueAll : static_cast<int16_t>(cls == DmaClass::spread_store ? kQueueAll - 1 : kQueuePrefetch);
     emit(in, Lane::dma0);
     return;
   }
@@ -146,6 +174,10 @@ void Emitter::schedule(int32_t window, const CoreConfig* cfg) {
       lo = last_on_lane[static_cast<size_t>(it.lane)];
     }
     lo = std::max(lo, static_cast<int32_t>(bundles.size()) - window - 1);
+    // A weight prefetch stays where it was released among the kernel's instructions (it has no
+    // dependency to hold it: hoisted, it would take the engines ahead of the loads it was placed
+    // after).
+    if (dma && it.in.queue == kQueuePrefetch && i > 0) lo = std::max(lo, bundle_of[i - 1] - 1);
     // Latest dependency among the stream items placed in bundles after `lo`.
     double lag = 0;  // how long after bundle `lo` issues its results are ready (compute producers)
     for (int32_t b = static_cast<int32_t>(bundles.size()) - 1; b > lo; --b) {

@@ -1,6 +1,7 @@
 #pragma once
 // Building compiled programs: access-pattern helpers, an instruction stream in program order, and
 // the list scheduler that packs it into 8-lane bundles.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,6 +16,8 @@ namespace tessera::neuroncore {
 // waits for (queues are in order).
 inline constexpr int kStreamQueues = 12;
 inline constexpr int kBulkQueues = 4;
+// Weight prefetches (DmaClass::prefetch): spread like kQueueAll, on each engine's queue 3.
+inline constexpr int16_t kQueuePrefetch = kQueueAll - 2;
 
 // SBUF/PSUM operand: partitions [p0, p0+parts), `offset` bytes into each, free dims (outermost first;
 // strides in elements, 0 repeats an element: a broadcast).
@@ -35,7 +38,9 @@ class Emitter {
   // Spread: one instruction the core splits by partition groups over all the DMA engines, as NKI
   // does with every dma_copy (isa.hpp): loads on each engine's queue 1, stores (spread_store) on
   // its queue 2, so that a store waiting for its tile never holds up the loads behind it.
-  enum class DmaClass { stream, bulk, spread, spread_store };
+  // Prefetch: weights of a later kernel loaded ahead (lower.cpp), spread on each engine's queue 3,
+  // so they wait behind neither the current kernels' loads nor their stores.
+  enum class DmaClass { stream, bulk, spread, spread_store, prefetch };
   void dma(const AccessPattern& dst, const AccessPattern& src, DmaClass cls = DmaClass::stream);
   void set_dma_queues(int32_t stream_queues, int32_t bulk_queues) {
     stream_queues_ = stream_queues;
@@ -51,6 +56,23 @@ class Emitter {
   // holding up the instructions issued beside it.
   void schedule(int32_t window = 48, const CoreConfig* cfg = nullptr);
   size_t size() const { return stream_.size(); }
+  // Held instructions (weight prefetches, lower.cpp): what is emitted between begin_hold and
+  // end_hold is held back; release(every) lets the held ones out one after every `every`
+  // instructions emitted from then on, so that their DMAs issue spread over the kernel emitted
+  // meanwhile (the engines serve transfers in issue order: prefetches issued in a burst would hold
+  // the kernel's own loads behind them); flush_held emits the rest. A held instruction belongs to
+  // the kernel being emitted when it goes out.
+  void begin_hold() { holding_ = true; }
+  void end_hold() { holding_ = false; }
+  void release(int64_t every) { every_ = countdown_ = std::max<int64_t>(1, every); }
+  void flush_held();
+  // What is emitted between begin_hold and end_hold with at_next_kernel: emitted as the next kernel
+  // begins, its first instructions (a kernel's own prefetched weights, before anything reads them).
+  void end_hold_for_next_kernel() {
+    holding_ = false;
+    for (size_t i = next_held_; i < held_.size(); ++i) at_kernel_.push_back(held_[i]);
+    held_.resize(next_held_);
+  }
 
  private:
   struct Item {
@@ -59,6 +81,12 @@ class Emitter {
   };
   Program& p_;
   std::vector<Item> stream_;
+  bool holding_ = false;
+  std::vector<Item> held_;   // held back (in order); held_[next_held_..] not yet emitted
+  size_t next_held_ = 0;
+  int64_t every_ = 0, countdown_ = 0;  // release(): one held instruction after every `every_`
+  void push_held();
+  std::vector<Item> at_kernel_;  // emitted by the next begin_kernel
   int16_t kernel_ = -1;
   int32_t stream_queues_ = kStreamQueues, bulk_queues_ = kBulkQueues, next_stream_ = 0, next_bulk_ = 0;
 };

@@ -27,6 +27,7 @@ struct Replay {
   struct Load {
     std::array<double, kLanes> lane_s{};
     std::vector<double> engine_s;  // busy seconds per DMA engine
+    std::vector<double> own_s;     // the same without weight prefetches (kQueuePrefetch)
     double hbm_bytes = 0, flops = 0;
     bool matmul = false;
   };
@@ -89,7 +90,10 @@ struct Replay {
       const int64_t pb = bytes * rows / all_rows, pch = std::max<int64_t>(1, chunks * rows / all_rows);
       const double s0 = std::max({ts, queue_free[q], engine_free[e]});
       const double transfer = dma_transfer_seconds(pb, pch, cfg);
-      if (load) load->engine_s[e] += transfer;
+      if (load) {
+        load->engine_s[e] += transfer;
+        if (in.queue != kQueuePrefetch) load->own_s[e] += transfer;
+      }
       double pe = s0 + transfer;
       if (hbm) pe = std::max(pe, s0 + static_cast<double>(pb) / cfg.hbm_bandwidth) + cfg.hbm_latency;
       queue_free[q] = engine_free[e] = pe;
@@ -112,7 +116,7 @@ struct Replay {
   std::vector<double> kernel_ends(const Program& p, size_t nk) {
     std::vector<double> ends(nk, 0.0);
     loads.assign(nk, Load{});
-    for (Load& l : loads) l.engine_s.assign(engine_free.size(), 0.0);
+    for (Load& l : loads) l.engine_s = l.own_s = std::vector<double>(engine_free.size(), 0.0);
     double next_issue = 0;
     const double seq_cycle = 1.0 / lane_clock_hz(Lane::control, cfg);
     for (const Bundle& b : p.bundles) {
@@ -197,6 +201,7 @@ void estimate_kernels(Compiled& c, const CoreConfig& cfg) {
     e.scalar_s = a.lane_s[static_cast<size_t>(Lane::scalar)];
     e.gpsimd_s = a.lane_s[static_cast<size_t>(Lane::gpsimd)];
     for (const double t : a.engine_s) e.dma_s = std::max(e.dma_s, t);
+    for (const double t : a.own_s) e.own_dma_s = std::max(e.own_dma_s, t);
     e.hbm_s = a.hbm_bytes / cfg.hbm_bandwidth;
     const double compute = std::max({e.tensor_s, e.vector_s, e.scalar_s, e.gpsimd_s});
     e.bound = compute >= std::max(e.dma_s, e.hbm_s) ? "compute" : "memory";
@@ -228,6 +233,8 @@ std::string compile_report(const Compiled& c, const CoreConfig& cfg) {
   std::snprintf(line, sizeof line, "\ntotal predicted %.3f us; SBUF high-water %lld bytes/partition; HBM %lld bytes\n",
                 c.predicted_s * 1e6, static_cast<long long>(c.sbuf_high_water), static_cast<long long>(c.hbm_bytes));
   os << line;
+  if (!c.notes.empty()) os << "\n";
+  for (const std::string& n : c.notes) os << "note: " << n << "\n";
   return os.str();
 }
 

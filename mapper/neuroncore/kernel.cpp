@@ -38,7 +38,7 @@ void Ctx::begin(const std::string& name) { em.begin_kernel(name); }
 Sbuf Ctx::sbuf(const std::string& kernel, int64_t lo, int64_t hi) const {
   Sbuf s;
   s.next = s.base = lo;
-  s.limit = hi < 0 ? cfg.sbuf_partition_bytes : hi;
+  s.limit = hi < 0 ? cfg.sbuf_partition_bytes - sbuf_reserved : hi;
   s.kernel = kernel;
   return s;
 }

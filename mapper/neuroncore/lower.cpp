@@ -3,9 +3,13 @@
 // an activation and a residual add (each the only reader of the value before it) into its
 // evacuation; everything else compiles as its own kernel.
 #include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <optional>
 #include <set>
 
 #include "isa/error.hpp"
+#include "isa/interrupt.hpp"
 #include "mapper/neuroncore/estimate.hpp"
 #include "mapper/neuroncore/kernels/kernels.hpp"
 
@@ -16,10 +20,30 @@ using graph::Node;
 
 namespace {
 
+// Weight prefetch (MappingOptions::prefetch_weights): a plan made from a first compile's estimate.
+// A MatMul's constant right operand loads into a region at the top of SBUF while earlier kernels
+// run, in the time their own DMAs leave the engines idle (attention, norms): its DMAs are held and
+// released spread over those kernels' instructions (Emitter::release); what does not fit in their
+// idle time loads as the matmul's kernel begins. The matmul then reads B from SBUF
+// (MatmulJob::b_pre). docs/neuroncore-compiler.md "Weight prefetch".
+struct PrefetchPart {
+  const Node* node = nullptr;
+  int64_t first = 0, last = 0;  // its prefetch DMAs [first, last) (prefetch_dmas)
+};
+struct PrefetchPlan {
+  std::vector<std::vector<PrefetchPart>> at;  // per lowered position: released over its kernels
+  std::vector<int64_t> every;                 // per lowered position: one DMA after every `every` instructions
+  std::map<std::string, Prefetched> where;    // by MatMul node
+  std::vector<int64_t> reserved;              // per lowered position: bytes per partition at the top of SBUF held
+  std::vector<std::string> notes;
+};
+
 class Lowering {
  public:
-  Lowering(const Graph& g, const CoreConfig& cfg, const MappingOptions& opt, Compiled& c)
-      : g_(g), opt_(opt), c_(c), em_(c.program), st_(g, cfg, opt, c), x_(g, cfg, opt, c, em_, st_) {}
+  Lowering(const Graph& g, const CoreConfig& cfg, const MappingOptions& opt, Compiled& c, const PrefetchPlan* plan = nullptr)
+      : g_(g), opt_(opt), c_(c), em_(c.program), st_(g, cfg, opt, c), x_(g, cfg, opt, c, em_, st_), plan_(plan) {
+    if (plan_) x_.prefetched = plan_->where;
+  }
 
   void run() {
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
@@ -39,13 +63,128 @@ class Lowering {
     for (size_t idx : order) {
       const Node& n = g_.nodes[idx];
       if (fused_.count(n.name) || grouped_.count(n.name) || st_.is_view_node(n)) continue;
+      const size_t i = lowered_.size();
+      lowered_.push_back(&n);
+      if (plan_) x_.sbuf_reserved = plan_->reserved[i];
+      if (plan_ && !plan_->at[i].empty()) {
+        // Its own weights' remainder first, in order before the instructions reading them; the
+        // later kernels' weights held and released over its instructions.
+        em_.begin_hold();
+        for (const PrefetchPart& pp : plan_->at[i])
+          if (pp.node == &n) prefetch(x_, *pp.node, epilogues_.at(pp.node->name), plan_->where.at(pp.node->name).offset, pp.first, pp.last);
+        em_.end_hold_for_next_kernel();
+        em_.begin_hold();
+        for (const PrefetchPart& pp : plan_->at[i])
+          if (pp.node != &n) prefetch(x_, *pp.node, epilogues_.at(pp.node->name), plan_->where.at(pp.node->name).offset, pp.first, pp.last);
+        em_.end_hold();
+        em_.release(plan_->every[i]);
+      }
+      const size_t k0 = c_.program.kernels.size(), e0 = em_.size();
+      const int64_t hw = c_.sbuf_high_water;
+      c_.sbuf_high_water = 0;
       const Status s = lower(n);
+      sbuf_of_.push_back(c_.sbuf_high_water);
+      c_.sbuf_high_water = std::max(hw, c_.sbuf_high_water);
       if (!s.ok)
         throw InputError(g_.where(n), "the NeuronCore compiler cannot compile this: " + s.reason,
                          s.hint.empty() ? "run the model on target.kind \"reference\"; docs/neuroncore-compiler.md lists what compiles" : s.hint);
+      em_.flush_held();
+      kernels_of_.push_back({k0, c_.program.kernels.size()});
+      instrs_of_.push_back(static_cast<int64_t>(em_.size() - e0));
     }
     em_.schedule(48, &x_.cfg);
     estimate_kernels(c_, x_.cfg);
+    if (plan_)
+      for (const std::string& note : plan_->notes) c_.notes.push_back(note);
+  }
+
+  double seconds_at(size_t i) const {  // predicted seconds of lowered position i's kernels
+    double t = 0;
+    for (size_t k = kernels_of_[i].first; k < kernels_of_[i].second; ++k) t += c_.kernels[k].seconds;
+    return t;
+  }
+  // The prefetch plan from this compile's estimate (one made without prefetches, or with the plan
+  // before: the idle time counts only the kernels' own DMAs); nullopt: nothing to prefetch.
+  // `plain`: the compile without prefetches, whose kernel times bound those here (a kernel that
+  // got longer here did so by the prefetches it hosted, which are not idle time of its own) and
+  // whose SBUF use and instruction counts are the kernels' own.
+  std::optional<PrefetchPlan> plan_prefetch(const Lowering& plain) const {
+    const size_t L = lowered_.size();
+    std::vector<double> idle(L, 0.0);
+    for (size_t i = 0; i < L; ++i) {
+      const double t = std::min(seconds_at(i), plain.seconds_at(i));
+      double own = 0;
+      for (size_t k = kernels_of_[i].first; k < kernels_of_[i].second; ++k) own += c_.kernels[k].own_dma_s;
+      idle[i] = std::max(0.0, t - own);
+    }
+    PrefetchPlan plan;
+    plan.at.assign(L, {});
+    plan.every.assign(L, 1);
+    std::vector<int64_t> held(L, 0);
+    const int64_t cap = x_.cfg.sbuf_partition_bytes / 2 / 64 * 64;
+    struct Placed {
+      size_t from, to;  // lowered positions it is live over
+      int64_t lo, hi;   // bytes from the region's start
+    };
+    std::vector<Placed> placed;
+    std::vector<int64_t> reserved(L, 0);  // per position: the region's extent live there
+    for (size_t j = 1; j < L; ++j) {
+      const Node& n = *lowered_[j];
+      if (n.op != "MatMul" || attention_.count(n.name) || group_at_.count(n.name)) continue;
+      const Epilogue& ep = epilogues_.at(n.name);
+      const int64_t bytes = prefetch_bytes(x_, n, ep);
+      if (bytes <= 0 || bytes > cap) continue;
+      const int64_t count = prefetch_dmas(x_, n, ep);
+      const double each = prefetch_dma_seconds(x_, n, ep);
+      // The latest windows first, so the operand holds SBUF for as short a time as it can.
+      std::vector<std::pair<size_t, int64_t>> take;  // (position, DMAs)
+      int64_t left = count, top = 0;  // top: the most the region can reach while it is live
+      for (size_t i = j; i-- > 0 && left > 0;) {
+        // Not over a kernel that needs the SBUF (a kernel takes what it can use: the region would
+        // cost it its buffers).
+        top = std::max(top, reserved[i]);
+        if (plain.sbuf_of_[i] + top + bytes > x_.cfg.sbuf_partition_bytes) break;
+        const auto t = std::min<int64_t>(left, static_cast<int64_t>(idle[i] / each));
+        if (t > 0) take.push_back({i, t});
+        left -= t;
+      }
+      if (take.empty()) continue;
+      // A place in the region clear of the operands live at the same time (first fit).
+      const size_t from = take.back().first;
+      int64_t lo = 0;
+      for (bool moved = true; moved;) {
+        moved = false;
+        for (const Placed& q : placed)
+          if (q.from <= j && from <= q.to && q.lo < lo + bytes && lo < q.hi) {
+            lo = q.hi;
+            moved = true;
+          }
+      }
+      if (lo + bytes > cap) continue;
+      placed.push_back({from, j, lo, lo + bytes});
+      for (size_t i = from; i <= j; ++i) reserved[i] = std::max(reserved[i], lo + bytes);
+      plan.where[n.name] = Prefetched{lo + bytes, x_.g.value(ep.operand[1].empty() ? n.inputs[1] : ep.operand[1]).shape[1]};
+      int64_t next = 0;
+      for (auto it = take.rbegin(); it != take.rend(); ++it) {
+        plan.at[it->first].push_back({&n, next, next + it->second});
+        held[it->first] += it->second;
+        idle[it->first] -= static_cast<double>(it->second) * each;
+        next += it->second;
+      }
+      if (next < count) plan.at[j].push_back({&n, next, count});  // loaded as its kernel starts
+      char line[256];
+      std::snprintf(line, sizeof line, "weights of %s prefetched (%lld KiB per partition): %lld of %lld DMAs while the %zu kernel(s) before it run",
+                    n.name.c_str(), static_cast<long long>(bytes / 1024), static_cast<long long>(next), static_cast<long long>(count), take.size());
+      plan.notes.push_back(line);
+    }
+    if (placed.empty()) return std::nullopt;
+    // Operands sit from the top of SBUF down ([top - hi, top - lo)); a kernel allocates below those
+    // live while it runs.
+    for (auto& [name, w] : plan.where) w.offset = x_.cfg.sbuf_partition_bytes - w.offset;
+    plan.reserved = reserved;
+    for (size_t i = 0; i < L; ++i)
+      if (held[i] > 0) plan.every[i] = std::max<int64_t>(1, plain.instrs_of_[i] / (held[i] + 1));
+    return plan;
   }
 
  private:
@@ -350,6 +489,11 @@ class Lowering {
   std::map<std::string, std::pair<std::vector<const Node*>, std::vector<const Epilogue*>>> group_at_;
   std::set<std::string> grouped_;
   std::set<std::string> fused_, tied_;
+  const PrefetchPlan* plan_ = nullptr;
+  std::vector<const Node*> lowered_;                       // the nodes lowered to kernels, in order
+  std::vector<std::pair<size_t, size_t>> kernels_of_;      // per lowered node: its kernels [first, last)
+  std::vector<int64_t> instrs_of_;                         // per lowered node: instructions emitted
+  std::vector<int64_t> sbuf_of_;                           // per lowered node: SBUF bytes per partition its kernels use
 };
 
 }  // namespace
@@ -357,8 +501,38 @@ class Lowering {
 Compiled compile(const Graph& g, const CoreConfig& cfg, const MappingOptions& opt) {
   Compiled c;
   c.program.source = g.source + " (compiled)";
-  Lowering(g, cfg, opt, c).run();
-  return c;
+  auto best = std::make_unique<Lowering>(g, cfg, opt, c);
+  best->run();
+  if (!opt.prefetch_weights) return c;
+  // Weight prefetch: planned from the estimate of the compile before (the kernels' idle DMA time),
+  // again from the compile with the plan (a matmul reading prefetched weights leaves the engines
+  // idle in turn, for the next one's), kept only when the estimate says it is faster. A plan whose
+  // region leaves a kernel too little SBUF is dropped (the program without it stands).
+  Lowering* from = best.get();
+  std::vector<std::unique_ptr<Lowering>> keep;
+  std::vector<std::unique_ptr<Compiled>> results;
+  std::vector<std::unique_ptr<PrefetchPlan>> plans;
+  Compiled* chosen = &c;
+  for (int round = 0; round < 2; ++round) {
+    auto plan = from->plan_prefetch(*best);
+    if (!plan) break;
+    auto d = std::make_unique<Compiled>();
+    d->program.source = c.program.source;
+    auto owned = std::make_unique<PrefetchPlan>(std::move(*plan));
+    auto l = std::make_unique<Lowering>(g, cfg, opt, *d, owned.get());
+    try {
+      l->run();
+    } catch (const InputError&) {
+      poll_interrupt();  // an interruption is not a plan that did not fit
+      break;
+    }
+    if (d->predicted_s < chosen->predicted_s) chosen = d.get();
+    from = l.get();
+    plans.push_back(std::move(owned));
+    keep.push_back(std::move(l));
+    results.push_back(std::move(d));
+  }
+  return chosen == &c ? c : std::move(*chosen);
 }
 
 }  // namespace tessera::neuroncore

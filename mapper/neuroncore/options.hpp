@@ -26,6 +26,8 @@ struct MappingOptions {
   // A MatMul -> Softmax -> MatMul chain (attention) as one fused kernel (kernels/attention.cpp) when
   // it fits; false: each node its own kernel, the scores through HBM.
   bool fuse_attention = true;
+  // Constant matmul operands loaded into SBUF ahead of their kernels (lower.cpp "prefetch").
+  bool prefetch_weights = true;
   // State updated in place (training): (input S, output holding S's next value). The output is
   // stored where S is, so the next step reads it without a host round trip; the kernel writing it
   // runs after every kernel that reads S. S and its next value share a dtype.

@@ -44,6 +44,11 @@ class Storage {
   const TensorRef& ref(const std::string& value);
   // A constant re-laid out by a kernel (weights as [K, N], convolution taps), stored once under `key`.
   TensorRef constant(const std::string& key, const Tensor& data);
+  // The constant stored under `key` already (nullptr: none yet), so a caller need not build its data again.
+  const TensorRef* stored(const std::string& key) const {
+    auto it = refs_.find(key);
+    return it == refs_.end() ? nullptr : &it->second;
+  }
   // A fresh HBM tensor (contiguous), e.g. a padded buffer; `fill` preloads every element.
   TensorRef scratch(const std::string& key, DType dt, const Shape& shape, std::optional<double> fill = std::nullopt);
   // The dtype a value is stored in: booleans as the compute dtype (1.0 / 0.0), integers int32, graph

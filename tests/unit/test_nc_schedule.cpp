@@ -79,3 +79,78 @@ TEST_CASE("nc-schedule: a reader of a long result on another engine goes where t
     }
   }
 }
+
+namespace {
+Instr vec_op(int64_t off) {
+  Instr v;
+  v.op = Op::tensor_scalar;
+  v.alu = Alu::add;
+  v.dst = on_chip(Space::sbuf, DType::f32, 0, 128, off, {{64, 1}});
+  v.src0 = v.dst;
+  return v;
+}
+void prefetch_dma(Emitter& em, int64_t i) {
+  em.dma(on_chip(Space::sbuf, DType::bf16, 0, 128, 100000 + i * 2048, {{1024, 1}}), in_hbm(DType::bf16, 128, 1024, i * 262144, {{1024, 1}}),
+         Emitter::DmaClass::prefetch);
+}
+}  // namespace
+
+TEST_CASE("nc-schedule: held prefetches go out one after every N instructions, in the kernel then emitting", "[nc-schedule]") {
+  Program p;
+  Emitter em(p);
+  em.begin_kernel("a");
+  em.begin_hold();
+  for (int i = 0; i < 3; ++i) prefetch_dma(em, i);
+  em.end_hold();
+  CHECK(em.size() == 0);  // held, not emitted
+  em.begin_kernel("b");
+  em.release(2);
+  for (int i = 0; i < 5; ++i) em.emit(vec_op(i * 256), Lane::vector);  // one DMA after the 2nd and the 4th
+  CHECK(em.size() == 7);
+  em.flush_held();  // the third
+  CHECK(em.size() == 8);
+  em.schedule(48, nullptr);
+  // Program order: v0 v1 D0 v2 v3 D1 v4 D2; the DMAs belong to kernel b (1), where they went out.
+  const std::vector<bool> is_dma{false, false, true, false, false, true, false, true};
+  for (size_t i = 0; i < is_dma.size(); ++i) {
+    INFO("instruction " << i);
+    CHECK((p.instrs[i].op == Op::dma) == is_dma[i]);
+    CHECK(p.instrs[i].kernel == 1);
+    if (is_dma[i]) CHECK(p.instrs[i].queue == kQueuePrefetch);
+  }
+  // A prefetch is not hoisted above the instruction it was released after (it has no dependency
+  // to hold it there): D1 in the bundle of v3 or later.
+  CHECK(bundle_of(p, 5) >= bundle_of(p, 4));
+  CHECK(bundle_of(p, 2) >= bundle_of(p, 1));
+}
+
+TEST_CASE("nc-schedule: weights held for the next kernel are its first instructions", "[nc-schedule]") {
+  Program p;
+  Emitter em(p);
+  em.begin_kernel("a");
+  em.emit(vec_op(0), Lane::vector);
+  em.begin_hold();
+  prefetch_dma(em, 0);
+  prefetch_dma(em, 1);
+  em.end_hold_for_next_kernel();
+  em.emit(vec_op(256), Lane::vector);  // still kernel a: the held DMAs wait
+  CHECK(em.size() == 2);
+  em.begin_kernel("b");  // its own weights first, before anything of b can read them
+  CHECK(em.size() == 4);
+  em.emit(vec_op(512), Lane::vector);
+  em.schedule(48, nullptr);
+  CHECK(p.instrs[2].op == Op::dma);
+  CHECK(p.instrs[3].op == Op::dma);
+  CHECK(p.instrs[2].kernel == 1);
+  CHECK(p.instrs[3].kernel == 1);
+  CHECK(p.instrs[4].kernel == 1);
+  // With no kernel begun, flush_held emits them where it is called.
+  Program q;
+  Emitter e2(q);
+  e2.begin_kernel("a");
+  e2.begin_hold();
+  prefetch_dma(e2, 0);
+  e2.end_hold_for_next_kernel();
+  e2.flush_held();
+  CHECK(e2.size() == 1);
+}

@@ -23,6 +23,16 @@ Status matmul(Ctx& x, const graph::Node& n, const Epilogue& ep);
 // activation; no residual).
 bool matmul_group_fits(Ctx& x, const std::vector<const graph::Node*>& nodes, const std::vector<const Epilogue*>& eps);
 Status matmul_group(Ctx& x, const std::vector<const graph::Node*>& nodes, const std::vector<const Epilogue*>& eps);
+// Weight prefetch (lower.cpp): the SBUF bytes per partition MatMul `n`'s constant right operand
+// takes loaded whole ([KT][N] per partition), or 0 when it is not prefetched (not a 2-D constant,
+// an NKI schedule, a left operand too large to keep resident beside it).
+int64_t prefetch_bytes(const Ctx& x, const graph::Node& n, const Epilogue& ep);
+// Its prefetch as DMAs (prefetch_dmas of them, each taking about prefetch_dma_seconds on the
+// engines), in the order the matmul reads the tiles; prefetch emits those in [first, last) loading
+// it into SBUF at `offset` (on the prefetch queues).
+int64_t prefetch_dmas(const Ctx& x, const graph::Node& n, const Epilogue& ep);
+double prefetch_dma_seconds(const Ctx& x, const graph::Node& n, const Epilogue& ep);
+void prefetch(Ctx& x, const graph::Node& n, const Epilogue& ep, int64_t offset, int64_t first, int64_t last);
 // A 1-D [N, C, L] tensor's view as 2-D [N, C, 1, L] (a 4-D view is returned as it is).
 graph::Strided as_2d_spatial(const graph::Strided& v);
 

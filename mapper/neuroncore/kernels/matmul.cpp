@@ -22,8 +22,8 @@ TensorRef constant_operand(Ctx& x, const std::string& v, bool is_a) {
   const Tensor& data = *x.g.value(v).data;
   const Shape& s = data.shape();
   if (!is_a || s.size() < 2) {
-    TensorRef r = x.st.constant(v + "@mm", data.cast(DType::f32).cast(x.opt.compute));
-    return r;
+    if (const TensorRef* r = x.st.stored(v + "@mm")) return *r;  // its prefetch or an earlier reader made it
+    return x.st.constant(v + "@mm", data.cast(DType::f32).cast(x.opt.compute));
   }
   const int64_t M = s[s.size() - 2], K = s.back(), batch = data.numel() / (M * K);
   const auto f = data.cast(DType::f32).to_f32();
@@ -287,6 +287,59 @@ Status matmul_group(Ctx& x, const std::vector<const Node*>& nodes, const std::ve
   return {};
 }
 
+int64_t prefetch_bytes(const Ctx& x, const Node& n, const Epilogue& ep) {
+  if (n.op != "MatMul" || x.opt.matmul_schedule != MatmulSchedule::automatic) return 0;
+  const std::string& ain = ep.operand[0].empty() ? n.inputs[0] : ep.operand[0];
+  const std::string& bin = ep.operand[1].empty() ? n.inputs[1] : ep.operand[1];
+  const auto& av = x.g.value(ain);
+  const auto& bv = x.g.value(bin);
+  if (!bv.data || bv.shape.size() != 2 || av.data || av.shape.size() < 2) return 0;
+  const int64_t K = bv.shape[0], N = bv.shape[1], P = x.cfg.tensor_rows;
+  const int64_t es = static_cast<int64_t>(dtype_size(x.opt.compute));
+  // The left operand's stationary tiles for all of K stay resident beside it (the core's
+  // A-resident loop, which a B in SBUF takes).
+  if (ceil_div(K, P) * x.cfg.tensor_cols * es > 32 * 1024) return 0;
+  return (ceil_div(K, P) * N * es + 63) / 64 * 64;
+}
+
+namespace {
+// Columns per prefetch DMA: at least an output tile (512) and 2 KiB per partition (near peak
+// [DMA]); short enough that a kernel's own loads issued behind one do not wait long.
+int64_t prefetch_cols(int64_t N, int64_t es) { return std::min(N, std::max<int64_t>(512, 2048 / es)); }
+}  // namespace
+
+int64_t prefetch_dmas(const Ctx& x, const Node& n, const Epilogue& ep) {
+  const std::string& bin = ep.operand[1].empty() ? n.inputs[1] : ep.operand[1];
+  const Shape& s = x.g.value(bin).shape;
+  const int64_t es = static_cast<int64_t>(dtype_size(x.opt.compute));
+  return ceil_div(s[0], x.cfg.tensor_rows) * ceil_div(s[1], prefetch_cols(s[1], es));
+}
+
+double prefetch_dma_seconds(const Ctx& x, const Node& n, const Epilogue& ep) {
+  const std::string& bin = ep.operand[1].empty() ? n.inputs[1] : ep.operand[1];
+  const Shape& s = x.g.value(bin).shape;
+  const int64_t es = static_cast<int64_t>(dtype_size(x.opt.compute));
+  // A full K-tile's DMA, split by partition groups of 8 over the engines (the core's spread).
+  const int64_t rows = std::min(s[0], x.cfg.tensor_rows), groups = std::max<int64_t>(1, std::min<int64_t>(x.cfg.dma_engines, rows / 8));
+  return dma_transfer_seconds(rows / groups * prefetch_cols(s[1], es) * es, rows / groups, x.cfg);
+}
+
+void prefetch(Ctx& x, const Node& n, const Epilogue& ep, int64_t offset, int64_t first, int64_t last) {
+  const std::string& bin = ep.operand[1].empty() ? n.inputs[1] : ep.operand[1];
+  const TensorRef B = constant_operand(x, bin, false);
+  const int64_t K = B.shape()[0], N = B.shape()[1], P = x.cfg.tensor_rows, es = B.es(), KT = ceil_div(K, P);
+  const int64_t cols = prefetch_cols(N, es);
+  // Column blocks outermost, as the A-resident loop reads B (output tile by output tile).
+  for (int64_t i = first; i < last; ++i) {
+    const int64_t n0 = i / KT * cols, k = i % KT, k0 = k * P;
+    const int32_t kp = static_cast<int32_t>(std::min(P, K - k0)), nn = static_cast<int32_t>(std::min(cols, N - n0));
+    x.em.dma(on_chip(Space::sbuf, B.dtype, 0, kp, offset + (k * N + n0) * es, {{nn, 1}}),
+             hbm_ap(B, B.view.offset + k0 * B.view.strides[0] + n0 * B.view.strides[1], kp, B.view.strides[0],
+                    {{nn, static_cast<int32_t>(B.view.strides[1])}}),
+             Emitter::DmaClass::prefetch);
+  }
+}
+
 Status matmul(Ctx& x, const Node& n, const Epilogue& ep) {
   const std::string& ain = ep.operand[0].empty() ? n.inputs[0] : ep.operand[0];
   const std::string& bin = ep.operand[1].empty() ? n.inputs[1] : ep.operand[1];
@@ -330,7 +383,18 @@ Status matmul(Ctx& x, const Node& n, const Epilogue& ep) {
       }
     }
   }
-  int64_t b_pre = -1;  // set below: a right operand shared by the batches, loaded once
+  // B already in SBUF: prefetched by earlier kernels (lower.cpp), or (set below) a right operand
+  // shared by the batches, loaded once.
+  int64_t b_pre = -1;
+  const auto pf = x.prefetched.find(n.name);
+  // (Laid out as B's own [K, N]; a batch that did not fold into the rows reads B per batch and
+  // streams it as before.)
+  if (pf != x.prefetched.end()) {
+    bool same = true;  // every batch reads B's own [K, N]
+    for (size_t i = 0; i + 2 < b.shape.size(); ++i) same = same && (b.strides[i] == 0 || b.shape[i] == 1);
+    const Strided b2 = b.shape.size() == 2 ? b : batch_slice(b, 0);
+    if (same && b2.offset == B.view.offset && b2.strides == B.view.strides && b2.shape == B.view.shape) b_pre = pf->second.offset;
+  }
   auto job_at = [&](int64_t i) {
     const bool flat = a.shape.size() == 2;
     const Strided ai = flat ? a : batch_slice(a, i), bi = b.shape.size() == 2 ? b : batch_slice(b, i), yi = flat ? y : batch_slice(y, i);
@@ -347,7 +411,7 @@ Status matmul(Ctx& x, const Node& n, const Epilogue& ep) {
     j.res_rs = rsi.strides[0];
     j.res_cs = rsi.strides[1];
     j.b_pre = b_pre;
-    j.b_pre_row = b_pre >= 0 ? b.shape[1] : 0;
+    j.b_pre_row = b_pre >= 0 ? b.shape.back() : 0;
     return j;
   };
   if (x.opt.matmul_schedule != MatmulSchedule::automatic) {
@@ -367,7 +431,7 @@ Status matmul(Ctx& x, const Node& n, const Epilogue& ep) {
   }
   // A right operand the batches share (a linear layer whose batch did not all fold into M) loads
   // once for all of them (the batch-8 BERT layer's projections: 8 jobs of 128 rows).
-  if (b.shape.size() == 2) b_pre = load_shared_b(x, B, b, sb);
+  if (b.shape.size() == 2 && b_pre < 0) b_pre = load_shared_b(x, B, b, sb);
   // Batches rotate over R regions of SBUF, as many as hold a batch's working set, so that the next
   // batches' loads overlap one's compute: at least two, at most the batches and the PSUM banks a
   // batch's accumulation can rotate over beside the two of transposed loads (more batches in flight
