@@ -1,7 +1,11 @@
 #include "mapper/neuroncore/estimate.hpp"
 
+#include "isa/clock.hpp"
+#include "isa/neuroncore/dma_engines.hpp"
+
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <vector>
@@ -11,16 +15,15 @@ namespace tessera::neuroncore {
 namespace {
 
 // The schedule replay: when each kernel ends if the bundles issue as the compiler packed them.
-// The compiler's own timing model of the core -- bundles in order, a bundle issuing when each of
-// its compute instructions' unit is free and its operands are ready (a result read on another
-// engine one isa.dependent_gap later), DMAs waiting in their queue and engine (dma.trigger_latency
-// when triggered by another engine's result) at the cost table's transfer cost and no faster than
-// HBM bandwidth -- on exact-overlap footprints of what each instruction reads and writes. It leaves
-// out what the simulated core adds: clock edges (times here are continuous), HBM bandwidth shared
-// between concurrent transfers, semaphores and branches (compiled programs have none); it keeps
-// NeuronCore-v2's port conflicts, without which a bundle issues early, finds a DMA's operand not
-// yet written and charges the trigger latency the core does not. docs/neuroncore-compiler.md
-// "The estimator".
+// The compiler's own timing model of the core -- bundles in order, one per sequencer cycle at most,
+// a bundle issuing when each of its compute instructions' unit is free and its operands are ready
+// (a result read on another engine one isa.dependent_gap later), each instruction starting at its
+// engine's next clock edge (isa/clock.hpp, the core's femtosecond edges), DMAs in the engines'
+// round-robin with HBM shared (isa/neuroncore/dma_engines.hpp, the core's arbitration;
+// dma.trigger_latency when triggered by another engine's result) at the cost table's transfer
+// cost -- on exact-overlap footprints of what each instruction reads and writes. It leaves out
+// what the simulated core adds: semaphores and branches (compiled programs have none), and SystemC
+// itself. docs/neuroncore-compiler.md "The estimator".
 struct Replay {
   const CoreConfig& cfg;
   // Per kernel, what it asks of each engine (the compile report's breakdown and the bound).
@@ -34,36 +37,65 @@ struct Replay {
   std::vector<Load> loads;
   struct Pending {
     Footprint r;
-    double end;
+    Femtos end;
     bool write;
+    int32_t op = -1;  // a DMA in flight (dma_ops): `end` not known yet
   };
   std::vector<Pending> pending;
-  std::array<double, kLanes> unit_free{};
-  double loader_free = 0;
+  std::array<Femtos, kLanes> unit_free{};
+  Femtos loader_free = 0;
   // NeuronCore-v2's shared ports (core.port_conflicts): until when vector and gpsimd hold the SBUF
   // port, vector and scalar the PSUM port.
-  double vector_sbuf = 0, gpsimd_sbuf = 0, vector_psum = 0, scalar_psum = 0;
+  Femtos vector_sbuf = 0, gpsimd_sbuf = 0, vector_psum = 0, scalar_psum = 0;
   static bool touches(const Instr& in, Space s) {
     for (const AccessPattern* ap : {&in.dst, &in.src0, &in.src1, &in.aux})
       if (ap->present() && ap->space == s) return true;
     return false;
   }
-  std::vector<double> queue_free, engine_free;
+  DmaEngines engines;                            // the core's arbitration (isa/neuroncore/dma_engines.hpp)
+  std::vector<std::vector<int32_t>> dma_ops;     // per DMA instruction: its pieces
+  std::array<ClockDomain, kLanes> clocks;
 
   explicit Replay(const CoreConfig& c)
-      : cfg(c), queue_free(static_cast<size_t>(c.dma_engines * c.dma_queues_per_engine), 0.0), engine_free(static_cast<size_t>(c.dma_engines), 0.0) {}
+      : cfg(c), engines(c.dma_engines, c.dma_queues_per_engine, c.hbm_bandwidth, c.hbm_latency) {
+    engines.reset(0);
+    for (int l = 0; l < kLanes; ++l) clocks[static_cast<size_t>(l)] = ClockDomain(lane_clock_hz(static_cast<Lane>(l), c));
+  }
+  static double secs(Femtos t) { return static_cast<double>(t) * 1e-15; }
+  static Femtos fs(double s) { return static_cast<Femtos>(std::llround(s * 1e15)); }
 
-  // When `in`'s operands are ready; raw: the latest wait is on a result.
-  double ready(const Instr& in, bool& raw) const {
-    double t = 0;
+  Femtos op_end(int32_t op) {
+    double e = 0;
+    for (const int32_t id : dma_ops[static_cast<size_t>(op)]) e = std::max(e, engines.end(id));
+    return fs(e);
+  }
+  bool op_finished(int32_t op) const {
+    for (const int32_t id : dma_ops[static_cast<size_t>(op)])
+      if (!engines.finished(id)) return false;
+    return true;
+  }
+  // When `in`'s operands are ready; raw: the latest wait is on a result. With `after` (a DMA), the
+  // DMAs in flight it waits for go there instead of being run to their ends.
+  Femtos ready(const Instr& in, bool& raw, std::vector<int32_t>* after = nullptr) {
+    Femtos t = 0;
     raw = false;
     auto consider = [&](const AccessPattern& ap, bool is_write) {
       const Footprint r = footprint(ap);
-      for (const auto& p : pending)
-        if ((p.write || is_write) && p.end > t && p.r.overlaps(r)) {
+      for (auto& p : pending) {
+        if (!(p.write || is_write) || !p.r.overlaps(r)) continue;
+        if (p.op >= 0) {
+          if (after) {  // a DMA waits for it in the engines
+            for (const int32_t id : dma_ops[static_cast<size_t>(p.op)]) after->push_back(id);
+            continue;
+          }
+          p.end = op_end(p.op);  // an instruction waits for it: nothing issues before it ends
+          p.op = -1;
+        }
+        if (p.end > t) {
           t = p.end;
           raw = p.write && !is_write;
         }
+      }
     };
     for (const AccessPattern* ap : {&in.src0, &in.src1})
       if (ap->present()) consider(*ap, false);
@@ -71,57 +103,73 @@ struct Replay {
     if (in.dst.present()) consider(in.dst, true);
     return t;
   }
-  void occupy(const Instr& in, double end) {
+  void occupy(const Instr& in, Femtos end, int32_t op = -1) {
     for (const AccessPattern* ap : {&in.src0, &in.src1})
-      if (ap->present()) pending.push_back({footprint(*ap), end, false});
-    if (in.aux.present()) pending.push_back({footprint(in.aux), end, in.op == Op::activation});
-    if (in.dst.present()) pending.push_back({footprint(in.dst), end, true});
+      if (ap->present()) pending.push_back({footprint(*ap), end, false, op});
+    if (in.aux.present()) pending.push_back({footprint(in.aux), end, in.op == Op::activation, op});
+    if (in.dst.present()) pending.push_back({footprint(in.dst), end, true, op});
   }
-  double dma(const Instr& in, double issued, Load* load) {
+  // Submits the DMA's pieces to the engines; its index in dma_ops (its end is found when needed).
+  int32_t dma(const Instr& in, Femtos issued, Load* load) {
     bool raw = false;
-    double ts = std::max(issued, ready(in, raw));
-    if (ts > issued) ts += cfg.dma_trigger_latency;
+    std::vector<int32_t> after;
+    const Femtos known = std::max(issued, ready(in, raw, &after));
     int64_t bytes = 0, chunks = 0;
     dma_shape(in, bytes, chunks);
     const bool hbm = in.src0.space == Space::hbm || in.dst.space == Space::hbm;
-    double end = ts;
+    std::vector<int32_t> ids;
     auto piece = [&](size_t q, int64_t rows, int64_t all_rows) {
-      const size_t e = q % engine_free.size();
+      const size_t e = q % static_cast<size_t>(cfg.dma_engines);
       const int64_t pb = bytes * rows / all_rows, pch = std::max<int64_t>(1, chunks * rows / all_rows);
-      const double s0 = std::max({ts, queue_free[q], engine_free[e]});
       const double transfer = dma_transfer_seconds(pb, pch, cfg);
       if (load) {
         load->engine_s[e] += transfer;
         if (in.queue != kQueuePrefetch) load->own_s[e] += transfer;
       }
-      double pe = s0 + transfer;
-      if (hbm) pe = std::max(pe, s0 + static_cast<double>(pb) / cfg.hbm_bandwidth) + cfg.hbm_latency;
-      queue_free[q] = engine_free[e] = pe;
-      end = std::max(end, pe);
+      DmaEngines::Piece pc;
+      pc.queue = static_cast<int32_t>(q);
+      pc.issued = secs(issued);
+      pc.ready = secs(known);
+      pc.latency = cfg.dma_trigger_latency;
+      pc.work = transfer;
+      pc.hbm_bytes = hbm ? static_cast<double>(pb) : 0.0;
+      pc.after = after;
+      ids.push_back(engines.submit(pc));
     };
+    const size_t nq = static_cast<size_t>(cfg.dma_engines * cfg.dma_queues_per_engine);
     if (spread_queue(in.queue)) {
-      const int64_t rows = std::max<int32_t>(1, in.src0.parts), engines = static_cast<int64_t>(engine_free.size());
-      const int64_t groups = std::max<int64_t>(1, std::min(engines, rows / 8));
-      const size_t base = engine_free.size() * static_cast<size_t>(-in.queue);
+      const int64_t rows = std::max<int32_t>(1, in.src0.parts), engines_n = cfg.dma_engines;
+      const int64_t groups = std::max<int64_t>(1, std::min(engines_n, rows / 8));
+      const size_t base = static_cast<size_t>(cfg.dma_engines) * static_cast<size_t>(-in.queue);
       for (int64_t g = 0; g < groups; ++g) piece(base + static_cast<size_t>(g), rows * (g + 1) / groups - rows * g / groups, rows);
     } else {
-      piece(static_cast<size_t>(in.queue) % queue_free.size(), 1, 1);
+      piece(static_cast<size_t>(in.queue) % nq, 1, 1);
     }
     if (load && hbm) load->hbm_bytes += static_cast<double>(bytes);
-    occupy(in, end);
-    return end;
+    const auto op = static_cast<int32_t>(dma_ops.size());
+    dma_ops.push_back(std::move(ids));
+    occupy(in, 0, op);
+    return op;
   }
 
   // Per kernel, the time its last instruction ends (0 for a kernel with none); fills `loads`.
   std::vector<double> kernel_ends(const Program& p, size_t nk) {
-    std::vector<double> ends(nk, 0.0);
+    std::vector<Femtos> ends(nk, 0);
     loads.assign(nk, Load{});
-    for (Load& l : loads) l.engine_s = l.own_s = std::vector<double>(engine_free.size(), 0.0);
-    double next_issue = 0;
-    const double seq_cycle = 1.0 / lane_clock_hz(Lane::control, cfg);
+    for (Load& l : loads) l.engine_s = l.own_s = std::vector<double>(static_cast<size_t>(cfg.dma_engines), 0.0);
+    std::vector<std::pair<size_t, int32_t>> kernel_dmas;  // (kernel, DMA op): ends found at the end
+    Femtos next_issue = 0;
+    const ClockDomain& seq = clocks[static_cast<size_t>(Lane::control)];
     for (const Bundle& b : p.bundles) {
-      double T = next_issue;
-      pending.erase(std::remove_if(pending.begin(), pending.end(), [&](const Pending& q) { return q.end <= T; }), pending.end());
+      Femtos T = next_issue;
+      // Nothing issues before T: the engines run to it, and what they finished leaves the scoreboard.
+      engines.advance(secs(T));
+      for (Pending& q : pending)
+        if (q.op >= 0 && op_finished(q.op)) {
+          q.end = op_end(q.op);
+          q.op = -1;
+        }
+      pending.erase(std::remove_if(pending.begin(), pending.end(), [&](const Pending& q) { return q.op < 0 && q.end <= T; }), pending.end());
       for (int l = 0; l < kLanes; ++l) {
         const int32_t idx = b.slot[static_cast<size_t>(l)];
         const Lane lane = static_cast<Lane>(l);
@@ -135,8 +183,9 @@ struct Replay {
           if (lane == Lane::scalar && touches(in, Space::psum)) T = std::max(T, vector_psum);
         }
         bool raw = false;
-        double dep = ready(in, raw);
-        if (raw) dep += static_cast<double>(cfg.dependent_gap) / lane_clock_hz(lane, cfg);
+        Femtos dep = ready(in, raw);
+        const ClockDomain& ck = clocks[static_cast<size_t>(l)];
+        if (raw) dep = ck.time_of(ck.cycle_at_or_after(dep) + cfg.dependent_gap);
         T = std::max(T, dep);
       }
       for (int l = 0; l < kLanes; ++l) {
@@ -144,38 +193,44 @@ struct Replay {
         if (idx < 0) continue;
         const Instr& in = p.instrs[static_cast<size_t>(idx)];
         const Lane lane = static_cast<Lane>(l);
-        const double hz = lane_clock_hz(lane, cfg);
+        const ClockDomain& ck = clocks[static_cast<size_t>(l)];
+        const int64_t c0 = ck.cycle_at_or_after(T);
         Load* load = in.kernel >= 0 && static_cast<size_t>(in.kernel) < nk ? &loads[static_cast<size_t>(in.kernel)] : nullptr;
-        double end;
         if (in.op == Op::dma) {
-          end = dma(in, T + 1.0 / hz, load);
-          unit_free[static_cast<size_t>(l)] = T + 1.0 / hz;
-        } else {
-          const double busy = static_cast<double>(instr_cycles(in, cfg)) / hz;
-          end = T + busy;
-          if (load) {
-            load->lane_s[static_cast<size_t>(l)] += busy;
-            if (in.op == Op::multiply_moving) {
-              load->flops += 2.0 * in.src0.parts * in.dst.parts * static_cast<double>(in.src0.free_elems());
-              load->matmul = true;
-            }
-          }
-          (in.op == Op::load_stationary ? loader_free : unit_free[static_cast<size_t>(l)]) = end;
-          if (cfg.port_conflicts) {
-            if (lane == Lane::gpsimd && touches(in, Space::sbuf)) gpsimd_sbuf = end;
-            if (lane == Lane::scalar && touches(in, Space::psum)) scalar_psum = end;
-            if (lane == Lane::vector && touches(in, Space::sbuf)) vector_sbuf = end;
-            if (lane == Lane::vector && touches(in, Space::psum)) vector_psum = end;
-          }
-          occupy(in, end);
+          const Femtos issued = ck.time_of(c0 + 1);
+          const int32_t op = dma(in, issued, load);
+          unit_free[static_cast<size_t>(l)] = issued;
+          if (load) kernel_dmas.push_back({static_cast<size_t>(in.kernel), op});
+          continue;
         }
+        const int64_t cycles = instr_cycles(in, cfg);
+        const Femtos end = ck.time_of(c0 + cycles);
+        if (load) {
+          load->lane_s[static_cast<size_t>(l)] += static_cast<double>(cycles) / lane_clock_hz(lane, cfg);
+          if (in.op == Op::multiply_moving) {
+            load->flops += 2.0 * in.src0.parts * in.dst.parts * static_cast<double>(in.src0.free_elems());
+            load->matmul = true;
+          }
+        }
+        (in.op == Op::load_stationary ? loader_free : unit_free[static_cast<size_t>(l)]) = end;
+        if (cfg.port_conflicts) {
+          if (lane == Lane::gpsimd && touches(in, Space::sbuf)) gpsimd_sbuf = end;
+          if (lane == Lane::scalar && touches(in, Space::psum)) scalar_psum = end;
+          if (lane == Lane::vector && touches(in, Space::sbuf)) vector_sbuf = end;
+          if (lane == Lane::vector && touches(in, Space::psum)) vector_psum = end;
+        }
+        occupy(in, end);
         if (load) ends[static_cast<size_t>(in.kernel)] = std::max(ends[static_cast<size_t>(in.kernel)], end);
       }
       // A matmul needs its stationary loaded: the array waits for the loader.
       if (b.slot[0] >= 0 && p.instrs[static_cast<size_t>(b.slot[0])].op == Op::load_stationary) unit_free[0] = std::max(unit_free[0], loader_free);
-      next_issue = T + seq_cycle;
+      next_issue = seq.time_of(seq.cycle_at_or_after(T) + 1);
     }
-    return ends;
+    engines.drain();
+    for (const auto& [k, op] : kernel_dmas) ends[k] = std::max(ends[k], op_end(op));
+    std::vector<double> out(nk);
+    for (size_t k = 0; k < nk; ++k) out[k] = secs(ends[k]);
+    return out;
   }
 };
 

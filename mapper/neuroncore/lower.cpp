@@ -143,7 +143,7 @@ class Lowering {
         // Not over a kernel that needs the SBUF (a kernel takes what it can use: the region would
         // cost it its buffers).
         top = std::max(top, reserved[i]);
-        if (plain.sbuf_of_[i] + top + bytes > x_.cfg.sbuf_partition_bytes) break;
+        if (std::min(plain.sbuf_of_[i], sbuf_of_[i]) + top + bytes > x_.cfg.sbuf_partition_bytes) break;
         const auto t = std::min<int64_t>(left, static_cast<int64_t>(idle[i] / each));
         if (t > 0) take.push_back({i, t});
         left -= t;

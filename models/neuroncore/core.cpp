@@ -32,8 +32,7 @@ NeuronCore::NeuronCore(sc_core::sc_module_name name, const CoreConfig& cfg, Core
     : sc_core::sc_module(name), cfg_(cfg), opt_(opt), mem_(cfg) {
   for (int l = 0; l < kLanes; ++l) clocks_[static_cast<size_t>(l)] = ClockDomain(lane_clock_hz(static_cast<Lane>(l), cfg_));
   const auto nq = static_cast<size_t>(cfg_.dma_engines * cfg_.dma_queues_per_engine);
-  queue_free_.assign(nq, 0);
-  engine_free_.assign(static_cast<size_t>(cfg_.dma_engines), 0);
+  dma_ = DmaEngines(cfg_.dma_engines, cfg_.dma_queues_per_engine, cfg_.hbm_bandwidth, cfg_.hbm_latency);
   stats_.dma_queue_bytes.assign(nq, 0);
   stats_.dma_queue_transfers.assign(nq, 0);
   sc_core::sc_spawn_options thread_opt;
@@ -95,13 +94,21 @@ void NeuronCore::sync_to(Femtos t) {
 
 Footprint NeuronCore::region(const AccessPattern& ap) const { return footprint(ap, CoreMemory::base_offset(ap, regs_)); }
 
-Femtos NeuronCore::ready_time(const Instr& in, Lane, bool& raw) const {
+Femtos NeuronCore::ready_time(const Instr& in, Lane, bool& raw, std::vector<int32_t>* after) {
   Femtos t = 0;
   raw = false;
   auto consider = [&](const Footprint& r, bool is_write) {
-    for (const auto& p : pending_) {
+    for (auto& p : pending_) {
       // Reads wait for pending writes (RAW); writes wait for pending reads and writes (WAR, WAW).
       if (!(p.write || is_write) || !p.r.overlaps(r)) continue;
+      if (p.op >= 0) {
+        if (after) {  // a DMA waits for it in the engines
+          for (const int32_t id : dma_ops_[static_cast<size_t>(p.op)].pieces) after->push_back(id);
+          continue;
+        }
+        p.end = op_end(p.op);  // an instruction waits for it: nothing issues before it ends
+        p.op = -1;
+      }
       if (p.end > t) {
         t = p.end;
         raw = p.write && !is_write;
@@ -116,16 +123,54 @@ Femtos NeuronCore::ready_time(const Instr& in, Lane, bool& raw) const {
   return t;
 }
 
-void NeuronCore::add_pending(const Instr& in, Lane lane, Femtos end) {
+void NeuronCore::add_pending(const Instr& in, Lane lane, Femtos end, int32_t op) {
   for (const AccessPattern* ap : {&in.src0, &in.src1})
-    if (ap->present()) pending_.push_back({region(*ap), end, false, lane});
-  if (in.aux.present()) pending_.push_back({region(in.aux), end, in.op == Op::activation, lane});
+    if (ap->present()) pending_.push_back({region(*ap), end, false, lane, op});
+  if (in.aux.present()) pending_.push_back({region(in.aux), end, in.op == Op::activation, lane, op});
   if (in.dst.present()) {
     const Footprint r = region(in.dst);
-    pending_.push_back({r, end, true, lane});
+    pending_.push_back({r, end, true, lane, op});
     if (r.space == Space::sbuf) stats_.sbuf_high_water = std::max(stats_.sbuf_high_water, r.b_hi);
     if (r.space == Space::psum) stats_.psum_high_water = std::max(stats_.psum_high_water, r.b_hi);
   }
+}
+
+Femtos NeuronCore::op_end(int32_t op) {
+  DmaOp& d = dma_ops_[static_cast<size_t>(op)];
+  if (d.done) return d.end;
+  double e = 0, s0 = std::numeric_limits<double>::infinity();
+  for (const int32_t id : d.pieces) {
+    e = std::max(e, dma_.end(id));
+    s0 = std::min(s0, dma_.start(id));
+  }
+  d.done = true;
+  d.end = fs(e);
+  d.start = fs(s0);
+  if (opt_.record && d.record >= 0) {
+    records_[static_cast<size_t>(d.record)].start = d.start;
+    records_[static_cast<size_t>(d.record)].end = d.end;
+  }
+  if (d.sem >= 0) sem_signals_[static_cast<size_t>(d.sem)].push_back({d.end, 1});
+  const Femtos now = static_cast<Femtos>(sc_core::sc_time_stamp().value());
+  retire_q_[static_cast<size_t>(d.lane)]->notify(sc_time::from_value(static_cast<uint64_t>(std::max<Femtos>(0, d.end - now))));
+  return d.end;
+}
+
+void NeuronCore::settle(Femtos t) {
+  dma_.advance(secs(t));
+  std::vector<int32_t> still;
+  for (const int32_t op : dma_open_) {
+    bool fin = true;
+    for (const int32_t id : dma_ops_[static_cast<size_t>(op)].pieces) fin = fin && dma_.finished(id);
+    if (fin) op_end(op);
+    else still.push_back(op);
+  }
+  dma_open_.swap(still);
+  for (auto& p : pending_)
+    if (p.op >= 0 && dma_ops_[static_cast<size_t>(p.op)].done) {
+      p.end = dma_ops_[static_cast<size_t>(p.op)].end;
+      p.op = -1;
+    }
 }
 
 int32_t NeuronCore::track_dma_flow(const Instr& in, bool is_dma, int32_t record_index) {
@@ -146,32 +191,17 @@ int32_t NeuronCore::track_dma_flow(const Instr& in, bool is_dma, int32_t record_
   return from;
 }
 
-Femtos NeuronCore::reserve_hbm(Femtos from, Femtos duration) {
-  // Forget reservations that ended long before anything still to come can start.
-  if (hbm_busy_.size() > 256) {
-    const Femtos horizon = next_issue_;
-    hbm_busy_.erase(std::remove_if(hbm_busy_.begin(), hbm_busy_.end(), [&](const auto& r) { return r.second <= horizon; }),
-                    hbm_busy_.end());
-  }
-  Femtos t = from;
-  auto it = hbm_busy_.begin();
-  for (; it != hbm_busy_.end(); ++it) {
-    if (it->second <= t) continue;          // ends before we start
-    if (it->first >= t + duration) break;   // the gap before it fits
-    t = it->second;                         // overlaps: try after it
-  }
-  // Keep the list sorted by start.
-  auto pos = std::lower_bound(hbm_busy_.begin(), hbm_busy_.end(), std::make_pair(t, t + duration));
-  hbm_busy_.insert(pos, {t, t + duration});
-  return t + duration;
-}
 
 void NeuronCore::prune(Femtos t) {
-  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [t](const Pending& p) { return p.end <= t; }),
+  settle(t);  // nothing issues before t
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [t](const Pending& p) { return p.op < 0 && p.end <= t; }),
                  pending_.end());
 }
 
 Femtos NeuronCore::semaphore_time(int sem, int64_t value, int32_t bundle) {
+  // DMAs that signal it: their ends (the wait does not issue before what it waits for).
+  for (const int32_t op : dma_open_)
+    if (dma_ops_[static_cast<size_t>(op)].sem == sem) op_end(op);
   auto signals = sem_signals_[static_cast<size_t>(sem)];
   std::sort(signals.begin(), signals.end());
   int64_t v = 0;
@@ -194,16 +224,17 @@ void NeuronCore::run_program() {
   next_issue_ = now;
   unit_free_.fill(now);
   loader_free_ = now;
-  std::fill(queue_free_.begin(), queue_free_.end(), now);
-  std::fill(engine_free_.begin(), engine_free_.end(), now);
-  hbm_busy_.clear();
+  dma_.reset(0.0);
+  dma_ops_.clear();
+  dma_open_.clear();
   pending_.clear();
   dma_writes_.clear();
   for (auto& s : sem_signals_) s.clear();
   gpsimd_sbuf_until_ = scalar_psum_until_ = vector_sbuf_until_ = vector_psum_until_ = now;
   stats_ = CoreStats{};
-  stats_.dma_queue_bytes.assign(queue_free_.size(), 0);
-  stats_.dma_queue_transfers.assign(queue_free_.size(), 0);
+  const auto nq = static_cast<size_t>(cfg_.dma_engines * cfg_.dma_queues_per_engine);
+  stats_.dma_queue_bytes.assign(nq, 0);
+  stats_.dma_queue_transfers.assign(nq, 0);
   records_.clear();
   Femtos last_end = now;
   const ClockDomain& seq = clocks_[static_cast<size_t>(Lane::control)];
@@ -272,37 +303,39 @@ void NeuronCore::run_program() {
         // operands (triggered from another engine: + dma.trigger_latency) and its queue/engine.
         const Femtos issued = ck.time_of(c0 + 1);
         bool x = false;
-        Femtos ts = std::max(issued, ready_time(in, lane, x));
-        if (ts > issued) ts += to_fs(cfg_.dma_trigger_latency);
+        std::vector<int32_t> after;
+        const Femtos known = std::max(issued, ready_time(in, lane, x, &after));
         int64_t bytes = 0, chunks = 0;
         dma_shape(in, bytes, chunks);
         const bool hbm = in.src0.space == Space::hbm || in.dst.space == Space::hbm;
         if (hbm) (in.src0.space == Space::hbm ? stats_.hbm_read_bytes : stats_.hbm_write_bytes) += bytes;
-        // One piece: `rows` of the transfer's partitions on queue q (its engine q % engines).
-        const Femtos ready = ts;
-        Femtos te = ready, first_start = std::numeric_limits<Femtos>::max();
+        // One piece: `rows` of the transfer's partitions on queue q (its engine q % engines), in the
+        // engines' round-robin (DmaEngines); it starts once issued and its operands are ready
+        // (triggered from another engine: + dma.trigger_latency).
+        const auto op = static_cast<int32_t>(dma_ops_.size());
+        DmaOp d;
+        d.lane = lane;
+        d.sem = in.sem;
         auto piece = [&](size_t q, int64_t rows, int64_t all_rows) {
-          const auto e = q % engine_free_.size();
           const int64_t pb = bytes * rows / all_rows, pch = std::max<int64_t>(1, chunks * rows / all_rows);
-          const Femtos s0 = std::max({ready, queue_free_[q], engine_free_[e]});
-          first_start = std::min(first_start, s0);
-          Femtos end = s0 + to_fs(dma_transfer_seconds(pb, pch, cfg_));
-          if (hbm) {
-            // HBM bandwidth is shared by all engines: the transfer needs bytes/hbm.bandwidth of it
-            // somewhere in its lifetime, in the first free gap from its start.
-            const Femtos hbm_end = reserve_hbm(s0, to_fs(static_cast<double>(pb) / cfg_.hbm_bandwidth));
-            end = std::max(end, hbm_end) + to_fs(cfg_.hbm_latency);
-          }
-          queue_free_[q] = engine_free_[e] = end;
+          DmaEngines::Piece p;
+          p.queue = static_cast<int32_t>(q);
+          p.issued = secs(issued);
+          p.ready = secs(known);
+          p.latency = cfg_.dma_trigger_latency;
+          p.work = dma_transfer_seconds(pb, pch, cfg_);
+          p.hbm_bytes = hbm ? static_cast<double>(pb) : 0.0;
+          p.after = after;
+          d.pieces.push_back(dma_.submit(p));
           stats_.dma_queue_bytes[q] += pb;
           ++stats_.dma_queue_transfers[q];
-          te = std::max(te, end);
         };
+        const size_t engines = static_cast<size_t>(cfg_.dma_engines);
         if (spread_queue(in.queue)) {
           // Split by partition groups of 8 or more over the engines (queue -in.queue of each).
-          const int64_t rows = std::max<int32_t>(1, in.src0.parts), engines = static_cast<int64_t>(engine_free_.size());
-          const int64_t groups = std::max<int64_t>(1, std::min(engines, rows / 8));
-          const size_t base = engine_free_.size() * static_cast<size_t>(-in.queue);
+          const int64_t rows = std::max<int32_t>(1, in.src0.parts), ne = static_cast<int64_t>(engines);
+          const int64_t groups = std::max<int64_t>(1, std::min(ne, rows / 8));
+          const size_t base = engines * static_cast<size_t>(-in.queue);
           for (int64_t g = 0; g < groups; ++g) {
             const int64_t r0 = rows * g / groups, r1 = rows * (g + 1) / groups;
             piece(base + static_cast<size_t>(g), r1 - r0, rows);
@@ -310,16 +343,15 @@ void NeuronCore::run_program() {
         } else {
           piece(static_cast<size_t>(in.queue), 1, 1);
         }
-        ts = first_start;
-        if (in.sem >= 0) sem_signals_[static_cast<size_t>(in.sem)].push_back({te, 1});
-        add_pending(in, lane, te);
+        add_pending(in, lane, 0, op);
         unit_free_[static_cast<size_t>(l)] = issued;
         if (opt_.record) {
           const auto ri = static_cast<int32_t>(records_.size());
-          records_.push_back({pc, idx, lane, T, ts, te, 0, track_dma_flow(in, true, ri)});
+          d.record = ri;
+          records_.push_back({pc, idx, lane, T, issued, issued, 0, track_dma_flow(in, true, ri)});
         }
-        retire_q_[static_cast<size_t>(l)]->notify(sc_time::from_value(static_cast<uint64_t>(te - static_cast<Femtos>(sc_core::sc_time_stamp().value()))));
-        last_end = std::max(last_end, te);
+        dma_ops_.push_back(std::move(d));
+        dma_open_.push_back(op);
         if (opt_.numerics) {
           try {
             execute(in, mem_, regs_at_issue, te_);
@@ -379,10 +411,17 @@ void NeuronCore::run_program() {
       if (in.op == Op::load_stationary) unit_free_[0] = std::max(unit_free_[0], loader_free_);
     }
     next_issue_ = seq.time_of(seq.cycle_at_or_after(T) + 1);
-    if (next_issue_ - static_cast<Femtos>(sc_core::sc_time_stamp().value()) > opt_.quantum) sync_to(next_issue_);
+    if (next_issue_ - static_cast<Femtos>(sc_core::sc_time_stamp().value()) > opt_.quantum) {
+      settle(next_issue_);  // DMAs ending by then retire on time
+      sync_to(next_issue_);
+    }
     if (halt) break;
     pc = next_pc;
   }
+  dma_.drain();
+  for (const int32_t op : dma_open_) op_end(op);
+  dma_open_.clear();
+  for (const DmaOp& d : dma_ops_) last_end = std::max(last_end, d.end);
   stats_.end_time = last_end;
   sync_to(last_end);
 }

@@ -6,9 +6,9 @@
 // and pending accesses to its destination are done (a scoreboard on memory regions), semaphore
 // waits are satisfied, and (v2) no port conflict blocks it. Each instruction then occupies its
 // unit for its cost-table cycles in that unit's clock domain. DMA instructions hand a descriptor to
-// a DMA engine and do not hold the bundle: the transfer starts when its engine and queue are free
-// and its operands are ready, and runs at the engine's bandwidth, sharing HBM bandwidth in issue
-// order. Numerics run in program order when an instruction issues; with the full scoreboard that
+// a DMA engine and do not hold the bundle: the transfer may start once its operands are ready, and
+// the engines serve their queues round-robin, in order within a queue, sharing HBM bandwidth
+// (isa/neuroncore/dma_engines.hpp, the arbitration the compiler's estimate replays too). Numerics run in program order when an instruction issues; with the full scoreboard that
 // is the same result as running at the timed start.
 //
 // The issue process runs ahead of SystemC time by at most a quantum (temporal decoupling) and
@@ -16,12 +16,14 @@
 // the instruction's end time, so observers in SystemC time see completions exactly when they
 // happen. One elaborated core runs many programs: load() a program, run, load the next.
 #include <array>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <systemc>
 #include <vector>
 
 #include "isa/neuroncore/cost_table.hpp"
+#include "isa/neuroncore/dma_engines.hpp"
 #include "isa/neuroncore/isa.hpp"
 #include "models/common/clock.hpp"
 #include "models/neuroncore/execute.hpp"
@@ -92,6 +94,17 @@ class NeuronCore : public sc_core::sc_module {
     Femtos end;
     bool write;
     Lane lane;
+    int32_t op = -1;  // a DMA in flight (dma_ops_): `end` not known yet
+  };
+  // A DMA instruction in the engines (isa/neuroncore/dma_engines.hpp): its pieces, and what to do
+  // when its end is known (its record, its lane's retirement, its semaphore).
+  struct DmaOp {
+    std::vector<int32_t> pieces;
+    int32_t record = -1;
+    Lane lane = Lane::dma0;
+    int sem = -1;
+    bool done = false;
+    Femtos start = 0, end = 0;
   };
 
   void issue_thread();
@@ -100,9 +113,16 @@ class NeuronCore : public sc_core::sc_module {
   Region region(const AccessPattern& ap) const;
   // When `in` may start with respect to pending accesses; sets `raw` if the latest constraint is
   // a pending write of one of its operands (read after write).
-  Femtos ready_time(const Instr& in, Lane lane, bool& raw) const;
+  // A DMA (`after` given) waits in the engines for the DMAs in flight it depends on: their pieces
+  // go to `after`. Any other instruction waits for their ends (DmaEngines::end).
+  Femtos ready_time(const Instr& in, Lane lane, bool& raw, std::vector<int32_t>* after = nullptr);
+  // DMAs: seconds on the engines' clock (relative to the program's start) and back.
+  double secs(Femtos t) const { return static_cast<double>(t - t_start_) * 1e-15; }
+  Femtos fs(double s) const { return t_start_ + static_cast<Femtos>(std::llround(s * 1e15)); }
+  Femtos op_end(int32_t op);            // runs the engines until DMA op ends; records it
+  void settle(Femtos t);                // runs the engines to t; records the DMAs done by then
   Femtos semaphore_time(int sem, int64_t value, int32_t bundle);
-  void add_pending(const Instr& in, Lane lane, Femtos end);
+  void add_pending(const Instr& in, Lane lane, Femtos end, int32_t op = -1);
   void prune(Femtos t);
   // Record index of the latest DMA that wrote data `in` reads; forgets DMA writes `in` overwrites.
   int32_t track_dma_flow(const Instr& in, bool is_dma, int32_t record_index);
@@ -122,11 +142,9 @@ class NeuronCore : public sc_core::sc_module {
   Femtos t_start_ = 0, next_issue_ = 0;
   std::array<Femtos, kLanes> unit_free_{};
   Femtos loader_free_ = 0;           // the tensor engine loads stationaries in the background
-  std::vector<Femtos> queue_free_, engine_free_;
-  // HBM bandwidth reservations [start, end) at full HBM bandwidth, sorted; a transfer takes the
-  // first gap long enough for its bytes at or after it starts.
-  std::vector<std::pair<Femtos, Femtos>> hbm_busy_;
-  Femtos reserve_hbm(Femtos from, Femtos duration);
+  DmaEngines dma_;
+  std::vector<DmaOp> dma_ops_;
+  std::vector<int32_t> dma_open_;  // DMA ops whose end is not recorded yet
   std::vector<Pending> pending_;
   // The latest DMA write of each live region, for data-flow arrows in traces (record indices).
   std::vector<std::pair<Region, int32_t>> dma_writes_;

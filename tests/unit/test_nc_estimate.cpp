@@ -3,6 +3,7 @@
 // predicted kernel times against the rules written out by hand from the cost table.
 #include <catch2/catch.hpp>
 
+#include "isa/neuroncore/dma_engines.hpp"
 #include "mapper/neuroncore/estimate.hpp"
 #include "tests/unit/nc_test_config.hpp"
 
@@ -10,6 +11,10 @@ using namespace tessera;
 using namespace tessera::neuroncore;
 
 namespace {
+
+// The replay starts each instruction at its engine's next clock edge (isa/clock.hpp), as the core
+// does; the rules below are written in continuous time, so they hold to within a few clock cycles.
+constexpr double kEdge = 3e-9;
 
 double seconds(const Instr& in, Lane lane, const CoreConfig& cfg) { return static_cast<double>(instr_cycles(in, cfg)) / lane_clock_hz(lane, cfg); }
 
@@ -47,11 +52,11 @@ TEST_CASE("nc-estimate: a result read on another engine waits one dependent gap,
   const double start_v = end_a + static_cast<double>(cfg.dependent_gap) / lane_clock_hz(Lane::vector, cfg);
   const double end_v = start_v + seconds(v, Lane::vector, cfg);
   REQUIRE(c.kernels.size() == 2);
-  CHECK(c.kernels[0].seconds == Approx(end_a).epsilon(1e-12));
-  CHECK(c.kernels[1].seconds == Approx(end_v - end_a).epsilon(1e-12));
-  CHECK(c.predicted_s == Approx(end_v).epsilon(1e-12));
-  CHECK(c.kernels[0].scalar_s == Approx(end_a).epsilon(1e-12));
-  CHECK(c.kernels[1].vector_s == Approx(seconds(v, Lane::vector, cfg)).epsilon(1e-12));
+  CHECK(c.kernels[0].seconds == Approx(end_a).margin(kEdge));
+  CHECK(c.kernels[1].seconds == Approx(end_v - end_a).margin(kEdge));
+  CHECK(c.predicted_s == Approx(end_v).margin(kEdge));
+  CHECK(c.kernels[0].scalar_s == Approx(end_a).margin(kEdge));
+  CHECK(c.kernels[1].vector_s == Approx(seconds(v, Lane::vector, cfg)).margin(kEdge));
 }
 
 TEST_CASE("nc-estimate: independent work on two engines overlaps, and a store of a result pays the trigger latency", "[nc-estimate]") {
@@ -83,7 +88,7 @@ TEST_CASE("nc-estimate: independent work on two engines overlaps, and a store of
   const double s0 = end_a + cfg.dma_trigger_latency;
   const double end_store = std::max(s0 + dma_transfer_seconds(bytes, chunks, cfg), s0 + static_cast<double>(bytes) / cfg.hbm_bandwidth) + cfg.hbm_latency;
   REQUIRE(c.kernels.size() == 1);
-  CHECK(c.kernels[0].seconds == Approx(std::max({end_a, end_v, end_store})).epsilon(1e-12));
+  CHECK(c.kernels[0].seconds == Approx(std::max({end_a, end_v, end_store})).margin(kEdge));
   CHECK(c.kernels[0].seconds < end_v + end_store);  // the vector op ran beside the activation and the store
   CHECK(c.kernels[0].bytes == Approx(static_cast<double>(bytes)));
 }
@@ -111,5 +116,66 @@ TEST_CASE("nc-estimate: on NeuronCore-v2 the scalar engine waits while the vecto
   // The second bundle could issue when s0 ends, but the copy holds the PSUM port until it ends.
   const double end_s0 = seconds(s0, Lane::scalar, cfg), end_v = seconds(v, Lane::vector, cfg);
   REQUIRE(end_s0 < end_v);
-  CHECK(c.kernels[0].seconds == Approx(end_v + seconds(a, Lane::scalar, cfg)).epsilon(1e-12));
+  CHECK(c.kernels[0].seconds == Approx(end_v + seconds(a, Lane::scalar, cfg)).margin(kEdge));
+}
+
+// The DMA engines' arbitration the core and the estimate share (isa/neuroncore/dma_engines.hpp).
+TEST_CASE("nc-dma-engines: queues of one engine share it round-robin, a queue runs in order, HBM is shared", "[nc-estimate]") {
+  // 2 engines x 4 queues (queue q on engine q % 2); HBM 100 bytes/s; times in seconds.
+  auto piece = [](int32_t q, double ready, double work, double hbm = 0, std::vector<int32_t> after = {}, double issued = -1, double latency = 0) {
+    DmaEngines::Piece p;
+    p.queue = q;
+    p.issued = issued < 0 ? ready : issued;
+    p.ready = ready;
+    p.work = work;
+    p.hbm_bytes = hbm;
+    p.after = std::move(after);
+    p.latency = latency;
+    return p;
+  };
+  SECTION("round-robin across queues, in order within one") {
+    DmaEngines e(2, 4, 0, 0);
+    e.reset(0);
+    const int32_t a = e.submit(piece(0, 0, 1.0));   // engine 0, queue 0
+    const int32_t b = e.submit(piece(2, 0, 0.2));   // engine 0, queue 2: shares engine 0 with a
+    const int32_t c = e.submit(piece(1, 0, 1.0));   // engine 1 alone
+    const int32_t d = e.submit(piece(0, 0, 0.5));   // queue 0 again: after a
+    CHECK(e.end(b) == Approx(0.4));                  // half of engine 0 while a runs (first-come-first-served: 1.2)
+    CHECK(e.end(a) == Approx(1.2));                  // half until b ends, then all of it
+    CHECK(e.end(c) == Approx(1.0));
+    CHECK(e.start(d) == Approx(1.2));                // in order behind a on its queue
+    CHECK(e.end(d) == Approx(1.7));
+  }
+  SECTION("HBM bandwidth shared by the transfers through it") {
+    DmaEngines e(2, 4, 100.0, 0);
+    e.reset(0);
+    // Each alone would move 100 bytes/s (100 bytes in 1 s); together they get 50 each.
+    const int32_t a = e.submit(piece(0, 0, 1.0, 100));
+    const int32_t b = e.submit(piece(1, 0, 1.0, 100));
+    CHECK(e.end(a) == Approx(2.0));
+    CHECK(e.end(b) == Approx(2.0));
+    // An SBUF-to-SBUF transfer is not held to HBM's bandwidth.
+    const int32_t c = e.submit(piece(0, 2.0, 1.0, 100));
+    const int32_t d = e.submit(piece(1, 2.0, 1.0, 0));
+    CHECK(e.end(c) == Approx(3.0));
+    CHECK(e.end(d) == Approx(3.0));
+  }
+  SECTION("a transfer waiting for one in flight starts a trigger latency after it ends") {
+    DmaEngines e(2, 4, 0, 0);
+    e.reset(0);
+    const int32_t a = e.submit(piece(0, 0, 1.0));
+    const int32_t b = e.submit(piece(1, 0.5, 0.25, 0, {a}, 0.5, 0.3));  // issued at 0.5, reads what a writes
+    CHECK(e.start(b) == Approx(1.3));
+    CHECK(e.end(b) == Approx(1.55));
+    // Ready at issue (its operand done before): no latency.
+    const int32_t c = e.submit(piece(1, 2.0, 0.25, 0, {a}, 2.0, 0.3));
+    CHECK(e.start(c) == Approx(2.0));
+    // advance(): everything ending by then is finished.
+    const int32_t d = e.submit(piece(0, 3.0, 1.0));
+    e.advance(3.5);
+    CHECK(!e.finished(d));
+    e.advance(4.0);
+    CHECK(e.finished(d));
+    CHECK(e.drain() == Approx(4.0));
+  }
 }

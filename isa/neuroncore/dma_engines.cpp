@@ -1,0 +1,142 @@
+#include "isa/neuroncore/dma_engines.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+namespace tessera::neuroncore {
+
+DmaEngines::DmaEngines(int64_t engines, int64_t queues_per_engine, double hbm_bandwidth, double hbm_latency)
+    : queues_(static_cast<size_t>(engines * queues_per_engine)), engines_(engines), hbm_bw_(hbm_bandwidth), hbm_latency_(hbm_latency) {
+  per_engine_.assign(static_cast<size_t>(engines), 0);
+}
+
+void DmaEngines::reset(double t0) {
+  pieces_.clear();
+  dependents_.clear();
+  for (auto& q : queues_) q.clear();
+  busy_queues_.clear();
+  now_ = last_end_ = t0;
+}
+
+int32_t DmaEngines::submit(const Piece& p) {
+  const auto id = static_cast<int32_t>(pieces_.size());
+  State s;
+  s.p = p;
+  s.left = p.work;
+  for (const int32_t a : p.after)
+    if (!finished(a)) {
+      ++s.waiting;
+      dependents_[static_cast<size_t>(a)].push_back(id);
+    }
+  pieces_.push_back(std::move(s));
+  dependents_.emplace_back();
+  State& n = pieces_.back();
+  if (n.waiting == 0) {
+    double r = n.p.ready;
+    for (const int32_t a : n.p.after) r = std::max(r, pieces_[static_cast<size_t>(a)].end);
+    if (r > n.p.issued) r += n.p.latency;
+    n.p.ready = std::max(r, now_);
+    n.known = true;
+  }
+  auto& q = queues_[static_cast<size_t>(p.queue)];
+  if (q.empty()) busy_queues_.push_back(p.queue);
+  q.push_back(id);
+  return id;
+}
+
+void DmaEngines::finish(int32_t id, double t) {
+  State& s = pieces_[static_cast<size_t>(id)];
+  s.end = t + (s.p.hbm_bytes > 0 ? hbm_latency_ : 0.0);
+  last_end_ = std::max(last_end_, s.end);
+  auto& q = queues_[static_cast<size_t>(s.p.queue)];
+  q.pop_front();
+  if (q.empty()) busy_queues_.erase(std::find(busy_queues_.begin(), busy_queues_.end(), s.p.queue));
+  for (const int32_t d : dependents_[static_cast<size_t>(id)]) {
+    State& w = pieces_[static_cast<size_t>(d)];
+    if (--w.waiting > 0) continue;
+    double r = w.p.ready;
+    for (const int32_t a : w.p.after) r = std::max(r, pieces_[static_cast<size_t>(a)].end);
+    if (r > w.p.issued) r += w.p.latency;
+    w.p.ready = r;
+    w.known = true;
+  }
+}
+
+bool DmaEngines::step(double limit) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  active_.clear();
+  double next_ready = kInf;
+  std::fill(per_engine_.begin(), per_engine_.end(), 0);
+  for (const int32_t q : busy_queues_) {
+    const int32_t h = queues_[static_cast<size_t>(q)].front();
+    const State& s = pieces_[static_cast<size_t>(h)];
+    if (!s.known) continue;
+    if (s.p.ready <= now_) {
+      active_.push_back(h);
+      ++per_engine_[static_cast<size_t>(q % engines_)];
+    } else {
+      next_ready = std::min(next_ready, s.p.ready);
+    }
+  }
+  if (active_.empty()) {
+    if (next_ready == kInf) return false;
+    now_ = std::min(next_ready, limit);
+    return true;
+  }
+  // Round-robin across an engine's ready queues: equal shares; HBM shared in proportion.
+  rate_.resize(active_.size());
+  double hbm_rate = 0;
+  for (size_t i = 0; i < active_.size(); ++i) {
+    const State& s = pieces_[static_cast<size_t>(active_[i])];
+    rate_[i] = 1.0 / per_engine_[static_cast<size_t>(s.p.queue % engines_)];
+    if (s.p.hbm_bytes > 0 && s.p.work > 0) hbm_rate += rate_[i] * s.p.hbm_bytes / s.p.work;
+  }
+  if (hbm_bw_ > 0 && hbm_rate > hbm_bw_) {
+    const double scale = hbm_bw_ / hbm_rate;
+    for (size_t i = 0; i < active_.size(); ++i)
+      if (pieces_[static_cast<size_t>(active_[i])].p.hbm_bytes > 0) rate_[i] *= scale;
+  }
+  double dt = std::min(next_ready, limit) - now_;
+  for (size_t i = 0; i < active_.size(); ++i) dt = std::min(dt, pieces_[static_cast<size_t>(active_[i])].left / rate_[i]);
+  dt = std::max(dt, 0.0);
+  const double t = now_ + dt;
+  for (size_t i = 0; i < active_.size(); ++i) {
+    State& s = pieces_[static_cast<size_t>(active_[i])];
+    if (s.start < 0) s.start = now_;
+    s.left -= rate_[i] * dt;
+    // Done within rounding (a share of a transfer's own length).
+    if (s.left <= s.p.work * 1e-12) s.left = 0;
+  }
+  now_ = t;
+  for (size_t i = 0; i < active_.size(); ++i)
+    if (pieces_[static_cast<size_t>(active_[i])].left == 0) finish(active_[i], t);
+  return true;
+}
+
+double DmaEngines::end(int32_t id) {
+  while (!finished(id))
+    if (!step(std::numeric_limits<double>::infinity())) throw std::logic_error("DmaEngines: a transfer waits for one that never ends");
+  return pieces_[static_cast<size_t>(id)].end;
+}
+
+double DmaEngines::start(int32_t id) {
+  end(id);
+  return pieces_[static_cast<size_t>(id)].start;
+}
+
+void DmaEngines::advance(double t) {
+  while (now_ < t)
+    if (!step(t)) {
+      now_ = t;
+      break;
+    }
+}
+
+double DmaEngines::drain() {
+  while (step(std::numeric_limits<double>::infinity())) {
+  }
+  return last_end_;
+}
+
+}  // namespace tessera::neuroncore
