@@ -89,7 +89,13 @@ Footprint footprint(const AccessPattern& ap, int64_t base) {
   const int64_t extent = hi - lo;
   if (ap.space == Space::hbm) {
     const int64_t es = static_cast<int64_t>(dtype_size(ap.dtype));
-    return {ap.space, 0, 1, base, base + static_cast<int64_t>(ap.parts - 1) * ap.part_stride * es + extent};
+    Footprint f{ap.space, 0, 1, base, base + static_cast<int64_t>(ap.parts - 1) * ap.part_stride * es + extent};
+    if (ap.parts > 1 && ap.part_stride > 0) {
+      f.stride = ap.part_stride * es;
+      f.extent = extent;
+      f.rows = ap.parts;
+    }
+    return f;
   }
   return {ap.space, ap.part_start, ap.part_start + ap.parts, base, base + extent};
 }

@@ -7,6 +7,7 @@
 // Facts: shared/reference/neuroncore.md. This header says what instructions are; their cost
 // formulas are in cost_table.hpp; when they happen is the model's business (models/neuroncore).
 #include <array>
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -62,8 +63,19 @@ struct AccessPattern {
 struct Footprint {
   Space space;
   int64_t p_lo, p_hi, b_lo, b_hi;
+  // HBM rows: `rows` runs of `extent` bytes, `stride` bytes apart, from b_lo (stride 0: the whole
+  // range [b_lo, b_hi)). Two row sets with the same stride overlap only where a row of one meets a
+  // row of the other: a matmul's column tiles of the same output rows are independent.
+  int64_t stride = 0, extent = 0, rows = 1;
   bool overlaps(const Footprint& o) const {
-    return space == o.space && p_lo < o.p_hi && o.p_lo < p_hi && b_lo < o.b_hi && o.b_lo < b_hi;
+    if (!(space == o.space && p_lo < o.p_hi && o.p_lo < p_hi && b_lo < o.b_hi && o.b_lo < b_hi)) return false;
+    if (stride <= 0 || stride != o.stride || extent > stride || o.extent > stride) return true;
+    // Row r of this and row q of o meet iff d - k * stride lies in (-o.extent, extent), k = r - q.
+    const int64_t d = o.b_lo - b_lo;
+    auto floor_div = [](int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
+    const int64_t k_lo = std::max<int64_t>(floor_div(d - extent, stride) + 1, -(o.rows - 1));
+    const int64_t k_hi = std::min<int64_t>(-floor_div(-(d + o.extent), stride) - 1, rows - 1);
+    return k_lo <= k_hi;
   }
 };
 Footprint footprint(const AccessPattern& ap, int64_t base);

@@ -141,7 +141,9 @@ void Ctx::replicate_row(DType dt, int64_t off, int64_t count, int64_t ones) {
     const int32_t nn = static_cast<int32_t>(std::min(chunk, count - n0));
     const AccessPattern ps = psum(i % 2, P, nn);
     matmul_step(ps, one_row, on_chip(Space::sbuf, dt, 0, 1, off + n0 * es, {{nn, 1}}), true, true);
-    copy(on_chip(Space::sbuf, dt, 0, P, off + n0 * es, {{nn, 1}}), ps);
+    // Evacuated by the scalar engine (an exact identity activation), which kernels starting with a
+    // replication have idle; the vector engine is left to the kernel's first steps.
+    activation(on_chip(Space::sbuf, dt, 0, P, off + n0 * es, {{nn, 1}}), ps, Func::identity);
   }
   used_psum();
 }

@@ -179,3 +179,24 @@ TEST_CASE("nc-dma-engines: queues of one engine share it round-robin, a queue ru
     CHECK(e.drain() == Approx(4.0));
   }
 }
+
+// The scoreboard's footprints (isa.hpp): HBM rows of a strided pattern overlap only row by row, so
+// the column tiles of one matmul output are independent (before, their byte ranges met and each
+// tile's store waited for the previous one plus a trigger latency).
+TEST_CASE("nc-footprint: HBM row sets overlap only where their rows meet", "[nc-estimate]") {
+  // [128 rows of 3072 bf16] tiles of 512 columns.
+  auto tile = [](int64_t col0, int32_t cols, int32_t rows = 128, int64_t row_stride = 3072) {
+    return footprint(in_hbm(DType::bf16, rows, row_stride, col0 * 2, {{cols, 1}}));
+  };
+  CHECK(!tile(0, 512).overlaps(tile(512, 512)));
+  CHECK(!tile(512, 512).overlaps(tile(0, 512)));
+  CHECK(tile(0, 512).overlaps(tile(511, 2)));        // one column shared
+  CHECK(tile(0, 512).overlaps(tile(0, 512)));
+  CHECK(!tile(0, 512).overlaps(tile(512, 2560)));
+  CHECK(tile(0, 3072).overlaps(tile(512, 512)));     // whole rows meet every tile
+  // Rows shifted by whole rows: tile rows 64.. of one are rows 0.. of the other.
+  CHECK(footprint(in_hbm(DType::bf16, 64, 3072, 64 * 3072 * 2, {{512, 1}})).overlaps(tile(0, 512)));
+  CHECK(!footprint(in_hbm(DType::bf16, 64, 3072, 64 * 3072 * 2 + 1024, {{512, 1}})).overlaps(tile(0, 512)));
+  // Different row strides: the byte ranges decide (conservative).
+  CHECK(tile(0, 512, 128, 3072).overlaps(tile(512, 512, 64, 6144)));
+}

@@ -12,7 +12,9 @@ EpilogueEmitter::EpilogueEmitter(Ctx& x, const Epilogue& ep, Sbuf& sb, int64_t f
     col_buf_ = sb.take(kColumnSlots * 4);
   }
   if (ep.residual) res_buf_ = sb.take(2 * free * 4);
-  if (ep.bias || ep.residual) tmp_buf_ = sb.take(free * 4);
+  // Two work tiles: the next tile's first step (the bias add, on the vector engine) need not wait
+  // for this tile's last (the activation, on the scalar engine) to read it.
+  if (ep.bias || ep.residual) tmp_buf_ = sb.take(2 * free * 4);
 }
 
 TileView tile_at(const TileView& at, int64_t rs, int64_t cs, int64_t m0, int64_t n0, int64_t nn) {
@@ -73,7 +75,7 @@ bool per_partition(const TileView& v) {
 void EpilogueEmitter::run(const AccessPattern& dst, const AccessPattern& acc, const TileView& bias, const TileView& residual, int64_t t) {
   const int32_t parts = acc.parts;
   const std::vector<Dim> flat{{static_cast<int32_t>(acc.free_elems()), 1}};
-  const AccessPattern tmp = tmp_buf_ >= 0 ? on_chip(Space::sbuf, DType::f32, 0, parts, tmp_buf_, flat) : AccessPattern{};
+  const AccessPattern tmp = tmp_buf_ >= 0 ? on_chip(Space::sbuf, DType::f32, 0, parts, tmp_buf_ + (t % 2) * free_ * 4, flat) : AccessPattern{};
   // Loads `v` of operand `r` into SBUF at `off` (packed); returns the AP reading it in tile order.
   auto load = [&](const TensorRef& r, const TileView& v, int64_t off) {
     const Packed p = pack(v.free);

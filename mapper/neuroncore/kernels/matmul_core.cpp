@@ -149,6 +149,7 @@ class Core {
     const auto& res_op = a_resident ? a_ : b_;
     if (res_op.transpose && sb_.fits(2 * K * res_op.es() + kStageSlots * 128 * 4)) block_stage_ = sb_.take(2 * K * res_op.es());
     if (a_.transpose || b_.transpose) stage_ = sb_.take(kStageSlots * 128 * 4);
+    more_outs();
     x_.used(sb_);
     x_.used_psum();
     acc_banks_ = accumulation_banks(x_, a_, b_);
@@ -210,6 +211,7 @@ class Core {
     const int64_t sa = sb_.take(nbuf * TM_ * a_.es()), sbb = bpre_ ? 0 : sb_.take(nbuf * TN_ * b_.es());
     out_ = sb_.take(2 * TN_ * 4);
     if (a_.transpose || b_.transpose) stage_ = sb_.take(kStageSlots * 128 * 4);
+    more_outs();
     x_.used(sb_);
     x_.used_psum();
     acc_banks_ = accumulation_banks(x_, a_, b_);
@@ -289,6 +291,16 @@ class Core {
                    on_chip(Space::sbuf, b_.ref.dtype, 0, kp, mov_off, {{static_cast<int32_t>(nn), 1}}), k == 0, k == KT - 1);
   }
 
+  // Output tiles rotate over the two slots at out_ and, where SBUF has room left, up to
+  // kOutSlots - 2 more: a tile's store (a spread DMA sharing the engines) then need not end before
+  // the epilogue of the tile two after it may write its slot.
+  static constexpr int64_t kOutSlots = 4;
+  void more_outs() {
+    out_slots_ = {out_, out_ + TN_ * 4};
+    while (static_cast<int64_t>(out_slots_.size()) < kOutSlots && sb_.fits(TN_ * 4 + 16 * 1024)) out_slots_.push_back(sb_.take(TN_ * 4));
+  }
+  int64_t out_at(int64_t t) const { return out_slots_[static_cast<size_t>(t) % out_slots_.size()]; }
+
   // The evacuation and store of a tile, emitted after the next tile's matmuls so that it sits in
   // their bundles (when its PSUM tile is complete) instead of holding them up.
   void finish(const AccessPattern& ps, int64_t m0, int64_t mn, int64_t n0, int64_t nn) {
@@ -299,14 +311,14 @@ class Core {
         for (const MatmulSegment& sg : job_.segments) {
           if (n0 < sg.n0 || n0 >= sg.n0 + sg.n) continue;
           const int64_t c0 = n0 - sg.n0;
-          const AccessPattern dst = on_chip(Space::sbuf, sg.out.ref.dtype, 0, static_cast<int32_t>(mn), out_ + (t % 2) * TN_ * 4, {{static_cast<int32_t>(nn), 1}});
+          const AccessPattern dst = on_chip(Space::sbuf, sg.out.ref.dtype, 0, static_cast<int32_t>(mn), out_at(t), {{static_cast<int32_t>(nn), 1}});
           sg.epi->run(dst, ps, tile_at(sg.bias, sg.bias_rs, sg.bias_cs, m0, c0, nn), TileView{}, t);
           x_.em.dma(sg.out.by_rows(m0, mn, c0, nn), dst, Emitter::DmaClass::spread_store);
         }
         return;
       }
       const Mat& o = job_.out;
-      const AccessPattern dst = on_chip(Space::sbuf, o.ref.dtype, 0, static_cast<int32_t>(mn), out_ + (t % 2) * TN_ * 4, {{static_cast<int32_t>(nn), 1}});
+      const AccessPattern dst = on_chip(Space::sbuf, o.ref.dtype, 0, static_cast<int32_t>(mn), out_at(t), {{static_cast<int32_t>(nn), 1}});
       epi_.run(dst, ps, tile_at(job_.bias, job_.bias_rs, job_.bias_cs, m0, n0, nn), tile_at(job_.residual, job_.res_rs, job_.res_cs, m0, n0, nn), t);
       x_.em.dma(o.by_rows(m0, mn, n0, nn), dst, Emitter::DmaClass::spread_store);
     };
@@ -334,6 +346,7 @@ class Core {
   bool bpre_ = false;
   int64_t G_ = 1, MG_ = 1;
   int64_t res_base_ = 0;  // where load_resident writes (resident_, or a row tile's part of it)
+  std::vector<int64_t> out_slots_;
   int64_t resident_ = 0, stream_ = 0, out_ = 0, stage_ = 0, block_stage_ = -1, acc_banks_ = 8, stages_ = 0, outs_ = 0, blocks_ = 0;
   std::function<void()> deferred_;
 };

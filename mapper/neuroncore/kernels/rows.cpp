@@ -6,7 +6,9 @@
 // / Min / Prod / SumSquare / L1 / L2 / LogSumExp and the global poolings.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
+#include <stdexcept>
 
 #include "mapper/neuroncore/kernels/kernels.hpp"
 #include "mapper/neuroncore/kernels/tiling.hpp"
@@ -173,6 +175,16 @@ Status rows(Ctx& x, const Node& n) {
   // Per-column operands: loaded once, replicated on every partition -- rows of kRowsReplicateBytes
   // or more into partition 0 and over the partitions by the tensor engine (a LayerNorm's [768]
   // fp32 scale by a stride-0 DMA held four bulk queues 6.2 us), shorter ones by a stride-0 DMA.
+  // The replications are emitted where the first tile needs them (after its statistics), so that
+  // the first rows' load and statistics do not wait behind them (bundles issue in order). Over
+  // the shipped NeuronCore scenarios this is marginally the fastest of the three places tried
+  // (before the load, between load and statistics, here): BERT's first LayerNorm 11.8 -> 10.6 us,
+  // the classifier's (64 rows) 8.7 -> 10.0 us.
+  std::vector<std::function<void()>> replications;
+  auto replicate = [&] {
+    for (auto& r : replications) r();
+    replications.clear();
+  };
   if (!per_row)
     for (size_t i = 0; i < extra.size(); ++i) {
       const Packed p = pack(l.free_dims(2 + i, l.chunk));
@@ -181,7 +193,7 @@ Status rows(Ctx& x, const Node& n) {
         const int64_t ones = sb.take(P * extra[i].es());
         x.used(sb);
         x.em.dma(on_chip(Space::sbuf, dt, 0, 1, ebuf[i], p.sbuf), hbm_ap(extra[i], l.offsets[2 + i], 1, 0, p.hbm), Emitter::DmaClass::spread);
-        x.replicate_row(dt, ebuf[i], p.elems, ones);
+        replications.push_back([&x, dt, off = ebuf[i], count = p.elems, ones] { x.replicate_row(dt, off, count, ones); });
         continue;
       }
       x.em.dma(on_chip(Space::sbuf, dt, 0, P, ebuf[i], p.sbuf), hbm_ap(extra[i], l.offsets[2 + i], P, 0, p.hbm), Emitter::DmaClass::bulk);
@@ -250,6 +262,7 @@ Status rows(Ctx& x, const Node& n) {
       x.activation(col(pr, sm + 40), col(pr, sm + 36), Func::rsqrt, 1.0, {}, eps);  // rstd
       x.tensor_scalar(col(pr, sm + 44), col(pr, sm + 32), Alu::multiply, -1.0);    // -mean
       x.activation(row(pr, work), xs, Func::identity, 1.0, col(pr, sm + 44));       // x - mean
+      replicate();
       const bool plain = extra.empty();
       x.tensor_tensor(Alu::multiply, plain ? y : row(pr, work), row(pr, work), bcast(pr, sm + 40));
       if (per_row) {
@@ -282,6 +295,7 @@ Status rows(Ctx& x, const Node& n) {
       x.tensor_scalar(col(pr, sm + 4), col(pr, sm), Alu::multiply, 1.0 / static_cast<double>(C), Alu::add, eps);
       x.activation(col(pr, sm + 8), col(pr, sm + 4), Func::rsqrt);
       const Packed g0 = pack(l.free_dims(2, l.chunk));
+      replicate();
       x.tensor_tensor(Alu::multiply, row(pr, work), xs, bcast(pr, sm + 8));
       x.tensor_tensor(Alu::multiply, y, row(pr, work), on_chip(Space::sbuf, extra[0].dtype, 0, pr, ebuf[0], g0.read));
     }
@@ -294,6 +308,7 @@ Status rows(Ctx& x, const Node& n) {
                Emitter::DmaClass::spread_store);
     ++t;
   }
+  if (!replications.empty()) throw std::logic_error("rows kernel " + n.name + ": a replicated row was never used");
   return {};
 }
 
