@@ -22,7 +22,7 @@ namespace {
 // The syntax table.
 
 enum class Pos : uint8_t { dst, src0, src1, aux, reg, sem, label };
-enum class Opt : uint8_t { alu, alu1, func, imm, imm_int, queue, signal, bias, acc };
+enum class Opt : uint8_t { alu, alu1, func, imm, imm_int, queue, signal, bias, acc, operand };
 
 struct OptSyntax {
   std::string_view key;
@@ -47,8 +47,8 @@ const std::vector<OpSyntax>& syntax_table() {
       {Op::transpose, {Pos::dst, Pos::src0}, {}, {}, "transpose DST, SRC"},
       {Op::tensor_tensor, {Pos::dst, Pos::src0, Pos::src1}, {{"op", Opt::alu, 0, true}}, {}, "tensor_tensor DST, SRC0, SRC1 op=ALU"},
       {Op::tensor_scalar, {Pos::dst, Pos::src0},
-       {{"op", Opt::alu, 0, true}, {"imm", Opt::imm, 0, true}, {"op1", Opt::alu1}, {"imm1", Opt::imm, 1, false, 0}}, {},
-       "tensor_scalar DST, SRC op=ALU imm=X [op1=ALU imm1=Y]"},
+       {{"op", Opt::alu, 0, true}, {"imm", Opt::operand, 0, true}, {"op1", Opt::alu1}, {"imm1", Opt::operand, 1, false, 0}}, {},
+       "tensor_scalar DST, SRC op=ALU imm=X|AP [op1=ALU imm1=Y|AP]"},
       {Op::tensor_reduce, {Pos::dst, Pos::src0}, {{"op", Opt::alu, 0, true}}, {"negate"}, "tensor_reduce DST, SRC op=ALU [negate]"},
       {Op::tensor_copy, {Pos::dst, Pos::src0}, {}, {}, "tensor_copy DST, SRC"},
       {Op::transpose32, {Pos::dst, Pos::src0}, {}, {}, "transpose32 DST, SRC"},
@@ -534,7 +534,7 @@ class Assembler {
     }
     const size_t errors_before = diags_.size();
     for (const auto& o : syn.opts)
-      if (o.kind == Opt::imm && !o.required) in.imm[static_cast<size_t>(o.imm)] = o.def;
+      if ((o.kind == Opt::imm || o.kind == Opt::operand) && !o.required) in.imm[static_cast<size_t>(o.imm)] = o.def;
     const bool ap_op = std::all_of(syn.pos.begin(), syn.pos.end(), is_ap_pos);
     size_t npos = 0;
     bool seen_option = false;
@@ -659,6 +659,15 @@ class Assembler {
       case Opt::acc:
         if (auto e = parse_ap(val, in.aux)) error(e->message, e->hint);
         return;
+      case Opt::operand:  // a number, or a [P,1] operand per partition (src1 for imm, aux for imm1)
+        if (parse_number(val, num)) {
+          in.imm[static_cast<size_t>(o->imm)] = num;
+          return;
+        }
+        if (val.find('[') == std::string_view::npos)
+          return error("bad number in " + kv, "a tensor_scalar operand is a decimal number such as 1.0, -3, 1e-5 or -inf, or a [P,1] operand");
+        if (auto e = parse_ap(val, o->imm == 0 ? in.src1 : in.aux)) error(e->message, "a tensor_scalar operand is a number or a [P,1] operand; " + e->hint);
+        return;
     }
   }
 
@@ -717,6 +726,13 @@ std::string format_slot(const Instr& in, Lane lane, const std::map<int32_t, std:
       case Opt::acc:
         if (in.aux.present()) s += k + format_ap(in.aux);
         break;
+      case Opt::operand: {
+        const AccessPattern& ap = o.imm == 0 ? in.src1 : in.aux;
+        const double v = in.imm[static_cast<size_t>(o.imm)];
+        if (ap.present()) s += k + format_ap(ap);
+        else if (o.required || !(v == o.def && std::signbit(v) == std::signbit(o.def))) s += k + fmt_num(v);
+        break;
+      }
     }
   }
   for (const auto& f : syn->flags)

@@ -98,7 +98,7 @@ enum class Op : uint8_t {
   transpose,         // dst: PSUM [F, P] = src [P, F]^T through the array
   // vector
   tensor_tensor,     // dst = src0 alu src1
-  tensor_scalar,     // dst = (src0 alu imm0) alu1 imm1
+  tensor_scalar,     // dst = (src0 alu imm0) alu1 imm1; imm0 / imm1 per partition from src1 / aux [P,1] when present
   tensor_reduce,     // dst [P, 1] = reduce_alu over the free elements of src0
   tensor_copy,       // dst = src0 (converting dtype)
   transpose32,       // dst = 32x32 block transposes of src0

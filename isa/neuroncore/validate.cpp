@@ -30,6 +30,7 @@ std::string role(Op op, Field f) {
     case Op::select: return f == kSrc0 ? "pred" : f == kSrc1 ? "on_true" : "on_false";
     case Op::gather: return f == kSrc0 ? "table" : "indices";
     case Op::activation: return f == kSrc0 ? "src" : f == kSrc1 ? "bias" : "acc";
+    case Op::tensor_scalar: return f == kSrc0 ? "src" : f == kSrc1 ? "imm" : "imm1";
     default: return f == kSrc0 ? "src" : f == kSrc1 ? "src1" : "aux";
   }
 }
@@ -258,6 +259,10 @@ class Checker {
         same_shape(in, kDst, kAux, op);
         break;
       case Op::tensor_scalar:
+        same_shape(in, kDst, kSrc0, op);
+        if (in.src1.present()) per_partition(in, kSrc1, 1, "a tensor_scalar operand");
+        if (in.aux.present()) per_partition(in, kAux, 1, "a tensor_scalar operand");
+        break;
       case Op::tensor_copy:
       case Op::affine_select:
       case Op::partition_all_reduce: same_shape(in, kDst, kSrc0, op); break;

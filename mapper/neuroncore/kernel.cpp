@@ -69,6 +69,18 @@ void Ctx::tensor_scalar(const AccessPattern& dst, const AccessPattern& src, Alu 
   em.emit(in, Lane::vector);
 }
 
+void Ctx::tensor_scalar(const AccessPattern& dst, const AccessPattern& src, Alu alu0, const AccessPattern& op0, Alu alu1, const AccessPattern& op1) {
+  Instr in;
+  in.op = Op::tensor_scalar;
+  in.alu = alu0;
+  in.alu1 = alu1;
+  in.dst = dst;
+  in.src0 = src;
+  in.src1 = op0;
+  in.aux = op1;
+  em.emit(in, Lane::vector);
+}
+
 void Ctx::activation(const AccessPattern& dst, const AccessPattern& src, Func func, double scale, const AccessPattern& bias, double imm_bias,
                      const AccessPattern& aux) {
   Instr in;

@@ -532,7 +532,8 @@ Compiled compile(const Graph& g, const CoreConfig& cfg, const MappingOptions& op
     keep.push_back(std::move(l));
     results.push_back(std::move(d));
   }
-  return chosen == &c ? c : std::move(*chosen);
+  if (chosen == &c) return c;
+  return std::move(*chosen);
 }
 
 }  // namespace tessera::neuroncore

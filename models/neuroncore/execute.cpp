@@ -225,11 +225,24 @@ void exec_tensor_scalar(const Instr& in, CoreMemory& mem, const RegFile& regs) {
   same_shape(in, "dst", in.dst, "src", in.src0);
   auto& s = scratch();
   mem.read(in.src0, regs, s.a);
-  const auto i0 = static_cast<float>(in.imm[0]), i1 = static_cast<float>(in.imm[1]);
-  const size_t n = s.a.size();
+  // Each operand an immediate, or a [P,1] value per partition (src1 for the first, aux the second).
+  const int64_t P = in.src0.parts, F = in.src0.free_elems();
+  std::vector<float> o0(static_cast<size_t>(P), static_cast<float>(in.imm[0])), o1(static_cast<size_t>(P), static_cast<float>(in.imm[1]));
+  if (in.src1.present()) {
+    need_shape(in, "imm", in.src1, P, 1);
+    mem.read(in.src1, regs, o0);
+  }
+  if (in.aux.present()) {
+    need_shape(in, "imm1", in.aux, P, 1);
+    mem.read(in.aux, regs, o1);
+  }
   with_alu(in.alu, [&](auto A) {
     with_alu(in.alu1, [&](auto A1) {
-      for (size_t i = 0; i < n; ++i) s.a[i] = alu_op<A1.value>(alu_op<A.value>(s.a[i], i0), i1);
+      for (int64_t p = 0; p < P; ++p) {
+        const float a = o0[static_cast<size_t>(p)], b = o1[static_cast<size_t>(p)];
+        float* row = s.a.data() + p * F;
+        for (int64_t i = 0; i < F; ++i) row[i] = alu_op<A1.value>(alu_op<A.value>(row[i], a), b);
+      }
     });
   });
   mem.write(in.dst, regs, s.a.data());

@@ -801,3 +801,32 @@ TEST_CASE("nc-asm: every violation of a program is reported at once", "[nc-asm]"
     CHECK_THAT(std::string(e.what()), StartsWith("bundle 0 lane vector (w.s:1): dst partition start 8"));
   }
 }
+
+// tensor_scalar's operands may be [P,1] values per partition (NKI's tensor_scalar): imm= an AP
+// goes to src1, imm1= an AP to aux; printed back the same way; the validator wants [P,1].
+TEST_CASE("nc-asm: tensor_scalar operands per partition", "[nc-asm]") {
+  const std::string text =
+      "vector: tensor_scalar sb.fp32[0:128]@0{512}, sb.fp32[0:128]@2048{512} op=subtract imm=sb.fp32[0:128]@4096{1} op1=multiply "
+      "imm1=sb.fp32[0:128]@4100{1}\n"
+      "vector: tensor_scalar sb.fp32[0:128]@0{512}, sb.fp32[0:128]@2048{512} op=multiply imm=sb.fp32[0:128]@4096{1}\n";
+  const Program p = assemble(text, "ts.s");
+  REQUIRE(p.instrs.size() >= 2);
+  CHECK(p.instrs[0].src1.present());
+  CHECK(p.instrs[0].aux.present());
+  CHECK(p.instrs[0].src1.offset == 4096);
+  CHECK(p.instrs[0].aux.offset == 4100);
+  CHECK(p.instrs[1].src1.present());
+  CHECK(!p.instrs[1].aux.present());
+  const std::string d = disassemble(p);
+  CHECK_THAT(d, Contains("op=subtract imm=sb.fp32[0:128]@4096{1} op1=multiply imm1=sb.fp32[0:128]@4100{1}"));
+  CHECK(same_program(p, assemble(d, "round.s")));
+  CHECK_NOTHROW(validate(p, trn1()));
+  // An operand that is not [P,1] is refused.
+  const Program bad = assemble("vector: tensor_scalar sb.fp32[0:128]@0{512}, sb.fp32[0:128]@2048{512} op=add imm=sb.fp32[0:128]@4096{2}\n", "bad.s");
+  try {
+    validate(bad, trn1());
+    FAIL("validate accepted a [128,2] tensor_scalar operand");
+  } catch (const InputError& e) {
+    CHECK_THAT(std::string(e.what()), Contains("tensor_scalar operand"));
+  }
+}

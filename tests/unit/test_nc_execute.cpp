@@ -523,6 +523,37 @@ TEST_CASE("nc-exec: tensor_tensor every alu with rounding on write") {
   CHECK_THROWS_WITH(execute(bad, m, kRegs0, te), Catch::Contains("shape"));
 }
 
+TEST_CASE("nc-exec: tensor_scalar operands per partition") {
+  // (x - m[p]) * r[p] per row, as a LayerNorm normalises.
+  CoreMemory m(trn1());
+  TensorEngineState te;
+  const int64_t P = 4, F = 8;
+  const auto v = randn(P * F, 23);
+  const std::vector<float> mean{0.5f, -1.0f, 2.0f, 0.0f}, rstd{2.0f, 0.25f, -1.0f, 3.0f};
+  m.write(sb(DType::f32, 0, P, 0, F), kRegs0, v.data());
+  m.write(sb(DType::f32, 0, P, 256, 1), kRegs0, mean.data());
+  m.write(sb(DType::f32, 0, P, 260, 1), kRegs0, rstd.data());
+  Instr in = mk(Op::tensor_scalar);
+  in.src0 = sb(DType::f32, 0, P, 0, F);
+  in.dst = sb(DType::f32, 0, P, 64, F);
+  in.alu = Alu::subtract;
+  in.src1 = sb(DType::f32, 0, P, 256, 1);
+  in.alu1 = Alu::multiply;
+  in.aux = sb(DType::f32, 0, P, 260, 1);
+  execute(in, m, kRegs0, te);
+  const auto r = get(m, in.dst);
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t i = 0; i < F; ++i) CHECK(r[static_cast<size_t>(p * F + i)] == (v[static_cast<size_t>(p * F + i)] - mean[static_cast<size_t>(p)]) * rstd[static_cast<size_t>(p)]);
+  // Only the first per partition; the second an immediate.
+  in.aux = AccessPattern{};
+  in.imm[1] = 1.0;
+  in.alu1 = Alu::add;
+  execute(in, m, kRegs0, te);
+  const auto r2 = get(m, in.dst);
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t i = 0; i < F; ++i) CHECK(r2[static_cast<size_t>(p * F + i)] == (v[static_cast<size_t>(p * F + i)] - mean[static_cast<size_t>(p)]) + 1.0f);
+}
+
 TEST_CASE("nc-exec: tensor_scalar two ops and bypass") {
   CoreMemory m(trn1());
   TensorEngineState te;

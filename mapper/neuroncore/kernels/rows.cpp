@@ -171,7 +171,6 @@ Status rows(Ctx& x, const Node& n) {
   const std::vector<Dim> row_dims{{static_cast<int32_t>(C), 1}};
   auto row = [&](int32_t parts, int64_t off, DType t = DType::f32) { return on_chip(Space::sbuf, t, 0, parts, off, row_dims); };
   auto col = [&](int32_t parts, int64_t off) { return on_chip(Space::sbuf, DType::f32, 0, parts, off, {{1, 1}}); };
-  auto bcast = [&](int32_t parts, int64_t off) { return on_chip(Space::sbuf, DType::f32, 0, parts, off, {{static_cast<int32_t>(C), 0}}); };
   // Per-column operands: loaded once, replicated on every partition -- rows of kRowsReplicateBytes
   // or more into partition 0 and over the partitions by the tensor engine (a LayerNorm's [768]
   // fp32 scale by a stride-0 DMA held four bulk queues 6.2 us), shorter ones by a stride-0 DMA.
@@ -182,7 +181,7 @@ Status rows(Ctx& x, const Node& n) {
   // the classifier's (64 rows) 8.7 -> 10.0 us.
   std::vector<std::function<void()>> replications;
   auto replicate = [&] {
-    for (auto& r : replications) r();
+    for (auto& rep : replications) rep();
     replications.clear();
   };
   if (!per_row)
@@ -241,7 +240,7 @@ Status rows(Ctx& x, const Node& n) {
       x.activation(row(pr, work), xs, Func::exp, 1.0, col(pr, sm), 0.0, col(pr, sm + 4));  // exp(x - max), sum
       if (op == "Softmax") {
         x.activation(col(pr, sm + 8), col(pr, sm + 4), Func::reciprocal);
-        x.tensor_tensor(Alu::multiply, y, row(pr, work), bcast(pr, sm + 8));
+        x.tensor_scalar(y, row(pr, work), Alu::multiply, col(pr, sm + 8), Alu::bypass, {});  // * 1/sum per row
       } else {
         x.activation(col(pr, sm + 8), col(pr, sm + 4), Func::log);
         x.tensor_tensor(Alu::subtract, col(pr, sm + 12), col(pr, sm), col(pr, sm + 8));  // -max - ln(sum)
@@ -260,11 +259,10 @@ Status rows(Ctx& x, const Node& n) {
       ag.src0 = st.dst;
       x.em.emit(ag, Lane::vector);
       x.activation(col(pr, sm + 40), col(pr, sm + 36), Func::rsqrt, 1.0, {}, eps);  // rstd
-      x.tensor_scalar(col(pr, sm + 44), col(pr, sm + 32), Alu::multiply, -1.0);    // -mean
-      x.activation(row(pr, work), xs, Func::identity, 1.0, col(pr, sm + 44));       // x - mean
       replicate();
       const bool plain = extra.empty();
-      x.tensor_tensor(Alu::multiply, plain ? y : row(pr, work), row(pr, work), bcast(pr, sm + 40));
+      // (x - mean) * rstd in one pass, both per partition (NKI's tensor_scalar takes [P,1] operands).
+      x.tensor_scalar(plain ? y : row(pr, work), xs, Alu::subtract, col(pr, sm + 32), Alu::multiply, col(pr, sm + 40));
       if (per_row) {
         // scale and bias per row (channel): columns loaded per run
         std::vector<AccessPattern> cols;
@@ -296,7 +294,7 @@ Status rows(Ctx& x, const Node& n) {
       x.activation(col(pr, sm + 8), col(pr, sm + 4), Func::rsqrt);
       const Packed g0 = pack(l.free_dims(2, l.chunk));
       replicate();
-      x.tensor_tensor(Alu::multiply, row(pr, work), xs, bcast(pr, sm + 8));
+      x.tensor_scalar(row(pr, work), xs, Alu::multiply, col(pr, sm + 8), Alu::bypass, {});  // * rstd per row
       x.tensor_tensor(Alu::multiply, y, row(pr, work), on_chip(Space::sbuf, extra[0].dtype, 0, pr, ebuf[0], g0.read));
     }
     // Stored by a DMA spread over every engine (a LayerNorm's [128, 768] fp32 output on the four
