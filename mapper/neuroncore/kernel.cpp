@@ -58,6 +58,15 @@ void Ctx::tensor_tensor(Alu alu, const AccessPattern& dst, const AccessPattern& 
 }
 
 void Ctx::tensor_scalar(const AccessPattern& dst, const AccessPattern& src, Alu alu0, double imm0, Alu alu1, double imm1) {
+  tensor_scalar_with(dst, src, alu0, {}, imm0, alu1, {}, imm1);
+}
+
+void Ctx::tensor_scalar(const AccessPattern& dst, const AccessPattern& src, Alu alu0, const AccessPattern& op0, Alu alu1, const AccessPattern& op1) {
+  tensor_scalar_with(dst, src, alu0, op0, 0.0, alu1, op1, 0.0);
+}
+
+void Ctx::tensor_scalar_with(const AccessPattern& dst, const AccessPattern& src, Alu alu0, const AccessPattern& op0, double imm0, Alu alu1,
+                             const AccessPattern& op1, double imm1) {
   Instr in;
   in.op = Op::tensor_scalar;
   in.alu = alu0;
@@ -66,17 +75,7 @@ void Ctx::tensor_scalar(const AccessPattern& dst, const AccessPattern& src, Alu 
   in.imm[1] = imm1;
   in.dst = dst;
   in.src0 = src;
-  em.emit(in, Lane::vector);
-}
-
-void Ctx::tensor_scalar(const AccessPattern& dst, const AccessPattern& src, Alu alu0, const AccessPattern& op0, Alu alu1, const AccessPattern& op1) {
-  Instr in;
-  in.op = Op::tensor_scalar;
-  in.alu = alu0;
-  in.alu1 = alu1;
-  in.dst = dst;
-  in.src0 = src;
-  in.src1 = op0;
+  in.src1 = op0;  // per-partition operands (absent: the immediates)
   in.aux = op1;
   em.emit(in, Lane::vector);
 }

@@ -86,6 +86,8 @@ class Ctx {
   void tensor_scalar(const AccessPattern& dst, const AccessPattern& src, Alu alu0, double imm0, Alu alu1 = Alu::bypass, double imm1 = 0);
   // The same with both operands per partition ([P,1] SBUF values): (src alu0 op0[p]) alu1 op1[p].
   void tensor_scalar(const AccessPattern& dst, const AccessPattern& src, Alu alu0, const AccessPattern& op0, Alu alu1, const AccessPattern& op1);
+  void tensor_scalar_with(const AccessPattern& dst, const AccessPattern& src, Alu alu0, const AccessPattern& op0, double imm0, Alu alu1,
+                          const AccessPattern& op1, double imm1);
   // dst = func(src * scale + bias); bias a [P, 1] column when given, else `imm_bias`; aux gets the row sums.
   void activation(const AccessPattern& dst, const AccessPattern& src, Func func, double scale = 1.0, const AccessPattern& bias = {},
                   double imm_bias = 0.0, const AccessPattern& aux = {});
