@@ -36,6 +36,9 @@ int32_t DmaEngines::submit(const Piece& p) {
     double r = n.p.ready;
     for (const int32_t a : n.p.after) r = std::max(r, pieces_[static_cast<size_t>(a)].end);
     if (r > n.p.issued) r += n.p.latency;
+    // Callers run the engines no further than the next submission's issue (header): a transfer
+    // ready before the engines' time would have changed what they computed.
+    if (r < now_ - 1e-15) throw std::logic_error("DmaEngines: a transfer submitted ready before the engines' time");
     n.p.ready = std::max(r, now_);
     n.known = true;
   }
@@ -131,6 +134,17 @@ void DmaEngines::advance(double t) {
       now_ = t;
       break;
     }
+}
+
+double DmaEngines::run_until_any(const std::vector<int32_t>& ids) {
+  auto any = [&] {
+    for (const int32_t id : ids)
+      if (finished(id)) return true;
+    return false;
+  };
+  while (!any())
+    if (!step(std::numeric_limits<double>::infinity())) throw std::logic_error("DmaEngines: a transfer waits for one that never ends");
+  return now_;
 }
 
 double DmaEngines::drain() {

@@ -41,6 +41,8 @@ class DmaEngines {
   // be ready before t.
   void advance(double t);
   double now() const { return now_; }
+  // Runs until one of `ids` has ended; the engines' time then.
+  double run_until_any(const std::vector<int32_t>& ids);
   // Runs until every transfer has ended; the last end (t0 if none).
   double drain();
 

@@ -59,8 +59,8 @@ class Emitter {
   // Held instructions (weight prefetches, lower.cpp): what is emitted between begin_hold and
   // end_hold is held back; release(every) lets the held ones out one after every `every`
   // instructions emitted from then on, so that their DMAs issue spread over the kernel emitted
-  // meanwhile (the engines serve transfers in issue order: prefetches issued in a burst would hold
-  // the kernel's own loads behind them); flush_held emits the rest. A held instruction belongs to
+  // meanwhile (a burst of prefetches would take the engines' share from the kernel's own loads all
+  // at once: the engines round-robin across queues); flush_held emits the rest. A held instruction belongs to
   // the kernel being emitted when it goes out.
   void begin_hold() { holding_ = true; }
   void end_hold() { holding_ = false; }

@@ -25,7 +25,6 @@ bool touches(const Instr& in, Space s) {
   return false;
 }
 
-Femtos to_fs(double seconds) { return static_cast<Femtos>(std::llround(seconds * 1e15)); }
 }  // namespace
 
 NeuronCore::NeuronCore(sc_core::sc_module_name name, const CoreConfig& cfg, CoreOptions opt)
@@ -175,8 +174,8 @@ void NeuronCore::settle(Femtos t) {
 
 int32_t NeuronCore::track_dma_flow(const Instr& in, bool is_dma, int32_t record_index) {
   int32_t from = -1;
-  for (const AccessPattern* ap : {&in.src0, &in.src1}) {
-    if (!ap->present()) continue;
+  for (const AccessPattern* ap : {&in.src0, &in.src1, &in.aux}) {
+    if (!ap->present() || (ap == &in.aux && in.op == Op::activation)) continue;  // (an activation writes aux)
     const Footprint r = region(*ap);
     for (const auto& [w, idx] : dma_writes_)
       if (w.overlaps(r)) from = std::max(from, idx);
@@ -199,17 +198,37 @@ void NeuronCore::prune(Femtos t) {
 }
 
 Femtos NeuronCore::semaphore_time(int sem, int64_t value, int32_t bundle) {
-  // DMAs that signal it: their ends (the wait does not issue before what it waits for).
-  for (const int32_t op : dma_open_)
-    if (dma_ops_[static_cast<size_t>(op)].sem == sem) op_end(op);
-  auto signals = sem_signals_[static_cast<size_t>(sem)];
-  std::sort(signals.begin(), signals.end());
-  int64_t v = 0;
   if (value <= 0) return 0;
-  for (const auto& [t, d] : signals) {
-    v += d;
-    if (v >= value) return t;
+  // When the signals recorded so far reach `value` (-1: they do not).
+  auto reached = [&] {
+    auto signals = sem_signals_[static_cast<size_t>(sem)];
+    std::sort(signals.begin(), signals.end());
+    int64_t v = 0;
+    for (const auto& [t, d] : signals) {
+      v += d;
+      if (v >= value) return t;
+    }
+    return Femtos{-1};
+  };
+  // DMAs in flight signal it when they end. The engines run only as far as the wait needs -- to
+  // where the known signals suffice, or to the next of these DMAs' ends -- so that the transfers
+  // issued after the wait are in the engines before anything later is decided (DmaEngines).
+  while (true) {
+    std::vector<int32_t> pieces;
+    for (const int32_t op : dma_open_)
+      if (dma_ops_[static_cast<size_t>(op)].sem == sem)
+        for (const int32_t id : dma_ops_[static_cast<size_t>(op)].pieces) pieces.push_back(id);
+    const Femtos t = reached();
+    if (pieces.empty() || (t >= 0 && t <= fs(dma_.now()))) {
+      if (t >= 0) return t;
+      break;
+    }
+    if (t >= 0) settle(t);  // a DMA ending before t may count sooner
+    else settle(fs(dma_.run_until_any(pieces)));
+    if (t >= 0 && reached() == t) return t;
   }
+  int64_t v = 0;
+  for (const auto& sig : sem_signals_[static_cast<size_t>(sem)]) v += sig.second;
   std::ostringstream s;
   s << "sem_wait s" << sem << " value=" << value << " can never be satisfied: the signals issued before it add up to "
     << v << " (deadlock)";
@@ -318,15 +337,15 @@ void NeuronCore::run_program() {
         d.sem = in.sem;
         auto piece = [&](size_t q, int64_t rows, int64_t all_rows) {
           const int64_t pb = bytes * rows / all_rows, pch = std::max<int64_t>(1, chunks * rows / all_rows);
-          DmaEngines::Piece p;
-          p.queue = static_cast<int32_t>(q);
-          p.issued = secs(issued);
-          p.ready = secs(known);
-          p.latency = cfg_.dma_trigger_latency;
-          p.work = dma_transfer_seconds(pb, pch, cfg_);
-          p.hbm_bytes = hbm ? static_cast<double>(pb) : 0.0;
-          p.after = after;
-          d.pieces.push_back(dma_.submit(p));
+          DmaEngines::Piece t;
+          t.queue = static_cast<int32_t>(q);
+          t.issued = secs(issued);
+          t.ready = secs(known);
+          t.latency = cfg_.dma_trigger_latency;
+          t.work = dma_transfer_seconds(pb, pch, cfg_);
+          t.hbm_bytes = hbm ? static_cast<double>(pb) : 0.0;
+          t.after = after;
+          d.pieces.push_back(dma_.submit(t));
           stats_.dma_queue_bytes[q] += pb;
           ++stats_.dma_queue_transfers[q];
         };

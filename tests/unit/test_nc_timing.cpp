@@ -285,3 +285,36 @@ TEST_CASE("nc-timing: a semaphore wait nobody can satisfy is reported as a deadl
   CHECK(core.error()->find("bundle 1 lane sync") != std::string::npos);
   CHECK(core.error()->find("deadlock") != std::string::npos);
 }
+
+// [DMA]: an engine serves its queues round-robin. Two loads on queues 0 and 16 (both engine 0)
+// signal s0; a wait for one signal issues when the short one ends, and the load after it (queue
+// 32, engine 0 too) starts then, sharing the engine with the long one still running: the engines
+// are run no further than the wait needs (before, a wait ran them to every signalling DMA's end).
+TEST_CASE("nc-timing: a semaphore wait on DMAs runs the engines only as far as it needs", "[nc-timing]") {
+  models::set_fs_resolution();
+  static CoreConfig cfg = config("trn1");
+  const std::string text =
+      ".hbm x bf16 [8, 65536] @0\n"
+      "dma0: dma sb.bf16[0:8]@0{1024}, hbm.bf16[8x65536]@0{1024} queue=0 signal=s0 | dma1: dma sb.bf16[8:8]@0{32768}, hbm.bf16[8x65536]@0{32768} queue=16 signal=s0\n"
+      "sync: sem_wait s0 value=1\n"
+      "dma0: dma sb.bf16[16:8]@0{1024}, hbm.bf16[8x65536]@4096{1024} queue=32\n";
+  Program p = assemble(text, "sem.s");
+  validate(p, cfg);
+  NeuronCore core("core", cfg, CoreOptions{});
+  core.load(p);
+  sc_core::sc_start();
+  tessera::models::after_systemc();
+  REQUIRE(core.finished());
+  REQUIRE_FALSE(core.error());
+  std::vector<InstrRecord> dmas;
+  for (const auto& r : core.records())
+    if (p.instrs[static_cast<size_t>(r.instr)].op == Op::dma) dmas.push_back(r);
+  REQUIRE(dmas.size() == 3);
+  const auto& a = dmas[0];  // short
+  const auto& b = dmas[1];  // long
+  const auto& c = dmas[2];  // after the wait
+  REQUIRE(a.end < b.end);
+  CHECK(c.start < b.end);                  // it ran beside the long load, not after it
+  CHECK(c.start >= a.end);                 // and not before the wait's signal
+  CHECK(c.start - a.end < 2'000'000'000);  // within the trigger latency and a sequencer cycle of it (fs)
+}
