@@ -108,6 +108,7 @@ MappingOptions nc_mapping_options(const Scenario& s) {
   mo.block_n = m.value("block_n", 0);
   mo.block_k = m.value("block_k", 0);
   mo.fuse_attention = m.value("fuse_attention", true);
+  mo.fuse_norm = m.value("fuse_norm", true);
   mo.prefetch_weights = m.value("prefetch_weights", true);
   return mo;
 }

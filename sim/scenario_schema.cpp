@@ -146,6 +146,8 @@ NodePtr build() {
       opt("block_k", integer(1, 1024, "NeuronCore, blocked_mnk: contraction (K) tiles per block (default 8)")),
       opt("fuse_attention", with_default(boolean("NeuronCore: compile MatMul -> Softmax -> MatMul (attention) as one fused kernel whose "
           "scores stay on chip, where it fits; false: each node its own kernel"), true)),
+      opt("fuse_norm", with_default(boolean("NeuronCore: normalise a LayerNormalization over the last axis of a MatMul's result in the "
+          "matmul's kernel, before it is stored; false: the LayerNorm its own kernel, the result through HBM"), true)),
       opt("prefetch_weights", with_default(boolean("NeuronCore: load matmuls' constant weights into SBUF while earlier kernels leave the DMA "
           "engines idle (planned from the estimate, kept when it predicts a faster program); false: each matmul streams its own weights"), true)),
   }, "compiler choices"), json::object());

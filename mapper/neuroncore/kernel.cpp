@@ -80,6 +80,22 @@ void Ctx::tensor_scalar_with(const AccessPattern& dst, const AccessPattern& src,
   em.emit(in, Lane::vector);
 }
 
+void Ctx::row_stats(const AccessPattern& row, int64_t small, double eps) {
+  const int32_t pr = row.parts;
+  Instr st;
+  st.op = Op::bn_stats;
+  st.dst = on_chip(Space::sbuf, DType::f32, 0, pr, small, {{6, 1}});
+  st.src0 = row;
+  em.emit(st, Lane::vector);
+  Instr ag;
+  ag.op = Op::bn_aggr;
+  ag.dst = on_chip(Space::sbuf, DType::f32, 0, pr, small + 32, {{2, 1}});  // mean, variance
+  ag.src0 = st.dst;
+  em.emit(ag, Lane::vector);
+  activation(on_chip(Space::sbuf, DType::f32, 0, pr, small + 40, {{1, 1}}), on_chip(Space::sbuf, DType::f32, 0, pr, small + 36, {{1, 1}}),
+             Func::rsqrt, 1.0, {}, eps);
+}
+
 void Ctx::activation(const AccessPattern& dst, const AccessPattern& src, Func func, double scale, const AccessPattern& bias, double imm_bias,
                      const AccessPattern& aux) {
   Instr in;

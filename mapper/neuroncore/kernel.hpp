@@ -41,6 +41,16 @@ struct Epilogue {
   // The values a matmul reads in place of its inputs, when a scalar scale of an input moved into
   // `scale` ((c A) @ B = c (A @ B)); empty: the node's own input.
   std::string operand[2];
+  // A LayerNormalization over the last axis of the result, fused (lower.cpp plan_epilogue): the
+  // matmul keeps a row tile's whole result in SBUF and normalises it there before storing `out`
+  // (the LayerNorm's output). `in` is the value the LayerNorm read (its input in the graph).
+  struct Norm {
+    const graph::Node* node = nullptr;
+    std::string in;
+    std::optional<TensorRef> scale, bias;
+    double eps = 1e-5;
+  };
+  std::optional<Norm> norm;
 };
 
 // A matmul's constant right operand loaded into SBUF ahead of its kernel (lower.cpp "prefetch"):
@@ -86,6 +96,10 @@ class Ctx {
   void tensor_scalar(const AccessPattern& dst, const AccessPattern& src, Alu alu0, double imm0, Alu alu1 = Alu::bypass, double imm1 = 0);
   // The same with both operands per partition ([P,1] SBUF values): (src alu0 op0[p]) alu1 op1[p].
   void tensor_scalar(const AccessPattern& dst, const AccessPattern& src, Alu alu0, const AccessPattern& op0, Alu alu1, const AccessPattern& op1);
+  // A LayerNorm's statistics of `row` ([P, F] SBUF) into 64 bytes per partition at `small`: the
+  // bn_stats records at small, mean and variance at small + 32 and + 36, rstd = 1/sqrt(var + eps)
+  // at small + 40.
+  void row_stats(const AccessPattern& row, int64_t small, double eps);
   void tensor_scalar_with(const AccessPattern& dst, const AccessPattern& src, Alu alu0, const AccessPattern& op0, double imm0, Alu alu1,
                           const AccessPattern& op1, double imm1);
   // dst = func(src * scale + bias); bias a [P, 1] column when given, else `imm_bias`; aux gets the row sums.

@@ -333,6 +333,30 @@ class Lowering {
       fused_.insert(c->name);
       ep.out = c->outputs[0];
     }
+    // A LayerNormalization over the last axis of a MatMul's result (post-norm transformers' "Add &
+    // Norm" after the out-projection and the feed-forward) normalises the result in SBUF before
+    // it is stored (kernels/matmul_core.cpp): no store and reload of the pre-norm value.
+    if (const Node* c = p.op == "MatMul" && opt_.fuse_norm ? only_consumer(ep.out) : nullptr;
+        c && c->op == "LayerNormalization" && c->inputs[0] == ep.out && !tied_.count(c->outputs[0])) {
+      const auto& xs = g_.value(ep.out).shape;
+      int64_t axis = c->attrs.get_int("axis", -1);
+      if (axis < 0) axis += static_cast<int64_t>(xs.size());
+      bool ok = !xs.empty() && axis == static_cast<int64_t>(xs.size()) - 1 && xs.back() <= 4096 && same_dims(g_.value(c->outputs[0]).shape, out_shape);
+      for (size_t o = 1; o < c->outputs.size(); ++o) ok = ok && c->outputs[o].empty();
+      for (size_t k = 1; k < c->inputs.size(); ++k)
+        ok = ok && (c->inputs[k].empty() || (g_.value(c->inputs[k]).data && g_.value(c->inputs[k]).shape == Shape{xs.back()}));
+      if (ok) {
+        Epilogue::Norm nm;
+        nm.node = c;
+        nm.in = ep.out;
+        if (c->inputs.size() > 1 && !c->inputs[1].empty()) nm.scale = st_.ref(c->inputs[1]);
+        if (c->inputs.size() > 2 && !c->inputs[2].empty()) nm.bias = st_.ref(c->inputs[2]);
+        nm.eps = c->attrs.get_float("epsilon", 1e-5);
+        ep.norm = nm;
+        ep.out = c->outputs[0];
+        fused_.insert(c->name);
+      }
+    }
     epilogues_[p.name] = ep;
   }
 

@@ -26,6 +26,9 @@ struct MappingOptions {
   // A MatMul -> Softmax -> MatMul chain (attention) as one fused kernel (kernels/attention.cpp) when
   // it fits; false: each node its own kernel, the scores through HBM.
   bool fuse_attention = true;
+  // A LayerNormalization over the last axis of a MatMul's result normalised in the matmul's kernel
+  // (kernels/matmul_core.cpp); false: its own kernel, the result through HBM.
+  bool fuse_norm = true;
   // Constant matmul operands loaded into SBUF ahead of their kernels (lower.cpp "prefetch").
   bool prefetch_weights = true;
   // State updated in place (training): (input S, output holding S's next value). The output is

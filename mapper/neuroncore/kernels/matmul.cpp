@@ -192,7 +192,7 @@ bool matmul_group_fits(Ctx& x, const std::vector<const Node*>& nodes, const std:
   int64_t K = -1;
   for (size_t s = 0; s < nodes.size(); ++s) {
     const Epilogue& ep = *eps[s];
-    if (ep.residual || !ep.operand[1].empty()) return false;
+    if (ep.residual || ep.norm || !ep.operand[1].empty()) return false;
     const auto& bv = x.g.value(nodes[s]->inputs[1]);
     if (!bv.data || bv.shape.size() != 2) return false;
     if (K >= 0 && bv.shape[0] != K) return false;
@@ -414,6 +414,20 @@ Status matmul(Ctx& x, const Node& n, const Epilogue& ep) {
     j.b_pre_row = b_pre >= 0 ? b.shape.back() : 0;
     return j;
   };
+  if (ep.norm) {
+    // The fused LayerNorm needs whole rows in one job and room for them; otherwise the matmul writes
+    // the LayerNorm's input and the LayerNorm runs as its own kernel.
+    const int64_t room = x.sbuf(n.name).limit;
+    const bool fits = 6 * N * 4 + 96 * 1024 <= room;
+    if (nb != 1 || x.opt.matmul_schedule != MatmulSchedule::automatic || !fits) {
+      Epilogue plain = ep;
+      plain.norm.reset();
+      plain.out = ep.norm->in;
+      const Status s = matmul(x, n, plain);
+      if (!s.ok) return s;
+      return rows(x, *ep.norm->node);
+    }
+  }
   if (x.opt.matmul_schedule != MatmulSchedule::automatic) {
     if (nb != 1) return Status::fail("mapping.matmul_schedule applies to 2-D matmuls; this one has " + std::to_string(nb) + " batches", "use matmul_schedule auto");
     return matmul_nki(x, job_at(0), ep);
@@ -423,7 +437,8 @@ Status matmul(Ctx& x, const Node& n, const Epilogue& ep) {
   EpilogueEmitter epi(x, ep, sb, 512);
   int64_t tiles = 0;
   if (nb == 1) {
-    const MatmulJob j = job_at(0);
+    MatmulJob j = job_at(0);
+    if (ep.norm) j.norm = &*ep.norm;
     if (j.bias_rs == 0) epi.preload_row_bias(j.bias.elem, j.out.cols, j.bias_cs);
     matmul_auto(x, j, epi, sb, tiles);
     x.used(sb);

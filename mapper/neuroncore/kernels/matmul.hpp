@@ -37,6 +37,7 @@ struct MatmulJob {
   // row p at b_pre + (k * b_pre_row + n) * es): a batched matmul's shared right operand.
   int64_t b_pre = -1, b_pre_row = 0;
   std::vector<MatmulSegment> segments;  // empty: one output (out, bias, residual above)
+  const Epilogue::Norm* norm = nullptr;  // a fused LayerNorm over each output row (Epilogue::norm)
 };
 
 // Whether an operand tile [K on the partitions, F free] (element (k, f) at k * sk + f * sf) loads

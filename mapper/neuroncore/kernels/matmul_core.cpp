@@ -96,7 +96,7 @@ Plan plan_of(const Ctx& x, const MatmulJob& job, const KF& a, const KF& b) {
   p.nbuf_a = std::min(tiles, x.opt.buffers > 0 ? x.opt.buffers : auto_buffers(x, p.TM * a.es(), std::min(p.K, p.TK), std::min(p.M, p.TM), std::min(p.N, p.TN)));
   p.nbuf_b = std::min(tiles, x.opt.buffers > 0 ? x.opt.buffers : auto_buffers(x, p.TN * b.es(), std::min(p.K, p.TK), std::min(p.M, p.TM), std::min(p.N, p.TN)));
   p.b_pre = job.b_pre >= 0;
-  if (p.b_pre || !job.segments.empty()) p.a_resident = true;
+  if (p.b_pre || !job.segments.empty() || job.norm) p.a_resident = true;
   p.fixed = 2 * p.TN * 4 + ((a.transpose || b.transpose) ? kStageSlots * 128 * 4 : 0);
   return p;
 }
@@ -113,8 +113,10 @@ class Core {
     TM_ = p.TM, TN_ = p.TN, TK_ = p.TK;
     bool a_resident = p.a_resident;
     auto need = [&](bool ares) { return p.need(ares, a_, b_); };
-    if (!sb_.fits(need(a_resident) + fixed) && sb_.fits(need(!a_resident) + fixed) && job_.segments.empty()) a_resident = !a_resident;
-    if (!sb_.fits(need(a_resident) + fixed) && job_.segments.empty()) {
+    // (Segments and a fused LayerNorm need the A-resident loop: whole output rows in one pass.)
+    const bool a_only = !job_.segments.empty() || job_.norm;
+    if (!sb_.fits(need(a_resident) + fixed) && sb_.fits(need(!a_resident) + fixed) && !a_only) a_resident = !a_resident;
+    if (!sb_.fits(need(a_resident) + fixed) && !a_only) {
       // Neither operand fits for all of K (a very long contraction): both stream, tile by tile.
       streamed_both(M, N, KT, std::min(nbuf_a, nbuf_b));
       return;
@@ -132,7 +134,7 @@ class Core {
     // applied to all of them (MG x G accumulations): the right operand streams MT / MG times
     // instead of MT (a batch-2 BERT layer's 256 token rows: its weights once, not twice).
     int64_t MG = 1;
-    if (a_resident && MT > 1 && !bpre_) MG = std::min<int64_t>(MT, std::max<int64_t>(1, banks_for_acc / 2));
+    if (a_resident && MT > 1 && !bpre_ && !job_.norm) MG = std::min<int64_t>(MT, std::max<int64_t>(1, banks_for_acc / 2));
     if (!streamed.transpose && streamed.sf == 1 && tiles_streamed > 1 && !(a_resident && bpre_))
       G_ = std::min<int64_t>({tiles_streamed, kBlockTiles, std::max<int64_t>(1, banks_for_acc / 2 / MG)});
     auto extra = [&] { return (G_ - 1) * nbuf * tile_cols * streamed.es() + (MG - 1) * KT * TM_ * a_.es(); };
@@ -150,6 +152,7 @@ class Core {
     if (res_op.transpose && sb_.fits(2 * K * res_op.es() + kStageSlots * 128 * 4)) block_stage_ = sb_.take(2 * K * res_op.es());
     if (a_.transpose || b_.transpose) stage_ = sb_.take(kStageSlots * 128 * 4);
     more_outs();
+    if (job_.norm) norm_buffers(N);
     x_.used(sb_);
     x_.used_psum();
     acc_banks_ = accumulation_banks(x_, a_, b_);
@@ -182,6 +185,11 @@ class Core {
           }
           for (int64_t i = 0; i < gm; ++i)
             for (int64_t j = 0; j < g; ++j) finish(ps[static_cast<size_t>(i * g + j)], (mg + i) * TM_, mn_of(i), n0 + at_of(j), nn_of(j));
+        }
+        if (job_.norm) {  // the row tile is complete (MG is 1): normalise and store it
+          if (deferred_) deferred_();
+          deferred_ = nullptr;
+          normalize(mg * TM_, std::min(TM_, M - mg * TM_), N);
         }
       }
     } else {
@@ -301,6 +309,49 @@ class Core {
   }
   int64_t out_at(int64_t t) const { return out_slots_[static_cast<size_t>(t) % out_slots_.size()]; }
 
+  // A fused LayerNorm (MatmulJob::norm): a row tile's result [rows, N] fp32, its output, the scale
+  // and bias replicated on every partition, and the statistics.
+  void norm_buffers(int64_t N) {
+    const Epilogue::Norm& nm = *job_.norm;
+    const int32_t P = static_cast<int32_t>(x_.cfg.partitions);
+    norm_row_ = sb_.take(N * 4);
+    norm_y_ = sb_.take(N * job_.out.ref.es());
+    norm_small_ = sb_.take(64);
+    for (const auto* e : {&nm.scale, &nm.bias}) {
+      if (!*e) {
+        norm_rows_.push_back(-1);
+        continue;
+      }
+      const TensorRef& r = **e;
+      const int64_t at = sb_.take(N * r.es()), ones = sb_.take(P * r.es());
+      x_.em.dma(on_chip(Space::sbuf, r.dtype, 0, 1, at, {{static_cast<int32_t>(N), 1}}),
+                hbm_ap(r, r.view.offset, 1, 0, {{static_cast<int32_t>(N), static_cast<int32_t>(r.view.strides.empty() ? 1 : r.view.strides[0])}}),
+                Emitter::DmaClass::spread);
+      x_.replicate_row(r.dtype, at, N, ones);
+      norm_rows_.push_back(at);
+    }
+  }
+  // Normalises rows [m0, m0 + mn) held in norm_row_ (as kernels/rows.cpp does a LayerNorm) and
+  // stores them.
+  void normalize(int64_t m0, int64_t mn, int64_t N) {
+    const Epilogue::Norm& nm = *job_.norm;
+    const int32_t pr = static_cast<int32_t>(mn);
+    auto col = [&](int64_t off) { return on_chip(Space::sbuf, DType::f32, 0, pr, norm_small_ + off, {{1, 1}}); };
+    const AccessPattern row = on_chip(Space::sbuf, DType::f32, 0, pr, norm_row_, {{static_cast<int32_t>(N), 1}});
+    x_.row_stats(row, norm_small_, nm.eps);
+    x_.tensor_scalar(row, row, Alu::subtract, col(32), Alu::multiply, col(40));  // (x - mean) * rstd
+    auto operand = [&](size_t i) {
+      const TensorRef& r = i == 0 ? *nm.scale : *nm.bias;
+      return on_chip(Space::sbuf, r.dtype, 0, pr, norm_rows_[i], {{static_cast<int32_t>(N), 1}});
+    };
+    const AccessPattern y = on_chip(Space::sbuf, job_.out.ref.dtype, 0, pr, norm_y_, {{static_cast<int32_t>(N), 1}});
+    const bool scale = norm_rows_[0] >= 0, bias = norm_rows_[1] >= 0;
+    if (scale) x_.tensor_tensor(Alu::multiply, bias ? row : y, row, operand(0));
+    if (bias) x_.tensor_tensor(Alu::add, y, row, operand(1));
+    if (!scale && !bias) x_.copy(y, row);
+    x_.em.dma(job_.out.by_rows(m0, mn, 0, N), y, Emitter::DmaClass::spread_store);
+  }
+
   // The evacuation and store of a tile, emitted after the next tile's matmuls so that it sits in
   // their bundles (when its PSUM tile is complete) instead of holding them up.
   void finish(const AccessPattern& ps, int64_t m0, int64_t mn, int64_t n0, int64_t nn) {
@@ -318,6 +369,11 @@ class Core {
         return;
       }
       const Mat& o = job_.out;
+      if (job_.norm) {  // into the row (fp32), normalised once the row is complete
+        const AccessPattern r = on_chip(Space::sbuf, DType::f32, 0, static_cast<int32_t>(mn), norm_row_ + n0 * 4, {{static_cast<int32_t>(nn), 1}});
+        epi_.run(r, ps, tile_at(job_.bias, job_.bias_rs, job_.bias_cs, m0, n0, nn), tile_at(job_.residual, job_.res_rs, job_.res_cs, m0, n0, nn), t);
+        return;
+      }
       const AccessPattern dst = on_chip(Space::sbuf, o.ref.dtype, 0, static_cast<int32_t>(mn), out_at(t), {{static_cast<int32_t>(nn), 1}});
       epi_.run(dst, ps, tile_at(job_.bias, job_.bias_rs, job_.bias_cs, m0, n0, nn), tile_at(job_.residual, job_.res_rs, job_.res_cs, m0, n0, nn), t);
       x_.em.dma(o.by_rows(m0, mn, n0, nn), dst, Emitter::DmaClass::spread_store);
@@ -347,6 +403,8 @@ class Core {
   int64_t G_ = 1, MG_ = 1;
   int64_t res_base_ = 0;  // where load_resident writes (resident_, or a row tile's part of it)
   std::vector<int64_t> out_slots_;
+  int64_t norm_row_ = 0, norm_y_ = 0, norm_small_ = 0;
+  std::vector<int64_t> norm_rows_;  // the replicated scale and bias (-1: none)
   int64_t resident_ = 0, stream_ = 0, out_ = 0, stage_ = 0, block_stage_ = -1, acc_banks_ = 8, stages_ = 0, outs_ = 0, blocks_ = 0;
   std::function<void()> deferred_;
 };

@@ -248,17 +248,7 @@ Status rows(Ctx& x, const Node& n) {
         else x.tensor_scalar(y, col(pr, sm + 12), Alu::multiply, -1.0);  // max + ln(sum)
       }
     } else if (op == "LayerNormalization" || op == "InstanceNormalization") {
-      Instr st;
-      st.op = Op::bn_stats;
-      st.dst = on_chip(Space::sbuf, DType::f32, 0, pr, sm, {{6, 1}});
-      st.src0 = xs;
-      x.em.emit(st, Lane::vector);
-      Instr ag;
-      ag.op = Op::bn_aggr;
-      ag.dst = on_chip(Space::sbuf, DType::f32, 0, pr, sm + 32, {{2, 1}});  // mean, var
-      ag.src0 = st.dst;
-      x.em.emit(ag, Lane::vector);
-      x.activation(col(pr, sm + 40), col(pr, sm + 36), Func::rsqrt, 1.0, {}, eps);  // rstd
+      x.row_stats(xs, sm, eps);  // mean at sm + 32, rstd at sm + 40
       replicate();
       const bool plain = extra.empty();
       // (x - mean) * rstd in one pass, both per partition (NKI's tensor_scalar takes [P,1] operands).
