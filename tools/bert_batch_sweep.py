@@ -49,6 +49,16 @@ def export(batch, path, layers=1):
         f.write(buf.getvalue())
 
 
+def scenario(name, description, onnx_path):
+    """trn1, bf16, random inputs, the output checked against the reference executor."""
+    return {"schema": "tessera.scenario/1", "name": name, "description": description,
+            "target": {"kind": "neuroncore", "preset": "trn1"},
+            "model": {"onnx": onnx_path},
+            "inputs": {"x": {"random": {"seed": 1}}},
+            "precision": {"compute": "bf16"},
+            "expect": {"outputs": {"y": {"rtol": 5e-2, "atol": 5e-2}}}}
+
+
 def run(args, scen, tag):
     sp = os.path.join(args.work, f"bert_{tag}.json")
     with open(sp, "w") as f:
@@ -68,14 +78,8 @@ def stack(args):
         onnx_path = os.path.join(args.work, f"bert_l{n}.onnx")
         if not os.path.exists(onnx_path):
             export(1, onnx_path, n)
-        scen = {"schema": "tessera.scenario/1", "name": f"bert-layers-{n}",
-                "description": f"{n} BERT-base encoder layers, batch 1, seq 128, bf16 (tools/bert_batch_sweep.py --layers)",
-                "target": {"kind": "neuroncore", "preset": "trn1"},
-                "model": {"onnx": onnx_path},
-                "inputs": {"x": {"random": {"seed": 1}}},
-                "precision": {"compute": "bf16"},
-                "expect": {"outputs": {"y": {"rtol": 5e-2, "atol": 5e-2}}}}
-        rep = run(args, scen, f"l{n}")
+        rep = run(args, scenario(f"bert-layers-{n}", f"{n} BERT-base encoder layers, batch 1, seq 128, bf16 "
+                                 "(tools/bert_batch_sweep.py --layers)", onnx_path), f"l{n}")
         sims[n] = rep["latency"]["simulated_s"]
         print(f"{n} layer(s): {sims[n] * 1e6:.1f} us, outputs checked", file=sys.stderr)
     n = args.layers
@@ -102,14 +106,8 @@ def main():
         onnx_path = os.path.join(args.work, f"bert_b{b}.onnx")
         if not os.path.exists(onnx_path):
             export(b, onnx_path)
-        scen = {"schema": "tessera.scenario/1", "name": f"bert-layer-b{b}",
-                "description": f"BERT-base encoder layer, batch {b}, seq 128, bf16 (tools/bert_batch_sweep.py)",
-                "target": {"kind": "neuroncore", "preset": "trn1"},
-                "model": {"onnx": onnx_path},
-                "inputs": {"x": {"random": {"seed": 1}}},
-                "precision": {"compute": "bf16"},
-                "expect": {"outputs": {"y": {"rtol": 5e-2, "atol": 5e-2}}}}
-        rep = run(args, scen, f"b{b}")
+        rep = run(args, scenario(f"bert-layer-b{b}", f"BERT-base encoder layer, batch {b}, seq 128, bf16 (tools/bert_batch_sweep.py)",
+                                 onnx_path), f"b{b}")
         sim = rep["latency"]["simulated_s"]
         flops = sum(k["flops"] for k in rep["kernels"])
         util = flops / (sim * 92e12)  # neuroncore.md: tensor peak 92 TFLOP/s bf16 (v2)

@@ -153,4 +153,31 @@ double DmaEngines::drain() {
   return last_end_;
 }
 
+std::vector<DmaEngines::Piece> dma_pieces(const Instr& in, const CoreConfig& c, double issued, double ready, const std::vector<int32_t>& after) {
+  int64_t bytes = 0, chunks = 0;
+  dma_shape(in, bytes, chunks);
+  const bool hbm = in.src0.space == Space::hbm || in.dst.space == Space::hbm;
+  std::vector<DmaEngines::Piece> out;
+  auto piece = [&](int64_t q, int64_t rows, int64_t all_rows) {
+    DmaEngines::Piece p;
+    p.queue = static_cast<int32_t>(q);
+    p.issued = issued;
+    p.ready = ready;
+    p.latency = c.dma_trigger_latency;
+    p.bytes = bytes * rows / all_rows;
+    p.work = dma_transfer_seconds(p.bytes, std::max<int64_t>(1, chunks * rows / all_rows), c);
+    p.hbm_bytes = hbm ? static_cast<double>(p.bytes) : 0.0;
+    p.after = after;
+    out.push_back(std::move(p));
+  };
+  if (spread_queue(in.queue)) {
+    const int64_t rows = std::max<int32_t>(1, in.src0.parts);
+    const int64_t groups = std::max<int64_t>(1, std::min<int64_t>(c.dma_engines, rows / 8));
+    for (int64_t g = 0; g < groups; ++g) piece(c.dma_engines * -in.queue + g, rows * (g + 1) / groups - rows * g / groups, rows);
+  } else {
+    piece(in.queue, 1, 1);
+  }
+  return out;
+}
+
 }  // namespace tessera::neuroncore

@@ -16,6 +16,8 @@
 #include <deque>
 #include <vector>
 
+#include "isa/neuroncore/cost_table.hpp"
+
 namespace tessera::neuroncore {
 
 class DmaEngines {
@@ -30,6 +32,7 @@ class DmaEngines {
     double ready = 0;           // when it may start, as far as known at submission (>= issued)
     double latency = 0;         // added once when it waited past `issued` (dma.trigger_latency)
     double work = 0;            // seconds of its engine at full rate
+    int64_t bytes = 0;          // bytes moved
     double hbm_bytes = 0;       // bytes through HBM (0: none)
     std::vector<int32_t> after; // transfers in flight it waits for
   };
@@ -67,5 +70,12 @@ class DmaEngines {
   bool step(double limit);
   void finish(int32_t id, double t);
 };
+
+// A DMA instruction's pieces as the engines take them, issued at `issued` and otherwise ready at
+// `ready` or after the transfers `after` (seconds): one on its queue, or -- a spread queue
+// (`queue=allN`) -- one per partition group of 8 or more over the engines, on queue N of each,
+// bytes and chunks divided with the partitions, each `work` the cost table's transfer time. The
+// simulated core and the compiler's estimate both submit these.
+std::vector<DmaEngines::Piece> dma_pieces(const Instr& in, const CoreConfig& c, double issued, double ready, const std::vector<int32_t>& after);
 
 }  // namespace tessera::neuroncore

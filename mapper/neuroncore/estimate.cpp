@@ -114,38 +114,16 @@ struct Replay {
     bool raw = false;
     std::vector<int32_t> after;
     const Femtos known = std::max(issued, ready(in, raw, &after));
-    int64_t bytes = 0, chunks = 0;
-    dma_shape(in, bytes, chunks);
-    const bool hbm = in.src0.space == Space::hbm || in.dst.space == Space::hbm;
     std::vector<int32_t> ids;
-    auto piece = [&](size_t q, int64_t rows, int64_t all_rows) {
-      const size_t e = q % static_cast<size_t>(cfg.dma_engines);
-      const int64_t pb = bytes * rows / all_rows, pch = std::max<int64_t>(1, chunks * rows / all_rows);
-      const double transfer = dma_transfer_seconds(pb, pch, cfg);
+    for (const DmaEngines::Piece& pc : dma_pieces(in, cfg, secs(issued), secs(known), after)) {
+      const auto e = static_cast<size_t>(pc.queue % cfg.dma_engines);
       if (load) {
-        load->engine_s[e] += transfer;
-        if (in.queue != kQueuePrefetch) load->own_s[e] += transfer;
+        load->engine_s[e] += pc.work;
+        if (in.queue != kQueuePrefetch) load->own_s[e] += pc.work;
+        load->hbm_bytes += pc.hbm_bytes;
       }
-      DmaEngines::Piece pc;
-      pc.queue = static_cast<int32_t>(q);
-      pc.issued = secs(issued);
-      pc.ready = secs(known);
-      pc.latency = cfg.dma_trigger_latency;
-      pc.work = transfer;
-      pc.hbm_bytes = hbm ? static_cast<double>(pb) : 0.0;
-      pc.after = after;
       ids.push_back(engines.submit(pc));
-    };
-    const size_t nq = static_cast<size_t>(cfg.dma_engines * cfg.dma_queues_per_engine);
-    if (spread_queue(in.queue)) {
-      const int64_t rows = std::max<int32_t>(1, in.src0.parts), engines_n = cfg.dma_engines;
-      const int64_t groups = std::max<int64_t>(1, std::min(engines_n, rows / 8));
-      const size_t base = static_cast<size_t>(cfg.dma_engines) * static_cast<size_t>(-in.queue);
-      for (int64_t g = 0; g < groups; ++g) piece(base + static_cast<size_t>(g), rows * (g + 1) / groups - rows * g / groups, rows);
-    } else {
-      piece(static_cast<size_t>(in.queue) % nq, 1, 1);
     }
-    if (load && hbm) load->hbm_bytes += static_cast<double>(bytes);
     const auto op = static_cast<int32_t>(dma_ops.size());
     dma_ops.push_back(std::move(ids));
     occupy(in, 0, op);

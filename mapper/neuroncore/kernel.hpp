@@ -53,13 +53,6 @@ struct Epilogue {
   std::optional<Norm> norm;
 };
 
-// A matmul's constant right operand loaded into SBUF ahead of its kernel (lower.cpp "prefetch"):
-// per partition [KT][N] elements (K-tile k's row p at offset + (k * N + n) * es).
-struct Prefetched {
-  int64_t offset = 0;
-  int64_t row = 0;  // N
-};
-
 class Ctx {
  public:
   Ctx(const graph::Graph& graph, const CoreConfig& config, const MappingOptions& options, Compiled& compiled, Emitter& emitter, Storage& storage)
@@ -75,9 +68,10 @@ class Ctx {
   // Starts a kernel: the instructions emitted from here on are its (the estimate and the kernel table).
   void begin(const std::string& name);
   // SBUF bytes per partition at the top kept for prefetched weights (kernels allocate below them),
-  // and the prefetched operands by MatMul node name.
+  // and where each MatMul's prefetched right operand is (lower.cpp "prefetch"): [KT][N] per
+  // partition from this offset, K-tile k's row at offset + k * N * es.
   int64_t sbuf_reserved = 0;
-  std::map<std::string, Prefetched> prefetched;
+  std::map<std::string, int64_t> prefetched;
   Sbuf sbuf(const std::string& kernel, int64_t lo = 0, int64_t hi = -1) const;
   void used(const Sbuf& s) { c.sbuf_high_water = std::max(c.sbuf_high_water, s.next); }
   int64_t banks() const { return std::min<int64_t>(cfg.psum_banks, 8); }

@@ -33,7 +33,7 @@ struct PrefetchPart {
 struct PrefetchPlan {
   std::vector<std::vector<PrefetchPart>> at;  // per lowered position: released over its kernels
   std::vector<int64_t> every;                 // per lowered position: one DMA after every `every` instructions
-  std::map<std::string, Prefetched> where;    // by MatMul node
+  std::map<std::string, int64_t> where;       // by MatMul node: its SBUF offset (Ctx::prefetched)
   std::vector<int64_t> reserved;              // per lowered position: bytes per partition at the top of SBUF held
   std::vector<std::string> notes;
 };
@@ -71,11 +71,11 @@ class Lowering {
         // later kernels' weights held and released over its instructions.
         em_.begin_hold();
         for (const PrefetchPart& pp : plan_->at[i])
-          if (pp.node == &n) prefetch(x_, *pp.node, epilogues_.at(pp.node->name), plan_->where.at(pp.node->name).offset, pp.first, pp.last);
+          if (pp.node == &n) prefetch(x_, *pp.node, epilogues_.at(pp.node->name), plan_->where.at(pp.node->name), pp.first, pp.last);
         em_.end_hold_for_next_kernel();
         em_.begin_hold();
         for (const PrefetchPart& pp : plan_->at[i])
-          if (pp.node != &n) prefetch(x_, *pp.node, epilogues_.at(pp.node->name), plan_->where.at(pp.node->name).offset, pp.first, pp.last);
+          if (pp.node != &n) prefetch(x_, *pp.node, epilogues_.at(pp.node->name), plan_->where.at(pp.node->name), pp.first, pp.last);
         em_.end_hold();
         em_.release(plan_->every[i]);
       }
@@ -163,7 +163,8 @@ class Lowering {
       if (lo + bytes > cap) continue;
       placed.push_back({from, j, lo, lo + bytes});
       for (size_t i = from; i <= j; ++i) reserved[i] = std::max(reserved[i], lo + bytes);
-      plan.where[n.name] = Prefetched{lo + bytes, x_.g.value(ep.operand[1].empty() ? n.inputs[1] : ep.operand[1]).shape[1]};
+      // (operands sit from the top of SBUF down: [top - hi, top - lo))
+      plan.where[n.name] = x_.cfg.sbuf_partition_bytes - (lo + bytes);
       int64_t next = 0;
       for (auto it = take.rbegin(); it != take.rend(); ++it) {
         plan.at[it->first].push_back({&n, next, next + it->second});
@@ -178,9 +179,6 @@ class Lowering {
       plan.notes.push_back(line);
     }
     if (placed.empty()) return std::nullopt;
-    // Operands sit from the top of SBUF down ([top - hi, top - lo)); a kernel allocates below those
-    // live while it runs.
-    for (auto& [name, w] : plan.where) w.offset = x_.cfg.sbuf_partition_bytes - w.offset;
     plan.reserved = reserved;
     for (size_t i = 0; i < L; ++i)
       if (held[i] > 0) plan.every[i] = std::max<int64_t>(1, plain.instrs_of_[i] / (held[i] + 1));
@@ -532,29 +530,27 @@ Compiled compile(const Graph& g, const CoreConfig& cfg, const MappingOptions& op
   // again from the compile with the plan (a matmul reading prefetched weights leaves the engines
   // idle in turn, for the next one's), kept only when the estimate says it is faster. A plan whose
   // region leaves a kernel too little SBUF is dropped (the program without it stands).
-  Lowering* from = best.get();
-  std::vector<std::unique_ptr<Lowering>> keep;
-  std::vector<std::unique_ptr<Compiled>> results;
-  std::vector<std::unique_ptr<PrefetchPlan>> plans;
+  struct Round {  // a plan and its compile (the Lowering refers to both)
+    std::unique_ptr<PrefetchPlan> plan;
+    std::unique_ptr<Compiled> out;
+    std::unique_ptr<Lowering> lowering;
+  };
+  std::vector<Round> rounds;
   Compiled* chosen = &c;
   for (int round = 0; round < 2; ++round) {
-    auto plan = from->plan_prefetch(*best);
+    auto plan = (rounds.empty() ? *best : *rounds.back().lowering).plan_prefetch(*best);
     if (!plan) break;
-    auto d = std::make_unique<Compiled>();
-    d->program.source = c.program.source;
-    auto owned = std::make_unique<PrefetchPlan>(std::move(*plan));
-    auto l = std::make_unique<Lowering>(g, cfg, opt, *d, owned.get());
+    Round r{std::make_unique<PrefetchPlan>(std::move(*plan)), std::make_unique<Compiled>(), nullptr};
+    r.out->program.source = c.program.source;
+    r.lowering = std::make_unique<Lowering>(g, cfg, opt, *r.out, r.plan.get());
     try {
-      l->run();
+      r.lowering->run();
     } catch (const InputError&) {
       poll_interrupt();  // an interruption is not a plan that did not fit
       break;
     }
-    if (d->predicted_s < chosen->predicted_s) chosen = d.get();
-    from = l.get();
-    plans.push_back(std::move(owned));
-    keep.push_back(std::move(l));
-    results.push_back(std::move(d));
+    if (r.out->predicted_s < chosen->predicted_s) chosen = r.out.get();
+    rounds.push_back(std::move(r));
   }
   if (chosen == &c) return c;
   return std::move(*chosen);

@@ -324,43 +324,17 @@ void NeuronCore::run_program() {
         bool x = false;
         std::vector<int32_t> after;
         const Femtos known = std::max(issued, ready_time(in, lane, x, &after));
-        int64_t bytes = 0, chunks = 0;
-        dma_shape(in, bytes, chunks);
-        const bool hbm = in.src0.space == Space::hbm || in.dst.space == Space::hbm;
-        if (hbm) (in.src0.space == Space::hbm ? stats_.hbm_read_bytes : stats_.hbm_write_bytes) += bytes;
-        // One piece: `rows` of the transfer's partitions on queue q (its engine q % engines), in the
-        // engines' round-robin (DmaEngines); it starts once issued and its operands are ready
-        // (triggered from another engine: + dma.trigger_latency).
+        // Its pieces go into the engines' round-robin (DmaEngines); each starts once issued and its
+        // operands are ready (triggered from another engine: + dma.trigger_latency).
         const auto op = static_cast<int32_t>(dma_ops_.size());
         DmaOp d;
         d.lane = lane;
         d.sem = in.sem;
-        auto piece = [&](size_t q, int64_t rows, int64_t all_rows) {
-          const int64_t pb = bytes * rows / all_rows, pch = std::max<int64_t>(1, chunks * rows / all_rows);
-          DmaEngines::Piece t;
-          t.queue = static_cast<int32_t>(q);
-          t.issued = secs(issued);
-          t.ready = secs(known);
-          t.latency = cfg_.dma_trigger_latency;
-          t.work = dma_transfer_seconds(pb, pch, cfg_);
-          t.hbm_bytes = hbm ? static_cast<double>(pb) : 0.0;
-          t.after = after;
+        for (const DmaEngines::Piece& t : dma_pieces(in, cfg_, secs(issued), secs(known), after)) {
           d.pieces.push_back(dma_.submit(t));
-          stats_.dma_queue_bytes[q] += pb;
-          ++stats_.dma_queue_transfers[q];
-        };
-        const size_t engines = static_cast<size_t>(cfg_.dma_engines);
-        if (spread_queue(in.queue)) {
-          // Split by partition groups of 8 or more over the engines (queue -in.queue of each).
-          const int64_t rows = std::max<int32_t>(1, in.src0.parts), ne = static_cast<int64_t>(engines);
-          const int64_t groups = std::max<int64_t>(1, std::min(ne, rows / 8));
-          const size_t base = engines * static_cast<size_t>(-in.queue);
-          for (int64_t g = 0; g < groups; ++g) {
-            const int64_t r0 = rows * g / groups, r1 = rows * (g + 1) / groups;
-            piece(base + static_cast<size_t>(g), r1 - r0, rows);
-          }
-        } else {
-          piece(static_cast<size_t>(in.queue), 1, 1);
+          if (t.hbm_bytes > 0) (in.src0.space == Space::hbm ? stats_.hbm_read_bytes : stats_.hbm_write_bytes) += t.bytes;
+          stats_.dma_queue_bytes[static_cast<size_t>(t.queue)] += t.bytes;
+          ++stats_.dma_queue_transfers[static_cast<size_t>(t.queue)];
         }
         add_pending(in, lane, 0, op);
         unit_free_[static_cast<size_t>(l)] = issued;

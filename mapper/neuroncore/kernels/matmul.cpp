@@ -393,7 +393,7 @@ Status matmul(Ctx& x, const Node& n, const Epilogue& ep) {
     bool same = true;  // every batch reads B's own [K, N]
     for (size_t i = 0; i + 2 < b.shape.size(); ++i) same = same && (b.strides[i] == 0 || b.shape[i] == 1);
     const Strided b2 = b.shape.size() == 2 ? b : batch_slice(b, 0);
-    if (same && b2.offset == B.view.offset && b2.strides == B.view.strides && b2.shape == B.view.shape) b_pre = pf->second.offset;
+    if (same && b2.offset == B.view.offset && b2.strides == B.view.strides && b2.shape == B.view.shape) b_pre = pf->second;
   }
   auto job_at = [&](int64_t i) {
     const bool flat = a.shape.size() == 2;
