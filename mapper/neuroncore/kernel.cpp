@@ -81,18 +81,25 @@ void Ctx::tensor_scalar_with(const AccessPattern& dst, const AccessPattern& src,
 }
 
 void Ctx::row_stats(const AccessPattern& row, int64_t small, double eps) {
-  const int32_t pr = row.parts;
+  chunk_stats(row, small);
+  aggregate_stats(row.parts, small, 1, small, eps);
+}
+
+void Ctx::chunk_stats(const AccessPattern& chunk, int64_t record) {
   Instr st;
   st.op = Op::bn_stats;
-  st.dst = on_chip(Space::sbuf, DType::f32, 0, pr, small, {{6, 1}});
-  st.src0 = row;
+  st.dst = on_chip(Space::sbuf, DType::f32, 0, chunk.parts, record, {{6, 1}});
+  st.src0 = chunk;
   em.emit(st, Lane::vector);
+}
+
+void Ctx::aggregate_stats(int32_t parts, int64_t records, int64_t chunks, int64_t small, double eps) {
   Instr ag;
   ag.op = Op::bn_aggr;
-  ag.dst = on_chip(Space::sbuf, DType::f32, 0, pr, small + 32, {{2, 1}});  // mean, variance
-  ag.src0 = st.dst;
+  ag.dst = on_chip(Space::sbuf, DType::f32, 0, parts, small + 32, {{2, 1}});  // mean, variance
+  ag.src0 = on_chip(Space::sbuf, DType::f32, 0, parts, records, {{static_cast<int32_t>(6 * chunks), 1}});
   em.emit(ag, Lane::vector);
-  activation(on_chip(Space::sbuf, DType::f32, 0, pr, small + 40, {{1, 1}}), on_chip(Space::sbuf, DType::f32, 0, pr, small + 36, {{1, 1}}),
+  activation(on_chip(Space::sbuf, DType::f32, 0, parts, small + 40, {{1, 1}}), on_chip(Space::sbuf, DType::f32, 0, parts, small + 36, {{1, 1}}),
              Func::rsqrt, 1.0, {}, eps);
 }
 

@@ -94,6 +94,11 @@ class Ctx {
   // bn_stats records at small, mean and variance at small + 32 and + 36, rstd = 1/sqrt(var + eps)
   // at small + 40.
   void row_stats(const AccessPattern& row, int64_t small, double eps);
+  // The two halves of row_stats, for a row whose columns come in chunks: bn_stats of one chunk
+  // (at most 512 columns, bn_stats' limit [ISA]) into its 6-element record at `record`, then
+  // bn_aggr over `chunks` consecutive records and rsqrt into small + 32, + 36, + 40 as above.
+  void chunk_stats(const AccessPattern& chunk, int64_t record);
+  void aggregate_stats(int32_t parts, int64_t records, int64_t chunks, int64_t small, double eps);
   void tensor_scalar_with(const AccessPattern& dst, const AccessPattern& src, Alu alu0, const AccessPattern& op0, double imm0, Alu alu1,
                           const AccessPattern& op1, double imm1);
   // dst = func(src * scale + bias); bias a [P, 1] column when given, else `imm_bias`; aux gets the row sums.

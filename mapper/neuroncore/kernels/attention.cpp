@@ -177,14 +177,30 @@ class Attention {
     }
   }
 
+  // Heads packed in pairs (one query tile per head, dh <= 64, and heads b and b + 1 side by side
+  // in Q's and K's contraction axis, as a [S, heads * dh] projection lays them out): the pair's
+  // Q^T and K^T load as one [2 dh, F] block -- one transpose and one copy for two heads -- into
+  // the even head's slot, the odd head's on partitions 64-127, where its scores' matmul reads
+  // them (a contraction of 64 rows may start at partition 64 [A2]).
+  bool paired(int64_t b, int64_t qtiles) const {
+    if (qtiles != 1 || o_.dh > 64 || o_.nb < 2) return false;
+    const int64_t e = b - b % 2;
+    if (e + 1 >= o_.nb) return false;
+    const Strided q0 = batch_slice(o_.qv, e), q1 = batch_slice(o_.qv, e + 1), k0 = batch_slice(o_.ktv, e), k1 = batch_slice(o_.ktv, e + 1);
+    return q1.offset - q0.offset == 64 * q0.strides[1] && k1.offset - k0.offset == 64 * k0.strides[0] && o_.dh == 64;
+  }
   void load(int64_t u, int64_t qtiles) {
     const int64_t b = u / qtiles, q0 = (u % qtiles) * 128, sq = std::min<int64_t>(128, o_.Sq - q0);
     const Slot s = slot(u);
     const Strided q = batch_slice(o_.qv, b), kt = batch_slice(o_.ktv, b), v = batch_slice(o_.vv, b);
-    // Q^T [dh, sq]: (k, f) = Q(q0 + f, k)
-    load_kf(o_.q, q.offset + q0 * q.strides[0], o_.dh, q.strides[1], sq, q.strides[0], s.qT, s.stage, q_scale());
-    // K^T [dh, Sk]
-    load_kf(o_.kt, kt.offset, o_.dh, kt.strides[0], o_.Sk, kt.strides[1], s.kT, s.stage);
+    const bool pair = paired(b, qtiles);
+    if (!pair || b % 2 == 0) {
+      const int64_t rows = pair ? 2 * o_.dh : o_.dh;
+      // Q^T [dh, sq]: (k, f) = Q(q0 + f, k)
+      load_kf(o_.q, q.offset + q0 * q.strides[0], rows, q.strides[1], sq, q.strides[0], s.qT, s.stage, q_scale());
+      // K^T [dh, Sk]
+      load_kf(o_.kt, kt.offset, rows, kt.strides[0], o_.Sk, kt.strides[1], s.kT, s.stage);
+    }
     // V [kc, dv] per chunk of 128 keys
     for (int64_t c0 = 0, c = 0; c0 < o_.Sk; c0 += 128, ++c) {
       const int64_t kc = std::min<int64_t>(128, o_.Sk - c0);
@@ -214,7 +230,10 @@ class Attention {
     const Unit n = unit(u, qtiles);
     const int32_t Sk = static_cast<int32_t>(o_.Sk), dh = static_cast<int32_t>(o_.dh);
     const AccessPattern ps = psum_at(n.set, 0, n.sq, Sk);
-    x_.matmul_step(ps, on_chip(Space::sbuf, o_.q.dtype, 0, dh, n.s.qT, {{n.sq, 1}}), on_chip(Space::sbuf, o_.kt.dtype, 0, dh, n.s.kT, {{Sk, 1}}), true,
+    const bool odd = paired(n.b, qtiles) && n.b % 2 == 1;  // Q^T and K^T in the even head's slot, partitions 64-127
+    const Slot& at = odd ? slot(u - 1) : n.s;
+    const int32_t p0 = odd ? 64 : 0;
+    x_.matmul_step(ps, on_chip(Space::sbuf, o_.q.dtype, p0, dh, at.qT, {{n.sq, 1}}), on_chip(Space::sbuf, o_.kt.dtype, p0, dh, at.kT, {{Sk, 1}}), true,
                    true);
     const AccessPattern src = scores_src(n);
     if (mask()) {

@@ -72,6 +72,37 @@ bool per_partition(const TileView& v) {
 }
 }  // namespace
 
+AccessPattern EpilogueEmitter::row_bias(const TileView& bias, int32_t parts) const {
+  if (row_buf_ < 0 || bias.part_stride != 0 || bias.free.size() != 1 || bias.free[0].stride != row_stride_ || row_stride_ == 0) return {};
+  if ((bias.elem - row_elem_) % row_stride_ != 0) return {};
+  const int64_t j = (bias.elem - row_elem_) / row_stride_;
+  if (j < 0 || j + bias.free[0].num > row_count_) return {};
+  return on_chip(Space::sbuf, ep_.bias->dtype, 0, parts, row_buf_ + j * ep_.bias->es(), {{bias.free[0].num, 1}});
+}
+
+bool EpilogueEmitter::preadd(const AccessPattern& dst, const TileView& bias, const TileView& residual, int64_t res_off) {
+  if (ep_.scale != 1.0 || (ep_.residual && !ep_.residual_first) || (!ep_.residual && !ep_.bias)) return false;
+  const int32_t parts = dst.parts;
+  const AccessPattern b = ep_.bias ? row_bias(bias, parts) : AccessPattern{};
+  if (ep_.bias && !b.present()) return false;
+  if (!ep_.residual) {
+    x_.copy(dst, b);
+    return true;
+  }
+  const Packed p = pack(residual.free);
+  x_.em.dma(on_chip(Space::sbuf, ep_.residual->dtype, 0, parts, res_off, p.sbuf), hbm_ap(*ep_.residual, residual.elem, parts, residual.part_stride, p.hbm),
+            Emitter::DmaClass::spread);
+  const AccessPattern res = on_chip(Space::sbuf, ep_.residual->dtype, 0, parts, res_off, p.read);
+  if (b.present()) x_.tensor_tensor(Alu::add, dst, res, b);
+  else x_.copy(dst, res);
+  return true;
+}
+
+void EpilogueEmitter::run_preadded(const AccessPattern& dst, const AccessPattern& acc) {
+  x_.tensor_tensor(Alu::add, dst, acc, dst);
+  if (ep_.func != Func::identity) x_.activation(dst, dst, ep_.func);
+}
+
 void EpilogueEmitter::run(const AccessPattern& dst, const AccessPattern& acc, const TileView& bias, const TileView& residual, int64_t t) {
   const int32_t parts = acc.parts;
   const std::vector<Dim> flat{{static_cast<int32_t>(acc.free_elems()), 1}};
@@ -108,6 +139,18 @@ void EpilogueEmitter::run(const AccessPattern& dst, const AccessPattern& acc, co
     x_.activation(dst, acc, ep_.func, ep_.scale, col ? b : AccessPattern{});
     return;
   }
+  // A bias row and the residual added to each other as soon as both are in SBUF (neither waits
+  // for the accumulation), so that the accumulator's evacuation is one add: (acc + (res + bias)).
+  if (ep_.residual && ep_.residual_first && ep_.bias && !col && ep_.scale == 1.0) {
+    x_.tensor_tensor(Alu::add, tmp, res, b);
+    if (ep_.func == Func::identity) {
+      x_.tensor_tensor(Alu::add, dst, acc, tmp);
+    } else {
+      x_.tensor_tensor(Alu::add, tmp, acc, tmp);
+      x_.activation(dst, tmp, ep_.func);
+    }
+    return;
+  }
   // tmp = acc * scale + bias
   if (col || !ep_.bias) {
     x_.activation(tmp, acc, ep_.residual_first ? Func::identity : ep_.func, ep_.scale, col ? b : AccessPattern{});
@@ -124,7 +167,9 @@ void EpilogueEmitter::run(const AccessPattern& dst, const AccessPattern& acc, co
     }
     if (!ep_.residual_first && ep_.func != Func::identity) x_.activation(tmp, tmp, ep_.func);
   }
-  if (ep_.residual_first) {
+  if (ep_.residual_first && ep_.func == Func::identity) {  // straight into dst: no copy after the add
+    x_.tensor_tensor(Alu::add, dst, tmp, res);
+  } else if (ep_.residual_first) {
     x_.tensor_tensor(Alu::add, tmp, tmp, res);
     x_.activation(dst, tmp, ep_.func);
   } else {

@@ -32,6 +32,14 @@ class EpilogueEmitter {
   void preload_row_bias(int64_t elem, int64_t count, int64_t stride);
   // Loads a per-partition bias column ahead of its first use (a kernel's columns, before its loop).
   void preload_column(const TileView& bias, int32_t parts);
+  // Before a block's accumulation: dst (SBUF, fp32, the block's [parts, n]) = residual + bias, the
+  // residual loaded through `res_off` (n elements of its dtype per partition). False, and nothing
+  // emitted, when the epilogue does not take that form (a scale, an activation between bias and
+  // residual, a bias that is not the preloaded row); then run() evacuates as usual.
+  bool preadd(const AccessPattern& dst, const TileView& bias, const TileView& residual, int64_t res_off);
+  // The evacuation after preadd: dst = func(acc + dst), in place.
+  void run_preadded(const AccessPattern& dst, const AccessPattern& acc);
+  const Epilogue& epilogue() const { return ep_; }
 
  private:
   Ctx& x_;
@@ -40,6 +48,8 @@ class EpilogueEmitter {
   Sbuf* sb_ = nullptr;
   // The SBUF column holding the bias for (element, partition stride), loading it on a miss.
   AccessPattern column(const TileView& bias, int32_t parts);
+  // The preloaded bias row's columns for `bias`, or nothing when it does not hold them.
+  AccessPattern row_bias(const TileView& bias, int32_t parts) const;
   int64_t bias_buf_ = -1, res_buf_ = -1, tmp_buf_ = -1;
   // Per-partition bias columns already in SBUF (element offset, partition stride, partitions),
   // in slot order.

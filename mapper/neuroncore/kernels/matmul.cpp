@@ -417,8 +417,11 @@ Status matmul(Ctx& x, const Node& n, const Epilogue& ep) {
   if (ep.norm) {
     // The fused LayerNorm needs whole rows in one job and room for them; otherwise the matmul writes
     // the LayerNorm's input and the LayerNorm runs as its own kernel.
+    // (The matmul's own buffers: about 96 KiB streaming its right operand; with that operand
+    // prefetched, A's row tile resident over K plus 48 KiB of output slots, epilogue and staging.)
     const int64_t room = x.sbuf(n.name).limit;
-    const bool fits = 6 * N * 4 + 96 * 1024 <= room;
+    const int64_t own = b_pre >= 0 ? ceil_div(K, 128) * 128 * A.es() + 48 * 1024 : 96 * 1024;
+    const bool fits = 6 * N * 4 + own <= room;
     if (nb != 1 || x.opt.matmul_schedule != MatmulSchedule::automatic || !fits) {
       Epilogue plain = ep;
       plain.norm.reset();

@@ -166,6 +166,13 @@ class Core {
           res_base_ = resident_ + i * a_tiles;
           load_resident(a_, TM_, m0, std::min(TM_, M - m0));
         }
+        // A fused LayerNorm's row: its residual and bias added into it ahead of the accumulation
+        // (each tile's evacuation is then one add from PSUM).
+        if (job_.norm) {
+          const int64_t m0 = mg * TM_, mn = std::min(TM_, M - m0);
+          const AccessPattern row = on_chip(Space::sbuf, DType::f32, 0, static_cast<int32_t>(mn), norm_row_, {{static_cast<int32_t>(N), 1}});
+          preadded_ = epi_.preadd(row, tile_at(job_.bias, job_.bias_rs, job_.bias_cs, m0, 0, N), tile_at(job_.residual, job_.res_rs, job_.res_cs, m0, 0, N), norm_res_);
+        }
         const auto tiles = n_tiles(N);
         for (size_t n = 0; n < tiles.size(); n += static_cast<size_t>(G_)) {
           const int64_t g = std::min<int64_t>(G_, static_cast<int64_t>(tiles.size() - n)), n0 = tiles[n].first;
@@ -261,11 +268,24 @@ class Core {
       const int64_t st = block_stage_ + (blocks_++ % 2) * o.K * o.es();
       x_.em.dma(on_chip(Space::sbuf, o.ref.dtype, 0, fs, st, {{static_cast<int32_t>(o.K), 1}}),
                 hbm_ap(o.ref, o.off + (f0 + j) * o.sf, fs, o.sf, {{static_cast<int32_t>(o.K), static_cast<int32_t>(o.sk)}}), Emitter::DmaClass::spread);
-      for (int64_t k = 0; k < KT; ++k) {
+      // As many transposes as a PSUM bank holds go into one bank side by side and come back in one
+      // copy (one vector instruction of 512 elements instead of four of 128: the copy's fixed cost
+      // and the dependent instructions' gaps [ISA] once per bank, not per tile).
+      const int64_t per_bank = std::max<int64_t>(1, x_.cfg.psum_bank_bytes() / 4 / fs);
+      for (int64_t k = 0; k < KT;) {
         const int32_t kp = kn(k);
-        const AccessPattern pt = x_.psum(acc_banks_ + stages_++ % 2, kp, fs);
-        x_.transpose(pt, on_chip(Space::sbuf, o.ref.dtype, 0, fs, st + k * TK_ * o.es(), {{kp, 1}}));
-        x_.copy(on_chip(Space::sbuf, o.ref.dtype, 0, kp, res_base_ + (k * tf + j) * o.es(), {{fs, 1}}), pt);
+        int64_t g = 1;
+        while (g < per_bank && k + g < KT && kn(k + g) == kp) ++g;
+        const AccessPattern bank = x_.psum(acc_banks_ + stages_++ % 2, kp, static_cast<int32_t>(g * fs));
+        for (int64_t t = 0; t < g; ++t) {
+          AccessPattern pt = bank;
+          pt.offset += t * fs * 4;
+          pt.dims[0].num = fs;
+          x_.transpose(pt, on_chip(Space::sbuf, o.ref.dtype, 0, fs, st + (k + t) * TK_ * o.es(), {{kp, 1}}));
+        }
+        x_.copy(on_chip(Space::sbuf, o.ref.dtype, 0, kp, res_base_ + (k * tf + j) * o.es(), {{static_cast<int32_t>(g), static_cast<int32_t>(tf)}, {fs, 1}}),
+                bank);
+        k += g;
       }
     }
   }
@@ -317,6 +337,8 @@ class Core {
     norm_row_ = sb_.take(N * 4);
     norm_y_ = sb_.take(N * job_.out.ref.es());
     norm_small_ = sb_.take(64);
+    if (const auto& res = epi_.epilogue().residual) norm_res_ = sb_.take(N * res->es());
+    norm_records_ = sb_.take(static_cast<int64_t>(n_tiles(N).size()) * 6 * 4);
     for (const auto* e : {&nm.scale, &nm.bias}) {
       if (!*e) {
         norm_rows_.push_back(-1);
@@ -337,19 +359,26 @@ class Core {
     const Epilogue::Norm& nm = *job_.norm;
     const int32_t pr = static_cast<int32_t>(mn);
     auto col = [&](int64_t off) { return on_chip(Space::sbuf, DType::f32, 0, pr, norm_small_ + off, {{1, 1}}); };
-    const AccessPattern row = on_chip(Space::sbuf, DType::f32, 0, pr, norm_row_, {{static_cast<int32_t>(N), 1}});
-    x_.row_stats(row, norm_small_, nm.eps);
-    x_.tensor_scalar(row, row, Alu::subtract, col(32), Alu::multiply, col(40));  // (x - mean) * rstd
-    auto operand = [&](size_t i) {
-      const TensorRef& r = i == 0 ? *nm.scale : *nm.bias;
-      return on_chip(Space::sbuf, r.dtype, 0, pr, norm_rows_[i], {{static_cast<int32_t>(N), 1}});
-    };
-    const AccessPattern y = on_chip(Space::sbuf, job_.out.ref.dtype, 0, pr, norm_y_, {{static_cast<int32_t>(N), 1}});
+    x_.aggregate_stats(pr, norm_records_, static_cast<int64_t>(n_tiles(N).size()), norm_small_, nm.eps);  // (chunks' records: finish)
+    // In column chunks, each stored as soon as it is normalised: the store of one overlaps the
+    // next one's normalisation, instead of the whole row's store (and the DMA's trigger latency)
+    // following the whole row's three passes.
     const bool scale = norm_rows_[0] >= 0, bias = norm_rows_[1] >= 0;
-    if (scale) x_.tensor_tensor(Alu::multiply, bias ? row : y, row, operand(0));
-    if (bias) x_.tensor_tensor(Alu::add, y, row, operand(1));
-    if (!scale && !bias) x_.copy(y, row);
-    x_.em.dma(job_.out.by_rows(m0, mn, 0, N), y, Emitter::DmaClass::spread_store);
+    const int64_t cw = N >= 512 ? 256 : N;
+    for (int64_t c0 = 0; c0 < N; c0 += cw) {
+      const int32_t cn = static_cast<int32_t>(std::min(cw, N - c0));
+      const AccessPattern r = on_chip(Space::sbuf, DType::f32, 0, pr, norm_row_ + c0 * 4, {{cn, 1}});
+      x_.tensor_scalar(r, r, Alu::subtract, col(32), Alu::multiply, col(40));  // (x - mean) * rstd
+      auto operand = [&](size_t i) {
+        const TensorRef& t = i == 0 ? *nm.scale : *nm.bias;
+        return on_chip(Space::sbuf, t.dtype, 0, pr, norm_rows_[i] + c0 * t.es(), {{cn, 1}});
+      };
+      const AccessPattern y = on_chip(Space::sbuf, job_.out.ref.dtype, 0, pr, norm_y_ + c0 * job_.out.ref.es(), {{cn, 1}});
+      if (scale) x_.tensor_tensor(Alu::multiply, bias ? r : y, r, operand(0));
+      if (bias) x_.tensor_tensor(Alu::add, y, r, operand(1));
+      if (!scale && !bias) x_.copy(y, r);
+      x_.em.dma(job_.out.by_rows(m0, mn, c0, cn), y, Emitter::DmaClass::spread_store);
+    }
   }
 
   // The evacuation and store of a tile, emitted after the next tile's matmuls so that it sits in
@@ -371,7 +400,13 @@ class Core {
       const Mat& o = job_.out;
       if (job_.norm) {  // into the row (fp32), normalised once the row is complete
         const AccessPattern r = on_chip(Space::sbuf, DType::f32, 0, static_cast<int32_t>(mn), norm_row_ + n0 * 4, {{static_cast<int32_t>(nn), 1}});
-        epi_.run(r, ps, tile_at(job_.bias, job_.bias_rs, job_.bias_cs, m0, n0, nn), tile_at(job_.residual, job_.res_rs, job_.res_cs, m0, n0, nn), t);
+        if (preadded_) epi_.run_preadded(r, ps);
+        else epi_.run(r, ps, tile_at(job_.bias, job_.bias_rs, job_.bias_cs, m0, n0, nn), tile_at(job_.residual, job_.res_rs, job_.res_cs, m0, n0, nn), t);
+        // This chunk's statistics now, while the row's next tiles accumulate: only their
+        // aggregation waits for the row's last tile (normalize).
+        const auto tiles = n_tiles(job_.out.cols);
+        const auto at = std::find_if(tiles.begin(), tiles.end(), [&](const auto& c) { return c.first == n0; }) - tiles.begin();
+        x_.chunk_stats(r, norm_records_ + at * 6 * 4);
         return;
       }
       const AccessPattern dst = on_chip(Space::sbuf, o.ref.dtype, 0, static_cast<int32_t>(mn), out_at(t), {{static_cast<int32_t>(nn), 1}});
@@ -403,7 +438,8 @@ class Core {
   int64_t G_ = 1, MG_ = 1;
   int64_t res_base_ = 0;  // where load_resident writes (resident_, or a row tile's part of it)
   std::vector<int64_t> out_slots_;
-  int64_t norm_row_ = 0, norm_y_ = 0, norm_small_ = 0;
+  int64_t norm_row_ = 0, norm_y_ = 0, norm_small_ = 0, norm_records_ = 0, norm_res_ = -1;
+  bool preadded_ = false;
   std::vector<int64_t> norm_rows_;  // the replicated scale and bias (-1: none)
   int64_t resident_ = 0, stream_ = 0, out_ = 0, stage_ = 0, block_stage_ = -1, acc_banks_ = 8, stages_ = 0, outs_ = 0, blocks_ = 0;
   std::function<void()> deferred_;
