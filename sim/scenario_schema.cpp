@@ -36,7 +36,7 @@ NodePtr build() {
   auto target = object({
       req("kind", enumeration({"reference", "neuroncore", "wafer"},
                               "reference = the golden interpreter on the CPU; neuroncore, wafer = the simulated machines")),
-      opt("preset", string("hardware preset: trn1 or trn2 for neuroncore, wse2 or wse3 for wafer (default: the first)")),
+      opt("preset", string("hardware preset: trn1, inf2 (the same NeuronCore-v2 figures) or trn2 for neuroncore, wse2 or wse3 for wafer (default: the first)")),
       opt("params", params),
   }, "which machine to run on");
 

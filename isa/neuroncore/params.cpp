@@ -63,6 +63,10 @@ const TargetDesc& target_desc() {
     };
     t.presets = {
         {"trn1", "Trainium1 / Inferentia2 NeuronCore-v2 (one core of a 2-core device)", {}},
+        // The same core and device figures: neuroncore.md lists one NeuronCore-v2 column for
+        // trn1 and inf2 (engines, SBUF, PSUM, 2 cores, 32 GiB HBM, 820 GB/s); a name of its own
+        // so that inf2's published rows say which instance they were measured on.
+        {"inf2", "Inferentia2 NeuronCore-v2 (one core of a 2-core device; the same figures as trn1)", {}},
         {"trn2", "Trainium2 NeuronCore-v3 (one core of an 8-core device)",
          {
              set("tensor.clock", 2.4 * GHz, "neuroncore.md Engines, v3 [A3]"),
