@@ -17,6 +17,14 @@ install(DIRECTORY isa mapper models traces sim DESTINATION ${CMAKE_INSTALL_INCLU
 
 set(cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/tessera)
 install(EXPORT tesseraTargets NAMESPACE tessera:: DESTINATION ${cmake_dir})
+# MPI, when tessera was built with it (sim/jobs.cpp), is a dependency of tessera::sim.
+if(MPI_CXX_FOUND)
+  set(TESSERA_WITH_MPI TRUE)
+  set(TESSERA_PC_MPI " ompi-cxx")
+else()
+  set(TESSERA_WITH_MPI FALSE)
+  set(TESSERA_PC_MPI "")
+endif()
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/tesseraConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/tesseraConfig.cmake INSTALL_DESTINATION ${cmake_dir})
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/tesseraConfigVersion.cmake

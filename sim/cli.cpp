@@ -17,6 +17,8 @@
 #include "mapper/graph/summary.hpp"
 #include "mapper/passes/canonicalize.hpp"
 #include "sim/compare.hpp"
+#include "sim/jobs.hpp"
+#include "sim/sweep.hpp"
 #include "sim/conformance.hpp"
 #include "sim/console.hpp"
 #include "sim/model.hpp"
@@ -35,6 +37,7 @@ struct Options {
   std::string verb;
   std::vector<std::string> positional;
   std::vector<std::string> sets;
+  std::vector<std::string> grids;  // sweep --grid
   std::string out_dir;
   std::string resume;
   bool help = false;
@@ -61,6 +64,7 @@ int cmd_schema(const Options&);
 int cmd_trace_summary(const Options&);
 int cmd_conformance(const Options&);
 int cmd_compare(const Options&);
+int cmd_sweep(const Options&);
 
 const Verb kVerbs[] = {
     {"run", "tessera run [SCENARIO] [--out DIR] [--set key.path=value]... [--no-numerics] [--emit-program] [--resume CHECKPOINT]",
@@ -122,6 +126,26 @@ const Verb kVerbs[] = {
      "Exit 1 when a scenario failed a check or could not run (it is listed as ERROR with the\n"
      "first line of its error).",
      cmd_compare},
+    {"sweep",
+     "tessera sweep SCENARIO --grid key.path=[v1,v2,...]... [--jobs N] [--out DIR] [--format table|csv|json|markdown] [--plot FILE.svg] [--scatter FILE.svg] [--rerun] [--set key.path=value]... [--no-numerics]",
+     "run a scenario over a grid of parameter values: table, plots, predicted vs simulated per point",
+     "Each --grid names a field by its --set key path and lists its values (JSON, or bare words\n"
+     "such as [300GB/s,410GB/s]); the scenario's sweep.grid section gives more (a key given on the\n"
+     "command line replaces the file's). The points are the cartesian product, the last key\n"
+     "varying fastest; every point is validated like --set before anything runs. Each runs as\n"
+     "`tessera run SCENARIO --set KEY=VALUE... --out OUT/POINT --quiet` in a child process, --jobs N\n"
+     "at once, OUT being --out DIR (default out/sweep/<scenario name>); a point whose report is up\n"
+     "to date is reused, as compare does (--rerun runs it anyway).\n\n"
+     "Under mpirun (tessera built with MPI), the ranks share the points: rank 0 hands them out as\n"
+     "ranks have a free slot and prints the results, which are the same as without mpirun; OUT\n"
+     "must be a directory every rank sees. Prints one row per point: its values, predicted,\n"
+     "simulated, error, the published reference, status; then the MAPE lines of compare.\n"
+     "--plot FILE.svg draws simulated (and predicted) latency over the grid: a line for one\n"
+     "parameter, heatmaps (one per value combination beyond the first two) for more. --scatter\n"
+     "FILE.svg is compare's predicted-vs-simulated scatter, one colour per point. docs/sweep.md.\n"
+     "Exit 1 when a point failed a check or could not run; 2 for a bad grid or a point that does\n"
+     "not validate (nothing runs then).",
+     cmd_sweep},
     {"trace-summary", "tessera trace-summary TRACE",
      "read a trace back (.pftrace or Chrome JSON): slices and busy time per track, top instructions by time",
      "Uses the same reader as the tests (traces/reader.hpp).", cmd_trace_summary},
@@ -190,9 +214,10 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--canonical") o.verb_opts["canonical"] = "1";
     else if (a == "--out" || a.rfind("--out=", 0) == 0) o.out_dir = value("--out");
     else if (a == "--set" || a.rfind("--set=", 0) == 0) o.sets.push_back(value("--set"));
+    else if (a == "--grid" || a.rfind("--grid=", 0) == 0) o.grids.push_back(value("--grid"));
     else if (a == "--resume" || a.rfind("--resume=", 0) == 0) o.resume = value("--resume");
     else if (a == "--exclusions" || a == "--pass-list" || a == "--write-pass-list" || a == "--format" ||
-             a == "--jobs" || a == "--plot" || a.rfind("--exclusions=", 0) == 0 || a.rfind("--pass-list=", 0) == 0 ||
+             a == "--jobs" || a == "--plot" || a == "--scatter" || a.rfind("--scatter=", 0) == 0 || a.rfind("--exclusions=", 0) == 0 || a.rfind("--pass-list=", 0) == 0 ||
              a.rfind("--write-pass-list=", 0) == 0 || a.rfind("--format=", 0) == 0 || a.rfind("--jobs=", 0) == 0 ||
              a.rfind("--plot=", 0) == 0) {
       const std::string key = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
@@ -200,7 +225,7 @@ Options parse_args(int argc, char** argv) {
     } else if (a.size() > 1 && a[0] == '-') {
       std::vector<std::string> known = {"--help", "--quiet", "--verbose", "--out", "--set", "--no-numerics",
                                         "--exclusions", "--pass-list", "--write-pass-list", "--format",
-                                        "--jobs", "--plot", "--rerun", "--emit-program", "--resume", "--canonical", "--version"};
+                                        "--jobs", "--plot", "--scatter", "--grid", "--rerun", "--emit-program", "--resume", "--canonical", "--version"};
       std::string hint = did_you_mean(a, known);
       throw InputError("command line", "unknown option '" + a + "'",
                        hint.empty() ? "see tessera --help" : "did you mean '" + hint + "'?");
@@ -305,6 +330,7 @@ int cmd_conformance(const Options& o) {
 }
 
 int cmd_compare(const Options& o) {
+  if (distributed() && rank() != 0) Console::get().set_verbosity(Verbosity::quiet);
   CompareOptions c;
   c.inputs = o.positional;
   c.out_dir = o.out_dir;
@@ -326,7 +352,45 @@ int cmd_compare(const Options& o) {
       throw InputError("--jobs", "'" + j + "' is not a number of jobs", "give a whole number from 1 to 256, e.g. --jobs 2");
     c.jobs = static_cast<int>(n);
   }
-  return run_compare(c);
+  const int rc = run_compare(c);
+  finish_distributed();
+  return rc;
+}
+
+int parse_jobs(const std::string& j) {
+  size_t used = 0;
+  long n = 0;
+  try {
+    n = std::stol(j, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != j.size() || n < 1 || n > 256)
+    throw InputError("--jobs", "'" + j + "' is not a number of jobs", "give a whole number from 1 to 256, e.g. --jobs 2");
+  return static_cast<int>(n);
+}
+
+int cmd_sweep(const Options& o) {
+  // Under mpirun the other ranks only run points: rank 0 reports.
+  if (distributed() && rank() != 0) Console::get().set_verbosity(Verbosity::quiet);
+  SweepOptions sw;
+  if (o.positional.size() != 1)
+    throw InputError("command line", o.positional.empty() ? "sweep needs a scenario" : "sweep takes one scenario",
+                     "e.g. tessera sweep scenarios/neuroncore/mlp.json --grid target.params.hbm.bandwidth=[205GB/s,410GB/s]");
+  sw.scenario = o.positional[0];
+  sw.grid = o.grids;
+  sw.out_dir = o.out_dir;
+  sw.no_numerics = o.no_numerics;
+  sw.sets = o.sets;
+  auto get = [&](const char* k) { auto it = o.verb_opts.find(k); return it == o.verb_opts.end() ? std::string() : it->second; };
+  if (!get("format").empty()) sw.format = get("format");
+  sw.plot_file = get("plot");
+  sw.scatter_file = get("scatter");
+  sw.rerun = !get("rerun").empty();
+  if (const std::string j = get("jobs"); !j.empty()) sw.jobs = parse_jobs(j);
+  const int rc = run_sweep(sw);
+  finish_distributed();
+  return rc;
 }
 
 int cmd_trace_summary(const Options& o) {
@@ -373,7 +437,7 @@ int cli_main(int argc, char** argv) {
       for (const auto& vb : kVerbs) names.push_back(vb.name);
       std::string hint = did_you_mean(o.verb, names);
       throw InputError("command line", "unknown verb '" + o.verb + "'",
-                       hint.empty() ? "verbs: run, validate, graph, params, compare, schema, trace-summary, onnx-conformance, version" : "did you mean '" + hint + "'?");
+                       hint.empty() ? "verbs: run, validate, graph, params, compare, sweep, schema, trace-summary, onnx-conformance, version" : "did you mean '" + hint + "'?");
     }
     if (o.help) {
       print_verb_help(*v);

@@ -24,6 +24,7 @@
 #include "isa/error.hpp"
 #include "isa/fileio.hpp"
 #include "sim/console.hpp"
+#include "sim/jobs.hpp"
 #include "sim/report.hpp"
 #include "sim/run.hpp"
 #include "sim/scenario.hpp"
@@ -596,28 +597,6 @@ std::string plot_svg(const std::vector<CompareResult>& results, size_t* points) 
 
 namespace {
 
-struct Job {
-  std::string scenario_file;
-  std::string name;
-  std::string dir;
-  std::string log;       // OUT/NAME/run.log, where the run's stderr ends up
-  std::string log_tmp;   // OUT/.NAME.run.log while it runs: the run replaces OUT/NAME as a whole
-  std::string target;
-  json resolved;
-};
-
-// The run's stderr into OUT/NAME/run.log once it has ended (OUT/NAME is the new run's directory, or
-// the previous one when the run failed, or a new one holding only the log).
-void keep_log(const Job& job) {
-  std::error_code ec;
-  if (!fs::exists(job.dir, ec)) {
-    fs::create_directories(job.dir, ec);
-    write_file_atomic((fs::path(job.dir) / ".tessera-run").string(), "The output directory of a tessera run.\n");
-  }
-  fs::rename(job.log_tmp, job.log, ec);
-  if (ec) fs::remove(job.log_tmp, ec);
-}
-
 // Directories under a given DIR that compare does not search.
 bool skipped_dir(const fs::path& p) {
   const std::string n = p.filename().string();
@@ -630,79 +609,6 @@ std::string schema_of(const fs::path& p) {
   json j = json::parse(f, nullptr, false);
   return j.is_discarded() ? std::string() : str(j, "schema");
 }
-
-std::string safe_dir_name(const std::string& name) {
-  std::string s;
-  for (char c : name) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
-  return s.empty() || s == "." || s == ".." ? "scenario" : s;
-}
-
-// The form load_scenario records in Scenario::file and reports in scenario_file.
-std::string abs_path(const fs::path& p) { return fs::absolute(p).lexically_normal().string(); }
-
-// Every absolute path of an existing file named in the resolved scenario (model, program, inputs).
-void referenced_files(const json& j, std::vector<fs::path>& out) {
-  if (j.is_object() || j.is_array()) {
-    for (const auto& v : j) referenced_files(v, out);
-  } else if (j.is_string()) {
-    const std::string s = j.get<std::string>();
-    std::error_code ec;
-    if (!s.empty() && s[0] == '/' && fs::is_regular_file(s, ec)) out.emplace_back(s);
-  }
-}
-
-// The report in job.dir when it is newer than the scenario, the files it names and the simulator,
-// and records the same resolved scenario; empty otherwise.
-std::optional<json> reusable_report(const Job& job, const std::string& exe, std::string& why_not) {
-  const fs::path rp = fs::path(job.dir) / "report.json";
-  std::error_code ec;
-  if (!fs::is_regular_file(rp, ec)) return std::nullopt;
-  const auto rt = fs::last_write_time(rp, ec);
-  if (ec) return std::nullopt;
-  std::vector<fs::path> deps = {job.scenario_file, exe};
-  referenced_files(job.resolved, deps);
-  for (const auto& d : deps) {
-    const auto t = fs::last_write_time(d, ec);
-    if (ec) continue;
-    if (t >= rt) {
-      why_not = d.filename().string() + " is newer than the report";
-      return std::nullopt;
-    }
-  }
-  std::ifstream f(rp, std::ios::binary);
-  json r = json::parse(f, nullptr, false);
-  if (r.is_discarded() || str(r, "schema") != kReportSchema) {
-    why_not = "the report is not a " + std::string(kReportSchema) + " document";
-    return std::nullopt;
-  }
-  if (str(r, "scenario_file") != job.scenario_file || !r.contains("scenario") || r["scenario"] != job.resolved) {
-    why_not = "the report records another scenario";
-    return std::nullopt;
-  }
-  return r;
-}
-
-std::string first_line_of(const std::string& path) {
-  std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    if (line.rfind("error: ", 0) == 0) line = line.substr(7);
-    return line;
-  }
-  return "";
-}
-
-CompareResult error_row(const std::string& name, const std::string& file, const std::string& detail) {
-  CompareResult r;
-  r.name = name;
-  r.scenario_file = file;
-  r.status = CompareStatus::error;
-  r.detail = detail;
-  return r;
-}
-
-std::string fmt_wall(double s) { return printf_str("%.1f s", s); }
 
 }  // namespace
 
@@ -802,6 +708,7 @@ int run_compare(const CompareOptions& opt) {
     job.log_tmp = (out_root / ("." + dn + ".run.log")).string();
     job.resolved = s.resolved;
     job.target = s.kind + (s.preset.empty() ? "" : "/" + s.preset);
+    job.sets = opt.sets;
     if (!opt.rerun) {
       std::string why_not;
       if (auto r = reusable_report(job, opt.exe, why_not)) {
@@ -816,103 +723,19 @@ int run_compare(const CompareOptions& opt) {
     queue.push_back(std::move(job));
   }
 
-  // 4. Run the queue, --jobs child processes at once: `tessera run SCENARIO --out DIR --quiet`.
+  // 4. Run the queue, --jobs child processes at once: `tessera run SCENARIO --out DIR --quiet`
+  // (spread over the MPI ranks under mpirun: sim/jobs.hpp).
   if (!queue.empty())
     con.info("compare: running " + std::to_string(queue.size()) + " scenario" + (queue.size() == 1 ? "" : "s") +
              " (--jobs " + std::to_string(opt.jobs) + ")");
-  struct Running {
-    size_t job;
-    std::chrono::steady_clock::time_point t0;
-  };
-  std::map<pid_t, Running> running;
-  size_t next = 0, done = 0;
-  bool interrupted = false, forwarded = false;
-  auto finish = [&](const Job& job, int status, double wall) {
-    ++done;
-    const std::string first_log_line = first_line_of(job.log_tmp);
-    keep_log(job);
-    CompareResult cr;
-    std::string what;
-    if (WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 1)) {
-      const fs::path rp = fs::path(job.dir) / "report.json";
-      std::ifstream f(rp, std::ios::binary);
-      json r = json::parse(f, nullptr, false);
-      if (r.is_discarded() || !r.is_object()) {
-        cr = error_row(job.name, job.scenario_file, "exit " + std::to_string(WEXITSTATUS(status)) +
-                                                        " but no readable report.json in " + job.dir);
-        cr.target = job.target;
-      } else {
-        cr = result_from_report(r, rp.string());
-        cr.origin = "ran";
-        if (WEXITSTATUS(status) == 1 && cr.status == CompareStatus::pass) {
-          cr.status = CompareStatus::check_failed;
-          if (cr.detail.empty()) cr.detail = first_log_line;
-        }
-      }
-      what = WEXITSTATUS(status) == 0 ? "ok" : "check failed";
-    } else {
-      std::string detail = first_log_line;
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 130) detail = "interrupted";
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 143) detail = "terminated";
-      if (WIFSIGNALED(status)) detail = "killed by signal " + std::to_string(WTERMSIG(status));
-      if (detail.empty()) detail = "exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-      cr = error_row(job.name, job.scenario_file, detail + " (log: " + job.log + ")");
-      cr.target = job.target;
-      what = "could not run: " + detail;
-    }
-    con.info("[" + std::to_string(done) + "/" + std::to_string(queue.size()) + "] " + job.name + ": " + what + ", " +
-             fmt_wall(wall));
-    results.push_back(std::move(cr));
-  };
-  while (next < queue.size() || !running.empty()) {
-    interrupted = interrupted || interrupt_requested();
-    if (interrupted && !forwarded) {
-      // Ctrl-C reaches the children through the process group; a SIGINT sent to this process
-      // alone is passed on. Each run then stops without leaving partial outputs.
-      for (const auto& [pid, r] : running) ::kill(pid, interrupt_signal());
-      forwarded = true;
-    }
-    if (!interrupted && next < queue.size() && running.size() < static_cast<size_t>(opt.jobs)) {
-      const Job& job = queue[next];
-      // The run writes OUT/NAME all or nothing (a failed run leaves the previous one whole; its
-      // report is read only after an exit 0 or 1, which means the run replaced it).
-      fs::create_directories(out_root);
-      std::vector<std::string> args = {"tessera", "run", job.scenario_file, "--out", job.dir, "--quiet"};
-      if (opt.no_numerics) args.push_back("--no-numerics");
-      for (const auto& st : opt.sets) args.insert(args.end(), {"--set", st});
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      posix_spawn_file_actions_t fa;
-      posix_spawn_file_actions_init(&fa);
-      posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-      posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-      posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, job.log_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      pid_t pid = 0;
-      const int rc = posix_spawn(&pid, opt.exe.c_str(), &fa, nullptr, argv.data(), environ);
-      posix_spawn_file_actions_destroy(&fa);
-      if (rc != 0) throw std::runtime_error("cannot start " + opt.exe + ": " + std::strerror(rc));
-      con.detail("compare: started " + job.name + " (pid " + std::to_string(pid) + ")");
-      running[pid] = {next, std::chrono::steady_clock::now()};
-      ++next;
-      continue;
-    }
-    int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
-      auto it = running.find(pid);
-      if (it == running.end()) continue;
-      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - it->second.t0).count();
-      const size_t j = it->second.job;
-      running.erase(it);
-      finish(queue[j], status, wall);
-    } else if (pid < 0 && errno != EINTR) {
-      throw std::runtime_error(std::string("waitpid: ") + std::strerror(errno));
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
-  if (interrupted) throw_interrupted();
+  JobsOptions jo;
+  jo.jobs = opt.jobs;
+  jo.no_numerics = opt.no_numerics;
+  jo.exe = opt.exe;
+  jo.what = "compare";
+  std::vector<CompareResult> ran = run_jobs(queue, jo);
+  if (rank() != 0) return 0;  // another MPI rank: rank 0 prints
+  for (auto& r : ran) results.push_back(std::move(r));
 
   // 5. Output.
   sort_results(results);

@@ -247,6 +247,12 @@ NodePtr build() {
           opt("interval", with_default(integer(1, 1e9, "finite steps in a row before the scale grows"), 2000)),
       }, "dynamic loss scaling for mixed precision (precision.compute fp16 or bf16), GradScaler's rules")),
   }, "train the model: every step runs forward, backward and the optimizer update; weights and optimizer state carry over; precision.compute fp16/bf16 trains in mixed precision on fp32 master weights (docs/training.md)");
+  auto sweep_grid = map_of(array_of(any("a value, as --set takes it: a number, a string (a quantity such as \"300GB/s\"), true/false, a list"),
+                                     "the values of one field"),
+                            "fields to sweep by --set key path, each with its values: `tessera sweep` runs the cartesian product (--grid adds or replaces keys)");
+  sweep_grid->dotted_keys = true;
+  auto sweep = object({opt("grid", sweep_grid)}, "a parameter sweep of this scenario for `tessera sweep` (docs/sweep.md); `tessera run` ignores it");
+
   auto root = object({
       opt("$schema", string("the JSON Schema this file follows, for editors (docs/scenario.schema.json, written by `tessera schema --format json-schema`); tessera ignores it")),
       req("schema", enumeration({kScenarioSchema}, "the scenario format version")),
@@ -263,6 +269,7 @@ NodePtr build() {
       opt("expect", expect),
       opt("trace", trace),
       opt("outputs", outputs),
+      opt("sweep", sweep),
   }, "a tessera scenario");
   return root;
 }

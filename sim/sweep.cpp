@@ -1,0 +1,521 @@
+#include "sim/sweep.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <sstream>
+
+#include "isa/error.hpp"
+#include "isa/fileio.hpp"
+#include "sim/console.hpp"
+#include "sim/jobs.hpp"
+#include "sim/report.hpp"
+#include "sim/run.hpp"
+#include "sim/scenario.hpp"
+#include "sim/schema.hpp"
+
+namespace tessera::sim {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kMaxPoints = 10000;
+
+std::string trim(const std::string& s) {
+  const auto a = s.find_first_not_of(" \t");
+  if (a == std::string::npos) return "";
+  return s.substr(a, s.find_last_not_of(" \t") - a + 1);
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+std::string xml(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '&') o += "&amp;";
+    else if (c == '"') o += "&quot;";
+    else o += c;
+  }
+  return o;
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string o = "\"";
+  for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return o + "\"";
+}
+
+std::string csv_num(std::optional<double> v) { return v ? fmt("%.9g", *v) : ""; }
+
+std::string status_text(const CompareResult& r) {
+  switch (r.status) {
+    case CompareStatus::pass: return "ok";
+    case CompareStatus::check_failed: return "check failed" + (r.detail.empty() ? std::string() : ": " + r.detail);
+    case CompareStatus::error: return "ERROR: " + r.detail;
+  }
+  return "";
+}
+
+// The point's label: "key=value, key=value".
+std::string label(const std::vector<GridAxis>& axes, const std::vector<json>& values) {
+  std::string s;
+  for (size_t a = 0; a < axes.size(); ++a) s += (a ? ", " : "") + axes[a].key + "=" + grid_value_text(values[a]);
+  return s;
+}
+
+// A directory name for the point: its label, or (long labels) a prefix and a hash of it. The same
+// grid values give the same directory, so a sweep run again reuses what is up to date.
+std::string point_dir(const std::string& lab) {
+  std::string s = safe_dir_name(lab);
+  if (s.size() <= 120) return s;
+  unsigned long long h = 1469598103934665603ULL;  // FNV-1a of the whole label
+  for (unsigned char c : lab) h = (h ^ c) * 1099511628211ULL;
+  char b[20];
+  std::snprintf(b, sizeof b, "%016llx", h);
+  return s.substr(0, 100) + "-" + b;
+}
+
+// Sequential colour from light to dark blue, t in [0, 1].
+std::string ramp(double t) {
+  t = std::clamp(t, 0.0, 1.0);
+  const double a[3] = {247, 251, 255}, b[3] = {8, 48, 107};
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "#%02x%02x%02x", static_cast<int>(a[0] + (b[0] - a[0]) * t), static_cast<int>(a[1] + (b[1] - a[1]) * t),
+                static_cast<int>(a[2] + (b[2] - a[2]) * t));
+  return buf;
+}
+
+}  // namespace
+
+GridAxis parse_grid_arg(const std::string& arg, const std::string& where) {
+  const auto eq = arg.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw InputError(where, "expected key.path=[v1,v2,...], got '" + arg + "'", "e.g. --grid target.params.hbm.bandwidth=[300GB/s,410GB/s]");
+  GridAxis ax;
+  ax.key = trim(arg.substr(0, eq));
+  const std::string text = trim(arg.substr(eq + 1));
+  const json j = json::parse(text, nullptr, false);
+  if (!j.is_discarded() && j.is_array()) {
+    for (const auto& v : j) ax.values.push_back(v);
+  } else if (text.size() >= 2 && text.front() == '[' && text.back() == ']') {
+    // Bare words: split at the commas outside quotes and brackets.
+    std::string cur;
+    int depth = 0;
+    bool quoted = false;
+    auto push = [&] {
+      const std::string t = trim(cur);
+      if (t.empty()) throw InputError(where, "an empty value in '" + text + "'", "give values separated by commas: [v1,v2,...]");
+      const json v = json::parse(t, nullptr, false);
+      ax.values.push_back(v.is_discarded() ? json(t) : v);
+      cur.clear();
+    };
+    for (size_t i = 1; i + 1 < text.size(); ++i) {
+      const char c = text[i];
+      if (c == '"') quoted = !quoted;
+      if (!quoted && (c == '[' || c == '{')) ++depth;
+      if (!quoted && (c == ']' || c == '}')) --depth;
+      if (c == ',' && depth == 0 && !quoted) push();
+      else cur += c;
+    }
+    push();
+  } else {
+    throw InputError(where, "the values of " + ax.key + " are not a list: '" + text + "'", "write them in brackets: " + ax.key + "=[v1,v2,...]");
+  }
+  if (ax.values.empty()) throw InputError(where, "no values for " + ax.key, "give at least one value: " + ax.key + "=[v1,...]");
+  for (size_t i = 0; i < ax.values.size(); ++i)
+    for (size_t k = 0; k < i; ++k)
+      if (ax.values[i] == ax.values[k]) throw InputError(where, ax.key + " lists " + grid_value_text(ax.values[i]) + " twice", "give each value once");
+  return ax;
+}
+
+std::string grid_value_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+std::string format_sweep_table(const std::vector<GridAxis>& axes, const std::vector<SweepPoint>& points, bool markdown) {
+  std::vector<std::string> head = {"point"};
+  for (const auto& a : axes) head.push_back(a.key);
+  bool published = false;
+  for (const auto& p : points) published = published || p.result.published_s.has_value();
+  for (const char* h : {"predicted", "simulated", "error"}) head.push_back(h);
+  if (published) head.insert(head.end(), {"published", "sim vs pub"});
+  head.push_back("status");
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const auto& p = points[i];
+    std::vector<std::string> r = {std::to_string(i + 1)};
+    for (const auto& v : p.values) r.push_back(grid_value_text(v));
+    r.push_back(format_seconds(p.result.predicted_s));
+    r.push_back(format_seconds(p.result.simulated_s));
+    r.push_back(format_pct(p.result.error_pct()));
+    if (published) {
+      r.push_back(format_seconds(p.result.published_s));
+      r.push_back(format_pct(p.result.published_error_pct()));
+    }
+    r.push_back(status_text(p.result));
+    rows.push_back(std::move(r));
+  }
+  std::ostringstream o;
+  if (markdown) {
+    auto line = [&](const std::vector<std::string>& c) {
+      o << "|";
+      for (const auto& x : c) o << " " << x << " |";
+      o << "\n";
+    };
+    line(head);
+    o << "|";
+    for (size_t i = 0; i < head.size(); ++i) o << " --- |";
+    o << "\n";
+    for (const auto& r : rows) line(r);
+    return o.str();
+  }
+  std::vector<size_t> w(head.size(), 0);
+  for (size_t c = 0; c < head.size(); ++c) w[c] = head[c].size();
+  for (const auto& r : rows)
+    for (size_t c = 0; c + 1 < r.size(); ++c) w[c] = std::max(w[c], r[c].size());
+  auto line = [&](const std::vector<std::string>& c) {
+    std::string s;
+    for (size_t k = 0; k < c.size(); ++k) {
+      std::string x = c[k];
+      if (k + 1 < c.size()) x.resize(std::max(w[k], x.size()), ' ');
+      s += (k ? "  " : "") + x;
+    }
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    o << s << "\n";
+  };
+  line(head);
+  for (const auto& r : rows) line(r);
+  return o.str();
+}
+
+std::string format_sweep_csv(const std::vector<GridAxis>& axes, const std::vector<SweepPoint>& points) {
+  std::ostringstream o;
+  o << "point";
+  for (const auto& a : axes) o << "," << csv_field(a.key);
+  o << ",scenario,target,status,predicted_s,simulated_s,error_pct,published_s,published_error_pct,report\n";
+  for (size_t i = 0; i < points.size(); ++i) {
+    const auto& p = points[i];
+    const auto& r = p.result;
+    o << i + 1;
+    for (const auto& v : p.values) o << "," << csv_field(grid_value_text(v));
+    const char* st = r.status == CompareStatus::pass ? "ok" : r.status == CompareStatus::check_failed ? "check_failed" : "error";
+    o << "," << csv_field(r.name) << "," << csv_field(r.target) << "," << st << "," << csv_num(r.predicted_s) << "," << csv_num(r.simulated_s) << ","
+      << csv_num(r.error_pct()) << "," << csv_num(r.published_s) << "," << csv_num(r.published_error_pct()) << "," << csv_field(r.report_file)
+      << "\n";
+  }
+  return o.str();
+}
+
+json format_sweep_json(const std::string& scenario, const std::vector<GridAxis>& axes, const std::vector<SweepPoint>& points) {
+  std::vector<CompareResult> rs;
+  for (const auto& p : points) rs.push_back(p.result);
+  const json cmp = format_json(rs, summarize(rs));
+  json j;
+  j["schema"] = kSweepSchema;
+  j["scenario_file"] = scenario;
+  j["grid"] = json::array();
+  for (const auto& a : axes) j["grid"].push_back({{"key", a.key}, {"values", a.values}});
+  j["points"] = json::array();
+  for (size_t i = 0; i < points.size(); ++i) {
+    json p;
+    p["point"] = i + 1;
+    p["params"] = json::object();
+    for (size_t a = 0; a < axes.size(); ++a) p["params"][axes[a].key] = points[i].values[a];
+    p["result"] = cmp["scenarios"][i];
+    j["points"].push_back(p);
+  }
+  j["summary"] = cmp["summary"];
+  return j;
+}
+
+std::string plot_sweep_svg(const std::vector<GridAxis>& axes, const std::vector<SweepPoint>& points) {
+  std::ostringstream o;
+  const std::string title = points.empty() ? std::string("sweep") : points[0].result.name.substr(0, points[0].result.name.find(" ["));
+  double lo = 1e300, hi = 0;
+  for (const auto& p : points)
+    for (const auto& v : {p.result.simulated_s, p.result.predicted_s})
+      if (v && *v > 0) lo = std::min(lo, *v), hi = std::max(hi, *v);
+  if (axes.size() == 1) {
+    // A line chart: the values in grid order along x, latency along y (from 0).
+    const auto& ax = axes[0];
+    const double W = 720, H = 460, L = 90, R = 30, T = 60, B = 80;
+    const double pw = W - L - R, ph = H - T - B;
+    // Round ticks (1, 2 or 5 times a power of ten), four to eight of them, the top one above the data.
+    const double top = hi > 0 ? hi * 1.05 : 1e-6;
+    double step = std::pow(10.0, std::floor(std::log10(top / 4)));
+    for (const double m : {1.0, 2.0, 5.0, 10.0})
+      if (top / (step * m) <= 8) {
+        step *= m;
+        break;
+      }
+    const int nticks = static_cast<int>(std::ceil(top / step));
+    const double ymax = step * nticks;
+    const size_t n = ax.values.size();
+    auto X = [&](size_t i) { return L + (n == 1 ? pw / 2 : pw * static_cast<double>(i) / static_cast<double>(n - 1)); };
+    auto Y = [&](double s) { return T + ph * (1 - s / ymax); };
+    o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      << "<text x=\"" << W / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" << xml(title) << ": latency over " << xml(ax.key) << "</text>\n"
+      << "<line x1=\"" << L << "\" y1=\"" << T + ph << "\" x2=\"" << L + pw << "\" y2=\"" << T + ph << "\" stroke=\"#333\"/>\n"
+      << "<line x1=\"" << L << "\" y1=\"" << T << "\" x2=\"" << L << "\" y2=\"" << T + ph << "\" stroke=\"#333\"/>\n";
+    for (int k = 0; k <= nticks; ++k) {
+      const double s = step * k;
+      o << "<line x1=\"" << L - 4 << "\" y1=\"" << Y(s) << "\" x2=\"" << L + pw << "\" y2=\"" << Y(s) << "\" stroke=\"#eee\"/>"
+        << "<text x=\"" << L - 8 << "\" y=\"" << Y(s) + 4 << "\" text-anchor=\"end\">" << xml(format_seconds(s)) << "</text>\n";
+    }
+    for (size_t i = 0; i < n; ++i)
+      o << "<text x=\"" << X(i) << "\" y=\"" << T + ph + 18 << "\" text-anchor=\"middle\">" << xml(grid_value_text(ax.values[i])) << "</text>\n";
+    o << "<text x=\"" << L + pw / 2 << "\" y=\"" << H - 30 << "\" text-anchor=\"middle\">" << xml(ax.key) << "</text>\n";
+    auto series = [&](bool simulated, const char* colour, const char* dash) {
+      std::string path;
+      for (size_t i = 0; i < points.size() && i < n; ++i) {
+        const auto v = simulated ? points[i].result.simulated_s : points[i].result.predicted_s;
+        if (!v) continue;
+        path += (path.empty() ? "M " : " L ") + fmt("%.2f", X(i)) + " " + fmt("%.2f", Y(*v));
+        o << "<circle class=\"" << (simulated ? "simulated" : "predicted") << "\" cx=\"" << fmt("%.2f", X(i)) << "\" cy=\"" << fmt("%.2f", Y(*v))
+          << "\" r=\"4\" fill=\"" << colour << "\"><title>" << xml(label(axes, points[i].values)) << ": " << (simulated ? "simulated " : "predicted ")
+          << xml(format_seconds(v)) << "</title></circle>\n";
+      }
+      if (!path.empty()) o << "<path d=\"" << path << "\" fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"2\"" << dash << "/>\n";
+    };
+    series(true, "#1f77b4", "");
+    series(false, "#ff7f0e", " stroke-dasharray=\"6 4\"");
+    o << "<g font-size=\"12\"><line x1=\"" << L + 14 << "\" y1=\"" << T + 10 << "\" x2=\"" << L + 38 << "\" y2=\"" << T + 10
+      << "\" stroke=\"#1f77b4\" stroke-width=\"2\"/><text x=\"" << L + 44 << "\" y=\"" << T + 14 << "\">simulated</text>"
+      << "<line x1=\"" << L + 14 << "\" y1=\"" << T + 28 << "\" x2=\"" << L + 38 << "\" y2=\"" << T + 28
+      << "\" stroke=\"#ff7f0e\" stroke-width=\"2\" stroke-dasharray=\"6 4\"/><text x=\"" << L + 44 << "\" y=\"" << T + 32
+      << "\">predicted</text></g>\n</svg>\n";
+    return o.str();
+  }
+  // Heatmaps: axes[0] across, axes[1] down, one panel per combination of the other axes' values
+  // (the points are in grid order, the last axis fastest). Colour: simulated latency, log scale.
+  const auto& ax = axes[0];
+  const auto& ay = axes[1];
+  size_t panels = 1;
+  for (size_t a = 2; a < axes.size(); ++a) panels *= axes[a].values.size();
+  const double cw = std::max(70.0, 560.0 / static_cast<double>(ax.values.size())), ch = 34;
+  const double pw = cw * static_cast<double>(ax.values.size()), ph = ch * static_cast<double>(ay.values.size());
+  const double L = std::max(120.0, 6.6 * static_cast<double>(ay.key.size() + 2) + 16), T = 110, gapx = 60, gapy = 80;
+  const size_t per_row = std::max<size_t>(1, std::min<size_t>(panels, pw > 400 ? 1 : 3));
+  const size_t prow = (panels + per_row - 1) / per_row;
+  const std::string line1 = title + ": simulated latency";
+  const std::string line2 = "across: " + ax.key + "; down: " + ay.key;
+  const double W = std::max({L + static_cast<double>(per_row) * (pw + gapx) - gapx + 30, 7.5 * static_cast<double>(line2.size()) + 40, 520.0});
+  const double H = T + static_cast<double>(prow) * (ph + gapy) - gapy + 50;
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" font-family=\"sans-serif\" font-size=\"11\">\n"
+    << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    << "<text x=\"" << W / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" << xml(line1) << "</text>\n"
+    << "<text x=\"" << W / 2 << "\" y=\"44\" text-anchor=\"middle\" font-size=\"12\">" << xml(line2) << "</text>\n";
+  if (hi > 0)
+    o << "<text x=\"" << W / 2 << "\" y=\"62\" text-anchor=\"middle\" fill=\"#555\">colour: light " << xml(format_seconds(lo)) << " to dark "
+      << xml(format_seconds(hi)) << " (log scale); red: could not run</text>\n";
+  // The position of point (ix, iy, panel) in grid order.
+  auto index = [&](size_t ix, size_t iy, size_t panel) {
+    size_t idx = 0, rest = panel;
+    std::vector<size_t> at(axes.size(), 0);
+    at[0] = ix;
+    at[1] = iy;
+    for (size_t a = axes.size(); a-- > 2;) {
+      at[a] = rest % axes[a].values.size();
+      rest /= axes[a].values.size();
+    }
+    for (size_t a = 0; a < axes.size(); ++a) idx = idx * axes[a].values.size() + at[a];
+    return std::make_pair(idx, at);
+  };
+  for (size_t pn = 0; pn < panels; ++pn) {
+    const double px = L + static_cast<double>(pn % per_row) * (pw + gapx), py = T + static_cast<double>(pn / per_row) * (ph + gapy);
+    const auto at0 = index(0, 0, pn).second;
+    std::string ptitle;
+    for (size_t a = 2; a < axes.size(); ++a) ptitle += (a > 2 ? ", " : "") + axes[a].key + "=" + grid_value_text(axes[a].values[at0[a]]);
+    if (!ptitle.empty()) o << "<text x=\"" << px + pw / 2 << "\" y=\"" << py - 26 << "\" text-anchor=\"middle\" font-size=\"12\">" << xml(ptitle) << "</text>\n";
+    o << "<text x=\"" << px - 8 << "\" y=\"" << py - 8 << "\" text-anchor=\"end\" fill=\"#555\">" << xml(ay.key) << " \xE2\x86\x93</text>\n";
+    for (size_t ix = 0; ix < ax.values.size(); ++ix)
+      o << "<text x=\"" << px + cw * (static_cast<double>(ix) + 0.5) << "\" y=\"" << py - 8 << "\" text-anchor=\"middle\">"
+        << xml(grid_value_text(ax.values[ix])) << "</text>\n";
+    for (size_t iy = 0; iy < ay.values.size(); ++iy) {
+      o << "<text x=\"" << px - 8 << "\" y=\"" << py + ch * (static_cast<double>(iy) + 0.5) + 4 << "\" text-anchor=\"end\">"
+        << xml(grid_value_text(ay.values[iy])) << "</text>\n";
+      for (size_t ix = 0; ix < ax.values.size(); ++ix) {
+        const size_t i = index(ix, iy, pn).first;
+        if (i >= points.size()) continue;
+        const auto& r = points[i].result;
+        const double t = r.simulated_s && hi > lo ? std::log(*r.simulated_s / lo) / std::log(hi / lo) : 0.5;
+        const std::string fill = r.simulated_s ? ramp(t) : "#f2dede";
+        const double x = px + cw * static_cast<double>(ix), y = py + ch * static_cast<double>(iy);
+        o << "<rect class=\"cell\" x=\"" << x << "\" y=\"" << y << "\" width=\"" << cw << "\" height=\"" << ch << "\" fill=\"" << fill
+          << "\" stroke=\"white\"><title>" << xml(label(axes, points[i].values)) << ": " << xml(status_text(r)) << "</title></rect>"
+          << "<text x=\"" << x + cw / 2 << "\" y=\"" << y + ch / 2 + 4 << "\" text-anchor=\"middle\" fill=\"" << (t > 0.55 ? "white" : "#111") << "\">"
+          << xml(r.simulated_s ? format_seconds(r.simulated_s) : std::string("error")) << "</text>\n";
+      }
+    }
+    o << "<text x=\"" << px + pw / 2 << "\" y=\"" << py + ph + 18 << "\" text-anchor=\"middle\" fill=\"#555\">" << xml(ax.key) << " \xE2\x86\x92</text>\n";
+  }
+  o << "</svg>\n";
+  return o.str();
+}
+
+int run_sweep(const SweepOptions& opt) {
+  auto& con = Console::get();
+  if (opt.scenario.empty()) throw InputError("command line", "sweep needs a scenario", "e.g. tessera sweep scenarios/quickstart.json --grid run.batch=[1,2]");
+  if (opt.jobs < 1) throw InputError("--jobs", "must be at least 1");
+  static const std::vector<std::string> formats = {"table", "csv", "json", "markdown"};
+  if (std::find(formats.begin(), formats.end(), opt.format) == formats.end())
+    throw InputError("--format", "'" + opt.format + "' is not a format of sweep", "use table, csv, json or markdown");
+  install_interrupt_handlers();
+
+  // 1. The grid: the scenario's sweep.grid, then --grid (a key given again replaces the file's).
+  const Scenario base = load_scenario(opt.scenario, opt.sets);
+  std::vector<GridAxis> axes;
+  if (base.resolved.contains("sweep") && base.resolved["sweep"].contains("grid"))
+    for (const auto& [k, v] : base.resolved["sweep"]["grid"].items()) {
+      GridAxis a;
+      a.key = k;
+      for (const auto& x : v) a.values.push_back(x);
+      if (a.values.empty()) throw InputError(opt.scenario + ": /sweep/grid/" + schema::pointer_token(k), "no values", "give at least one value");
+      axes.push_back(std::move(a));
+    }
+  for (const auto& g : opt.grid) {
+    GridAxis a = parse_grid_arg(g, "--grid " + g);
+    auto it = std::find_if(axes.begin(), axes.end(), [&](const GridAxis& x) { return x.key == a.key; });
+    if (it != axes.end()) *it = std::move(a);
+    else axes.push_back(std::move(a));
+  }
+  if (axes.empty())
+    throw InputError("command line", "no grid to sweep", "give --grid key.path=[v1,v2,...] (or a sweep.grid section in the scenario)");
+  size_t count = 1;
+  for (const auto& a : axes) {
+    count *= a.values.size();
+    if (count > kMaxPoints)
+      throw InputError("--grid", "the grid has more than " + std::to_string(kMaxPoints) + " points", "sweep fewer values, or split the sweep");
+  }
+
+  // 2. The points, each validated like --set before anything runs (every mistake at once).
+  const fs::path out_root = opt.out_dir.empty() ? fs::path("out") / "sweep" / safe_dir_name(base.name) : fs::path(opt.out_dir);
+  std::vector<std::string> base_sets = opt.sets;
+  if (opt.no_numerics) base_sets.push_back("run.numerics=false");
+  std::vector<std::vector<json>> values(count);
+  std::vector<Job> jobs(count);
+  // (A mistake every point makes -- a key path that does not exist -- is reported once.)
+  struct Mistake {
+    Diagnostic d;
+    std::string first;
+    size_t points = 0;
+  };
+  std::vector<Mistake> mistakes;
+  for (size_t i = 0; i < count; ++i) {
+    size_t rest = i;
+    values[i].resize(axes.size());
+    for (size_t a = axes.size(); a-- > 0;) {
+      values[i][a] = axes[a].values[rest % axes[a].values.size()];
+      rest /= axes[a].values.size();
+    }
+    std::vector<std::string> point_sets;
+    for (size_t a = 0; a < axes.size(); ++a) point_sets.push_back(axes[a].key + "=" + grid_value_text(values[i][a]));
+    std::vector<std::string> sets = base_sets;
+    sets.insert(sets.end(), point_sets.begin(), point_sets.end());
+    const std::string lab = label(axes, values[i]);
+    Scenario s;
+    try {
+      s = load_scenario(opt.scenario, sets);
+    } catch (const InputError& e) {
+      std::vector<Diagnostic> ds = e.diagnostics();
+      if (ds.empty()) ds.push_back({"", e.what(), ""});
+      for (const auto& d : ds) {
+        auto it = std::find_if(mistakes.begin(), mistakes.end(), [&](const Mistake& m) { return m.d.where == d.where && m.d.message == d.message; });
+        if (it == mistakes.end()) mistakes.push_back({d, "point " + std::to_string(i + 1) + " (" + lab + ")", 1});
+        else ++it->points;
+      }
+      continue;
+    }
+    Job& job = jobs[i];
+    job.scenario_file = s.file.empty() ? abs_path(opt.scenario) : s.file;
+    job.name = s.name + " [" + lab + "]";
+    const std::string dn = point_dir(lab);
+    job.dir = (out_root / dn).string();
+    job.log = (fs::path(job.dir) / "run.log").string();
+    job.log_tmp = (out_root / ("." + dn + ".run.log")).string();
+    job.resolved = s.resolved;
+    job.target = s.kind + (s.preset.empty() ? "" : "/" + s.preset);
+    job.sets = opt.sets;
+    job.sets.insert(job.sets.end(), point_sets.begin(), point_sets.end());
+  }
+  DiagnosticList diags;
+  for (const auto& m : mistakes)
+    diags.add((m.points == count && count > 1 ? "every point" : m.points > 1 ? m.first + " and " + std::to_string(m.points - 1) + " more" : m.first) +
+                  (m.d.where.empty() ? "" : ": " + m.d.where),
+              m.d.message, m.d.hint);
+  diags.throw_if_any();
+
+  // 3. Reuse what is up to date, run the rest (child processes; MPI ranks under mpirun).
+  std::vector<SweepPoint> points(count);
+  std::vector<Job> queue;
+  std::vector<size_t> queued;
+  for (size_t i = 0; i < count; ++i) {
+    points[i].values = values[i];
+    if (!opt.rerun) {
+      std::string why_not;
+      if (auto r = reusable_report(jobs[i], opt.exe, why_not)) {
+        points[i].result = result_from_report(*r, (fs::path(jobs[i].dir) / "report.json").string());
+        points[i].result.origin = "reused";
+        points[i].result.name = jobs[i].name;
+        con.detail("sweep: " + jobs[i].name + ": reusing " + points[i].result.report_file);
+        continue;
+      }
+      if (!why_not.empty()) con.detail("sweep: " + jobs[i].name + ": running again: " + why_not);
+    }
+    queue.push_back(jobs[i]);
+    queued.push_back(i);
+  }
+  con.info("sweep: " + std::to_string(count) + " point" + (count == 1 ? "" : "s") + " over " + std::to_string(axes.size()) + " parameter" +
+           (axes.size() == 1 ? "" : "s") + ": " + std::to_string(queue.size()) + " to run, " + std::to_string(count - queue.size()) +
+           " reused (--jobs " + std::to_string(opt.jobs) + (distributed() ? ", " + std::to_string(ranks()) + " MPI ranks" : std::string()) + ")");
+  JobsOptions jo;
+  jo.jobs = opt.jobs;
+  jo.no_numerics = opt.no_numerics;
+  jo.exe = opt.exe;
+  jo.what = "sweep";
+  std::vector<CompareResult> ran = run_jobs(queue, jo);
+  if (rank() != 0) return 0;  // another MPI rank: rank 0 prints
+  for (size_t k = 0; k < queued.size(); ++k) {
+    points[queued[k]].result = std::move(ran[k]);
+    points[queued[k]].result.name = jobs[queued[k]].name;
+  }
+
+  // 4. Output.
+  std::vector<CompareResult> rs;
+  for (const auto& p : points) rs.push_back(p.result);
+  const CompareSummary sum = summarize(rs);
+  if (opt.format == "table" || opt.format == "markdown") {
+    std::cout << format_sweep_table(axes, points, opt.format == "markdown");
+    std::cout << (opt.format == "markdown" ? "\n" : "") << summary_lines(sum);
+  } else if (opt.format == "csv") {
+    std::cout << format_sweep_csv(axes, points);
+    std::istringstream lines(summary_lines(sum));
+    for (std::string l; std::getline(lines, l);) con.info(l);
+  } else {
+    std::cout << format_sweep_json(base.file.empty() ? abs_path(opt.scenario) : base.file, axes, points).dump(2) << "\n";
+  }
+  std::cout.flush();
+  if (!opt.plot_file.empty()) {
+    write_file_atomic(opt.plot_file, plot_sweep_svg(axes, points));
+    con.info("plot: " + opt.plot_file);
+  }
+  if (!opt.scatter_file.empty()) {
+    size_t n = 0;
+    write_file_atomic(opt.scatter_file, plot_svg(rs, &n));
+    con.info("scatter: " + opt.scatter_file + " (" + std::to_string(n) + " kernel" + (n == 1 ? "" : "s") + ")");
+  }
+  return sum.check_failed || sum.errors ? 1 : 0;
+}
+
+}  // namespace tessera::sim
