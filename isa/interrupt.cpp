@@ -109,6 +109,16 @@ void enter_phase(const char* phase) {
     (void)n;
     return;
   }
+  // Once per process: a phase entered again (the inputs, read again after compiling) must not send
+  // a second signal -- that is the "stop at once" signal, and the first one's orderly stop would
+  // then race it (cli.sigint_mid_phase failed so under load).
+  static bool sent = false;
+  if (sent) {
+    const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+    (void)n;
+    return;
+  }
+  sent = true;
   const int ms = colon == std::string::npos ? 0 : std::atoi(spec.c_str() + colon + 1);
   const int sig = spec.size() > 5 && spec.compare(spec.size() - 5, 5, ":TERM") == 0 ? SIGTERM : SIGINT;
   line = std::string("tessera: phase ") + phase + ": sending " + (sig == SIGTERM ? "SIGTERM" : "SIGINT") + " in " + std::to_string(ms) +
