@@ -266,6 +266,42 @@ def compare(*scenarios, jobs=1, out=None, rerun=False, set=None, numerics=True):
     raise InternalError(f"tessera compare exited {p.returncode}: {p.stderr.strip()[-2000:]}")
 
 
+def sweep(scenario, grid=None, jobs=1, out=None, rerun=False, set=None, numerics=True, plot=None, scatter=None):
+    """`tessera sweep`: the scenario over the cartesian product of `grid` ({key path: [values]},
+    added to the scenario's own sweep.grid; a key given here replaces the file's), each point run
+    in its own process (`jobs` at once; reports under `out`, default out/sweep/<name>, reused when
+    up to date). Returns the tessera.sweep/1 document as a dict: `grid`, one entry per point
+    (`params` and its compare `result`) and compare's `summary`. `plot` / `scatter` write the SVGs
+    of `--plot` / `--scatter`. A point that failed a check or could not run is in the result with
+    its status; a bad grid or a point that does not validate raises InputError (nothing runs)."""
+    import subprocess
+
+    args = [_tessera_command(), "sweep", _os.fspath(scenario), "--format", "json", "--jobs", str(jobs)]
+    for key, values in (grid or {}).items():
+        args += ["--grid", key + "=" + _json.dumps(list(values))]
+    if out:
+        args += ["--out", _os.fspath(out)]
+    if rerun:
+        args.append("--rerun")
+    for kv in set or []:
+        args += ["--set", kv]
+    if not numerics:
+        args.append("--no-numerics")
+    if plot:
+        args += ["--plot", _os.fspath(plot)]
+    if scatter:
+        args += ["--scatter", _os.fspath(scatter)]
+    p = subprocess.run(args, capture_output=True, text=True)
+    if p.returncode in (0, 1) and p.stdout.strip():
+        return _json.loads(p.stdout)
+    if p.returncode == 130:
+        raise KeyboardInterrupt("tessera sweep was interrupted")
+    errors = [l[len("error: "):] for l in p.stderr.splitlines() if l.startswith("error: ")]
+    if p.returncode == 2 and errors:
+        raise InputError([{"where": "", "message": e, "hint": "", "text": e} for e in errors if not e.endswith("problems:")])
+    raise InternalError(f"tessera sweep exited {p.returncode}: {p.stderr.strip()[-2000:]}")
+
+
 def from_torch(module, example_inputs, **kwargs):
     """An nn.Module to a scenario dict for run() (needs PyTorch; see tessera.torch_export)."""
     from .torch_export import from_torch as _from_torch

@@ -286,6 +286,27 @@ class RunTest(unittest.TestCase):
             tessera.compare("scenarios/no_such_scenario.json", out=out)
         self.assertIn("no_such_scenario.json: no such file or directory", str(cm.exception))
 
+    def test_sweep(self):
+        out = fresh("sweep")
+        sw = tessera.sweep("scenarios/neuroncore/mlp.json", {"target.params.dma.engine_bandwidth": ["8.5GB/s", "17GB/s"],
+                                                              "precision.compute": ["bf16", "fp32"]},
+                           out=out, jobs=2, plot=out / "grid.svg")
+        self.assertEqual(sw["schema"], "tessera.sweep/1")
+        self.assertEqual([g["key"] for g in sw["grid"]], ["target.params.dma.engine_bandwidth", "precision.compute"])
+        self.assertEqual(len(sw["points"]), 4)
+        self.assertEqual(sw["points"][1]["params"], {"target.params.dma.engine_bandwidth": "8.5GB/s", "precision.compute": "fp32"})
+        sim = {(p["params"]["target.params.dma.engine_bandwidth"], p["params"]["precision.compute"]): p["result"]["simulated_s"]
+               for p in sw["points"]}
+        self.assertLess(sim[("17GB/s", "bf16")], sim[("8.5GB/s", "bf16")])  # faster DMA engines, faster run
+        self.assertLess(sim[("17GB/s", "bf16")], sim[("17GB/s", "fp32")])
+        self.assertTrue((out / "grid.svg").exists())
+        again = tessera.sweep("scenarios/neuroncore/mlp.json", {"target.params.dma.engine_bandwidth": ["8.5GB/s", "17GB/s"],
+                                                                 "precision.compute": ["bf16", "fp32"]}, out=out)
+        self.assertEqual({p["result"]["origin"] for p in again["points"]}, {"reused"})
+        with self.assertRaises(tessera.InputError) as cm:
+            tessera.sweep("scenarios/neuroncore/mlp.json", {"run.stpes": [1, 2]}, out=out)
+        self.assertIn("every point", str(cm.exception))
+
     def test_version(self):
         cli = subprocess.run([BIN, "version"], capture_output=True, text=True, check=True).stdout
         self.assertIn("tessera " + tessera.__version__ + "\n", cli)
