@@ -472,6 +472,7 @@ int cli_main(int argc, char** argv) {
     return kExitBadInput;
   } catch (const std::exception& e) {
     c.error(std::string("internal error: ") + e.what() + " (please report this with the scenario)");
+    abort_distributed(kExitInternal);  // under mpirun: the other ranks may be waiting for this one
     return kExitInternal;
   }
 }

@@ -171,8 +171,9 @@ class Children {
 bool g_mpi = false, g_mpi_checked = false;
 int g_rank = 0, g_ranks = 1;
 // Message tags: a rank asks for a job; rank 0 answers with its index (-1: none left); a rank
-// reports a finished job {index, wait status, wall time in microseconds}.
-constexpr int kAsk = 1, kJob = 2, kDone = 3;
+// reports a finished job {index, wait status, wall time in microseconds}; a rank tells rank 0 it
+// was interrupted; rank 0 tells the others to stop.
+constexpr int kAsk = 1, kJob = 2, kDone = 3, kInterrupted = 4, kStop = 5;
 
 void init_mpi() {
   if (g_mpi_checked) return;
@@ -266,6 +267,14 @@ int ranks() {
 #endif
 }
 
+void abort_distributed(int code) {
+#ifdef TESSERA_HAVE_MPI
+  if (g_mpi) MPI_Abort(MPI_COMM_WORLD, code);
+#else
+  (void)code;
+#endif
+}
+
 void finish_distributed() {
 #ifdef TESSERA_HAVE_MPI
   if (g_mpi) {
@@ -279,19 +288,23 @@ std::vector<CompareResult> run_jobs(const std::vector<Job>& queue, const JobsOpt
   auto& con = Console::get();
   std::vector<CompareResult> results(queue.size());
   const bool mpi = distributed();
-  const int me = rank();
   Children local;
   size_t next = 0, done = 0;
   bool interrupted = false, forwarded = false;
-  auto finish = [&](const Children::Done& d) {
+  auto finish = [&](const Children::Done& d, const std::string& first_log_line) {
     const Job& job = queue[d.job];
     ++done;
     std::string what;
-    results[d.job] = result_of(job, d.status, first_line_of(job.log), what);
+    results[d.job] = result_of(job, d.status, first_log_line, what);
     con.info("[" + std::to_string(done) + "/" + std::to_string(queue.size()) + "] " + job.name + ": " + what + ", " + fmt_wall(d.wall));
   };
-  auto interrupt_check = [&] {
-    interrupted = interrupted || interrupt_requested();
+  // A local child's end: its first log line (read before its log moves into OUT/NAME), its log kept.
+  auto reap_local = [&](const Children::Done& d) {
+    const std::string first = first_line_of(queue[d.job].log_tmp);
+    keep_log(queue[d.job]);
+    return first;
+  };
+  auto stop_children = [&] {
     if (interrupted && !forwarded) {
       // Ctrl-C reaches the children through the process group; a SIGINT sent to this process
       // alone is passed on. Each run then stops without leaving partial outputs.
@@ -300,46 +313,66 @@ std::vector<CompareResult> run_jobs(const std::vector<Job>& queue, const JobsOpt
     }
   };
   auto idle = [] { std::this_thread::sleep_for(std::chrono::milliseconds(10)); };
+  // More to start here: not after an interruption.
+  auto more = [&] { return !interrupted && next < queue.size(); };
 
   if (!mpi) {
-    while (next < queue.size() || local.size() > 0) {
-      interrupt_check();
-      if (!interrupted && next < queue.size() && local.size() < static_cast<size_t>(opt.jobs)) {
+    while (more() || local.size() > 0) {
+      interrupted = interrupted || interrupt_requested();
+      stop_children();
+      if (more() && local.size() < static_cast<size_t>(opt.jobs)) {
         local.start(next, queue[next], opt);
         ++next;
         continue;
       }
-      if (auto d = local.poll(queue)) {
-        keep_log(queue[d->job]);
-        finish(*d);
-      } else {
-        idle();
-      }
+      if (auto d = local.poll(queue)) finish(*d, reap_local(*d));
+      else idle();
     }
     if (interrupted) throw_interrupted();
     return results;
   }
 
 #ifdef TESSERA_HAVE_MPI
+  const int me = rank();
   // Every rank built its queue from the same files before anything ran (the barrier), so the
-  // queues agree: only indices travel. A rank whose queue differs stops the job.
+  // queues agree: only indices travel. A rank whose queue differs (the same runs, the same
+  // directories and overrides) stops the job.
   MPI_Barrier(MPI_COMM_WORLD);
   {
-    long long n = static_cast<long long>(queue.size()), n0 = n;
-    MPI_Bcast(&n0, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
-    if (n0 != n) {
-      con.error("rank " + std::to_string(me) + " has " + std::to_string(n) + " runs to do, rank 0 has " + std::to_string(n0) +
-                " (do the ranks see the same files?)");
+    unsigned long long h = 1469598103934665603ULL;  // FNV-1a over every job's directory and --set
+    auto mix = [&](const std::string& t) {
+      for (unsigned char c : t) h = (h ^ c) * 1099511628211ULL;
+      h = (h ^ 0xffu) * 1099511628211ULL;
+    };
+    for (const Job& j : queue) {
+      mix(j.dir);
+      for (const auto& st : j.sets) mix(st);
+    }
+    unsigned long long h0 = h;
+    MPI_Bcast(&h0, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+    if (h0 != h) {
+      con.error("MPI rank " + std::to_string(me) + " has other runs to do than rank 0 (" + std::to_string(queue.size()) +
+                " of them): do the ranks see the same files? (OUT must be one directory every rank sees; docs/sweep.md)");
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
   }
   if (me == 0) {
     // Rank 0 runs jobs itself and hands the others out as ranks ask (dynamic load balancing: a
-    // rank with a long run asks again only when it has a free slot).
+    // rank with a long run asks again only when it has a free slot). An interruption here or on
+    // any rank stops every rank's runs: no more jobs are handed out and the others are told.
     size_t remote_running = 0;
     int asking = g_ranks - 1;  // ranks not yet told that no job is left
-    while (next < queue.size() || local.size() > 0 || remote_running > 0 || asking > 0) {
-      interrupt_check();
+    bool told = false;
+    while (more() || local.size() > 0 || remote_running > 0 || asking > 0) {
+      interrupted = interrupted || interrupt_requested();
+      stop_children();
+      if (interrupted && !told) {
+        for (int r = 1; r < g_ranks; ++r) {
+          int dummy = 0;
+          MPI_Send(&dummy, 1, MPI_INT, r, kStop, MPI_COMM_WORLD);
+        }
+        told = true;
+      }
       int flag = 0;
       MPI_Status st;
       MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st);
@@ -347,7 +380,7 @@ std::vector<CompareResult> run_jobs(const std::vector<Job>& queue, const JobsOpt
         int dummy = 0;
         MPI_Recv(&dummy, 1, MPI_INT, st.MPI_SOURCE, kAsk, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         int j = -1;
-        if (!interrupted && next < queue.size()) {
+        if (more()) {
           j = static_cast<int>(next++);
           ++remote_running;
           con.detail(opt.what + ": " + queue[static_cast<size_t>(j)].name + " to rank " + std::to_string(st.MPI_SOURCE));
@@ -361,36 +394,53 @@ std::vector<CompareResult> run_jobs(const std::vector<Job>& queue, const JobsOpt
         long long m[3] = {0, 0, 0};
         MPI_Recv(m, 3, MPI_LONG_LONG, st.MPI_SOURCE, kDone, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         --remote_running;
-        finish({static_cast<size_t>(m[0]), static_cast<int>(m[1]), static_cast<double>(m[2]) * 1e-6});
+        finish({static_cast<size_t>(m[0]), static_cast<int>(m[1]), static_cast<double>(m[2]) * 1e-6}, first_line_of(queue[static_cast<size_t>(m[0])].log));
         continue;
       }
-      if (!interrupted && next < queue.size() && local.size() < static_cast<size_t>(opt.jobs)) {
+      if (flag && st.MPI_TAG == kInterrupted) {
+        int dummy = 0;
+        MPI_Recv(&dummy, 1, MPI_INT, st.MPI_SOURCE, kInterrupted, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        interrupted = true;
+        continue;
+      }
+      if (more() && local.size() < static_cast<size_t>(opt.jobs)) {
         local.start(next, queue[next], opt);
         ++next;
         continue;
       }
-      if (auto d = local.poll(queue)) {
-        keep_log(queue[d->job]);
-        finish(*d);
-      } else {
-        idle();
-      }
+      if (auto d = local.poll(queue)) finish(*d, reap_local(*d));
+      else idle();
     }
     if (interrupted) throw_interrupted();
     return results;
   }
   // Another rank: ask for a job whenever a slot is free, run it, report it; stop when told none is
-  // left. (The reports are in OUT, which every rank sees: docs/sweep.md.)
-  bool none_left = false;
+  // left. (The reports are in OUT, which every rank sees: docs/sweep.md.) Interrupted here, it
+  // tells rank 0 (which stops the others) and asks no more than to be told that nothing is left.
+  bool none_left = false, reported = false;
   while (!none_left || local.size() > 0) {
-    interrupt_check();
-    if (!none_left && local.size() < static_cast<size_t>(opt.jobs)) {
+    int flag = 0;
+    MPI_Iprobe(0, kStop, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+    if (flag) {
+      int dummy = 0;
+      MPI_Recv(&dummy, 1, MPI_INT, 0, kStop, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      interrupted = true;
+      reported = true;  // rank 0 knows
+    }
+    interrupted = interrupted || interrupt_requested();
+    stop_children();
+    if (interrupted && !reported) {
+      int dummy = 0;
+      MPI_Send(&dummy, 1, MPI_INT, 0, kInterrupted, MPI_COMM_WORLD);
+      reported = true;
+    }
+    if (!none_left && (interrupted || local.size() < static_cast<size_t>(opt.jobs))) {
       int dummy = 0, j = -1;
       MPI_Send(&dummy, 1, MPI_INT, 0, kAsk, MPI_COMM_WORLD);
       MPI_Recv(&j, 1, MPI_INT, 0, kJob, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
       if (j < 0) {
         none_left = true;
-      } else if (interrupted) {  // handed out after this rank's SIGINT: reported as interrupted, not run
+      } else if (interrupted) {  // (cannot happen: rank 0 knew before this ask) reported, not run
         long long m[3] = {j, 130 << 8, 0};
         MPI_Send(m, 3, MPI_LONG_LONG, 0, kDone, MPI_COMM_WORLD);
       } else {
@@ -406,9 +456,11 @@ std::vector<CompareResult> run_jobs(const std::vector<Job>& queue, const JobsOpt
       idle();
     }
   }
-  if (interrupted) throw_interrupted();
+  // (Rank 0 read this rank's reports; its kStop, if it sent one after this rank stopped asking, is
+  // still to be received before MPI ends.)
+  if (!interrupted) return {};
+  throw_interrupted();
 #endif
-  (void)me;
   return {};
 }
 

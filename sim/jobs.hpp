@@ -55,5 +55,8 @@ bool distributed();
 int rank();
 int ranks();
 void finish_distributed();
+// After an error on one rank: ends every rank's process with `code` (the others may wait for it).
+// Does nothing without MPI.
+void abort_distributed(int code);
 
 }  // namespace tessera::sim

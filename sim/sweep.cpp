@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <sstream>
@@ -136,7 +137,8 @@ GridAxis parse_grid_arg(const std::string& arg, const std::string& where) {
   if (ax.values.empty()) throw InputError(where, "no values for " + ax.key, "give at least one value: " + ax.key + "=[v1,...]");
   for (size_t i = 0; i < ax.values.size(); ++i)
     for (size_t k = 0; k < i; ++k)
-      if (ax.values[i] == ax.values[k]) throw InputError(where, ax.key + " lists " + grid_value_text(ax.values[i]) + " twice", "give each value once");
+      if (grid_value_text(ax.values[i]) == grid_value_text(ax.values[k]))
+        throw InputError(where, ax.key + " lists " + grid_value_text(ax.values[i]) + " twice", "give each value once");
   return ax;
 }
 
@@ -319,24 +321,26 @@ std::string plot_sweep_svg(const std::vector<GridAxis>& axes, const std::vector<
   if (hi > 0)
     o << "<text x=\"" << W / 2 << "\" y=\"62\" text-anchor=\"middle\" fill=\"#555\">colour: light " << xml(format_seconds(lo)) << " to dark "
       << xml(format_seconds(hi)) << " (log scale); red: could not run</text>\n";
-  // The position of point (ix, iy, panel) in grid order.
-  auto index = [&](size_t ix, size_t iy, size_t panel) {
-    size_t idx = 0, rest = panel;
-    std::vector<size_t> at(axes.size(), 0);
-    at[0] = ix;
-    at[1] = iy;
+  // Panel p's value index on each axis after the first two (the last axis fastest).
+  auto panel_at = [&](size_t panel) {
+    std::vector<size_t> at(axes.size() - 2);
     for (size_t a = axes.size(); a-- > 2;) {
-      at[a] = rest % axes[a].values.size();
-      rest /= axes[a].values.size();
+      at[a - 2] = panel % axes[a].values.size();
+      panel /= axes[a].values.size();
     }
-    for (size_t a = 0; a < axes.size(); ++a) idx = idx * axes[a].values.size() + at[a];
-    return std::make_pair(idx, at);
+    return at;
+  };
+  // The position of point (ix, iy) of panel `at` in grid order.
+  auto index = [&](size_t ix, size_t iy, const std::vector<size_t>& at) {
+    size_t idx = ix * axes[1].values.size() + iy;
+    for (size_t a = 2; a < axes.size(); ++a) idx = idx * axes[a].values.size() + at[a - 2];
+    return idx;
   };
   for (size_t pn = 0; pn < panels; ++pn) {
     const double px = L + static_cast<double>(pn % per_row) * (pw + gapx), py = T + static_cast<double>(pn / per_row) * (ph + gapy);
-    const auto at0 = index(0, 0, pn).second;
+    const std::vector<size_t> at0 = panel_at(pn);
     std::string ptitle;
-    for (size_t a = 2; a < axes.size(); ++a) ptitle += (a > 2 ? ", " : "") + axes[a].key + "=" + grid_value_text(axes[a].values[at0[a]]);
+    for (size_t a = 2; a < axes.size(); ++a) ptitle += (a > 2 ? ", " : "") + axes[a].key + "=" + grid_value_text(axes[a].values[at0[a - 2]]);
     if (!ptitle.empty()) o << "<text x=\"" << px + pw / 2 << "\" y=\"" << py - 26 << "\" text-anchor=\"middle\" font-size=\"12\">" << xml(ptitle) << "</text>\n";
     o << "<text x=\"" << px - 8 << "\" y=\"" << py - 8 << "\" text-anchor=\"end\" fill=\"#555\">" << xml(ay.key) << " \xE2\x86\x93</text>\n";
     for (size_t ix = 0; ix < ax.values.size(); ++ix)
@@ -346,7 +350,7 @@ std::string plot_sweep_svg(const std::vector<GridAxis>& axes, const std::vector<
       o << "<text x=\"" << px - 8 << "\" y=\"" << py + ch * (static_cast<double>(iy) + 0.5) + 4 << "\" text-anchor=\"end\">"
         << xml(grid_value_text(ay.values[iy])) << "</text>\n";
       for (size_t ix = 0; ix < ax.values.size(); ++ix) {
-        const size_t i = index(ix, iy, pn).first;
+        const size_t i = index(ix, iy, at0);
         if (i >= points.size()) continue;
         const auto& r = points[i].result;
         const double t = r.simulated_s && hi > lo ? std::log(*r.simulated_s / lo) / std::log(hi / lo) : 0.5;
@@ -376,16 +380,34 @@ int run_sweep(const SweepOptions& opt) {
   // 1. The grid: the scenario's sweep.grid, then --grid (a key given again replaces the file's).
   const Scenario base = load_scenario(opt.scenario, opt.sets);
   std::vector<GridAxis> axes;
-  if (base.resolved.contains("sweep") && base.resolved["sweep"].contains("grid"))
-    for (const auto& [k, v] : base.resolved["sweep"]["grid"].items()) {
+  if (base.resolved.contains("sweep") && base.resolved["sweep"].contains("grid")) {
+    // In the file's order (the resolved scenario's objects are sorted by key).
+    std::ifstream f(opt.scenario, std::ios::binary);
+    const auto raw = nlohmann::ordered_json::parse(f, nullptr, false);
+    std::vector<std::string> keys;
+    if (!raw.is_discarded() && raw.contains("sweep") && raw["sweep"].contains("grid") && raw["sweep"]["grid"].is_object())
+      for (const auto& [k, v] : raw["sweep"]["grid"].items()) keys.push_back(k);
+    for (const auto& [k, v] : base.resolved["sweep"]["grid"].items())
+      if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+    for (const auto& k : keys) {
+      const std::string where = opt.scenario + ": /sweep/grid/" + schema::pointer_token(k);
       GridAxis a;
       a.key = k;
-      for (const auto& x : v) a.values.push_back(x);
-      if (a.values.empty()) throw InputError(opt.scenario + ": /sweep/grid/" + schema::pointer_token(k), "no values", "give at least one value");
+      for (const auto& x : base.resolved["sweep"]["grid"][k]) {
+        for (const auto& y : a.values)
+          if (grid_value_text(y) == grid_value_text(x)) throw InputError(where, "lists " + grid_value_text(x) + " twice", "give each value once");
+        a.values.push_back(x);
+      }
+      if (a.values.empty()) throw InputError(where, "no values", "give at least one value");
       axes.push_back(std::move(a));
     }
+  }
+  std::vector<std::string> given;
   for (const auto& g : opt.grid) {
     GridAxis a = parse_grid_arg(g, "--grid " + g);
+    if (std::find(given.begin(), given.end(), a.key) != given.end())
+      throw InputError("--grid " + g, a.key + " is given twice", "give each key once, with all its values: " + a.key + "=[v1,v2,...]");
+    given.push_back(a.key);
     auto it = std::find_if(axes.begin(), axes.end(), [&](const GridAxis& x) { return x.key == a.key; });
     if (it != axes.end()) *it = std::move(a);
     else axes.push_back(std::move(a));
@@ -449,6 +471,14 @@ int run_sweep(const SweepOptions& opt) {
     job.sets = opt.sets;
     job.sets.insert(job.sets.end(), point_sets.begin(), point_sets.end());
   }
+  // Points whose directories coincide (values that differ only in characters a directory name
+  // cannot hold) would overwrite each other's runs.
+  for (size_t i = 0; i < count && mistakes.empty(); ++i)
+    for (size_t k = 0; k < i; ++k)
+      if (!jobs[i].dir.empty() && jobs[i].dir == jobs[k].dir)
+        throw InputError("--grid", "points " + std::to_string(k + 1) + " (" + label(axes, values[k]) + ") and " + std::to_string(i + 1) + " (" +
+                                       label(axes, values[i]) + ") would share the output directory " + jobs[i].dir,
+                         "give values that differ in letters, digits, '.', '-' or '_'");
   DiagnosticList diags;
   for (const auto& m : mistakes)
     diags.add((m.points == count && count > 1 ? "every point" : m.points > 1 ? m.first + " and " + std::to_string(m.points - 1) + " more" : m.first) +
