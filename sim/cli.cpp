@@ -127,12 +127,14 @@ const Verb kVerbs[] = {
      "first line of its error).",
      cmd_compare},
     {"sweep",
-     "tessera sweep SCENARIO --grid key.path=[v1,v2,...]... [--jobs N] [--out DIR] [--format table|csv|json|markdown] [--plot FILE.svg] [--scatter FILE.svg] [--rerun] [--set key.path=value]... [--no-numerics]",
+     "tessera sweep SCENARIO --grid key.path=[v1,v2,...]... [--points JSON] [--jobs N] [--out DIR] [--format table|csv|json|markdown] [--plot FILE.svg] [--scatter FILE.svg] [--rerun] [--set key.path=value]... [--no-numerics]",
      "run a scenario over a grid of parameter values: table, plots, predicted vs simulated per point",
      "Each --grid names a field by its --set key path and lists its values (JSON, or bare words\n"
      "such as [300GB/s,410GB/s]); the scenario's sweep.grid section gives more (a key given on the\n"
      "command line replaces the file's). The points are the cartesian product, the last key\n"
-     "varying fastest; every point is validated like --set before anything runs. Each runs as\n"
+     "varying fastest. --points '[{\"K1\": V, \"K2\": W}, ...]' (or sweep.points) lists points whose\n"
+     "fields go together (two shapes); each runs with every combination of the grid. Every point\n"
+     "is validated like --set before anything runs. Each runs as\n"
      "`tessera run SCENARIO --set KEY=VALUE... --out OUT/POINT --quiet` in a child process, --jobs N\n"
      "at once, OUT being --out DIR (default out/sweep/<scenario name>); a point whose report is up\n"
      "to date is reused, as compare does (--rerun runs it anyway).\n\n"
@@ -217,7 +219,7 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--grid" || a.rfind("--grid=", 0) == 0) o.grids.push_back(value("--grid"));
     else if (a == "--resume" || a.rfind("--resume=", 0) == 0) o.resume = value("--resume");
     else if (a == "--exclusions" || a == "--pass-list" || a == "--write-pass-list" || a == "--format" ||
-             a == "--jobs" || a == "--plot" || a == "--scatter" || a.rfind("--scatter=", 0) == 0 || a.rfind("--exclusions=", 0) == 0 || a.rfind("--pass-list=", 0) == 0 ||
+             a == "--jobs" || a == "--plot" || a == "--scatter" || a.rfind("--scatter=", 0) == 0 || a == "--points" || a.rfind("--points=", 0) == 0 || a.rfind("--exclusions=", 0) == 0 || a.rfind("--pass-list=", 0) == 0 ||
              a.rfind("--write-pass-list=", 0) == 0 || a.rfind("--format=", 0) == 0 || a.rfind("--jobs=", 0) == 0 ||
              a.rfind("--plot=", 0) == 0) {
       const std::string key = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
@@ -225,7 +227,7 @@ Options parse_args(int argc, char** argv) {
     } else if (a.size() > 1 && a[0] == '-') {
       std::vector<std::string> known = {"--help", "--quiet", "--verbose", "--out", "--set", "--no-numerics",
                                         "--exclusions", "--pass-list", "--write-pass-list", "--format",
-                                        "--jobs", "--plot", "--scatter", "--grid", "--rerun", "--emit-program", "--resume", "--canonical", "--version"};
+                                        "--jobs", "--plot", "--scatter", "--grid", "--points", "--rerun", "--emit-program", "--resume", "--canonical", "--version"};
       std::string hint = did_you_mean(a, known);
       throw InputError("command line", "unknown option '" + a + "'",
                        hint.empty() ? "see tessera --help" : "did you mean '" + hint + "'?");
@@ -379,6 +381,7 @@ int cmd_sweep(const Options& o) {
                      "e.g. tessera sweep scenarios/neuroncore/mlp.json --grid target.params.hbm.bandwidth=[205GB/s,410GB/s]");
   sw.scenario = o.positional[0];
   sw.grid = o.grids;
+  if (auto it = o.verb_opts.find("points"); it != o.verb_opts.end()) sw.points = it->second;
   sw.out_dir = o.out_dir;
   sw.no_numerics = o.no_numerics;
   sw.sets = o.sets;

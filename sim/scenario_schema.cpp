@@ -251,7 +251,11 @@ NodePtr build() {
                                      "the values of one field"),
                             "fields to sweep by --set key path, each with its values: `tessera sweep` runs the cartesian product (--grid adds or replaces keys)");
   sweep_grid->dotted_keys = true;
-  auto sweep = object({opt("grid", sweep_grid)}, "a parameter sweep of this scenario for `tessera sweep` (docs/sweep.md); `tessera run` ignores it");
+  auto sweep_point = map_of(any("a value, as --set takes it"), "one point: fields by --set key path and their values (every point gives the same fields)");
+  sweep_point->dotted_keys = true;
+  auto sweep = object({opt("grid", sweep_grid),
+                       opt("points", array_of(sweep_point, "a listed set of points, run each with every combination of the grid (fields that go together, such as two shapes)"))},
+                      "a parameter sweep of this scenario for `tessera sweep` (docs/sweep.md); `tessera run` ignores it");
 
   auto root = object({
       opt("$schema", string("the JSON Schema this file follows, for editors (docs/scenario.schema.json, written by `tessera schema --format json-schema`); tessera ignores it")),

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "isa/error.hpp"
@@ -72,7 +73,7 @@ std::string status_text(const CompareResult& r) {
 // The point's label: "key=value, key=value".
 std::string label(const std::vector<GridAxis>& axes, const std::vector<json>& values) {
   std::string s;
-  for (size_t a = 0; a < axes.size(); ++a) s += (a ? ", " : "") + axes[a].key + "=" + grid_value_text(values[a]);
+  for (size_t a = 0; a < axes.size(); ++a) s += (a ? ", " : "") + (axes[a].listed() ? grid_value_text(values[a]) : axes[a].key + "=" + grid_value_text(values[a]));
   return s;
 }
 
@@ -142,11 +143,50 @@ GridAxis parse_grid_arg(const std::string& arg, const std::string& where) {
   return ax;
 }
 
-std::string grid_value_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+std::string grid_value_text(const json& v) {
+  if (v.is_object()) {
+    std::string t;
+    for (const auto& [k, x] : v.items()) t += (t.empty() ? "" : ", ") + k + "=" + grid_value_text(x);
+    return t;
+  }
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+GridAxis parse_listed_points(const json& points, const std::string& where) {
+  if (!points.is_array() || points.empty())
+    throw InputError(where, "expected a non-empty list of points, each an object of key paths and values",
+                     "e.g. [{\"run.steps\": 1, \"precision.compute\": \"bf16\"}, {\"run.steps\": 2, \"precision.compute\": \"fp32\"}]");
+  GridAxis ax;
+  ax.key = "points";
+  for (size_t i = 0; i < points.size(); ++i) {
+    const json& p = points[i];
+    const std::string at = where + ": point " + std::to_string(i + 1);
+    if (!p.is_object() || p.empty()) throw InputError(at, "a point is an object of key paths and values", "e.g. {\"run.steps\": 2}");
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : p.items()) keys.push_back(k);
+    if (i == 0) ax.keys = keys;
+    std::vector<std::string> a = keys, b = ax.keys;
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    if (a != b) throw InputError(at, "gives other keys than point 1", "give every point the same keys: " + [&] {
+      std::string t;
+      for (const auto& k : ax.keys) t += (t.empty() ? "" : ", ") + k;
+      return t;
+    }());
+    json ordered = json::object();
+    for (const auto& k : ax.keys) ordered[k] = p.at(k);
+    for (const auto& q : ax.values)
+      if (q == ordered) throw InputError(at, "repeats an earlier point", "give each point once");
+    ax.values.push_back(ordered);
+  }
+  return ax;
+}
 
 std::string format_sweep_table(const std::vector<GridAxis>& axes, const std::vector<SweepPoint>& points, bool markdown) {
   std::vector<std::string> head = {"point"};
-  for (const auto& a : axes) head.push_back(a.key);
+  for (const auto& a : axes)
+    if (a.listed()) head.insert(head.end(), a.keys.begin(), a.keys.end());
+    else head.push_back(a.key);
   bool published = false;
   for (const auto& p : points) published = published || p.result.published_s.has_value();
   for (const char* h : {"predicted", "simulated", "error"}) head.push_back(h);
@@ -156,7 +196,11 @@ std::string format_sweep_table(const std::vector<GridAxis>& axes, const std::vec
   for (size_t i = 0; i < points.size(); ++i) {
     const auto& p = points[i];
     std::vector<std::string> r = {std::to_string(i + 1)};
-    for (const auto& v : p.values) r.push_back(grid_value_text(v));
+    for (size_t a = 0; a < axes.size(); ++a)
+      if (axes[a].listed())
+        for (const auto& k : axes[a].keys) r.push_back(grid_value_text(p.values[a].at(k)));
+      else
+        r.push_back(grid_value_text(p.values[a]));
     r.push_back(format_seconds(p.result.predicted_s));
     r.push_back(format_seconds(p.result.simulated_s));
     r.push_back(format_pct(p.result.error_pct()));
@@ -203,13 +247,21 @@ std::string format_sweep_table(const std::vector<GridAxis>& axes, const std::vec
 std::string format_sweep_csv(const std::vector<GridAxis>& axes, const std::vector<SweepPoint>& points) {
   std::ostringstream o;
   o << "point";
-  for (const auto& a : axes) o << "," << csv_field(a.key);
+  for (const auto& a : axes)
+    if (a.listed())
+      for (const auto& k : a.keys) o << "," << csv_field(k);
+    else
+      o << "," << csv_field(a.key);
   o << ",scenario,target,status,predicted_s,simulated_s,error_pct,published_s,published_error_pct,report\n";
   for (size_t i = 0; i < points.size(); ++i) {
     const auto& p = points[i];
     const auto& r = p.result;
     o << i + 1;
-    for (const auto& v : p.values) o << "," << csv_field(grid_value_text(v));
+    for (size_t a = 0; a < axes.size(); ++a)
+      if (axes[a].listed())
+        for (const auto& k : axes[a].keys) o << "," << csv_field(grid_value_text(p.values[a].at(k)));
+      else
+        o << "," << csv_field(grid_value_text(p.values[a]));
     const char* st = r.status == CompareStatus::pass ? "ok" : r.status == CompareStatus::check_failed ? "check_failed" : "error";
     o << "," << csv_field(r.name) << "," << csv_field(r.target) << "," << st << "," << csv_num(r.predicted_s) << "," << csv_num(r.simulated_s) << ","
       << csv_num(r.error_pct()) << "," << csv_num(r.published_s) << "," << csv_num(r.published_error_pct()) << "," << csv_field(r.report_file)
@@ -226,13 +278,19 @@ json format_sweep_json(const std::string& scenario, const std::vector<GridAxis>&
   j["schema"] = kSweepSchema;
   j["scenario_file"] = scenario;
   j["grid"] = json::array();
-  for (const auto& a : axes) j["grid"].push_back({{"key", a.key}, {"values", a.values}});
+  for (const auto& a : axes)
+    if (a.listed()) j["grid"].push_back({{"points", a.values}});
+    else j["grid"].push_back({{"key", a.key}, {"values", a.values}});
   j["points"] = json::array();
   for (size_t i = 0; i < points.size(); ++i) {
     json p;
     p["point"] = i + 1;
     p["params"] = json::object();
-    for (size_t a = 0; a < axes.size(); ++a) p["params"][axes[a].key] = points[i].values[a];
+    for (size_t a = 0; a < axes.size(); ++a)
+      if (axes[a].listed())
+        for (const auto& k : axes[a].keys) p["params"][k] = points[i].values[a].at(k);
+      else
+        p["params"][axes[a].key] = points[i].values[a];
     p["result"] = cmp["scenarios"][i];
     j["points"].push_back(p);
   }
@@ -242,6 +300,23 @@ json format_sweep_json(const std::string& scenario, const std::vector<GridAxis>&
 
 std::string plot_sweep_svg(const std::vector<GridAxis>& axes, const std::vector<SweepPoint>& points) {
   std::ostringstream o;
+  // A value's label on an axis: a listed point's number (the legend below names its fields).
+  auto tick = [&](const GridAxis& a, size_t i) { return a.listed() ? "set " + std::to_string(i + 1) : grid_value_text(a.values[i]); };
+  auto axis_name = [&](const GridAxis& a) { return a.listed() ? std::string("listed points (sets below)") : a.key; };
+  const GridAxis* listed = nullptr;
+  for (const auto& a : axes)
+    if (a.listed()) listed = &a;
+  const size_t legend_lines = listed ? std::min<size_t>(listed->values.size(), 24) : 0;
+  // The listed sets, one line each, from y down.
+  auto legend = [&](double x, double y) {
+    if (!listed) return;
+    for (size_t i = 0; i < legend_lines; ++i)
+      o << "<text x=\"" << x << "\" y=\"" << y + 15.0 * static_cast<double>(i) << "\" fill=\"#333\">set " << i + 1 << ": "
+        << xml(grid_value_text(listed->values[i])) << "</text>\n";
+    if (listed->values.size() > legend_lines)
+      o << "<text x=\"" << x << "\" y=\"" << y + 15.0 * static_cast<double>(legend_lines) << "\" fill=\"#555\">+" << listed->values.size() - legend_lines
+        << " more</text>\n";
+  };
   const std::string title = points.empty() ? std::string("sweep") : points[0].result.name.substr(0, points[0].result.name.find(" ["));
   double lo = 1e300, hi = 0;
   for (const auto& p : points)
@@ -250,8 +325,8 @@ std::string plot_sweep_svg(const std::vector<GridAxis>& axes, const std::vector<
   if (axes.size() == 1) {
     // A line chart: the values in grid order along x, latency along y (from 0).
     const auto& ax = axes[0];
-    const double W = 720, H = 460, L = 90, R = 30, T = 60, B = 80;
-    const double pw = W - L - R, ph = H - T - B;
+    const double W = 720, L = 90, R = 30, T = 60, B = 80, H = 460 + 15.0 * static_cast<double>(legend_lines + (legend_lines ? 1 : 0));
+    const double pw = W - L - R, ph = 460 - T - B;  // (the legend of listed points below adds to H)
     // Round ticks (1, 2 or 5 times a power of ten), four to eight of them, the top one above the data.
     const double top = hi > 0 ? hi * 1.05 : 1e-6;
     double step = std::pow(10.0, std::floor(std::log10(top / 4)));
@@ -267,7 +342,7 @@ std::string plot_sweep_svg(const std::vector<GridAxis>& axes, const std::vector<
     auto Y = [&](double s) { return T + ph * (1 - s / ymax); };
     o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      << "<text x=\"" << W / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" << xml(title) << ": latency over " << xml(ax.key) << "</text>\n"
+      << "<text x=\"" << W / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" << xml(title) << ": latency over " << xml(axis_name(ax)) << "</text>\n"
       << "<line x1=\"" << L << "\" y1=\"" << T + ph << "\" x2=\"" << L + pw << "\" y2=\"" << T + ph << "\" stroke=\"#333\"/>\n"
       << "<line x1=\"" << L << "\" y1=\"" << T << "\" x2=\"" << L << "\" y2=\"" << T + ph << "\" stroke=\"#333\"/>\n";
     for (int k = 0; k <= nticks; ++k) {
@@ -276,8 +351,9 @@ std::string plot_sweep_svg(const std::vector<GridAxis>& axes, const std::vector<
         << "<text x=\"" << L - 8 << "\" y=\"" << Y(s) + 4 << "\" text-anchor=\"end\">" << xml(format_seconds(s)) << "</text>\n";
     }
     for (size_t i = 0; i < n; ++i)
-      o << "<text x=\"" << X(i) << "\" y=\"" << T + ph + 18 << "\" text-anchor=\"middle\">" << xml(grid_value_text(ax.values[i])) << "</text>\n";
-    o << "<text x=\"" << L + pw / 2 << "\" y=\"" << H - 30 << "\" text-anchor=\"middle\">" << xml(ax.key) << "</text>\n";
+      o << "<text x=\"" << X(i) << "\" y=\"" << T + ph + 18 << "\" text-anchor=\"middle\">" << xml(tick(ax, i)) << "</text>\n";
+    o << "<text x=\"" << L + pw / 2 << "\" y=\"" << T + ph + 50 << "\" text-anchor=\"middle\">" << xml(axis_name(ax)) << "</text>\n";
+    legend(L, T + ph + 72);
     auto series = [&](bool simulated, const char* colour, const char* dash) {
       std::string path;
       for (size_t i = 0; i < points.size() && i < n; ++i) {
@@ -307,13 +383,13 @@ std::string plot_sweep_svg(const std::vector<GridAxis>& axes, const std::vector<
   for (size_t a = 2; a < axes.size(); ++a) panels *= axes[a].values.size();
   const double cw = std::max(70.0, 560.0 / static_cast<double>(ax.values.size())), ch = 34;
   const double pw = cw * static_cast<double>(ax.values.size()), ph = ch * static_cast<double>(ay.values.size());
-  const double L = std::max(120.0, 6.6 * static_cast<double>(ay.key.size() + 2) + 16), T = 110, gapx = 60, gapy = 80;
+  const double L = std::max(120.0, 6.6 * static_cast<double>(axis_name(ay).size() + 2) + 16), T = 110, gapx = 60, gapy = 80;
   const size_t per_row = std::max<size_t>(1, std::min<size_t>(panels, pw > 400 ? 1 : 3));
   const size_t prow = (panels + per_row - 1) / per_row;
   const std::string line1 = title + ": simulated latency";
-  const std::string line2 = "across: " + ax.key + "; down: " + ay.key;
+  const std::string line2 = "across: " + axis_name(ax) + "; down: " + axis_name(ay);
   const double W = std::max({L + static_cast<double>(per_row) * (pw + gapx) - gapx + 30, 7.5 * static_cast<double>(line2.size()) + 40, 520.0});
-  const double H = T + static_cast<double>(prow) * (ph + gapy) - gapy + 50;
+  const double H = T + static_cast<double>(prow) * (ph + gapy) - gapy + 50 + 15.0 * static_cast<double>(legend_lines + (legend_lines ? 1 : 0));
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" font-family=\"sans-serif\" font-size=\"11\">\n"
     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
     << "<text x=\"" << W / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" << xml(line1) << "</text>\n"
@@ -340,15 +416,16 @@ std::string plot_sweep_svg(const std::vector<GridAxis>& axes, const std::vector<
     const double px = L + static_cast<double>(pn % per_row) * (pw + gapx), py = T + static_cast<double>(pn / per_row) * (ph + gapy);
     const std::vector<size_t> at0 = panel_at(pn);
     std::string ptitle;
-    for (size_t a = 2; a < axes.size(); ++a) ptitle += (a > 2 ? ", " : "") + axes[a].key + "=" + grid_value_text(axes[a].values[at0[a - 2]]);
+    for (size_t a = 2; a < axes.size(); ++a)
+      ptitle += (a > 2 ? ", " : "") + (axes[a].listed() ? tick(axes[a], at0[a - 2]) : axes[a].key + "=" + grid_value_text(axes[a].values[at0[a - 2]]));
     if (!ptitle.empty()) o << "<text x=\"" << px + pw / 2 << "\" y=\"" << py - 26 << "\" text-anchor=\"middle\" font-size=\"12\">" << xml(ptitle) << "</text>\n";
-    o << "<text x=\"" << px - 8 << "\" y=\"" << py - 8 << "\" text-anchor=\"end\" fill=\"#555\">" << xml(ay.key) << " \xE2\x86\x93</text>\n";
+    o << "<text x=\"" << px - 8 << "\" y=\"" << py - 8 << "\" text-anchor=\"end\" fill=\"#555\">" << xml(axis_name(ay)) << " \xE2\x86\x93</text>\n";
     for (size_t ix = 0; ix < ax.values.size(); ++ix)
       o << "<text x=\"" << px + cw * (static_cast<double>(ix) + 0.5) << "\" y=\"" << py - 8 << "\" text-anchor=\"middle\">"
-        << xml(grid_value_text(ax.values[ix])) << "</text>\n";
+        << xml(tick(ax, ix)) << "</text>\n";
     for (size_t iy = 0; iy < ay.values.size(); ++iy) {
       o << "<text x=\"" << px - 8 << "\" y=\"" << py + ch * (static_cast<double>(iy) + 0.5) + 4 << "\" text-anchor=\"end\">"
-        << xml(grid_value_text(ay.values[iy])) << "</text>\n";
+        << xml(tick(ay, iy)) << "</text>\n";
       for (size_t ix = 0; ix < ax.values.size(); ++ix) {
         const size_t i = index(ix, iy, at0);
         if (i >= points.size()) continue;
@@ -362,8 +439,9 @@ std::string plot_sweep_svg(const std::vector<GridAxis>& axes, const std::vector<
           << xml(r.simulated_s ? format_seconds(r.simulated_s) : std::string("error")) << "</text>\n";
       }
     }
-    o << "<text x=\"" << px + pw / 2 << "\" y=\"" << py + ph + 18 << "\" text-anchor=\"middle\" fill=\"#555\">" << xml(ax.key) << " \xE2\x86\x92</text>\n";
+    o << "<text x=\"" << px + pw / 2 << "\" y=\"" << py + ph + 18 << "\" text-anchor=\"middle\" fill=\"#555\">" << xml(axis_name(ax)) << " \xE2\x86\x92</text>\n";
   }
+  legend(20, H - 15.0 * static_cast<double>(legend_lines + (legend_lines ? 1 : 0)) - 10 + 15);
   o << "</svg>\n";
   return o.str();
 }
@@ -402,18 +480,50 @@ int run_sweep(const SweepOptions& opt) {
       axes.push_back(std::move(a));
     }
   }
+  // A listed set (the file's sweep.points, or --points instead): its own axis, before the grid's.
+  {
+    std::optional<GridAxis> listed;
+    if (!opt.points.empty()) {
+      const json pj = json::parse(opt.points, nullptr, false);
+      if (pj.is_discarded()) throw InputError("--points", "not JSON: " + opt.points, "give a JSON list of objects, e.g. '[{\"run.steps\": 1}, {\"run.steps\": 2}]'");
+      listed = parse_listed_points(pj, "--points");
+    } else if (base.resolved.contains("sweep") && base.resolved["sweep"].contains("points")) {
+      // (in the file's key order)
+      std::ifstream f(opt.scenario, std::ios::binary);
+      const auto raw = nlohmann::ordered_json::parse(f, nullptr, false);
+      json pts = base.resolved["sweep"]["points"];
+      if (!raw.is_discarded() && raw.contains("sweep") && raw["sweep"].contains("points") && raw["sweep"]["points"].is_array() &&
+          !raw["sweep"]["points"].empty() && raw["sweep"]["points"][0].is_object()) {
+        std::vector<std::string> order;
+        for (const auto& [k, v] : raw["sweep"]["points"][0].items()) order.push_back(k);
+        listed = parse_listed_points(pts, opt.scenario + ": /sweep/points");
+        if (order.size() == listed->keys.size()) listed->keys = order;
+      } else {
+        listed = parse_listed_points(pts, opt.scenario + ": /sweep/points");
+      }
+    }
+    if (listed) {
+      for (const auto& a : axes)
+        if (std::find(listed->keys.begin(), listed->keys.end(), a.key) != listed->keys.end())
+          throw InputError("/sweep", a.key + " is both in the listed points and in the grid", "give it in one of them");
+      axes.insert(axes.begin(), std::move(*listed));
+    }
+  }
   std::vector<std::string> given;
   for (const auto& g : opt.grid) {
     GridAxis a = parse_grid_arg(g, "--grid " + g);
     if (std::find(given.begin(), given.end(), a.key) != given.end())
       throw InputError("--grid " + g, a.key + " is given twice", "give each key once, with all its values: " + a.key + "=[v1,v2,...]");
     given.push_back(a.key);
-    auto it = std::find_if(axes.begin(), axes.end(), [&](const GridAxis& x) { return x.key == a.key; });
+    for (const auto& x : axes)
+      if (x.listed() && std::find(x.keys.begin(), x.keys.end(), a.key) != x.keys.end())
+        throw InputError("--grid " + g, a.key + " is also given by the listed points", "give it in one of them");
+    auto it = std::find_if(axes.begin(), axes.end(), [&](const GridAxis& x) { return !x.listed() && x.key == a.key; });
     if (it != axes.end()) *it = std::move(a);
     else axes.push_back(std::move(a));
   }
   if (axes.empty())
-    throw InputError("command line", "no grid to sweep", "give --grid key.path=[v1,v2,...] (or a sweep.grid section in the scenario)");
+    throw InputError("command line", "no grid to sweep", "give --grid key.path=[v1,v2,...] or --points '[{...}, ...]' (or a sweep section in the scenario)");
   size_t count = 1;
   for (const auto& a : axes) {
     count *= a.values.size();
@@ -442,7 +552,11 @@ int run_sweep(const SweepOptions& opt) {
       rest /= axes[a].values.size();
     }
     std::vector<std::string> point_sets;
-    for (size_t a = 0; a < axes.size(); ++a) point_sets.push_back(axes[a].key + "=" + grid_value_text(values[i][a]));
+    for (size_t a = 0; a < axes.size(); ++a)
+      if (axes[a].listed())
+        for (const auto& k : axes[a].keys) point_sets.push_back(k + "=" + grid_value_text(values[i][a].at(k)));
+      else
+        point_sets.push_back(axes[a].key + "=" + grid_value_text(values[i][a]));
     std::vector<std::string> sets = base_sets;
     sets.insert(sets.end(), point_sets.begin(), point_sets.end());
     const std::string lab = label(axes, values[i]);
@@ -506,8 +620,10 @@ int run_sweep(const SweepOptions& opt) {
     queue.push_back(jobs[i]);
     queued.push_back(i);
   }
-  con.info("sweep: " + std::to_string(count) + " point" + (count == 1 ? "" : "s") + " over " + std::to_string(axes.size()) + " parameter" +
-           (axes.size() == 1 ? "" : "s") + ": " + std::to_string(queue.size()) + " to run, " + std::to_string(count - queue.size()) +
+  size_t params = 0;
+  for (const auto& a : axes) params += a.listed() ? a.keys.size() : 1;
+  con.info("sweep: " + std::to_string(count) + " point" + (count == 1 ? "" : "s") + " over " + std::to_string(params) + " parameter" +
+           (params == 1 ? "" : "s") + ": " + std::to_string(queue.size()) + " to run, " + std::to_string(count - queue.size()) +
            " reused (--jobs " + std::to_string(opt.jobs) + (distributed() ? ", " + std::to_string(ranks()) + " MPI ranks" : std::string()) + ")");
   JobsOptions jo;
   jo.jobs = opt.jobs;

@@ -20,6 +20,7 @@ inline constexpr const char* kSweepSchema = "tessera.sweep/1";
 struct SweepOptions {
   std::string scenario;
   std::vector<std::string> grid;  // "key.path=[v1,v2,...]" as given
+  std::string points;             // --points: a JSON array of {key path: value} objects (a listed set)
   std::string out_dir;            // default out/sweep/<scenario name>
   int jobs = 1;
   std::string format = "table";   // table | csv | json | markdown
@@ -31,17 +32,25 @@ struct SweepOptions {
   std::string exe = "/proc/self/exe";
 };
 
-// One axis of the grid.
+// One axis of the grid: a --set key path and its values, or (listed) a set of points each giving
+// several keys at once (values are objects key path -> value; `keys` their keys, in order).
 struct GridAxis {
-  std::string key;                    // a --set key path
+  std::string key;                    // a --set key path ("points" for a listed set)
   std::vector<nlohmann::json> values;
+  std::vector<std::string> keys;      // a listed set's keys; empty for a plain axis
+  bool listed() const { return !keys.empty(); }
 };
+
+// A listed set from JSON (an array of objects, each giving the same keys). Throws InputError
+// naming `where`.
+GridAxis parse_listed_points(const nlohmann::json& points, const std::string& where);
 
 // "key.path=[v1,v2,...]": JSON values, or bare words taken as strings ([300GB/s,410GB/s]).
 // Throws InputError naming `where`.
 GridAxis parse_grid_arg(const std::string& arg, const std::string& where);
 
-// The --set text of a value (a string as it is, anything else as JSON).
+// The --set text of a value (a string as it is, anything else as JSON; a listed point's object as
+// "key=value, key=value").
 std::string grid_value_text(const nlohmann::json& v);
 
 // One point's results with its values (one per axis).

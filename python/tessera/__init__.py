@@ -266,19 +266,23 @@ def compare(*scenarios, jobs=1, out=None, rerun=False, set=None, numerics=True):
     raise InternalError(f"tessera compare exited {p.returncode}: {p.stderr.strip()[-2000:]}")
 
 
-def sweep(scenario, grid=None, jobs=1, out=None, rerun=False, set=None, numerics=True, plot=None, scatter=None):
+def sweep(scenario, grid=None, jobs=1, out=None, rerun=False, set=None, numerics=True, plot=None, scatter=None, points=None):
     """`tessera sweep`: the scenario over the cartesian product of `grid` ({key path: [values]},
     added to the scenario's own sweep.grid; a key given here replaces the file's), each point run
     in its own process (`jobs` at once; reports under `out`, default out/sweep/<name>, reused when
     up to date). Returns the tessera.sweep/1 document as a dict: `grid`, one entry per point
     (`params` and its compare `result`) and compare's `summary`. `plot` / `scatter` write the SVGs
-    of `--plot` / `--scatter`. A point that failed a check or could not run is in the result with
+    of `--plot` / `--scatter`. `points` ([{key path: value, ...}, ...]) is a listed set of points
+    whose fields go together, each run with every grid combination (`--points`). A point that
+    failed a check or could not run is in the result with
     its status; a bad grid or a point that does not validate raises InputError (nothing runs)."""
     import subprocess
 
     args = [_tessera_command(), "sweep", _os.fspath(scenario), "--format", "json", "--jobs", str(jobs)]
     for key, values in (grid or {}).items():
         args += ["--grid", key + "=" + _json.dumps(list(values))]
+    if points:
+        args += ["--points", _json.dumps(list(points))]
     if out:
         args += ["--out", _os.fspath(out)]
     if rerun:

@@ -306,6 +306,13 @@ class RunTest(unittest.TestCase):
         with self.assertRaises(tessera.InputError) as cm:
             tessera.sweep("scenarios/neuroncore/mlp.json", {"run.stpes": [1, 2]}, out=out)
         self.assertIn("every point", str(cm.exception))
+        # A listed set with a grid over it: 2 sets x 2 precisions.
+        ls = tessera.sweep("scenarios/neuroncore/mlp.json", {"precision.compute": ["bf16", "fp32"]}, out=out,
+                           points=[{"target.params.dma.engine_bandwidth": "8.5GB/s", "target.params.hbm.bandwidth": "205GB/s"},
+                                   {"target.params.dma.engine_bandwidth": "17GB/s", "target.params.hbm.bandwidth": "410GB/s"}])
+        self.assertEqual(len(ls["points"]), 4)
+        self.assertEqual(ls["points"][3]["params"], {"target.params.dma.engine_bandwidth": "17GB/s", "target.params.hbm.bandwidth": "410GB/s",
+                                                     "precision.compute": "fp32"})
 
     def test_version(self):
         cli = subprocess.run([BIN, "version"], capture_output=True, text=True, check=True).stdout
