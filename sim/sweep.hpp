@@ -59,6 +59,11 @@ struct SweepPoint {
   CompareResult result;
 };
 
+// "key=value, key=value" for a point (a listed point's fields as they are), and its status as the
+// table shows it ("ok", "check failed: ...", "ERROR: ...").
+std::string sweep_point_label(const std::vector<GridAxis>& axes, const std::vector<nlohmann::json>& values);
+std::string sweep_status_text(const CompareResult& r);
+
 std::string format_sweep_table(const std::vector<GridAxis>& axes, const std::vector<SweepPoint>& points, bool markdown);
 std::string format_sweep_csv(const std::vector<GridAxis>& axes, const std::vector<SweepPoint>& points);
 nlohmann::json format_sweep_json(const std::string& scenario, const std::vector<GridAxis>& axes, const std::vector<SweepPoint>& points);
