@@ -331,34 +331,6 @@ int cmd_conformance(const Options& o) {
   return run_conformance(c);
 }
 
-int cmd_compare(const Options& o) {
-  if (distributed() && rank() != 0) Console::get().set_verbosity(Verbosity::quiet);
-  CompareOptions c;
-  c.inputs = o.positional;
-  c.out_dir = o.out_dir;
-  c.no_numerics = o.no_numerics;
-  c.sets = o.sets;
-  auto get = [&](const char* k) { auto it = o.verb_opts.find(k); return it == o.verb_opts.end() ? std::string() : it->second; };
-  if (!get("format").empty()) c.format = get("format");
-  c.plot_file = get("plot");
-  c.rerun = !get("rerun").empty();
-  if (const std::string j = get("jobs"); !j.empty()) {
-    size_t used = 0;
-    long n = 0;
-    try {
-      n = std::stol(j, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != j.size() || n < 1 || n > 256)
-      throw InputError("--jobs", "'" + j + "' is not a number of jobs", "give a whole number from 1 to 256, e.g. --jobs 2");
-    c.jobs = static_cast<int>(n);
-  }
-  const int rc = run_compare(c);
-  finish_distributed();
-  return rc;
-}
-
 int parse_jobs(const std::string& j) {
   size_t used = 0;
   long n = 0;
@@ -370,6 +342,23 @@ int parse_jobs(const std::string& j) {
   if (used != j.size() || n < 1 || n > 256)
     throw InputError("--jobs", "'" + j + "' is not a number of jobs", "give a whole number from 1 to 256, e.g. --jobs 2");
   return static_cast<int>(n);
+}
+
+int cmd_compare(const Options& o) {
+  if (distributed() && rank() != 0) Console::get().set_verbosity(Verbosity::quiet);
+  CompareOptions c;
+  c.inputs = o.positional;
+  c.out_dir = o.out_dir;
+  c.no_numerics = o.no_numerics;
+  c.sets = o.sets;
+  auto get = [&](const char* k) { auto it = o.verb_opts.find(k); return it == o.verb_opts.end() ? std::string() : it->second; };
+  if (!get("format").empty()) c.format = get("format");
+  c.plot_file = get("plot");
+  c.rerun = !get("rerun").empty();
+  if (const std::string j = get("jobs"); !j.empty()) c.jobs = parse_jobs(j);
+  const int rc = run_compare(c);
+  finish_distributed();
+  return rc;
 }
 
 int cmd_sweep(const Options& o) {

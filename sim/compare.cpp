@@ -38,12 +38,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string printf_str(const char* f, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
-
 std::optional<double> number(const json& j, const char* key) {
   if (!j.is_object() || !j.contains(key)) return std::nullopt;
   const json& v = j[key];
@@ -146,6 +140,26 @@ std::vector<std::string> cells(const Row& r) {
   return {r.scenario, r.kernel, r.predicted, r.simulated, r.error, r.published, r.pub_error, r.status};
 }
 
+// "NAME: MAPE 4.20% over 3 of 8 kernels, worst +9.1% (scenario, kernel k)"
+std::string stat_line(const char* what, const ErrorStat& st, size_t of, const char* unit, bool kernel_names) {
+  const std::string units = std::string(unit) + (of == 1 ? "" : "s");
+  if (st.count == 0) return std::string(what) + ": none of " + std::to_string(of) + " " + units + " has both";
+  const std::string worst =
+      st.worst_scenario + (kernel_names && !st.worst_kernel.empty() ? ", kernel " + st.worst_kernel : "");
+  return std::string(what) + ": MAPE " + printf_str("%.2f%%", st.mape_pct) + " over " + std::to_string(st.count) +
+         " of " + std::to_string(of) + " " + units + ", worst " + format_pct(st.worst_pct) + " (" + worst + ")";
+}
+
+}  // namespace
+
+// ---- results ----------------------------------------------------------------------------------
+
+std::string printf_str(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
   std::string q = "\"";
@@ -168,20 +182,6 @@ std::string xml_escape(const std::string& s) {
   }
   return o;
 }
-
-// "NAME: MAPE 4.20% over 3 of 8 kernels, worst +9.1% (scenario, kernel k)"
-std::string stat_line(const char* what, const ErrorStat& st, size_t of, const char* unit, bool kernel_names) {
-  const std::string units = std::string(unit) + (of == 1 ? "" : "s");
-  if (st.count == 0) return std::string(what) + ": none of " + std::to_string(of) + " " + units + " has both";
-  const std::string worst =
-      st.worst_scenario + (kernel_names && !st.worst_kernel.empty() ? ", kernel " + st.worst_kernel : "");
-  return std::string(what) + ": MAPE " + printf_str("%.2f%%", st.mape_pct) + " over " + std::to_string(st.count) +
-         " of " + std::to_string(of) + " " + units + ", worst " + format_pct(st.worst_pct) + " (" + worst + ")";
-}
-
-}  // namespace
-
-// ---- results ----------------------------------------------------------------------------------
 
 std::optional<double> CompareKernel::error_pct() const { return rel_error_pct(predicted_s, simulated_s); }
 std::optional<double> CompareResult::error_pct() const { return rel_error_pct(predicted_s, simulated_s); }
@@ -728,12 +728,7 @@ int run_compare(const CompareOptions& opt) {
   if (!queue.empty())
     con.info("compare: running " + std::to_string(queue.size()) + " scenario" + (queue.size() == 1 ? "" : "s") +
              " (--jobs " + std::to_string(opt.jobs) + ")");
-  JobsOptions jo;
-  jo.jobs = opt.jobs;
-  jo.no_numerics = opt.no_numerics;
-  jo.exe = opt.exe;
-  jo.what = "compare";
-  std::vector<CompareResult> ran = run_jobs(queue, jo);
+  std::vector<CompareResult> ran = run_jobs(queue, {opt.jobs, opt.no_numerics, opt.exe, "compare"});
   if (rank() != 0) return 0;  // another MPI rank: rank 0 prints
   for (auto& r : ran) results.push_back(std::move(r));
 

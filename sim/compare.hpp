@@ -89,6 +89,13 @@ std::string summary_lines(const CompareSummary& s);
 // values, the y = x line and dashed +-10% lines. `points` receives the number of circles.
 std::string plot_svg(const std::vector<CompareResult>& results, size_t* points = nullptr);
 
+// Text helpers the compare and sweep outputs share: printf of one number, a csv field (quoted
+// when it holds a comma, quote or line break), a csv number ("" for none, else %.9g), XML escaping.
+std::string printf_str(const char* format, double v);
+std::string csv_field(const std::string& s);
+std::string csv_number(std::optional<double> v);
+std::string xml_escape(const std::string& s);
+
 // Human forms: "11.71 us", "+1.2%", "-".
 std::string format_seconds(std::optional<double> s);
 std::string format_pct(std::optional<double> pct);

@@ -194,6 +194,11 @@ void init_mpi() {
 
 }  // namespace
 
+uint64_t string_hash(const std::string& s, uint64_t h) {
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
 std::string safe_dir_name(const std::string& name) {
   std::string s;
   for (char c : name) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
@@ -315,18 +320,26 @@ std::vector<CompareResult> run_jobs(const std::vector<Job>& queue, const JobsOpt
   auto idle = [] { std::this_thread::sleep_for(std::chrono::milliseconds(10)); };
   // More to start here: not after an interruption.
   auto more = [&] { return !interrupted && next < queue.size(); };
+  // One step of this process's own runs: start one in a free slot, or take one that ended; false
+  // when there was nothing to do.
+  auto local_step = [&] {
+    if (more() && local.size() < static_cast<size_t>(opt.jobs)) {
+      local.start(next, queue[next], opt);
+      ++next;
+      return true;
+    }
+    if (auto d = local.poll(queue)) {
+      finish(*d, reap_local(*d));
+      return true;
+    }
+    return false;
+  };
 
   if (!mpi) {
     while (more() || local.size() > 0) {
       interrupted = interrupted || interrupt_requested();
       stop_children();
-      if (more() && local.size() < static_cast<size_t>(opt.jobs)) {
-        local.start(next, queue[next], opt);
-        ++next;
-        continue;
-      }
-      if (auto d = local.poll(queue)) finish(*d, reap_local(*d));
-      else idle();
+      if (!local_step()) idle();
     }
     if (interrupted) throw_interrupted();
     return results;
@@ -339,18 +352,14 @@ std::vector<CompareResult> run_jobs(const std::vector<Job>& queue, const JobsOpt
   // directories and overrides) stops the job.
   MPI_Barrier(MPI_COMM_WORLD);
   {
-    unsigned long long h = 1469598103934665603ULL;  // FNV-1a over every job's directory and --set
-    auto mix = [&](const std::string& t) {
-      for (unsigned char c : t) h = (h ^ c) * 1099511628211ULL;
-      h = (h ^ 0xffu) * 1099511628211ULL;
-    };
+    uint64_t h = string_hash("");  // over every job's directory and --set, each ended by a newline
     for (const Job& j : queue) {
-      mix(j.dir);
-      for (const auto& st : j.sets) mix(st);
+      h = string_hash(j.dir + "\n", h);
+      for (const auto& st : j.sets) h = string_hash(st + "\n", h);
     }
     unsigned long long h0 = h;
     MPI_Bcast(&h0, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
-    if (h0 != h) {
+    if (h0 != static_cast<unsigned long long>(h)) {
       con.error("MPI rank " + std::to_string(me) + " has other runs to do than rank 0 (" + std::to_string(queue.size()) +
                 " of them): do the ranks see the same files? (OUT must be one directory every rank sees; docs/sweep.md)");
       MPI_Abort(MPI_COMM_WORLD, 2);
@@ -403,13 +412,7 @@ std::vector<CompareResult> run_jobs(const std::vector<Job>& queue, const JobsOpt
         interrupted = true;
         continue;
       }
-      if (more() && local.size() < static_cast<size_t>(opt.jobs)) {
-        local.start(next, queue[next], opt);
-        ++next;
-        continue;
-      }
-      if (auto d = local.poll(queue)) finish(*d, reap_local(*d));
-      else idle();
+      if (!local_step()) idle();
     }
     if (interrupted) throw_interrupted();
     return results;

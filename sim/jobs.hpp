@@ -4,6 +4,7 @@
 // up-to-date report, and -- when tessera was built with MPI and started by mpirun -- spread over
 // the MPI ranks with dynamic load balancing (docs/sweep.md).
 #include <nlohmann/json.hpp>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,9 @@ std::optional<nlohmann::json> reusable_report(const Job& job, const std::string&
 
 // A result row for a scenario that could not run.
 CompareResult error_row(const std::string& name, const std::string& file, const std::string& detail);
+
+// FNV-1a of a string, continuing from `h` (a short, stable key: directory names, run lists).
+uint64_t string_hash(const std::string& s, uint64_t h = 1469598103934665603ULL);
 
 // A name usable as a directory ("scenario" for an empty or dot name).
 std::string safe_dir_name(const std::string& name);

@@ -34,21 +34,6 @@ std::string trim(const std::string& s) {
   return s.substr(a, s.find_last_not_of(" \t") - a + 1);
 }
 
-std::string fmt(const char* f, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
-
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string o = "\"";
-  for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return o + "\"";
-}
-
-std::string csv_num(std::optional<double> v) { return v ? fmt("%.9g", *v) : ""; }
-
 }  // namespace
 
 std::string sweep_status_text(const CompareResult& r) {
@@ -73,10 +58,8 @@ namespace {
 std::string point_dir(const std::string& lab) {
   std::string s = safe_dir_name(lab);
   if (s.size() <= 120) return s;
-  unsigned long long h = 1469598103934665603ULL;  // FNV-1a of the whole label
-  for (unsigned char c : lab) h = (h ^ c) * 1099511628211ULL;
   char b[20];
-  std::snprintf(b, sizeof b, "%016llx", h);
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(string_hash(lab)));
   return s.substr(0, 100) + "-" + b;
 }
 
@@ -244,8 +227,8 @@ std::string format_sweep_csv(const std::vector<GridAxis>& axes, const std::vecto
       else
         o << "," << csv_field(grid_value_text(p.values[a]));
     const char* st = r.status == CompareStatus::pass ? "ok" : r.status == CompareStatus::check_failed ? "check_failed" : "error";
-    o << "," << csv_field(r.name) << "," << csv_field(r.target) << "," << st << "," << csv_num(r.predicted_s) << "," << csv_num(r.simulated_s) << ","
-      << csv_num(r.error_pct()) << "," << csv_num(r.published_s) << "," << csv_num(r.published_error_pct()) << "," << csv_field(r.report_file)
+    o << "," << csv_field(r.name) << "," << csv_field(r.target) << "," << st << "," << csv_number(r.predicted_s) << "," << csv_number(r.simulated_s) << ","
+      << csv_number(r.error_pct()) << "," << csv_number(r.published_s) << "," << csv_number(r.published_error_pct()) << "," << csv_field(r.report_file)
       << "\n";
   }
   return o.str();
@@ -458,12 +441,7 @@ int run_sweep(const SweepOptions& opt) {
   con.info("sweep: " + std::to_string(count) + " point" + (count == 1 ? "" : "s") + " over " + std::to_string(params) + " parameter" +
            (params == 1 ? "" : "s") + ": " + std::to_string(queue.size()) + " to run, " + std::to_string(count - queue.size()) +
            " reused (--jobs " + std::to_string(opt.jobs) + (distributed() ? ", " + std::to_string(ranks()) + " MPI ranks" : std::string()) + ")");
-  JobsOptions jo;
-  jo.jobs = opt.jobs;
-  jo.no_numerics = opt.no_numerics;
-  jo.exe = opt.exe;
-  jo.what = "sweep";
-  std::vector<CompareResult> ran = run_jobs(queue, jo);
+  std::vector<CompareResult> ran = run_jobs(queue, {opt.jobs, opt.no_numerics, opt.exe, "sweep"});
   if (rank() != 0) return 0;  // another MPI rank: rank 0 prints
   for (size_t k = 0; k < queued.size(); ++k) {
     points[queued[k]].result = std::move(ran[k]);

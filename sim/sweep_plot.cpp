@@ -12,24 +12,6 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
-
-std::string xml(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else if (c == '"') o += "&quot;";
-    else o += c;
-  }
-  return o;
-}
-
 // Sequential colour from light to dark blue, t in [0, 1].
 std::string ramp(double t) {
   t = std::clamp(t, 0.0, 1.0);
@@ -56,7 +38,7 @@ std::string plot_sweep_svg(const std::vector<GridAxis>& axes, const std::vector<
     if (!listed) return;
     for (size_t i = 0; i < legend_lines; ++i)
       o << "<text x=\"" << x << "\" y=\"" << y + 15.0 * static_cast<double>(i) << "\" fill=\"#333\">set " << i + 1 << ": "
-        << xml(grid_value_text(listed->values[i])) << "</text>\n";
+        << xml_escape(grid_value_text(listed->values[i])) << "</text>\n";
     if (listed->values.size() > legend_lines)
       o << "<text x=\"" << x << "\" y=\"" << y + 15.0 * static_cast<double>(legend_lines) << "\" fill=\"#555\">+" << listed->values.size() - legend_lines
         << " more</text>\n";
@@ -86,27 +68,27 @@ std::string plot_sweep_svg(const std::vector<GridAxis>& axes, const std::vector<
     auto Y = [&](double s) { return T + ph * (1 - s / ymax); };
     o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      << "<text x=\"" << W / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" << xml(title) << ": latency over " << xml(axis_name(ax)) << "</text>\n"
+      << "<text x=\"" << W / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" << xml_escape(title) << ": latency over " << xml_escape(axis_name(ax)) << "</text>\n"
       << "<line x1=\"" << L << "\" y1=\"" << T + ph << "\" x2=\"" << L + pw << "\" y2=\"" << T + ph << "\" stroke=\"#333\"/>\n"
       << "<line x1=\"" << L << "\" y1=\"" << T << "\" x2=\"" << L << "\" y2=\"" << T + ph << "\" stroke=\"#333\"/>\n";
     for (int k = 0; k <= nticks; ++k) {
       const double s = step * k;
       o << "<line x1=\"" << L - 4 << "\" y1=\"" << Y(s) << "\" x2=\"" << L + pw << "\" y2=\"" << Y(s) << "\" stroke=\"#eee\"/>"
-        << "<text x=\"" << L - 8 << "\" y=\"" << Y(s) + 4 << "\" text-anchor=\"end\">" << xml(format_seconds(s)) << "</text>\n";
+        << "<text x=\"" << L - 8 << "\" y=\"" << Y(s) + 4 << "\" text-anchor=\"end\">" << xml_escape(format_seconds(s)) << "</text>\n";
     }
     for (size_t i = 0; i < n; ++i)
-      o << "<text x=\"" << X(i) << "\" y=\"" << T + ph + 18 << "\" text-anchor=\"middle\">" << xml(tick(ax, i)) << "</text>\n";
-    o << "<text x=\"" << L + pw / 2 << "\" y=\"" << T + ph + 50 << "\" text-anchor=\"middle\">" << xml(axis_name(ax)) << "</text>\n";
+      o << "<text x=\"" << X(i) << "\" y=\"" << T + ph + 18 << "\" text-anchor=\"middle\">" << xml_escape(tick(ax, i)) << "</text>\n";
+    o << "<text x=\"" << L + pw / 2 << "\" y=\"" << T + ph + 50 << "\" text-anchor=\"middle\">" << xml_escape(axis_name(ax)) << "</text>\n";
     legend(L, T + ph + 72);
     auto series = [&](bool simulated, const char* colour, const char* dash) {
       std::string path;
       for (size_t i = 0; i < points.size() && i < n; ++i) {
         const auto v = simulated ? points[i].result.simulated_s : points[i].result.predicted_s;
         if (!v) continue;
-        path += (path.empty() ? "M " : " L ") + fmt("%.2f", X(i)) + " " + fmt("%.2f", Y(*v));
-        o << "<circle class=\"" << (simulated ? "simulated" : "predicted") << "\" cx=\"" << fmt("%.2f", X(i)) << "\" cy=\"" << fmt("%.2f", Y(*v))
-          << "\" r=\"4\" fill=\"" << colour << "\"><title>" << xml(sweep_point_label(axes, points[i].values)) << ": " << (simulated ? "simulated " : "predicted ")
-          << xml(format_seconds(v)) << "</title></circle>\n";
+        path += (path.empty() ? "M " : " L ") + printf_str("%.2f", X(i)) + " " + printf_str("%.2f", Y(*v));
+        o << "<circle class=\"" << (simulated ? "simulated" : "predicted") << "\" cx=\"" << printf_str("%.2f", X(i)) << "\" cy=\"" << printf_str("%.2f", Y(*v))
+          << "\" r=\"4\" fill=\"" << colour << "\"><title>" << xml_escape(sweep_point_label(axes, points[i].values)) << ": " << (simulated ? "simulated " : "predicted ")
+          << xml_escape(format_seconds(v)) << "</title></circle>\n";
       }
       if (!path.empty()) o << "<path d=\"" << path << "\" fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"2\"" << dash << "/>\n";
     };
@@ -136,11 +118,11 @@ std::string plot_sweep_svg(const std::vector<GridAxis>& axes, const std::vector<
   const double H = T + static_cast<double>(prow) * (ph + gapy) - gapy + 50 + 15.0 * static_cast<double>(legend_lines + (legend_lines ? 1 : 0));
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" font-family=\"sans-serif\" font-size=\"11\">\n"
     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-    << "<text x=\"" << W / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" << xml(line1) << "</text>\n"
-    << "<text x=\"" << W / 2 << "\" y=\"44\" text-anchor=\"middle\" font-size=\"12\">" << xml(line2) << "</text>\n";
+    << "<text x=\"" << W / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" << xml_escape(line1) << "</text>\n"
+    << "<text x=\"" << W / 2 << "\" y=\"44\" text-anchor=\"middle\" font-size=\"12\">" << xml_escape(line2) << "</text>\n";
   if (hi > 0)
-    o << "<text x=\"" << W / 2 << "\" y=\"62\" text-anchor=\"middle\" fill=\"#555\">colour: light " << xml(format_seconds(lo)) << " to dark "
-      << xml(format_seconds(hi)) << " (log scale); red: could not run</text>\n";
+    o << "<text x=\"" << W / 2 << "\" y=\"62\" text-anchor=\"middle\" fill=\"#555\">colour: light " << xml_escape(format_seconds(lo)) << " to dark "
+      << xml_escape(format_seconds(hi)) << " (log scale); red: could not run</text>\n";
   // Panel p's value index on each axis after the first two (the last axis fastest).
   auto panel_at = [&](size_t panel) {
     std::vector<size_t> at(axes.size() - 2);
@@ -162,14 +144,14 @@ std::string plot_sweep_svg(const std::vector<GridAxis>& axes, const std::vector<
     std::string ptitle;
     for (size_t a = 2; a < axes.size(); ++a)
       ptitle += (a > 2 ? ", " : "") + (axes[a].listed() ? tick(axes[a], at0[a - 2]) : axes[a].key + "=" + grid_value_text(axes[a].values[at0[a - 2]]));
-    if (!ptitle.empty()) o << "<text x=\"" << px + pw / 2 << "\" y=\"" << py - 26 << "\" text-anchor=\"middle\" font-size=\"12\">" << xml(ptitle) << "</text>\n";
-    o << "<text x=\"" << px - 8 << "\" y=\"" << py - 8 << "\" text-anchor=\"end\" fill=\"#555\">" << xml(axis_name(ay)) << " \xE2\x86\x93</text>\n";
+    if (!ptitle.empty()) o << "<text x=\"" << px + pw / 2 << "\" y=\"" << py - 26 << "\" text-anchor=\"middle\" font-size=\"12\">" << xml_escape(ptitle) << "</text>\n";
+    o << "<text x=\"" << px - 8 << "\" y=\"" << py - 8 << "\" text-anchor=\"end\" fill=\"#555\">" << xml_escape(axis_name(ay)) << " \xE2\x86\x93</text>\n";
     for (size_t ix = 0; ix < ax.values.size(); ++ix)
       o << "<text x=\"" << px + cw * (static_cast<double>(ix) + 0.5) << "\" y=\"" << py - 8 << "\" text-anchor=\"middle\">"
-        << xml(tick(ax, ix)) << "</text>\n";
+        << xml_escape(tick(ax, ix)) << "</text>\n";
     for (size_t iy = 0; iy < ay.values.size(); ++iy) {
       o << "<text x=\"" << px - 8 << "\" y=\"" << py + ch * (static_cast<double>(iy) + 0.5) + 4 << "\" text-anchor=\"end\">"
-        << xml(tick(ay, iy)) << "</text>\n";
+        << xml_escape(tick(ay, iy)) << "</text>\n";
       for (size_t ix = 0; ix < ax.values.size(); ++ix) {
         const size_t i = index(ix, iy, at0);
         if (i >= points.size()) continue;
@@ -178,12 +160,12 @@ std::string plot_sweep_svg(const std::vector<GridAxis>& axes, const std::vector<
         const std::string fill = r.simulated_s ? ramp(t) : "#f2dede";
         const double x = px + cw * static_cast<double>(ix), y = py + ch * static_cast<double>(iy);
         o << "<rect class=\"cell\" x=\"" << x << "\" y=\"" << y << "\" width=\"" << cw << "\" height=\"" << ch << "\" fill=\"" << fill
-          << "\" stroke=\"white\"><title>" << xml(sweep_point_label(axes, points[i].values)) << ": " << xml(sweep_status_text(r)) << "</title></rect>"
+          << "\" stroke=\"white\"><title>" << xml_escape(sweep_point_label(axes, points[i].values)) << ": " << xml_escape(sweep_status_text(r)) << "</title></rect>"
           << "<text x=\"" << x + cw / 2 << "\" y=\"" << y + ch / 2 + 4 << "\" text-anchor=\"middle\" fill=\"" << (t > 0.55 ? "white" : "#111") << "\">"
-          << xml(r.simulated_s ? format_seconds(r.simulated_s) : std::string("error")) << "</text>\n";
+          << xml_escape(r.simulated_s ? format_seconds(r.simulated_s) : std::string("error")) << "</text>\n";
       }
     }
-    o << "<text x=\"" << px + pw / 2 << "\" y=\"" << py + ph + 18 << "\" text-anchor=\"middle\" fill=\"#555\">" << xml(axis_name(ax)) << " \xE2\x86\x92</text>\n";
+    o << "<text x=\"" << px + pw / 2 << "\" y=\"" << py + ph + 18 << "\" text-anchor=\"middle\" fill=\"#555\">" << xml_escape(axis_name(ax)) << " \xE2\x86\x92</text>\n";
   }
   legend(20, H - 15.0 * static_cast<double>(legend_lines + (legend_lines ? 1 : 0)) - 10 + 15);
   o << "</svg>\n";

@@ -237,6 +237,24 @@ def _tessera_command():
     return found
 
 
+def _run_json(verb, args):
+    """Runs the tessera command `args` (its `verb` with --format json) and returns the document it
+    prints (exit 0, or 1 when a scenario failed a check or could not run: that is in the document);
+    exit 2 raises InputError with its messages, 130 KeyboardInterrupt, anything else InternalError."""
+    import subprocess
+
+    p = subprocess.run(args, capture_output=True, text=True)
+    if p.returncode in (0, 1) and p.stdout.strip():
+        return _json.loads(p.stdout)
+    if p.returncode == 130:
+        raise KeyboardInterrupt(f"tessera {verb} was interrupted")
+    errors = [l[len("error: "):] for l in p.stderr.splitlines() if l.startswith("error: ")]
+    errors = [e for e in errors if not (e.endswith(" problems:") and e.split()[0].isdigit())]
+    if p.returncode == 2 and errors:
+        raise InputError([{"where": "", "message": e, "hint": "", "text": e} for e in errors])
+    raise InternalError(f"tessera {verb} exited {p.returncode}: {p.stderr.strip()[-2000:]}")
+
+
 def compare(*scenarios, jobs=1, out=None, rerun=False, set=None, numerics=True):
     """`tessera compare`: runs what is not yet run (each in its own process, `jobs` at once; reports
     under `out`, default out/compare, reused when up to date) and returns the comparison as a dict
@@ -244,8 +262,6 @@ def compare(*scenarios, jobs=1, out=None, rerun=False, set=None, numerics=True):
     status; `summary` with MAPE and worst cases). Arguments are scenario files, report.json files
     or directories. A scenario that failed a check or could not run is in the result with its
     status; bad arguments raise InputError."""
-    import subprocess
-
     args = [_tessera_command(), "compare", *map(_os.fspath, scenarios), "--format", "json", "--jobs", str(jobs)]
     if out:
         args += ["--out", _os.fspath(out)]
@@ -255,15 +271,7 @@ def compare(*scenarios, jobs=1, out=None, rerun=False, set=None, numerics=True):
         args += ["--set", kv]
     if not numerics:
         args.append("--no-numerics")
-    p = subprocess.run(args, capture_output=True, text=True)
-    if p.returncode in (0, 1) and p.stdout.strip():
-        return _json.loads(p.stdout)
-    if p.returncode == 130:
-        raise KeyboardInterrupt("tessera compare was interrupted")
-    errors = [l[len("error: "):] for l in p.stderr.splitlines() if l.startswith("error: ")]
-    if p.returncode == 2 and errors:
-        raise InputError([{"where": "", "message": e, "hint": "", "text": e} for e in errors])
-    raise InternalError(f"tessera compare exited {p.returncode}: {p.stderr.strip()[-2000:]}")
+    return _run_json("compare", args)
 
 
 def sweep(scenario, grid=None, jobs=1, out=None, rerun=False, set=None, numerics=True, plot=None, scatter=None, points=None):
@@ -276,8 +284,6 @@ def sweep(scenario, grid=None, jobs=1, out=None, rerun=False, set=None, numerics
     whose fields go together, each run with every grid combination (`--points`). A point that
     failed a check or could not run is in the result with
     its status; a bad grid or a point that does not validate raises InputError (nothing runs)."""
-    import subprocess
-
     args = [_tessera_command(), "sweep", _os.fspath(scenario), "--format", "json", "--jobs", str(jobs)]
     for key, values in (grid or {}).items():
         args += ["--grid", key + "=" + _json.dumps(list(values))]
@@ -295,15 +301,7 @@ def sweep(scenario, grid=None, jobs=1, out=None, rerun=False, set=None, numerics
         args += ["--plot", _os.fspath(plot)]
     if scatter:
         args += ["--scatter", _os.fspath(scatter)]
-    p = subprocess.run(args, capture_output=True, text=True)
-    if p.returncode in (0, 1) and p.stdout.strip():
-        return _json.loads(p.stdout)
-    if p.returncode == 130:
-        raise KeyboardInterrupt("tessera sweep was interrupted")
-    errors = [l[len("error: "):] for l in p.stderr.splitlines() if l.startswith("error: ")]
-    if p.returncode == 2 and errors:
-        raise InputError([{"where": "", "message": e, "hint": "", "text": e} for e in errors if not e.endswith("problems:")])
-    raise InternalError(f"tessera sweep exited {p.returncode}: {p.stderr.strip()[-2000:]}")
+    return _run_json("sweep", args)
 
 
 def from_torch(module, example_inputs, **kwargs):

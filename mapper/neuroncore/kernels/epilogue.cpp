@@ -120,13 +120,11 @@ void EpilogueEmitter::run(const AccessPattern& dst, const AccessPattern& acc, co
   AccessPattern b;
   if (ep_.bias) {
     const bool reuse = !col && bias.elem == last_bias_ && parts <= last_bias_parts_ && bias.part_stride == 0;
-    const int64_t j = row_buf_ >= 0 && bias.part_stride == 0 && bias.free.size() == 1 && bias.free[0].stride == row_stride_ && row_stride_ != 0
-                          ? (bias.elem - row_elem_) / row_stride_
-                          : -1;
+    const AccessPattern row = col ? AccessPattern{} : row_bias(bias, parts);
     if (col) {  // a column per partition, loaded once and kept (the kernel's tiles reuse them)
       b = column(bias, parts);
-    } else if (j >= 0 && j + bias.free[0].num <= row_count_ && (bias.elem - row_elem_) % row_stride_ == 0) {
-      b = on_chip(Space::sbuf, ep_.bias->dtype, 0, parts, row_buf_ + j * ep_.bias->es(), {{bias.free[0].num, 1}});
+    } else if (row.present()) {  // the kernel's preloaded bias row
+      b = row;
     } else if (reuse) {
       b = on_chip(Space::sbuf, ep_.bias->dtype, 0, parts, bias_buf_, pack(bias.free).read);
     } else {
