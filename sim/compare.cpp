@@ -698,17 +698,9 @@ int run_compare(const CompareOptions& opt) {
       results.push_back(error_row(name, sf, d.empty() ? e.what() : d[0].str()));
       continue;
     }
-    Job job;
-    job.scenario_file = s.file.empty() ? sf : s.file;
-    job.name = s.name;
     std::string dn = safe_dir_name(s.name);
     if (const int n = dir_uses[dn]++; n > 0) dn += "-" + std::to_string(n + 1);  // two scenarios, one name
-    job.dir = (out_root / dn).string();
-    job.log = (fs::path(job.dir) / "run.log").string();
-    job.log_tmp = (out_root / ("." + dn + ".run.log")).string();
-    job.resolved = s.resolved;
-    job.target = s.kind + (s.preset.empty() ? "" : "/" + s.preset);
-    job.sets = opt.sets;
+    Job job = job_for(s, s.file.empty() ? sf : s.file, s.name, out_root.string(), dn, opt.sets);
     if (!opt.rerun) {
       std::string why_not;
       if (auto r = reusable_report(job, opt.exe, why_not)) {

@@ -1,5 +1,7 @@
 #include "sim/jobs.hpp"
 
+#include "sim/scenario.hpp"
+
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -206,6 +208,20 @@ std::string safe_dir_name(const std::string& name) {
 }
 
 std::string abs_path(const std::string& p) { return fs::absolute(p).lexically_normal().string(); }
+
+Job job_for(const Scenario& s, const std::string& scenario_file, const std::string& name, const std::string& out_root,
+            const std::string& dir_name, std::vector<std::string> sets) {
+  Job job;
+  job.scenario_file = scenario_file;
+  job.name = name;
+  job.dir = (fs::path(out_root) / dir_name).string();
+  job.log = (fs::path(job.dir) / "run.log").string();
+  job.log_tmp = (fs::path(out_root) / ("." + dir_name + ".run.log")).string();
+  job.resolved = s.resolved;
+  job.target = s.kind + (s.preset.empty() ? "" : "/" + s.preset);
+  job.sets = std::move(sets);
+  return job;
+}
 
 std::optional<json> reusable_report(const Job& job, const std::string& exe, std::string& why_not) {
   const fs::path rp = fs::path(job.dir) / "report.json";

@@ -40,6 +40,12 @@ std::string safe_dir_name(const std::string& name);
 // The form load_scenario records in Scenario::file.
 std::string abs_path(const std::string& p);
 
+struct Scenario;
+// The job that runs scenario `s` (its file `scenario_file`) into out_root/dir_name with `sets`,
+// shown as `name`: the run's directory and logs, its target and resolved scenario.
+Job job_for(const Scenario& s, const std::string& scenario_file, const std::string& name, const std::string& out_root,
+            const std::string& dir_name, std::vector<std::string> sets);
+
 struct JobsOptions {
   int jobs = 1;               // child processes at once (per MPI rank)
   bool no_numerics = false;   // --no-numerics on every run

@@ -389,17 +389,10 @@ int run_sweep(const SweepOptions& opt) {
       }
       continue;
     }
-    Job& job = jobs[i];
-    job.scenario_file = s.file.empty() ? abs_path(opt.scenario) : s.file;
-    job.name = s.name + " [" + lab + "]";
-    const std::string dn = point_dir(lab);
-    job.dir = (out_root / dn).string();
-    job.log = (fs::path(job.dir) / "run.log").string();
-    job.log_tmp = (out_root / ("." + dn + ".run.log")).string();
-    job.resolved = s.resolved;
-    job.target = s.kind + (s.preset.empty() ? "" : "/" + s.preset);
-    job.sets = opt.sets;
-    job.sets.insert(job.sets.end(), point_sets.begin(), point_sets.end());
+    std::vector<std::string> job_sets = opt.sets;  // (run.numerics comes from --no-numerics on the command line)
+    job_sets.insert(job_sets.end(), point_sets.begin(), point_sets.end());
+    jobs[i] = job_for(s, s.file.empty() ? abs_path(opt.scenario) : s.file, s.name + " [" + lab + "]", out_root.string(),
+                      point_dir(lab), std::move(job_sets));
   }
   // Points whose directories coincide (values that differ only in characters a directory name
   // cannot hold) would overwrite each other's runs.

@@ -45,7 +45,10 @@ def ns(cycles):
     return "%.2fns" % (cycles / CLOCK * 1e9)
 
 
-def reduce_chain(P, B=256, tr=1):
+def reduce_layout(P, B):
+    """The pipelined chain reduce of B fp32 values over a row of P PEs (row_reduce_pipe.pe).
+    Neighbours alternate colors 1 and 2, so each PE has two routes: its out color from RAMP to the
+    east, its in color from the west to RAMP."""
     routes = []
     for px in range(P):
         out_c, in_c = 1 + px % 2, 2 - px % 2
@@ -53,7 +56,7 @@ def reduce_chain(P, B=256, tr=1):
             routes.append({"color": out_c, "x": px, "width": 1, "rx": ["RAMP"], "tx": ["E"]})
         if px > 0:
             routes.append({"color": in_c, "x": px, "width": 1, "rx": ["W"], "tx": ["RAMP"]})
-    layout = {
+    return {
         "schema": "tessera.wafer-layout/1",
         "fabric": {"width": P, "height": 1},
         "rects": [{"name": "row", "x": 0, "y": 0, "width": P, "height": 1, "program": "row_reduce_pipe.pe",
@@ -62,6 +65,10 @@ def reduce_chain(P, B=256, tr=1):
                               "out_color": "1 + px % 2", "in_color": "2 - px % 2", "val": "px + 1"},
                    "routes": routes}],
     }
+
+
+def reduce_chain(P, B=256, tr=1):
+    layout = reduce_layout(P, B)
     lname = "reduce_chain_p%d_layout.json" % P
     write(lname, layout)
     # Every PE declares `sum` ([1, P, B]); the eastmost one holds 1 + 2 + ... + P, the others zeros.

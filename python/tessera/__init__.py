@@ -255,6 +255,18 @@ def _run_json(verb, args):
     raise InternalError(f"tessera {verb} exited {p.returncode}: {p.stderr.strip()[-2000:]}")
 
 
+def _run_options(out, rerun, set, numerics):
+    """The arguments compare and sweep share: --out, --rerun, --set, --no-numerics."""
+    args = ["--out", _os.fspath(out)] if out else []
+    if rerun:
+        args.append("--rerun")
+    for kv in set or []:
+        args += ["--set", kv]
+    if not numerics:
+        args.append("--no-numerics")
+    return args
+
+
 def compare(*scenarios, jobs=1, out=None, rerun=False, set=None, numerics=True):
     """`tessera compare`: runs what is not yet run (each in its own process, `jobs` at once; reports
     under `out`, default out/compare, reused when up to date) and returns the comparison as a dict
@@ -263,15 +275,7 @@ def compare(*scenarios, jobs=1, out=None, rerun=False, set=None, numerics=True):
     or directories. A scenario that failed a check or could not run is in the result with its
     status; bad arguments raise InputError."""
     args = [_tessera_command(), "compare", *map(_os.fspath, scenarios), "--format", "json", "--jobs", str(jobs)]
-    if out:
-        args += ["--out", _os.fspath(out)]
-    if rerun:
-        args.append("--rerun")
-    for kv in set or []:
-        args += ["--set", kv]
-    if not numerics:
-        args.append("--no-numerics")
-    return _run_json("compare", args)
+    return _run_json("compare", args + _run_options(out, rerun, set, numerics))
 
 
 def sweep(scenario, grid=None, jobs=1, out=None, rerun=False, set=None, numerics=True, plot=None, scatter=None, points=None):
@@ -289,14 +293,7 @@ def sweep(scenario, grid=None, jobs=1, out=None, rerun=False, set=None, numerics
         args += ["--grid", key + "=" + _json.dumps(list(values))]
     if points:
         args += ["--points", _json.dumps(list(points))]
-    if out:
-        args += ["--out", _os.fspath(out)]
-    if rerun:
-        args.append("--rerun")
-    for kv in set or []:
-        args += ["--set", kv]
-    if not numerics:
-        args.append("--no-numerics")
+    args += _run_options(out, rerun, set, numerics)
     if plot:
         args += ["--plot", _os.fspath(plot)]
     if scatter:
