@@ -91,8 +91,20 @@ NOTES = """
   per link, the SDK figure) against 1.125 measured on silicon (12.5% more, 9 cycles per 8
   wavelets); no public source says where the extra cycle comes from. The model has no cost for a
   turn (3P: ~20 cycles per turn on silicon).
-- Not yet here (issue 25): the 33,000 x 33,000 GEMM on 750 x 750 PEs (349.0 TFLOP/s), the 512^3
-  FFT, and the allreduce series.
+- GEMM (`gemm-summa-p4`, `-p8`: C = A B in fp32 by SUMMA with the 44 x 44 blocks per PE of
+  Matsuzaki, Miyajima et al.'s 33,000^2 GEMM on 750 x 750 PEs; published: their 349.0 TFLOP/s,
+  620.4 MFLOP/s per PE, carried to 4 x 4 and 8 x 8 PEs by their weak-scaling efficiency of 1.00):
+  the model is 43.5% fast at both sizes, and its time per step is the same at every size (131,866
+  cycles: 1,936 B elements at 68.1 cycles each -- the fmacs' 16-cycle setup and 44 elements at
+  one per cycle, and about 8 scalar instructions of the data task), so the 750 x 750 run would be
+  750 of those steps, 116 ms against the measured 206 ms. The fmacs rate explains the gap: the
+  preset runs fmacs at the SDK Appendix's width 1, while 3P measured 0.50 fp32 FMAs per cycle on
+  WSE-3 silicon (its pipeline notes: a dependent FP op every 2 cycles). At 0.5 a B element costs
+  16 + 88 + 8 = 112 cycles and the rows would be 7% under the published figure. Not done: a
+  parameter for a fractional fmacs rate, and the full-size run (8.2 x 10^11 data-task firings;
+  docs/wafer-model.md "Speed"). The paper's own kernel is not in the public sources; SUMMA is the
+  SDK's GEMM example's algorithm.
+- Not yet here (issue 25): the 512^3 FFT and the allreduce series.
 """
 
 # Published slopes: (what, scenario at x0, scenario at x1, x0, x1, unit, published, source)

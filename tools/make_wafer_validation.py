@@ -19,6 +19,13 @@ published figure (expect.reference_latency, with its source in ../shared/referen
   8-wavelet message over one hop (dispatch to receiving task done: 19 cycles, WSE-3 simulator).
 - rate_<op>_wse3.json: one long DSD op (copy fp16 / fp32, FMA fp16 / fp32) on one WSE-3 PE against
   the 3P silicon rates (elements per cycle) plus the 3P silicon DSD setup (~16 cycles).
+- gemm_summa_p<P>.json: C = A B in fp32 over P x P PEs with 44 x 44 blocks per PE (the block of
+  the 33,000 x 33,000 GEMM on 750 x 750 PEs of Matsuzaki, Miyajima et al.: wafer.md "More rows"),
+  by SUMMA (summa.pe, written here): in step k the PEs of column k multicast their A blocks along
+  the rows and the PEs of row k their B blocks down the columns, each B wavelet fires a data task
+  doing C[:, j] += A_k[:, p] * B_k[p, j] (one fmacs). Published: their 349.0 TFLOP/s over 562,500
+  PEs, 620.4 MFLOP/s per PE at this block, carried to P x P PEs by their weak-scaling efficiency of
+  1.00: T = 2 (44 P)^3 / (P^2 * 620.4e6) s. The full size needs the simulation-speed issue.
 - hop_h<H>_tr2.json, wavelets_b<B>_tr2.json: point-to-point messages at router.hop_latency 2 on
   wse3, without a published total; tools/make_validation_doc.py takes the slopes of their pairs
   (cycles per hop, cycles per wavelet) and sets them beside the 3P silicon figures (2.000, 1.125).
@@ -232,6 +239,121 @@ def rate(name, op, dtype, n, arrays, per_cycle, what, result):
     })
 
 
+GEMM_FLOPS, GEMM_N, GEMM_SIDE = 349.0e12, 33000, 750  # wafer.md "More rows": Matsuzaki, Miyajima et al.
+
+
+def summa_program(P, b):
+    """summa.pe for a P x P grid of b x b fp32 blocks (colors: A of step k on 1 + k, B on 1 + P + k)."""
+    L = ["# SUMMA C = A B on a %d x %d grid of PEs, %d x %d fp32 blocks (tools/make_wafer_validation.py)." % (P, P, b, b),
+         "# A, B, C are column-major blocks: A[i + p*b] = A_blk[i][p]. Step k: the PEs of column k send their",
+         "# A block along their row on color 1 + k (the route multicasts it, to the sender too), every PE",
+         "# stores it in Ab; the PEs of row k send their B block down their column on color 1 + P + k,",
+         "# whose wavelets fire task on_b<k>: C[:, j] += Ab[:, p] * wv for wavelet j*b + p. The data tasks",
+         "# start blocked, step<k> unblocks on_b<k> once Ab holds A_k; the last B wavelet starts step k + 1.",
+         "# Queues: A in 1/2, B in 3/4 (alternating steps, so overlapping steps never share one), sends",
+         "# on output queues 0 (A) and 5 (B).",
+         "# acol<k> / brow<k>: 1 on the PEs of column k / row k (the layout sets them from px, py).",
+         *[".param acol%d = 0\n.param brow%d = 0" % (k, k) for k in range(P)],
+         ".data A f32 %d fill=0" % (b * b), ".data B f32 %d fill=0" % (b * b),
+         ".data C f32 %d fill=0" % (b * b), ".data Ab f32 %d fill=0" % (b * b),
+         ".dsd am mem1d A", ".dsd bm mem1d B", ".dsd abm mem1d Ab",
+         ".dsd acol mem1d Ab len=%d" % b, ".dsd ccol mem1d C len=%d" % b]
+    for k in range(P):
+        L += [".if $acol%d" % k, ".dsd aout%d fabout f32 color=%d queue=0 len=%d" % (k, 1 + k, b * b), ".endif",
+              ".dsd ain%d fabin f32 color=%d queue=%d len=%d" % (k, 1 + k, 1 + k % 2, b * b),
+              ".if $brow%d" % k, ".dsd bout%d fabout f32 color=%d queue=5 len=%d" % (k, 1 + P + k, b * b), ".endif"]
+    L.append("")
+    for k in range(P):
+        L += [".task step%d local id=%d%s" % (k, 40 + k, " active" if k == 0 else ""),
+              ".if $acol%d" % k, "  fmovs aout%d, am async" % k, ".endif",
+              "  fmovs abm, ain%d" % k,
+              "  unblock on_b%d" % k,
+              ".if $brow%d" % k, "  fmovs bout%d, bm async" % k, ".endif",
+              "  ret",
+              ".task on_b%d data id=%d color=%d queue=%d blocked" % (k, 1 + P + k, 1 + P + k, 3 + k % 2),
+              "  mul r1, r0, %d" % b,
+              "  dsd_off acol, r1",
+              "  dsd_off ccol, r3",
+              "  fmacs ccol, ccol, acol, wv",
+              "  add r0, r0, 1",
+              "  sub r2, r0, %d" % b,
+              "  bnz r2, more%d" % k,
+              "  mov r0, 0",
+              "  add r3, r3, %d" % b,
+              "  sub r2, r3, %d" % (b * b),
+              "  bnz r2, more%d" % k,
+              "  mov r3, 0",
+              "  activate %s" % ("step%d" % (k + 1) if k + 1 < P else "fin"),
+              "more%d:" % k,
+              "  ret"]
+    L += [".task fin local id=60", "  halt", ""]
+    return "\n".join(L)
+
+
+def summa_routes(P):
+    routes = []
+    for k in range(P):
+        for x in range(P):  # A of step k along the rows, from column k
+            ends = (["W"] if x > 0 else []), (["E"] if x < P - 1 else [])
+            rx = ["RAMP"] if x == k else (["W"] if x > k else ["E"])
+            tx = ["RAMP"] + (ends[0] + ends[1] if x == k else (ends[1] if x > k else ends[0]))
+            routes.append({"color": 1 + k, "x": x, "y": 0, "width": 1, "height": P, "rx": rx, "tx": tx})
+        for y in range(P):  # B of step k down the columns, from row k
+            ends = (["N"] if y > 0 else []), (["S"] if y < P - 1 else [])
+            rx = ["RAMP"] if y == k else (["N"] if y > k else ["S"])
+            tx = ["RAMP"] + (ends[0] + ends[1] if y == k else (ends[1] if y > k else ends[0]))
+            routes.append({"color": 1 + P + k, "x": 0, "y": y, "width": P, "height": 1, "rx": rx, "tx": tx})
+    return routes
+
+
+def gemm_summa(P, b=44, seed=1):
+    """The SUMMA GEMM scenario on P x P PEs; inputs and C in fp64 by plain Python."""
+    import random
+    rnd = random.Random(seed)
+    N = P * b
+    A = [[rnd.uniform(-1, 1) for _ in range(N)] for _ in range(N)]
+    B = [[rnd.uniform(-1, 1) for _ in range(N)] for _ in range(N)]
+    Bt = [list(col) for col in zip(*B)]
+    C = [[sum(a * c for a, c in zip(A[i], Bt[j])) for j in range(N)] for i in range(N)]
+
+    def blocks(M):  # [P (row), P (col), b*b], each block column-major
+        out = []
+        for y in range(P):
+            for x in range(P):
+                out += [M[y * b + i][x * b + j] for j in range(b) for i in range(b)]
+        return out
+    name = "gemm_summa_p%d" % P
+    write_text("summa_p%d.pe" % P, summa_program(P, b))
+    write(name + "_layout.json", {
+        "schema": "tessera.wafer-layout/1", "fabric": {"width": P, "height": P},
+        "rects": [{"name": "grid", "x": 0, "y": 0, "width": P, "height": P, "program": "summa_p%d.pe" % P,
+                   "params": dict([("acol%d" % k, "px == %d" % k) for k in range(P)] +
+                                 [("brow%d" % k, "py == %d" % k) for k in range(P)]), "routes": summa_routes(P)}]})
+    for nm, M in (("A", A), ("B", B), ("C", C)):
+        write_npy("%s_%s.npy" % (name, nm), (P, P, b * b), blocks(M))
+    per_pe = GEMM_FLOPS / GEMM_SIDE ** 2
+    T = 2.0 * N ** 3 / (P * P * per_pe)
+    write(name + ".json", {
+        "schema": "tessera.scenario/1",
+        "name": "wafer-validation-" + name.replace("_", "-"),
+        "description": ("C[%d, %d] = A B in fp32 on %d x %d PEs of a WSE-2, %d x %d blocks per PE (the block of the "
+                        "33,000 x 33,000 GEMM on 750 x 750 PEs), by SUMMA (summa_p%d.pe: A panels multicast along the "
+                        "rows, B panels down the columns, one fmacs per B element), against that GEMM's measured "
+                        "349.0 TFLOP/s per PE (620.4 MFLOP/s) carried to this grid by its reported weak-scaling "
+                        "efficiency of 1.00: %.0f cycles. Written by tools/make_wafer_validation.py."
+                        % (N, N, P, P, b, b, P, T * CLOCK)),
+        "target": {"kind": "wafer", "preset": "wse2"},
+        "model": {"layout": name + "_layout.json"},
+        "inputs": {"A": {"file": "data/%s_A.npy" % name}, "B": {"file": "data/%s_B.npy" % name}},
+        "expect": {"outputs": {"C": {"file": "data/%s_C.npy" % name, "rtol": 1e-5, "atol": 1e-4}},
+                   "reference_latency": {
+            "value": "%.4fus" % (T * 1e6),
+            "source": "wafer.md More rows: Matsuzaki, Miyajima et al. (SC24 workshop; IPSJ JIP 34:132), 349.0 TFLOP/s "
+                      "on 33,000^2 fp32 over 750 x 750 PEs = 620.4 MFLOP/s per PE at 44 x 44 blocks, weak-scaling "
+                      "efficiency 1.00: 2 * %d^3 / (%d PEs * 620.4e6) = %.2f us" % (N, P * P, T * 1e6)}},
+    })
+
+
 RELAY_PE = """# Store-and-forward relay chain (tools/make_wafer_validation.py): the first PE sends its buffer
 # east; every other PE receives the whole message (one DSD op), then forwards it (a second DSD op);
 # the last one only receives. Neighbours alternate two colors, as in row_reduce.pe.
@@ -294,6 +416,9 @@ def main():
          "FMA fp16 (fmach)", 2.0)
     rate("rate_fma32_wse3", "fmacs cm, am, bm, 2.0", "f32", 2048, (("a", "1.5"), ("b", "0.25"), ("c", "0")), 0.50,
          "FMA fp32 (fmacs)", 2.0)
+    # The GEMM at reduced sizes (the full 750 x 750 run needs the simulation-speed issue).
+    for P in (4, 8):
+        gemm_summa(P)
     # Hop and wavelet slopes at hop latency 2 (3P silicon: 2.000 cycles/hop, 1.125 cycles/wavelet).
     for mic in ("send.pe", "recv.pe"):
         with open(os.path.join(HERE, "..", "micro", mic)) as f:
