@@ -389,7 +389,7 @@ TRAIN_CASES = [
          build=lambda: nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)),
          data=regression_data, loss="mse", opt="sgd", lr=0.2,
          source="nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))",
-         what="an MLP regression trained with SGD"),
+         what="an MLP regression trained with SGD", wafer=True),
     dict(name="train_conv1d_sgd", seed=32, opset=13, batch=8, steps=10, shape=(1, 512),
          build=lambda: audio_net(batch_norm=False, classes=4),
          data=tone_data, loss="softmax_cross_entropy", opt="sgd", lr=0.2,
@@ -628,13 +628,15 @@ def export_train_case(case, root):
             f"step is the expectation. The initial forward graph: {case['source']}; "
             f"torch.onnx.export defaults, opset {case['opset']}, batch {case['batch']} "
             f"({GENERATOR}, PyTorch 1.13).")
-    for target in ("reference", "neuroncore"):
+    # The wafer (wse2, weight streaming) where its compiler trains the model: fp32 only in this
+    # build (mixed-precision training on the wafer is not done), so wafer_fp32.json.
+    for target in ("reference", "neuroncore") + (("wafer",) if case.get("wafer") else ()):
         scenario = {
             "schema": "tessera.scenario/1",
             "name": f"zoo-{name.replace('_', '-')}-{target}",
             "description": desc,
             "target": {"kind": target} if target == "reference"
-                      else {"kind": target, "preset": "trn1"},
+                      else {"kind": target, "preset": "wse2" if target == "wafer" else "trn1"},
             "model": {"onnx": "model.onnx"},
             "inputs": {"x": {"file": "x.npy"}, "target": {"file": "target.npy"}},
             "run": {"steps": case["steps"], "checkpoint_steps": 10, "activation_steps": 5},
@@ -645,9 +647,16 @@ def export_train_case(case, root):
             "expect": {"losses": {"file": loss_file, "rtol": LOSS_TOL[0],
                                   "atol": LOSS_TOL[1]}},
         }
-        if target == "neuroncore":
+        if target != "reference":
             scenario["precision"] = {"compute": "fp32"}
-        write_json(os.path.join(d, target + ".json"), scenario)
+        if target == "wafer":
+            scenario["name"] += "-fp32"
+            scenario["description"] += (" On a WSE-2, weight streaming, fp32 (the wafer trains in fp32 only in this "
+                                         "build): MemoryX keeps the fp32 masters and applies SGD, the PEs run the "
+                                         "forward and backward passes.")
+            scenario["mapping"] = {"mode": "weight_streaming"}
+            scenario["expect"]["latency_error_pct"] = 10
+        write_json(os.path.join(d, target + ("_fp32" if target == "wafer" else "") + ".json"), scenario)
 
 
 def main():
