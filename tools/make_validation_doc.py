@@ -85,7 +85,7 @@ NOTES = """
   mechanism no public source names. (Both copies move about 9.7 bytes per cycle on silicon, which
   suggests a memory-bandwidth limit, but no source gives the WSE-3 SRAM ports.) For fmacs, 3P's
   pipeline notes give a dependent FP op every 2 cycles, and its simulator and silicon both measure
-  0.5 per cycle against the SDK's width 1.
+  0.5 per cycle against the SDK's width 1 (`simd.fmacs_interval` 2 runs fmacs at that rate).
 - Hop and wavelet costs (the slope table): at `router.hop_latency` 2 the fabric's cost per hop is
   the 3P silicon figure, 2.000 cycles. The cost per wavelet is 1.000 cycle (one wavelet per cycle
   per link, the SDK figure) against 1.125 measured on silicon (12.5% more, 9 cycles per 8
@@ -100,8 +100,9 @@ NOTES = """
   750 of those steps, 116 ms against the measured 206 ms. The fmacs rate explains the gap: the
   preset runs fmacs at the SDK Appendix's width 1, while 3P measured 0.50 fp32 FMAs per cycle on
   WSE-3 silicon (its pipeline notes: a dependent FP op every 2 cycles). At 0.5 a B element costs
-  16 + 88 + 8 = 112 cycles and the rows would be 7% under the published figure. Not done: a
-  parameter for a fractional fmacs rate, and the full-size run (8.2 x 10^11 data-task firings;
+  16 + 88 + 8 = 112 cycles: `gemm-summa-p8-fmacs2` runs the 8 x 8 case with
+  `simd.fmacs_interval` 2 (the parameter for that rate; the presets keep the SDK's 1) and is 7.0%
+  under the published figure. Not done: the full-size run (8.2 x 10^11 data-task firings;
   docs/wafer-model.md "Speed"). The paper's own kernel is not in the public sources; SUMMA is the
   SDK's GEMM example's algorithm.
 - Not yet here (issue 25): the 512^3 FFT and the allreduce series.

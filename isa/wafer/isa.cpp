@@ -176,6 +176,7 @@ WaferConfig WaferConfig::from(const ParamSet& p) {
   c.simd_fp32 = p.integer("simd.fp32");
   c.simd_convert = p.integer("simd.convert");
   c.simd_fmacs = p.integer("simd.fmacs");
+  c.fmacs_interval = p.integer("simd.fmacs_interval");
   c.setup_cycles = p.integer("dsd.setup_cycles");
   c.task_count = p.integer("task.count");
   c.colors = p.integer("router.colors");
@@ -265,8 +266,8 @@ const std::vector<CostRow>& cost_rows() {
       {"fmuls fmaxs fnegs", "dsd.setup_cycles + ceil(len / width(simd.fp32, stride))",
        "assumption: fp32 ops not in the SDK table, costed like fadds (wafer.md PE)"},
       {"fh2s fs2h", "dsd.setup_cycles + ceil(len / width(simd.convert, stride))", "wafer.md PE SIMD widths: conversions 1 / 4 (SDK Appendix)"},
-      {"fmacs", "dsd.setup_cycles + ceil(len / width(simd.fmacs, stride))",
-       "wafer.md PE: fmacs is not SIMD, width 1 (SDK Appendix); 3P measured 0.5 elements/cycle"},
+      {"fmacs", "dsd.setup_cycles + ceil(len / width(simd.fmacs, stride)) * simd.fmacs_interval",
+       "wafer.md PE: fmacs is not SIMD, width 1 (SDK Appendix); 3P measured 0.5 elements/cycle (simd.fmacs_interval 2; default 1)"},
       {"stride rule", "width = min(class width, cap(stride)); cap: stride 0,1 none; stride%8 in {2,3,5,6} none; {1,7} 2; {0,4} 1",
        "wafer.md PE: \"stride 0/1 full width; stride%8 in {2,3,5,6} full; {1,7} width 2; 0 width 1\"; %8==4 assumption (read-port rule b1%4 != b2%4)"},
       {"mov add sub mul dsd_off dsd_len jmp bz bnz blz loop activate block unblock ret halt nop", "1",
@@ -275,14 +276,20 @@ const std::vector<CostRow>& cost_rows() {
   return rows;
 }
 
-int64_t dsd_op_cycles(int64_t len, int64_t width, const WaferConfig& c) {
+int64_t op_interval(Op op, const WaferConfig& c) { return op == Op::fmacs ? std::max<int64_t>(1, c.fmacs_interval) : 1; }
+
+int64_t dsd_op_cycles(int64_t len, int64_t width, const WaferConfig& c, int64_t interval) {
   const int64_t w = std::max<int64_t>(width, 1);
-  return c.setup_cycles + (len + w - 1) / w;
+  return c.setup_cycles + (len + w - 1) / w * std::max<int64_t>(interval, 1);
+}
+
+int64_t dsd_cycles(Op op, int64_t len, int64_t stride, const WaferConfig& c) {
+  return dsd_op_cycles(len, std::max<int64_t>(1, simd_width(op, stride, c)), c, op_interval(op, c));
 }
 
 int64_t instr_cycles(const Program& p, const Instr& in, const WaferConfig& c) {
   if (op_info(in.op).cls != OpClass::dsd) return 1;
-  return dsd_op_cycles(instr_length(p, in), instr_width(p, in, c), c);
+  return dsd_op_cycles(instr_length(p, in), instr_width(p, in, c), c, op_interval(in.op, c));
 }
 
 }  // namespace tessera::wafer

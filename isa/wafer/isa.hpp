@@ -237,6 +237,7 @@ struct WaferConfig {
   int64_t sram_bytes = 0, reserved_bytes = 0, sram_banks = 0;
   bool bank_conflicts = false;  // pe.bank_conflicts: the model charges read-port conflicts (docs/wafer-model.md)
   int64_t simd_fp16 = 0, simd_fp32 = 0, simd_convert = 0, simd_fmacs = 0, setup_cycles = 0;
+  int64_t fmacs_interval = 1;  // simd.fmacs_interval: cycles per fmacs element group
   int64_t task_count = 0, colors = 0, hop_latency = 0, buffer_depth = 0;
   std::vector<int64_t> input_depth, output_depth;
   double memoryx_bandwidth = 0, memoryx_latency = 0, memoryx_capacity = 0, swarmx_bandwidth = 0, swarmx_latency = 0;
@@ -274,8 +275,12 @@ struct CostRow {
   std::string_view source;
 };
 const std::vector<CostRow>& cost_rows();
-// DSD op: dsd.setup_cycles + ceil(len / width); scalar and control ops: 1 cycle.
-int64_t dsd_op_cycles(int64_t len, int64_t width, const WaferConfig& c);
+// Cycles per element group of `op`: simd.fmacs_interval for fmacs, 1 for every other op.
+int64_t op_interval(Op op, const WaferConfig& c);
+// DSD op: dsd.setup_cycles + ceil(len / width) * interval; scalar and control ops: 1 cycle.
+int64_t dsd_op_cycles(int64_t len, int64_t width, const WaferConfig& c, int64_t interval = 1);
+// One DSD op of `op` over `len` elements whose memory operands walk with innermost `stride`.
+int64_t dsd_cycles(Op op, int64_t len, int64_t stride, const WaferConfig& c);
 int64_t instr_cycles(const Program& p, const Instr& in, const WaferConfig& c);
 
 }  // namespace tessera::wafer

@@ -28,7 +28,7 @@ std::string compile_report(const Compiled& c, const WaferConfig& cfg) {
   std::snprintf(line, sizeof line, "  %-28s %14.1f\n  %-28s %14.1f\n  %-28s %14.1f\n  %-28s %13.2f%%\n  %-28s %13.2f%%\n  %-28s %14lld cycles (%.3f us)\n",
                 "Samples/s", B / total_s, "Compute Samples/s", compute ? B / (static_cast<double>(compute) / hz) : 0.0, "Transmission Samples/s",
                 transfer ? B / (static_cast<double>(transfer) / hz) : 0.0, "Active PEs", 100.0 * static_cast<double>(active) / fab,
-                "Compute Utilization", 100.0 * flops / 2 / (static_cast<double>(active) * static_cast<double>(c.predicted_cycles) * std::max<int64_t>(1, cfg.simd_fmacs)),
+                "Compute Utilization", 100.0 * flops / 2 / (static_cast<double>(active) * static_cast<double>(c.predicted_cycles) * std::max<int64_t>(1, cfg.simd_fmacs) / static_cast<double>(op_interval(Op::fmacs, cfg))),
                 "Predicted latency", static_cast<long long>(c.predicted_cycles), total_s * 1e6);
   o << line << "\nPer kernel\n";
   std::snprintf(line, sizeof line, "  %-3s %-22s %-16s %9s %9s %7s %12s %12s %12s %9s %8s %8s\n", "#", "kernel", "op", "PEs", "rect", "block", "start", "end",

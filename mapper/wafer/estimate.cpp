@@ -25,7 +25,7 @@ namespace {
 void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<int64_t>& fwd_end) {
   const int64_t S = cfg.setup_cycles, hop = cfg.hop_latency, pass = 2 + hop;
   const double hz = cfg.clock_hz;
-  auto dsd = [&](int64_t len, Op op = Op::fadds, int64_t stride = 1) { return S + cdiv(len, std::max<int64_t>(1, simd_width(op, stride, cfg))); };
+  auto dsd = [&](int64_t len, Op op = Op::fadds, int64_t stride = 1) { return dsd_cycles(op, len, stride, cfg); };
   const size_t L = c.kernels.size();
   const DenseKernel& kl = c.kernels.back();
   const int64_t Bl = kl.B;  // the loss's samples
@@ -239,7 +239,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     // the reduce's search and mov of r8 before its chain step.
     const int64_t seq = c.sequenced ? 1 : 0;
     const int64_t seq_end = c.sequenced ? 3 + 2 * detail::dispatch_depth(orientation_count[k.k_on_columns ? 0 : 1]) + (l + 1 < nk ? (c.training ? 7 : 6) : 0) + 4 + seq_d + 1 : 0;
-    const int64_t per_x = 9 + S + cdiv(k.nb, c.half() ? w32 : wf) + save_x + seq;
+    const int64_t per_x = 9 + S + (c.half() ? cdiv(k.nb, w32) : cdiv(k.nb, wf) * op_interval(Op::fmacs, cfg)) + save_x + seq;
     const int64_t first_x = 10 + S + cdiv(k.nb, w32) + save_x + seq;
     const int64_t compute = k.B * ((k.kb - 1) * per_x + first_x) + 4 * k.B + 2 + (wrap_ld ? 1 : 0) + seq_end;
     k.est.compute = compute;
@@ -363,7 +363,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     const int64_t n_el = k.B * k.nb;
     int64_t end = 0, compute_end = 0, transfer = 0;
     std::vector<int64_t> next(static_cast<size_t>(Ln), 0), t_of(static_cast<size_t>(Ln), 0), tmax_of(static_cast<size_t>(Ln), 0), chain_of(static_cast<size_t>(Ln), 0);
-    auto dsd = [&](int64_t len, Op o2 = Op::fadds, int64_t stride = 1) { return S + cdiv(len, std::max<int64_t>(1, simd_width(o2, stride, cfg))); };
+    auto dsd = [&](int64_t len, Op o2 = Op::fadds, int64_t stride = 1) { return dsd_cycles(o2, len, stride, cfg); };
     for (int64_t pn = 0; pn < Ln; ++pn) {
       int64_t lead = INT64_MIN;  // max_j(T(j) + S - j * pass)
       int64_t tmax = 0;

@@ -126,6 +126,8 @@ bool Fabric::Impl::memory_only(uint32_t s, const Instr& in) const {
 }
 
 int Fabric::Impl::run_group(uint32_t s, OpRun& op, int64_t t) {
+  // An op slower than one group per cycle (simd.fmacs_interval) idles the cycles after a group.
+  if (op.pause > 0) return --op.pause == 0 && op.i >= op.len ? 2 : 1;
   if (op.len > 0 && op.i >= op.len) return op.drained_at > t ? 0 : 2;  // computed at issue (eager_memory_ops), or taken ahead (drain)
   Pe& P = pes[s];
   const Program& p = prog(s);
@@ -252,6 +254,10 @@ int Fabric::Impl::run_group(uint32_t s, OpRun& op, int64_t t) {
   f.stats_.dsd_elements += done;
   if (done > 0) op.conflict_paid = false;
   if (done == 0 && op.len > 0) return 0;
+  if (op.interval > 1 && done > 0) {
+    op.pause = static_cast<int16_t>(op.interval - 1);
+    return 1;
+  }
   return op.i >= op.len ? 2 : 1;
 }
 
@@ -417,7 +423,7 @@ void Fabric::Impl::pe_step(uint32_t s, int64_t t) {
       if (r == 2) {
         const int64_t end = op.len == 0 ? t : t + 1;
         if (f.opt_.record) f.op_records_.push_back({P.x, P.y, op.instr, false, 0, op.start - start, end - start, op.len});
-        f.stats_.stall_cycles += std::max<int64_t>(0, end - op.start - dsd_op_cycles(op.len, op.width, cfg));
+        f.stats_.stall_cycles += std::max<int64_t>(0, end - op.start - dsd_op_cycles(op.len, op.width, cfg, op.interval));
         op.instr = -1;
         ++P.pc;
         P.ready_at = end;
@@ -508,6 +514,7 @@ void Fabric::Impl::exec(uint32_t s, int64_t t) {
       op.instr = P.pc;
       op.len = op_length(s, in);
       op.width = static_cast<int32_t>(instr_width(p, in, cfg));
+      op.interval = static_cast<int16_t>(op_interval(in.op, cfg));
       op.start = lt;
       op.next = lt + cfg.setup_cycles;
       ++f.stats_.instructions;
@@ -541,7 +548,8 @@ void Fabric::Impl::exec(uint32_t s, int64_t t) {
         op.width = static_cast<int32_t>(std::min<int64_t>(op.len, INT32_MAX));
         run_group(s, op, lt);
         op.width = width;
-        op.next = op.start + dsd_op_cycles(op.len, width, cfg) - 1;  // run_group then reports it done at next + 1
+        op.pause = 0;
+        op.next = op.start + dsd_op_cycles(op.len, width, cfg, op.interval) - 1;  // run_group then reports it done at next + 1
       }
       P.main = op;
       wake_pe(s, op.next);

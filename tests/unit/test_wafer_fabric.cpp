@@ -182,6 +182,76 @@ TEST_CASE("wafer-fabric: fmacs len 10 (width 1) takes 16 + 10 cycles", "[wafer-f
   op_contract("wse3", ".data a f32 10\n.data b f32 10\n.dsd am mem1d a\n.dsd bm mem1d b", "fmacs am, am, bm, 2.0", 16 + 10);
 }
 
+TEST_CASE("wafer-fabric: fmacs len 10 at simd.fmacs_interval 2 (3P's 0.5 per cycle) takes 16 + 2 x 10 cycles", "[wafer-fabric]") {
+  WaferConfig c = preset_config("wse2");
+  c.fmacs_interval = 2;
+  CHECK(op_interval(Op::fmacs, c) == 2);
+  CHECK(op_interval(Op::fadds, c) == 1);
+  CHECK(dsd_cycles(Op::fmacs, 10, 1, c) == 16 + 20);
+  CHECK(dsd_cycles(Op::fadds, 64, 1, c) == 16 + 32);  // other ops keep their width
+  op_contract(c, ".data a f32 10\n.data b f32 10\n.dsd am mem1d a\n.dsd bm mem1d b", "fmacs am, am, bm, 2.0", 16 + 20);
+}
+
+TEST_CASE("wafer-fabric: at simd.fmacs_interval 3 eager and element-by-element fmacs end in the same cycle with the same values", "[wafer-fabric]") {
+  WaferConfig c = preset_config("wse2");
+  c.fmacs_interval = 3;
+  const std::string prog =
+      ".data a f32 10 fill=1.5\n.data b f32 10 fill=0.25\n.data d f32 64 fill=1\n.dsd am mem1d a\n.dsd bm mem1d b\n.dsd dm mem1d d\n"
+      ".task main local id=8 active\n  fmacs am, am, bm, 2.0\n  fadds dm, dm, dm\n  halt\n";
+  const std::string layout =
+      R"({"fabric": {"width": 1, "height": 1}, "rects": [{"name": "pe", "x": 0, "y": 0, "width": 1, "height": 1, "program": "op.pe"}]})";
+  models::set_fs_resolution();
+  const LoadedLayout l = load({{"op.pe", prog}}, layout, c);
+  FabricOptions slow, fast;
+  slow.record = fast.record = true;
+  fast.eager_memory_ops = true;
+  Fabric a("slow", c, slow), b("fast", c, fast);
+  a.load(l);
+  b.load(l);
+  a.start();
+  b.start();
+  sc_core::sc_start();
+  tessera::models::after_systemc();
+  REQUIRE(a.finished());
+  REQUIRE(b.finished());
+  for (const Fabric* f : {&a, &b}) {
+    REQUIRE(f->op_records().size() == 2);
+    CHECK(f->op_records()[0].end == 16 + 30);               // fmacs: 10 groups, 3 cycles each
+    CHECK(f->op_records()[1].end == 16 + 30 + 16 + 32);     // fadds after it at its own width
+    CHECK(f->stats().stall_cycles == 0);                     // the idle cycles are the formula's, not stalls
+    for (float v : f->read_array(0, 0, "a")) CHECK(v == 2.0f);
+  }
+  CHECK(a.halt_cycle(0, 0) == b.halt_cycle(0, 0));
+}
+
+TEST_CASE("wafer-fabric: an async fmacs from the fabric at simd.fmacs_interval 2 takes a wavelet every 2 cycles", "[wafer-fabric]") {
+  WaferConfig c = preset_config("wse2");
+  c.fmacs_interval = 2;
+  const char* recv = R"(
+.param n = 16
+.data y f32 $n fill=1
+.dsd ym mem1d y
+.dsd in fabin f32 color=1 queue=1 len=$n
+.task main local id=8 active
+  fmacs ym, ym, in, 2.0 async activate=done
+  ret
+.task done local id=9
+  halt
+)";
+  Run r(c, load({{"send.pe", kSend}, {"recv.pe", recv}}, row_layout(2, 16, {1}), c));
+  r.go();
+  REQUIRE_FALSE(r.fab->error());
+  const auto d = deliveries_at(*r.fab, 1, 0);
+  REQUIRE(d.size() == 16);
+  const int64_t first = d.front().cycle;  // readable from here; the op takes one element per 2 cycles
+  const OpRecord* o = nullptr;
+  for (const auto& rec : r.fab->op_records())
+    if (rec.x == 1) o = &rec;
+  REQUIRE(o);
+  CHECK(o->end == first + 2 * 16);
+  for (float v : r.fab->read_array(1, 0, "y")) CHECK(v == 4.0f);  // 1 + 1.5 * 2
+}
+
 TEST_CASE("wafer-fabric: fh2s len 9 on wse2 (width 1) takes 16 + 9 cycles", "[wafer-fabric]") {
   op_contract("wse2", ".data a f32 9\n.data b f16 9\n.dsd am mem1d a\n.dsd bm mem1d b", "fh2s am, bm", 16 + 9);
 }
