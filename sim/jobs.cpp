@@ -24,6 +24,7 @@
 
 #include "isa/error.hpp"
 #include "isa/fileio.hpp"
+#include "isa/host_threads.hpp"
 #include "sim/console.hpp"
 #include "sim/report.hpp"
 #include "sim/run.hpp"
@@ -91,8 +92,17 @@ pid_t spawn(const Job& job, const JobsOptions& opt) {
   posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, job.log_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  // N runs at once share the host's threads: each child's numerics get hardware_concurrency / N
+  // (TESSERA_HOST_THREADS, isa/host_threads.hpp), unless the user set it.
+  std::vector<std::string> env_s;
+  for (char** e = environ; *e; ++e) env_s.emplace_back(*e);
+  if (opt.jobs > 1 && !std::getenv("TESSERA_HOST_THREADS"))
+    env_s.push_back("TESSERA_HOST_THREADS=" + std::to_string(std::max(1u, host_threads() / static_cast<unsigned>(opt.jobs))));
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, opt.exe.c_str(), &fa, nullptr, argv.data(), environ);
+  const int rc = posix_spawn(&pid, opt.exe.c_str(), &fa, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) throw std::runtime_error("cannot start " + opt.exe + ": " + std::strerror(rc));
   Console::get().detail(opt.what + ": started " + job.name + " (pid " + std::to_string(pid) + ")");

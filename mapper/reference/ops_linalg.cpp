@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "isa/host_threads.hpp"
 #include "isa/interrupt.hpp"
 #include "mapper/reference/ops.hpp"
 
@@ -65,7 +66,7 @@ void matmul_rows(const T* A, const T* B, T* C, int64_t i0, int64_t i1, int64_t K
 // when interrupt_requested(), so a signal stops even one big kernel within a block's time).
 template <typename F>
 void parallel_ranges(int64_t n, int64_t work, F&& f) {
-  const int64_t threads = work < (int64_t{1} << 22) ? 1 : std::min<int64_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t threads = work < (int64_t{1} << 22) ? 1 : std::min<int64_t>(n, host_threads());
   if (threads <= 1) {
     f(int64_t{0}, n);
   } else {

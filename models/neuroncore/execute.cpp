@@ -1,11 +1,19 @@
 #include "models/neuroncore/execute.hpp"
 
+#include "isa/host_threads.hpp"
+
 #include <Eigen/Core>
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
+#include <functional>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
+#include <vector>
 
 namespace tessera::neuroncore {
 
@@ -151,6 +159,114 @@ float reduce_row(const float* x, int64_t n) {
 
 using RowMajorF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
+// ---- host threads for large products ----
+
+// A persistent pool: host_threads() - 1 workers beside the calling thread. run(parts, f)
+// calls f(0) .. f(parts - 1), f(0) on the caller, and returns when all are done. The workers never
+// touch SystemC; they only compute into disjoint output columns. Products come every few hundred
+// microseconds during a run, so a worker spins briefly for the next one before it sleeps, and the
+// caller spins for the others to finish.
+class HostPool {
+ public:
+  static HostPool& get() {
+    static HostPool pool;
+    return pool;
+  }
+  int threads() const { return static_cast<int>(workers_.size()) + 1; }
+  void run(int parts, const std::function<void(int)>& f) {
+    if (parts <= 1 || workers_.empty()) {
+      for (int p = 0; p < parts; ++p) f(p);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> l(m_);
+      job_ = &f;
+      parts_ = parts;
+      pending_.store(parts - 1, std::memory_order_relaxed);
+      gen_.fetch_add(1, std::memory_order_release);
+    }
+    cv_.notify_all();
+    f(0);
+    // (No PAUSE in these loops: under a hypervisor, pause-loop exiting deschedules the spinner.)
+    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin)
+      if (spin > (1 << 20)) std::this_thread::yield();
+  }
+  ~HostPool() {
+    {
+      std::lock_guard<std::mutex> l(m_);
+      stop_ = true;
+      gen_.fetch_add(1, std::memory_order_release);
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+
+ private:
+  HostPool() {
+    const unsigned n = host_threads();
+    for (unsigned w = 1; w < n; ++w) workers_.emplace_back([this, w] { loop(static_cast<int>(w)); });
+  }
+  void loop(int id) {
+    uint64_t seen = 0;
+    for (;;) {
+      // Spin (about a millisecond) for the next product, then sleep until one comes.
+      for (int spin = 0; spin < (1 << 20) && gen_.load(std::memory_order_acquire) == seen; ++spin) {
+      }
+      const std::function<void(int)>* job = nullptr;
+      {
+        std::unique_lock<std::mutex> l(m_);
+        cv_.wait(l, [&] { return stop_ || gen_.load(std::memory_order_acquire) != seen; });
+        if (stop_) return;
+        seen = gen_.load(std::memory_order_acquire);
+        if (id < parts_) job = job_;
+      }
+      if (!job) continue;
+      (*job)(id);
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+  std::vector<std::thread> workers_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  const std::function<void(int)>* job_ = nullptr;
+  int parts_ = 0;
+  std::atomic<int> pending_{0};
+  std::atomic<uint64_t> gen_{0};
+  bool stop_ = false;
+};
+
+}  // namespace
+
+// O[M, N] (row stride ostride) = (start ? 0 : O) + S^T B with S [K, M] and B [K, N] row-major, in
+// fp32. Large products split their columns over the host's threads at multiples of 16 columns;
+// every output element is computed the same way whatever the split (one Eigen k-block for the
+// K <= 128 of the tensor engine; test "neuroncore execute: a product split over threads equals the
+// product in one piece, bit for bit"), so results do not depend on the thread count.
+void stationary_product(float* O, int64_t ostride, const float* S, const float* B, int64_t K, int64_t M, int64_t N,
+                        bool start, int max_parts) {
+  auto cols = [&](int64_t j0, int64_t j1) {
+    if (j1 <= j0) return;
+    Eigen::Map<const RowMajorF> Sm(S, static_cast<Eigen::Index>(K), static_cast<Eigen::Index>(M));
+    Eigen::Map<const RowMajorF, 0, Eigen::OuterStride<>> Bm(B + j0, static_cast<Eigen::Index>(K), static_cast<Eigen::Index>(j1 - j0),
+                                                           Eigen::OuterStride<>(static_cast<Eigen::Index>(N)));
+    Eigen::Map<RowMajorF, 0, Eigen::OuterStride<>> Om(O + j0, static_cast<Eigen::Index>(M), static_cast<Eigen::Index>(j1 - j0),
+                                                      Eigen::OuterStride<>(static_cast<Eigen::Index>(ostride)));
+    if (start) Om.noalias() = Sm.transpose() * Bm;
+    else Om.noalias() += Sm.transpose() * Bm;
+  };
+  HostPool& pool = HostPool::get();
+  int parts = max_parts > 0 ? max_parts : pool.threads();
+  if (M * N * K < (int64_t{1} << 21) || N < 64) parts = 1;
+  auto edge = [&](int q) { return q >= parts ? N : (N * q / parts) / 16 * 16; };
+  if (parts > pool.threads()) {  // more pieces than threads (tests): one after another
+    for (int p = 0; p < parts; ++p) cols(edge(p), edge(p + 1));
+    return;
+  }
+  pool.run(parts, [&](int p) { cols(edge(p), edge(p + 1)); });
+}
+
+namespace {
+
 // ---- tensor engine ----
 
 void exec_load_stationary(const Instr& in, const CoreMemory& mem, const RegFile& regs, TensorEngineState& te) {
@@ -173,23 +289,17 @@ void exec_multiply_moving(const Instr& in, CoreMemory& mem, const RegFile& regs,
 
   auto& s = scratch();
   mem.read(in.src0, regs, s.a);  // moving [K, N], widened exactly
-  Eigen::Map<const RowMajorF> S(te.stationary.data(), static_cast<Eigen::Index>(te.K), static_cast<Eigen::Index>(te.M));
-  Eigen::Map<const RowMajorF> B(s.a.data(), static_cast<Eigen::Index>(K), static_cast<Eigen::Index>(N));
 
   int64_t row_stride = 0;
   if (float* d = mem.dense_f32(in.dst, regs, row_stride)) {
     // fp32 PSUM rows: accumulate in place (old + sum of products, in fp32).
-    Eigen::Map<RowMajorF, 0, Eigen::OuterStride<>> O(d, static_cast<Eigen::Index>(te.M), static_cast<Eigen::Index>(N),
-                                                     Eigen::OuterStride<>(static_cast<Eigen::Index>(row_stride)));
-    if (in.start) O.noalias() = S.transpose() * B;
-    else O.noalias() += S.transpose() * B;
+    stationary_product(d, row_stride, te.stationary.data(), s.a.data(), K, te.M, N, in.start);
     return;
   }
   // General destination: read the old value as fp32, accumulate, write (rounding to dst dtype).
   if (in.start) s.b.assign(static_cast<size_t>(te.M * N), 0.0f);
   else mem.read(in.dst, regs, s.b);
-  Eigen::Map<RowMajorF> O(s.b.data(), static_cast<Eigen::Index>(te.M), static_cast<Eigen::Index>(N));
-  O.noalias() += S.transpose() * B;
+  stationary_product(s.b.data(), N, te.stationary.data(), s.a.data(), K, te.M, N, false);
   mem.write(in.dst, regs, s.b.data());
 }
 

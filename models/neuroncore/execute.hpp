@@ -77,6 +77,12 @@ struct TensorEngineState {
 // Computes the instruction's results into memory (real numerics).
 void execute(const Instr& in, CoreMemory& mem, const RegFile& regs, TensorEngineState& te);
 
+// The tensor engine's product: O[M, N] (row stride ostride) = (start ? 0 : O) + S^T B with S [K, M]
+// and B [K, N] row-major fp32. Large products split their columns over at most max_parts host
+// threads (0: all); the result is the same bit for bit whatever the split.
+void stationary_product(float* O, int64_t ostride, const float* S, const float* B, int64_t K, int64_t M, int64_t N,
+                        bool start, int max_parts = 0);
+
 // The elementwise building blocks (fp32), exposed for tests and other engines.
 float apply_alu(Alu a, float x, float y);
 float apply_func(Func f, float x);
