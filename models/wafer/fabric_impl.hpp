@@ -130,6 +130,7 @@ struct Fabric::Impl {
     int64_t i = 0, len = 0;
     int32_t width = 1;
     int16_t interval = 1, pause = 0;  // cycles per element group (simd.fmacs_interval); idle cycles left of this group
+    uint16_t inq = 0;                 // input queues its fabin operands read (bit per queue; fixed at issue)
     int64_t next = 0, start = 0;
     bool conflict_paid = false;  // pe.bank_conflicts: the extra cycle of this element group is spent
     int64_t drained_at = 0;      // drain: the cycle the last element taken ahead counts at

@@ -283,15 +283,12 @@ bool Fabric::Impl::drain(uint32_t s, int q, const Wv& w, int64_t t1) {
   if (next_flip < flips.size() && start + flips[next_flip].f.cycle <= t1) return false;
   if (f.opt_.max_cycles > 0 && t1 - start > f.opt_.max_cycles) return false;
   const Program& p = prog(s);
-  auto reads_q = [&](const Instr& in) {
-    for (const auto& o : in.a)
-      if (o.kind == OpndKind::dsd && dsd(s, o.v).kind == DsdKind::fabin && dsd(s, o.v).queue == q) return true;
-    return false;
-  };
-  if (P.main.instr >= 0 && reads_q(p.instrs[static_cast<size_t>(P.main.instr)])) return false;
+  // Which ops read queue q: their fabin queues, noted at issue (a fabin DSD's queue never changes).
+  const uint16_t qbit = static_cast<uint16_t>(1u << q);
+  if (P.main.instr >= 0 && (P.main.inq & qbit)) return false;
   for (Mt& m : P.mts) {
+    if (!(m.op.inq & qbit)) continue;
     const Instr& in = p.instrs[static_cast<size_t>(m.op.instr)];
-    if (!reads_q(in)) continue;
     // The first microthread on this queue takes it (pe_step runs them in order).
     if (in.op != Op::fmovs && in.op != Op::mov32 && in.op != Op::fmovh && in.op != Op::mov16) return false;
     if (in.a[0].kind != OpndKind::dsd || in.a[1].kind != OpndKind::dsd || m.op.next > t1 || m.op.i >= m.op.len) return false;
@@ -515,6 +512,8 @@ void Fabric::Impl::exec(uint32_t s, int64_t t) {
       op.len = op_length(s, in);
       op.width = static_cast<int32_t>(instr_width(p, in, cfg));
       op.interval = static_cast<int16_t>(op_interval(in.op, cfg));
+      for (size_t k = 0; k < info.roles.size(); ++k)
+        if (in.a[k].kind == OpndKind::dsd && dsd(s, in.a[k].v).kind == DsdKind::fabin) op.inq |= static_cast<uint16_t>(1u << dsd(s, in.a[k].v).queue);
       op.start = lt;
       op.next = lt + cfg.setup_cycles;
       ++f.stats_.instructions;
