@@ -105,7 +105,7 @@ std::vector<Row> human_rows(const std::vector<CompareResult>& results) {
                                    : std::string(status_word(r.status)) + (r.detail.empty() ? "" : ": " + r.detail);
     auto total_row = [&](const std::string& kernel) {
       Row t{r.name, kernel, format_seconds(r.predicted_s), format_seconds(r.simulated_s), format_pct(r.error_pct()),
-            format_seconds(r.published_s), format_pct(r.published_error_pct()), status, r.status, false};
+            (r.published_bound ? "<= " : "") + format_seconds(r.published_s), format_pct(r.published_error_pct()), status, r.status, false};
       const auto e = r.error_pct();
       t.error_outside_band = e && std::fabs(*e) > 10.0;
       return t;
@@ -205,6 +205,7 @@ CompareResult result_from_report(const json& report, const std::string& report_f
   r.simulated_s = number(lat, "simulated_s");
   r.published_s = number(lat, "published_s");
   r.published_source = str(lat, "published_source");
+  r.published_bound = lat.is_object() && lat.value("published_is_upper_bound", false);
   const json& kernels = member(report, "kernels");
   for (const auto& k : kernels.is_array() ? kernels : json::array()) {
     CompareKernel ck;
@@ -245,7 +246,18 @@ CompareSummary summarize(const std::vector<CompareResult>& results) {
     if (r.status == CompareStatus::error) ++s.errors;
     for (const auto& k : r.kernels)
       if (const auto e = k.error_pct()) add_error(s.predicted_vs_simulated, ksum, *e, r.name, k.name);
-    if (const auto e = r.published_error_pct()) add_error(s.simulated_vs_published, psum, *e, r.name, "");
+    if (const auto e = r.published_error_pct()) {
+      if (!r.published_bound) {
+        add_error(s.simulated_vs_published, psum, *e, r.name, "");
+      } else {
+        ++s.bounds;
+        if (*e <= 0) ++s.within_bounds;
+        if (s.worst_bound.empty() || *e > s.worst_bound_pct) {
+          s.worst_bound = r.name;
+          s.worst_bound_pct = *e;
+        }
+      }
+    }
     if (const auto e = r.error_pct()) add_error(s.predicted_vs_simulated_totals, tsum, *e, r.name, "");
   }
   if (s.predicted_vs_simulated_totals.count)
@@ -288,6 +300,12 @@ std::string summary_lines(const CompareSummary& s) {
   else
     o += stat_line("predicted vs simulated, kernels", s.predicted_vs_simulated, s.kernels, "kernel", true) + "\n";
   o += stat_line("simulated vs published", s.simulated_vs_published, s.scenarios, "scenario", false) + "\n";
+  if (s.bounds) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%+.1f%%", s.worst_bound_pct);
+    o += "published upper bounds: simulated within " + std::to_string(s.within_bounds) + " of " + std::to_string(s.bounds) +
+         (s.within_bounds < s.bounds ? std::string(", furthest above: ") + b + " (" + s.worst_bound + ")" : std::string()) + "\n";
+  }
   o += std::to_string(s.scenarios) + " scenario" + (s.scenarios == 1 ? "" : "s") + ": " + std::to_string(s.passed) +
        " ok, " + std::to_string(s.check_failed) + " check failed, " + std::to_string(s.errors) + " could not run\n";
   return o;
@@ -391,6 +409,7 @@ json format_json(const std::vector<CompareResult>& results, const CompareSummary
               {"published_error_pct", opt_json(r.published_error_pct())},
               {"kernels", ks}};
     if (!r.detail.empty()) j["detail"] = r.detail;
+    if (r.published_bound) j["published_is_upper_bound"] = true;
     scen.push_back(j);
   }
   auto stat = [](const ErrorStat& st, bool kernel) {
@@ -399,7 +418,7 @@ json format_json(const std::vector<CompareResult>& results, const CompareSummary
     if (kernel) worst["kernel"] = st.worst_kernel;
     return json({{"count", st.count}, {"mape_pct", st.mape_pct}, {"worst", worst}});
   };
-  return {{"schema", kCompareSchema},
+  json out = {{"schema", kCompareSchema},
           {"scenarios", scen},
           {"summary",
            {{"scenarios", s.scenarios},
@@ -410,6 +429,11 @@ json format_json(const std::vector<CompareResult>& results, const CompareSummary
             {"predicted_vs_simulated", stat(s.predicted_vs_simulated, true)},
             {"predicted_vs_simulated_totals", stat(s.predicted_vs_simulated_totals, false)},
             {"simulated_vs_published", stat(s.simulated_vs_published, false)}}}};
+  if (s.bounds) {
+    out["summary"]["published_upper_bounds"] = {{"count", s.bounds}, {"within", s.within_bounds},
+                                                {"furthest_above", s.within_bounds < s.bounds ? json({{"scenario", s.worst_bound}, {"error_pct", s.worst_bound_pct}}) : json()}};
+  }
+  return out;
 }
 
 // ---- plot -------------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ struct CompareResult {
   std::vector<CompareKernel> kernels;
   std::optional<double> predicted_s, simulated_s, published_s;  // scenario totals
   std::string published_source;
+  bool published_bound = false;  // the published figure is an upper bound (expect.reference_latency.upper_bound)
 
   std::optional<double> error_pct() const;            // predicted vs simulated total
   std::optional<double> published_error_pct() const;  // simulated vs published
@@ -69,7 +70,10 @@ struct CompareSummary {
   size_t scenarios = 0, kernels = 0, passed = 0, check_failed = 0, errors = 0;
   ErrorStat predicted_vs_simulated;         // per kernel
   ErrorStat predicted_vs_simulated_totals;  // per scenario total
-  ErrorStat simulated_vs_published;  // per scenario total
+  ErrorStat simulated_vs_published;  // per scenario total (published measurements only)
+  size_t bounds = 0, within_bounds = 0;  // published upper bounds, and how many the simulation is within
+  std::string worst_bound;               // the scenario furthest above its bound
+  double worst_bound_pct = 0;
 };
 
 // Sorts by scenario name (then file) in place; kernels keep their report order.

@@ -182,6 +182,8 @@ NodePtr build() {
   auto reference_latency = object({
       req("value", quantity(UnitKind::time, 0, inf, "published latency, e.g. \"0.943ms\"")),
       req("source", string("where the figure comes from")),
+      opt("upper_bound", with_default(boolean("the figure is an upper bound (a test threshold, e.g. nki-samples' `assert p50 <= N`), not a measurement: "
+                                              "printed as a bound, left out of compare's MAPE and counted as within or above it"), false)),
   }, "a published latency to print next to the simulated one");
   auto expect = with_default(object({
       opt("outputs", with_default(map_of(expect_output, "expected outputs by name"), json::object())),

@@ -20,6 +20,7 @@ SCENARIOS = [
     "scenarios/neuroncore/bert_layer.json",
     "scenarios/neuroncore/bert_layer_inf2.json",
     "scenarios/neuroncore/bert_large_layer.json",
+    "scenarios/neuroncore/nki_samples",
     "scenarios/wafer/validation",
 ]
 
@@ -45,6 +46,15 @@ NOTES = """
 - NKI matmul tutorial: the compute-bound step (blocked_mnk) is within 5%. The three memory-bound
   steps simulate 41-53% faster than published. No single public mechanism fits the three; the
   analysis is in docs/neuroncore-compiler.md (issue 21, acceptance 3 open).
+
+- nki-samples kernels (upper bounds: their tests' latency thresholds): tessera's compiled code is
+  above every bound. The RMSNorm + QKV projection compiles to six kernels with every intermediate
+  through HBM (the nki-samples kernel fuses them; the zoo's LLaMA RMSNorm form is fused, this
+  form -- eps added after the square root, a Div -- is not), 11-94% above. The Stable Diffusion
+  attention (q given transposed, [d, seqlen]) does not match the fused attention kernel: the
+  4096 x 4096 scores go to HBM and back, and the scaling of q runs as its own kernel over the
+  transposed layout (455 us of the 1.54 ms in bf16), 3.2x the bound. These are compiler gaps
+  (issue 21), not model ones: the kernels' predicted and simulated times agree.
 
 **Wafer.**
 - Chain reduce (Luczynski et al., HPDC'24): the fabric against the paper's model
@@ -140,8 +150,15 @@ def main():
         if sc["target"].startswith("wafer"):
             with open(sc["report"]) as f:
                 cycles_of[sc["name"]] = json.load(f)["stats"]["cycles"]
+    bounds = []
     for sc in sorted(data["scenarios"], key=lambda s: s["name"]):
         if sc.get("published_s") is None:
+            continue
+        if sc.get("published_is_upper_bound"):
+            pct = sc.get("published_error_pct")
+            bounds.append((sc["name"], sc["target"], fmt_time(sc["simulated_s"]), fmt_time(sc["published_s"]),
+                           "yes" if pct is not None and pct <= 0 else "no, %+.1f%%" % pct,
+                           sc.get("published_source", "").replace("|", "/")))
             continue
         machine = sc["target"].split("/")[0]
         cycles = "{:,}".format(cycles_of[sc["name"]]) if machine == "wafer" else ""
@@ -167,6 +184,13 @@ def main():
             worst = max(rs, key=lambda r: abs(r[7]) if r[7] is not None else -1)
             lines.append("\nMAPE %.1f%% over %d rows; within 10%%: %d; worst %s (%s).\n"
                          % (sum(errs) / len(errs), len(errs), sum(e <= 10 for e in errs), worst[5], worst[0]))
+    lines.append("## Published upper bounds\n")
+    lines.append("Test thresholds (`assert latency <= N`), not measurements: listed apart and left out of the MAPE.\n")
+    lines.append("| scenario | target | simulated | bound | within | source |")
+    lines.append("| --- | --- | ---: | ---: | --- | --- |")
+    for b in bounds:
+        lines.append("| " + " | ".join(b) + " |")
+    lines.append("")
     lines.append("### Slopes (from pairs of runs without a published total)\n")
     lines.append("| what | scenarios | simulated | published | sim vs pub | source |")
     lines.append("| --- | --- | ---: | ---: | ---: | --- |")
