@@ -92,7 +92,17 @@ void emit_op(Ctx& x, const Node& n, const AccessPattern& y, const std::vector<Ac
     return;
   }
   if (!binary_alu(op, alu)) throw std::logic_error("emit_op: " + op);
-  if (!is_imm(0) && !is_imm(1)) return x.tensor_tensor(alu, y, in[0], in[1]);
+  if (!is_imm(0) && !is_imm(1)) {
+    // a / b as a * (1 / b): the reciprocal on the scalar engine (N cycles) and a multiply, where the
+    // vector engine's divide takes 8N ([ISA] tensor_tensor); the product is within an ulp of the
+    // quotient (as x / c already runs as x * (1 / c)). A b repeated along the free dims (an RMSNorm's
+    // or a softmax's denominator) is read with stride 0 either way.
+    if (alu == Alu::divide) {
+      x.activation(tmp, in[1], Func::reciprocal);
+      return x.tensor_tensor(Alu::multiply, y, in[0], tmp);
+    }
+    return x.tensor_tensor(alu, y, in[0], in[1]);
+  }
   if (is_imm(1)) {  // x op c
     const double c = imm[1];
     if (alu == Alu::pow && c == 2.0) return x.activation(y, in[0], Func::square);
