@@ -52,8 +52,7 @@ NOTES = """
   through HBM (the nki-samples kernel fuses them; the zoo's LLaMA RMSNorm form is fused, this
   form -- eps added after the square root, a Div -- is not), 2-48% above. The Stable Diffusion
   attention (q given transposed, [d, seqlen]) does not match the fused attention kernel: the
-  4096 x 4096 scores go to HBM and back, and the scaling of q runs as its own kernel over the
-  transposed layout (455 us of the 1.54 ms in bf16), 3.2x the bound. These are compiler gaps
+  4096 x 4096 scores go to HBM and back: 2.1x (bf16) and 2.5x (fp32) the bound. These are compiler gaps
   (issue 21), not model ones: the kernels' predicted and simulated times agree.
 
 **Wafer.**

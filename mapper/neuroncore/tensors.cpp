@@ -150,7 +150,16 @@ void Storage::plan() {
     for (const auto& o : n.outputs) {
       const auto& cs = consumers[o];
       if (o.empty() || !stored_free(o) || cs.size() != 1 || cs[0]->op != "Transpose" || is_output(cs[0]->outputs[0])) continue;
-      perm_of_[o] = perm_of(*cs[0], static_cast<int64_t>(g_.value(o).shape.size()));
+      const auto perm = perm_of(*cs[0], static_cast<int64_t>(g_.value(o).shape.size()));
+      // Not when the Transpose moves the innermost dim and the producer writes rows elementwise:
+      // that kernel would store one element per DMA descriptor, where a separate Transpose runs
+      // on the tensor engine (kernels/elementwise.cpp transposed_copy) -- the scale of q of
+      // nki-samples' SD attention, q given as [d, seqlen]: 455 us -> 10 + 19 us.
+      // (Small values keep it: below 4096 elements the transposed copy is not used.)
+      if (!perm.empty() && perm.back() != static_cast<int64_t>(perm.size()) - 1 && n.op != "MatMul" && n.op != "Gemm" &&
+          shape_numel(g_.value(o).shape) >= 4096)
+        continue;
+      perm_of_[o] = perm;
     }
   }
   // An Identity that names a computed value as a graph output (or a next state) moves no data: the

@@ -232,7 +232,59 @@ Status copy(Ctx& x, const std::string& kernel, const TensorRef& src, const Tenso
   return {};
 }
 
+namespace {
+
+// A copy that transposes: after merging what merges, dst is [B, R, C] with unit inner stride and
+// src the same elements with its unit stride on R (a materialized Transpose of the last two dims,
+// possibly batched). The DMA path would move one element per descriptor; this one loads src rows
+// of up to 128 contiguous elements, turns 128 x 128 blocks on the tensor engine (exact: a product
+// by the identity into PSUM) and stores dst rows. Returns false when the views are not of that
+// form (or the tensor engine cannot take the dtype), so the DMA path copies.
+bool transposed_copy(Ctx& x, const std::string& kernel, const TensorRef& src, const TensorRef& dst) {
+  if (!is_float(src.dtype) || !is_float(dst.dtype) || dtype_size(src.dtype) > 4 || src.view.has_broadcast()) return false;
+  graph::Strided d = dst.view, sv = src.view;
+  std::vector<graph::Strided*> ptrs{&d, &sv};
+  graph::coalesce(ptrs);
+  // Drop size-1 dims.
+  for (size_t i = d.shape.size(); i-- > 0;)
+    if (d.shape[i] == 1 && d.shape.size() > 1) {
+      for (auto* v : ptrs) {
+        v->shape.erase(v->shape.begin() + static_cast<std::ptrdiff_t>(i));
+        v->strides.erase(v->strides.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+    }
+  const size_t r = d.shape.size();
+  if (r < 2 || r > 3 || d.strides[r - 1] != 1 || sv.strides[r - 2] != 1 || sv.strides[r - 1] == 1) return false;
+  const int64_t B = r == 3 ? d.shape[0] : 1, R = d.shape[r - 2], C = d.shape[r - 1];
+  if (R * C < 4096 || R < 32 || C < 32) return false;  // small copies: the DMA path is as good
+  const int64_t dsb = r == 3 ? d.strides[0] : 0, ssb = r == 3 ? sv.strides[0] : 0;
+  const int64_t dsr = d.strides[r - 2], ssc = sv.strides[r - 1];
+  const int64_t P = x.cfg.partitions, T = std::min<int64_t>(P, x.cfg.tensor_cols);
+  Sbuf sb = x.sbuf(kernel);
+  const int64_t in_buf = sb.take(2 * T * 4), out_buf = sb.take(2 * T * 4);
+  x.used(sb);
+  int64_t k = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t r0 = 0; r0 < R; r0 += T)
+      for (int64_t c0 = 0; c0 < C; c0 += T, ++k) {
+        const int32_t rr = static_cast<int32_t>(std::min(T, R - r0)), cc = static_cast<int32_t>(std::min(T, C - c0));
+        // src rows c0.. (partitions), each rr contiguous elements r0..
+        const AccessPattern in = on_chip(Space::sbuf, src.dtype, 0, cc, in_buf + (k % 2) * T * 4, {{rr, 1}});
+        x.em.dma(in, hbm_ap(src, sv.offset + b * ssb + c0 * ssc + r0, cc, ssc, {{rr, 1}}), Emitter::DmaClass::spread);
+        const AccessPattern ps = x.psum(k, rr, cc);
+        x.transpose(ps, in);
+        const AccessPattern out = on_chip(Space::sbuf, dst.dtype, 0, rr, out_buf + (k % 2) * T * 4, {{cc, 1}});
+        x.copy(out, ps);
+        x.em.dma(hbm_ap(dst, d.offset + b * dsb + r0 * dsr + c0, rr, dsr, {{cc, 1}}), out, Emitter::DmaClass::spread_store);
+      }
+  x.used_psum();
+  return true;
+}
+
+}  // namespace
+
 void copy_into(Ctx& x, const std::string& kernel, const TensorRef& src, const TensorRef& dst) {
+  if (transposed_copy(x, kernel, src, dst)) return;
   const Loop l = plan_loop({dst.view, src.view}, x.cfg.partitions, kMaxFree);
   Sbuf sb = x.sbuf(kernel);
   const int64_t chunk_elems = l.free_elems(l.chunk);
