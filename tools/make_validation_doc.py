@@ -47,10 +47,8 @@ NOTES = """
   steps simulate 41-53% faster than published. No single public mechanism fits the three; the
   analysis is in docs/neuroncore-compiler.md (issue 21, acceptance 3 open).
 
-- nki-samples kernels (upper bounds: their tests' latency thresholds): tessera's compiled code is
-  above every bound. The RMSNorm + QKV projection compiles to six kernels with every intermediate
-  through HBM (the nki-samples kernel fuses them; the zoo's LLaMA RMSNorm form is fused, this
-  form -- eps added after the square root, a Div -- is not), 2-48% above. The Stable Diffusion
+- nki-samples kernels (upper bounds: their tests' latency thresholds): the RMSNorm + QKV
+  projection (its RMSNorm fused, eps after the square root) is within its three bounds. The Stable Diffusion
   attention (q given transposed, [d, seqlen]) does not match the fused attention kernel: the
   4096 x 4096 scores go to HBM and back: 2.1x (bf16) and 2.5x (fp32) the bound. These are compiler gaps
   (issue 21), not model ones: the kernels' predicted and simulated times agree.
@@ -111,8 +109,8 @@ NOTES = """
   WSE-3 silicon (its pipeline notes: a dependent FP op every 2 cycles). At 0.5 a B element costs
   16 + 88 + 8 = 112 cycles: `gemm-summa-p8-fmacs2` runs the 8 x 8 case with
   `simd.fmacs_interval` 2 (the parameter for that rate; the presets keep the SDK's 1) and is 7.0%
-  under the published figure. Not done: the full-size run (8.2 x 10^11 data-task firings;
-  docs/wafer-model.md "Speed"). The paper's own kernel is not in the public sources; SUMMA is the
+  under the published figure. Not done: the full-size run (8.2 x 10^11 data-task firings and
+  ~1.6 x 10^12 wavelet hops: beyond per-wavelet simulation on this machine). The paper's own kernel is not in the public sources; SUMMA is the
   SDK's GEMM example's algorithm.
 - Not yet here (issue 25): the 512^3 FFT and the allreduce series.
 """

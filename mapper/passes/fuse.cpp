@@ -87,6 +87,21 @@ std::optional<std::string> normalized(const Rewriter& rw, Match& m, const Node& 
   return sq ? std::optional<std::string>(sq->inputs[0]) : std::nullopt;
 }
 
+// nki-samples' RMSNorm: n = d / (sqrt(mean(d^2)) + eps), the eps added after the square root.
+// Returns the mean's value and eps.
+std::optional<std::pair<std::string, double>> normalized_eps_after_sqrt(const Rewriter& rw, Match& m, const Node& n, const std::string& d) {
+  if (n.op != "Div" || n.inputs[0] != d) return std::nullopt;
+  const Node* add = m.node(rw, n.inputs[1], "Add");
+  if (!add) return std::nullopt;
+  for (const auto& sv : add->inputs) {
+    const auto eps = rw.scalar(other(*add, sv));
+    if (!eps || *eps < 0) continue;
+    const Node* sq = m.node(rw, sv, "Sqrt");
+    if (sq) return std::make_pair(sq->inputs[0], *eps);
+  }
+  return std::nullopt;
+}
+
 // A constant of the normalized shape (the trailing dims from axis), for scale and bias.
 bool param_of(const Rewriter& rw, const std::string& p, const Shape& xs, int64_t axis) {
   const Tensor* t = rw.constant(p);
@@ -156,6 +171,34 @@ bool try_norm(Rewriter& rw, size_t mean_idx) {
     x = d = q.inputs[0];
   }
   const Shape xs = rw.value(x).shape;
+  // RMSNorm with the eps after the square root (nki-samples' form): RMSNormalization with
+  // `eps_after_sqrt` 1 (a tessera attribute: x / (sqrt(mean(x^2)) + eps) * scale).
+  if (!layer)
+    for (size_t ni : rw.consumers(d)) {
+      const Node& n = rw.graph().nodes[ni];
+      Match mm = m;
+      mm.nodes.insert(ni);
+      mm.nodes.insert(mean_idx);
+      mm.nodes.insert(rw.producer_index(x_or_sq));
+      const auto me = normalized_eps_after_sqrt(rw, mm, n, d);
+      if (!me || me->first != first.outputs[0]) continue;
+      const int64_t axis = trailing_mean(rw, first);
+      std::string out = n.outputs[0], scale, bias;
+      affine_tail(rw, mm, out, xs, axis, false, scale, bias);
+      if (!closed(rw, mm, out)) continue;
+      const Shape norm(xs.begin() + axis, xs.end());
+      if (scale.empty()) {
+        std::vector<float> ones(static_cast<size_t>(shape_numel(norm)), 1.0f);
+        scale = rw.add_constant(x + "/norm_scale", Tensor::from_f32(norm, std::move(ones)).cast(rw.value(x).dtype));
+      } else if (rw.constant(scale)->shape() != norm) {
+        scale = rw.add_constant(scale + "/norm", rw.constant(scale)->reshaped(norm));
+      }
+      Node f{n.name + "+rmsnorm", "RMSNormalization", {}, {x, scale}, {out}};
+      f.attrs.set("axis", axis);
+      f.attrs.set("epsilon", me->second);
+      f.attrs.set("eps_after_sqrt", int64_t{1});
+      return apply(rw, mm, std::move(f), out);
+    }
   // The consumer of d that normalizes it (a Div or Mul whose other side leads back to mean(d^2)).
   for (size_t ni : rw.consumers(d)) {
     const Node& n = rw.graph().nodes[ni];

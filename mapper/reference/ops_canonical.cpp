@@ -28,6 +28,7 @@ std::vector<Tensor> op_rms_norm(const OpCall& c) {
   if (r == 0) fail(c, "input X must have rank >= 1");
   const int64_t axis = norm_axis(c, attrs(c).get_int("axis", -1), r);
   const double eps = attrs(c).get_float("epsilon", 1e-5);
+  const bool after = attrs(c).get_int("eps_after_sqrt", 0) != 0;  // tessera's: x / (sqrt(mean(x^2)) + eps)
   int64_t outer = 1, n = 1;
   for (int64_t i = 0; i < r; ++i) (i < axis ? outer : n) *= x.shape()[static_cast<size_t>(i)];
   const Shape norm_shape(x.shape().begin() + axis, x.shape().end());
@@ -40,7 +41,7 @@ std::vector<Tensor> op_rms_norm(const OpCall& c) {
     double* row = v.data() + o * n;
     double ss = 0;
     for (int64_t i = 0; i < n; ++i) ss += row[i] * row[i];
-    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+    const double inv = after ? 1.0 / (std::sqrt(ss / static_cast<double>(n)) + eps) : 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
     for (int64_t i = 0; i < n; ++i) row[i] = row[i] * inv * sv[static_cast<size_t>(smap[static_cast<size_t>(i)])];
   }
   return {from_f64(x.dtype(), x.shape(), v)};

@@ -427,6 +427,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       const Tensor* bet = has_beta ? constant(n.inputs[2]) : nullptr;
       if (!gam || gam->numel() != k.N || (bet && bet->numel() != k.N) || (!bet && has_beta)) unsupported(n.op + " needs a constant scale (and bias) of " + std::to_string(k.N) + " values");
       k.rms = n.op == "RMSNormalization";
+      if (k.rms && n.attrs.get_int("eps_after_sqrt", 0)) unsupported("RMSNormalization with its eps after the square root is not mapped on the wafer");
       if (k.rms && bet) unsupported("RMSNormalization with a bias is not mapped on the wafer");
       k.ln_eps = n.attrs.get_float("epsilon", 1e-5);
       k.layernorm = true;

@@ -140,3 +140,29 @@ TEST_CASE("canonicalize: a graph with forms normalize_opset does not rewrite kee
   CHECK(g.opset == 10);
   CHECK(reference::execute(g, in).at("y") == before.at("y"));
 }
+
+TEST_CASE("canonicalize: nki-samples' RMSNorm, eps after the square root, fuses with eps_after_sqrt and computes the same", "[canonical]") {
+  const sim::Scenario s = sim::load_scenario(std::string(TESSERA_SOURCE_DIR) + "/scenarios/neuroncore/nki_samples/rmsnorm_qkv_s128_d512_n512_fp16.json");
+  graph::Graph g = sim::load_model(s);
+  // eps 0.5 instead of 1e-6, so that where it is added matters far beyond the tolerance.
+  g.values.at("eps").data = Tensor::from_f32({1}, {0.5f});
+  passes::prepare(g);
+  const std::map<std::string, Tensor> in{{"hidden", random_tensor(DType::f32, {1, 128, 512}, 3, true, 1.0)}};
+  const auto before = reference::execute(g, in);
+  passes::canonicalize(g);
+  int rms = 0, sqrt_ops = 0;
+  for (const auto& n : g.nodes) {
+    if (n.op == "RMSNormalization") {
+      ++rms;
+      CHECK(n.attrs.get_int("eps_after_sqrt", 0) == 1);
+      CHECK(n.attrs.get_float("epsilon", 0) == Approx(0.5));
+    }
+    if (n.op == "Sqrt") ++sqrt_ops;
+  }
+  CHECK(rms == 1);
+  CHECK(sqrt_ops == 0);
+  const auto after = reference::execute(g, in);
+  const Comparison c = compare(after.at("out"), before.at("out"), 1e-5, 1e-5);
+  INFO("max abs " << c.max_abs_error << " max rel " << c.max_rel_error);
+  CHECK(c.pass);
+}

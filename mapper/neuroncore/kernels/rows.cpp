@@ -280,8 +280,15 @@ Status rows(Ctx& x, const Node& n) {
       }
     } else if (op == "RMSNormalization") {
       x.activation(row(pr, work), xs, Func::square, 1.0, {}, 0.0, col(pr, sm));                       // sum of squares
-      x.tensor_scalar(col(pr, sm + 4), col(pr, sm), Alu::multiply, 1.0 / static_cast<double>(C), Alu::add, eps);
-      x.activation(col(pr, sm + 8), col(pr, sm + 4), Func::rsqrt);
+      if (n.attrs.get_int("eps_after_sqrt", 0)) {  // 1 / (sqrt(mean) + eps)
+        x.tensor_scalar(col(pr, sm + 4), col(pr, sm), Alu::multiply, 1.0 / static_cast<double>(C));
+        x.activation(col(pr, sm + 8), col(pr, sm + 4), Func::sqrt);
+        x.tensor_scalar(col(pr, sm + 4), col(pr, sm + 8), Alu::add, eps);
+        x.activation(col(pr, sm + 8), col(pr, sm + 4), Func::reciprocal);
+      } else {
+        x.tensor_scalar(col(pr, sm + 4), col(pr, sm), Alu::multiply, 1.0 / static_cast<double>(C), Alu::add, eps);
+        x.activation(col(pr, sm + 8), col(pr, sm + 4), Func::rsqrt);
+      }
       const Packed g0 = pack(l.free_dims(2, l.chunk));
       replicate();
       x.tensor_scalar(row(pr, work), xs, Alu::multiply, col(pr, sm + 8), Alu::bypass, {});  // * rstd per row
