@@ -33,6 +33,23 @@ def write(name, obj):
         f.write("\n")
 
 
+def scenario(name, what, graph, inputs, dt, atol, bound, source):
+    """One nki-samples scenario: the graph on trn1 in `dt`, its output against the reference executor
+    (rtol 0.02, `atol`), predicted within 5%, the test's threshold as an upper bound."""
+    write(name, {
+        "schema": "tessera.scenario/1",
+        "name": "nki-sample-" + name.replace("_", "-"),
+        "description": what + " (tools/make_nki_samples.py); its test's latency threshold, %d us, is an upper bound." % bound,
+        "target": {"kind": "neuroncore", "preset": "trn1"},
+        "model": {"graph": graph},
+        "inputs": {n: {"random": {"seed": i + 1, "dist": "uniform", "scale": 1.0}} for i, n in enumerate(inputs)},
+        "precision": {"compute": dt},
+        "expect": {"outputs": {"out": {"rtol": 0.02, "atol": atol}},
+                   "latency_error_pct": 5,
+                   "reference_latency": {"value": "%dus" % bound, "source": source, "upper_bound": True}},
+    })
+
+
 def rmsnorm_qkv(S, D, N, dt, bound):
     name = "rmsnorm_qkv_s%d_d%d_n%d_%s" % (S, D, N, dt)
     graph = {
@@ -47,23 +64,11 @@ def rmsnorm_qkv(S, D, N, dt, bound):
             {"name": "add_eps", "op": "Add", "inputs": ["rms", "eps"], "outputs": ["den"]},
             {"name": "normalize", "op": "Div", "inputs": ["hidden", "den"], "outputs": ["norm"]},
             {"name": "qkv", "op": "MatMul", "inputs": ["norm", "w"], "outputs": ["out"]}]}
-    write(name, {
-        "schema": "tessera.scenario/1",
-        "name": "nki-sample-" + name.replace("_", "-"),
-        "description": ("nki-samples' fused RMSNorm + QKV projection: out = rms_norm(hidden) @ W with hidden [1, %d, %d] "
-                        "and W [%d, %d] in %s (tools/make_nki_samples.py); its test's latency threshold, %d us, is an "
-                        "upper bound." % (S, D, D, N, dt, bound)),
-        "target": {"kind": "neuroncore", "preset": "trn1"},
-        "model": {"graph": graph},
-        "inputs": {"hidden": {"random": {"seed": 1, "dist": "uniform", "scale": 1.0}}},
-        "precision": {"compute": dt},
-        # bf16 rounds hidden and W to 8 bits: over D products of ~0.5 that is ~0.002 each, a random walk
-        # of sqrt(D) * 0.002 = 0.064 at D 1024 against the fp32 reference; 0.5 is ~8 of those (fp16: 8x finer).
-        "expect": {"outputs": {"out": {"rtol": 0.02, "atol": 0.05 if dt == "fp16" else 0.5}},
-                   "latency_error_pct": 5,
-                   "reference_latency": {"value": "%dus" % bound,
-                                         "source": SRC_RMS % (bound, S, D, N, dt), "upper_bound": True}},
-    })
+    # bf16 rounds hidden and W to 8 bits: over D products of ~0.5 that is ~0.002 each, a random walk
+    # of sqrt(D) * 0.002 = 0.064 at D 1024 against the fp32 reference; 0.5 is ~8 of those (fp16: 8x finer).
+    scenario(name, "nki-samples' fused RMSNorm + QKV projection: out = rms_norm(hidden) @ W with hidden [1, %d, %d] and "
+             "W [%d, %d] in %s" % (S, D, D, N, dt), graph, ["hidden"], dt, 0.05 if dt == "fp16" else 0.5, bound,
+             SRC_RMS % (bound, S, D, N, dt))
 
 
 def sd_attention(S, d, dt, bound):
@@ -79,21 +84,9 @@ def sd_attention(S, d, dt, bound):
             {"name": "scores", "op": "MatMul", "inputs": ["qt", "kt"], "outputs": ["score"]},
             {"name": "softmax", "op": "Softmax", "inputs": ["score"], "outputs": ["p"], "attrs": {"axis": -1}},
             {"name": "pv", "op": "MatMul", "inputs": ["p", "v"], "outputs": ["out"]}]}
-    write(name, {
-        "schema": "tessera.scenario/1",
-        "name": "nki-sample-" + name.replace("_", "-"),
-        "description": ("nki-samples' Stable Diffusion self-attention for small heads: softmax((q * 0.125)^T k^T) v with "
-                        "q [1, %d, %d], k and v [1, %d, %d] in %s (tools/make_nki_samples.py); its test's latency "
-                        "threshold, %d us, is an upper bound." % (d, S, S, d, dt, bound)),
-        "target": {"kind": "neuroncore", "preset": "trn1"},
-        "model": {"graph": graph},
-        "inputs": {n: {"random": {"seed": i + 1, "dist": "uniform", "scale": 1.0}} for i, n in enumerate("qkv")},
-        "precision": {"compute": dt},
-        "expect": {"outputs": {"out": {"rtol": 0.02, "atol": 1e-4 if dt == "fp32" else 0.01}},
-                   "latency_error_pct": 5,
-                   "reference_latency": {"value": "%dus" % bound,
-                                         "source": SRC_SD % (bound, S, d, dt), "upper_bound": True}},
-    })
+    scenario(name, "nki-samples' Stable Diffusion self-attention for small heads: softmax((q * 0.125)^T k^T) v with "
+             "q [1, %d, %d], k and v [1, %d, %d] in %s" % (d, S, S, d, dt), graph, ["q", "k", "v"], dt,
+             1e-4 if dt == "fp32" else 0.01, bound, SRC_SD % (bound, S, d, dt))
 
 
 def main():

@@ -64,15 +64,8 @@ def ns(cycles):
 
 def reduce_layout(P, B):
     """The pipelined chain reduce of B fp32 values over a row of P PEs (row_reduce_pipe.pe).
-    Neighbours alternate colors 1 and 2, so each PE has two routes: its out color from RAMP to the
-    east, its in color from the west to RAMP."""
-    routes = []
-    for px in range(P):
-        out_c, in_c = 1 + px % 2, 2 - px % 2
-        if px < P - 1:
-            routes.append({"color": out_c, "x": px, "width": 1, "rx": ["RAMP"], "tx": ["E"]})
-        if px > 0:
-            routes.append({"color": in_c, "x": px, "width": 1, "rx": ["W"], "tx": ["RAMP"]})
+    Neighbours alternate colors 1 and 2 (chain_routes)."""
+    routes = chain_routes(P)
     return {
         "schema": "tessera.wafer-layout/1",
         "fabric": {"width": P, "height": 1},

@@ -140,6 +140,17 @@ void affine_tail(const Rewriter& rw, Match& m, std::string& out, const Shape& xs
   }
 }
 
+// The fused op's scale: ones of the normalized shape when the graph has none, else the graph's
+// constant with its leading 1s dropped.
+std::string norm_scale(Rewriter& rw, const std::string& x, const std::string& scale, const Shape& norm) {
+  if (scale.empty()) {
+    std::vector<float> ones(static_cast<size_t>(shape_numel(norm)), 1.0f);
+    return rw.add_constant(x + "/norm_scale", Tensor::from_f32(norm, std::move(ones)).cast(rw.value(x).dtype));
+  }
+  if (rw.constant(scale)->shape() != norm) return rw.add_constant(scale + "/norm", rw.constant(scale)->reshaped(norm));
+  return scale;
+}
+
 // The normalized tensor's node(s) after `d`: the consumer of d other than the square.
 bool apply(Rewriter& rw, const Match& m, Node fused, const std::string& out) {
   if (!closed(rw, m, out)) return false;
@@ -186,13 +197,7 @@ bool try_norm(Rewriter& rw, size_t mean_idx) {
       std::string out = n.outputs[0], scale, bias;
       affine_tail(rw, mm, out, xs, axis, false, scale, bias);
       if (!closed(rw, mm, out)) continue;
-      const Shape norm(xs.begin() + axis, xs.end());
-      if (scale.empty()) {
-        std::vector<float> ones(static_cast<size_t>(shape_numel(norm)), 1.0f);
-        scale = rw.add_constant(x + "/norm_scale", Tensor::from_f32(norm, std::move(ones)).cast(rw.value(x).dtype));
-      } else if (rw.constant(scale)->shape() != norm) {
-        scale = rw.add_constant(scale + "/norm", rw.constant(scale)->reshaped(norm));
-      }
+      scale = norm_scale(rw, x, scale, Shape(xs.begin() + axis, xs.end()));
       Node f{n.name + "+rmsnorm", "RMSNormalization", {}, {x, scale}, {out}};
       f.attrs.set("axis", axis);
       f.attrs.set("epsilon", me->second);
@@ -213,12 +218,7 @@ bool try_norm(Rewriter& rw, size_t mean_idx) {
     affine_tail(rw, mm, out, xs, ms->axis, layer, scale, bias);  // RMSNorm has no bias: a trailing Add stays
     if (!closed(rw, mm, out)) continue;
     const Shape norm(xs.begin() + ms->axis, xs.end());
-    if (scale.empty()) {
-      std::vector<float> ones(static_cast<size_t>(shape_numel(norm)), 1.0f);
-      scale = rw.add_constant(x + "/norm_scale", Tensor::from_f32(norm, std::move(ones)).cast(rw.value(x).dtype));
-    } else if (rw.constant(scale)->shape() != norm) {  // leading 1s dropped
-      scale = rw.add_constant(scale + "/norm", rw.constant(scale)->reshaped(norm));
-    }
+    scale = norm_scale(rw, x, scale, norm);
     if (!bias.empty() && rw.constant(bias)->shape() != norm) bias = rw.add_constant(bias + "/norm", rw.constant(bias)->reshaped(norm));
     Node f{n.name + (layer ? "+layernorm" : "+rmsnorm"), layer ? "LayerNormalization" : "RMSNormalization", {}, {x, scale}, {out}};
     if (!bias.empty()) f.inputs.push_back(bias);

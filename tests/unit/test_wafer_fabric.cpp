@@ -156,6 +156,29 @@ void op_contract(const WaferConfig& c, const std::string& decls, const std::stri
   CHECK(r.fab->busy_cycles(0, 0) == expect_cycles + 1);
 }
 
+// One layout run element by element (slow) and with eager memory-only ops (fast), side by side in
+// one elaboration, both finished. Keeps the layout: the fabrics read its programs.
+struct SlowAndEager {
+  LoadedLayout layout;
+  std::unique_ptr<Fabric> slow, fast;
+  SlowAndEager(const WaferConfig& c, LoadedLayout l) : layout(std::move(l)) {
+    models::set_fs_resolution();
+    FabricOptions so, fo;
+    so.record = fo.record = true;
+    fo.eager_memory_ops = true;
+    slow = std::make_unique<Fabric>("slow", c, so);
+    fast = std::make_unique<Fabric>("fast", c, fo);
+    slow->load(layout);
+    fast->load(layout);
+    slow->start();
+    fast->start();
+    sc_core::sc_start();
+    tessera::models::after_systemc();
+    REQUIRE(slow->finished());
+    REQUIRE(fast->finished());
+  }
+};
+
 }  // namespace
 
 TEST_CASE("wafer-fabric: 16 wavelets over 6 hops arrive from setup + 6 + 2 one per cycle (hop latency 1)", "[wafer-fabric]") {
@@ -200,20 +223,8 @@ TEST_CASE("wafer-fabric: at simd.fmacs_interval 3 eager and element-by-element f
       ".task main local id=8 active\n  fmacs am, am, bm, 2.0\n  fadds dm, dm, dm\n  halt\n";
   const std::string layout =
       R"({"fabric": {"width": 1, "height": 1}, "rects": [{"name": "pe", "x": 0, "y": 0, "width": 1, "height": 1, "program": "op.pe"}]})";
-  models::set_fs_resolution();
-  const LoadedLayout l = load({{"op.pe", prog}}, layout, c);
-  FabricOptions slow, fast;
-  slow.record = fast.record = true;
-  fast.eager_memory_ops = true;
-  Fabric a("slow", c, slow), b("fast", c, fast);
-  a.load(l);
-  b.load(l);
-  a.start();
-  b.start();
-  sc_core::sc_start();
-  tessera::models::after_systemc();
-  REQUIRE(a.finished());
-  REQUIRE(b.finished());
+  const SlowAndEager r(c, load({{"op.pe", prog}}, layout, c));
+  const Fabric &a = *r.slow, &b = *r.fast;
   for (const Fabric* f : {&a, &b}) {
     REQUIRE(f->op_records().size() == 2);
     CHECK(f->op_records()[0].end == 16 + 30);               // fmacs: 10 groups, 3 cycles each
@@ -882,20 +893,8 @@ TEST_CASE("wafer-fabric: point-to-point latency over 1..128 hops is 2 cycles per
 // as element by element (the 8x8 GEMV micro kernel: fmacs over SRAM per x wavelet).
 TEST_CASE("wafer-fabric: eager memory-only ops give the same run as element by element", "[wafer-fabric]") {
   const WaferConfig c = preset_config("wse2");
-  models::set_fs_resolution();
-  const LoadedLayout l = load_layout(kRoot + "/scenarios/wafer/micro/gemv_8x8.json", c);
-  FabricOptions slow, fast;
-  slow.record = fast.record = true;
-  fast.eager_memory_ops = true;
-  Fabric a("slow", c, slow), b("fast", c, fast);
-  a.load(l);
-  b.load(l);
-  a.start();
-  b.start();
-  sc_core::sc_start();
-  tessera::models::after_systemc();
-  REQUIRE(a.finished());
-  REQUIRE(b.finished());
+  const SlowAndEager r(c, load_layout(kRoot + "/scenarios/wafer/micro/gemv_8x8.json", c));
+  const Fabric &a = *r.slow, &b = *r.fast;
   REQUIRE_FALSE(a.error());
   REQUIRE_FALSE(b.error());
   CHECK(a.stats().cycles == b.stats().cycles);
