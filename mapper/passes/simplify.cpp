@@ -147,6 +147,34 @@ void gemm_to_matmul(Rewriter& rw, size_t idx) {
   }
 }
 
+// A scalar scale before a layout op (Transpose, Reshape) read only by a MatMul moves past it:
+// MatMul(T(x * c)) = MatMul(T(x) * c), exact (the scale commutes with moving elements), and a
+// MatMul absorbs a scale of its input (no kernel of its own). The values keep their names where
+// anything else reads them: the MatMul's input is still produced under its name.
+bool scale_past_layout(Rewriter& rw, size_t idx) {
+  const Node t = rw.graph().nodes[idx];
+  const Node* m = rw.producer(t.inputs[0]);
+  const Node* reader = rw.only_consumer(t.outputs[0]);
+  if (!m || (m->op != "Mul" && m->op != "Div") || !reader || reader->op != "MatMul" || !rw.only_consumer(m->outputs[0])) return false;
+  const size_t k = m->op == "Mul" && rw.scalar(m->inputs[0]) ? 0 : 1;  // the scale's slot
+  if (!rw.scalar(m->inputs[k]) || rw.scalar(m->inputs[1 - k])) return false;
+  const graph::Value& z = rw.value(t.outputs[0]);
+  if (rw.value(m->inputs[k]).dtype != z.dtype || rw.value(m->inputs[1 - k]).shape != rw.value(m->outputs[0]).shape) return false;
+  const Node mul = *m;
+  const size_t mi = rw.producer_index(t.inputs[0]);
+  Node moved = t;
+  moved.inputs[0] = mul.inputs[1 - k];
+  moved.outputs[0] = rw.add_value(t.outputs[0] + "/unscaled", z.dtype, z.shape);
+  Node scale = mul;
+  scale.inputs[1 - k] = moved.outputs[0];
+  scale.outputs[0] = t.outputs[0];
+  rw.remove_node(idx);
+  rw.remove_node(mi);
+  rw.add_node(std::move(moved));
+  rw.add_node(std::move(scale));
+  return true;
+}
+
 }  // namespace
 
 bool simplify(Graph& g) {
@@ -181,6 +209,7 @@ bool simplify(Graph& g) {
     } else if (op == "Gemm") {
       gemm_to_matmul(rw, i);
     }
+    if ((op == "Transpose" || op == "Reshape") && !rw.removed(i)) scale_past_layout(rw, i);
   }
   return rw.commit();
 }

@@ -166,3 +166,34 @@ TEST_CASE("canonicalize: nki-samples' RMSNorm, eps after the square root, fuses 
   INFO("max abs " << c.max_abs_error << " max rel " << c.max_rel_error);
   CHECK(c.pass);
 }
+
+TEST_CASE("canonicalize: a scalar scale before a Transpose read by a MatMul moves past the Transpose, and computes the same", "[canonical]") {
+  // y = MatMul(Transpose(x * c), w): the Mul then feeds the MatMul, which absorbs it (the NeuronCore
+  // folds it into its epilogue; the nki-samples attention scales q before transposing it). With the
+  // scaled value read elsewhere too (`keep`), nothing moves.
+  for (const bool keep : {false, true}) {
+    graph::Graph g;
+    g.opset = 17;
+    g.source = "test";
+    g.inputs = {"x", "w"};
+    g.outputs = keep ? std::vector<std::string>{"y", "xs"} : std::vector<std::string>{"y"};
+    g.values["x"] = graph::Value{"x", DType::f32, {2, 3, 4}, true, std::nullopt, false};
+    g.values["w"] = graph::Value{"w", DType::f32, {2, 3, 5}, true, std::nullopt, false};
+    g.values["c"] = graph::Value{"c", DType::f32, {}, true, Tensor::from_f32({}, {0.37f}), false};
+    for (const char* v : {"xs", "xt", "y"}) g.values[v] = graph::Value{v, DType::f32, {}, false, std::nullopt, false};
+    graph::Node mul{"scale", "Mul", {}, {"x", "c"}, {"xs"}}, tr{"turn", "Transpose", {}, {"xs"}, {"xt"}}, mm{"mm", "MatMul", {}, {"xt", "w"}, {"y"}};
+    tr.attrs.set("perm", std::vector<int64_t>{0, 2, 1});
+    g.nodes = {mul, tr, mm};
+    passes::prepare(g);
+    const std::map<std::string, Tensor> in{{"x", random_tensor(DType::f32, {2, 3, 4}, 1, true, 1.0)}, {"w", random_tensor(DType::f32, {2, 3, 5}, 2, true, 1.0)}};
+    const auto before = reference::execute(g, in);
+    passes::canonicalize(g);
+    const graph::Node* scale = nullptr;
+    for (const auto& n : g.nodes)
+      if (n.op == "Mul") scale = &n;
+    REQUIRE(scale != nullptr);
+    INFO("keep " << keep);
+    CHECK((scale->outputs[0] == "xt") == !keep);  // the Mul produces what the MatMul reads
+    CHECK(reference::execute(g, in).at("y") == before.at("y"));
+  }
+}

@@ -13,55 +13,19 @@
 #include <algorithm>
 #include <cmath>
 
+#include "mapper/neuroncore/kernels/attention_parts.hpp"
 #include "mapper/neuroncore/kernels/epilogue.hpp"
-#include "mapper/neuroncore/kernels/kernels.hpp"
-#include "mapper/neuroncore/kernels/matmul.hpp"
 
 namespace tessera::neuroncore {
 
 using graph::Strided;
 
+using attn::Operands;
+using attn::round64;
+
 namespace {
 
 constexpr int64_t kSlots = 4;  // SBUF slots (units whose operands are in SBUF at once)
-
-struct Operands {
-  TensorRef q, kt, v, o;
-  Strided qv, ktv, vv, ov, mask, cond;  // batch dims broadcast to the output's
-  Shape batch;
-  int64_t Sq = 0, dh = 0, Sk = 0, dv = 0, nb = 1;
-};
-
-Operands operands(Ctx& x, const AttentionPlan& a) {
-  Operands o;
-  const std::string& qin = a.score_ep.operand[0].empty() ? a.scores->inputs[0] : a.score_ep.operand[0];
-  const std::string& kin = a.score_ep.operand[1].empty() ? a.scores->inputs[1] : a.score_ep.operand[1];
-  const std::string& vin = a.context_ep.operand[1].empty() ? a.context->inputs[1] : a.context_ep.operand[1];
-  o.q = x.st.ref(qin);
-  o.kt = x.st.ref(kin);
-  o.v = x.st.ref(vin);
-  o.o = x.st.ref(a.context_ep.out);
-  const Shape& os = o.o.shape();
-  o.batch.assign(os.begin(), os.end() - 2);
-  o.Sq = os[os.size() - 2];
-  o.dv = os.back();
-  o.dh = o.q.shape().back();
-  o.Sk = o.kt.shape().back();
-  auto with_batch = [&](const Strided& v, int64_t r, int64_t c) {
-    Shape s = o.batch;
-    s.push_back(r);
-    s.push_back(c);
-    return graph::broadcast_to(v, s);
-  };
-  o.qv = with_batch(o.q.view, o.Sq, o.dh);
-  o.ktv = with_batch(o.kt.view, o.dh, o.Sk);
-  o.vv = with_batch(o.v.view, o.Sk, o.dv);
-  o.ov = o.o.view;
-  if (a.score_ep.bias) o.mask = with_batch(a.score_ep.bias->view, o.Sq, o.Sk);
-  if (a.cond) o.cond = with_batch(a.cond->view, o.Sq, o.Sk);
-  o.nb = shape_numel(o.batch);
-  return o;
-}
 
 // One slot's buffers (SBUF byte offsets per partition from `at`); `end` where the slot ends.
 struct Slot {
@@ -89,11 +53,9 @@ Slot slot_layout(int64_t at, int64_t Sk, int64_t dv, int64_t es, bool scores_f32
   return s;
 }
 
-int64_t round64(int64_t b) { return (b + 63) / 64 * 64; }
-
 class Attention {
  public:
-  Attention(Ctx& x, const AttentionPlan& a) : x_(x), a_(a), o_(operands(x, a)) {}
+  Attention(Ctx& x, const AttentionPlan& a) : x_(x), a_(a), o_(attn::operands(x, a)), ld_(x) {}
 
   void run() {
     const std::string name = a_.scores->name + "+attention";
@@ -111,7 +73,6 @@ class Attention {
     }
     x_.used(sb);
     x_.used_psum();
-    bank_ = x_.cfg.psum_bank_bytes();
     const int64_t qtiles = ceil_div(o_.Sq, 128);
     const int64_t units = o_.nb * qtiles;
     // Software-pipelined: at step t the loads of unit t + 1, the scores of t, the probabilities of
@@ -128,17 +89,7 @@ class Attention {
 
  private:
   bool mask() const { return a_.score_ep.bias.has_value(); }
-  // The scores' scale applied to Q as its transposed tiles leave PSUM (the copy becomes a multiply
-  // of the same cost), when that is exact: Q loaded through the transpose, and the scale a power of
-  // two or Q kept in fp32. Else it is applied to the scores (one more dependent step per unit).
-  double q_scale() const {
-    const double sc = a_.score_ep.scale;
-    const size_t r = o_.qv.strides.size();  // Q^T's (k, f) = Q(f, k): sk Q's column stride, sf its row stride
-    const bool transposed = loads_transposed(o_.qv.strides[r - 1], o_.qv.strides[r - 2], o_.Sq);
-    int e = 0;
-    const bool pow2 = std::frexp(sc, &e) == 0.5;
-    return transposed && (pow2 || o_.q.dtype == DType::f32) ? sc : 1.0;
-  }
+  double q_scale() const { return attn::q_scale(o_, a_); }
   bool where() const { return a_.cond.has_value(); }
   // Bytes per element the slots are sized for: the widest of Q's, K's and V's dtypes.
   int64_t es_in() const { return std::max({o_.q.es(), o_.kt.es(), o_.v.es()}); }
@@ -147,34 +98,9 @@ class Attention {
     return slot_layout(slots_ + (u % kSlots) * slot_bytes_, o_.Sk, o_.dv, es_in(), mask() || where(), where() ? a_.cond->es() : 0);
   }
 
-  AccessPattern psum_at(int64_t bank, int64_t off, int32_t parts, int32_t free) const {
-    return on_chip(Space::psum, DType::f32, 0, parts, (bank % x_.banks()) * bank_ + off, {{free, 1}});
-  }
-
-  // [K, F] of `r` (element (k, f) at elem + k * sk + f * sf) into SBUF at `dst` with K on the
-  // partitions: one DMA when F is contiguous in HBM, else [F, K] blocks of 128 (K contiguous) turned
-  // by the tensor engine (banks 6 and 7, four positions each) and copied back.
-  // `scale` multiplies the values on the way (transposed loads only: the copy out of PSUM does it).
+  AccessPattern psum_at(int64_t bank, int64_t off, int32_t parts, int32_t free) const { return ld_.psum_at(bank, off, parts, free); }
   void load_kf(const TensorRef& r, int64_t elem, int64_t K, int64_t sk, int64_t F, int64_t sf, int64_t dst, int64_t stage, double scale = 1.0) {
-    const DType dt = r.dtype;
-    const bool transposed = loads_transposed(sk, sf, F);
-    if (!transposed) {
-      const AccessPattern to = on_chip(Space::sbuf, dt, 0, static_cast<int32_t>(K), dst, {{static_cast<int32_t>(F), 1}});
-      x_.em.dma(to, hbm_ap(r, elem, static_cast<int32_t>(K), sk, {{static_cast<int32_t>(F), static_cast<int32_t>(sf)}}), Emitter::DmaClass::spread);
-      // (a last query tile of one row loads directly although Q is transposed elsewhere)
-      if (scale != 1.0) x_.tensor_scalar(to, to, Alu::multiply, scale);
-      return;
-    }
-    for (int64_t j = 0; j < F; j += 128, ++stages_) {
-      const int32_t fs = static_cast<int32_t>(std::min<int64_t>(128, F - j));
-      const AccessPattern staged = on_chip(Space::sbuf, dt, 0, fs, stage + (stages_ % 4) * 128 * r.es(), {{static_cast<int32_t>(K), 1}});
-      x_.em.dma(staged, hbm_ap(r, elem + j * sf, fs, sf, {{static_cast<int32_t>(K), static_cast<int32_t>(sk)}}), Emitter::DmaClass::spread);
-      const AccessPattern pt = psum_at(6 + (stages_ / 4) % 2, (stages_ % 4) * 512, static_cast<int32_t>(K), fs);
-      x_.transpose(pt, staged);
-      const AccessPattern to = on_chip(Space::sbuf, dt, 0, static_cast<int32_t>(K), dst + j * r.es(), {{fs, 1}});
-      if (scale != 1.0) x_.tensor_scalar(to, pt, Alu::multiply, scale);
-      else x_.copy(to, pt);
-    }
+    ld_.load_kf(r, elem, K, sk, F, sf, dst, stage, scale);
   }
 
   // Heads packed in pairs (one query tile per head, dh <= 64, and heads b and b + 1 side by side
@@ -306,7 +232,8 @@ class Attention {
   Ctx& x_;
   const AttentionPlan& a_;
   Operands o_;
-  int64_t slot_bytes_ = 0, slots_ = 0, bank_ = 0, stages_ = 0, fill_ = 0;
+  attn::Loader ld_;
+  int64_t slot_bytes_ = 0, slots_ = 0, fill_ = 0;
 };
 
 }  // namespace
@@ -318,13 +245,14 @@ Status attention_fits(Ctx& x, const AttentionPlan& a) {
   if (a.score_ep.scale <= 0 || a.context_ep.scale <= 0) return Status::fail("a scale that is not positive");
   for (const std::string* v : {&a.scores->inputs[0], &a.scores->inputs[1], &a.context->inputs[1]})
     if (x.g.value(*v).data || x.g.value(*v).shape.size() < 2) return Status::fail("a constant or 1-D operand");
-  const Operands o = operands(x, a);
+  const Operands o = attn::operands(x, a);
   if (o.ov.rank() < 2 || o.q.rank() < 2) return Status::fail("operands of rank < 2");
   const int64_t bank_f32 = x.cfg.psum_bank_bytes() / 4, free_max = std::min<int64_t>(bank_f32, x.cfg.max_moving_free);
   if (x.banks() < 8) return Status::fail("fewer than 8 PSUM banks");
   if (o.dh > x.cfg.tensor_rows || o.dh > 128) return Status::fail("a head dimension over 128");
-  if (o.Sk > free_max || o.dv > free_max || o.Sk > 512) return Status::fail("keys or value width beyond one PSUM bank");
+  if (o.dv > free_max) return Status::fail("a value width beyond one PSUM bank");
   if (x.cfg.tensor_cols < 128 || x.cfg.partitions < 128) return Status::fail("an array narrower than 128");
+  if (o.Sk > attn::key_block(x)) return attn::blocks_fit(x, a, o);
   const int64_t es = std::max({o.q.es(), o.kt.es(), o.v.es()});
   const int64_t need = kSlots * round64(slot_layout(0, o.Sk, o.dv, es, a.score_ep.bias || a.cond, a.cond ? a.cond->es() : 0).end) + 3 * o.Sk * 4 + 1024;
   if (need > x.cfg.sbuf_partition_bytes) return Status::fail("SBUF too small for the fused kernel's slots");
@@ -332,6 +260,7 @@ Status attention_fits(Ctx& x, const AttentionPlan& a) {
 }
 
 Status attention(Ctx& x, const AttentionPlan& a) {
+  if (attn::operands(x, a).Sk > attn::key_block(x)) return attn::blocks(x, a);
   Attention(x, a).run();
   return {};
 }

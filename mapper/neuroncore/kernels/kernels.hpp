@@ -36,8 +36,9 @@ void prefetch(Ctx& x, const graph::Node& n, const Epilogue& ep, int64_t offset, 
 // A 1-D [N, C, L] tensor's view as 2-D [N, C, 1, L] (a 4-D view is returned as it is).
 graph::Strided as_2d_spatial(const graph::Strided& v);
 
-// Attention fused into one kernel (kernels/attention.cpp): O = softmax(scale * Q @ Kt + mask) @ V,
-// the scores staying in PSUM and SBUF. The lowering finds the chain: a MatMul whose planned epilogue
+// Attention fused into one kernel: O = softmax(scale * Q @ Kt + mask) @ V, the scores staying in
+// PSUM and SBUF: kernels/attention.cpp for keys within one PSUM bank of fp32 scores (512 on trn1),
+// kernels/attention_blocks.cpp beyond (key blocks of 512 and an online softmax; unmasked only). The lowering finds the chain: a MatMul whose planned epilogue
 // (a scale, a mask added as its bias) is read only by a Softmax over the last axis, read only by a
 // MatMul as its left operand.
 struct AttentionPlan {
@@ -51,9 +52,9 @@ struct AttentionPlan {
   bool keep_when = true;
   double fill = 0;
 };
-// Whether the fused kernel takes this chain (keys and value width within a PSUM bank, head
-// dimension within the array, SBUF for its slots); the reason when not (the chain then compiles
-// kernel by kernel).
+// Whether the fused kernel takes this chain (value width within a PSUM bank, head dimension within
+// the array, SBUF for its slots, no mask beyond one bank of keys); the reason when not (the chain
+// then compiles kernel by kernel).
 Status attention_fits(Ctx& x, const AttentionPlan& a);
 Status attention(Ctx& x, const AttentionPlan& a);
 
