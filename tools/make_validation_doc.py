@@ -50,7 +50,7 @@ NOTES = """
 - nki-samples kernels (upper bounds: their tests' latency thresholds): the RMSNorm + QKV
   projection (its RMSNorm fused, eps after the square root) is within its three bounds. The Stable Diffusion
   attention (4096 keys) runs as one fused kernel over key blocks with an online softmax
-  (docs/neuroncore-compiler.md): within its bf16 bound by 8.7% and its fp32 bound by 0.1 us (the
+  (docs/neuroncore-compiler.md): within its bf16 bound by 8.8% and its fp32 bound by 0.8 us (the
   fp32 tensor engine is busy 481 of the 675 us). Before that kernel the 4096 x 4096 scores went to
   HBM and back (2.1x and 2.5x the bounds).
 

@@ -34,6 +34,7 @@ struct Sbuf {
 struct Epilogue {
   double scale = 1.0;
   std::optional<TensorRef> bias;      // broadcast to the output's shape (stride 0 where it repeats)
+  std::string bias_value;             // the graph value the bias is (its data when constant)
   Func func = Func::identity;
   std::optional<TensorRef> residual;  // the output's shape
   bool residual_first = false;

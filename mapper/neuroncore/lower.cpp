@@ -320,6 +320,7 @@ class Lowering {
         TensorRef b = st_.ref(*other);
         b.view = graph::broadcast_to(b.view, out_shape);
         ep.bias = b;
+        ep.bias_value = *other;
       } else if (c->op == "Add" && cv && !cv->data && cv->shape == g_.value(c->outputs[0]).shape && !ep.residual && ready_before(*other, p)) {
         ep.residual = st_.ref(*other);
         ep.residual_first = ep.func == Func::identity;

@@ -38,7 +38,7 @@ graph::Strided as_2d_spatial(const graph::Strided& v);
 
 // Attention fused into one kernel: O = softmax(scale * Q @ Kt + mask) @ V, the scores staying in
 // PSUM and SBUF: kernels/attention.cpp for keys within one PSUM bank of fp32 scores (512 on trn1),
-// kernels/attention_blocks.cpp beyond (key blocks of 512 and an online softmax; unmasked only). The lowering finds the chain: a MatMul whose planned epilogue
+// kernels/attention_blocks.cpp beyond (key blocks of 512 and an online softmax). The lowering finds the chain: a MatMul whose planned epilogue
 // (a scale, a mask added as its bias) is read only by a Softmax over the last axis, read only by a
 // MatMul as its left operand.
 struct AttentionPlan {
@@ -53,8 +53,7 @@ struct AttentionPlan {
   double fill = 0;
 };
 // Whether the fused kernel takes this chain (value width within a PSUM bank, head dimension within
-// the array, SBUF for its slots, no mask beyond one bank of keys); the reason when not (the chain
-// then compiles kernel by kernel).
+// the array, SBUF for its slots); the reason when not (the chain then compiles kernel by kernel).
 Status attention_fits(Ctx& x, const AttentionPlan& a);
 Status attention(Ctx& x, const AttentionPlan& a);
 
