@@ -108,6 +108,9 @@ MappingOptions nc_mapping_options(const Scenario& s) {
   mo.block_n = m.value("block_n", 0);
   mo.block_k = m.value("block_k", 0);
   mo.fuse_attention = m.value("fuse_attention", true);
+  static const std::map<std::string, AttentionKernel> attention_kernels = {
+      {"auto", AttentionKernel::automatic}, {"one_bank", AttentionKernel::one_bank}, {"key_blocks", AttentionKernel::key_blocks}};
+  mo.attention_kernel = attention_kernels.at(m.value("attention_kernel", std::string("auto")));
   mo.fuse_norm = m.value("fuse_norm", true);
   mo.prefetch_weights = m.value("prefetch_weights", true);
   return mo;

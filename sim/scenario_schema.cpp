@@ -146,6 +146,10 @@ NodePtr build() {
       opt("block_k", integer(1, 1024, "NeuronCore, blocked_mnk: contraction (K) tiles per block (default 8)")),
       opt("fuse_attention", with_default(boolean("NeuronCore: compile MatMul -> Softmax -> MatMul (attention) as one fused kernel whose "
           "scores stay on chip, where it fits; false: each node its own kernel"), true)),
+      opt("attention_kernel", with_default(enumeration({"auto", "one_bank", "key_blocks"},
+          "NeuronCore: the fused attention kernel for keys within one PSUM bank (512): one_bank (a row of scores per bank, heads in pairs) "
+          "or key_blocks (an online softmax over key blocks, four query tiles side by side; longer key ranges always use it); auto "
+          "compiles both and keeps the faster by the estimate"), "auto")),
       opt("fuse_norm", with_default(boolean("NeuronCore: normalise a LayerNormalization over the last axis of a MatMul's result in the "
           "matmul's kernel, before it is stored; false: the LayerNorm its own kernel, the result through HBM"), true)),
       opt("prefetch_weights", with_default(boolean("NeuronCore: load matmuls' constant weights into SBUF while earlier kernels leave the DMA "

@@ -62,6 +62,7 @@ struct Compiled {
   int64_t sbuf_high_water = 0;   // bytes per partition
   int64_t psum_high_water = 0;
   int64_t hbm_bytes = 0;
+  int64_t attention_choices = 0;  // fused attention chains either kernel could take (MappingOptions::attention_kernel)
 };
 
 // Compiles a canonical graph (the caller runs passes::canonicalize). Throws InputError naming the

@@ -14,6 +14,13 @@ namespace tessera::neuroncore {
 // (kernels/matmul.cpp).
 enum class MatmulSchedule { automatic, tiled, hoisted, blocked_mn, blocked_mnk };
 
+// The fused attention kernel for chains whose keys fit one PSUM bank: kernels/attention.cpp
+// (`one_bank`: the whole row of scores in a bank, heads packed in pairs) or
+// kernels/attention_blocks.cpp (`key_blocks`: the online softmax, four query tiles side by side);
+// longer key ranges always take key_blocks. `automatic`: compile both and keep the one the
+// estimate says is faster (compile.cpp).
+enum class AttentionKernel { automatic, one_bank, key_blocks };
+
 struct MappingOptions {
   DType compute = DType::bf16;   // matmul operand and activation dtype (accumulation is fp32)
   int64_t tile_m = 0;            // rows of a matmul output tile on the partitions (0: automatic)
@@ -26,6 +33,7 @@ struct MappingOptions {
   // A MatMul -> Softmax -> MatMul chain (attention) as one fused kernel (kernels/attention.cpp) when
   // it fits; false: each node its own kernel, the scores through HBM.
   bool fuse_attention = true;
+  AttentionKernel attention_kernel = AttentionKernel::automatic;
   // A LayerNormalization over the last axis of a MatMul's result normalised in the matmul's kernel
   // (kernels/matmul_core.cpp); false: its own kernel, the result through HBM.
   bool fuse_norm = true;

@@ -249,12 +249,13 @@ class Blocks {
     out_ = o_off_ + round64(o_.dv * 4);
     ucols_ = out_ + round64(o_.dv * o_.o.es());
     unit_bytes_ = round64(ucols_ + kUnitCols * 4);
+    const int64_t kb = std::min(kb_, o_.Sk);  // the widest block
     p_ = 0;
-    pT_ = round64(kb_ * o_.v.es());
-    x_off_ = pT_ + round64(kb_ * o_.v.es());
-    m_ = x_off_ + (masked_ ? round64(kb_ * 4) : 0);
-    c_ = m_ + (a_.score_ep.bias ? round64(kb_ * a_.score_ep.bias->es()) : 0);
-    scols_ = c_ + (a_.cond ? round64(kb_ * a_.cond->es()) : 0);
+    pT_ = round64(kb * o_.v.es());
+    x_off_ = pT_ + round64(kb * o_.v.es());
+    m_ = x_off_ + (masked_ ? round64(kb * 4) : 0);
+    c_ = m_ + (a_.score_ep.bias ? round64(kb * a_.score_ep.bias->es()) : 0);
+    scols_ = c_ + (a_.cond ? round64(kb * a_.cond->es()) : 0);
     step_bytes_ = round64(scols_ + kStepCols * 4);
     stage_bytes_ = round64(4 * 128 * std::max({o_.q.es(), o_.kt.es(), o_.v.es()}));
   }
