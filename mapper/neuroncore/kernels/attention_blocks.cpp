@@ -252,7 +252,7 @@ class Blocks {
     const int64_t kb = std::min(kb_, o_.Sk);  // the widest block
     p_ = 0;
     pT_ = round64(kb * o_.v.es());
-    x_off_ = pT_ + round64(kb * o_.v.es());
+    x_off_ = pT_ + round64(ceil_div(kb, 128) * 128 * o_.v.es());  // P^T: [kc, sq <= 128] per chunk of 128 keys
     m_ = x_off_ + (masked_ ? round64(kb * 4) : 0);
     c_ = m_ + (a_.score_ep.bias ? round64(kb * a_.score_ep.bias->es()) : 0);
     scols_ = c_ + (a_.cond ? round64(kb * a_.cond->es()) : 0);
