@@ -224,9 +224,7 @@ class Attention {
     }
     const AccessPattern out = on_chip(Space::sbuf, o_.o.dtype, 0, n.sq, n.s.out, {{dv, 1}});
     x_.tensor_tensor(Alu::multiply, out, po, on_chip(Space::sbuf, DType::f32, 0, n.sq, n.s.cols + 8, {{dv, 0}}));
-    const Strided ov = batch_slice(o_.ov, n.b);
-    x_.em.dma(hbm_ap(o_.o, ov.offset + n.q0 * ov.strides[0], n.sq, ov.strides[0], {{dv, static_cast<int32_t>(ov.strides[1])}}), out,
-              Emitter::DmaClass::spread_store);
+    attn::store_out(x_, o_, n.b, n.q0, n.sq, out);
   }
 
   Ctx& x_;

@@ -423,9 +423,7 @@ class Blocks {
     const AccessPattern out = on_chip(Space::sbuf, o_.o.dtype, 0, s.sq, unit_at(s.u) + out_, {{dv, 1}});
     const double cs = a_.context_ep.scale;
     x_.tensor_scalar_with(out, O, Alu::multiply, scol(i, 3), 0.0, cs != 1.0 ? Alu::multiply : Alu::bypass, AccessPattern{}, cs);
-    const Strided ov = batch_slice(o_.ov, s.b);
-    x_.em.dma(hbm_ap(o_.o, ov.offset + s.q0 * ov.strides[0], s.sq, ov.strides[0], {{dv, static_cast<int32_t>(ov.strides[1])}}), out,
-              Emitter::DmaClass::spread_store);
+    store_out(x_, o_, s.b, s.q0, s.sq, out);
   }
 
   Ctx& x_;

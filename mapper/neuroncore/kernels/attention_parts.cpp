@@ -48,6 +48,12 @@ double q_scale(const Operands& o, const AttentionPlan& a) {
   return transposed && (pow2 || o.q.dtype == DType::f32) ? sc : 1.0;
 }
 
+void store_out(Ctx& x, const Operands& o, int64_t b, int64_t q0, int32_t sq, const AccessPattern& out) {
+  const Strided ov = batch_slice(o.ov, b);
+  const int32_t dv = static_cast<int32_t>(o.dv);
+  x.em.dma(hbm_ap(o.o, ov.offset + q0 * ov.strides[0], sq, ov.strides[0], {{dv, static_cast<int32_t>(ov.strides[1])}}), out, Emitter::DmaClass::spread_store);
+}
+
 AccessPattern Loader::psum_at(int64_t b, int64_t off, int32_t parts, int32_t free) const {
   return on_chip(Space::psum, DType::f32, 0, parts, (b % x.banks()) * bank + off, {{free, 1}});
 }

@@ -20,6 +20,9 @@ Operands operands(Ctx& x, const AttentionPlan& a);
 
 inline int64_t round64(int64_t b) { return (b + 63) / 64 * 64; }
 
+// Stores the output tile [sq, dv] at `out` (SBUF) as rows q0.. of batch b's output.
+void store_out(Ctx& x, const Operands& o, int64_t b, int64_t q0, int32_t sq, const AccessPattern& out);
+
 // The scale folded into Q as its transposed tiles leave PSUM (the copy becomes a multiply of the
 // same cost) when that is exact: Q loaded through the transpose, and the scale a power of two or Q
 // kept in fp32. 1 otherwise (the scores carry it).
