@@ -45,7 +45,8 @@ NOTES = """
   layer count (docs/neuroncore-compiler.md: what the compiler does and does not do yet).
 - NKI matmul tutorial: the compute-bound step (blocked_mnk) is within 5%. The three memory-bound
   steps simulate 41-53% faster than published. No single public mechanism fits the three; the
-  analysis is in docs/neuroncore-compiler.md (issue 21, acceptance 3 open).
+  analysis is in docs/neuroncore-compiler.md (issue 21, acceptance 3 blocked on it: every published step moves its
+  bytes at 96-104 GB/s, which no public mechanism gives).
 
 - nki-samples kernels (upper bounds: their tests' latency thresholds): the RMSNorm + QKV
   projection (its RMSNorm fused, eps after the square root) is within its three bounds. The Stable Diffusion
