@@ -250,7 +250,7 @@ Status attention_fits(Ctx& x, const AttentionPlan& a) {
   if (o.dh > x.cfg.tensor_rows || o.dh > 128) return Status::fail("a head dimension over 128");
   if (o.dv > free_max) return Status::fail("a value width beyond one PSUM bank");
   if (x.cfg.tensor_cols < 128 || x.cfg.partitions < 128) return Status::fail("an array narrower than 128");
-  if (attn::use_blocks(x, o)) return attn::blocks_fit(x, a, o);
+  if (attn::use_blocks(x, a, o)) return attn::blocks_fit(x, a, o);
   const int64_t es = std::max({o.q.es(), o.kt.es(), o.v.es()});
   const int64_t need = kSlots * round64(slot_layout(0, o.Sk, o.dv, es, a.score_ep.bias || a.cond, a.cond ? a.cond->es() : 0).end) + 3 * o.Sk * 4 + 1024;
   if (need > x.cfg.sbuf_partition_bytes) return Status::fail("SBUF too small for the fused kernel's slots");
@@ -260,7 +260,7 @@ Status attention_fits(Ctx& x, const AttentionPlan& a) {
 Status attention(Ctx& x, const AttentionPlan& a) {
   const Operands o = attn::operands(x, a);
   if (o.Sk <= attn::key_block(x)) ++x.c.attention_choices;
-  if (attn::use_blocks(x, o)) return attn::blocks(x, a);
+  if (attn::use_blocks(x, a, o)) return attn::blocks(x, a);
   Attention(x, a).run();
   return {};
 }

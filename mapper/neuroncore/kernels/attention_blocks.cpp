@@ -279,7 +279,8 @@ class Blocks {
   // What the softmax reads, and the scale it applies: the masked scores (scaled already) or S.
   AccessPattern src(int64_t i) const { return masked_ ? masked_scores(i) : scores_psum(i); }
   double src_scale() const { return masked_ ? 1.0 : score_scale(); }
-  // The context tiles [sq, dv] fp32 take 512-byte positions of bank 6 (four for dv <= 128).
+  // The context tiles [sq, dv] fp32 take 512-byte positions of bank 6 (four for dv <= 128, two up
+  // to 256: blocks_fit).
   AccessPattern context_psum(int64_t i) const {
     const int64_t size = ceil_div(o_.dv * 4, 512) * 512, positions = std::max<int64_t>(1, ld_.bank / size);
     return ld_.psum_at(6, (i % positions) * size, at(i).sq, static_cast<int32_t>(o_.dv));
@@ -448,6 +449,11 @@ class Blocks {
 }  // namespace
 
 Status blocks_fit(Ctx& x, const AttentionPlan& a, const Operands& o) {
+  // Consecutive steps' context tiles take different places in bank 6: the accumulate of one is
+  // emitted after the next one's products.
+  if (ceil_div(o.dv * 4, 512) * 512 * 2 > x.cfg.psum_bank_bytes())
+    return Status::fail("a value width of " + std::to_string(o.dv) + ": the key-block kernel keeps two context tiles in a PSUM bank (at most " +
+                        std::to_string(x.cfg.psum_bank_bytes() / 8) + ")");
   const int64_t need = Blocks(x, a).bytes() + 1024;
   if (need > x.cfg.sbuf_partition_bytes)
     return Status::fail("SBUF too small for the key-block kernel over " + std::to_string(o.Sk) + " keys (" + std::to_string(need) +

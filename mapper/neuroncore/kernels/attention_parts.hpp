@@ -51,12 +51,14 @@ inline int64_t key_block(const Ctx& x) {
   const int64_t f = std::min<int64_t>(x.cfg.psum_bank_bytes() / 4, x.cfg.max_moving_free);
   return std::max<int64_t>(128, f / 128 * 128);
 }
-// Whether the chain takes the key-block kernel: keys beyond one block, or chosen
-// (MappingOptions::attention_kernel; `automatic` is resolved by compile() before it gets here and
-// counts as key_blocks).
-inline bool use_blocks(const Ctx& x, const Operands& o) { return o.Sk > key_block(x) || x.opt.attention_kernel != AttentionKernel::one_bank; }
 // The kernel for key ranges over one block (attention_blocks.cpp) and whether it fits.
 Status blocks_fit(Ctx& x, const AttentionPlan& a, const Operands& o);
+// Whether the chain takes the key-block kernel: keys beyond one block, or chosen
+// (MappingOptions::attention_kernel; `automatic` is resolved by compile() before it gets here and
+// counts as key_blocks) and fitting (else the one-bank kernel takes it).
+inline bool use_blocks(Ctx& x, const AttentionPlan& a, const Operands& o) {
+  return o.Sk > key_block(x) || (x.opt.attention_kernel != AttentionKernel::one_bank && blocks_fit(x, a, o).ok);
+}
 Status blocks(Ctx& x, const AttentionPlan& a);
 
 }  // namespace tessera::neuroncore::attn
