@@ -13,7 +13,8 @@
 //   P_j^T per 128 keys (tensor engine transpose), C_j PSUM [sq, dv] = P_j @ V_j
 //   O_j  SBUF fp32 [sq, dv] = O_{j-1} a_j + C_j                          (vector)
 // and the unit's output O_last / l_last, stored. The scores never leave PSUM and SBUF. K^T and V
-// stay in SBUF for all of a batch's query tiles (loaded block by block where first used).
+// stay in SBUF for all of a batch's query tiles (loaded block by block where first used), and once
+// for all the heads that read the same (K and V broadcast over heads: grouped-query attention).
 // A constant mask (or masked_fill condition) is read at compile time: a block whose every score
 // it sets to -1e30 or below (-inf, finfo.min: a causal mask's upper triangle) is skipped -- exact,
 // its probabilities are 0, when every query row of the unit keeps a score elsewhere; a block it
@@ -54,7 +55,7 @@ struct Step {
   int64_t prev = -1;      // the unit's step before (-1: its first)
   int64_t k = 0;          // the unit's k-th step (its running values rotate over three copies)
   bool last = false;      // the unit's last step
-  bool load_kv = false;   // the first step reading the batch's block j: loads it
+  bool load_kv = false;   // the first step reading its K and V's block j: loads it
   bool mask = false, where = false;  // the block's mask tile is added / its condition applied
 };
 
@@ -181,8 +182,15 @@ class Blocks {
   // The steps in order, their units' chains, and the K/V sets by the pipeline's reach.
   void plan_steps() {
     const int64_t units = o_.nb * qtiles_;
+    // Batches reading the same K and V (broadcast over heads: grouped-query attention) share them.
+    std::map<std::pair<int64_t, int64_t>, int64_t> kv_of;
+    kv_id_.assign(static_cast<size_t>(o_.nb), 0);
+    for (int64_t b = 0; b < o_.nb; ++b)
+      kv_id_[static_cast<size_t>(b)] = kv_of.emplace(std::make_pair(batch_slice(o_.ktv, b).offset, batch_slice(o_.vv, b).offset),
+                                                     static_cast<int64_t>(kv_of.size())).first->second;
+    const int64_t kvs = static_cast<int64_t>(kv_of.size());
     std::vector<int64_t> last(static_cast<size_t>(units), -1), count(static_cast<size_t>(units), 0);
-    std::vector<bool> loaded(static_cast<size_t>(o_.nb * nblk_), false);
+    std::vector<bool> loaded(static_cast<size_t>(kvs * nblk_), false);
     for (int64_t u0 = 0; u0 < units; u0 += kGroup) {
       const int64_t g = std::min(kGroup, units - u0);
       for (int64_t j = 0; j < nblk_; ++j)
@@ -198,8 +206,9 @@ class Blocks {
           s.kbj = static_cast<int32_t>(std::min(kb_, o_.Sk - j * kb_));
           s.prev = last[static_cast<size_t>(u)];
           s.k = count[static_cast<size_t>(u)]++;
-          s.load_kv = !loaded[static_cast<size_t>(s.b * nblk_ + j)];
-          loaded[static_cast<size_t>(s.b * nblk_ + j)] = true;
+          const size_t kj = static_cast<size_t>(kv_id_[static_cast<size_t>(s.b)] * nblk_ + j);
+          s.load_kv = !loaded[kj];
+          loaded[kj] = true;
           s.mask = kd == Kind::masked && a_.score_ep.bias.has_value();
           s.where = kd == Kind::masked && a_.cond.has_value();
           last[static_cast<size_t>(u)] = static_cast<int64_t>(steps_.size());
@@ -214,27 +223,30 @@ class Blocks {
     else
       stages_ = {&Blocks::scores, &Blocks::row_max, &Blocks::running_max, &Blocks::exps, &Blocks::sums_and_turn, &Blocks::copy_turned,
                  &Blocks::products, &Blocks::accumulate};
-    // A batch's K and V take a set from the iteration its first step's loads are emitted (one
-    // before the step) to the one its last step's products are: sets are reused only after that,
-    // so a load is never emitted before a read of the batch it replaces (the scoreboard orders by
-    // program order).
+    // A batch's K and V (shared by the batches reading the same) take a set from the iteration its
+    // first step's loads are emitted (one before the step) to the one its last step's products are:
+    // sets are reused only after that, so a load is never emitted before a read of the K and V it
+    // replaces (the scoreboard orders by program order).
     const int64_t reach = static_cast<int64_t>(stages_.size()) - 2;  // products' stage
-    std::vector<std::pair<int64_t, int64_t>> span(static_cast<size_t>(o_.nb), {-1, -1});
+    std::vector<std::pair<int64_t, int64_t>> span(static_cast<size_t>(kvs), {-2, -1});
     for (size_t i = 0; i < steps_.size(); ++i) {
-      auto& sp = span[static_cast<size_t>(steps_[i].b)];
-      if (sp.first < 0) sp.first = static_cast<int64_t>(i) - 1;
+      auto& sp = span[static_cast<size_t>(kv_id_[static_cast<size_t>(steps_[i].b)])];
+      if (sp.first < -1) sp.first = static_cast<int64_t>(i) - 1;
       sp.second = static_cast<int64_t>(i) + reach;
     }
     std::vector<int64_t> set_end;  // per set: the iteration of its last read
-    kv_set_.assign(static_cast<size_t>(o_.nb), 0);
-    for (int64_t b = 0; b < o_.nb; ++b) {
-      const auto& sp = span[static_cast<size_t>(b)];
-      if (sp.first < -1 || sp.second < 0) continue;  // no step reads the batch (all masked out)
+    kv_set_.assign(static_cast<size_t>(kvs), 0);
+    std::vector<int64_t> by_start(static_cast<size_t>(kvs));
+    for (int64_t k = 0; k < kvs; ++k) by_start[static_cast<size_t>(k)] = k;
+    std::stable_sort(by_start.begin(), by_start.end(), [&](int64_t a, int64_t b) { return span[static_cast<size_t>(a)].first < span[static_cast<size_t>(b)].first; });
+    for (int64_t k : by_start) {
+      const auto& sp = span[static_cast<size_t>(k)];
+      if (sp.first < -1) continue;  // no step reads it (all masked out)
       size_t s = 0;
       while (s < set_end.size() && set_end[s] >= sp.first) ++s;
       if (s == set_end.size()) set_end.push_back(0);
       set_end[s] = sp.second;
-      kv_set_[static_cast<size_t>(b)] = static_cast<int64_t>(s);
+      kv_set_[static_cast<size_t>(k)] = static_cast<int64_t>(s);
     }
     kv_sets_ = std::max<int64_t>(1, static_cast<int64_t>(set_end.size()));
   }
@@ -261,7 +273,7 @@ class Blocks {
   }
 
   const Step& at(int64_t i) const { return steps_[static_cast<size_t>(i)]; }
-  int64_t kv_at(int64_t b) const { return kv_ + kv_set_[static_cast<size_t>(b)] * kv_bytes_; }
+  int64_t kv_at(int64_t b) const { return kv_ + kv_set_[static_cast<size_t>(kv_id_[static_cast<size_t>(b)])] * kv_bytes_; }
   int64_t unit_at(int64_t u) const { return unit_ + (u % kUnitSets) * unit_bytes_; }
   int64_t step_at(int64_t i) const { return step_ + (i % kStepSets) * step_bytes_; }
   AccessPattern column(int64_t off, int32_t parts) const { return on_chip(Space::sbuf, DType::f32, 0, parts, off, {{1, 1}}); }
@@ -437,7 +449,8 @@ class Blocks {
   std::vector<Kind> kind_;  // per (unit, block)
   std::vector<Step> steps_;
   std::vector<Stage> stages_;
-  std::vector<int64_t> kv_set_;  // per batch
+  std::vector<int64_t> kv_id_;   // per batch: its K and V (batches reading the same share them)
+  std::vector<int64_t> kv_set_;  // per K and V: its SBUF set
   int64_t kv_sets_ = 1;
   // Offsets within a set (bytes per partition), set sizes, and where the sets start.
   int64_t kT_ = 0, v_ = 0, kv_bytes_ = 0;
