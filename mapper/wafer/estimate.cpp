@@ -332,6 +332,15 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       k.est.stream = k.lane_len + (along - 1) * gap;
     }
 
+    // The kernel whose load this one's x-loop end unblocks (weight streaming): sequenced, the next
+    // one taking this one's buffer; with own tasks, l + 2.
+    int64_t ld_next = -1;
+    if (ws && !c.training) {
+      if (!c.sequenced) ld_next = l + 2 < nk ? static_cast<int64_t>(l) + 2 : -1;
+      else
+        for (size_t m = l + 1; m < nk && ld_next < 0; ++m)
+          if (detail::buffer_before(c, m) == static_cast<int64_t>(l)) ld_next = static_cast<int64_t>(m);
+    }
     // Per PE: x lines run along the N axis from the source end; compute ends B kb per-x costs
     // after the first x (or the weights) are there.
     std::vector<int64_t> cend(static_cast<size_t>(k.w * k.h), 0);
@@ -348,6 +357,16 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         if (ws && l > 0) st = std::max(st, compute_end_of[l - 1][i] + 2);
         first_start = std::min(first_start, st);
         cend[i] = st + compute;
+        // The end of the x loop unblocks the load of the kernel that takes this one's weight buffer
+        // next (pending once the load before it is in): a load task goes first (ids 0-3), so that
+        // load step runs before the reduce -- the sequencer's search and buffer check, then its
+        // pre-block op (layer_tasks.cpp ld_body: a one-op async move and ret, or with run-time
+        // block lengths past the line's first PE the length set first: mul, two dsd_len).
+        if (ld_next >= 0) {
+          const DenseKernel& km = c.kernels[static_cast<size_t>(ld_next)];
+          const int64_t pos = km.k_on_columns ? px : py;
+          cend[i] += (c.sequenced ? seq_ld + 2 : 0) + (detail::runtime_block_lengths(c.training, km) && pos > 0 ? 5 : 2);
+        }
         // (Own tasks: at an earlier kernel's chain end -- a reader of the same data as the kernel
         // before it, whose chain ends are these PEs -- that kernel's chain-end task runs within
         // this one's x tasks, which wait for it: its span is added.)
