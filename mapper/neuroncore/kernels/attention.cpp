@@ -164,8 +164,8 @@ class Attention {
     const AccessPattern src = scores_src(n);
     if (mask()) {
       const Strided m = batch_slice(o_.mask, n.b);
-      const TileView at{m.offset, 0, {}};
-      epi.run(src, ps, tile_at(at, m.strides[0], m.strides[1], n.q0, 0, Sk), TileView{}, u);
+      const TileView mt{m.offset, 0, {}};
+      epi.run(src, ps, tile_at(mt, m.strides[0], m.strides[1], n.q0, 0, Sk), TileView{}, u);
     }
     if (where()) {  // src = cond ? scores : fill (or the other way round), the scale applied first
       if (!mask()) x_.activation(src, ps, Func::identity, score_scale());
@@ -236,7 +236,7 @@ class Attention {
 
 }  // namespace
 
-Status attention_fits(Ctx& x, const AttentionPlan& a) {
+Status attention_fits(Ctx& x, AttentionPlan& a) {
   if (a.score_ep.func != Func::identity || a.score_ep.residual) return Status::fail("the scores have an activation or a residual");
   if (a.context_ep.bias || a.context_ep.residual || a.context_ep.func != Func::identity || !a.context_ep.operand[0].empty())
     return Status::fail("the context matmul has an epilogue beyond a scale");
@@ -250,7 +250,15 @@ Status attention_fits(Ctx& x, const AttentionPlan& a) {
   if (o.dh > x.cfg.tensor_rows || o.dh > 128) return Status::fail("a head dimension over 128");
   if (o.dv > free_max) return Status::fail("a value width beyond one PSUM bank");
   if (x.cfg.tensor_cols < 128 || x.cfg.partitions < 128) return Status::fail("an array narrower than 128");
-  if (attn::use_blocks(x, a, o)) return attn::blocks_fit(x, a, o);
+  // The key-block kernel: keys beyond one block, or chosen (MappingOptions::attention_kernel;
+  // `automatic` is resolved by compile() before it gets here and counts as key_blocks) and fitting
+  // (else the one-bank kernel takes it).
+  a.key_blocks = false;
+  if (o.Sk > attn::key_block(x) || x.opt.attention_kernel != AttentionKernel::one_bank) {
+    const Status s = attn::blocks_fit(x, a, o);
+    a.key_blocks = s.ok;
+    if (s.ok || o.Sk > attn::key_block(x)) return s;
+  }
   const int64_t es = std::max({o.q.es(), o.kt.es(), o.v.es()});
   const int64_t need = kSlots * round64(slot_layout(0, o.Sk, o.dv, es, a.score_ep.bias || a.cond, a.cond ? a.cond->es() : 0).end) + 3 * o.Sk * 4 + 1024;
   if (need > x.cfg.sbuf_partition_bytes) return Status::fail("SBUF too small for the fused kernel's slots");
@@ -260,7 +268,7 @@ Status attention_fits(Ctx& x, const AttentionPlan& a) {
 Status attention(Ctx& x, const AttentionPlan& a) {
   const Operands o = attn::operands(x, a);
   if (o.Sk <= attn::key_block(x)) ++x.c.attention_choices;
-  if (attn::use_blocks(x, a, o)) return attn::blocks(x, a);
+  if (a.key_blocks) return attn::blocks(x, a);
   Attention(x, a).run();
   return {};
 }

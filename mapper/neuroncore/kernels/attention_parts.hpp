@@ -53,12 +53,6 @@ inline int64_t key_block(const Ctx& x) {
 }
 // The kernel for key ranges over one block (attention_blocks.cpp) and whether it fits.
 Status blocks_fit(Ctx& x, const AttentionPlan& a, const Operands& o);
-// Whether the chain takes the key-block kernel: keys beyond one block, or chosen
-// (MappingOptions::attention_kernel; `automatic` is resolved by compile() before it gets here and
-// counts as key_blocks) and fitting (else the one-bank kernel takes it).
-inline bool use_blocks(Ctx& x, const AttentionPlan& a, const Operands& o) {
-  return o.Sk > key_block(x) || (x.opt.attention_kernel != AttentionKernel::one_bank && blocks_fit(x, a, o).ok);
-}
 Status blocks(Ctx& x, const AttentionPlan& a);
 
 }  // namespace tessera::neuroncore::attn

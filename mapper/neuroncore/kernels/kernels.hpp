@@ -51,10 +51,11 @@ struct AttentionPlan {
   std::optional<TensorRef> cond;         // broadcast to the scores' shape
   bool keep_when = true;
   double fill = 0;
+  bool key_blocks = false;               // the key-block kernel takes it (attention_fits decides)
 };
 // Whether the fused kernel takes this chain (value width within a PSUM bank, head dimension within
 // the array, SBUF for its slots); the reason when not (the chain then compiles kernel by kernel).
-Status attention_fits(Ctx& x, const AttentionPlan& a);
+Status attention_fits(Ctx& x, AttentionPlan& a);
 Status attention(Ctx& x, const AttentionPlan& a);
 
 // Conv and ConvTranspose 1-D/2-D, any stride, dilation, pads and groups: kernels/conv.cpp.
