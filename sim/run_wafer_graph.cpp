@@ -4,6 +4,7 @@
 // simulated cycles are reported (docs/wafer-compiler.md).
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <systemc>
 
@@ -13,6 +14,7 @@
 #include "isa/numeric.hpp"
 #include "isa/wafer/asm.hpp"
 #include "mapper/passes/canonicalize.hpp"
+#include "mapper/passes/passes.hpp"
 #include "mapper/reference/executor.hpp"
 #include "mapper/wafer/compile.hpp"
 #include "models/common/clock.hpp"
@@ -32,6 +34,28 @@
 namespace tessera::sim {
 
 using json = nlohmann::json;
+
+namespace {
+
+// Micro-batch i of n of a tensor with the samples along its first dimension, and back.
+Tensor batch_part(const Tensor& x, int64_t i, int64_t n) {
+  Shape sh = x.shape();
+  const size_t bytes = x.nbytes() / static_cast<size_t>(n);
+  sh[0] /= n;
+  Tensor t(x.dtype(), sh);
+  std::memcpy(t.data(), x.data() + static_cast<size_t>(i) * bytes, bytes);
+  return t;
+}
+Tensor batch_concat(const std::vector<Tensor>& parts) {
+  Shape sh = parts[0].shape();
+  sh[0] *= static_cast<int64_t>(parts.size());
+  Tensor t(parts[0].dtype(), sh);
+  size_t at = 0;
+  for (const auto& p : parts) std::memcpy(t.data() + at, p.data(), p.nbytes()), at += p.nbytes();
+  return t;
+}
+
+}  // namespace
 
 void wafer_rect_option(const json& m, wafer::MappingOptions& mo) {
   if (!m.contains("wafer_rect")) return;
@@ -138,30 +162,78 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   enter_phase("compile");
   // The compiler lowers the canonical graph (mapper/passes/canonicalize.hpp); the reference keeps
   // running the graph as exported.
-  graph::Graph cg = g;
-  passes::canonicalize(cg);
-  wafer::Compiled cp;
-  if (mode == "weight_streaming") {
-    mo.mode = wafer::MapMode::weight_streaming;
-    cp = wafer::compile(cg, cfg, mo);
-  } else {
+  // Micro-batches (weight streaming, docs/wafer-compiler.md "Micro-batches"): the program is
+  // compiled for `mb` samples and runs B / mb times a step, each run streaming the weights again.
+  const int64_t B = g.inputs.empty() || g.value(g.inputs[0]).shape.empty() ? 1 : g.value(g.inputs[0]).shape[0];
+  const json& mbj = m["micro_batch"];
+  bool warned = false;
+  auto compile_for = [&](int64_t b) {
+    graph::Graph cg = g;
+    if (b != B) passes::with_batch(cg, b);
+    passes::canonicalize(cg);
+    if (mode == "weight_streaming" || (b != B && mode == "auto")) {  // (micro-batches stream the weights)
+      mo.mode = wafer::MapMode::weight_streaming;
+      return wafer::compile(cg, cfg, mo);
+    }
     mo.mode = wafer::MapMode::pipelined;
     try {
-      cp = wafer::compile(cg, cfg, mo);
+      return wafer::compile(cg, cfg, mo);
+    } catch (const wafer::DoesNotFit&) {
+      throw;
     } catch (const InputError& e) {
       // auto: weights that do not fit on the wafer stream instead.
       if (mode != "auto" || e.diagnostics().empty() || e.diagnostics()[0].where != "/mapping/mode") throw;
-      con.warn("mapping.mode auto: " + e.diagnostics()[0].message + "; using weight streaming");
+      if (!warned) con.warn("mapping.mode auto: " + e.diagnostics()[0].message + "; using weight streaming");
+      warned = true;
       mo.mode = wafer::MapMode::weight_streaming;
-      cp = wafer::compile(cg, cfg, mo);
+      return wafer::compile(cg, cfg, mo);
     }
+  };
+  int64_t mb = B;
+  wafer::Compiled cp;
+  if (mbj.is_number()) {
+    mb = mbj.get<int64_t>();
+    if (B % mb != 0)
+      throw InputError("/mapping/micro_batch", std::to_string(mb) + " does not divide the batch of " + std::to_string(B), "give a divisor of the batch, or \"auto\"");
+    if (mb != B && mode == "pipelined")
+      throw InputError("/mapping/micro_batch", "micro-batches run in weight streaming mode (each streams the weights again), not pipelined",
+                       "set mapping.mode to weight_streaming or auto, or micro_batch to the whole batch (" + std::to_string(B) + ")");
+    cp = compile_for(mb);
+  } else {
+    try {
+      cp = compile_for(B);
+    } catch (const wafer::DoesNotFit& whole) {
+      // auto: the largest divisor of the batch whose micro-batch fits.
+      bool found = false;
+      for (int64_t b = B - 1; b >= 1 && !found; --b) {
+        if (B % b != 0) continue;
+        try {
+          cp = compile_for(b);
+          mb = b;
+          found = true;
+        } catch (const wafer::DoesNotFit& e) {
+          if (b == 1)
+            throw InputError("/mapping/mode", e.diagnostics()[0].message + ", with one sample at a time (mapping.micro_batch 1; the whole batch of " + std::to_string(B) + " needs more)",
+                             "give a larger rectangle (mapping.wafer_rect or target.params fabric.width/height)");
+        } catch (const InputError& e) {
+          throw InputError("/mapping/micro_batch", whole.diagnostics()[0].message + "; and the batch does not split into micro-batches: " + e.diagnostics()[0].message,
+                           "give a larger rectangle or fabric, or run the model on target.kind neuroncore");
+        }
+      }
+    }
+    if (mb != B)
+      con.detail("mapping.micro_batch auto: the batch of " + std::to_string(B) + " does not fit a PE's SRAM at once; " + std::to_string(B / mb) +
+                 " micro-batches of " + std::to_string(mb));
   }
+  const int64_t nmb = B / mb;
   const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
   const bool ws = cp.mode == wafer::MapMode::weight_streaming;
   int64_t pes = 0;
   for (const auto& k : cp.kernels) pes = ws ? std::max(pes, k.pes()) : pes + k.pes();
-  con.out(con.bold("predicted") + " " + format_num(cp.predicted_s * 1e6, "%.3f") + " us (" + std::to_string(cp.predicted_cycles) + " cycles; compiled " +
-          std::to_string(cp.kernels.size()) + " kernel(s), " + (ws ? "weight streaming" : "pipelined") + ", " + std::to_string(pes) + " PEs in " +
+  const double pred_s = cp.predicted_s * static_cast<double>(nmb);  // a step: every micro-batch
+  con.out(con.bold("predicted") + " " + format_num(pred_s * 1e6, "%.3f") + " us (" +
+          (nmb > 1 ? std::to_string(nmb) + " micro-batches of " + std::to_string(mb) + (mb == 1 ? " sample, " : " samples, ") + format_num(cp.predicted_s * 1e6, "%.3f") + " us each; " : std::string()) +
+          std::to_string(cp.predicted_cycles) + " cycles; compiled " + std::to_string(cp.kernels.size()) + " kernel(s), " + (ws ? "weight streaming" : "pipelined") + ", " + std::to_string(pes) + " PEs in " +
           std::to_string(cp.fabric_width) + " x " + std::to_string(cp.fabric_height) + ", " + format_num(compile_s * 1e3, "%.1f") + " ms)");
   const wafer::LoadedLayout L = load_compiled_wafer(cp, cfg);
   {
@@ -178,7 +250,8 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
       arm_wafer_faults(s, fab, what);
     }
     note_checked(opt, "compiled " + std::to_string(cp.kernels.size()) + " kernel(s), " + (ws ? "weight streaming" : "pipelined") + ", " +
-                          std::to_string(pes) + " PEs, predicted " + format_num(cp.predicted_s * 1e6, "%.3f") + " us");
+                          std::to_string(pes) + " PEs, predicted " + format_num(pred_s * 1e6, "%.3f") + " us" +
+                          (nmb > 1 ? " (" + std::to_string(nmb) + " micro-batches of " + std::to_string(mb) + ")" : std::string()));
     note_checked(opt, "inputs, host memory " + format_num(mem.total() / (1024.0 * 1024), "%.1f") + " MiB");
     return 0;
   }
@@ -189,7 +262,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   // Elaborate the fabric (and MemoryX / SwarmX), place constants and inputs, stream weights.
   enter_phase("elaborate");
   models::set_fs_resolution();
-  Heartbeat heartbeat("simulating", cp.predicted_s, "hops");  // the prediction is per step
+  Heartbeat heartbeat("simulating", cp.predicted_s, "hops");  // the prediction is per run (a micro-batch)
   wafer::Fabric fab("wafer", cfg, compiled_fabric_options(s, cfg, &heartbeat));
   fab.load(L);
   wafer::MemoryX mx("memoryx", cfg);
@@ -201,16 +274,18 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     for (const auto& k : cp.kernels) mx.add_tensor(k.mx_tensor, cp.memoryx_layout(k));
   // One step: the step's input into the PEs that hold it; SwarmX streams every layer's weights in
   // layer order from the step's start (MemoryX serves them one after another); the fabric runs.
+  // With micro-batches, each run takes its samples of the step's input.
   sc_core::sc_time t_start = sc_core::sc_time_stamp();
-  auto start_step = [&](const std::map<std::string, Tensor>& in) {
-    for (const auto& a : cp.place_input(in.at(cp.input))) fab.write_array(a.x, a.y, a.array, a.values);
+  auto start_step = [&](const std::map<std::string, Tensor>& in, int64_t part) {
+    const Tensor& x = in.at(cp.input);
+    for (const auto& a : cp.place_input(nmb > 1 ? batch_part(x, part, nmb) : x)) fab.write_array(a.x, a.y, a.array, a.values);
     t_start = sc_core::sc_time_stamp();
     if (ws) stream_compiled_weights(cp, fab, mx, sx, t_start);
   };
   // Faults are armed for the first step only.
   std::vector<std::string> fault_what;
   json faults = arm_wafer_faults(s, fab, fault_what);
-  start_step(inputs);
+  start_step(inputs, 0);
   fab.start();
   install_interrupt_handlers();
   enter_phase("simulate");
@@ -224,14 +299,8 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     return 2;
   }
   if (!fab.finished()) throw std::runtime_error("the fabric did not finish (SystemC ran out of events)");
-  const wafer::FabricStats st = fab.stats();  // the first step's (the kernel table and the latency are the first step's)
-  const double sim_s = static_cast<double>(st.cycles) / cfg.clock_hz;
-
+  const wafer::FabricStats st = fab.stats();  // the first run's (the kernel table is the first run's; the latency the first step's)
   json report = new_report(s);
-  report["latency"]["simulated_s"] = sim_s;
-  report["latency"]["predicted_s"] = cp.predicted_s;
-  const double err = (cp.predicted_s - sim_s) / sim_s * 100;
-  report["latency"]["error_pct"] = err;
   const json& expect = s.resolved["expect"];
   std::vector<std::string> failures;
   bool all_pass = true;
@@ -299,16 +368,54 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     prev_sim = std::max(prev_sim, end);
     prev_pred = std::max(prev_pred, k.est.end);
   }
+  // The step's other micro-batches (the kernel table above is the first one's).
+  auto read_y = [&] { return cp.gather_output([&](int64_t x, int64_t yy, const std::string& a) { return fab.read_array(x, yy, a); }); };
+  std::vector<PredictedKernel> step_spans;
+  std::vector<Tensor> parts{read_y()};
+  std::vector<int64_t> run_cycles{st.cycles};
+  auto run_parts = [&](int64_t step, int64_t from) {
+    for (int64_t i = from; i < nmb; ++i) {
+      if (i > 0 || step > 0) {
+        start_step(inputs, i);
+        fab.start();
+        sc_core::sc_start();
+        tessera::models::after_systemc();
+        poll_interrupt();
+        if (fab.error()) {
+          con.error(Diagnostic{"compiled layout, step " + std::to_string(step) + (nmb > 1 ? ", micro-batch " + std::to_string(i) : std::string()), *fab.error(),
+                               "report it with the scenario"}.str());
+          return false;
+        }
+        parts.push_back(read_y());
+        run_cycles.push_back(fab.stats().cycles);
+      }
+    }
+    return true;
+  };
+  if (!run_parts(0, 1)) return 2;
+  int64_t step0_cycles = 0;
+  for (const int64_t c : run_cycles) step0_cycles += c;
+  const double sim_s = static_cast<double>(step0_cycles) / cfg.clock_hz;
+  report["latency"]["simulated_s"] = sim_s;
+  report["latency"]["predicted_s"] = pred_s;
+  const double err = (pred_s - sim_s) / sim_s * 100;
+  report["latency"]["error_pct"] = err;
+  if (nmb > 1) report["latency"]["micro_batches"] = {{"count", nmb}, {"samples", mb}, {"predicted_s_each", cp.predicted_s}, {"simulated_s_first", static_cast<double>(st.cycles) / cfg.clock_hz}};
   {
     char line[200];
-    std::snprintf(line, sizeof line, "%-28s %9.3f us %11.3f us %+7.1f%%", "total", cp.predicted_s * 1e6, sim_s * 1e6, err);
+    if (nmb > 1) {
+      std::snprintf(line, sizeof line, "%-28s %9.3f us %11.3f us %+7.1f%%", "total (one micro-batch)", cp.predicted_s * 1e6, static_cast<double>(st.cycles) / cfg.clock_hz * 1e6,
+                    (cp.predicted_s * cfg.clock_hz - static_cast<double>(st.cycles)) / static_cast<double>(st.cycles) * 100);
+      con.out(line);
+    }
+    std::snprintf(line, sizeof line, "%-28s %9.3f us %11.3f us %+7.1f%%", nmb > 1 ? ("total (" + std::to_string(nmb) + " micro-batches)").c_str() : "total", pred_s * 1e6, sim_s * 1e6, err);
     con.out(line);
     double flops = 0;
-    for (const auto& k : cp.kernels) flops += k.est.flops;
+    for (const auto& k : cp.kernels) flops += k.est.flops * static_cast<double>(nmb);
     report["latency"]["flops"] = flops;
     report["latency"]["effective_flops_per_s"] = flops / sim_s;
-    con.out("effective " + format_num(flops / sim_s / 1e12, "%.4f") + " TFLOP/s (" + format_num(flops, "%.4g") + " FLOPs in " + std::to_string(st.cycles) +
-            " simulated cycles)");
+    con.out("effective " + format_num(flops / sim_s / 1e12, "%.4f") + " TFLOP/s (" + format_num(flops, "%.4g") + " FLOPs in " + std::to_string(step0_cycles) +
+            " simulated cycles" + (nmb > 1 ? " over " + std::to_string(nmb) + " runs" : std::string()) + ")");
   }
   check_latency_error(expect, err, report, all_pass, failures);
   report["compile"] = {{"mode", ws ? "weight_streaming" : "pipelined"},
@@ -318,8 +425,9 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
                        {"colors", cp.colors_used},
                        {"sram_high_water_bytes", cp.sram_high_water},
                        {"predicted_cycles", cp.predicted_cycles}};
+  if (nmb > 1) report["compile"]["micro_batch"] = mb;
   report["faults"] = faults;
-  report["stats"] = wafer_stats_json(st, sim_s);
+  report["stats"] = wafer_stats_json(st, static_cast<double>(st.cycles) / cfg.clock_hz);  // (the first run's)
   if (ws) {
     const json mf = stream_figures(mx.transfers()), sf = stream_figures(sx.transfers());
     report["weight_streaming"] = {
@@ -337,28 +445,25 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
 
   // Steps: closures on each step's outputs (fetched from the PEs), the later steps run on the same
   // elaborated fabric with their own inputs. The outputs checked below are the last step's.
-  auto read_y = [&] { return cp.gather_output([&](int64_t x, int64_t yy, const std::string& a) { return fab.read_array(x, yy, a); }); };
-  Tensor y = read_y();
-  std::vector<PredictedKernel> step_spans;
+  Tensor y;
   std::vector<StepMark> closure_marks;
-  double t_steps = 0, last_start = 0;
+  double t_steps = 0, last_run = 0;  // last_run: where the last run (micro-batch) starts
   for (int64_t step = 0; step < sched.steps; ++step) {
     if (step > 0) {
       inputs = step_inputs.at(step);
-      start_step(inputs);
-      fab.start();
-      sc_core::sc_start();
-      tessera::models::after_systemc();
-      poll_interrupt();
-      if (fab.error()) {
-        con.error(Diagnostic{"compiled layout, step " + std::to_string(step), *fab.error(), "report it with the scenario"}.str());
-        return 2;
-      }
-      y = read_y();
+      parts.clear();
+      run_cycles.clear();
+      if (!run_parts(step, 0)) return 2;
     }
-    const int64_t cyc = fab.stats().cycles;
-    last_start = t_steps;
-    step_spans.push_back({"step " + std::to_string(step), t_steps, t_steps + static_cast<double>(cyc) / cfg.clock_hz});
+    y = nmb > 1 ? batch_concat(parts) : parts[0];
+    int64_t cyc = 0;
+    for (const int64_t c : run_cycles) cyc += c;
+    if (sched.steps > 1) step_spans.push_back({"step " + std::to_string(step), t_steps, t_steps + static_cast<double>(cyc) / cfg.clock_hz});
+    for (size_t i = 0, at = 0; i < run_cycles.size(); at += static_cast<size_t>(run_cycles[i]), ++i) {
+      const double t0 = t_steps + static_cast<double>(at) / cfg.clock_hz;
+      if (nmb > 1) step_spans.push_back({"micro-batch " + std::to_string(i), t0, t0 + static_cast<double>(run_cycles[i]) / cfg.clock_hz});
+      last_run = t0;
+    }
     t_steps += static_cast<double>(cyc) / cfg.clock_hz;
     json rec = {{"step", step}, {"cycles", cyc}, {"simulated_s", static_cast<double>(cyc) / cfg.clock_hz},
                 {"activation", sched.is_activation(step)}, {"checkpoint", sched.is_checkpoint(step)}};
@@ -393,13 +498,13 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   compare_published(report, sim_s);
   if (trace_wanted(s)) {
     const std::string note = write_trace_file(
-        s.resolved["trace"], build_wafer_trace(s.resolved["trace"], L, fab, s.name, &mx, &sx, t_start.to_seconds() - last_start, pred_spans, sim_spans,
-                                              sched.steps > 1 ? step_spans : std::vector<PredictedKernel>{}, closure_marks, last_start),
+        s.resolved["trace"], build_wafer_trace(s.resolved["trace"], L, fab, s.name, &mx, &sx, t_start.to_seconds() - last_run, pred_spans, sim_spans,
+                                              sched.steps > 1 || nmb > 1 ? step_spans : std::vector<PredictedKernel>{}, closure_marks, last_run),
         opt.out_dir);
     report["trace"] = {{"file", s.resolved["trace"]["file"]}};
     con.out(note);
   }
-  write_wafer_heatmap(s, fab, s.name + " (compiled, " + s.preset + (sched.steps > 1 ? ", last step" : "") + ")", opt.out_dir, report);
+  write_wafer_heatmap(s, fab, s.name + " (compiled, " + s.preset + (sched.steps > 1 ? ", last step" : "") + (nmb > 1 ? ", last micro-batch" : "") + ")", opt.out_dir, report);
   return finish_run(opt.out_dir, report, all_pass, failures, std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count(), {{"compile_s", compile_s}});
 }
 

@@ -130,6 +130,13 @@ NodePtr build() {
       opt("accumulate", with_default(enumeration({"fp32"}, "format of accumulations (PSUM, fmacs)"), "fp32")),
   }, "numeric precision"), json::object());
 
+  auto micro_batch = any("wafer, weight streaming, inference: samples per run of the compiled program: \"auto\" (the whole batch when a PE's "
+      "data fits its SRAM, else the largest divisor of the batch that fits) or a number that divides the batch; each micro-batch streams "
+      "the weights again (docs/wafer-compiler.md \"Micro-batches\")");
+  micro_batch->check = [](const json& v, const std::string& p, DiagnosticList& d) {
+    if (!(v == "auto" || (v.is_number_integer() && v.get<int64_t>() >= 1)))
+      d.add(p, "is " + v.dump() + "; give \"auto\" or a whole number of samples (at least 1)", "e.g. \"micro_batch\": 1");
+  };
   auto mapping = with_default(object({
       opt("mode", with_default(enumeration({"auto", "weight_streaming", "pipelined"},
                                            "how weights reach the compute: streamed layer by layer, or resident"), "auto")),
@@ -141,6 +148,7 @@ NodePtr build() {
           "(docs/neuroncore-compiler.md)"), "auto")),
       opt("wafer_block", integer(1, 4096, "wafer, pipelined: the weight block edge per PE (default: the smallest that fits the fabric and SRAM)")),
       opt("wafer_rect", array_of(integer(1, 4096, "PEs"), "wafer, weight streaming: the rectangle [width, height] every layer runs on (default: as large as useful)")),
+      opt("micro_batch", with_default(micro_batch, "auto")),
       opt("block_m", integer(1, 1024, "NeuronCore, blocked schedules: stationary (M) tiles per block (default 2, blocked_mnk 16)")),
       opt("block_n", integer(1, 1024, "NeuronCore, blocked schedules: moving (N) tiles per block (default 2)")),
       opt("block_k", integer(1, 1024, "NeuronCore, blocked_mnk: contraction (K) tiles per block (default 8)")),

@@ -47,6 +47,10 @@ class WaferTrainer : public TrainMachine {
     if (m["mode"].get<std::string>() == "pipelined")  // auto means weight streaming here
       throw InputError("/mapping/mode", "training on the wafer runs in weight_streaming mode (the weights and their updates live in MemoryX)",
                        "set mapping.mode to weight_streaming or auto");
+    if (m["micro_batch"].is_number() && !forward.inputs.empty() && !forward.value(forward.inputs[0]).shape.empty() &&
+        m["micro_batch"].get<int64_t>() != forward.value(forward.inputs[0]).shape[0])
+      throw InputError("/mapping/micro_batch", "training on the wafer runs the whole batch at once (micro-batches with gradient accumulation are not built)",
+                       "leave mapping.micro_batch out (\"auto\"), or give a smaller batch");
     wafer::MappingOptions mo;
     mo.mode = wafer::MapMode::weight_streaming;
     mo.training = true;

@@ -255,7 +255,10 @@ CASES = [
     dict(name="mobilenet_v3_small", seed=13, opset=17, inputs={"x": (8, 3, 64, 64)},
          build=lambda: torchvision.models.mobilenet_v3_small(width_mult=0.5, num_classes=10),
          source="torchvision.models.mobilenet_v3_small(width_mult=0.5, num_classes=10)",
-         what="MobileNetV3-small at width 0.5"),
+         what="MobileNetV3-small at width 0.5", wafer=("weight_streaming",),
+         wafer_note=" Its batch of 8 needs 178 KB per PE at once, more than a PE's SRAM on any rectangle: "
+                    "mapping.micro_batch auto runs it as 8 micro-batches of one sample (docs/wafer-compiler.md "
+                    "\"Micro-batches\")."),
     dict(name="efficientnet_b0", seed=14, opset=13, inputs={"x": (1, 3, 32, 32)},
          build=efficientnet_b0_narrow,
          source="torchvision EfficientNet(*_efficientnet_conf('efficientnet_b0', "
@@ -558,6 +561,7 @@ def export_case(case, root):
             desc += (f" On a WSE-2, {modes[file].replace('_', ' ')}, {compute} compute with fp32 "
                      f"sums: atol {bf16_atol:g}, twice PyTorch's own bf16 inference error "
                      f"({bf16_err:.3g}) when that is more than {NEURONCORE_TOL[1]:g}.")
+            desc += case.get("wafer_note", "")
             if "wafer_rect" in case:
                 w, h = case["wafer_rect"]
                 desc += (f" On {w} x {h} PEs (mapping.wafer_rect) so that it simulates in CI time; without it "

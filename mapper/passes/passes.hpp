@@ -24,6 +24,11 @@ void remove_dead(graph::Graph& g);
 // this is refused (InputError naming the node and run.host_memory) instead of allocated. Every value
 // shape must count its elements in int64.
 void prepare(graph::Graph& g, int64_t host_bytes = 0);
+// The same graph for `b` samples: every input's first dimension (the batch, the same in each) and
+// the Reshape targets that start with it (x.view(B, ...) exported with fixed shapes) set to b, the
+// shapes inferred again. Every output must have the samples along its first dimension. For the
+// wafer's micro-batches; an InputError says why a graph does not split.
+void with_batch(graph::Graph& g, int64_t b);
 
 // The canonical graph the compilers lower (canonicalize, its passes): mapper/passes/canonicalize.hpp.
 

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "isa/error.hpp"
 #include "isa/tensor.hpp"
 #include "isa/wafer/builder.hpp"
 #include "isa/wafer/isa.hpp"
@@ -332,9 +333,16 @@ struct Compiled {
 std::vector<float> conv_matrix(const DenseKernel& k, const std::vector<float>& wconv);
 std::vector<float> conv_tensor(const DenseKernel& k, const std::vector<float>& kn);
 
+// Weight streaming: a PE's data (the layers' activations at the batch given) does not fit its SRAM
+// on any rectangle the search tries -- fewer samples at a time (micro-batches) may.
+class DoesNotFit : public InputError {
+ public:
+  using InputError::InputError;
+};
+
 // Throws InputError naming the node for an op or shape this build does not map, the kernel and
-// bytes when weights do not fit PE SRAM (suggesting weight streaming), or the conflicting kernels
-// when the colors run out.
+// bytes when weights do not fit PE SRAM (suggesting weight streaming), DoesNotFit when a PE's
+// data does not, or the conflicting kernels when the colors run out.
 Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOptions& opt);
 
 // compile_report.txt: the estimate in the columns of Cerebras' compile report (samples/s, compute

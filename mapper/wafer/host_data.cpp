@@ -1,5 +1,6 @@
 // Host-side data movement of a compiled model (compile.hpp): the graph input, residual and target
 // blocks as PE arrays, and a layer's weights and weight gradients in MemoryX order.
+#include <algorithm>
 #include <vector>
 
 #include "mapper/wafer/compile.hpp"
@@ -10,7 +11,12 @@ std::vector<HostArray> Compiled::place_input(const Tensor& x) const {
   const DenseKernel& k = kernels.front();
   const auto v = x.to_f32();
   std::vector<HostArray> out;
-  const int64_t lines = k.kblocks();
+  // Every PE of the source edge sends x values, so each gets its block: lines past the K blocks
+  // (a rectangle wider than the kernel needs) zeros, which their zero weight rows multiply. Left
+  // unwritten, they would send what the array's bytes last held -- a later kernel's data when the
+  // array shares them (live ranges), whose NaN or infinity times zero is not zero (fp16 runs after
+  // the first step or micro-batch).
+  const int64_t lines = std::max(k.kblocks(), k.k_on_columns ? k.w : k.h);
   for (int64_t i = 0; i < lines; ++i) {
     // The source PE of K block i: the start of its line in the flow direction.
     int64_t px = 0, py = 0;

@@ -218,12 +218,13 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
     size_t most = 0;  // the kernel whose own arrays (outputs, functions' temporaries, chain-end post-ops) take the most
     for (size_t l = 0; l < c.kernels.size(); ++l)
       if (pe_bytes(c.kernels[l], false, wbytes_pe) > pe_bytes(c.kernels[most], false, wbytes_pe)) most = l;
-    throw InputError("/mapping/mode",
+    throw DoesNotFit("/mapping/mode",
                      "a PE needs " + std::to_string(c.sram_high_water) + " bytes of SRAM on a " + std::to_string(w) + " x " + std::to_string(h) +
                          " rectangle (kernel '" + c.kernels[big].name + "' has " + std::to_string(c.kernels[big].kb) + " x " +
                          std::to_string(c.kernels[big].nb) + " weight blocks; kernel '" + c.kernels[most].name + "' keeps " +
                          std::to_string(pe_bytes(c.kernels[most], false, wbytes_pe)) + " bytes of its own arrays at a chain-end PE" + kept + "); the data area is " + std::to_string(area),
-                     "give a larger rectangle (mapping.wafer_rect or target.params fabric.width/height) or a smaller batch");
+                     c.training ? "give a larger rectangle (mapping.wafer_rect or target.params fabric.width/height) or a smaller batch"
+                                : "give a larger rectangle (mapping.wafer_rect or target.params fabric.width/height), or micro-batches (mapping.micro_batch)");
   }
   break;
   }

@@ -194,3 +194,42 @@ TEST_CASE("graph: FLOPs of recurrent layers and of the new data-movement ops", "
   CHECK(flops.at("LSTM") == 64 * 3 * 2);
   CHECK(flops.at("Tile") == 0);
 }
+
+TEST_CASE("graph: with_batch splits the batch, the Reshape that names it included, and says why a graph does not split", "[graph]") {
+  // x.view(x.size(0), -1) exported with fixed shapes: the size folds into the Reshape's constant.
+  const json model = json::parse(R"({
+    "inputs": {"x": {"shape": [4, 3, 2]}},
+    "outputs": ["y"],
+    "initializers": {"s": {"values": [4, 6], "dtype": "int64", "shape": [2]},
+                     "w": {"shape": [6, 5], "random": {"seed": 1, "dist": "normal"}}},
+    "nodes": [
+      {"name": "flat", "op": "Reshape", "inputs": ["x", "s"], "outputs": ["f"]},
+      {"name": "mm", "op": "MatMul", "inputs": ["f", "w"], "outputs": ["y"]}]})");
+  graph::Graph whole = inline_graph(model);
+  graph::Graph half = whole;
+  passes::with_batch(half, 2);
+  CHECK(half.value("x").shape == Shape{2, 3, 2});
+  CHECK(half.value("f").shape == Shape{2, 6});
+  CHECK(half.value("y").shape == Shape{2, 5});
+  // The halves' outputs are the whole batch's rows.
+  std::vector<float> xv(24);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>(i) * 0.25f - 3.0f;
+  const Tensor x = Tensor::from_f32({4, 3, 2}, xv);
+  const auto yw = reference::execute(whole, {{"x", x}}).at("y").to_f32();
+  for (int64_t part = 0; part < 2; ++part) {
+    const Tensor xp = Tensor::from_f32({2, 3, 2}, std::vector<float>(xv.begin() + part * 12, xv.begin() + part * 12 + 12));
+    const auto yp = reference::execute(half, {{"x", xp}}).at("y").to_f32();
+    for (size_t i = 0; i < yp.size(); ++i) CHECK(yp[i] == yw[static_cast<size_t>(part) * 10 + i]);
+  }
+  {  // 3 does not divide 4
+    graph::Graph g = whole;
+    CHECK_THROWS_WITH(passes::with_batch(g, 3), Catch::Contains("the batch of 4 does not split"));
+  }
+  {  // the batch folded into another dimension ([4, 3, 2] -> [2, 12]): the shapes fix it
+    json m2 = model;
+    m2["initializers"]["s"]["values"] = {2, 12};
+    m2["initializers"]["w"]["shape"] = {12, 5};
+    graph::Graph g = inline_graph(m2);
+    CHECK_THROWS_WITH(passes::with_batch(g, 2), Catch::Contains("fix its batch of 4") || Catch::Contains("not the samples along its first dimension"));
+  }
+}

@@ -1,0 +1,56 @@
+// with_batch (passes.hpp): the graph for fewer samples, for micro-batching on the wafer
+// (docs/wafer-compiler.md "Micro-batches").
+#include <map>
+#include <string>
+
+#include "isa/error.hpp"
+#include "mapper/passes/passes.hpp"
+
+namespace tessera::passes {
+
+void with_batch(graph::Graph& g, int64_t b) {
+  if (g.inputs.empty()) throw InputError(g.source, "a graph without inputs has no batch to split");
+  const int64_t B = g.value(g.inputs[0]).shape.empty() ? 0 : g.value(g.inputs[0]).shape[0];
+  const std::string why = "micro-batches of " + std::to_string(b) + " samples";
+  const char* hint = "set mapping.micro_batch to the whole batch, or export the model with the batch along the first dimension of every input and output";
+  for (const auto& name : g.inputs) {
+    const auto& s = g.value(name).shape;
+    if (s.empty() || s[0] != B) throw InputError(g.source, why + ": input '" + name + "' is " + shape_str(s) + ", not [" + std::to_string(B) + ", ...] like '" + g.inputs[0] + "'", hint);
+  }
+  if (B < 1 || b < 1 || B % b != 0) throw InputError(g.source, why + ": the batch of " + std::to_string(B) + " does not split into them", hint);
+  if (b == B) return;
+  std::map<std::string, Shape> before;
+  for (const auto& [n, v] : g.values) before[n] = v.shape;
+  // A Reshape to a constant shape that starts with the batch, of a value that starts with it
+  // (x.view(x.size(0), ...) exported with fixed shapes folds the size into the constant), gets
+  // the micro-batch there.
+  for (auto& n : g.nodes) {
+    if (n.op != "Reshape" || n.inputs.size() < 2 || n.inputs[1].empty()) continue;
+    const graph::Value& sv = g.value(n.inputs[1]);
+    if (!sv.data || sv.data->numel() == 0 || before[n.inputs[0]].empty() || before[n.inputs[0]][0] != B) continue;
+    std::vector<int64_t> dims = sv.data->to_i64();
+    if (dims[0] != B) continue;
+    dims[0] = b;
+    std::string name = n.inputs[1] + "_mb";
+    while (g.has_value(name)) name += "_";
+    graph::Value v = sv;
+    v.name = name;
+    v.is_initializer = false;
+    v.data = Tensor::from_i64(sv.data->shape(), dims);
+    g.values[name] = std::move(v);
+    n.inputs[1] = name;
+  }
+  for (const auto& name : g.inputs) g.value(name).shape[0] = b;
+  try {
+    infer_and_fold(g);
+  } catch (const InputError& e) {
+    throw InputError(g.source, why + ": " + e.what() + " (the graph's shapes fix its batch of " + std::to_string(B) + ")", hint);
+  }
+  for (const auto& name : g.outputs) {
+    const auto& s = g.value(name).shape;
+    if (s.empty() || s[0] != b || before[name].empty() || before[name][0] != B)
+      throw InputError(g.source, why + ": output '" + name + "' is " + shape_str(before[name]) + " for the batch and " + shape_str(s) + " for a micro-batch, not the samples along its first dimension", hint);
+  }
+}
+
+}  // namespace tessera::passes
