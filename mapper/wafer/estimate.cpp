@@ -221,6 +221,18 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
   const int64_t seq_ld = c.sequenced ? 2 * detail::dispatch_depth(nk + c.reloads.size()) : 0;  // the loads' search (training: the reloads too)
   size_t orientation_count[2] = {0, 0};  // kernels with K along the columns, along the rows
   for (const auto& k : c.kernels) ++orientation_count[k.k_on_columns ? 0 : 1];
+  // Sequenced weight streaming: the load steps (ld, ldb, ldc, ldd: the highest-priority tasks) that
+  // become ready at a chain-end PE while its chain-end task runs, or before its hand-off sends,
+  // run first and delay the hand-off -- steps of later kernels' loads, so the estimate runs again
+  // with the previous pass's step times (per PE: ready cycle, cost) until the total is stable.
+  using Steps = std::vector<std::vector<std::pair<int64_t, int64_t>>>;
+  Steps steps_prev, steps_now;
+  const bool step_passes = ws && c.sequenced && !c.training && !c.kernels.empty();
+  int64_t prev_total = -1;
+  for (int iter = 0; iter < (step_passes ? 6 : 1); ++iter) {
+  next_of.clear(), x0_of.clear(), last_chain_end.clear(), compute_end_of.clear(), wready_of.clear(), busy_of.clear();
+  mx_bytes_before = 0;
+  if (step_passes) steps_now.assign(static_cast<size_t>(c.kernels.front().w * c.kernels.front().h), {});
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     DenseKernel& k = c.kernels[l];
     // The chains and lines span the whole rectangle (weight streaming pads blocks with zeros to
@@ -307,6 +319,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         // goes on meanwhile: only the switches need the PE).
         const int64_t blk = k.kb * k.nb;
         int64_t T = t0;  // when block q's first wavelet enters the line
+        std::vector<int64_t> Tq(static_cast<size_t>(along), t0);
         for (int64_t q = 1; q < along; ++q) {
           int64_t m = T + blk;  // block q - 1 is in: the switch
           for (const int64_t p : {q - 1, q}) {
@@ -317,8 +330,25 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
             }
           }
           T = m + gap;
+          Tq[static_cast<size_t>(q)] = T;
         }
         const int64_t t_last = std::max(T + blk - 1, supply_end);
+        if (step_passes) {  // this load's steps at each PE of the line (sequencer.cpp; each after the loads' search)
+          const bool rt = detail::runtime_block_lengths(c.training, k);
+          for (int64_t p = 0; p < along; ++p) {
+            const int64_t px = k.k_on_columns ? p : ln, py = k.k_on_columns ? ln : p;
+            const size_t i = static_cast<size_t>(py * k.w + px);
+            auto& st = steps_now[i];
+            // ld: activated by the previous load's ldd, when the buffer is free by then (else the x
+            // loop's end unblocks it, charged there): the check, the pre-block op (or the own block's)
+            if (l >= 1 && (pb < 0 || compute_end_of[static_cast<size_t>(pb)][i] < wready_of[l - 1][i]))
+              st.emplace_back(wready_of[l - 1][i], seq_ld + (pb >= 0 ? 2 : 0) + (rt && p > 0 ? 5 : 2));
+            const int64_t at = Tq[static_cast<size_t>(p)] + p * hop + 1;  // block p reaches PE p
+            if (p > 0) st.emplace_back(at, seq_ld + 2);                                        // ldb: the own block's op
+            st.emplace_back(at + blk, seq_ld + (p + 1 < along ? (rt ? 6 : 2) : 2));            // ldc: the blocks after it (or nothing)
+            st.emplace_back(t_last + (p + 1) * hop + 2, seq_ld + 6);                            // ldd
+          }
+        }
         for (int64_t p = 0; p < along; ++p) {
           const int64_t px = k.k_on_columns ? p : ln, py = k.k_on_columns ? ln : p;
           // Readable at PE p (hops, ramp), taken, the op done, ldd picked and run (unblock,
@@ -502,6 +532,12 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       const size_t hn = c.sequenced ? l + 1 : rd.empty() ? nk : rd[0];
       const int64_t gather = hn < nk && c.kernels[hn].spatial() ? 3 + 5 : 0;
       next[static_cast<size_t>(pn)] = (ws ? t + S + 2 : t + S + pass) + conv + gather + (gather ? 2 : 1) * seq_out;  // (sequenced: the hand-off's search, the gather's)
+      if (!steps_prev.empty()) {  // load steps ready from the chain-end task's start until the send run first
+        const int64_t px = k.k_on_columns ? k.w - 1 : pn, py = k.k_on_columns ? pn : k.h - 1;
+        int64_t& nx = next[static_cast<size_t>(pn)];
+        for (const auto& [ready, cost] : steps_prev[static_cast<size_t>(py * k.w + px)])
+          if (ready >= chain_of[static_cast<size_t>(pn)] && ready < nx) nx += cost;
+      }
       if (l + 1 == c.kernels.size()) last_chain_end.push_back(t);
     }
     k.est.compute_end = compute_end;
@@ -516,6 +552,13 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     busy_of.push_back(std::move(busy));
     compute_end_of.push_back(std::move(cend));
     wready_of.push_back(std::move(wready));
+  }
+  if (!step_passes) break;
+  const int64_t total = c.kernels.back().est.end;
+  if (total == prev_total) break;
+  prev_total = total;
+  steps_prev = std::move(steps_now);
+  for (auto& v : steps_prev) std::sort(v.begin(), v.end());
   }
   // The run ends when the last chain end halts.
   c.predicted_cycles = c.kernels.empty() ? 0 : c.kernels.back().est.end + 1;
