@@ -148,6 +148,9 @@ class ProgramTemplate {
   // Instructions of class `cls` in the template, in every branch of its conditional parts (what a
   // generator emits: the estimate counts a function's DSD operations this way).
   int64_t count(OpClass cls) const;
+  // The cycles of its DSD instructions over `len` elements at stride 1 (dsd_cycles: each op at its
+  // own SIMD width and interval), in every branch -- what the estimate charges a function.
+  int64_t dsd_cycles(int64_t len, const WaferConfig& c) const;
 
  private:
   enum class Kind : uint8_t { comment, cond_if, cond_else, cond_end, data, dsd, task, label, instr };

@@ -249,4 +249,11 @@ int64_t ProgramTemplate::count(OpClass cls) const {
   return n;
 }
 
+int64_t ProgramTemplate::dsd_cycles(int64_t len, const WaferConfig& c) const {
+  int64_t n = 0;
+  for (const Item& it : items_)
+    if (it.kind == Kind::instr && op_info(it.op).cls == OpClass::dsd) n += ::tessera::wafer::dsd_cycles(it.op, len, 1, c);
+  return n;
+}
+
 }  // namespace tessera::wafer

@@ -377,6 +377,9 @@ void gelu_ops(ProgramTemplate& t, const std::string& Y, const std::string& T, co
 // DSD operations that emits.
 void unary_ops(ProgramTemplate& t, const Unary& u, const std::string& Y, const std::vector<std::string>& tmp);
 int64_t unary_op_count(const Unary& u);
+// Its DSD operations' cycles over `len` elements (each op at its width: fmacs, which the affine
+// functions use, is not SIMD; the others run at simd.fp32).
+int64_t unary_cycles(const Unary& u, int64_t len, const WaferConfig& cfg);
 // Y = sigmoid(Y) = 1 / (1 + exp(-Y)) in place, T, U, V temporaries: E = exp(-|y|) (exp_ops), the
 // reciprocal R of 1 + E (recip_ops over [1, 2]), R (E + m (1 - E)) with m = 1 for y > 0, 0 for
 // y < 0: relative accuracy on both sides (no 1 - sigma cancellation) for y >= -20, exp_ops'

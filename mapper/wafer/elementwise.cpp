@@ -122,6 +122,12 @@ int64_t unary_op_count(const Unary& u) {
   return t.count(OpClass::dsd);
 }
 
+int64_t unary_cycles(const Unary& u, int64_t len, const WaferConfig& cfg) {
+  ProgramTemplate t;
+  unary_ops(t, u, "y", {"t0", "t1", "t2", "t3"});
+  return t.dsd_cycles(len, cfg);
+}
+
 }  // namespace tessera::wafer
 
 namespace tessera::wafer::detail {

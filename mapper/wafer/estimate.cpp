@@ -432,11 +432,11 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       }
       chain_of[static_cast<size_t>(pn)] = t;
       const bool act = k.act_blocks < 0 || pn < k.act_blocks;  // pass-through blocks (pipelined residuals) take no activation
-      int64_t act_ops = 0;  // the elementwise functions (unary_ops)
+      int64_t act_cycles = 0;  // the elementwise functions (unary_ops), each op at its own width
       if (act)
-        for (const Unary& u : k.acts) act_ops += unary_op_count(u);
-      for (const Unary& u : k.acts_after) act_ops += unary_op_count(u);
-      t += (S + cdiv(n_el, w32)) * (1 + act_ops + (k.residual >= 0 && !k.res_move ? 1 : 0) + (k.res_mul && c.half() ? 1 : 0));  // bias, activation, residual (a gate's widening)
+        for (const Unary& u : k.acts) act_cycles += unary_cycles(u, n_el, cfg);
+      for (const Unary& u : k.acts_after) act_cycles += unary_cycles(u, n_el, cfg);
+      t += (S + cdiv(n_el, w32)) * (1 + (k.residual >= 0 && !k.res_move ? 1 : 0) + (k.res_mul && c.half() ? 1 : 0)) + act_cycles;  // bias, residual (a gate's widening), activation
       if (k.res_move) t += S + n_el;  // a moved residual is added as it arrives: a wavelet per cycle
       if (k.gate_of >= 0) t += S + cdiv(k.gate_rows * k.nb, w32);  // squeeze-excitation: the feature map times the gate
       if (k.softmax) {  // softmax_program over the N outputs of the B samples (strided columns)

@@ -1057,6 +1057,13 @@ TEST_CASE("wafer-fabric: the exp, reciprocal, rsqrt and elementwise generators b
                         fn(K::gelu_tanh), fn(K::abs), fn(K::neg), fn(K::mul, 2.0), fn(K::add, 1.0)}) {
     INFO("function " << static_cast<int>(u.kind));
     CHECK(ops([u](ProgramTemplate& t) { unary_ops(t, u, "xm", {"tm", "um", "rm", "vm"}); }) == unary_op_count(u));
+    // unary_cycles (each op at its own width: fmacs is not SIMD) against the cycles of the
+    // instantiated program's instructions over its 4-element arrays, on a preset whose widths differ.
+    const WaferConfig cfg = preset_config("wse2");
+    const Program p = pe_function([u](ProgramTemplate& t) { unary_ops(t, u, "xm", {"tm", "um", "rm", "vm"}); }, 4).instantiate({});
+    int64_t cycles = 0;
+    for (const auto& in : p.instrs) cycles += op_info(in.op).cls == OpClass::dsd ? instr_cycles(p, in, cfg) : 0;
+    CHECK(unary_cycles(u, 4, cfg) == cycles);
   }
 }
 
