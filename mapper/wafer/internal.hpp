@@ -96,6 +96,9 @@ void fuse_qkv(std::vector<DenseKernel>& ks);
 void qkv_weights(DenseKernel& k, int64_t b);
 void pass_through(std::vector<DenseKernel>& ks, size_t l, int64_t b);
 void place_streaming(std::vector<DenseKernel>& ks, int64_t w, int64_t h);
+// The training step's estimate (estimate_training.cpp), after the forward pass's: `fwd_end` is when
+// each of the last kernel's chain ends holds its output.
+void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<int64_t>& fwd_end);
 // Weight streaming's orientation of each kernel (k_on_columns): K along the columns for a reader of
 // the graph input, else the other orientation than the kernel it reads.
 std::vector<bool> streaming_orientations(const std::vector<DenseKernel>& ks);
