@@ -220,6 +220,8 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
                            "give a larger rectangle or fabric, or run the model on target.kind neuroncore");
         }
       }
+      if (!found)  // a batch of one sample: nothing smaller to try
+        throw InputError("/mapping/mode", whole.diagnostics()[0].message, "give a larger rectangle (mapping.wafer_rect or target.params fabric.width/height)");
     }
     if (mb != B)
       con.detail("mapping.micro_batch auto: the batch of " + std::to_string(B) + " does not fit a PE's SRAM at once; " + std::to_string(B / mb) +

@@ -145,11 +145,9 @@ class ProgramTemplate {
   Program instantiate(const Bindings& b, const std::string& pe, DiagnosticList& d) const;
   Program instantiate(const Bindings& b) const;  // throws InputError
   std::string text() const;
-  // Instructions of class `cls` in the template, in every branch of its conditional parts (what a
-  // generator emits: the estimate counts a function's DSD operations this way).
-  int64_t count(OpClass cls) const;
   // The cycles of its DSD instructions over `len` elements at stride 1 (dsd_cycles: each op at its
-  // own SIMD width and interval), in every branch -- what the estimate charges a function.
+  // own SIMD width and interval), in every branch of its conditional parts (what a generator
+  // emits) -- what the estimate charges a function.
   int64_t dsd_cycles(int64_t len, const WaferConfig& c) const;
 
  private:

@@ -243,12 +243,6 @@ Program ProgramTemplate::instantiate(const Bindings& b) const {
   return p;
 }
 
-int64_t ProgramTemplate::count(OpClass cls) const {
-  int64_t n = 0;
-  for (const Item& it : items_) n += it.kind == Kind::instr && op_info(it.op).cls == cls ? 1 : 0;
-  return n;
-}
-
 int64_t ProgramTemplate::dsd_cycles(int64_t len, const WaferConfig& c) const {
   int64_t n = 0;
   for (const Item& it : items_)

@@ -44,7 +44,8 @@ void with_batch(graph::Graph& g, int64_t b) {
   try {
     infer_and_fold(g);
   } catch (const InputError& e) {
-    throw InputError(g.source, why + ": " + e.what() + " (the graph's shapes fix its batch of " + std::to_string(B) + ")", hint);
+    const Diagnostic& d = e.diagnostics().front();
+    throw InputError(g.source, why + ": " + d.where + ": " + d.message + " (the graph's shapes fix its batch of " + std::to_string(B) + ")", hint);
   }
   for (const auto& name : g.outputs) {
     const auto& s = g.value(name).shape;

@@ -64,7 +64,7 @@ struct MappingOptions {
 
 // An elementwise function of one value, applied at a kernel's chain ends after the bias, in the
 // graph's order (docs/wafer-compiler.md "Elementwise functions"; elementwise.cpp builds its PE
-// operations with unary_ops and counts them with unary_op_count).
+// operations with unary_ops and costs them with unary_cycles).
 struct Unary {
   enum class Kind { relu, leaky_relu, clip, tanh, sigmoid, hard_sigmoid, hard_swish, swish, gelu, gelu_tanh, abs, neg, mul, add };
   Kind kind = Kind::relu;
@@ -376,7 +376,6 @@ void gelu_ops(ProgramTemplate& t, const std::string& Y, const std::string& T, co
 // length (elementwise.cpp; accuracy on a PE: tests/unit/test_wafer_fabric.cpp); and the number of
 // DSD operations that emits.
 void unary_ops(ProgramTemplate& t, const Unary& u, const std::string& Y, const std::vector<std::string>& tmp);
-int64_t unary_op_count(const Unary& u);
 // Its DSD operations' cycles over `len` elements (each op at its width: fmacs, which the affine
 // functions use, is not SIMD; the others run at simd.fp32).
 int64_t unary_cycles(const Unary& u, int64_t len, const WaferConfig& cfg);

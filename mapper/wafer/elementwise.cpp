@@ -116,12 +116,6 @@ void unary_ops(ProgramTemplate& t, const Unary& u, const std::string& Y, const s
   }
 }
 
-int64_t unary_op_count(const Unary& u) {
-  ProgramTemplate t;
-  unary_ops(t, u, "y", {"t0", "t1", "t2", "t3"});
-  return t.count(OpClass::dsd);
-}
-
 int64_t unary_cycles(const Unary& u, int64_t len, const WaferConfig& cfg) {
   ProgramTemplate t;
   unary_ops(t, u, "y", {"t0", "t1", "t2", "t3"});
