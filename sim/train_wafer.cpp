@@ -36,13 +36,17 @@ class WaferTrainer : public TrainMachine {
   WaferTrainer(const Scenario& s, const graph::Graph& forward, const passes::TrainingGraph& tg, const passes::TrainingSpec& spec, const RunOptions& opt)
       : tg_(tg), cfg_(wafer::WaferConfig::from(s.params)), target_(spec.target), lr_(spec.learning_rate) {
     auto& con = Console::get();
-    const char* hint = "training on the wafer takes mse or softmax cross-entropy, sgd or momentum with a constant learning rate, fp32; run other set-ups on target.kind neuroncore or reference";
+    const char* hint = "training on the wafer takes mse or softmax cross-entropy, sgd or momentum (with or without weight decay) with a constant learning rate, fp32 or mixed 16-bit; run other set-ups on target.kind neuroncore or reference";
 
-    if ((spec.optimizer != "sgd" && spec.optimizer != "momentum") || spec.weight_decay != 0)
-      throw InputError("/training/optimizer", "MemoryX applies SGD, with or without momentum (no Adam or weight decay) in this build", hint);
+    if (spec.optimizer != "sgd" && spec.optimizer != "momentum")
+      throw InputError("/training/optimizer", "MemoryX applies SGD, with or without momentum and weight decay (no Adam) in this build", hint);
     momentum_ = spec.optimizer == "momentum" ? spec.momentum : 0.0;
     if (spec.schedule != "constant") throw InputError("/training/optimizer/schedule", "the wafer takes a constant learning rate in this build", hint);
-    if (spec.compute != DType::f32 || spec.loss_scaling) throw InputError("/precision/compute", "training on the wafer runs in fp32 in this build", hint);
+    if (spec.compute != DType::f32 && spec.compute != DType::f16 && spec.compute != DType::bf16 && spec.compute != DType::cbf16)
+      throw InputError("/precision/compute", "training on the wafer runs in fp32, or mixed precision in fp16, bf16 or cbf16", hint);
+    if (spec.loss_scaling)
+      throw InputError("/training/loss_scaling", "dynamic loss scaling is not built on the wafer yet (the skip of a step with a non-finite gradient needs MemoryX's verdict at the chain ends, which update the biases)",
+                       "train without loss scaling (in bf16, which keeps fp32's exponent range, or cbf16), or run it on target.kind neuroncore or reference");
     const json& m = s.resolved["mapping"];
     if (m["mode"].get<std::string>() == "pipelined")  // auto means weight streaming here
       throw InputError("/mapping/mode", "training on the wafer runs in weight_streaming mode (the weights and their updates live in MemoryX)",
@@ -57,6 +61,8 @@ class WaferTrainer : public TrainMachine {
     mo.learning_rate = spec.learning_rate;
     mo.loss = spec.loss;
     mo.momentum = momentum_;
+    mo.weight_decay = spec.weight_decay;
+    mo.compute = spec.compute == DType::f16 ? wafer::Elem::f16 : spec.compute == DType::bf16 ? wafer::Elem::bf16 : spec.compute == DType::cbf16 ? wafer::Elem::cbf16 : wafer::Elem::f32;
     wafer_rect_option(m, mo);
     const auto c0 = std::chrono::steady_clock::now();
     enter_phase("compile");
@@ -93,7 +99,7 @@ class WaferTrainer : public TrainMachine {
     mx_ = std::make_unique<wafer::MemoryX>("memoryx", cfg_);
     sx_ = std::make_unique<wafer::SwarmX>("swarmx", cfg_);
     sx_->socket.bind(mx_->socket);
-    mx_->set_sgd(spec.learning_rate, momentum_);
+    mx_->set_sgd(spec.learning_rate, momentum_, spec.weight_decay);
     install_interrupt_handlers();
   }
 

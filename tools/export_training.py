@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 STEPS = 25
+WEIGHT_DECAY = 0.01  # momentum_wd: torch.optim.SGD(weight_decay=...)
 
 
 class Regressor(nn.Module):  # MLP regression: 8 -> 16 -> 4, MSE
@@ -133,6 +134,8 @@ def train(model, x, t, loss_kind, opt_kind, lr):
         opt = torch.optim.SGD(model.parameters(), lr=lr)
     elif opt_kind == "momentum":
         opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    elif opt_kind == "momentum_wd":  # with L2 weight decay on every parameter (biases too, torch's default)
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=WEIGHT_DECAY)
     else:
         opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
@@ -171,7 +174,7 @@ def main():
     cases = [
         ("mlp", Regressor, regression_data, "mse", [("sgd", 0.05), ("adam", 0.01), ("sgd_exponential", 0.1)], (16, 8)),
         ("classifier", Classifier, classification_data, "softmax_cross_entropy", [("momentum", 0.05)], (24, 10)),
-        ("relu_classifier", ReluClassifier, classification_data, "softmax_cross_entropy", [("sgd", 0.1), ("momentum", 0.05)], (24, 10)),
+        ("relu_classifier", ReluClassifier, classification_data, "softmax_cross_entropy", [("sgd", 0.1), ("momentum", 0.05), ("momentum_wd", 0.05)], (24, 10)),
         ("cnn", SmallCNN, image_data, "softmax_cross_entropy", [("sgd", 0.05)], (16, 1, 8, 8)),
         ("mlp3", DeepRegressor, regression_data, "mse", [("sgd", 0.05)], (16, 8)),
         ("mlp6", Deep6Regressor, regression_data, "mse", [("sgd", 0.05)], (16, 8)),
@@ -206,7 +209,9 @@ def main():
                 "inputs": {"x": {"file": f"../data/train_{name}/x.npy"}, "target": {"file": f"../data/train_{name}/target.npy"}},
                 "run": {"steps": STEPS, "checkpoint_steps": 10, "activation_steps": 5},
                 "training": {"loss": loss, "optimizer": ({"kind": "sgd", "learning_rate": lr, "schedule": {"kind": "exponential", "gamma": 0.9}}
-                                                         if opt_kind == "sgd_exponential" else {"kind": opt_kind, "learning_rate": lr})},
+                                                         if opt_kind == "sgd_exponential" else
+                                                         {"kind": "momentum", "learning_rate": lr, "weight_decay": WEIGHT_DECAY}
+                                                         if opt_kind == "momentum_wd" else {"kind": opt_kind, "learning_rate": lr})},
                 "step_closures": [{"kind": "log", "tensors": ["loss"]}, {"kind": "assert", "condition": "finite(loss)"}],
                 "expect": {"losses": {"file": f"../data/train_{name}/losses_{opt_kind}.npy", "rtol": 1e-4, "atol": 1e-6}},
             }

@@ -59,6 +59,7 @@ REFERENCE_TOL = (1e-4, 1e-4)      # (rtol, atol) vs PyTorch on the reference tar
 NEURONCORE_TOL = (5e-2, 1e-3)     # bf16 on the NeuronCore: rtol, and the floor of atol (raised per case: export_case)
 NEURONCORE_FP32_TOL = (1e-3, 1e-4)  # fp32 on the NeuronCore
 LOSS_TOL = (1e-3, 1e-6)           # training: the loss of every step
+MIXED_LOSS_TOL = (1e-2, 1e-3)     # mixed-precision training (16-bit compute) against PyTorch's fp32 losses
 
 
 # ---------------------------------------------------------------------------------------------
@@ -632,9 +633,12 @@ def export_train_case(case, root):
             f"step is the expectation. The initial forward graph: {case['source']}; "
             f"torch.onnx.export defaults, opset {case['opset']}, batch {case['batch']} "
             f"({GENERATOR}, PyTorch 1.13).")
-    # The wafer (wse2, weight streaming) where its compiler trains the model: fp32 only in this
-    # build (mixed-precision training on the wafer is not done), so wafer_fp32.json.
-    for target in ("reference", "neuroncore") + (("wafer",) if case.get("wafer") else ()):
+    # The wafer (wse2, weight streaming) where its compiler trains the model: fp32, and mixed
+    # precision in fp16 and bf16 (16-bit weights, activations and dy; fp32 sums and masters).
+    targets = [("reference", None), ("neuroncore", None)]
+    if case.get("wafer"):
+        targets += [("wafer", "fp32"), ("wafer", "fp16"), ("wafer", "bf16")]
+    for target, wprec in targets:
         scenario = {
             "schema": "tessera.scenario/1",
             "name": f"zoo-{name.replace('_', '-')}-{target}",
@@ -652,15 +656,22 @@ def export_train_case(case, root):
                                   "atol": LOSS_TOL[1]}},
         }
         if target != "reference":
-            scenario["precision"] = {"compute": "fp32"}
+            scenario["precision"] = {"compute": wprec or "fp32"}
         if target == "wafer":
-            scenario["name"] += "-fp32"
-            scenario["description"] += (" On a WSE-2, weight streaming, fp32 (the wafer trains in fp32 only in this "
-                                         "build): MemoryX keeps the fp32 masters and applies SGD, the PEs run the "
-                                         "forward and backward passes.")
+            scenario["name"] += "-" + wprec
+            if wprec == "fp32":
+                scenario["description"] += (" On a WSE-2, weight streaming, fp32: MemoryX keeps the fp32 masters and "
+                                             "applies SGD, the PEs run the forward and backward passes.")
+            else:
+                scenario["description"] += (f" On a WSE-2, weight streaming, mixed precision in {wprec}: MemoryX keeps "
+                                             f"the fp32 masters and applies SGD; the PEs take the weights, x and dy in "
+                                             f"{wprec} and sum in fp32. PyTorch's fp32 losses within a stated "
+                                             f"{MIXED_LOSS_TOL[0]:g} relative ({MIXED_LOSS_TOL[1]:g} absolute) "
+                                             f"tolerance.")
+                scenario["expect"]["losses"].update(rtol=MIXED_LOSS_TOL[0], atol=MIXED_LOSS_TOL[1])
             scenario["mapping"] = {"mode": "weight_streaming"}
             scenario["expect"]["latency_error_pct"] = 10
-        write_json(os.path.join(d, target + ("_fp32" if target == "wafer" else "") + ".json"), scenario)
+        write_json(os.path.join(d, target + (f"_{wprec}" if target == "wafer" else "") + ".json"), scenario)
 
 
 def main():

@@ -116,6 +116,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   c.training = opt.training;
   c.loss = opt.loss;
   c.momentum = opt.momentum;
+  c.weight_decay = opt.weight_decay;
   if (c.training) check_training(c, opt);
 
   if (opt.mode == MapMode::pipelined) place_pipelined_rect(c, cfg, opt);
@@ -208,7 +209,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     if (wb) t.data("Wb", c.compute, wb, {}, -1, -1, c.sequenced ? "along the rows" : "layers 1, 3, 5");
     t.data("junk", c.compute, 1, {}, -1, -1, "weights of other PEs land here");
     if (c.sequenced) t.data("Yar", Elem::f32, c.y_arena, {}, -1, -1, "every kernel's y (its place: Compiled::y_off)");
-    if (c.training) t.data("Xsv", Elem::f32, c.xs_arena, {}, -1, -1, "the x values each kernel took (the weight gradients need them; its place: Compiled::xs_off)");
+    if (c.training) t.data("Xsv", c.compute, c.xs_arena, {}, -1, -1, "the x values each kernel took (the weight gradients need them; its place: Compiled::xs_off)");
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
       if (!c.sequenced || first_of_orientation(c, l) == l) x_routes(k, true, routes);  // (sequenced: one x color per orientation)

@@ -59,6 +59,7 @@ struct MappingOptions {
   bool training = false;
   double learning_rate = 0;      // SGD, for the biases on the wafer (MemoryX updates the weights)
   double momentum = 0;           // SGD with momentum: the biases' velocities in PE SRAM (vb<l>)
+  double weight_decay = 0;       // added to the gradient (torch.optim.SGD's), the biases' at the chain ends
   std::string loss = "mse";      // mse | softmax_cross_entropy (all classes on one chain-end PE)
 };
 
@@ -306,6 +307,7 @@ struct Compiled {
   bool training = false;
   std::string loss;                             // training: mse | softmax_cross_entropy
   double momentum = 0;                          // training: SGD momentum (0: plain SGD)
+  double weight_decay = 0;                      // training: the biases' weight decay (MemoryX applies the weights')
   int cl0 = -1, cl1 = -1;
   int64_t loss_x = 0, loss_y = 0;
   // The last layer's chain-end PEs and the target block each holds (array "tgt": [B, nb]).

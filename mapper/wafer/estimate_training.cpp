@@ -94,12 +94,16 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     }
     // bstart at each chain end q: mask (ReLU), bias gradient and update, then the multicast
     int64_t body = dd + (k.activated() ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + dsd(nb, Op::fmacs) + 1 + (c.momentum != 0 ? 2 * dsd(nb) : 0);
+    if (c.half()) body += dsd(n, Op::fs2h);
+    if (c.weight_decay != 0) body += dsd(nb, Op::fmacs);  // the bias gradient's weight decay  // mixed precision: dy to the compute type before it is sent
     if (k.spatial() && k.pkh)  // a Conv's max pool: per window offset the mask (4 ops) and dy at the offset, strided walks
       body += k.pkh * k.pkw * 5 * dsd(k.rows_out() * nb, Op::fmuls, k.psw * nb);
     // per dy wavelet at every PE (bdy): the weight gradient's fmacs (fmuls for the first sample),
     // from layer 1 on the input gradient's (fmuls for the first column), and the bookkeeping
-    const int64_t g_mac = dsd(kb, Op::fmacs, nb), g_first = dsd(kb, Op::fmuls, nb) + 1;
-    const int64_t x_mac = dsd(kb, Op::fmacs, nb), x_first = dsd(kb, Op::fmuls, nb) + 1;
+    // (mixed precision: fmachs, 16-bit factors summed in fp32, for both)
+    const Op mac = c.half() ? Op::fmachs : Op::fmacs, mac0 = c.half() ? Op::fmachs : Op::fmuls;
+    const int64_t g_mac = dsd(kb, mac, nb), g_first = dsd(kb, mac0, nb) + 1;
+    const int64_t x_mac = dsd(kb, mac, nb), x_first = dsd(kb, mac0, nb) + 1;
     int64_t work = n * (li ? 12 : 8) + (n - nb) * g_mac + nb * g_first + 4 * B + 2;
     if (li) work += (n - B) * x_mac + B * x_first;
     std::vector<int64_t> bdy_end(static_cast<size_t>(k.w * k.h), 0);

@@ -76,7 +76,11 @@ std::vector<HostArray> Compiled::place_target(const Tensor& t) const {
     const int64_t px = k.k_on_columns ? k.w - 1 : i, py = k.k_on_columns ? i : k.h - 1;
     HostArray a{k.x0 + px, k.y0 + py, "tgt", std::vector<float>(static_cast<size_t>(k.B * k.nb), 0.0f)};
     for (int64_t b = 0; b < k.B; ++b)
-      for (int64_t n = 0; n < k.nb && i * k.nb + n < k.N; ++n) a.values[static_cast<size_t>(b * k.nb + n)] = v[static_cast<size_t>(b * k.N + i * k.nb + n)];
+      for (int64_t n = 0; n < k.nb && i * k.nb + n < k.N; ++n) {
+        const float tv = v[static_cast<size_t>(b * k.N + i * k.nb + n)];
+        // mixed precision: the target in the compute type (as the training graph casts it), kept in fp32
+        a.values[static_cast<size_t>(b * k.nb + n)] = half() ? decode_elem(encode_elem(tv, compute), compute) : tv;
+      }
     out.push_back(std::move(a));
   }
   return out;

@@ -192,8 +192,9 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
   if (c.training)
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       const DenseKernel& k = c.kernels[l];
-      data += (k.B * k.kb * (l ? 2 : 1) + k.kb * k.nb) * 4;  // saved x, weight gradient, input gradient
+      data += k.B * k.kb * wbytes_pe + (k.B * k.kb * (l ? 1 : 0) + k.kb * k.nb) * 4;  // saved x (as taken), weight gradient, input gradient
       data += (k.B * k.nb * (k.activated() ? 2 : 1) + k.nb) * 4;  // chain ends: dy, mask, bias gradient
+      if (c.half()) data += k.B * k.nb * 2;                           // chain ends: dy in 16 bits, as it is sent
       if (opt.momentum != 0) data += k.nb * 4;                       // chain ends: the bias velocity
       if (l + 1 == c.kernels.size())
         data += (opt.loss == "softmax_cross_entropy" ? k.B * k.nb + 2 * k.B * k.N + 7 * k.B + 2 : 2 * k.B * k.nb + 2) * 4;  // target, work arrays, loss
@@ -209,7 +210,7 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
       size_t most = 0;
       int64_t xs = 0;
       for (size_t l = 0; l < c.kernels.size(); ++l) {
-        xs += c.kernels[l].B * c.kernels[l].kb * 4;
+        xs += c.kernels[l].B * c.kernels[l].kb * wbytes_pe;
         if (c.kernels[l].B * c.kernels[l].kb > c.kernels[most].B * c.kernels[most].kb) most = l;
       }
       kept = "; training keeps the x values every PE took, " + std::to_string(xs) + " bytes (kernel '" + c.kernels[most].name + "': " +

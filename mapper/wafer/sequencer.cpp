@@ -121,7 +121,7 @@ void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
       t.op(Op::add, {reg(kRt), reg(kRt), reg(0)});
       t.op(Op::add, {reg(kRt), reg(kRt), reg(kXsOff)});
       t.op(Op::dsd_off, {"xsv", reg(kRt)});
-      t.op(Op::fmovs, {"xsv", kWv});
+      t.op(mov, {"xsv", kWv});  // (in the compute type: the 16-bit x as it came)
     }
     t.op(Op::mul, {reg(kRt), reg(0), reg(kNb)});
     t.op(Op::dsd_off, {"wcol" + G, reg(kRt)});

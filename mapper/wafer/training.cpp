@@ -235,7 +235,11 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   t.mem1d("dyrow" + L, "dy" + L, 0, nb);
   t.mem1d("dbm" + L, "db" + L);
   t.mem1d("biasm" + L, "bias" + L);
-  t.fabric("dyout" + L, DsdKind::fabout, Elem::f32, k.cb, kDyOutQueue, B * nb);
+  if (c.half()) {  // mixed precision: dy leaves in the compute type (the products take 16-bit factors)
+    t.data("dyh" + L, c.compute, B * nb, {}, -1, -1, "dy in the compute type, as it is sent");
+    t.mem1d("dyhm" + L, "dyh" + L);
+  }
+  t.fabric("dyout" + L, DsdKind::fabout, c.compute, k.cb, kDyOutQueue, B * nb);
   if (k.spatial() && l + 1 < c.kernels.size()) {
     // The reader's input gradient arrives in the Flatten's order ([sample, channel, position]):
     // written back in the holder's ([sample, position, channel]) -- the pool's dy, or y's.
@@ -265,11 +269,18 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   t.op(Op::mul, {rT, rB, imm(kb)});
   t.op(Op::dsd_off, {"xrow" + L, rT});
   t.op(Op::dsd_off, {"gcol" + L, rI});
-  first_sets(t, rB, "ga" + L, "gb" + L, Op::fmuls, {"gcol" + L, "xrow" + L, kWv}, Op::fmacs, {"gcol" + L, "gcol" + L, "xrow" + L, kWv});
+  // (mixed precision: x, W and dy in the compute type, the products exact and summed in fp32 -- fmachs)
+  if (c.half())
+    first_sets(t, rB, "ga" + L, "gb" + L, Op::fmachs, {"gcol" + L, fimm(0.0), "xrow" + L, kWv}, Op::fmachs, {"gcol" + L, "gcol" + L, "xrow" + L, kWv});
+  else
+    first_sets(t, rB, "ga" + L, "gb" + L, Op::fmuls, {"gcol" + L, "xrow" + L, kWv}, Op::fmacs, {"gcol" + L, "gcol" + L, "xrow" + L, kWv});
   if (l) {
     t.op(Op::dsd_off, {"dxrow" + L, rT});
     t.op(Op::dsd_off, {"wcolT" + L, rI});
-    first_sets(t, rI, "da" + L, "dc" + L, Op::fmuls, {"dxrow" + L, "wcolT" + L, kWv}, Op::fmacs, {"dxrow" + L, "dxrow" + L, "wcolT" + L, kWv});
+    if (c.half())
+      first_sets(t, rI, "da" + L, "dc" + L, Op::fmachs, {"dxrow" + L, fimm(0.0), "wcolT" + L, kWv}, Op::fmachs, {"dxrow" + L, "dxrow" + L, "wcolT" + L, kWv});
+    else
+      first_sets(t, rI, "da" + L, "dc" + L, Op::fmuls, {"dxrow" + L, "wcolT" + L, kWv}, Op::fmacs, {"dxrow" + L, "dxrow" + L, "wcolT" + L, kWv});
   }
   t.op(Op::add, {rI, rI, imm(1)});
   t.op(Op::sub, {rT, rI, imm(nb)});
@@ -342,6 +353,7 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     t.op(Op::add, {reg(14), reg(14), imm(1)});
     t.op(Op::jmp, {"bl" + L});
     t.label("bd" + L);
+    if (c.weight_decay != 0) t.op(Op::fmacs, {"dbm" + L, "dbm" + L, "biasm" + L, fnum(c.weight_decay)});  // db + b wd (torch's weight_decay)
     if (c.momentum != 0) {  // v = mu v + db; b -= lr v (torch's SGD with momentum)
       t.op(Op::fmuls, {"vbm" + L, "vbm" + L, fnum(c.momentum)});
       t.op(Op::fadds, {"vbm" + L, "vbm" + L, "dbm" + L});
@@ -349,7 +361,12 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     } else {
       t.op(Op::fmacs, {"biasm" + L, "biasm" + L, "dbm" + L, fnum(-lr)});
     }
-    t.op_async(Op::fmovs, {"dyout" + L, dy});
+    if (c.half()) {
+      t.op(Op::fs2h, {"dyhm" + L, dy});
+      t.op_async(Op::fmovh, {"dyout" + L, "dyhm" + L});
+    } else {
+      t.op_async(Op::fmovs, {"dyout" + L, dy});
+    }
     t.endif();
     t.op(Op::ret, {});
   });
@@ -403,12 +420,11 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
 }
 
 // What training on the wafer maps (else an error naming the kernel or the JSON pointer): a chain
-// of dense layers with one bias and at most one Relu or Tanh each, weight streaming, fp32, MSE or
-// softmax cross-entropy.
+// of dense layers with one bias and at most one Relu or Tanh each, weight streaming, fp32 or mixed
+// 16-bit, MSE or softmax cross-entropy.
 void check_training(const Compiled& c, const MappingOptions& opt) {
-  const char* hint = "training on the wafer maps chains of dense layers (Gemm/MatMul, bias, ReLU or Tanh) with weight streaming in fp32, MSE or softmax cross-entropy (docs/wafer-compiler.md); run it on target.kind neuroncore or reference";
+  const char* hint = "training on the wafer maps chains of dense layers (Gemm/MatMul, bias, ReLU or Tanh) with weight streaming in fp32 or mixed fp16/bf16/cbf16, MSE or softmax cross-entropy (docs/wafer-compiler.md); run it on target.kind neuroncore or reference";
   if (opt.mode != MapMode::weight_streaming) throw InputError("/mapping/mode", "training on the wafer runs in weight_streaming mode (weights and their updates in MemoryX)", "set mapping.mode to weight_streaming");
-  if (c.half()) throw InputError("/precision/compute", "training on the wafer is compiled in fp32 in this build", hint);
   for (const auto& k : c.kernels) {
     const size_t l = static_cast<size_t>(&k - c.kernels.data());
     const std::string where = "kernel '" + k.name + "'";

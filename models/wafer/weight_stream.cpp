@@ -82,7 +82,12 @@ void MemoryX::b_transport(tlm::tlm_generic_payload& p, sc_time& delay) {
   } else {
     std::vector<float> g(n / 4);
     std::memcpy(g.data(), p.get_data_ptr(), n);
-    const float lr = static_cast<float>(lr_), mu = static_cast<float>(mu_);
+    const float lr = static_cast<float>(lr_), mu = static_cast<float>(mu_), wd = static_cast<float>(wd_);
+    if (wd_ != 0)  // weight decay: g + w wd, rounded as the reference graph's Mul and Add
+      for (size_t i = 0; i < g.size(); ++i) {
+        const float d = m[i] * wd;
+        g[i] = g[i] + d;
+      }
     if (mu_ == 0) {
       for (size_t i = 0; i < g.size(); ++i) m[i] = m[i] - lr * g[i];
     } else {  // in the order torch's SGD (and the reference graph) rounds: v mu, + g; v lr, w -

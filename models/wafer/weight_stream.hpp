@@ -37,7 +37,8 @@ const char* transfer_kind_name(StreamTransfer::Kind k);
 // bursts of one stream follow each other at the bandwidth). Reads and writes below kUpdateWindow move data; a write at
 // kUpdateWindow + a is a gradient for the weights at a: MemoryX applies its optimizer as part of
 // the write, in fp32: SGD w -= learning_rate * g; with momentum mu (torch.optim.SGD's, no
-// dampening) v = mu v + g, w -= learning_rate * v, the velocity v kept in MemoryX beside w.
+// dampening) v = mu v + g, w -= learning_rate * v, the velocity v kept in MemoryX beside w; with
+// weight decay wd the gradient is g + w wd first (torch.optim.SGD's weight_decay).
 class MemoryX : public sc_core::sc_module {
  public:
   static constexpr uint64_t kUpdateWindow = uint64_t{1} << 62;
@@ -51,9 +52,10 @@ class MemoryX : public sc_core::sc_module {
   uint64_t address(const std::string& name) const { return tensors_.at(name).first; }
   int64_t count(const std::string& name) const { return static_cast<int64_t>(tensors_.at(name).second); }
   std::vector<float> values(const std::string& name) const;
-  void set_sgd(double learning_rate, double momentum = 0) {
+  void set_sgd(double learning_rate, double momentum = 0, double weight_decay = 0) {
     lr_ = learning_rate;
     mu_ = momentum;
+    wd_ = weight_decay;
   }
   // The optimizer state of a tensor (the momentum's velocity; zeros until the first update).
   std::vector<float> velocity(const std::string& name) const;
@@ -71,7 +73,7 @@ class MemoryX : public sc_core::sc_module {
   std::vector<float> mem_;                                      // all tensors, fp32
   std::vector<float> vel_;                                      // their velocities (momentum)
   std::map<std::string, std::pair<uint64_t, size_t>> tensors_;  // name -> (address, count)
-  double lr_ = 0, mu_ = 0;
+  double lr_ = 0, mu_ = 0, wd_ = 0;
   sc_core::sc_time busy_until_ = sc_core::SC_ZERO_TIME;
   Stats stats_;
   std::vector<StreamTransfer> log_;

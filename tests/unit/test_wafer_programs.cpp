@@ -109,7 +109,8 @@ TEST_CASE("wafer-programs: the compiler's programs and their emitted text are th
                         Case{"lenet.onnx", MapMode::pipelined, Elem::f16, false}, Case{"lenet.onnx", MapMode::weight_streaming, Elem::f32, false},
                         Case{"transformer_layer.onnx", MapMode::pipelined, Elem::f32, false},
                         Case{"train_mlp.onnx", MapMode::weight_streaming, Elem::f32, true},
-                        Case{"train_classifier.onnx", MapMode::weight_streaming, Elem::f32, true}}) {
+                        Case{"train_classifier.onnx", MapMode::weight_streaming, Elem::f32, true},
+                        Case{"train_mlp.onnx", MapMode::weight_streaming, Elem::cbf16, true}}) {
     INFO(k.model << " mode " << static_cast<int>(k.mode) << " " << elem_name(k.compute));
     graph::Graph g = frontend::load_onnx(kRoot + "/scenarios/models/" + k.model);
     passes::prepare(g);
@@ -126,5 +127,36 @@ TEST_CASE("wafer-programs: the compiler's programs and their emitted text are th
     const Compiled cp = compile(g, c, mo);
     REQUIRE_FALSE(cp.programs.empty());
     check_both_ways(cp.layout_json, cp.programs, c);
+  }
+}
+
+// Mixed-precision training (docs/wafer-compiler.md "Training"): the x values each PE keeps, the dy
+// the chain ends send and the weights are in the compute type; every backward product is a 16-bit
+// one summed in fp32 (fmachs), none an fp32 fmacs/fmuls; the gradients stay fp32.
+TEST_CASE("wafer-programs: mixed-precision training keeps x, dy and W in 16 bits and sums in fp32", "[wafer-asm]") {
+  const WaferConfig c = preset_config("wse2");
+  for (const Elem e : {Elem::f16, Elem::bf16, Elem::cbf16}) {
+    INFO(elem_name(e));
+    graph::Graph g = frontend::load_onnx(kRoot + "/scenarios/models/train_mlp.onnx");
+    passes::prepare(g);
+    MappingOptions mo;
+    mo.mode = MapMode::weight_streaming;
+    mo.compute = e;
+    mo.rect_width = mo.rect_height = 4;
+    mo.training = true;
+    mo.learning_rate = 0.05;
+    const Compiled cp = compile(g, c, mo);
+    REQUIRE(cp.programs.size() == 1);
+    const std::string text = cp.programs.begin()->second.text();
+    const std::string E(elem_name(e));
+    CHECK_THAT(text, Contains(".data Xsv " + E));
+    CHECK_THAT(text, Contains(".data gW0 f32"));
+    for (const char* l : {"0", "1"}) {
+      CHECK_THAT(text, Contains(std::string(".dsd dyout") + l + " fabout " + E));
+      CHECK_THAT(text, Contains(std::string("fmachs gcol") + l + ", gcol" + l + ", xrow" + l + ", wv"));
+      CHECK_THAT(text, Contains(std::string("fs2h dyhm") + l + ", dym" + l));
+      CHECK_THAT(text, !Contains(std::string("fmacs gcol") + l) && !Contains(std::string("fmuls gcol") + l));
+    }
+    CHECK_THAT(text, Contains("fmachs dxrow1, dxrow1, wcolT1, wv"));
   }
 }
