@@ -7,7 +7,9 @@
 // port, and SwarmX hands it to MemoryX, which applies SGD to its fp32 master weights. Biases live and are
 // updated in the chain-end PEs' SRAM. The state is written once (initial values or a checkpoint's)
 // and read back from MemoryX and the PEs only for checkpoints and at the end.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -44,9 +46,6 @@ class WaferTrainer : public TrainMachine {
     if (spec.schedule != "constant") throw InputError("/training/optimizer/schedule", "the wafer takes a constant learning rate in this build", hint);
     if (spec.compute != DType::f32 && spec.compute != DType::f16 && spec.compute != DType::bf16 && spec.compute != DType::cbf16)
       throw InputError("/precision/compute", "training on the wafer runs in fp32, or mixed precision in fp16, bf16 or cbf16", hint);
-    if (spec.loss_scaling)
-      throw InputError("/training/loss_scaling", "dynamic loss scaling is not built on the wafer yet (the skip of a step with a non-finite gradient needs MemoryX's verdict at the chain ends, which update the biases)",
-                       "train without loss scaling (in bf16, which keeps fp32's exponent range, or cbf16), or run it on target.kind neuroncore or reference");
     const json& m = s.resolved["mapping"];
     if (m["mode"].get<std::string>() == "pipelined")  // auto means weight streaming here
       throw InputError("/mapping/mode", "training on the wafer runs in weight_streaming mode (the weights and their updates live in MemoryX)",
@@ -62,6 +61,12 @@ class WaferTrainer : public TrainMachine {
     mo.loss = spec.loss;
     mo.momentum = momentum_;
     mo.weight_decay = spec.weight_decay;
+    mo.loss_scaling = spec.loss_scaling;
+    scaling_ = spec.loss_scaling;
+    scale_ = static_cast<float>(spec.init_scale);
+    growth_ = static_cast<float>(spec.growth);
+    backoff_ = static_cast<float>(spec.backoff);
+    interval_ = spec.interval;
     mo.compute = spec.compute == DType::f16 ? wafer::Elem::f16 : spec.compute == DType::bf16 ? wafer::Elem::bf16 : spec.compute == DType::cbf16 ? wafer::Elem::cbf16 : wafer::Elem::f32;
     wafer_rect_option(m, mo);
     const auto c0 = std::chrono::steady_clock::now();
@@ -71,7 +76,7 @@ class WaferTrainer : public TrainMachine {
     for (const auto& k : cp_.kernels)
       for (const auto& v : {k.w_value, k.b_value})
         if (!v.empty() && !tg.initial.count(v)) throw std::logic_error("wafer training: '" + v + "' is not a trained parameter");
-    if (tg.state.size() != tg.params.size() * (momentum_ != 0 ? 2 : 1)) throw std::logic_error("wafer training: unexpected optimizer state");
+    if (tg.state.size() != tg.params.size() * (momentum_ != 0 ? 2 : 1) + (scaling_ ? 2 : 0)) throw std::logic_error("wafer training: unexpected optimizer state");
     con.out(con.bold("compiled") + " " + std::to_string(cp_.kernels.size()) + " layer(s) with their backward pass on " + std::to_string(cp_.fabric_width) + " x " +
             std::to_string(cp_.fabric_height) + " PEs, weights streamed from MemoryX, gradients to MemoryX (" + format_num(compile_s * 1e3, "%.1f") +
             " ms)");
@@ -100,10 +105,37 @@ class WaferTrainer : public TrainMachine {
     sx_ = std::make_unique<wafer::SwarmX>("swarmx", cfg_);
     sx_->socket.bind(mx_->socket);
     mx_->set_sgd(spec.learning_rate, momentum_, spec.weight_decay);
+    if (scaling_) {
+      // MemoryX's verdict: once every gradient wavelet has left the fabric, MemoryX takes them
+      // (the updates as below, g / S or nothing) and sends each PE of the east column and south row
+      // 1 / S, or 0 when a gradient was not finite (the chain ends then update their biases or not).
+      wafer::Fabric::PortReply r;
+      int64_t count = 0;
+      for (const auto& k : cp_.kernels) {
+        count += k.lanes * k.lane_len;
+        if (std::find(r.from.begin(), r.from.end(), k.grad_port) == r.from.end()) r.from.push_back(k.grad_port);
+      }
+      r.count = count;
+      r.to = "verdict";
+      r.fn = [this](int64_t rel) {
+        grads_out_ = rel;
+        grads_done_ = take_gradients();
+        const models::ClockDomain& ck = fab_->clock();
+        const sc_core::sc_time at = grads_done_ + sc_core::sc_time(cfg_.swarmx_latency, sc_core::SC_SEC);  // back through SwarmX
+        const int64_t ready = ck.cycle_at_or_after(static_cast<models::Femtos>(at.value())) - c_start_;
+        const uint32_t v = finite_ ? float_bits(1.0f / scale_) : 0u;
+        return std::vector<std::pair<std::vector<uint32_t>, int64_t>>(static_cast<size_t>(fab_->port_lanes("verdict")), {{v}, ready});
+      };
+      fab_->set_port_reply(std::move(r));
+    }
     install_interrupt_handlers();
   }
 
   void set_state(const std::map<std::string, Tensor>& state) override {
+    if (scaling_) {
+      scale_ = state.at("loss_scale").to_f32().at(0);
+      count_ = state.at("loss_scale_count").to_f32().at(0);
+    }
     for (auto& k : cp_.kernels) {
       k.W = kn_of(k, state.at(k.w_value));
       if (mx_->has(k.mx_tensor)) throw std::logic_error("wafer training: the state is put into MemoryX once");
@@ -132,9 +164,12 @@ class WaferTrainer : public TrainMachine {
     if (steps_ == 0) faults_ = arm_wafer_faults(*scenario_, *fab_, fault_what_);
     for (const auto& a : cp_.place_input(in.at(cp_.input))) fab_->write_array(a.x, a.y, a.array, a.values);
     for (const auto& a : cp_.place_target(in.at(target_))) fab_->write_array(a.x, a.y, a.array, a.values);
+    if (scaling_)  // MemoryX's loss scale, at the loss PEs
+      for_chain_ends(cp_.kernels.back(), [&](int64_t x, int64_t y, int64_t) { fab_->write_array(x, y, "lsc", std::vector<float>{scale_}); });
     const sc_core::sc_time t_start = sc_core::sc_time_stamp();
     const models::ClockDomain& ck = fab_->clock();
     const int64_t c_start = ck.cycle_at_or_after(static_cast<models::Femtos>(t_start.value()));
+    c_start_ = c_start;
     stream_compiled_weights(cp_, *fab_, *mx_, *sx_, t_start);
     fab_->start();
     sc_core::sc_start();
@@ -153,29 +188,23 @@ class WaferTrainer : public TrainMachine {
     if (!fab_->finished()) throw std::runtime_error("the fabric did not finish a training step (SystemC ran out of events)");
     const wafer::FabricStats& st = fab_->stats();
     sc_core::sc_time t_end = sc_core::sc_time::from_value(static_cast<uint64_t>(ck.time_of(c_start + st.cycles)));
-    // Each layer's weight gradient, last layer first: the lanes of its port, through SwarmX into
-    // MemoryX's update window (SGD on the fp32 masters). A port (one per orientation) carries its
-    // kernels' blocks one kernel after another on each lane, in that order.
-    std::map<std::string, int64_t> expect, taken;
-    for (const auto& k : cp_.kernels) expect[k.grad_port] += k.lane_len;
-    for (size_t li = cp_.kernels.size(); li-- > 0;) {
-      const auto& k = cp_.kernels[li];
-      std::vector<std::vector<float>> lanes;
-      int64_t last = 0;
-      const int64_t at = taken[k.grad_port];
-      for (int64_t lane = 0; lane < k.lanes; ++lane) {
-        const auto& o = fab_->port_output(k.grad_port, lane);
-        if (static_cast<int64_t>(o.size()) != expect[k.grad_port])
-          throw std::runtime_error("training step: gradient port '" + k.grad_port + "' lane " + std::to_string(lane) + " collected " + std::to_string(o.size()) +
-                                   " wavelets, expected " + std::to_string(expect[k.grad_port]));
-        std::vector<float> v(static_cast<size_t>(k.lane_len));
-        for (int64_t i = 0; i < k.lane_len; ++i) v[static_cast<size_t>(i)] = bits_float(o[static_cast<size_t>(at + i)].first);
-        if (k.lane_len) last = std::max(last, o[static_cast<size_t>(at + k.lane_len - 1)].second);
-        lanes.push_back(std::move(v));
+    // (with loss scaling MemoryX took the gradients during the run, before its verdict)
+    t_end = std::max(t_end, scaling_ ? grads_done_ : take_gradients());
+    bool skipped = false;
+    if (scaling_) {  // GradScaler's rules, on MemoryX's scale (fp32, as the reference graph)
+      skipped = !finite_;
+      if (finite_) {
+        const float grown = count_ + 1.0f;
+        if (grown < static_cast<float>(interval_)) {
+          count_ = grown;
+        } else {
+          scale_ = scale_ * growth_;
+          count_ = 0;
+        }
+      } else {
+        scale_ = scale_ * backoff_;
+        count_ = 0;
       }
-      taken[k.grad_port] = at + k.lane_len;
-      const sc_core::sc_time t0 = sc_core::sc_time::from_value(static_cast<uint64_t>(ck.time_of(c_start + last)));
-      t_end = std::max(t_end, sx_->reduce_update(mx_->address(k.mx_tensor), {cp_.gradient_layout(k, lanes)}, t0));
     }
     // Advance simulated time to the last update, so the next step starts after it.
     if (t_end > sc_core::sc_time_stamp()) {
@@ -195,8 +224,11 @@ class WaferTrainer : public TrainMachine {
       spans_.push_back({"step " + std::to_string(first_step + steps_), t0, t0 + last_s_});
       phases_.push_back({"forward", t0, t0 + static_cast<double>(fwd) * cyc});
       phases_.push_back({"loss", t0 + static_cast<double>(fwd) * cyc, t0 + static_cast<double>(loss) * cyc});
-      phases_.push_back({"backward", t0 + static_cast<double>(loss) * cyc, t0 + static_cast<double>(st.cycles) * cyc});
-      phases_.push_back({"weight update (MemoryX)", t0 + static_cast<double>(st.cycles) * cyc, t0 + last_s_});
+      // (with loss scaling the fabric runs on to the verdict: the update phase is MemoryX's and the
+      // chain ends' bias updates after it)
+      const int64_t bwd = scaling_ ? grads_out_ : st.cycles;
+      phases_.push_back({"backward", t0 + static_cast<double>(loss) * cyc, t0 + static_cast<double>(bwd) * cyc});
+      phases_.push_back({"weight update (MemoryX)", t0 + static_cast<double>(bwd) * cyc, t0 + last_s_});
       last_step_t0_ = t0;
       const auto& e = cp_.train_est;  // the estimate's phases, at the last step's place
       pred_ = {{"forward", t0, t0 + static_cast<double>(e.forward) * cyc},
@@ -211,11 +243,16 @@ class WaferTrainer : public TrainMachine {
     out["loss"] = Tensor::from_f32({}, {fab_->read_array(cp_.loss_x, cp_.loss_y, "loss").at(0)});
     // The constant rate the PE programs and MemoryX apply (the wafer takes no schedule).
     out["learning_rate"] = Tensor::from_f32({}, {static_cast<float>(lr_)});
+    if (scaling_) out["skipped"] = Tensor::from_f32({}, {skipped ? 1.0f : 0.0f});
     return out;
   }
 
   std::map<std::string, Tensor> state() override {
     std::map<std::string, Tensor> st;
+    if (scaling_) {  // MemoryX's loss-scaling state
+      st["loss_scale"] = Tensor::from_f32({}, {scale_});
+      st["loss_scale_count"] = Tensor::from_f32({}, {count_});
+    }
     for (const auto& k : cp_.kernels) {
       const Shape& ws = tg_.initial.at(k.w_value).shape();
       auto as_param = [&](const std::vector<float>& w) {  // [K, N] -> the parameter's shape
@@ -242,6 +279,11 @@ class WaferTrainer : public TrainMachine {
       }
     }
     return st;
+  }
+
+  double state_scalar(const std::string& name) override {
+    if (scaling_ && name == "loss_scale") return scale_;
+    return TrainMachine::state_scalar(name);
   }
 
   double step_seconds() const override { return last_s_; }
@@ -275,11 +317,53 @@ class WaferTrainer : public TrainMachine {
     report["stats"] = {{"fabric_cycles", fabric_cycles_}, {"steps", steps_}};
     con.out(con.bold("training step") + " " + format_num(cp_.predicted_s * 1e6, "%.3f") + " us predicted, " + format_num(per_step * 1e6, "%.3f") + " us simulated (" +
             format_num(err, "%+.1f") + "%; fabric " +
-            format_num(static_cast<double>(fabric_cycles_) / static_cast<double>(std::max<int64_t>(1, steps_)), "%.0f") + " cycles per step, then the MemoryX update); MemoryX read " +
+            format_num(static_cast<double>(fabric_cycles_) / static_cast<double>(std::max<int64_t>(1, steps_)), "%.0f") + " cycles per step, " + (scaling_ ? "MemoryX's update and verdict inside it" : "then the MemoryX update") + "); MemoryX read " +
             std::to_string(mx_->stats().bytes_read) + " B, SwarmX reduced " + std::to_string(sx_->stats().bytes_reduced) + " B of gradients");
   }
 
  private:
+  // Each layer's weight gradient, last layer first: the lanes of its port (in the compute type),
+  // through SwarmX into MemoryX's update window (the optimizer on the fp32 masters). A port (one per
+  // orientation) carries its kernels' blocks one kernel after another on each lane, in that order.
+  // With loss scaling MemoryX first checks that every value is finite (finite_) and applies g / S,
+  // or takes them without an update. Returns when the last update is done.
+  sc_core::sc_time take_gradients() {
+    const models::ClockDomain& ck = fab_->clock();
+    const size_t n = cp_.kernels.size();
+    std::map<std::string, int64_t> expect, taken;
+    for (const auto& k : cp_.kernels) expect[k.grad_port] += k.lane_len;
+    std::vector<std::vector<std::vector<float>>> lanes(n);
+    std::vector<int64_t> last(n, 0);
+    bool finite = true;
+    for (size_t li = n; li-- > 0;) {
+      const auto& k = cp_.kernels[li];
+      const int64_t at = taken[k.grad_port];
+      for (int64_t lane = 0; lane < k.lanes; ++lane) {
+        const auto& o = fab_->port_output(k.grad_port, lane);
+        if (static_cast<int64_t>(o.size()) != expect[k.grad_port])
+          throw std::runtime_error("training step: gradient port '" + k.grad_port + "' lane " + std::to_string(lane) + " collected " + std::to_string(o.size()) +
+                                   " wavelets, expected " + std::to_string(expect[k.grad_port]));
+        std::vector<float> v(static_cast<size_t>(k.lane_len));
+        for (int64_t i = 0; i < k.lane_len; ++i) {
+          const uint32_t bits = o[static_cast<size_t>(at + i)].first;
+          v[static_cast<size_t>(i)] = cp_.half() ? wafer::decode_elem(bits, cp_.compute) : bits_float(bits);
+          finite = finite && std::isfinite(v[static_cast<size_t>(i)]);
+        }
+        if (k.lane_len) last[li] = std::max(last[li], o[static_cast<size_t>(at + k.lane_len - 1)].second);
+        lanes[li].push_back(std::move(v));
+      }
+      taken[k.grad_port] = at + k.lane_len;
+    }
+    finite_ = finite;
+    if (scaling_) mx_->set_gradient_scale(scale_, finite);
+    sc_core::sc_time done = sc_core::SC_ZERO_TIME;
+    for (size_t li = n; li-- > 0;) {
+      const auto& k = cp_.kernels[li];
+      const sc_core::sc_time t0 = sc_core::sc_time::from_value(static_cast<uint64_t>(ck.time_of(c_start_ + last[li])));
+      done = std::max(done, sx_->reduce_update(mx_->address(k.mx_tensor), {cp_.gradient_layout(k, lanes[li])}, t0));
+    }
+    return done;
+  }
   // The graph's weight value as [K, N].
   static std::vector<float> kn_of(const wafer::DenseKernel& k, const Tensor& w) {
     const auto v = w.to_f32();
@@ -304,6 +388,12 @@ class WaferTrainer : public TrainMachine {
   std::unique_ptr<wafer::MemoryX> mx_;
   std::unique_ptr<wafer::SwarmX> sx_;
   double momentum_ = 0;
+  // Dynamic loss scaling (MemoryX's state: the scale and the finite steps in a row, fp32 as the
+  // reference graph keeps them); the last step's verdict and when its gradients left and were done.
+  bool scaling_ = false, finite_ = true;
+  float scale_ = 1, count_ = 0, growth_ = 2, backoff_ = 0.5f;
+  int64_t interval_ = 2000, c_start_ = 0, grads_out_ = 0;
+  sc_core::sc_time grads_done_;
   const Scenario* scenario_ = nullptr;
   json faults_ = json::array();
   std::vector<std::string> fault_what_;

@@ -85,6 +85,7 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
     const RectR r{k.x0, k.y0, k.x0 + k.w - 1, k.y0 + k.h - 1};
     st.push_back({c.kernels.size() - 1, 'L', {r}});
     st.push_back({c.kernels.size() - 1, 'M', {r}});
+    if (c.loss_scaling) st.push_back({c.kernels.size() - 1, 'V', {r}});  // MemoryX's verdict, to the chain ends
   }
   using G = boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS>;
   G g(st.size());
@@ -102,7 +103,7 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
   auto label = [&](size_t v) {
     const char w = st[v].what;
     return "kernel '" + c.kernels[st[v].kernel].name + "' " +
-           (w == 'x' ? "x multicast" : w == 'w' ? "weight stream" : w == 'b' ? "dy multicast" : w == 'L' || w == 'M' ? "loss chain" : w == 'n' || w == 'o' ? "LayerNorm chain" : w == 'p' ? "LayerNorm broadcast" : w == 'a' || w == 'c' ? "attention score chain" : w == 'e' ? "attention P broadcast" : w == 'm' ? "residual move" : std::string("reduce ") + w);
+           (w == 'x' ? "x multicast" : w == 'w' ? "weight stream" : w == 'b' ? "dy multicast" : w == 'L' || w == 'M' ? "loss chain" : w == 'V' ? "loss-scaling verdict" : w == 'n' || w == 'o' ? "LayerNorm chain" : w == 'p' ? "LayerNorm broadcast" : w == 'a' || w == 'c' ? "attention score chain" : w == 'e' ? "attention P broadcast" : w == 'm' ? "residual move" : std::string("reduce ") + w);
   };
   if (used > avail) {
     size_t worst = 0;
@@ -124,7 +125,7 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
     const int col = static_cast<int>(opt.reserved_colors + static_cast<int64_t>(color[v]));
     const char w = st[v].what;
     (w == 'x' ? k.cx : w == '0' ? k.cr0 : w == '1' ? k.cr1 : w == 'b' ? k.cb : w == 'L' ? c.cl0 : w == 'M' ? c.cl1 : w == 'n' ? k.cn0 : w == 'o' ? k.cn1 : w == 'p' ? k.cnb
-     : w == 'a' ? k.ca0 : w == 'c' ? k.ca1 : w == 'e' ? k.cab : w == 'm' ? k.cm : k.cw) = col;
+     : w == 'a' ? k.ca0 : w == 'c' ? k.ca1 : w == 'e' ? k.cab : w == 'm' ? k.cm : w == 'V' ? c.cv : k.cw) = col;
     by_color[col].push_back(label(v));
   }
   for (size_t l = 0; l < c.kernels.size(); ++l)

@@ -117,6 +117,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   c.loss = opt.loss;
   c.momentum = opt.momentum;
   c.weight_decay = opt.weight_decay;
+  c.loss_scaling = opt.loss_scaling;
   if (c.training) check_training(c, opt);
 
   if (opt.mode == MapMode::pipelined) place_pipelined_rect(c, cfg, opt);

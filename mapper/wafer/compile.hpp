@@ -60,6 +60,9 @@ struct MappingOptions {
   double learning_rate = 0;      // SGD, for the biases on the wafer (MemoryX updates the weights)
   double momentum = 0;           // SGD with momentum: the biases' velocities in PE SRAM (vb<l>)
   double weight_decay = 0;       // added to the gradient (torch.optim.SGD's), the biases' at the chain ends
+  // Dynamic loss scaling (16-bit compute): dy scaled by the loss scale the host places at the loss
+  // PEs (`lsc`); the biases wait for MemoryX's verdict on the gradients (port "verdict").
+  bool loss_scaling = false;
   std::string loss = "mse";      // mse | softmax_cross_entropy (all classes on one chain-end PE)
 };
 
@@ -308,6 +311,8 @@ struct Compiled {
   std::string loss;                             // training: mse | softmax_cross_entropy
   double momentum = 0;                          // training: SGD momentum (0: plain SGD)
   double weight_decay = 0;                      // training: the biases' weight decay (MemoryX applies the weights')
+  bool loss_scaling = false;                    // training: dynamic loss scaling (MappingOptions)
+  int cv = -1;                                  // its verdict color (port "verdict": E side, one lane per row)
   int cl0 = -1, cl1 = -1;
   int64_t loss_x = 0, loss_y = 0;
   // The last layer's chain-end PEs and the target block each holds (array "tgt": [B, nb]).

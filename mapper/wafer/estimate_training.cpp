@@ -28,7 +28,7 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
   const bool xent = c.loss == "softmax_cross_entropy";
   if (!xent) {
     const int64_t n = Bl * kl.nb;
-    const int64_t body = 3 * dsd(n) + 1 + dsd(1) + 1 + (n - 1) * (5 + dsd(1)) + 2;
+    const int64_t body = (c.loss_scaling ? 4 : 3) * dsd(n) + 1 + dsd(1) + 1 + (n - 1) * (5 + dsd(1)) + 2;  // (loss scaling: dy *= S)
     int64_t lead = INT64_MIN;
     for (int64_t q = 0; q < Lq; ++q) {
       const int64_t own = fwd_end[static_cast<size_t>(q)] + 2 + body;  // red: activate lossk, ret
@@ -47,6 +47,7 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     body += dsd(Bl) + kRecipOps * dsd(Bl) + 3 * dsd(Bl) + 5 * ((1 + exp_ops + 3) * dsd(Bl));           // ln s
     body += dsd(Bl) + 2 * N * dsd(Bl, Op::fmuls, std::max(nb, N));                                   // t (m + ln s - z)
     body += 1 + dsd(1) + 1 + (BN - 1) * (5 + dsd(1)) + 2 + dsd(1);                                 // the sum, the loss
+    if (c.loss_scaling) body += dsd(Bl * nb);                                                        // dy *= S
     for (int64_t q = 0; q < Lq; ++q) {
       const int64_t sent = fwd_end[static_cast<size_t>(q)] + 2 + body;
       bstart[static_cast<size_t>(q)] = sent + 2;
@@ -93,9 +94,10 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
       }
     }
     // bstart at each chain end q: mask (ReLU), bias gradient and update, then the multicast
-    int64_t body = dd + (k.activated() ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + dsd(nb, Op::fmacs) + 1 + (c.momentum != 0 ? 2 * dsd(nb) : 0);
-    if (c.half()) body += dsd(n, Op::fs2h);
-    if (c.weight_decay != 0) body += dsd(nb, Op::fmacs);  // the bias gradient's weight decay  // mixed precision: dy to the compute type before it is sent
+    // (the bias update: weight decay, momentum, SGD; with loss scaling the verdict task's instead)
+    const int64_t update = dsd(nb, Op::fmacs) + (c.momentum != 0 ? 2 * dsd(nb) : 0) + (c.weight_decay != 0 ? dsd(nb, Op::fmacs) : 0);
+    int64_t body = dd + (k.activated() ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + (c.loss_scaling ? 0 : update) + 1;
+    if (c.half()) body += dsd(n, Op::fs2h);  // mixed precision: dy to the compute type before it is sent
     if (k.spatial() && k.pkh)  // a Conv's max pool: per window offset the mask (4 ops) and dy at the offset, strided walks
       body += k.pkh * k.pkw * 5 * dsd(k.rows_out() * nb, Op::fmuls, k.psw * nb);
     // per dy wavelet at every PE (bdy): the weight gradient's fmacs (fmuls for the first sample),
@@ -135,6 +137,14 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
       }
     } else {
       for (size_t i = 0; i < gstart.size(); ++i) gstart[i] = bdy_end[i] + 2 + dd + 1 + (c.reloads.empty() ? 0 : 1);
+    }
+    if (c.half()) {  // the gradient block to the compute type (loss scaling: db's finiteness folded in at the chain ends)
+      const int64_t conv = dsd(kb * nb, Op::fs2h);
+      for (int64_t q = 0; q < Ln; ++q)
+        for (int64_t p = 0; p < Lk; ++p) {
+          const int64_t px = k.k_on_columns ? p : q, py = k.k_on_columns ? q : p;
+          gstart[static_cast<size_t>(py * k.w + px)] += conv + (c.loss_scaling && p == Lk - 1 ? dsd(nb, Op::fs2h) + dsd(nb, Op::fmulh) + dsd(nb, Op::faddh) : 0);
+        }
     }
     bdone_end_of[li] = gstart;  // (+ bdone's last ops: the activation, the async send, ret)
     for (auto& e : bdone_end_of[li]) e += 3;
@@ -178,6 +188,17 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     done = std::max(done, store + cfg.memoryx_latency);
   }
   c.train_est.update_end_s = done;
+  if (c.loss_scaling) {
+    // MemoryX's verdict: back through SwarmX once the last update is done, into the east edge; the
+    // south row's lane crosses the rectangle (w hops); the verdict task scales db and updates the
+    // biases of every kernel whose chain ends are there (the corner PE holds both orientations'),
+    // then halts.
+    const int64_t at = static_cast<int64_t>(std::ceil((done + cfg.swarmx_latency) * hz - 1e-9));
+    int64_t task = 2 + 1;  // the branch, halt
+    for (const auto& k : c.kernels)
+      task += dsd(k.nb) + dsd(k.nb, Op::fmacs) + (c.momentum != 0 ? 2 * dsd(k.nb) : 0) + (c.weight_decay != 0 ? dsd(k.nb, Op::fmacs) : 0);
+    fabric_end = std::max(fabric_end, at + kl.w * hop + 2 + task);
+  }
   c.predicted_cycles = fabric_end;
   c.predicted_s = std::max(static_cast<double>(fabric_end) / hz, done);
 }

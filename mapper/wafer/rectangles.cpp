@@ -194,7 +194,8 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
       const DenseKernel& k = c.kernels[l];
       data += k.B * k.kb * wbytes_pe + (k.B * k.kb * (l ? 1 : 0) + k.kb * k.nb) * 4;  // saved x (as taken), weight gradient, input gradient
       data += (k.B * k.nb * (k.activated() ? 2 : 1) + k.nb) * 4;  // chain ends: dy, mask, bias gradient
-      if (c.half()) data += k.B * k.nb * 2;                           // chain ends: dy in 16 bits, as it is sent
+      if (c.half()) data += (k.B * k.nb + k.kb * k.nb) * 2;           // dy and the weight gradient in 16 bits, as they are sent
+      if (opt.loss_scaling) data += k.nb * 2 + 4;                     // db's finiteness, the loss scale
       if (opt.momentum != 0) data += k.nb * 4;                       // chain ends: the bias velocity
       if (l + 1 == c.kernels.size())
         data += (opt.loss == "softmax_cross_entropy" ? k.B * k.nb + 2 * k.B * k.N + 7 * k.B + 2 : 2 * k.B * k.nb + 2) * 4;  // target, work arrays, loss

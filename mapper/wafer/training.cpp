@@ -51,6 +51,20 @@ void loss_routes(const Compiled& c, json& routes) {
   }
 }
 
+// Dynamic loss scaling: the loss scale S at the loss PEs (placed by the host each step, from
+// MemoryX's state) and dy *= S over the chain end's n values, in fp32 (fs2h rounds the product
+// to the compute type when dy is sent: a product too large for it becomes infinite there).
+namespace {
+void scale_arrays(const Compiled& c, ProgramTemplate& t, int64_t n) {
+  if (!c.loss_scaling) return;
+  t.data("lsc", Elem::f32, 1, {}, -1, -1, "the loss scale, placed by the host each step");
+  t.mem4d("lscb", "lsc", 0, {{n, 0}}, "S for every value of dy");
+}
+void scale_dy(const Compiled& c, ProgramTemplate& t, const std::string& L) {
+  if (c.loss_scaling) t.op(Op::fmuls, {"dym" + L, "dym" + L, "lscb"});
+}
+}  // namespace
+
 void train_params(const Compiled& c, json& params) {
   const DenseKernel& k = c.kernels.back();
   const std::string pn = k.k_on_columns ? "py" : "px", nl = k.k_on_columns ? "height" : "width";
@@ -75,6 +89,7 @@ void loss_program(const Compiled& c, ProgramTemplate& t) {
   t.data("tgt", Elem::f32, n, {}, -1, -1, "the target block, placed by the host each step");
   t.data("dd", Elem::f32, n);
   t.data("lacc", Elem::f32, 1);
+  scale_arrays(c, t, n);
   t.if_("llast");
   t.data("loss", Elem::f32, 1);
   t.mem1d("lossm", "loss");
@@ -92,6 +107,7 @@ void loss_program(const Compiled& c, ProgramTemplate& t) {
   t.task("lossk", TaskKind::local, loss_task_id(c));
   t.op(Op::fsubs, {"ddm", "yall" + L, "tgtm"});
   t.op(Op::fmuls, {"dym" + L, "ddm", fnum(2.0 * inv)});
+  scale_dy(c, t, L);
   t.op(Op::fmuls, {"ddm", "ddm", "ddm"});
   sum_elements(t, "laccm", "de", n);
   chain_step(t, "lfirst", "llast", "laccm", "lto", "lfrom", "laccm");
@@ -120,6 +136,7 @@ void xent_program(const Compiled& c, ProgramTemplate& t) {
   for (const char* a : {"xm", "xs", "xr", "xu", "xy", "xv", "xw"}) t.data(a, Elem::f32, B);
   t.data("lacc", Elem::f32, 1);
   t.data("loss", Elem::f32, 1);
+  scale_arrays(c, t, B * nb);
   for (const char* a : {"xe", "xt", "xm", "xs", "xr", "xu", "xy", "xv", "xw"}) t.mem1d(std::string(a) + "m", a);
   t.mem1d("laccm", "lacc");
   t.mem1d("lossm", "loss");
@@ -147,6 +164,7 @@ void xent_program(const Compiled& c, ProgramTemplate& t) {
     t.op(Op::fsubs, {"g" + C, "g" + C, "t" + C});
     t.op(Op::fmuls, {"g" + C, "g" + C, fnum(1.0 / static_cast<double>(B))});
   }
+  scale_dy(c, t, L);
   // ln s: y0 = 2 (s - 1) / (s + 1), then y += s exp(-y) - 1, five times
   t.op(Op::fadds, {"xvm", "xsm", fimm(1.0)});
   recip_ops(t, "xym", "xvm", "xum", 2.0, static_cast<double>(N) + 1.0);
@@ -177,9 +195,9 @@ void xent_program(const Compiled& c, ProgramTemplate& t) {
 // Task ids of the backward pass (after the sequencer's, 0-10; lower ids go first): the dy
 // wavelets of kernel l (a data task per kernel, on its own color), then the shared tasks.
 namespace {
-constexpr int kDyOutQueue = 4, kGradOutQueue = 5;
+constexpr int kDyOutQueue = 4, kGradOutQueue = 5, kDyInQueue = 4;
 int id_bdy(size_t l) { return 11 + static_cast<int>(l); }
-int id_after(const Compiled& c, int i) { return 11 + static_cast<int>(c.kernels.size()) + i; }  // 0 bdone, 1 g2, 2 g3, 3 bstart, 4 lossk
+int id_after(const Compiled& c, int i) { return 11 + static_cast<int>(c.kernels.size()) + i; }  // 0 bdone, 1 g2, 2 g3, 3 bstart, 4 lossk, 5 vdt
 }  // namespace
 
 int loss_task_id(const Compiled& c) { return id_after(c, 4); }
@@ -205,6 +223,12 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   t.mem1d("gcol" + L, "gW" + L, 0, kb, nb);
   t.mem1d("xrow" + L, "Xsv", c.xs_off[l], kb);
   t.mem1d("gWm" + L, "gW" + L);
+  const Elem ge = c.compute;  // the gradient leaves in the compute type (the training graph's dW is of it)
+  if (c.half()) {
+    t.data("gWh" + L, ge, kb * nb, {}, -1, -1, "the weight gradient in the compute type, as it is sent");
+    t.mem1d("gWhm" + L, "gWh" + L);
+    if (c.loss_scaling) t.mem1d("gWr0" + L, "gWh" + L, 0, nb);
+  }
   if (l) {
     t.mem1d("wcolT" + L, wbuf, 0, kb, nb);
     t.mem1d("dxrow" + L, "dx" + L, 0, kb);
@@ -218,10 +242,10 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   }
   // The async sends run on the microthread of their output queue: the gradient's on 5, dy's on 4,
   // clear of the weight loads' 2 and 3 (a reload may be under way meanwhile).
-  t.fabric("gto" + L, DsdKind::fabout, Elem::f32, P("cout" + L), kGradOutQueue, kb * nb);
+  t.fabric("gto" + L, DsdKind::fabout, ge, P("cout" + L), kGradOutQueue, kb * nb);
   t.if_("pre" + L);
-  t.fabric("gto2" + L, DsdKind::fabout, Elem::f32, P("cout" + L), kGradOutQueue, P("npre" + L));
-  t.fabric("gfrom" + L, DsdKind::fabin, Elem::f32, P("cin" + L), chain_queue(c, l), P("npre" + L));
+  t.fabric("gto2" + L, DsdKind::fabout, ge, P("cout" + L), kGradOutQueue, P("npre" + L));
+  t.fabric("gfrom" + L, DsdKind::fabin, ge, P("cin" + L), chain_queue(c, l), P("npre" + L));
   t.endif();
   // Chain ends: dy, the bias gradient, the multicast.
   t.if_("last" + L);
@@ -238,6 +262,10 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   if (c.half()) {  // mixed precision: dy leaves in the compute type (the products take 16-bit factors)
     t.data("dyh" + L, c.compute, B * nb, {}, -1, -1, "dy in the compute type, as it is sent");
     t.mem1d("dyhm" + L, "dyh" + L);
+  }
+  if (c.loss_scaling) {
+    t.data("dbh" + L, c.compute, nb, {}, -1, -1, "db in the compute type, times 0: NaN where it is not finite");
+    t.mem1d("dbhm" + L, "dbh" + L);
   }
   t.fabric("dyout" + L, DsdKind::fabout, c.compute, k.cb, kDyOutQueue, B * nb);
   if (k.spatial() && l + 1 < c.kernels.size()) {
@@ -265,7 +293,7 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   // Every PE: one task per dy wavelet (blocked until the kernel after it has sent its gradient and,
   // for a reload, its weights are in again).
   const bool last_layer = l + 1 == c.kernels.size();
-  t.task("bdy" + L, TaskKind::data, id_bdy(l), k.cb, 4, false, !last_layer, "wv = dy[b, i]");
+  t.task("bdy" + L, TaskKind::data, id_bdy(l), k.cb, kDyInQueue, false, !last_layer, "wv = dy[b, i]");
   t.op(Op::mul, {rT, rB, imm(kb)});
   t.op(Op::dsd_off, {"xrow" + L, rT});
   t.op(Op::dsd_off, {"gcol" + L, rI});
@@ -305,6 +333,19 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
 //           again, for a reload), or, after kernel 0, the PE halts.
 void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
   const size_t n = c.kernels.size();
+  // The bias update from db at kernel l's chain ends (weight decay, then SGD or momentum, in the
+  // reference graph's order): in bstart, or with loss scaling in the verdict task, after db / S.
+  auto bias_update = [&](size_t l) {
+    const std::string L = std::to_string(l);
+    if (c.weight_decay != 0) t.op(Op::fmacs, {"dbm" + L, "dbm" + L, "biasm" + L, fnum(c.weight_decay)});  // db + b wd (torch's weight_decay)
+    if (c.momentum != 0) {  // v = mu v + db; b -= lr v (torch's SGD with momentum)
+      t.op(Op::fmuls, {"vbm" + L, "vbm" + L, fnum(c.momentum)});
+      t.op(Op::fadds, {"vbm" + L, "vbm" + L, "dbm" + L});
+      t.op(Op::fmacs, {"biasm" + L, "biasm" + L, "vbm" + L, fnum(-lr)});
+    } else {
+      t.op(Op::fmacs, {"biasm" + L, "biasm" + L, "dbm" + L, fnum(-lr)});
+    }
+  };
   std::vector<int64_t> keys(n);
   for (size_t i = 0; i < n; ++i) keys[i] = static_cast<int64_t>(i);  // key i: kernel n - 1 - i
   auto layer = [&](int64_t key) { return n - 1 - static_cast<size_t>(key); };
@@ -353,14 +394,7 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     t.op(Op::add, {reg(14), reg(14), imm(1)});
     t.op(Op::jmp, {"bl" + L});
     t.label("bd" + L);
-    if (c.weight_decay != 0) t.op(Op::fmacs, {"dbm" + L, "dbm" + L, "biasm" + L, fnum(c.weight_decay)});  // db + b wd (torch's weight_decay)
-    if (c.momentum != 0) {  // v = mu v + db; b -= lr v (torch's SGD with momentum)
-      t.op(Op::fmuls, {"vbm" + L, "vbm" + L, fnum(c.momentum)});
-      t.op(Op::fadds, {"vbm" + L, "vbm" + L, "dbm" + L});
-      t.op(Op::fmacs, {"biasm" + L, "biasm" + L, "vbm" + L, fnum(-lr)});
-    } else {
-      t.op(Op::fmacs, {"biasm" + L, "biasm" + L, "dbm" + L, fnum(-lr)});
-    }
+    if (!c.loss_scaling) bias_update(l);  // (with loss scaling: the verdict task, vdt)
     if (c.half()) {
       t.op(Op::fs2h, {"dyhm" + L, dy});
       t.op_async(Op::fmovh, {"dyout" + L, "dyhm" + L});
@@ -383,7 +417,19 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
       t.op(Op::activate, {"bstart"});
       t.endif();
     }
-    t.op_async(Op::fmovs, {"gto" + L, "gWm" + L}, "g2");
+    if (c.half()) {  // the gradient in the compute type (with loss scaling, db's finiteness folded in)
+      t.op(Op::fs2h, {"gWhm" + L, "gWm" + L});
+      if (c.loss_scaling) {
+        t.if_("last" + L);
+        t.op(Op::fs2h, {"dbhm" + L, "dbm" + L});
+        t.op(Op::fmulh, {"dbhm" + L, "dbhm" + L, fimm(0.0)});
+        t.op(Op::faddh, {"gWr0" + L, "gWr0" + L, "dbhm" + L});
+        t.endif();
+      }
+      t.op_async(Op::fmovh, {"gto" + L, "gWhm" + L}, "g2");
+    } else {
+      t.op_async(Op::fmovs, {"gto" + L, "gWm" + L}, "g2");
+    }
     t.op(Op::ret, {});
   });
 
@@ -391,7 +437,7 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
   dispatch(t, kRegGdone, keys, "gb", [&](int64_t key) {
     const std::string L = std::to_string(layer(key));
     t.if_("pre" + L);
-    t.op_async(Op::fmovs, {"gto2" + L, "gfrom" + L}, "g3");
+    t.op_async(c.half() ? Op::fmovh : Op::fmovs, {"gto2" + L, "gfrom" + L}, "g3");
     t.else_();
     t.op(Op::activate, {"g3"});
     t.endif();
@@ -402,7 +448,16 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
   dispatch(t, kRegGdone, keys, "gc", [&](int64_t key) {
     const size_t l = layer(key);
     if (l == 0) {
-      t.op(Op::halt, {});
+      if (c.loss_scaling) {  // the PEs the verdict reaches wait for it
+        t.if_("vrecv");
+        t.op(Op::unblock, {"vdt"});
+        t.op(Op::ret, {});
+        t.else_();
+        t.op(Op::halt, {});
+        t.endif();
+      } else {
+        t.op(Op::halt, {});
+      }
       return;
     }
     t.op(Op::add, {reg(kRegGdone), reg(kRegGdone), imm(1)});
@@ -417,6 +472,24 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     t.label("gw" + P0);
     t.op(Op::ret, {});
   });
+
+  if (!c.loss_scaling) return;
+  // MemoryX's verdict (one wavelet per PE of the east column and the south row, after layer 0's
+  // gradient has left): 1 / S when every gradient was finite -- db / S, then the bias update --,
+  // 0 when one was not: the step is skipped, the biases and their velocities keep their values.
+  t.if_("vrecv");
+  t.task("vdt", TaskKind::data, id_after(c, 5), c.cv, kDyInQueue, false, true, "wv = 1 / S, or 0: the step is skipped");
+  t.op(Op::bz, {kWv, "vskip"});
+  for (size_t l = 0; l < n; ++l) {
+    const std::string L = std::to_string(l);
+    t.if_("last" + L);
+    t.op(Op::fmuls, {"dbm" + L, "dbm" + L, kWv});
+    bias_update(l);
+    t.endif();
+  }
+  t.label("vskip");
+  t.op(Op::halt, {});
+  t.endif();
 }
 
 // What training on the wafer maps (else an error naming the kernel or the JSON pointer): a chain
@@ -445,10 +518,26 @@ void check_training(const Compiled& c, const MappingOptions& opt) {
       throw InputError(where, "attention and branching graphs (a layer reading other than the layer before it) are not trained on the wafer in this build", hint);
   }
   if (opt.loss != "mse" && opt.loss != "softmax_cross_entropy") throw InputError("/training/loss", "the wafer computes mse or softmax_cross_entropy", hint);
+  if (opt.loss_scaling && !c.half())
+    throw InputError("/training/loss_scaling", "loss scaling on the wafer is for 16-bit compute (fp32 gradients do not overflow)", "set precision.compute to fp16, bf16 or cbf16, or leave training.loss_scaling out");
   for (const auto& k : c.kernels)
     if ((k.activated() && !k.act_is(Unary::Kind::relu) && !k.act_is(Unary::Kind::tanh)) || k.layernorm || k.residual >= 0)
       throw InputError("kernel '" + k.name + "'", "activations other than one Relu or Tanh, LayerNorm and residuals are not trained on the wafer in this build",
                        "train it on target.kind neuroncore or reference");
+}
+
+// Dynamic loss scaling: MemoryX's verdict enters at the east edge, one lane per row, to the east
+// column's PEs; the south row's lane goes on west along the row. Every PE of the east column and
+// the south row (`vrecv`: where the chain ends of either orientation lie) takes one wavelet.
+void verdict_layout(const Compiled& c, json& routes, json& params, json& ports) {
+  const int64_t w = c.kernels.back().w, h = c.kernels.back().h;
+  const DirSet E = dir_bit(Dir::E), W = dir_bit(Dir::W);
+  if (h > 1) routes.push_back(route(c.cv, w - 1, 0, 1, h - 1, E, kRamp));
+  routes.push_back(route(c.cv, w - 1, h - 1, 1, 1, E, w > 1 ? W | kRamp : kRamp));
+  if (w > 2) routes.push_back(route(c.cv, 1, h - 1, w - 2, 1, E, W | kRamp));
+  if (w > 1) routes.push_back(route(c.cv, 0, h - 1, 1, 1, E, kRamp));
+  params["vrecv"] = "(px == width - 1) + (py == height - 1)";
+  ports.push_back({{"name", "verdict"}, {"dir", "in"}, {"side", "E"}, {"x", w - 1}, {"y", 0}, {"length", h}, {"color", c.cv}, {"type", "f32"}});
 }
 
 // The training parts of the weight-streaming layout: per kernel its dy routes and backward arrays
@@ -475,6 +564,7 @@ void training_layout(Compiled& c, const MappingOptions& opt, json& routes, json&
   backward_tasks(c, opt.learning_rate, t);
   loss_routes(c, routes);
   train_params(c, params);
+  if (c.loss_scaling) verdict_layout(c, routes, params, ports);
   if (opt.loss == "softmax_cross_entropy") xent_program(c, t);
   else loss_program(c, t);
   c.loss_x = c.fabric_width - 1;

@@ -242,6 +242,42 @@ void Fabric::set_port_stream(const std::string& port, int64_t lane, std::vector<
   throw InputError("port '" + port + "'", "the layout declares no such port");
 }
 
+void Fabric::set_port_reply(PortReply reply) {
+  Impl& m = *impl_;
+  auto index = [&](const std::string& name, bool input) {
+    for (size_t i = 0; i < m.ports.size(); ++i)
+      if (m.ports[i].spec->name == name) {
+        if (m.ports[i].spec->input != input) throw InputError("port '" + name + "'", input ? "is an output port: a reply goes into an input port" : "is an input port: a reply answers output ports");
+        return static_cast<uint32_t>(i);
+      }
+    throw InputError("port '" + name + "'", "the layout declares no such port");
+  };
+  std::vector<uint8_t> from(m.ports.size(), 0);
+  for (const auto& f : reply.from) from[index(f, false)] = 1;
+  const uint32_t to = index(reply.to, true);
+  m.reply_from = std::move(from);  // (armed only when every port is known)
+  m.reply_to = to;
+  m.reply = std::move(reply);
+}
+
+// The reply's streams into its input port, once the wavelets it answers have left (cycle t).
+void Fabric::Impl::fire_reply(int64_t t) {
+  auto streams = reply.fn(t - start);
+  PortRt& p = ports[reply_to];
+  if (streams.size() != p.lanes.size()) throw std::logic_error("Fabric port reply: one stream per lane of '" + p.spec->name + "'");
+  for (size_t i = 0; i < streams.size(); ++i) {
+    PortLane& ln = p.lanes[i];
+    const int64_t at = std::max(streams[i].second, t + 1 - start);
+    ln.in = std::move(streams[i].first);
+    ln.ready.assign(ln.in.size(), at);
+    ln.next = 0;
+    ln.last = -1;
+    if (ln.in.empty()) continue;
+    wake_router(ln.router, start + at);
+    last_progress = std::max(last_progress, start + at);  // due: not a deadlock while it travels
+  }
+}
+
 const std::vector<std::pair<uint32_t, int64_t>>& Fabric::port_output(const std::string& port, int64_t lane) const {
   for (const auto& p : impl_->ports)
     if (p.spec->name == port) {
@@ -686,6 +722,9 @@ void Fabric::Impl::reset(int64_t c0) {
   std::fill(pwake_push.begin(), pwake_push.end(), -1);
   std::fill(rwake_last.begin(), rwake_last.end(), -1);
   std::fill(rwake_push.begin(), rwake_push.end(), -1);
+  reply_seen = 0;
+  if (reply.fn)  // (the last run's reply is not this run's)
+    for (auto& ln : ports[reply_to].lanes) ln.in.clear(), ln.ready.clear();
   for (auto& p : ports)
     for (auto& ln : p.lanes) {
       ln.next = 0;
@@ -1019,6 +1058,7 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
         PortLane* ol = out_lane(r, d, wv.color);
         ol->out.push_back({wv.payload, t + hop - start});
         ++st.port_out_wavelets;
+        if (reply.fn && reply_from[ol->port] && ++reply_seen == reply.count) fire_reply(t + hop);
         if (f.opt_.summary) summary_received(f.summary_.rects + static_cast<int32_t>(ol->port), wv.color, t + hop);
       } else {
         const size_t bi = static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d]);

@@ -195,6 +195,19 @@ class Fabric : public sc_core::sc_module {
   // from which each wavelet is at the port (a stream arriving from SwarmX).
   void set_port_stream(const std::string& port, int64_t lane, std::vector<uint32_t> payloads, std::vector<int64_t> ready = {});
   int64_t port_lanes(const std::string& port) const;  // 0: no such port
+  // A reply to output-port traffic (MemoryX's verdict on the gradients it took, in training with
+  // loss scaling), armed between runs for every later run: once `count` wavelets have left through
+  // the output ports `from` in a run, `fn` is called inside the run with the cycle (relative to the
+  // run's start) the last of them left, and returns per lane of input port `to` its payloads and
+  // the cycle (relative) from which they are at the port (not before the call's). A reply that is
+  // due counts as progress: the deadlock check waits for it. Throws InputError for unknown ports.
+  struct PortReply {
+    std::vector<std::string> from;
+    int64_t count = 0;
+    std::string to;
+    std::function<std::vector<std::pair<std::vector<uint32_t>, int64_t>>(int64_t)> fn;
+  };
+  void set_port_reply(PortReply reply);
   const std::vector<std::pair<uint32_t, int64_t>>& port_output(const std::string& port, int64_t lane) const;
 
   // Per PE after a run.

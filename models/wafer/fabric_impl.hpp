@@ -253,6 +253,12 @@ struct Fabric::Impl {
   std::vector<std::array<uint32_t, 3>> in_lanes;
   void inject(uint32_t r, int64_t t);
   PortLane* out_lane(uint32_t r, int dir, int color);
+  // Fabric::set_port_reply: the armed reply, its ports (indices), the wavelets seen this run.
+  Fabric::PortReply reply;
+  std::vector<uint8_t> reply_from;  // per port
+  uint32_t reply_to = 0;
+  int64_t reply_seen = 0;
+  void fire_reply(int64_t t);
   // PEs.
   std::vector<uint32_t> pe_slot;
   std::vector<Pe> pes;

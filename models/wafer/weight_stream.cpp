@@ -83,6 +83,11 @@ void MemoryX::b_transport(tlm::tlm_generic_payload& p, sc_time& delay) {
     std::vector<float> g(n / 4);
     std::memcpy(g.data(), p.get_data_ptr(), n);
     const float lr = static_cast<float>(lr_), mu = static_cast<float>(mu_), wd = static_cast<float>(wd_);
+    if (gscale_ != 1) {  // loss scaling: g / S, as the reference graph divides
+      const float s = static_cast<float>(gscale_);
+      for (float& v : g) v = v / s;
+    }
+    if (!apply_) g.clear();  // a skipped step: the gradient is taken, nothing changes
     if (wd_ != 0)  // weight decay: g + w wd, rounded as the reference graph's Mul and Add
       for (size_t i = 0; i < g.size(); ++i) {
         const float d = m[i] * wd;

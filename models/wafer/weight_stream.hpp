@@ -57,6 +57,13 @@ class MemoryX : public sc_core::sc_module {
     mu_ = momentum;
     wd_ = weight_decay;
   }
+  // Dynamic loss scaling: the gradients that arrive next are divided by `scale` (S) before the
+  // optimizer, or, when `apply` is false (a gradient of the step was not finite), taken without
+  // changing the weights or their velocities.
+  void set_gradient_scale(double scale, bool apply) {
+    gscale_ = scale;
+    apply_ = apply;
+  }
   // The optimizer state of a tensor (the momentum's velocity; zeros until the first update).
   std::vector<float> velocity(const std::string& name) const;
   void set_velocity(const std::string& name, const std::vector<float>& v);
@@ -73,7 +80,8 @@ class MemoryX : public sc_core::sc_module {
   std::vector<float> mem_;                                      // all tensors, fp32
   std::vector<float> vel_;                                      // their velocities (momentum)
   std::map<std::string, std::pair<uint64_t, size_t>> tensors_;  // name -> (address, count)
-  double lr_ = 0, mu_ = 0, wd_ = 0;
+  double lr_ = 0, mu_ = 0, wd_ = 0, gscale_ = 1;
+  bool apply_ = true;
   sc_core::sc_time busy_until_ = sc_core::SC_ZERO_TIME;
   Stats stats_;
   std::vector<StreamTransfer> log_;

@@ -549,6 +549,53 @@ TEST_CASE("wafer-fabric: an edge stream crosses N routers: wavelet k leaves at k
   port_contract(2);
 }
 
+// Fabric::set_port_reply (MemoryX's loss-scaling verdict): once the wavelets it answers have left,
+// the callback's streams enter their input port at the cycles it gives, within the same run -- a
+// reply due later than the deadlock window is not a deadlock -- and each run starts without the
+// last run's reply.
+TEST_CASE("wafer-fabric: a port reply answers output traffic within the run", "[wafer-fabric]") {
+  const WaferConfig c = preset_config("wse2");
+  const int N = 4, B = 6;
+  // Row 0 carries color 1 from port "west" to "east"; row 1 color 2 from "back" to "east2".
+  std::string l = R"({"fabric": {"width": 4, "height": 2}, "rects": [{"name": "g", "x": 0, "y": 0, "width": 4, "height": 2, "routes": [
+      {"color": 1, "y": 0, "height": 1, "rx": ["W"], "tx": ["E"]}, {"color": 2, "y": 1, "height": 1, "rx": ["W"], "tx": ["E"]}]}],
+    "ports": [{"name": "west", "dir": "in", "side": "W", "color": 1}, {"name": "east", "dir": "out", "side": "E", "color": 1},
+              {"name": "back", "dir": "in", "side": "W", "y": 1, "color": 2}, {"name": "east2", "dir": "out", "side": "E", "y": 1, "color": 2}]})";
+  FabricOptions opt;
+  opt.deadlock_window = 200;
+  Run r(c, load({}, l, c), opt);
+  r.fab->set_port_stream("west", 0, std::vector<uint32_t>(B, 0x3f800000u));
+  int64_t fired_at = -1, calls = 0;
+  Fabric::PortReply rep;
+  rep.from = {"east"};
+  rep.count = B;
+  rep.to = "back";
+  rep.fn = [&](int64_t rel) {
+    fired_at = rel;
+    ++calls;
+    return std::vector<std::pair<std::vector<uint32_t>, int64_t>>{{{7u, 8u, 9u}, rel + 500}};
+  };
+  r.fab->set_port_reply(rep);
+  for (int run = 0; run < 2; ++run) {
+    INFO("run " << run);
+    r.go();
+    REQUIRE_FALSE(r.fab->error());
+    CHECK(calls == run + 1);
+    CHECK(fired_at == (B - 1) + (N + 1));  // the B-th wavelet's exit (hop latency 1)
+    const auto& out = r.fab->port_output("east2", 0);
+    REQUIRE(out.size() == 3);
+    for (int k = 0; k < 3; ++k) {
+      CHECK(out[static_cast<size_t>(k)].first == static_cast<uint32_t>(7 + k));
+      CHECK(out[static_cast<size_t>(k)].second == fired_at + 500 + k + (N + 1));
+    }
+  }
+  rep.to = "east";
+  CHECK_THROWS_WITH(r.fab->set_port_reply(rep), Contains("is an output port"));
+  rep.to = "back";
+  rep.from = {"nope"};
+  CHECK_THROWS_WITH(r.fab->set_port_reply(rep), Contains("no such port"));
+}
+
 TEST_CASE("wafer-fabric: an edge stream into a PE that never reads stops at the buffers and is reported", "[wafer-fabric]") {
   const WaferConfig c = preset_config("wse2");
   FabricOptions opt;

@@ -160,3 +160,37 @@ TEST_CASE("wafer-programs: mixed-precision training keeps x, dy and W in 16 bits
     CHECK_THAT(text, Contains("fmachs dxrow1, dxrow1, wcolT1, wv"));
   }
 }
+
+// Dynamic loss scaling (docs/wafer-compiler.md "Training"): dy scaled by the placed loss scale, the
+// bias update only in the verdict task (after db / S), db's finiteness folded into the gradient
+// block, and a verdict port; the programs assemble from their text to the same instances.
+TEST_CASE("wafer-programs: loss scaling scales dy, folds db's finiteness into the gradient and updates the biases on MemoryX's verdict", "[wafer-asm]") {
+  const WaferConfig c = preset_config("wse2");
+  graph::Graph g = frontend::load_onnx(kRoot + "/scenarios/models/train_mlp.onnx");
+  passes::prepare(g);
+  MappingOptions mo;
+  mo.mode = MapMode::weight_streaming;
+  mo.compute = Elem::f16;
+  mo.rect_width = mo.rect_height = 4;
+  mo.training = true;
+  mo.learning_rate = 0.05;
+  mo.momentum = 0.9;
+  mo.loss_scaling = true;
+  const Compiled cp = compile(g, c, mo);
+  check_both_ways(cp.layout_json, cp.programs, c);
+  const std::string text = cp.programs.begin()->second.text();
+  CHECK_THAT(text, Contains("fmuls dym1, dym1, lscb"));
+  CHECK_THAT(text, Contains("fmulh dbhm0, dbhm0, 0.0"));
+  CHECK_THAT(text, Contains("faddh gWr00, gWr00, dbhm0"));
+  CHECK_THAT(text, Contains("fmuls dbm1, dbm1, wv"));
+  // the bias update (b -= lr v) appears once per kernel: in the verdict task, not in bstart
+  for (const char* l : {"0", "1"}) {
+    const std::string upd = std::string("fmacs biasm") + l + ", biasm" + l + ", vbm" + l;
+    const size_t first = text.find(upd), vdt = text.find(".task vdt ");
+    REQUIRE(first != std::string::npos);
+    REQUIRE(vdt != std::string::npos);
+    CHECK(first > vdt);
+    CHECK(text.find(upd, first + 1) == std::string::npos);
+  }
+  CHECK_THAT(cp.layout_json, Contains("\"verdict\""));
+}
