@@ -4,7 +4,7 @@
 // step's x and target in the PEs that take them, SwarmX streams each layer's weights from MemoryX
 // (and again, for the backward pass, those no longer in a PE buffer: Compiled::reloads), the fabric
 // runs forward and backward, each layer's weight gradient leaves through its orientation's edge
-// port, and SwarmX hands it to MemoryX, which applies SGD to its fp32 master weights. Biases live and are
+// port, and SwarmX hands it to MemoryX, which applies the optimizer (SGD, momentum, Adam) to its fp32 master weights. Biases live and are
 // updated in the chain-end PEs' SRAM. The state is written once (initial values or a checkpoint's)
 // and read back from MemoryX and the PEs only for checkpoints and at the end.
 #include <algorithm>
@@ -38,11 +38,13 @@ class WaferTrainer : public TrainMachine {
   WaferTrainer(const Scenario& s, const graph::Graph& forward, const passes::TrainingGraph& tg, const passes::TrainingSpec& spec, const RunOptions& opt)
       : tg_(tg), cfg_(wafer::WaferConfig::from(s.params)), target_(spec.target), lr_(spec.learning_rate) {
     auto& con = Console::get();
-    const char* hint = "training on the wafer takes mse or softmax cross-entropy, sgd or momentum (with or without weight decay) with a constant learning rate, fp32 or mixed 16-bit; run other set-ups on target.kind neuroncore or reference";
+    const char* hint = "training on the wafer takes mse or softmax cross-entropy, sgd, momentum or adam (with or without weight decay) with a constant learning rate, fp32 or mixed 16-bit; run other set-ups on target.kind neuroncore or reference";
 
-    if (spec.optimizer != "sgd" && spec.optimizer != "momentum")
-      throw InputError("/training/optimizer", "MemoryX applies SGD, with or without momentum and weight decay (no Adam) in this build", hint);
+    if (spec.optimizer != "sgd" && spec.optimizer != "momentum" && spec.optimizer != "adam")
+      throw InputError("/training/optimizer", "MemoryX applies SGD, momentum or Adam", hint);
     momentum_ = spec.optimizer == "momentum" ? spec.momentum : 0.0;
+    adam_ = spec.optimizer == "adam";
+    beta1_ = spec.beta1, beta2_ = spec.beta2;
     if (spec.schedule != "constant") throw InputError("/training/optimizer/schedule", "the wafer takes a constant learning rate in this build", hint);
     if (spec.compute != DType::f32 && spec.compute != DType::f16 && spec.compute != DType::bf16 && spec.compute != DType::cbf16)
       throw InputError("/precision/compute", "training on the wafer runs in fp32, or mixed precision in fp16, bf16 or cbf16", hint);
@@ -62,6 +64,7 @@ class WaferTrainer : public TrainMachine {
     mo.momentum = momentum_;
     mo.weight_decay = spec.weight_decay;
     mo.loss_scaling = spec.loss_scaling;
+    mo.adam = adam_, mo.beta1 = spec.beta1, mo.beta2 = spec.beta2, mo.eps = spec.eps;
     scaling_ = spec.loss_scaling;
     scale_ = static_cast<float>(spec.init_scale);
     growth_ = static_cast<float>(spec.growth);
@@ -76,7 +79,8 @@ class WaferTrainer : public TrainMachine {
     for (const auto& k : cp_.kernels)
       for (const auto& v : {k.w_value, k.b_value})
         if (!v.empty() && !tg.initial.count(v)) throw std::logic_error("wafer training: '" + v + "' is not a trained parameter");
-    if (tg.state.size() != tg.params.size() * (momentum_ != 0 ? 2 : 1) + (scaling_ ? 2 : 0)) throw std::logic_error("wafer training: unexpected optimizer state");
+    if (tg.state.size() != tg.params.size() * (adam_ ? 3 : momentum_ != 0 ? 2 : 1) + (scaling_ ? (adam_ ? 3 : 2) : 0))
+      throw std::logic_error("wafer training: unexpected optimizer state");
     con.out(con.bold("compiled") + " " + std::to_string(cp_.kernels.size()) + " layer(s) with their backward pass on " + std::to_string(cp_.fabric_width) + " x " +
             std::to_string(cp_.fabric_height) + " PEs, weights streamed from MemoryX, gradients to MemoryX (" + format_num(compile_s * 1e3, "%.1f") +
             " ms)");
@@ -104,7 +108,8 @@ class WaferTrainer : public TrainMachine {
     mx_ = std::make_unique<wafer::MemoryX>("memoryx", cfg_);
     sx_ = std::make_unique<wafer::SwarmX>("swarmx", cfg_);
     sx_->socket.bind(mx_->socket);
-    mx_->set_sgd(spec.learning_rate, momentum_, spec.weight_decay);
+    if (adam_) mx_->set_adam(spec.learning_rate, spec.beta1, spec.beta2, spec.eps, spec.weight_decay);
+    else mx_->set_sgd(spec.learning_rate, momentum_, spec.weight_decay);
     if (scaling_) {
       // MemoryX's verdict: once every gradient wavelet has left the fabric, MemoryX takes them
       // (the updates as below, g / S or nothing) and sends each PE of the east column and south row
@@ -135,6 +140,7 @@ class WaferTrainer : public TrainMachine {
     if (scaling_) {
       scale_ = state.at("loss_scale").to_f32().at(0);
       count_ = state.at("loss_scale_count").to_f32().at(0);
+      if (adam_) updates_ = state.at("adam_updates").to_f32().at(0);
     }
     for (auto& k : cp_.kernels) {
       k.W = kn_of(k, state.at(k.w_value));
@@ -145,6 +151,13 @@ class WaferTrainer : public TrainMachine {
         wafer::DenseKernel kv = k;
         kv.W = kn_of(k, state.at("momentum:" + k.w_value));
         mx_->set_velocity(k.mx_tensor, cp_.memoryx_layout(kv));
+      }
+      if (adam_) {  // the weights' moments in MemoryX, in the weights' order
+        wafer::DenseKernel kv = k;
+        kv.W = kn_of(k, state.at("adam_m:" + k.w_value));
+        mx_->set_velocity(k.mx_tensor, cp_.memoryx_layout(kv));
+        kv.W = kn_of(k, state.at("adam_v:" + k.w_value));
+        mx_->set_second_moment(k.mx_tensor, cp_.memoryx_layout(kv));
       }
       auto to_chain_ends = [&](const std::string& value, const std::string& array) {
         std::vector<float> b(static_cast<size_t>(k.N), 0.0f);
@@ -157,6 +170,10 @@ class WaferTrainer : public TrainMachine {
       };
       to_chain_ends(k.b_value, "bias" + l);
       if (momentum_ != 0) to_chain_ends(k.b_value.empty() ? "" : "momentum:" + k.b_value, "vb" + l);
+      if (adam_) {
+        to_chain_ends(k.b_value.empty() ? "" : "adam_m:" + k.b_value, "am" + l);
+        to_chain_ends(k.b_value.empty() ? "" : "adam_v:" + k.b_value, "av" + l);
+      }
     }
   }
 
@@ -166,6 +183,21 @@ class WaferTrainer : public TrainMachine {
     for (const auto& a : cp_.place_target(in.at(target_))) fab_->write_array(a.x, a.y, a.array, a.values);
     if (scaling_)  // MemoryX's loss scale, at the loss PEs
       for_chain_ends(cp_.kernels.back(), [&](int64_t x, int64_t y, int64_t) { fab_->write_array(x, y, "lsc", std::vector<float>{scale_}); });
+    if (adam_) {
+      // Adam's update number t (1-based: the step, or with loss scaling the updates made + 1, which a
+      // skipped step does not advance): MemoryX's, and the bias corrections 1 / (1 - b^t) it gives
+      // the chain ends with the step's data (b^t as the graph's Pow: in double, rounded to fp32).
+      const float t = scaling_ ? updates_ + 1.0f : in.at("step").to_f32().at(0);
+      mx_->set_adam_step(static_cast<int64_t>(t));
+      auto inv_bc = [&](double b) {
+        const float bf = static_cast<float>(b);
+        const float bc = 1.0f - static_cast<float>(std::pow(static_cast<double>(bf), static_cast<double>(t)));
+        return 1.0f / bc;
+      };
+      const std::vector<float> abc = {inv_bc(beta1_), inv_bc(beta2_)};
+      for (const auto& k : cp_.kernels)
+        for_chain_ends(k, [&](int64_t x, int64_t y, int64_t) { fab_->write_array(x, y, "abc" + std::to_string(&k - cp_.kernels.data()), abc); });
+    }
     const sc_core::sc_time t_start = sc_core::sc_time_stamp();
     const models::ClockDomain& ck = fab_->clock();
     const int64_t c_start = ck.cycle_at_or_after(static_cast<models::Femtos>(t_start.value()));
@@ -194,6 +226,7 @@ class WaferTrainer : public TrainMachine {
     if (scaling_) {  // GradScaler's rules, on MemoryX's scale (fp32, as the reference graph)
       skipped = !finite_;
       if (finite_) {
+        if (adam_) updates_ = updates_ + 1.0f;
         const float grown = count_ + 1.0f;
         if (grown < static_cast<float>(interval_)) {
           count_ = grown;
@@ -252,6 +285,7 @@ class WaferTrainer : public TrainMachine {
     if (scaling_) {  // MemoryX's loss-scaling state
       st["loss_scale"] = Tensor::from_f32({}, {scale_});
       st["loss_scale_count"] = Tensor::from_f32({}, {count_});
+      if (adam_) st["adam_updates"] = Tensor::from_f32({}, {updates_});
     }
     for (const auto& k : cp_.kernels) {
       const Shape& ws = tg_.initial.at(k.w_value).shape();
@@ -265,6 +299,10 @@ class WaferTrainer : public TrainMachine {
       st[k.w_value] = as_param(cp_.from_memoryx_layout(k, mx_->values(k.mx_tensor)));
       const std::string l = std::to_string(&k - cp_.kernels.data());
       if (momentum_ != 0) st["momentum:" + k.w_value] = as_param(cp_.from_memoryx_layout(k, mx_->velocity(k.mx_tensor)));
+      if (adam_) {
+        st["adam_m:" + k.w_value] = as_param(cp_.from_memoryx_layout(k, mx_->velocity(k.mx_tensor)));
+        st["adam_v:" + k.w_value] = as_param(cp_.from_memoryx_layout(k, mx_->second_moment(k.mx_tensor)));
+      }
       auto from_chain_ends = [&](const std::string& value, const std::string& array) {
         std::vector<float> b(static_cast<size_t>(k.N), 0.0f);
         for_chain_ends(k, [&](int64_t x, int64_t y, int64_t i) {
@@ -276,6 +314,10 @@ class WaferTrainer : public TrainMachine {
       if (!k.b_value.empty()) {
         from_chain_ends(k.b_value, "bias" + l);
         if (momentum_ != 0) from_chain_ends("momentum:" + k.b_value, "vb" + l);
+        if (adam_) {
+          from_chain_ends("adam_m:" + k.b_value, "am" + l);
+          from_chain_ends("adam_v:" + k.b_value, "av" + l);
+        }
       }
     }
     return st;
@@ -392,6 +434,10 @@ class WaferTrainer : public TrainMachine {
   // reference graph keeps them); the last step's verdict and when its gradients left and were done.
   bool scaling_ = false, finite_ = true;
   float scale_ = 1, count_ = 0, growth_ = 2, backoff_ = 0.5f;
+  // Adam: its update count with loss scaling (MemoryX's state; else the step), the betas.
+  bool adam_ = false;
+  float updates_ = 0;
+  double beta1_ = 0.9, beta2_ = 0.999;
   int64_t interval_ = 2000, c_start_ = 0, grads_out_ = 0;
   sc_core::sc_time grads_done_;
   const Scenario* scenario_ = nullptr;

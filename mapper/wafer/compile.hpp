@@ -63,6 +63,10 @@ struct MappingOptions {
   // Dynamic loss scaling (16-bit compute): dy scaled by the loss scale the host places at the loss
   // PEs (`lsc`); the biases wait for MemoryX's verdict on the gradients (port "verdict").
   bool loss_scaling = false;
+  // Adam (torch.optim.Adam's): MemoryX updates the weights; the chain ends the biases, with the
+  // bias corrections 1 / (1 - b^t) the host places each step (`abc<l>`).
+  bool adam = false;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   std::string loss = "mse";      // mse | softmax_cross_entropy (all classes on one chain-end PE)
 };
 
@@ -312,6 +316,8 @@ struct Compiled {
   double momentum = 0;                          // training: SGD momentum (0: plain SGD)
   double weight_decay = 0;                      // training: the biases' weight decay (MemoryX applies the weights')
   bool loss_scaling = false;                    // training: dynamic loss scaling (MappingOptions)
+  bool adam = false;                            // training: Adam (MappingOptions)
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   int cv = -1;                                  // its verdict color (port "verdict": E side, one lane per row)
   int cl0 = -1, cl1 = -1;
   int64_t loss_x = 0, loss_y = 0;
@@ -396,6 +402,14 @@ void sigmoid_ops(ProgramTemplate& t, const std::string& Y, const std::string& T,
 inline constexpr int kRsqrtIters = 32;
 // R = 1 / sqrt(V) by kRsqrtIters steps r = r (1.5 - 0.5 V r^2) from 0.01, T a temporary.
 void rsqrt_ops(ProgramTemplate& t, const std::string& R, const std::string& V, const std::string& T);
+// Over fp32's range: R = 1 / sqrt(V) (`rsqrt` true; V <= 2^-120 taken as 2^-120, so 0 gives a finite
+// R) or R = 1 / V (V > 0), V kept. A copy X of V is scaled into [1/4, 4) by binary steps -- for
+// e = 64, 32, ..., 2 the mask m = [X < 2^-e] (then [X >= 2^e]), built from a difference times
+// 2^100 clamped to [0, 1], multiplies X by 1 + m (2^e - 1) (or 2^-e) and the result's factor F by
+// the matching power of two, all exact -- then Newton's iteration from 0.7 (rsqrt) or 0.4 (1 / X),
+// times F. X, F, M, T temporaries of V's length. Accuracy on a PE: tests/unit/test_wafer_fabric.cpp.
+void wide_ops(ProgramTemplate& t, bool rsqrt, const std::string& R, const std::string& V, const std::string& X, const std::string& F,
+              const std::string& M, const std::string& T);
 
 // mapper/wafer/estimate.cpp: fills every kernel's `est` and the totals.
 void estimate(Compiled& c, const WaferConfig& cfg);

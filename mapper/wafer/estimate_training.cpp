@@ -95,8 +95,9 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     }
     // bstart at each chain end q: mask (ReLU), bias gradient and update, then the multicast
     // (the bias update: weight decay, momentum, SGD; with loss scaling the verdict task's instead)
-    const int64_t update = dsd(nb, Op::fmacs) + (c.momentum != 0 ? 2 * dsd(nb) : 0) + (c.weight_decay != 0 ? dsd(nb, Op::fmacs) : 0);
-    int64_t body = dd + (k.activated() ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + (c.loss_scaling ? 0 : update) + 1;
+    const int64_t update = (c.adam ? adam_bias_cycles(nb, cfg) : dsd(nb, Op::fmacs) + (c.momentum != 0 ? 2 * dsd(nb) : 0)) + (c.weight_decay != 0 ? dsd(nb, Op::fmacs) : 0);
+    int64_t body = dd + (k.activated() ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + (c.loss_scaling || c.adam ? 0 : update) + 1;
+    const int64_t after_send = !c.loss_scaling && c.adam ? update : 0;  // (Adam's update after the multicast has started: the chain end's own dy tasks wait)
     if (c.half()) body += dsd(n, Op::fs2h);  // mixed precision: dy to the compute type before it is sent
     if (k.spatial() && k.pkh)  // a Conv's max pool: per window offset the mask (4 ops) and dy at the offset, strided walks
       body += k.pkh * k.pkw * 5 * dsd(k.rows_out() * nb, Op::fmuls, k.psw * nb);
@@ -114,7 +115,8 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
       for (int64_t p = 0; p < Lk; ++p) {
         const int64_t px = k.k_on_columns ? p : q, py = k.k_on_columns ? q : p;
         const size_t i = static_cast<size_t>(py * k.w + px);
-        const int64_t first = send + S + (Lk - 1 - p) * hop + 2;
+        int64_t first = send + S + (Lk - 1 - p) * hop + 2;
+        if (p == Lk - 1) first = std::max(first, send + after_send + 2);
         bdy_end[i] = std::max({first, freed[i] + 1, wready[i] + 1}) + work;
       }
     }
@@ -196,7 +198,7 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     const int64_t at = static_cast<int64_t>(std::ceil((done + cfg.swarmx_latency) * hz - 1e-9));
     int64_t task = 2 + 1;  // the branch, halt
     for (const auto& k : c.kernels)
-      task += dsd(k.nb) + dsd(k.nb, Op::fmacs) + (c.momentum != 0 ? 2 * dsd(k.nb) : 0) + (c.weight_decay != 0 ? dsd(k.nb, Op::fmacs) : 0);
+      task += dsd(k.nb) + (c.adam ? adam_bias_cycles(k.nb, cfg) : dsd(k.nb, Op::fmacs) + (c.momentum != 0 ? 2 * dsd(k.nb) : 0)) + (c.weight_decay != 0 ? dsd(k.nb, Op::fmacs) : 0);
     fabric_end = std::max(fabric_end, at + kl.w * hop + 2 + task);
   }
   c.predicted_cycles = fabric_end;

@@ -135,9 +135,94 @@ void rsqrt_ops(ProgramTemplate& t, const std::string& R, const std::string& V, c
   }
 }
 
+void wide_ops(ProgramTemplate& t, bool rsqrt, const std::string& R, const std::string& V, const std::string& X, const std::string& F,
+              const std::string& M, const std::string& T) {
+  op3(t, Op::fmaxs, X, V, fnum(std::ldexp(1.0, -120)));
+  t.op(Op::fmovs, {F, fimm(1.0)});
+  // M = [d > 0] for d = M: d 2^100 clamped to [0, 1] (exact unless 0 < d < 2^-100: no such gap here)
+  auto mask = [&] {
+    op3(t, Op::fmuls, M, M, fimm(1.2676506e30));
+    op3(t, Op::fmaxs, M, M, fimm(0.0));
+    t.op(Op::fnegs, {M, M});
+    op3(t, Op::fmaxs, M, M, fimm(-1.0));
+    t.op(Op::fnegs, {M, M});
+  };
+  for (const bool small : {true, false})
+    for (int e = 64; e >= 2; e /= 2) {
+      const double c = std::ldexp(1.0, small ? -e : e);
+      // M = [X < c] from d = c - X (c = 2^-e: scale up by 2^e; c = 2^e: M = 0 scales down by 2^-e)
+      t.op(Op::fmacs, {M, fnum(c), X, fimm(-1.0)});
+      mask();
+      // the factors 1 + m (2^e - 1), or 2^-e + m (1 - 2^-e): powers of two, exact
+      const int fe = rsqrt ? e / 2 : e;  // 1 / sqrt(X 2^e) = 1 / sqrt(X) 2^(-e/2); 1 / (X 2^e) = 2^-e / X
+      auto factor = [&](int p) {
+        if (small) t.op(Op::fmacs, {T, fimm(1.0), M, fnum(std::ldexp(1.0, p) - 1.0)});
+        else t.op(Op::fmacs, {T, fnum(std::ldexp(1.0, -p)), M, fnum(1.0 - std::ldexp(1.0, -p))});
+      };
+      factor(e);
+      op3(t, Op::fmuls, X, X, T);
+      factor(fe);
+      op3(t, Op::fmuls, F, F, T);
+    }
+  t.op(Op::fmovs, {R, fimm(rsqrt ? 0.7 : 0.4)});
+  for (int i = 0; i < 12; ++i) {
+    if (rsqrt) {  // r (1.5 - 0.5 x r^2)
+      op3(t, Op::fmuls, T, R, R);
+      op3(t, Op::fmuls, T, T, X);
+      t.op(Op::fmacs, {T, fimm(1.5), T, fimm(-0.5)});
+      op3(t, Op::fmuls, R, R, T);
+    } else {  // r (2 - x r)
+      op3(t, Op::fmuls, T, X, R);
+      t.op(Op::fmacs, {T, fimm(2.0), T, fimm(-1.0)});
+      op3(t, Op::fmuls, R, R, T);
+    }
+  }
+  op3(t, Op::fmuls, R, R, F);
+}
+
 }  // namespace tessera::wafer
 
 namespace tessera::wafer::detail {
+
+// Adam's bias update at a chain end of kernel L (db the gradient, after weight decay), in the
+// reference graph's order: m = m b1 + g (1 - b1); v = v b2 + g^2 (1 - b2); mhat = m / bc1 and
+// vhat = v / bc2 (times the placed 1 / bc); b -= mhat lr / (sqrt(vhat) + eps), the square root as
+// vhat rsqrt(vhat) (the wide-range rsqrt, wide_ops) and the division by Newton's reciprocal.
+void adam_bias_ops(ProgramTemplate& t, double b1, double b2, double eps, double lr, const std::string& L) {
+  auto T = [&](int i) { return "ad" + L + "_" + std::to_string(i); };
+  const std::string db = "dbm" + L, m = "amm" + L, v = "avm" + L;
+  t.op(Op::fmuls, {T(0), db, fnum(1 - b1)});
+  t.op(Op::fmuls, {m, m, fnum(b1)});
+  t.op(Op::fadds, {m, m, T(0)});
+  t.op(Op::fmuls, {T(0), db, db});
+  t.op(Op::fmuls, {T(0), T(0), fnum(1 - b2)});
+  t.op(Op::fmuls, {v, v, fnum(b2)});
+  t.op(Op::fadds, {v, v, T(0)});
+  t.op(Op::fmuls, {T(1), m, "abc1b" + L});  // mhat
+  t.op(Op::fmuls, {T(2), v, "abc2b" + L});  // vhat
+  wide_ops(t, true, T(3), T(2), T(4), T(5), T(6), T(7));  // r = 1 / sqrt(vhat)
+  t.op(Op::fmuls, {T(2), T(2), T(3)});                     // s = vhat r = sqrt(vhat) (0 for 0)
+  t.op(Op::fadds, {T(2), T(2), fnum(eps)});                // d = s + eps
+  // 1 / d by Newton from 0.75 / max(s, eps) = 0.75 min(r, 1 / eps): d times it is in [0.75, 1.5],
+  // so the error 1 - d q starts within 0.5 and squares each step (6 steps: below fp32's rounding)
+  t.op(Op::fnegs, {T(0), T(3)});
+  t.op(Op::fmaxs, {T(0), T(0), fnum(-1.0 / eps)});
+  t.op(Op::fmuls, {T(0), T(0), fimm(-0.75)});
+  for (int i = 0; i < 6; ++i) {
+    t.op(Op::fmuls, {T(4), T(2), T(0)});
+    t.op(Op::fmacs, {T(4), fimm(2.0), T(4), fimm(-1.0)});
+    t.op(Op::fmuls, {T(0), T(0), T(4)});
+  }
+  t.op(Op::fmuls, {T(1), T(1), fnum(lr)});
+  t.op(Op::fmuls, {T(1), T(1), T(0)});
+  t.op(Op::fsubs, {"biasm" + L, "biasm" + L, T(1)});
+}
+
+int64_t adam_bias_cycles(int64_t nb, const WaferConfig& cfg) {
+  ProgramTemplate t;
+  adam_bias_ops(t, 0.9, 0.999, 1e-8, 0.01, "0");
+  return t.dsd_cycles(nb, cfg);
+}
 
 void chain_step(ProgramTemplate& t, const std::string& first, const std::string& last, const std::string& src, const std::string& to,
                 const std::string& from, const std::string& last_dst) {

@@ -197,6 +197,7 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
       if (c.half()) data += (k.B * k.nb + k.kb * k.nb) * 2;           // dy and the weight gradient in 16 bits, as they are sent
       if (opt.loss_scaling) data += k.nb * 2 + 4;                     // db's finiteness, the loss scale
       if (opt.momentum != 0) data += k.nb * 4;                       // chain ends: the bias velocity
+      if (opt.adam) data += (2 + kAdamTemps) * k.nb * 4 + 8;          // chain ends: Adam's moments, temporaries, corrections
       if (l + 1 == c.kernels.size())
         data += (opt.loss == "softmax_cross_entropy" ? k.B * k.nb + 2 * k.B * k.N + 7 * k.B + 2 : 2 * k.B * k.nb + 2) * 4;  // target, work arrays, loss
     }

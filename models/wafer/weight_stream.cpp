@@ -1,6 +1,7 @@
 #include "models/wafer/weight_stream.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "isa/error.hpp"
@@ -38,6 +39,7 @@ uint64_t MemoryX::add_tensor(const std::string& name, std::vector<float> values)
   tensors_[name] = {addr, values.size()};
   mem_.insert(mem_.end(), values.begin(), values.end());
   vel_.resize(mem_.size(), 0.0f);
+  vel2_.resize(mem_.size(), 0.0f);
   return addr;
 }
 
@@ -50,6 +52,17 @@ void MemoryX::set_velocity(const std::string& name, const std::vector<float>& v)
   const auto& [addr, n] = tensors_.at(name);
   if (v.size() != n) throw std::logic_error("MemoryX::set_velocity: " + std::to_string(v.size()) + " values for '" + name + "' of " + std::to_string(n));
   std::copy(v.begin(), v.end(), vel_.begin() + static_cast<std::ptrdiff_t>(addr / 4));
+}
+
+std::vector<float> MemoryX::second_moment(const std::string& name) const {
+  const auto& [addr, n] = tensors_.at(name);
+  return {vel2_.begin() + static_cast<std::ptrdiff_t>(addr / 4), vel2_.begin() + static_cast<std::ptrdiff_t>(addr / 4 + n)};
+}
+
+void MemoryX::set_second_moment(const std::string& name, const std::vector<float>& v) {
+  const auto& [addr, n] = tensors_.at(name);
+  if (v.size() != n) throw std::logic_error("MemoryX::set_second_moment: " + std::to_string(v.size()) + " values for '" + name + "' of " + std::to_string(n));
+  std::copy(v.begin(), v.end(), vel2_.begin() + static_cast<std::ptrdiff_t>(addr / 4));
 }
 
 std::vector<float> MemoryX::values(const std::string& name) const {
@@ -93,7 +106,23 @@ void MemoryX::b_transport(tlm::tlm_generic_payload& p, sc_time& delay) {
         const float d = m[i] * wd;
         g[i] = g[i] + d;
       }
-    if (mu_ == 0) {
+    if (adam_) {  // each fp32 operation rounded as the reference graph's (no FMA)
+      float* mm = vel_.data() + addr / 4;
+      float* vv = vel2_.data() + addr / 4;
+      const float b1 = static_cast<float>(b1_), b2 = static_cast<float>(b2_), c1 = static_cast<float>(1 - b1_), c2 = static_cast<float>(1 - b2_);
+      const float e = static_cast<float>(eps_), t = static_cast<float>(adam_t_);
+      const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b1), static_cast<double>(t)));
+      const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b2), static_cast<double>(t)));
+      for (size_t i = 0; i < g.size(); ++i) {
+        const float ma = mm[i] * b1, mb = g[i] * c1;
+        mm[i] = ma + mb;
+        const float gg = g[i] * g[i], vb = gg * c2, va = vv[i] * b2;
+        vv[i] = va + vb;
+        const float mh = mm[i] / bc1, vh = vv[i] / bc2;
+        const float num = mh * lr, den = std::sqrt(vh) + e;
+        m[i] = m[i] - num / den;
+      }
+    } else if (mu_ == 0) {
       for (size_t i = 0; i < g.size(); ++i) m[i] = m[i] - lr * g[i];
     } else {  // in the order torch's SGD (and the reference graph) rounds: v mu, + g; v lr, w -
       float* v = vel_.data() + addr / 4;

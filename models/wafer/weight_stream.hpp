@@ -57,6 +57,17 @@ class MemoryX : public sc_core::sc_module {
     mu_ = momentum;
     wd_ = weight_decay;
   }
+  // Adam (torch.optim.Adam, L2 weight decay added to the gradient first), in the reference graph's
+  // fp32 operations: m = m b1 + g (1 - b1), v = v b2 + g^2 (1 - b2), w -= (m / bc1 lr) /
+  // (sqrt(v / bc2) + eps) with bc = 1 - b^t; m is velocity()'s storage, v second_moment()'s; t, the
+  // number of the update (1-based), is set before each step's gradients.
+  void set_adam(double learning_rate, double beta1, double beta2, double eps, double weight_decay) {
+    adam_ = true;
+    lr_ = learning_rate, b1_ = beta1, b2_ = beta2, eps_ = eps, wd_ = weight_decay;
+  }
+  void set_adam_step(int64_t t) { adam_t_ = t; }
+  std::vector<float> second_moment(const std::string& name) const;
+  void set_second_moment(const std::string& name, const std::vector<float>& v);
   // Dynamic loss scaling: the gradients that arrive next are divided by `scale` (S) before the
   // optimizer, or, when `apply` is false (a gradient of the step was not finite), taken without
   // changing the weights or their velocities.
@@ -80,8 +91,10 @@ class MemoryX : public sc_core::sc_module {
   std::vector<float> mem_;                                      // all tensors, fp32
   std::vector<float> vel_;                                      // their velocities (momentum)
   std::map<std::string, std::pair<uint64_t, size_t>> tensors_;  // name -> (address, count)
-  double lr_ = 0, mu_ = 0, wd_ = 0, gscale_ = 1;
-  bool apply_ = true;
+  double lr_ = 0, mu_ = 0, wd_ = 0, gscale_ = 1, b1_ = 0.9, b2_ = 0.999, eps_ = 1e-8;
+  bool apply_ = true, adam_ = false;
+  int64_t adam_t_ = 1;
+  std::vector<float> vel2_;  // Adam's second moments
   sc_core::sc_time busy_until_ = sc_core::SC_ZERO_TIME;
   Stats stats_;
   std::vector<StreamTransfer> log_;

@@ -964,11 +964,11 @@ TEST_CASE("wafer-fabric: eager memory-only ops give the same run as element by e
 // The PE functions (mapper/wafer functions.cpp: the PEs have no exp, divide, tanh, erf or sqrt
 // instruction), built into a one-PE program and run, against the C library.
 namespace {
-// A one-PE program: arrays x, r, t, u, v (n floats) with DSDs xm, rm, tm, um, vm, and one task
+// A one-PE program: arrays x, r, t, u, v, w (n floats) with DSDs xm, rm, tm, um, vm, wm, and one task
 // whose body `body` builds.
 ProgramTemplate pe_function(const std::function<void(ProgramTemplate&)>& body, int64_t n) {
   ProgramTemplate t("f.pe");
-  for (const char* a : {"x", "r", "t", "u", "v"}) {
+  for (const char* a : {"x", "r", "t", "u", "v", "w"}) {
     t.data(a, Elem::f32, n);
     t.mem1d(std::string(a) + "m", a);
   }
@@ -1076,6 +1076,33 @@ TEST_CASE("wafer-fabric: the PE rsqrt of LayerNorm (32 Newton steps from 0.01) i
   for (size_t i = 0; i < in.size(); ++i) worst = std::max(worst, std::abs(out[i] * std::sqrt(static_cast<double>(in[i])) - 1.0));
   INFO("worst relative error: " << worst);
   CHECK(worst <= 1e-6);
+}
+
+// The wide-range rsqrt and reciprocal (Adam's bias update: sqrt(v_hat) + eps and its reciprocal,
+// whatever the gradients' scale) over fp32's range, 2^-120 to 2^120, against the C library.
+TEST_CASE("wafer-fabric: the PE wide-range rsqrt and reciprocal are within a few ulp over 2^-120 .. 2^120", "[wafer-fabric]") {
+  std::vector<float> in = {0.0f};  // (first: Adam's v_hat of a gradient that was always 0)
+  for (double v = std::ldexp(1.0, -120); v <= std::ldexp(1.0, 120); v *= 1.2371) in.push_back(static_cast<float>(v));  // (SRAM: ~1100 values)
+  for (int e = -120; e <= 120; e += 2)  // at and around powers of two (the scaling's thresholds)
+    for (float v : {std::ldexp(1.0f, e), std::nextafter(std::ldexp(1.0f, e), 0.0f), std::nextafter(std::ldexp(1.0f, e), INFINITY)}) in.push_back(v);
+  auto body = [](bool rsqrt) {  // (the result into x, which run_pe_functions reads)
+    return [rsqrt](ProgramTemplate& t) {
+      wide_ops(t, rsqrt, "rm", "xm", "tm", "um", "vm", "wm");
+      t.op(Op::fmovs, {"xm", "rm"});
+    };
+  };
+  const auto out = run_pe_functions({body(true), body(false)}, in);
+  double worst_r = 0, worst_q = 0;
+  for (size_t i = 1; i < in.size(); ++i) {
+    const double x = in[i];
+    worst_r = std::max(worst_r, std::abs(out[0][i] * std::sqrt(x) - 1.0));
+    worst_q = std::max(worst_q, std::abs(out[1][i] * x - 1.0));
+  }
+  INFO("rsqrt worst " << worst_r << ", reciprocal worst " << worst_q << " over " << in.size() << " inputs");
+  CHECK(worst_r <= 4e-7);
+  CHECK(worst_q <= 4e-7);
+  // 0: a finite rsqrt (that of 2^-120), so v_hat rsqrt(v_hat) = 0
+  CHECK(std::abs(out[0][0] / std::ldexp(1.0, 60) - 1.0) <= 2e-7);
 }
 
 namespace {

@@ -194,3 +194,31 @@ TEST_CASE("wafer-programs: loss scaling scales dy, folds db's finiteness into th
   }
   CHECK_THAT(cp.layout_json, Contains("\"verdict\""));
 }
+
+// Adam with weight decay (docs/wafer-compiler.md "Training"): the chain ends' bias update (moments,
+// the placed bias corrections, the wide-range rsqrt, Newton's reciprocal) after the dy multicast
+// has started; the programs assemble from their text to the same instances.
+TEST_CASE("wafer-programs: Adam updates the biases at the chain ends after the dy multicast has started", "[wafer-asm]") {
+  const WaferConfig c = preset_config("wse2");
+  graph::Graph g = frontend::load_onnx(kRoot + "/scenarios/models/train_mlp.onnx");
+  passes::prepare(g);
+  MappingOptions mo;
+  mo.mode = MapMode::weight_streaming;
+  mo.rect_width = mo.rect_height = 4;
+  mo.training = true;
+  mo.learning_rate = 0.01;
+  mo.adam = true;
+  mo.weight_decay = 0.01;
+  const Compiled cp = compile(g, c, mo);
+  check_both_ways(cp.layout_json, cp.programs, c);
+  const std::string text = cp.programs.begin()->second.text();
+  for (const char* l : {"0", "1"}) {
+    const std::string L(l);
+    const size_t send = text.find("fmovs dyout" + L + ", dym" + L), upd = text.find("fsubs biasm" + L + ", biasm" + L + ", ad" + L + "_1");
+    REQUIRE(send != std::string::npos);
+    REQUIRE(upd != std::string::npos);
+    CHECK(upd > send);
+    CHECK_THAT(text, Contains("fmuls ad" + L + "_1, amm" + L + ", abc1b" + L));
+    CHECK_THAT(text, Contains("fmacs dbm" + L + ", dbm" + L + ", biasm" + L));  // weight decay
+  }
+}
