@@ -38,14 +38,14 @@ class WaferTrainer : public TrainMachine {
   WaferTrainer(const Scenario& s, const graph::Graph& forward, const passes::TrainingGraph& tg, const passes::TrainingSpec& spec, const RunOptions& opt)
       : tg_(tg), cfg_(wafer::WaferConfig::from(s.params)), target_(spec.target), lr_(spec.learning_rate) {
     auto& con = Console::get();
-    const char* hint = "training on the wafer takes mse or softmax cross-entropy, sgd, momentum or adam (with or without weight decay) with a constant learning rate, fp32 or mixed 16-bit; run other set-ups on target.kind neuroncore or reference";
+    const char* hint = "training on the wafer takes mse or softmax cross-entropy, sgd, momentum or adam (with or without weight decay and a learning-rate schedule), fp32 or mixed 16-bit; run other set-ups on target.kind neuroncore or reference";
 
     if (spec.optimizer != "sgd" && spec.optimizer != "momentum" && spec.optimizer != "adam")
       throw InputError("/training/optimizer", "MemoryX applies SGD, momentum or Adam", hint);
     momentum_ = spec.optimizer == "momentum" ? spec.momentum : 0.0;
     adam_ = spec.optimizer == "adam";
     beta1_ = spec.beta1, beta2_ = spec.beta2;
-    if (spec.schedule != "constant") throw InputError("/training/optimizer/schedule", "the wafer takes a constant learning rate in this build", hint);
+    spec_ = spec;
     if (spec.compute != DType::f32 && spec.compute != DType::f16 && spec.compute != DType::bf16 && spec.compute != DType::cbf16)
       throw InputError("/precision/compute", "training on the wafer runs in fp32, or mixed precision in fp16, bf16 or cbf16", hint);
     const json& m = s.resolved["mapping"];
@@ -65,6 +65,7 @@ class WaferTrainer : public TrainMachine {
     mo.weight_decay = spec.weight_decay;
     mo.loss_scaling = spec.loss_scaling;
     mo.adam = adam_, mo.beta1 = spec.beta1, mo.beta2 = spec.beta2, mo.eps = spec.eps;
+    mo.lr_scheduled = spec.schedule != "constant";
     scaling_ = spec.loss_scaling;
     scale_ = static_cast<float>(spec.init_scale);
     growth_ = static_cast<float>(spec.growth);
@@ -183,6 +184,14 @@ class WaferTrainer : public TrainMachine {
     for (const auto& a : cp_.place_target(in.at(target_))) fab_->write_array(a.x, a.y, a.array, a.values);
     if (scaling_)  // MemoryX's loss scale, at the loss PEs
       for_chain_ends(cp_.kernels.back(), [&](int64_t x, int64_t y, int64_t) { fab_->write_array(x, y, "lsc", std::vector<float>{scale_}); });
+    if (spec_.schedule != "constant") {
+      // The step's learning rate (the schedule as the training graph computes it from the step, in
+      // its fp32 operations): MemoryX's, and at the chain ends for the biases.
+      lr_ = scheduled_rate(in.at("step").to_f32().at(0));
+      mx_->set_learning_rate(lr_);
+      for (const auto& k : cp_.kernels)
+        for_chain_ends(k, [&](int64_t x, int64_t y, int64_t) { fab_->write_array(x, y, "lrs" + std::to_string(&k - cp_.kernels.data()), std::vector<float>{lr_}); });
+    }
     if (adam_) {
       // Adam's update number t (1-based: the step, or with loss scaling the updates made + 1, which a
       // skipped step does not advance): MemoryX's, and the bias corrections 1 / (1 - b^t) it gives
@@ -274,8 +283,8 @@ class WaferTrainer : public TrainMachine {
     std::map<std::string, Tensor> out;
     out[cp_.output] = cp_.gather_output([&](int64_t x, int64_t y, const std::string& a) { return fab_->read_array(x, y, a); });
     out["loss"] = Tensor::from_f32({}, {fab_->read_array(cp_.loss_x, cp_.loss_y, "loss").at(0)});
-    // The constant rate the PE programs and MemoryX apply (the wafer takes no schedule).
-    out["learning_rate"] = Tensor::from_f32({}, {static_cast<float>(lr_)});
+    // The step's rate MemoryX and the chain ends applied.
+    out["learning_rate"] = Tensor::from_f32({}, {lr_});
     if (scaling_) out["skipped"] = Tensor::from_f32({}, {skipped ? 1.0f : 0.0f});
     return out;
   }
@@ -364,6 +373,23 @@ class WaferTrainer : public TrainMachine {
   }
 
  private:
+  // The learning rate of step t (1-based) under the schedule, in the training graph's fp32
+  // operations (passes::make_training_graph): lr gamma^(t-1), lr gamma^floor((t-1)/step_size), or
+  // lr (t / warmup_steps while t < warmup_steps).
+  float scheduled_rate(float t) const {
+    const float lr = static_cast<float>(spec_.learning_rate), g = static_cast<float>(spec_.gamma);
+    auto pw = [&](float e) { return static_cast<float>(std::pow(static_cast<double>(g), static_cast<double>(e))); };
+    if (spec_.schedule == "exponential") return lr * pw(t - 1.0f);
+    if (spec_.schedule == "step") {
+      const float q = (t - 1.0f) / static_cast<float>(spec_.step_size);
+      return lr * pw(static_cast<float>(static_cast<int64_t>(q)));
+    }
+    if (spec_.schedule == "warmup") {
+      const float w = static_cast<float>(spec_.warmup_steps);
+      return lr * (t < w ? t / w : 1.0f);
+    }
+    return lr;
+  }
   // Each layer's weight gradient, last layer first: the lanes of its port (in the compute type),
   // through SwarmX into MemoryX's update window (the optimizer on the fp32 masters). A port (one per
   // orientation) carries its kernels' blocks one kernel after another on each lane, in that order.
@@ -422,7 +448,8 @@ class WaferTrainer : public TrainMachine {
   const passes::TrainingGraph& tg_;
   wafer::WaferConfig cfg_;
   std::string target_;  // the graph input holding the targets
-  double lr_;
+  float lr_;  // the last step's rate
+  passes::TrainingSpec spec_;
   wafer::Compiled cp_;
   wafer::LoadedLayout L_;
   std::unique_ptr<Heartbeat> heartbeat_;

@@ -67,6 +67,9 @@ struct MappingOptions {
   // bias corrections 1 / (1 - b^t) the host places each step (`abc<l>`).
   bool adam = false;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  // A learning-rate schedule: the chain ends take the step's rate from the host (`lrs<l>`) instead
+  // of the constant learning_rate.
+  bool lr_scheduled = false;
   std::string loss = "mse";      // mse | softmax_cross_entropy (all classes on one chain-end PE)
 };
 
@@ -318,6 +321,7 @@ struct Compiled {
   bool loss_scaling = false;                    // training: dynamic loss scaling (MappingOptions)
   bool adam = false;                            // training: Adam (MappingOptions)
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  bool lr_scheduled = false;                    // training: the step's rate placed per step (MappingOptions)
   int cv = -1;                                  // its verdict color (port "verdict": E side, one lane per row)
   int cl0 = -1, cl1 = -1;
   int64_t loss_x = 0, loss_y = 0;

@@ -95,7 +95,8 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     }
     // bstart at each chain end q: mask (ReLU), bias gradient and update, then the multicast
     // (the bias update: weight decay, momentum, SGD; with loss scaling the verdict task's instead)
-    const int64_t update = (c.adam ? adam_bias_cycles(nb, cfg) : dsd(nb, Op::fmacs) + (c.momentum != 0 ? 2 * dsd(nb) : 0)) + (c.weight_decay != 0 ? dsd(nb, Op::fmacs) : 0);
+    const int64_t update = (c.adam ? adam_bias_cycles(nb, cfg) : (c.lr_scheduled ? 2 * dsd(nb) : dsd(nb, Op::fmacs)) + (c.momentum != 0 ? 2 * dsd(nb) : 0)) +
+                           (c.weight_decay != 0 ? dsd(nb, Op::fmacs) : 0);
     int64_t body = dd + (k.activated() ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + (c.loss_scaling || c.adam ? 0 : update) + 1;
     const int64_t after_send = !c.loss_scaling && c.adam ? update : 0;  // (Adam's update after the multicast has started: the chain end's own dy tasks wait)
     if (c.half()) body += dsd(n, Op::fs2h);  // mixed precision: dy to the compute type before it is sent
@@ -198,7 +199,8 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     const int64_t at = static_cast<int64_t>(std::ceil((done + cfg.swarmx_latency) * hz - 1e-9));
     int64_t task = 2 + 1;  // the branch, halt
     for (const auto& k : c.kernels)
-      task += dsd(k.nb) + (c.adam ? adam_bias_cycles(k.nb, cfg) : dsd(k.nb, Op::fmacs) + (c.momentum != 0 ? 2 * dsd(k.nb) : 0)) + (c.weight_decay != 0 ? dsd(k.nb, Op::fmacs) : 0);
+      task += dsd(k.nb) + (c.adam ? adam_bias_cycles(k.nb, cfg) : (c.lr_scheduled ? 2 * dsd(k.nb) : dsd(k.nb, Op::fmacs)) + (c.momentum != 0 ? 2 * dsd(k.nb) : 0)) +
+              (c.weight_decay != 0 ? dsd(k.nb, Op::fmacs) : 0);
     fabric_end = std::max(fabric_end, at + kl.w * hop + 2 + task);
   }
   c.predicted_cycles = fabric_end;

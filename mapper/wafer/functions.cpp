@@ -188,7 +188,7 @@ namespace tessera::wafer::detail {
 // reference graph's order: m = m b1 + g (1 - b1); v = v b2 + g^2 (1 - b2); mhat = m / bc1 and
 // vhat = v / bc2 (times the placed 1 / bc); b -= mhat lr / (sqrt(vhat) + eps), the square root as
 // vhat rsqrt(vhat) (the wide-range rsqrt, wide_ops) and the division by Newton's reciprocal.
-void adam_bias_ops(ProgramTemplate& t, double b1, double b2, double eps, double lr, const std::string& L) {
+void adam_bias_ops(ProgramTemplate& t, double b1, double b2, double eps, double lr, const std::string& L, bool lr_placed) {
   auto T = [&](int i) { return "ad" + L + "_" + std::to_string(i); };
   const std::string db = "dbm" + L, m = "amm" + L, v = "avm" + L;
   t.op(Op::fmuls, {T(0), db, fnum(1 - b1)});
@@ -213,7 +213,8 @@ void adam_bias_ops(ProgramTemplate& t, double b1, double b2, double eps, double 
     t.op(Op::fmacs, {T(4), fimm(2.0), T(4), fimm(-1.0)});
     t.op(Op::fmuls, {T(0), T(0), T(4)});
   }
-  t.op(Op::fmuls, {T(1), T(1), fnum(lr)});
+  if (lr_placed) t.op(Op::fmuls, {T(1), T(1), "lrb" + L});  // (a schedule: the step's rate)
+  else t.op(Op::fmuls, {T(1), T(1), fnum(lr)});
   t.op(Op::fmuls, {T(1), T(1), T(0)});
   t.op(Op::fsubs, {"biasm" + L, "biasm" + L, T(1)});
 }

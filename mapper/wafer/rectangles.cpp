@@ -198,6 +198,7 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
       if (opt.loss_scaling) data += k.nb * 2 + 4;                     // db's finiteness, the loss scale
       if (opt.momentum != 0) data += k.nb * 4;                       // chain ends: the bias velocity
       if (opt.adam) data += (2 + kAdamTemps) * k.nb * 4 + 8;          // chain ends: Adam's moments, temporaries, corrections
+      if (opt.lr_scheduled) data += k.nb * 4 + 4;                     // chain ends: the step's learning rate, a temporary
       if (l + 1 == c.kernels.size())
         data += (opt.loss == "softmax_cross_entropy" ? k.B * k.nb + 2 * k.B * k.N + 7 * k.B + 2 : 2 * k.B * k.nb + 2) * 4;  // target, work arrays, loss
     }

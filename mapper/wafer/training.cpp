@@ -133,6 +133,12 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     t.data("vb" + L, Elem::f32, nb, {}, -1, -1, "the bias velocity (momentum), kept from step to step");
     t.mem1d("vbm" + L, "vb" + L);
   }
+  if (c.lr_scheduled) {  // the step's learning rate (placed each step) and a temporary
+    t.data("lrs" + L, Elem::f32, 1, {}, -1, -1, "the step's learning rate, placed by the host each step");
+    t.mem4d("lrb" + L, "lrs" + L, 0, {{nb, 0}});
+    t.data("lrt" + L, Elem::f32, nb);
+    t.mem1d("lrtm" + L, "lrt" + L);
+  }
   if (c.adam) {  // Adam's moments (kept), the bias corrections (placed each step), temporaries
     t.data("am" + L, Elem::f32, nb, {}, -1, -1, "Adam's first moment of the bias, kept from step to step");
     t.data("av" + L, Elem::f32, nb, {}, -1, -1, "Adam's second moment of the bias, kept from step to step");
@@ -196,13 +202,19 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     const std::string L = std::to_string(l);
     if (c.weight_decay != 0) t.op(Op::fmacs, {"dbm" + L, "dbm" + L, "biasm" + L, fnum(c.weight_decay)});  // db + b wd (torch's weight_decay)
     if (c.adam) {
-      adam_bias_ops(t, c.beta1, c.beta2, c.eps, lr, L);
-    } else if (c.momentum != 0) {  // v = mu v + db; b -= lr v (torch's SGD with momentum)
-      t.op(Op::fmuls, {"vbm" + L, "vbm" + L, fnum(c.momentum)});
-      t.op(Op::fadds, {"vbm" + L, "vbm" + L, "dbm" + L});
-      t.op(Op::fmacs, {"biasm" + L, "biasm" + L, "vbm" + L, fnum(-lr)});
+      adam_bias_ops(t, c.beta1, c.beta2, c.eps, lr, L, c.lr_scheduled);
     } else {
-      t.op(Op::fmacs, {"biasm" + L, "biasm" + L, "dbm" + L, fnum(-lr)});
+      if (c.momentum != 0) {  // v = mu v + db; b -= lr v (torch's SGD with momentum)
+        t.op(Op::fmuls, {"vbm" + L, "vbm" + L, fnum(c.momentum)});
+        t.op(Op::fadds, {"vbm" + L, "vbm" + L, "dbm" + L});
+      }
+      const std::string g = (c.momentum != 0 ? "vbm" : "dbm") + L;
+      if (c.lr_scheduled) {  // b - g lr, lr the step's (placed): the graph's Mul and Sub
+        t.op(Op::fmuls, {"lrtm" + L, g, "lrb" + L});
+        t.op(Op::fsubs, {"biasm" + L, "biasm" + L, "lrtm" + L});
+      } else {
+        t.op(Op::fmacs, {"biasm" + L, "biasm" + L, g, fnum(-lr)});
+      }
     }
   };
   std::vector<int64_t> keys(n);

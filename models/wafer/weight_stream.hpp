@@ -66,6 +66,8 @@ class MemoryX : public sc_core::sc_module {
     lr_ = learning_rate, b1_ = beta1, b2_ = beta2, eps_ = eps, wd_ = weight_decay;
   }
   void set_adam_step(int64_t t) { adam_t_ = t; }
+  // A learning-rate schedule: the rate of the gradients that arrive next.
+  void set_learning_rate(double lr) { lr_ = lr; }
   std::vector<float> second_moment(const std::string& name) const;
   void set_second_moment(const std::string& name, const std::vector<float>& v);
   // Dynamic loss scaling: the gradients that arrive next are divided by `scale` (S) before the

@@ -221,4 +221,11 @@ TEST_CASE("wafer-programs: Adam updates the biases at the chain ends after the d
     CHECK_THAT(text, Contains("fmuls ad" + L + "_1, amm" + L + ", abc1b" + L));
     CHECK_THAT(text, Contains("fmacs dbm" + L + ", dbm" + L + ", biasm" + L));  // weight decay
   }
+  // With a learning-rate schedule the step's rate is the placed lrs<l> (Adam's product; SGD's Mul and Sub).
+  mo.lr_scheduled = true;
+  const std::string sched = compile(g, c, mo).programs.begin()->second.text();
+  CHECK_THAT(sched, Contains("fmuls ad0_1, ad0_1, lrb0"));
+  mo.adam = false;
+  const std::string sgd = compile(g, c, mo).programs.begin()->second.text();
+  CHECK_THAT(sgd, Contains("fmuls lrtm1, dbm1, lrb1") && Contains("fsubs biasm1, biasm1, lrtm1"));
 }
