@@ -402,8 +402,12 @@ class WaferTrainer : public TrainMachine {
     for (const auto& k : cp_.kernels) expect[k.grad_port] += k.lane_len;
     std::vector<std::vector<std::vector<float>>> lanes(n);
     std::vector<int64_t> last(n, 0);
+    // (with loss scaling the check is the graph's: every g / S finite, and their sums -- per
+    // tensor, then added in fp32 -- too)
     bool finite = true;
+    float total = 0;
     for (size_t li = n; li-- > 0;) {
+      double sum = 0;
       const auto& k = cp_.kernels[li];
       const int64_t at = taken[k.grad_port];
       for (int64_t lane = 0; lane < k.lanes; ++lane) {
@@ -415,14 +419,17 @@ class WaferTrainer : public TrainMachine {
         for (int64_t i = 0; i < k.lane_len; ++i) {
           const uint32_t bits = o[static_cast<size_t>(at + i)].first;
           v[static_cast<size_t>(i)] = cp_.half() ? wafer::decode_elem(bits, cp_.compute) : bits_float(bits);
-          finite = finite && std::isfinite(v[static_cast<size_t>(i)]);
+          const float q = scaling_ ? v[static_cast<size_t>(i)] / scale_ : v[static_cast<size_t>(i)];
+          finite = finite && std::isfinite(q);
+          sum += q;
         }
         if (k.lane_len) last[li] = std::max(last[li], o[static_cast<size_t>(at + k.lane_len - 1)].second);
         lanes[li].push_back(std::move(v));
       }
       taken[k.grad_port] = at + k.lane_len;
+      total = total + static_cast<float>(sum);
     }
-    finite_ = finite;
+    finite_ = finite && std::isfinite(total);
     if (scaling_) mx_->set_gradient_scale(scale_, finite);
     sc_core::sc_time done = sc_core::SC_ZERO_TIME;
     for (size_t li = n; li-- > 0;) {

@@ -27,6 +27,16 @@ STEPS = 25
 WEIGHT_DECAY = 0.01  # momentum_wd: torch.optim.SGD(weight_decay=...)
 
 
+class NoBiasRegressor(nn.Module):  # the MLP regression without biases (Linear(bias=False): plain MatMuls)
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16, bias=False)
+        self.fc2 = nn.Linear(16, 4, bias=False)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
 class Regressor(nn.Module):  # MLP regression: 8 -> 16 -> 4, MSE
     def __init__(self):
         super().__init__()
@@ -181,6 +191,7 @@ def main():
         ("linear", lambda: nn.Linear(8, 4), regression_data, "mse", [("sgd", 0.05)], (16, 8)),  # one layer
         # the small CNN at batch 4 (the wafer keeps every im2col row of a conv on each PE of its line)
         ("cnn_b4", SmallCNN, lambda rng: image_data(rng, 4), "softmax_cross_entropy", [("sgd", 0.05)], (4, 1, 8, 8)),
+        ("mlp_nobias", NoBiasRegressor, regression_data, "mse", [("sgd", 0.05)], (16, 8)),
         ("classifier6", Deep6Classifier, classification_data, "softmax_cross_entropy", [("momentum", 0.05)], (24, 10)),
     ]
     for name, cls, data, loss, opts, shape in cases:

@@ -206,7 +206,7 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t);
 void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t);
 int loss_task_id(const Compiled& c);
 void check_training(const Compiled& c, const MappingOptions& opt);
-// Adam's bias update at kernel L's chain ends (training.cpp) and its DSD cycles over nb values.
+// Adam's bias update at kernel L's chain ends (functions.cpp) and its DSD cycles over nb values.
 inline constexpr int kAdamTemps = 8;
 void adam_bias_ops(ProgramTemplate& t, double b1, double b2, double eps, double lr, const std::string& L, bool lr_placed = false);
 int64_t adam_bias_cycles(int64_t nb, const WaferConfig& cfg);

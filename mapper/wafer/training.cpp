@@ -199,6 +199,7 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
   // The bias update from db at kernel l's chain ends (weight decay, then SGD or momentum, in the
   // reference graph's order): in bstart, or with loss scaling in the verdict task, after db / S.
   auto bias_update = [&](size_t l) {
+    if (c.kernels[l].b_value.empty()) return;  // (a layer without a bias: its zero bias stays)
     const std::string L = std::to_string(l);
     if (c.weight_decay != 0) t.op(Op::fmacs, {"dbm" + L, "dbm" + L, "biasm" + L, fnum(c.weight_decay)});  // db + b wd (torch's weight_decay)
     if (c.adam) {
@@ -292,7 +293,7 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     }
     if (c.half()) {  // the gradient in the compute type (with loss scaling, db's finiteness folded in)
       t.op(Op::fs2h, {"gWhm" + L, "gWm" + L});
-      if (c.loss_scaling) {
+      if (c.loss_scaling && !c.kernels[l].b_value.empty()) {  // (no bias: no gradient to check)
         t.if_("last" + L);
         t.op(Op::fs2h, {"dbhm" + L, "dbm" + L});
         t.op(Op::fmulh, {"dbhm" + L, "dbhm" + L, fimm(0.0)});
@@ -355,6 +356,7 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
   t.op(Op::bz, {kWv, "vskip"});
   for (size_t l = 0; l < n; ++l) {
     const std::string L = std::to_string(l);
+    if (c.kernels[l].b_value.empty()) continue;
     t.if_("last" + L);
     t.op(Op::fmuls, {"dbm" + L, "dbm" + L, kWv});
     bias_update(l);
@@ -432,7 +434,7 @@ void training_layout(Compiled& c, const MappingOptions& opt, json& routes, json&
     grad_port_routes(k, routes);
     const int64_t len = k.k_on_columns ? k.w : k.h;
     ports.push_back({{"name", k.grad_port}, {"dir", "out"}, {"side", k.k_on_columns ? "E" : "S"}, {"x", k.k_on_columns ? k.w - 1 : 0},
-                     {"y", k.k_on_columns ? 0 : k.h - 1}, {"length", k.lanes}, {"color", chain_color(k, len - 1)}, {"type", "f32"}});
+                     {"y", k.k_on_columns ? 0 : k.h - 1}, {"length", k.lanes}, {"color", chain_color(k, len - 1)}, {"type", std::string(elem_name(c.compute))}});  // (mixed precision: the compute type)
   }
   backward_tasks(c, opt.learning_rate, t);
   loss_routes(c, routes);

@@ -262,7 +262,12 @@ void Fabric::set_port_reply(PortReply reply) {
 
 // The reply's streams into its input port, once the wavelets it answers have left (cycle t).
 void Fabric::Impl::fire_reply(int64_t t) {
-  auto streams = reply.fn(t - start);
+  std::vector<std::pair<std::vector<uint32_t>, int64_t>> streams;
+  try {
+    streams = reply.fn(t - start);
+  } catch (const std::exception& e) {  // the host's error, not the fabric model's
+    throw Failure{std::string("port reply to '") + ports[reply_to].spec->name + "': " + e.what()};
+  }
   PortRt& p = ports[reply_to];
   if (streams.size() != p.lanes.size()) throw std::logic_error("Fabric port reply: one stream per lane of '" + p.spec->name + "'");
   for (size_t i = 0; i < streams.size(); ++i) {
