@@ -55,12 +55,18 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
   // with the previous pass's step times (per PE: ready cycle, cost) until the total is stable.
   using Steps = std::vector<std::vector<std::pair<int64_t, int64_t>>>;
   Steps steps_prev, steps_now;
+  // Per kernel: its weight stream's window ([first wavelet in, last one at the far end]) and its
+  // wavelets per lane, from the previous pass. Every PE of a lane copies the stream through its ramp
+  // (its own block, and the others into `junk`), an async op that shares the PE's datapath with the
+  // reduce chain of the kernel running meanwhile.
+  std::vector<std::pair<int64_t, int64_t>> stream_prev, stream_now;
   const bool step_passes = ws && c.sequenced && !c.training && !c.kernels.empty();
   int64_t prev_total = -1;
   for (int iter = 0; iter < (step_passes ? 6 : 1); ++iter) {
   next_of.clear(), x0_of.clear(), last_chain_end.clear(), compute_end_of.clear(), wready_of.clear(), busy_of.clear();
   mx_bytes_before = 0;
   if (step_passes) steps_now.assign(static_cast<size_t>(c.kernels.front().w * c.kernels.front().h), {});
+  stream_now.assign(c.kernels.size(), {INT64_MAX, INT64_MIN});
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     DenseKernel& k = c.kernels[l];
     // The chains and lines span the whole rectangle (weight streaming pads blocks with zeros to
@@ -161,6 +167,8 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
           Tq[static_cast<size_t>(q)] = T;
         }
         const int64_t t_last = std::max(T + blk - 1, supply_end);
+        stream_now[l].first = std::min(stream_now[l].first, t0);
+        stream_now[l].second = std::max(stream_now[l].second, t_last + along * hop);
         if (step_passes) {  // this load's steps at each PE of the line (sequencer.cpp; each after the loads' search)
           const bool rt = detail::runtime_block_lengths(c.training, k);
           for (int64_t p = 0; p < along; ++p) {
@@ -252,6 +260,16 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       }
       compute_end = std::max(compute_end, tmax);
       int64_t t = Lk == 1 ? tmax : lead + (Lk - 1) * pass + n_el;  // the chain end holds the sum
+      // The next kernel's weight stream passing the chain's PEs meanwhile (sequenced: its load runs
+      // during this kernel's reduce): each of its wavelets takes a datapath cycle from the chain.
+      if (step_passes && Lk > 1 && l + 1 < nk && l + 1 < stream_prev.size() && stream_prev[l + 1].second > stream_prev[l + 1].first) {
+        const auto [s0, s1] = stream_prev[l + 1];
+        const int64_t overlap = std::min(t, s1) - std::max(lead, s0);
+        if (overlap > 0) {
+          const double density = std::min(1.0, static_cast<double>(c.kernels[l + 1].lane_len) / static_cast<double>(s1 - s0));
+          t += std::min<int64_t>(n_el, std::llround(static_cast<double>(overlap) * density));
+        }
+      }
       if (ws && !c.sequenced) {  // (own tasks: the chain end runs an earlier kernel's chain-end task first when it still holds the PE)
         const int64_t px = k.k_on_columns ? Lk - 1 : pn, py = k.k_on_columns ? pn : Lk - 1;
         const size_t ie = static_cast<size_t>(py * k.w + px);
@@ -387,6 +405,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
   prev_total = total;
   steps_prev = std::move(steps_now);
   for (auto& v : steps_prev) std::sort(v.begin(), v.end());
+  stream_prev = std::move(stream_now);
   }
   // The run ends when the last chain end halts.
   c.predicted_cycles = c.kernels.empty() ? 0 : c.kernels.back().est.end + 1;
