@@ -95,8 +95,7 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     }
     // bstart at each chain end q: mask (ReLU), bias gradient and update, then the multicast
     // (the bias update: weight decay, momentum, SGD; with loss scaling the verdict task's instead)
-    const int64_t update = k.b_value.empty() ? 0 : (c.adam ? adam_bias_cycles(nb, cfg) : (c.lr_scheduled ? 2 * dsd(nb) : dsd(nb, Op::fmacs)) + (c.momentum != 0 ? 2 * dsd(nb) : 0)) +
-                           (c.weight_decay != 0 ? dsd(nb, Op::fmacs) : 0);
+    const int64_t update = bias_update_cycles(c, li, cfg);
     int64_t body = dd + (k.activated() ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + (c.loss_scaling || c.adam ? 0 : update) + 1;
     const int64_t after_send = !c.loss_scaling && c.adam ? update : 0;  // (Adam's update after the multicast has started: the chain end's own dy tasks wait)
     if (c.half()) body += dsd(n, Op::fs2h);  // mixed precision: dy to the compute type before it is sent
@@ -199,18 +198,16 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     const int64_t at = static_cast<int64_t>(std::ceil((done + cfg.swarmx_latency) * hz - 1e-9));
     // (per PE the kernels whose chain ends it holds: the east column's rows below an A kernel's
     // blocks, the south row's columns below a B kernel's, both at the corner; the slowest PE)
-    auto cost = [&](const DenseKernel& k) {
-      if (k.b_value.empty()) return int64_t{0};
-      return dsd(k.nb) + (c.adam ? adam_bias_cycles(k.nb, cfg) : (c.lr_scheduled ? 2 * dsd(k.nb) : dsd(k.nb, Op::fmacs)) + (c.momentum != 0 ? 2 * dsd(k.nb) : 0)) +
-             (c.weight_decay != 0 ? dsd(k.nb, Op::fmacs) : 0);
-    };
+    auto cost = [&](size_t l) { return c.kernels[l].b_value.empty() ? int64_t{0} : dsd(c.kernels[l].nb) + bias_update_cycles(c, l, cfg); };  // (db *= 1 / S first)
     int64_t worst = 0;
     for (int64_t y = 0; y < kl.h; ++y)
       for (int64_t x = 0; x < kl.w; ++x) {
         if (x != kl.w - 1 && y != kl.h - 1) continue;
         int64_t sum = 0;
-        for (const auto& k : c.kernels)
-          if ((k.k_on_columns && x == kl.w - 1 && y < k.nblocks()) || (!k.k_on_columns && y == kl.h - 1 && x < k.nblocks())) sum += cost(k);
+        for (size_t l = 0; l < L; ++l) {
+          const DenseKernel& k = c.kernels[l];
+          if ((k.k_on_columns && x == kl.w - 1 && y < k.nblocks()) || (!k.k_on_columns && y == kl.h - 1 && x < k.nblocks())) sum += cost(l);
+        }
         worst = std::max(worst, sum);
       }
     const int64_t task = 2 + 1 + worst;  // the branch, the updates, halt

@@ -219,12 +219,6 @@ void adam_bias_ops(ProgramTemplate& t, double b1, double b2, double eps, double 
   t.op(Op::fsubs, {"biasm" + L, "biasm" + L, T(1)});
 }
 
-int64_t adam_bias_cycles(int64_t nb, const WaferConfig& cfg) {
-  ProgramTemplate t;
-  adam_bias_ops(t, 0.9, 0.999, 1e-8, 0.01, "0");
-  return t.dsd_cycles(nb, cfg);
-}
-
 void chain_step(ProgramTemplate& t, const std::string& first, const std::string& last, const std::string& src, const std::string& to,
                 const std::string& from, const std::string& last_dst) {
   t.if_(first);

@@ -206,10 +206,13 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t);
 void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t);
 int loss_task_id(const Compiled& c);
 void check_training(const Compiled& c, const MappingOptions& opt);
-// Adam's bias update at kernel L's chain ends (functions.cpp) and its DSD cycles over nb values.
+// The bias update at kernel l's chain ends (training.cpp: weight decay, SGD, momentum or Adam) and
+// its DSD cycles, from the same generator.
+void bias_update_ops(const Compiled& c, size_t l, double lr, ProgramTemplate& t);
+int64_t bias_update_cycles(const Compiled& c, size_t l, const WaferConfig& cfg);
+// Adam's bias update at kernel L's chain ends (functions.cpp).
 inline constexpr int kAdamTemps = 8;
 void adam_bias_ops(ProgramTemplate& t, double b1, double b2, double eps, double lr, const std::string& L, bool lr_placed = false);
-int64_t adam_bias_cycles(int64_t nb, const WaferConfig& cfg);
 void training_layout(Compiled& c, const MappingOptions& opt, json& routes, json& params, json& ports, ProgramTemplate& t);
 
 // rectangles.cpp: the kernels' rectangles and the fabric's size in pipelined mode (a block), in

@@ -194,33 +194,42 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
 //           kernel's bstart), then the weight-gradient block out (g2: the blocks from behind);
 //   g3      the block has left: the previous kernel's dy task may go on (once its weights are in
 //           again, for a reload), or, after kernel 0, the PE halts.
+// The bias update from db at kernel l's chain ends (weight decay, then SGD, momentum or Adam, in the
+// reference graph's order; nothing for a layer without a bias): in bstart, or with loss scaling in
+// the verdict task, after db / S.
+void bias_update_ops(const Compiled& c, size_t l, double lr, ProgramTemplate& t) {
+  if (c.kernels[l].b_value.empty()) return;  // (a layer without a bias: its zero bias stays)
+  const std::string L = std::to_string(l);
+  if (c.weight_decay != 0) t.op(Op::fmacs, {"dbm" + L, "dbm" + L, "biasm" + L, fnum(c.weight_decay)});  // db + b wd (torch's weight_decay)
+  if (c.adam) {
+    adam_bias_ops(t, c.beta1, c.beta2, c.eps, lr, L, c.lr_scheduled);
+    return;
+  }
+  if (c.momentum != 0) {  // v = mu v + db; b -= lr v (torch's SGD with momentum)
+    t.op(Op::fmuls, {"vbm" + L, "vbm" + L, fnum(c.momentum)});
+    t.op(Op::fadds, {"vbm" + L, "vbm" + L, "dbm" + L});
+  }
+  const std::string g = (c.momentum != 0 ? "vbm" : "dbm") + L;
+  if (c.lr_scheduled) {  // b - g lr, lr the step's (placed): the graph's Mul and Sub
+    t.op(Op::fmuls, {"lrtm" + L, g, "lrb" + L});
+    t.op(Op::fsubs, {"biasm" + L, "biasm" + L, "lrtm" + L});
+  } else {
+    t.op(Op::fmacs, {"biasm" + L, "biasm" + L, g, fnum(-lr)});
+  }
+}
+
+int64_t bias_update_cycles(const Compiled& c, size_t l, const WaferConfig& cfg) {
+  ProgramTemplate t;
+  bias_update_ops(c, l, 0.01, t);
+  return t.dsd_cycles(c.kernels[l].nb, cfg);
+}
+
 void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
   const size_t n = c.kernels.size();
-  // The bias update from db at kernel l's chain ends (weight decay, then SGD or momentum, in the
-  // reference graph's order): in bstart, or with loss scaling in the verdict task, after db / S.
-  auto bias_update = [&](size_t l) {
-    if (c.kernels[l].b_value.empty()) return;  // (a layer without a bias: its zero bias stays)
-    const std::string L = std::to_string(l);
-    if (c.weight_decay != 0) t.op(Op::fmacs, {"dbm" + L, "dbm" + L, "biasm" + L, fnum(c.weight_decay)});  // db + b wd (torch's weight_decay)
-    if (c.adam) {
-      adam_bias_ops(t, c.beta1, c.beta2, c.eps, lr, L, c.lr_scheduled);
-    } else {
-      if (c.momentum != 0) {  // v = mu v + db; b -= lr v (torch's SGD with momentum)
-        t.op(Op::fmuls, {"vbm" + L, "vbm" + L, fnum(c.momentum)});
-        t.op(Op::fadds, {"vbm" + L, "vbm" + L, "dbm" + L});
-      }
-      const std::string g = (c.momentum != 0 ? "vbm" : "dbm") + L;
-      if (c.lr_scheduled) {  // b - g lr, lr the step's (placed): the graph's Mul and Sub
-        t.op(Op::fmuls, {"lrtm" + L, g, "lrb" + L});
-        t.op(Op::fsubs, {"biasm" + L, "biasm" + L, "lrtm" + L});
-      } else {
-        t.op(Op::fmacs, {"biasm" + L, "biasm" + L, g, fnum(-lr)});
-      }
-    }
-  };
   std::vector<int64_t> keys(n);
   for (size_t i = 0; i < n; ++i) keys[i] = static_cast<int64_t>(i);  // key i: kernel n - 1 - i
   auto layer = [&](int64_t key) { return n - 1 - static_cast<size_t>(key); };
+  auto bias_update = [&](size_t l) { bias_update_ops(c, l, lr, t); };
   t.comment("---- the backward pass (r13 kernels whose dy tasks have ended here, r11 whose gradient has left; from the last kernel)");
 
   t.task("bstart", TaskKind::local, id_after(c, 3), -1, -1, false, false, "dy complete at kernel n - 1 - r13's chain ends: mask, bias update, multicast");

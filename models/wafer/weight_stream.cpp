@@ -43,31 +43,17 @@ uint64_t MemoryX::add_tensor(const std::string& name, std::vector<float> values)
   return addr;
 }
 
-std::vector<float> MemoryX::velocity(const std::string& name) const {
+// A tensor's slice of one of MemoryX's parallel arrays (the values, the velocities or first
+// moments, the second moments), read or written.
+std::vector<float> MemoryX::slice(const std::vector<float>& a, const std::string& name) const {
   const auto& [addr, n] = tensors_.at(name);
-  return {vel_.begin() + static_cast<std::ptrdiff_t>(addr / 4), vel_.begin() + static_cast<std::ptrdiff_t>(addr / 4 + n)};
+  return {a.begin() + static_cast<std::ptrdiff_t>(addr / 4), a.begin() + static_cast<std::ptrdiff_t>(addr / 4 + n)};
 }
 
-void MemoryX::set_velocity(const std::string& name, const std::vector<float>& v) {
+void MemoryX::set_slice(std::vector<float>& a, const std::string& name, const std::vector<float>& v) {
   const auto& [addr, n] = tensors_.at(name);
-  if (v.size() != n) throw std::logic_error("MemoryX::set_velocity: " + std::to_string(v.size()) + " values for '" + name + "' of " + std::to_string(n));
-  std::copy(v.begin(), v.end(), vel_.begin() + static_cast<std::ptrdiff_t>(addr / 4));
-}
-
-std::vector<float> MemoryX::second_moment(const std::string& name) const {
-  const auto& [addr, n] = tensors_.at(name);
-  return {vel2_.begin() + static_cast<std::ptrdiff_t>(addr / 4), vel2_.begin() + static_cast<std::ptrdiff_t>(addr / 4 + n)};
-}
-
-void MemoryX::set_second_moment(const std::string& name, const std::vector<float>& v) {
-  const auto& [addr, n] = tensors_.at(name);
-  if (v.size() != n) throw std::logic_error("MemoryX::set_second_moment: " + std::to_string(v.size()) + " values for '" + name + "' of " + std::to_string(n));
-  std::copy(v.begin(), v.end(), vel2_.begin() + static_cast<std::ptrdiff_t>(addr / 4));
-}
-
-std::vector<float> MemoryX::values(const std::string& name) const {
-  const auto& [addr, n] = tensors_.at(name);
-  return {mem_.begin() + static_cast<std::ptrdiff_t>(addr / 4), mem_.begin() + static_cast<std::ptrdiff_t>(addr / 4 + n)};
+  if (v.size() != n) throw std::logic_error("MemoryX: " + std::to_string(v.size()) + " state values for '" + name + "' of " + std::to_string(n));
+  std::copy(v.begin(), v.end(), a.begin() + static_cast<std::ptrdiff_t>(addr / 4));
 }
 
 void MemoryX::b_transport(tlm::tlm_generic_payload& p, sc_time& delay) {

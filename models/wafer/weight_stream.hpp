@@ -51,7 +51,7 @@ class MemoryX : public sc_core::sc_module {
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
   uint64_t address(const std::string& name) const { return tensors_.at(name).first; }
   int64_t count(const std::string& name) const { return static_cast<int64_t>(tensors_.at(name).second); }
-  std::vector<float> values(const std::string& name) const;
+  std::vector<float> values(const std::string& name) const { return slice(mem_, name); }
   void set_sgd(double learning_rate, double momentum = 0, double weight_decay = 0) {
     lr_ = learning_rate;
     mu_ = momentum;
@@ -68,8 +68,8 @@ class MemoryX : public sc_core::sc_module {
   void set_adam_step(int64_t t) { adam_t_ = t; }
   // A learning-rate schedule: the rate of the gradients that arrive next.
   void set_learning_rate(double lr) { lr_ = lr; }
-  std::vector<float> second_moment(const std::string& name) const;
-  void set_second_moment(const std::string& name, const std::vector<float>& v);
+  std::vector<float> second_moment(const std::string& name) const { return slice(vel2_, name); }
+  void set_second_moment(const std::string& name, const std::vector<float>& v) { set_slice(vel2_, name, v); }
   // Dynamic loss scaling: the gradients that arrive next are divided by `scale` (S) before the
   // optimizer, or, when `apply` is false (a gradient of the step was not finite), taken without
   // changing the weights or their velocities.
@@ -78,8 +78,8 @@ class MemoryX : public sc_core::sc_module {
     apply_ = apply;
   }
   // The optimizer state of a tensor (the momentum's velocity; zeros until the first update).
-  std::vector<float> velocity(const std::string& name) const;
-  void set_velocity(const std::string& name, const std::vector<float>& v);
+  std::vector<float> velocity(const std::string& name) const { return slice(vel_, name); }
+  void set_velocity(const std::string& name, const std::vector<float>& v) { set_slice(vel_, name, v); }
 
   struct Stats {
     int64_t bytes_read = 0, bytes_written = 0, updates = 0, transactions = 0;
@@ -93,6 +93,8 @@ class MemoryX : public sc_core::sc_module {
   std::vector<float> mem_;                                      // all tensors, fp32
   std::vector<float> vel_;                                      // their velocities (momentum)
   std::map<std::string, std::pair<uint64_t, size_t>> tensors_;  // name -> (address, count)
+  std::vector<float> slice(const std::vector<float>& a, const std::string& name) const;
+  void set_slice(std::vector<float>& a, const std::string& name, const std::vector<float>& v);
   double lr_ = 0, mu_ = 0, wd_ = 0, gscale_ = 1, b1_ = 0.9, b2_ = 0.999, eps_ = 1e-8;
   bool apply_ = true, adam_ = false;
   int64_t adam_t_ = 1;

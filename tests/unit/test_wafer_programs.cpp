@@ -130,6 +130,22 @@ TEST_CASE("wafer-programs: the compiler's programs and their emitted text are th
   }
 }
 
+namespace {
+// The MLP of scenarios/models/train_mlp.onnx as wafer training compiles it (weight streaming on
+// 4 x 4 PEs); `mo` gives the rest (precision, optimizer, loss scaling).
+struct TrainMlp {
+  graph::Graph g = frontend::load_onnx(kRoot + "/scenarios/models/train_mlp.onnx");
+  MappingOptions mo;
+  TrainMlp() {
+    passes::prepare(g);
+    mo.mode = MapMode::weight_streaming;
+    mo.rect_width = mo.rect_height = 4;
+    mo.training = true;
+    mo.learning_rate = 0.05;
+  }
+};
+}  // namespace
+
 // Mixed-precision training (docs/wafer-compiler.md "Training"): the x values each PE keeps, the dy
 // the chain ends send and the weights are in the compute type; every backward product is a 16-bit
 // one summed in fp32 (fmachs), none an fp32 fmacs/fmuls; the gradients stay fp32.
@@ -137,15 +153,9 @@ TEST_CASE("wafer-programs: mixed-precision training keeps x, dy and W in 16 bits
   const WaferConfig c = preset_config("wse2");
   for (const Elem e : {Elem::f16, Elem::bf16, Elem::cbf16}) {
     INFO(elem_name(e));
-    graph::Graph g = frontend::load_onnx(kRoot + "/scenarios/models/train_mlp.onnx");
-    passes::prepare(g);
-    MappingOptions mo;
-    mo.mode = MapMode::weight_streaming;
-    mo.compute = e;
-    mo.rect_width = mo.rect_height = 4;
-    mo.training = true;
-    mo.learning_rate = 0.05;
-    const Compiled cp = compile(g, c, mo);
+    TrainMlp m;
+    m.mo.compute = e;
+    const Compiled cp = compile(m.g, c, m.mo);
     REQUIRE(cp.programs.size() == 1);
     const std::string text = cp.programs.begin()->second.text();
     const std::string E(elem_name(e));
@@ -166,17 +176,11 @@ TEST_CASE("wafer-programs: mixed-precision training keeps x, dy and W in 16 bits
 // block, and a verdict port; the programs assemble from their text to the same instances.
 TEST_CASE("wafer-programs: loss scaling scales dy, folds db's finiteness into the gradient and updates the biases on MemoryX's verdict", "[wafer-asm]") {
   const WaferConfig c = preset_config("wse2");
-  graph::Graph g = frontend::load_onnx(kRoot + "/scenarios/models/train_mlp.onnx");
-  passes::prepare(g);
-  MappingOptions mo;
-  mo.mode = MapMode::weight_streaming;
-  mo.compute = Elem::f16;
-  mo.rect_width = mo.rect_height = 4;
-  mo.training = true;
-  mo.learning_rate = 0.05;
-  mo.momentum = 0.9;
-  mo.loss_scaling = true;
-  const Compiled cp = compile(g, c, mo);
+  TrainMlp m;
+  m.mo.compute = Elem::f16;
+  m.mo.momentum = 0.9;
+  m.mo.loss_scaling = true;
+  const Compiled cp = compile(m.g, c, m.mo);
   check_both_ways(cp.layout_json, cp.programs, c);
   const std::string text = cp.programs.begin()->second.text();
   CHECK_THAT(text, Contains("fmuls dym1, dym1, lscb"));
@@ -200,16 +204,11 @@ TEST_CASE("wafer-programs: loss scaling scales dy, folds db's finiteness into th
 // has started; the programs assemble from their text to the same instances.
 TEST_CASE("wafer-programs: Adam updates the biases at the chain ends after the dy multicast has started", "[wafer-asm]") {
   const WaferConfig c = preset_config("wse2");
-  graph::Graph g = frontend::load_onnx(kRoot + "/scenarios/models/train_mlp.onnx");
-  passes::prepare(g);
-  MappingOptions mo;
-  mo.mode = MapMode::weight_streaming;
-  mo.rect_width = mo.rect_height = 4;
-  mo.training = true;
-  mo.learning_rate = 0.01;
-  mo.adam = true;
-  mo.weight_decay = 0.01;
-  const Compiled cp = compile(g, c, mo);
+  TrainMlp m;
+  m.mo.learning_rate = 0.01;
+  m.mo.adam = true;
+  m.mo.weight_decay = 0.01;
+  const Compiled cp = compile(m.g, c, m.mo);
   check_both_ways(cp.layout_json, cp.programs, c);
   const std::string text = cp.programs.begin()->second.text();
   for (const char* l : {"0", "1"}) {
@@ -222,10 +221,10 @@ TEST_CASE("wafer-programs: Adam updates the biases at the chain ends after the d
     CHECK_THAT(text, Contains("fmacs dbm" + L + ", dbm" + L + ", biasm" + L));  // weight decay
   }
   // With a learning-rate schedule the step's rate is the placed lrs<l> (Adam's product; SGD's Mul and Sub).
-  mo.lr_scheduled = true;
-  const std::string sched = compile(g, c, mo).programs.begin()->second.text();
+  m.mo.lr_scheduled = true;
+  const std::string sched = compile(m.g, c, m.mo).programs.begin()->second.text();
   CHECK_THAT(sched, Contains("fmuls ad0_1, ad0_1, lrb0"));
-  mo.adam = false;
-  const std::string sgd = compile(g, c, mo).programs.begin()->second.text();
+  m.mo.adam = false;
+  const std::string sgd = compile(m.g, c, m.mo).programs.begin()->second.text();
   CHECK_THAT(sgd, Contains("fmuls lrtm1, dbm1, lrb1") && Contains("fsubs biasm1, biasm1, lrtm1"));
 }
