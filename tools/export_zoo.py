@@ -309,6 +309,13 @@ CASES = [
                 "batch_first=True, norm_first=True)",
          what="a pre-norm transformer encoder layer",
          wafer=("weight_streaming",), wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32")}),
+    dict(name="encoder2_postnorm", seed=26, opset=13, inputs={"x": (2, 16, 64)},
+         build=lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(64, 4, 128, batch_first=True),
+                                             num_layers=2),
+         source="torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, "
+                "dim_feedforward=128, batch_first=True), num_layers=2)",
+         what="a stack of two post-norm encoder layers (the stock nn.TransformerEncoder), batch 2",
+         wafer=("weight_streaming",), wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32")}),
     dict(name="gpt2_block", seed=19, opset=13, inputs={"x": (2, 32, 64)},
          build=lambda: GPT2Block(64, 4, 64),
          source="a nanoGPT-style Block (tools/export_zoo.py GPT2Block: d 64, 4 heads, "

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/sequential_vertex_coloring.hpp>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -35,6 +36,13 @@ size_t first_of_orientation(const Compiled& c, size_t l) {
   return l;
 }
 
+// The first kernel with kernel l's orientation for which `has` holds (l itself when none before it).
+size_t first_of_orientation_with(const Compiled& c, size_t l, const std::function<bool(const DenseKernel&)>& has) {
+  for (size_t q = 0; q < l; ++q)
+    if (c.kernels[q].k_on_columns == c.kernels[l].k_on_columns && has(c.kernels[q])) return q;
+  return l;
+}
+
 // The first kernel whose residual moves in the same direction as kernel l's (l itself when none
 // before it): they share the diagonal route and its color, used one after another.
 size_t first_move(const Compiled& c, size_t l) {
@@ -53,12 +61,16 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     const DenseKernel& k = c.kernels[l];
     const RectR r{k.x0, k.y0, k.x0 + k.w - 1, k.y0 + k.h - 1};
-    if (k.layernorm) {  // the edge chain and the broadcast back, along the chain ends
+    // (Sequenced: the kernels of one orientation share the first one's LayerNorm and attention
+    // chain colors, as they share the reduce's: one kernel's chain-end work ends before the next's.)
+    const bool ln_own = !c.sequenced || first_of_orientation_with(c, l, [](const DenseKernel& q) { return q.layernorm; }) == l;
+    const bool ag_own = !c.sequenced || first_of_orientation_with(c, l, [](const DenseKernel& q) { return q.attn_group() > 1; }) == l;
+    if (k.layernorm && ln_own) {  // the edge chain and the broadcast back, along the chain ends
       st.push_back({l, 'n', {r}});
       st.push_back({l, 'o', {r}});
       st.push_back({l, 'p', {r}});
     }
-    if (k.attn_group() > 1) {  // attention's per-head chains and broadcasts, along the chain ends
+    if (k.attn_group() > 1 && ag_own) {  // attention's per-head chains and broadcasts, along the chain ends
       st.push_back({l, 'a', {r}});
       st.push_back({l, 'c', {r}});
       st.push_back({l, 'e', {r}});
@@ -133,6 +145,24 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
       DenseKernel& k = c.kernels[l];
       k.cm = c.kernels[first_move(c, l)].cm;
       by_color[k.cm].push_back("kernel '" + k.name + "' residual move (shared)");
+    }
+  if (c.sequenced)  // the shared LayerNorm and attention chain colors
+    for (size_t l = 0; l < c.kernels.size(); ++l) {
+      DenseKernel& k = c.kernels[l];
+      if (k.layernorm) {
+        const size_t q = first_of_orientation_with(c, l, [](const DenseKernel& o) { return o.layernorm; });
+        if (q != l) {
+          k.cn0 = c.kernels[q].cn0, k.cn1 = c.kernels[q].cn1, k.cnb = c.kernels[q].cnb;
+          for (const int col : {k.cn0, k.cn1, k.cnb}) by_color[col].push_back("kernel '" + k.name + "' LayerNorm chain (shared)");
+        }
+      }
+      if (k.attn_group() > 1) {
+        const size_t q = first_of_orientation_with(c, l, [](const DenseKernel& o) { return o.attn_group() > 1; });
+        if (q != l) {
+          k.ca0 = c.kernels[q].ca0, k.ca1 = c.kernels[q].ca1, k.cab = c.kernels[q].cab;
+          for (const int col : {k.ca0, k.ca1, k.cab}) by_color[col].push_back("kernel '" + k.name + "' attention chain (shared)");
+        }
+      }
     }
   if (share)  // the shared colors: from the first kernel of the same orientation
     for (size_t l = 0; l < c.kernels.size(); ++l) {

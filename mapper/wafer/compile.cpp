@@ -57,14 +57,21 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       const bool same_edge = k.src >= 0 && l >= 1 && c.kernels[static_cast<size_t>(k.src)].k_on_columns == c.kernels[l - 1].k_on_columns;
       size_t lead = l;
       while (follower(c, lead)) --lead;
-      const bool follows = follower(c, l) && k.src >= 0 && k.spatial() && lead >= 1 && c.kernels[lead].spatial();
+      // (Or a dense layer reading what the kernel before it reads -- attention's K and V after Q:
+      // the same chain ends send its x values right after that kernel's.)
+      const bool rows_follows = follower(c, l) && !k.spatial() && k.xread == DenseKernel::XRead::rows && k.src == c.kernels[l - 1].src;
+      const bool follows = rows_follows || (follower(c, l) && k.src >= 0 && k.spatial() && lead >= 1 && c.kernels[lead].spatial());
+      // A holder whose readers are one run of followers (Q, K and V of one input) has one hand-off.
+      bool one_run = true;
+      for (size_t j = 1; j < c.readers[l + 1].size(); ++j)
+        one_run = one_run && c.readers[l + 1][j] == c.readers[l + 1][0] + j && !c.kernels[c.readers[l + 1][j]].spatial();
       if (follower(c, l) && k.src >= 0 && !follows)
-        why = "kernel '" + k.name + "' would follow kernel '" + c.kernels[l - 1].name + "' in its orientation (its input lies on the edge that kernel's came from), which is mapped for Convs after a Conv only";
+        why = "kernel '" + k.name + "' would follow kernel '" + c.kernels[l - 1].name + "' in its orientation (its input lies on the edge that kernel's came from), which is mapped for Convs after a Conv and for dense layers reading what the kernel before them reads";
       else if (k.src != static_cast<int64_t>(l) - 1 && !follows && (!same_edge || (!k.spatial() && k.xread != DenseKernel::XRead::flatten)))
         why = "kernel '" + k.name + "' reads " + (k.src < 0 ? std::string("the graph input") : "kernel '" + c.kernels[static_cast<size_t>(k.src)].name + "'") +
               (k.src >= 0 ? ", whose output is not on the edge of the kernel before it" : ", not the kernel before it");
-      else if (c.readers[l + 1].size() > 1 && !k.spatial()) why = "kernel '" + k.name + "' is read by " + std::to_string(c.readers[l + 1].size()) + " kernels";
-      else if (k.attn || k.layernorm || k.qkv) why = "kernel '" + k.name + "' has attention or LayerNorm";
+      else if (c.readers[l + 1].size() > 1 && !k.spatial() && !one_run) why = "kernel '" + k.name + "' is read by " + std::to_string(c.readers[l + 1].size()) + " kernels that do not run one after another";
+      else if (k.qkv) why = "kernel '" + k.name + "' has fused Q, K and V";
     }
     if (!why.empty() && nker <= kOwnTaskKernels)
       throw InputError(g.source, "a branch (a Conv reading an earlier kernel than the one before it, or a residual of an output no kernel reads) runs from shared tasks in weight-streaming inference; here " + why,
@@ -72,7 +79,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     if (!why.empty())
       throw InputError(g.source, std::to_string(nker) + " kernels: a PE has task ids and colors for " + std::to_string(kOwnTaskKernels) +
                                      " with their own tasks; more run in weight-streaming inference of a chain (each kernel reading the one before it, "
-                                     "no attention or LayerNorm) from shared tasks; here " + why,
+                                     "or what that one reads) from shared tasks; here " + why,
                        std::string("map at most ") + std::to_string(kOwnTaskKernels) + " kernels, or run the chain with \"mapping\": {\"mode\": \"weight_streaming\"} for inference (docs/wafer-compiler.md \"Many kernels\")");
     c.sequenced = true;
   }
@@ -222,8 +229,12 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
         weight_routes(k, routes);
       }
       layer_params(k, l, true, c.training, params);
-      if (k.layernorm) ln_routes(k, routes), ln_params(k, l, params);
-      if (k.attn_group() > 1) attn_routes(k, routes), attn_params(k, l, params);
+      // (sequenced: the LayerNorm and attention chains of one orientation share one set of routes)
+      const auto own = [&](bool (*has)(const DenseKernel&)) { return !c.sequenced || first_of_orientation_with(c, l, has) == l; };
+      if (k.layernorm) ln_params(k, l, params);
+      if (k.layernorm && own([](const DenseKernel& q) { return q.layernorm; })) ln_routes(k, routes);
+      if (k.attn_group() > 1) attn_params(k, l, params);
+      if (k.attn_group() > 1 && own([](const DenseKernel& q) { return q.attn_group() > 1; })) attn_routes(k, routes);
       layer_program(c, l, t);
       bool have = false;
       for (const auto& pj : ports) have = have || pj["name"] == k.port;

@@ -95,7 +95,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
 
     // When the first x of each K block is readable at its source PE.
     std::vector<int64_t> x0(static_cast<size_t>(Lk), 0);
-    if (k.src < 0) std::fill(x0.begin(), x0.end(), S + 2 + (k.spatial() ? 5 : 0));  // `send` at cycle 0 (a conv's: its offset first), its own ramp
+    if (k.src < 0 && !(c.sequenced && detail::follower(c, l))) std::fill(x0.begin(), x0.end(), S + 2 + (k.spatial() ? 5 : 0));  // `send` at cycle 0 (a conv's: its offset first), its own ramp
     else if (c.sequenced && detail::follower(c, l)) {
       // A follower: sent right after kernel l - 1's x values (their count per line later) by the same chain ends.
       const DenseKernel& pk = c.kernels[l - 1];

@@ -105,6 +105,9 @@ std::vector<bool> streaming_orientations(const std::vector<DenseKernel>& ks);
 
 // colors.cpp.
 size_t first_of_orientation(const Compiled& c, size_t l);
+// The first kernel of kernel l's orientation for which `has` holds (l itself when none before it):
+// sequenced, such kernels share its LayerNorm or attention chain colors and routes.
+size_t first_of_orientation_with(const Compiled& c, size_t l, const std::function<bool(const DenseKernel&)>& has);
 size_t first_move(const Compiled& c, size_t l);
 void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& opt);
 
@@ -192,7 +195,10 @@ void dispatch(ProgramTemplate& t, int r, const std::vector<int64_t>& keys, const
 // tasks), the kernels whose backward pass (r13: bdone) and whose gradient send (r11: g3) has ended
 // on this PE, counted from the last kernel. (r11 is the followers' register in inference;
 // training has none.)
-inline constexpr int kSeqScratch = 2, kRegLoaded = 9, kRegGdone = 11, kRegBdone = 13;  // (r9: the loads done, kernels then reloads)
+inline constexpr int kSeqScratch = 2, kRegLoaded = 9, kRegGdone = 11, kRegBdone = 13;
+// Sequenced inference: the attention's query-block registers (r12-r14: training's, unused in inference).
+inline constexpr int kSeqAttnRegs = 12;
+inline constexpr int kRegFollow = 11;  // sequenced: the follower whose x values the chain ends send next (gsf)  // (r9: the loads done, kernels then reloads)
 
 // training.cpp.
 void dy_routes(const DenseKernel& k, json& routes);

@@ -170,7 +170,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     t.if_("src" + L);
     t.mem1d("xsm" + L, "xs" + L);
     t.fabric("xout" + L, DsdKind::fabout, we, k.cx, 0, B * kb);
-    for (size_t j = 1; j < c.readers[0].size(); ++j)  // the graph input's other readers
+    for (size_t j = 1; !c.sequenced && j < c.readers[0].size(); ++j)  // the graph input's other readers (sequenced: one color, xout again)
       t.fabric("xout" + L + "_" + std::to_string(j), DsdKind::fabout, we, c.kernels[c.readers[0][j]].cx, 0, B * kb);
     t.endif();
   }
@@ -245,8 +245,9 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     // A batch (attn_samples > 1): S keys per sample; each (sample, head) pair walks its sample's rows.
     const int64_t fb = k.feat_nb(), S = k.attn_keys(), Sq = k.attn_rows(), g = k.attn_group(), dh = g > 1 ? fb : k.dh, hp = g > 1 ? 1 : fb / k.dh;
     const int64_t rs = k.attn_rstep();
-    const std::string Q = std::to_string(k.attn_q), K = std::to_string(k.attn_k);
-    const int64_t qoff = 0, koff = k.qkv ? fb : 0, voff = k.qkv ? 2 * fb : 0;
+    // (Q's and K's y: their own arrays, or their places in the sequencer's arena)
+    const ArrayAt qy = y_array(c, static_cast<size_t>(k.attn_q)), ky = y_array(c, static_cast<size_t>(k.attn_k));
+    const int64_t qoff = qy.off, koff = ky.off + (k.qkv ? fb : 0), voff = k.qkv ? 2 * fb : 0;
     data(t, "att" + L, f32, B * fb, {}, "the attention's output: what the next kernels read");
     data(t, "asc" + L, f32, Sq * S);
     data(t, "atm" + L, f32, Sq * S);
@@ -267,7 +268,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
       t.mem4d("rtmb" + L, "rtm" + L, hd, {{B, fb}, {hps, k.dh}, {hd, 1}});
       for (const bool isq : {true, false}) {
         if ((isq ? k.attn_q_cos : k.attn_k_cos).empty()) continue;
-        const std::string X = isq ? "q" : "k", arr = "y" + (isq ? Q : K);
+        const std::string X = isq ? "q" : "k", arr = (isq ? qy : ky).array;
         const int64_t off = isq ? qoff : koff;
         data(t, "rc" + X + L, f32, S * k.dh, {}, "the rotary cos table [S, dh]");
         data(t, "rs" + X + L, f32, S * k.dh, {}, "the rotary sin table [S, dh]");
@@ -313,8 +314,8 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
       const int64_t hh = hb % hp, r0 = k.attn_row0(hb / hp);
       const std::string H = L + "_" + std::to_string(hb);
       for (int64_t j = 0; j < dh; ++j) {
-        t.mem4d("aq" + H + "_" + std::to_string(j), "y" + Q, qoff + r0 * nb + hh * dh + j, {{Sq, rs * nb}, {S, 0}});
-        t.mem4d("ak" + H + "_" + std::to_string(j), "y" + K, koff + r0 * nb + hh * dh + j, {{Sq, 0}, {S, rs * nb}});
+        t.mem4d("aq" + H + "_" + std::to_string(j), qy.array, qoff + r0 * nb + hh * dh + j, {{Sq, rs * nb}, {S, 0}});
+        t.mem4d("ak" + H + "_" + std::to_string(j), ky.array, koff + r0 * nb + hh * dh + j, {{Sq, 0}, {S, rs * nb}});
       }
       for (int64_t s = 0; s < S; ++s)
         t.mem4d("av" + H + "_" + std::to_string(s), ya.array, ya.off + (r0 + s * rs) * nb + voff + hh * dh, {{Sq, 0}, {dh, 1}});
@@ -369,6 +370,11 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   for (size_t f = hn + 1; c.sequenced && hn < c.kernels.size() && f < c.kernels.size() && follower(c, f); ++f) {
     const DenseKernel& n = c.kernels[f];
     const ArrayAt hold = hold_array(c, static_cast<size_t>(n.src));
+    if (!n.spatial()) {  // a dense layer reading the same holder: its rows as they are (out_first's source)
+      const DenseKernel& sk = c.kernels[static_cast<size_t>(n.src)];
+      t.fabric("xo" + std::to_string(f), DsdKind::fabout, we, n.cx, 1, sk.rows_out() * sk.feat_nb());
+      continue;
+    }
     const ConvWalk cw = conv_walk(c, f);
     t.fabric("xo" + std::to_string(f), DsdKind::fabout, we, n.cx, 1, n.oh * n.ow * n.kb);
     t.mem4d("gx" + std::to_string(f), hold.array, hold.off + cw.off, im2col_dims(n, cw.W));

@@ -74,7 +74,9 @@ void red_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& 
   for (const Unary& u : k.acts) unary_ops(t, u, y, tmp);
   if (act_some) t.endif();
   if (k.gate_of >= 0) t.op(Op::fmuls, {"gall" + L, "gy" + L, "gg" + L}, "squeeze-excitation: the feature map times the gate");
-  if (k.attn) attention_program(k, l, x_regs(c, l), t);
+  // (sequenced: r12-r14, which inference's shared tasks leave free -- the x tasks' r0-r2 may be
+  // counting the next kernel's x values meanwhile)
+  if (k.attn) attention_program(k, l, c.sequenced ? kSeqAttnRegs : x_regs(c, l), t);
   if (k.softmax) softmax_program(t, k, L);
   if (k.residual >= 0 && k.res_mul) {  // a gated unit: times the other kernel's output (16-bit compute: widened first)
     if (h) t.op(Op::fh2s, {"rmul" + L, res_dsd(c, l)});
@@ -146,7 +148,11 @@ std::string out_first(const Compiled& c, size_t l, ProgramTemplate& t, const Tas
     return {};
   }
   const std::string src = nk.xread == DenseKernel::XRead::flatten ? "gx" + N1 : h ? "y16m" + S : full_of(s);
-  if (ws) {
+  if (c.sequenced && hn + 1 < c.kernels.size() && follower(c, hn + 1)) {  // then the followers' (gsf, r11 the follower)
+    t.op(Op::mov, {reg(kRegFollow), imm(static_cast<int64_t>(hn) + 1)});
+    t.op_async(mov, {"yout" + L, src}, "gsf");
+    t.op(Op::ret, {});
+  } else if (ws) {
     t.op_async(mov, {"yout" + L, src}, rd.size() > 1 ? "out" + L + "_1" : "");
     t.op(Op::ret, {});
   } else {
@@ -291,6 +297,12 @@ void input_sends(const Compiled& c, size_t l, ProgramTemplate& t, int id_send) {
     const std::string send = "send" + L;
     t.task(send, TaskKind::local, id_send, -1, -1, true, false, "one sample's im2col rows per send");
     gather_ops(t, send, send + "_z", "xsm" + L, "xout" + L, k.ih * k.iw * k.cblk, k.samples, x_regs(c, l) + 2, mov, false);
+  } else if (c.sequenced && c.readers[0].size() > 1) {
+    // Sequenced, the graph input read by a run of followers (Q, K and V of the first layer): one
+    // send per reader, one after another on the orientation's x color (r15 counts).
+    const std::string send = "send" + L;
+    t.task(send, TaskKind::local, id_send, -1, -1, true, false, "the graph input's block, once per reader");
+    gather_ops(t, send, send + "_z", "xsm" + L, "xout" + L, 0, static_cast<int64_t>(c.readers[0].size()), kSeqScratch, mov, false);
   } else {
     const size_t nr = c.readers[0].size();
     auto send = [&](size_t j) { return "send" + L + (j ? "_" + std::to_string(j) : ""); };

@@ -33,7 +33,7 @@ namespace tessera::wafer::detail {
 
 namespace {
 
-constexpr int kRt = kSeqScratch, kNb = 3, kKb = 4, kRows = 5, kYoff = 6, kXdone = 7, kRed = 8, kLoaded = kRegLoaded, kLoad = 10, kFollow = 11, kXsOff = 12;
+constexpr int kRt = kSeqScratch, kNb = 3, kKb = 4, kRows = 5, kYoff = 6, kXdone = 7, kRed = 8, kLoaded = kRegLoaded, kLoad = 10, kFollow = kRegFollow, kXsOff = 12;
 constexpr int kBdone = kRegBdone, kGdone = kRegGdone;
 // Task ids (priorities, as in layer_tasks): loads, x tasks, reduce, hand-off, gather, the input's
 // sends, the followers' gathers. With followers the reduce goes before the x tasks (ids 4, and 6-7):
@@ -188,6 +188,17 @@ void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
     const ConvWalk cw = conv_walk(c, r);
     const bool fw = r + 1 < n && follower(c, r + 1);
     t.if_("last" + std::to_string(handoff_from(c, r)));
+    if (!nk.spatial()) {  // a dense follower: its holder's rows in one send (out_first's source)
+      const size_t s = static_cast<size_t>(nk.src);
+      const DenseKernel& sk = c.kernels[s];
+      const std::string S = std::to_string(s);
+      const std::string src = c.half() ? "y16m" + S : (sk.attn ? "aall" : sk.pkh ? "pall" : sk.gate_of >= 0 ? "gall" : "yall") + S;
+      if (fw) t.op(Op::mov, {reg(kFollow), imm(static_cast<int64_t>(r) + 1)});
+      t.op_async(mov, {out, src}, fw ? "gsf" : "");
+      t.endif();
+      t.op(Op::ret, {});
+      return;
+    }
     gather_ops(t, task, label, "gx" + std::to_string(r), out, cw.H * cw.W * nk.cblk, nk.samples, kRt, mov, false,
                [&] { if (fw) t.op(Op::mov, {reg(kFollow), imm(static_cast<int64_t>(r) + 1)}); }, fw ? "gsf" : "");
     t.endif();
@@ -200,9 +211,12 @@ void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
       gather_case(static_cast<size_t>(m), tn.gs, "gz" + P, "yout" + P);
     });
   }
-  if (fw_any) {
-    t.task("gsf", TaskKind::local, kIdGsf, -1, -1, false, false, "one sample's im2col rows of follower r11 per send");
-    dispatch(t, kFollow, fl, "f", [&](int64_t m) {
+  std::vector<int64_t> sent;  // the followers the chain ends send (those of the graph input: its sources, input_sends)
+  for (const int64_t m : fl)
+    if (c.kernels[static_cast<size_t>(m)].src >= 0) sent.push_back(m);
+  if (!sent.empty()) {
+    t.task("gsf", TaskKind::local, kIdGsf, -1, -1, false, false, "follower r11's x values: one sample's im2col rows (a Conv) or its holder's rows per send");
+    dispatch(t, kFollow, sent, "f", [&](int64_t m) {
       const std::string F = std::to_string(m);
       gather_case(static_cast<size_t>(m), "gsf", "gf" + F, "xo" + F);
     });
