@@ -275,12 +275,13 @@ CASES = [
          build=vit_tiny,
          source="torchvision.models.VisionTransformer(image_size=32, patch_size=8, "
                 "num_layers=2, num_heads=2, hidden_dim=64, mlp_dim=128, num_classes=10)",
-         what="a 2-layer Vision Transformer"),
+         what="a 2-layer Vision Transformer", wafer=("weight_streaming",), wafer_rect=(64, 64)),
     dict(name="vit_tiny_opset17", seed=16, opset=17, inputs={"x": (1, 3, 32, 32)},
          build=vit_tiny,
          source="torchvision.models.VisionTransformer(image_size=32, patch_size=8, "
                 "num_layers=2, num_heads=2, hidden_dim=64, mlp_dim=128, num_classes=10)",
-         what="the same 2-layer Vision Transformer (LayerNormalization at opset 17)"),
+         what="the same 2-layer Vision Transformer (LayerNormalization at opset 17)",
+         wafer=("weight_streaming",), wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32")}),
     dict(name="encoder_postnorm", seed=17, opset=13, inputs={"x": (1, 16, 64)},
          build=lambda: nn.TransformerEncoderLayer(64, 4, 128, batch_first=True),
          source="torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, "

@@ -40,6 +40,34 @@ void with_batch(graph::Graph& g, int64_t b) {
     g.values[name] = std::move(v);
     n.inputs[1] = name;
   }
+  // A constant [B, ...] whose B slices are equal, beside an input of the batch's (an Expand over
+  // the batch folded with fixed shapes: ViT's class token torch.onnx.export writes as
+  // ConstantOfShape/Where/Expand into a Concat), gets the micro-batch's first b slices.
+  for (auto& n : g.nodes)
+    for (auto& in : n.inputs) {
+      if (in.empty() || !g.has_value(in)) continue;
+      const graph::Value& cv = g.value(in);
+      if (!cv.data || cv.data->dtype() != DType::f32 || cv.shape.size() < 2 || cv.shape[0] != B || cv.data->numel() == 0) continue;
+      bool beside = false;
+      for (const auto& o : n.inputs) beside = beside || (o != in && !o.empty() && !before[o].empty() && before[o][0] == B && !g.value(o).data);
+      if (!beside) continue;
+      const std::vector<float> all = cv.data->to_f32();
+      const size_t per = all.size() / static_cast<size_t>(B);
+      bool same = true;
+      for (size_t i = per; same && i < all.size(); ++i) same = all[i] == all[i % per];
+      if (!same) continue;
+      Shape s = cv.shape;
+      s[0] = b;
+      std::string name = in + "_mb";
+      while (g.has_value(name)) name += "_";
+      graph::Value v = cv;
+      v.name = name;
+      v.is_initializer = false;
+      v.shape = s;
+      v.data = Tensor::from_f32(s, std::vector<float>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(per * static_cast<size_t>(b))));
+      g.values[name] = std::move(v);
+      in = name;
+    }
   for (const auto& name : g.inputs) g.value(name).shape[0] = b;
   try {
     infer_and_fold(g);

@@ -291,9 +291,12 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
           c.constants.push_back(std::move(a));
         }
         if (last) {
-          HostArray a{k.x0 + px, k.y0 + py, "bias" + std::to_string(l), std::vector<float>(static_cast<size_t>(k.nb), 0.0f)};
-          for (int64_t i = 0; i < k.nb; ++i)
-            if (nbk * k.nb + i < k.N) a.values[static_cast<size_t>(i)] = k.bias[static_cast<size_t>(nbk * k.nb + i)];
+          const int64_t R = k.row_period ? k.row_period : 1;  // (rows of constants: the bias plus each row's)
+          HostArray a{k.x0 + px, k.y0 + py, "bias" + std::to_string(l), std::vector<float>(static_cast<size_t>(R * k.nb), 0.0f)};
+          for (int64_t r = 0; r < R; ++r)
+            for (int64_t i = 0; i < k.nb; ++i)
+              if (nbk * k.nb + i < k.N)
+                a.values[static_cast<size_t>(r * k.nb + i)] = k.bias[static_cast<size_t>(nbk * k.nb + i)] + (k.row_period ? k.row_bias[static_cast<size_t>(r * k.N + nbk * k.nb + i)] : 0.0f);
           c.constants.push_back(std::move(a));
           if (k.attn && !k.attn_mask.empty()) c.constants.push_back({k.x0 + px, k.y0 + py, "amask" + std::to_string(l), k.attn_mask});  // the scores' mask
           if (k.attn && !k.attn_q_cos.empty()) {  // the rotary tables

@@ -218,6 +218,19 @@ struct DenseKernel {
   // reader walks the interior).
   int64_t xp_h = 0, xp_w = 0, xp_t = 0, xp_l = 0;
   int64_t P = 1;                     // flatten: positions per channel
+  // Tokens (a Vision Transformer's patch embedding): this Conv's output positions, as rows
+  // [samples, positions, channels] (a Reshape and Transpose), with constant rows concatenated
+  // (the class token) -- y goes into a holder of xp_h = lead + positions + trail rows per sample
+  // (xp_w 1, xp_t the leading rows), whose other rows stay zero; the Identity kernel reading it adds
+  // the constants as its row bias.
+  bool tokens = false;
+  // A constant added per row and feature with the bias: [row_period, N], broadcast over the
+  // row_period-row groups of the B rows (the position embedding and the class token); 0: none.
+  int64_t row_period = 0;
+  std::vector<float> row_bias;
+  // Rows read from the producer: row sel_row of every sel_period rows (a Slice of one token: the
+  // class token into the head); 0: every row.
+  int64_t sel_period = 0, sel_row = 0;
   std::vector<float> Wconv;          // conv: the weight as ONNX has it, [N, cin kh kw] (W built once cb is known)
   // A MaxPool, AveragePool or GlobalAveragePool (a window of the whole map) after the activation,
   // at the chain ends: window, strides, output dims (pkh = 0: none); pavg: the mean, not the max.

@@ -86,6 +86,7 @@ inline int64_t res_producer(const std::vector<DenseKernel>& ks, const DenseKerne
 enum class Hold { y, y16, att, p, xp, gt };
 Hold hold_of(const DenseKernel& k, bool half);
 int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<int64_t, 3>* scratch = nullptr);
+int64_t post_scratch_bytes(const DenseKernel& k);
 bool scratch_reuse(const Compiled& c);
 std::pair<int32_t, int32_t> scratch_phases(const Compiled& c, size_t l, int span, bool is_y = false);
 void y_arena(Compiled& c);

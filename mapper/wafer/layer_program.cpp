@@ -138,6 +138,8 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   const Elem we = c.compute;
   const Elem f32 = Elem::f32;
   const ArrayAt ya = y_array(c, l);
+  // The post-ops' scratch (post_scratch_bytes): sequenced, live in this kernel's phase only.
+  const Live post = c.sequenced ? Live{static_cast<int32_t>(l), static_cast<int32_t>(l)} : Live{};
   t.comment("---- kernel " + L + ": " + k.name + " (" + k.op + "), X[" + std::to_string(B) + "," + std::to_string(k.K) + "] x W[" + std::to_string(k.K) + "," +
             std::to_string(k.N) + "], block " + std::to_string(kb) + " x " + std::to_string(nb) + (k.k_on_columns ? ", K along columns" : ", K along rows"));
   if (!ws) data(t, wbuf, we, kb * nb, {}, "W block, column j = the weights of x_j");
@@ -149,7 +151,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     t.endif();
   }
   t.if_("last" + L);
-  data(t, "bias" + L, f32, nb);
+  data(t, "bias" + L, f32, (k.row_period ? k.row_period : 1) * nb, {}, k.row_period ? "the bias plus the row constants [rows per sample, nb]" : "");
   if (k.pkh) data(t, "p" + L, f32, rows * nb, live(c, l, hold_of(k, h) == Hold::p ? 2 : 1), "the pool's output [sample, ph, pw, channel]");
   const bool held = output_used(c, l);  // its output goes on (read, or added to a later residual)
   if (h && held && !k.xp_h) data(t, "y16_" + L, we, rows * nb, live(c, l, 2), "y in the 16-bit format, as the next layer takes it");
@@ -181,7 +183,8 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   t.fabric("to" + L, DsdKind::fabout, f32, P("cout" + L), 2, B * nb);
   t.endif();
   t.if_("last" + L);
-  t.mem4d("bm" + L, "bias" + L, 0, {{B, 0}, {nb, 1}}, "the bias again for every sample");
+  if (k.row_period) t.mem4d("bm" + L, "bias" + L, 0, {{B / k.row_period, 0}, {k.row_period * nb, 1}}, "the bias and row constants again for every sample");
+  else t.mem4d("bm" + L, "bias" + L, 0, {{B, 0}, {nb, 1}}, "the bias again for every sample");
   for (int i = 0; i < k.act_temporaries(); ++i) {  // the elementwise functions' temporaries (act<l>_0 ...)
     data(t, "act" + L + "_" + std::to_string(i) + "_a", f32, B * nb, live(c, l, 1));
     t.mem1d("act" + L + "_" + std::to_string(i), "act" + L + "_" + std::to_string(i) + "_a");
@@ -210,8 +213,8 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     t.mem1d("yhm" + L, "yh" + L);
   }
   if (k.layernorm) {
-    for (const char* n : {"lns", "lnc", "lnr"}) data(t, n + L, f32, B);
-    data(t, "lnq" + L, f32, B * nb);
+    for (const char* n : {"lns", "lnc", "lnr"}) data(t, n + L, f32, B, post);
+    data(t, "lnq" + L, f32, B * nb, post);
     data(t, "lng" + L, f32, nb);
     data(t, "lnb" + L, f32, nb);
     for (const char* n : {"lns", "lnc", "lnr", "lnq"}) t.mem1d(n + std::string("m") + L, n + L);
@@ -234,7 +237,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     t.endif();
     t.if_("lnlast" + L);
     t.fabric("lnbo" + L, DsdKind::fabout, f32, k.cnb, 5, B);
-    data(t, "lnt" + L, f32, B);
+    data(t, "lnt" + L, f32, B, post);
     t.mem1d("lntm" + L, "lnt" + L);
     t.endif();
     t.fabric("lnbi" + L, DsdKind::fabin, f32, k.cnb, 5, B);
@@ -249,9 +252,9 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     const ArrayAt qy = y_array(c, static_cast<size_t>(k.attn_q)), ky = y_array(c, static_cast<size_t>(k.attn_k));
     const int64_t qoff = qy.off, koff = ky.off + (k.qkv ? fb : 0), voff = k.qkv ? 2 * fb : 0;
     data(t, "att" + L, f32, B * fb, {}, "the attention's output: what the next kernels read");
-    data(t, "asc" + L, f32, Sq * S);
-    data(t, "atm" + L, f32, Sq * S);
-    data(t, "ato" + L, f32, Sq * dh);
+    data(t, "asc" + L, f32, Sq * S, post);
+    data(t, "atm" + L, f32, Sq * S, post);
+    data(t, "ato" + L, f32, Sq * dh, post);
     if (!k.attn_q_cos.empty() || !k.attn_k_cos.empty()) {
       // Rotary embeddings (attention_program): Q's and K's rows x fb walks, their heads' halves, the
       // cos and sin tables broadcast over the samples and heads (rows in the attention's order).
@@ -262,7 +265,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
         d.push_back({len, 1});
         t.mem4d(name, arr, off, d);
       };
-      data(t, "rtm" + L, f32, B * fb, {}, "the rotation's temporary [rows, features]");
+      data(t, "rtm" + L, f32, B * fb, post, "the rotation's temporary [rows, features]");
       t.mem1d("rtmf" + L, "rtm" + L);
       t.mem4d("rtma" + L, "rtm" + L, 0, {{B, fb}, {hps, k.dh}, {hd, 1}});
       t.mem4d("rtmb" + L, "rtm" + L, hd, {{B, fb}, {hps, k.dh}, {hd, 1}});
@@ -297,7 +300,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
       t.fabric("abi" + L, DsdKind::fabin, f32, k.cab, 7, Sq * S);
     }
     for (const char* n : {"am", "as", "ar", "au"}) {
-      data(t, n + L, f32, Sq);
+      data(t, n + L, f32, Sq, post);
       t.mem1d(n + std::string("m") + L, n + L);
     }
     t.mem1d("aall" + L, "att" + L);
@@ -354,8 +357,12 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     const DenseKernel& sk = c.kernels[static_cast<size_t>(n.src)];
     const ArrayAt hold = hold_array(c, static_cast<size_t>(n.src));
     const std::string H = std::to_string(hn);
-    const int64_t len = n.spatial() ? n.oh * n.ow * n.kb : sk.rows_out() * sk.feat_nb();
+    const int64_t len = n.spatial() ? n.oh * n.ow * n.kb : n.sel_period || sk.tokens ? n.B * sk.feat_nb() : sk.rows_out() * sk.feat_nb();
     t.fabric("yout" + L, DsdKind::fabout, we, n.cx, 1, len);
+    if (n.sel_period)  // one token of every sample: row sel_row of every sel_period
+      t.mem4d("gx" + H, hold.array, hold.off + n.sel_row * sk.feat_nb(), {{n.B, n.sel_period * sk.feat_nb()}, {sk.feat_nb(), 1}});
+    else if (sk.tokens)  // the tokens' holder as it is: the constant rows' places zero
+      t.mem1d("gx" + H, hold.array, hold.off, n.B * sk.feat_nb());
     if (!c.sequenced)
       for (size_t j = 1; j < rd.size(); ++j) t.fabric("yout" + L + "_" + std::to_string(j), DsdKind::fabout, we, c.kernels[rd[j]].cx, 1, len);
     if (n.xread == DenseKernel::XRead::flatten)  // [sample, P, nb] read channel-major: the Flatten's order
@@ -380,8 +387,10 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     t.mem4d("gx" + std::to_string(f), hold.array, hold.off + cw.off, im2col_dims(n, cw.W));
   }
   if (held && h && !k.xp_h) t.mem1d("y16m" + L, "y16_" + L);
-  if (k.xp_h)  // where the chain end writes y: the holder's interior
-    t.mem4d("xpi" + L, "xp" + L, (k.xp_t * k.xp_w + k.xp_l) * nb, interior_dims(k.samples, k.xp_h, k.xp_w, out_hw(c, l).first, out_hw(c, l).second, nb));
+  if (k.xp_h) {  // where the chain end writes y: the holder's interior (tokens: the positions' rows after the leading constant rows)
+    const auto [ih, iw] = k.tokens ? std::pair<int64_t, int64_t>{k.rows_out() / k.samples, 1} : out_hw(c, l);
+    t.mem4d("xpi" + L, "xp" + L, (k.xp_t * k.xp_w + k.xp_l) * nb, interior_dims(k.samples, k.xp_h, k.xp_w, ih, iw, nb));
+  }
   if (const int64_t m = move_reader(c, l); m >= 0)  // the held output, sent along the diagonal to kernel m's chain ends
     t.fabric("mvout" + L, DsdKind::fabout, h ? we : f32, c.kernels[static_cast<size_t>(m)].cm, kMoveOutQueue, rows * k.feat_nb());
   t.endif();

@@ -147,7 +147,8 @@ std::string out_first(const Compiled& c, size_t l, ProgramTemplate& t, const Tas
     t.op(Op::ret, {});
     return {};
   }
-  const std::string src = nk.xread == DenseKernel::XRead::flatten ? "gx" + N1 : h ? "y16m" + S : full_of(s);
+  const bool walk = nk.xread == DenseKernel::XRead::flatten || nk.sel_period || c.kernels[s].tokens;  // (a walk over the holder: gx)
+  const std::string src = walk ? "gx" + N1 : h ? "y16m" + S : full_of(s);
   if (c.sequenced && hn + 1 < c.kernels.size() && follower(c, hn + 1)) {  // then the followers' (gsf, r11 the follower)
     t.op(Op::mov, {reg(kRegFollow), imm(static_cast<int64_t>(hn) + 1)});
     t.op_async(mov, {"yout" + L, src}, "gsf");

@@ -17,7 +17,8 @@ const char* const kOpsHint =
     "groups), MaxPool, AveragePool or GlobalAveragePool after a Conv, a Flatten into a dense layer; elementwise functions of one value (Relu, "
     "LeakyRelu, Clip, Tanh, Sigmoid, HardSigmoid, HardSwish, Swish, GELU, Abs, Neg, Add, Mul, Sub or Div by a scalar constant); a final "
     "Softmax; residual Adds (ResNet's shortcuts, MobileNet's inverted residuals), squeeze-excitation gates, gated units (SwiGLU); LayerNorm "
-    "and RMSNorm; multi-head attention with additive or causal masks and rotary embeddings (docs/wafer-compiler.md \"What it maps\"); "
+    "and RMSNorm; multi-head attention with additive or causal masks and rotary embeddings; a Vision Transformer's tokens (a Conv's positions as "
+    "rows, a class token, a position embedding, one token into the head) (docs/wafer-compiler.md \"What it maps\"); "
     "run other models on target.kind neuroncore or reference";
 
 namespace {
@@ -26,7 +27,7 @@ namespace {
 // the chain ends: elementwise.cpp) -- Add, Mul, Sub and Div when the other operand is a scalar
 // constant (Add is a bias or a residual otherwise).
 const std::set<std::string> kStructural = {"Gemm", "MatMul", "Add", "Softmax", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
-                                           "Flatten", "Reshape", "Div", "Mul", "LayerNormalization", "RMSNormalization", "Transpose", "Where", "Slice", "Concat"};  // (Where: an attention mask; Slice and Concat: rotary embeddings in an attention)
+                                           "Flatten", "Reshape", "Div", "Mul", "LayerNormalization", "RMSNormalization", "Transpose", "Where", "Slice", "Concat"};  // (Where: an attention mask; Slice and Concat: rotary embeddings in an attention, tokens)
 const std::set<std::string> kUnary = {"Relu", "LeakyRelu", "Clip", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Swish", "Gelu",
                                       "Abs", "Neg", "Add", "Mul", "Sub", "Div"};
 
@@ -195,6 +196,12 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
     k.in_value = cur;
     ks.push_back(std::move(k));
   };
+  // Tokens (a Vision Transformer's patch embedding, compile.hpp DenseKernel::tokens): the last
+  // Conv's output reshaped to [batch, C, positions] (tok_reshaped), then transposed to [batch,
+  // positions, C] (tok_view: cur is that Conv's output as rows); a Slice of one token waiting for
+  // the dense layer that reads it (sel_row of every sel_period rows; sel_period 0: none).
+  bool tok_reshaped = false, tok_view = false;
+  int64_t sel_row = 0, sel_period = 0;
   std::vector<std::string> kout;  // each kernel's output value so far
   for (const size_t i : order) {
     if (consumed.count(i)) continue;
@@ -247,15 +254,23 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
     }
     // (Sub and Div may read it second, from a constant: c - x is Neg then Add.)
     const bool from_constant = (n.op == "Sub" || n.op == "Div") && n.inputs.size() == 2 && n.inputs[1] == cur && constant(n.inputs[0]);
-    if (n.inputs.empty() || (n.inputs[0] != cur && !(commutative && n.inputs.size() > 1 && n.inputs[1] == cur) && !from_constant)) {
+    // (And a Concat of tokens with constant rows before them: the class token.)
+    const bool tok_concat = n.op == "Concat" && tok_view && std::find(n.inputs.begin(), n.inputs.end(), cur) != n.inputs.end();
+    if (n.inputs.empty() || (n.inputs[0] != cur && !(commutative && n.inputs.size() > 1 && n.inputs[1] == cur) && !from_constant && !tok_concat)) {
       // Every node must continue the chain from its first input (either input of Add or Mul).
       bool uses_cur = std::find(n.inputs.begin(), n.inputs.end(), cur) != n.inputs.end();
       unsupported(uses_cur ? "takes the running activation as a later input" : "does not continue the chain of layers (it does not read '" + cur + "')");
     }
     const Shape& cs = g.value(cur).shape;
+    // A Conv's [batch, C, positions] output (reshaped from [batch, C, H, W], or a 1-D Conv's)
+    // transposed to [batch, positions, C]: its rows as the chain ends hold them (sample, h, w).
+    const bool tok_transpose = n.op == "Transpose" && !ks.empty() && ks.back().spatial() && !flat && !tok_view && !ks.back().tokens && cs.size() == 3 &&
+                               n.attrs.get_ints("perm", {}) == std::vector<int64_t>{0, 2, 1} && (tok_reshaped || ks.back().oh == 1) && ks.back().gate_of < 0;
+    if (sel_period && !(n.op == "Gemm" || n.op == "MatMul"))
+      unsupported("a Slice of one token (row " + std::to_string(sel_row) + " of every " + std::to_string(sel_period) + ") is mapped only as the input of a dense layer (a Vision Transformer's class token into its head)");
     // A feature map: [batch, channels, height, width], or [batch, channels, length] into a 1-D Conv
     // and after one (mapped as height 1).
-    const bool fmap = cs.size() == 4 || (cs.size() == 3 && (ks.empty() ? n.op == "Conv" : ks.back().spatial() && !flat));
+    const bool fmap = !tok_transpose && (cs.size() == 4 || (cs.size() == 3 && (ks.empty() ? n.op == "Conv" : ks.back().spatial() && !flat && !tok_view)));
     if (fmap && n.op != "Conv" && n.op != "MaxPool" && n.op != "AveragePool" && n.op != "GlobalAveragePool" && !kUnary.count(n.op) &&
         n.op != "Flatten" && n.op != "Reshape")
       unsupported(n.op + " on a feature map " + shape_str(cs) + ": the wafer compiler maps Conv, elementwise functions, MaxPool, AveragePool, GlobalAveragePool and a Flatten to [batch, features] there");
@@ -273,6 +288,92 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
         unsupported(n.op + " is mapped once after a Conv (and its activation), at the Conv's chain ends");
       pool_into(ks.back(), n, cur, cs, unsupported);
       absorb(ks.back(), n);
+    } else if (n.op == "Reshape" && fmap && cs.size() == 4 && !ks.empty() && ks.back().spatial() && g.value(n.outputs[0]).shape.size() == 3 &&
+               g.value(n.outputs[0]).shape == Shape{cs[0], cs[1], cs[2] * cs[3]}) {
+      tok_reshaped = true;  // [batch, C, H W]: tokens if a Transpose to [batch, H W, C] follows
+    } else if (tok_transpose) {
+      tok_reshaped = false, tok_view = true;
+    } else if (n.op == "Concat" && tok_view) {
+      // Constant rows along the tokens (the class token, [batch or 1, r, C]) and the Conv's
+      // positions: an Identity kernel reads the Conv's bordered holder (zeros where the constant
+      // rows go) and adds the constants as its row bias (the position embedding's Add joins it).
+      const int64_t rank = static_cast<int64_t>(cs.size());
+      int64_t axis = n.attrs.get_int("axis", 0);
+      if (axis < 0) axis += rank;
+      if (axis != 1) unsupported("Concat of a Conv's positions as tokens is mapped along the tokens (axis 1)");
+      DenseKernel& p = ks.back();
+      const int64_t samples = cs[0], P = cs[1], C = cs[2];
+      std::vector<std::vector<float>> before, after;  // the constant rows, [C] each
+      bool seen = false;
+      for (const auto& v : n.inputs) {
+        if (v == cur && !seen) {
+          seen = true;
+          continue;
+        }
+        const Tensor* t = constant(v);
+        const Shape& ts = g.value(v).shape;
+        if (!t || ts.size() != 3 || ts[2] != C || (ts[0] != 1 && ts[0] != samples))
+          unsupported("Concat with a Conv's positions as tokens takes constant rows [batch or 1, rows, " + std::to_string(C) + "] beside them (a class token)");
+        const auto tv = t->to_f32();
+        for (int64_t b = 1; b < ts[0]; ++b)  // (the exporter's Expand, folded: every sample's rows the same)
+          if (!std::equal(tv.begin(), tv.begin() + ts[1] * C, tv.begin() + b * ts[1] * C))
+            unsupported("Concat's constant rows differ between samples; the wafer adds one set of rows to every sample");
+        for (int64_t r = 0; r < ts[1]; ++r) (seen ? after : before).emplace_back(tv.begin() + r * C, tv.begin() + (r + 1) * C);
+      }
+      if (!seen) unsupported("Concat must take the tokens once");
+      if (p.xp_h) unsupported("the Conv's output is also read by a padded Conv; as tokens it is mapped with one reader");
+      const int64_t lead = static_cast<int64_t>(before.size()), R = lead + P + static_cast<int64_t>(after.size());
+      p.tokens = true;
+      p.xp_h = R, p.xp_w = 1, p.xp_t = lead, p.xp_l = 0;
+      DenseKernel k;
+      k.src = static_cast<long>(ks.size()) - 1;
+      k.name = n.name.empty() ? n.outputs[0] : n.name;
+      k.op = "Identity";
+      k.nodes = {n.name};
+      k.B = k.samples = samples * R;
+      k.K = k.N = C;
+      // (kflops stays 0: as the pre-norm Identity, not the model's FLOPs or weights)
+      k.W.assign(static_cast<size_t>(C * C), 0.0f);
+      for (int64_t a = 0; a < C; ++a) k.W[static_cast<size_t>(a * C + a)] = 1.0f;
+      k.bias.assign(static_cast<size_t>(C), 0.0f);
+      k.row_period = R;
+      k.row_bias.assign(static_cast<size_t>(R * C), 0.0f);
+      for (int64_t r = 0; r < R; ++r) {
+        const std::vector<float>* row = r < lead ? &before[static_cast<size_t>(r)] : r >= lead + P ? &after[static_cast<size_t>(r - lead - P)] : nullptr;
+        if (row) std::copy(row->begin(), row->end(), k.row_bias.begin() + r * C);
+      }
+      k.in_value = cur;
+      ks.push_back(std::move(k));
+      tok_view = false;
+    } else if (n.op == "Add" && !ks.empty() && constant(other_in(n, cur)) && cs.size() >= 3 && !fmap && !flat && !parity(cur) &&
+               !per_feature(*constant(other_in(n, cur)), ks.back().N, false, cs.size()) &&
+               constant(other_in(n, cur))->numel() == cs[cs.size() - 2] * cs.back() && !ks.back().spatial() && !ks.back().activated() &&
+               ks.back().residual < 0 && !ks.back().softmax && !ks.back().attn && !ks.back().layernorm &&
+               (ks.back().row_period == 0 || ks.back().row_period == cs[cs.size() - 2])) {
+      // A constant [rows, features] added to every sample's rows (the position embedding): a row
+      // bias at the chain ends, with the bias.
+      DenseKernel& k = ks.back();
+      const int64_t R = cs[cs.size() - 2];
+      const Shape& ts = g.value(other_in(n, cur)).shape;
+      for (size_t d = 0; d + 2 < ts.size(); ++d)
+        if (ts[d] != 1) unsupported("Add of a constant " + shape_str(ts) + " to " + shape_str(cs) + ": the wafer adds a constant [rows, features] to every sample");
+      if (k.row_period == 0) k.row_period = R, k.row_bias.assign(static_cast<size_t>(R * k.N), 0.0f);
+      const auto cv = constant(other_in(n, cur))->to_f32();
+      for (size_t i = 0; i < cv.size(); ++i) k.row_bias[i] += cv[i];
+      absorb(k, n);
+    } else if (n.op == "Slice" && !ks.empty() && !fmap && !flat && cs.size() == 3 && !parity(cur)) {
+      // One token of every sample ([batch, tokens, d] -> [batch, 1, d]: ViT's class token, Gather
+      // in the file): the next dense layer reads that row of each sample.
+      const Tensor *st = n.inputs.size() > 2 ? constant(n.inputs[1]) : nullptr, *en = n.inputs.size() > 2 ? constant(n.inputs[2]) : nullptr;
+      const Tensor *ax = n.inputs.size() > 3 ? constant(n.inputs[3]) : nullptr, *sp = n.inputs.size() > 4 ? constant(n.inputs[4]) : nullptr;
+      const Shape& os = g.value(n.outputs[0]).shape;
+      int64_t a = ax && ax->numel() == 1 ? ax->to_i64()[0] : -9;
+      if (a < 0) a += 3;
+      if (!st || !en || st->numel() != 1 || a != 1 || (sp && sp->to_i64()[0] != 1) || os.size() != 3 || os[1] != 1)
+        unsupported("Slice is mapped on the wafer as one token of every sample ([batch, tokens, d] -> [batch, 1, d], step 1) into a dense layer, or inside an attention block");
+      int64_t r0 = st->to_i64()[0];
+      if (r0 < 0) r0 += cs[1];
+      sel_row = std::clamp<int64_t>(r0, 0, cs[1] - 1), sel_period = cs[1];
     } else if (n.op == "Flatten" || n.op == "Reshape") {
       const Shape& os = g.value(n.outputs[0]).shape;
       const bool to_rows = fmap && os.size() == 2 && os[0] == cs[0] && os[1] == cs[1] * cs[2] * (cs.size() == 4 ? cs[3] : 1);
@@ -295,6 +396,10 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       k.op = n.op;
       k.nodes = {n.name};
       k.B = k.samples = xs[0];
+      k.sel_row = sel_row, k.sel_period = sel_period;  // (one token of each sample: the producer's rows in steps)
+      if (sel_period && (src != static_cast<long>(ks.size()) - 1 || ks.back().spatial() || ks.back().B != xs[0] * sel_period))
+        unsupported(n.op + " reads a Slice of one token; the wafer maps it on the rows of the kernel before it");
+      sel_period = 0;
       if (!ks.empty() && ks.back().spatial() && !flat) unsupported(n.op + " after a Conv needs a Flatten between them");
       if (flat) {
         const DenseKernel& p = ks.back();
@@ -473,6 +578,8 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
   if (cur != canon(output)) throw InputError(g.source, "the graph's output '" + output + "' is not the end of the layer chain", kOpsHint);
   if (parity(output)) throw InputError(g.source, "the graph's output '" + output + "' has its rows in another order than the input's (a Transpose of the leading axes is not undone)", kOpsHint);
   if (flat) throw InputError(g.source, "the graph ends in a Flatten; the wafer compiler maps a Flatten only into a dense layer", kOpsHint);
+  if (sel_period || tok_view || tok_reshaped)
+    throw InputError(g.source, "the graph ends in a Slice, Reshape or Transpose of tokens; the wafer compiler maps them only into a dense layer", kOpsHint);
   return ks;
 }
 

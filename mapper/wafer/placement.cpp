@@ -31,7 +31,7 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<in
   if (k.input_layer) s[0] += (k.spatial() ? k.xs_elems() : k.B * k.kb) * wbytes;  // xs (source)
   if (scratch) *scratch = s;
   int64_t b = s[0] + s[1] + s[2] + (own_w ? k.kb * k.nb * wbytes : 0);  // W
-  b += k.nb * 4;                                                     // bias (chain end)
+  b += (k.row_period ? k.row_period : 1) * k.nb * 4;                 // bias, with the row constants (chain end)
   if (k.softmax) b += (2 * k.B * k.N + 4 * k.B) * 4;                 // softmax arrays (chain end)
   if (k.attn) b += (k.B * k.feat_nb() + 2 * k.attn_rows() * k.attn_keys() + k.attn_rows() * std::min(k.dh, k.feat_nb()) + 4 * k.attn_rows()) * 4;  // attention arrays (chain end)
   if (k.res_host) b += k.B * k.nb * 4;                               // the graph input's block for the residual (chain end)
@@ -44,6 +44,18 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<in
   if (k.pool_padded()) b += k.samples * k.pool_ih() * k.pool_iw() * k.nb * 4;  // y inside the pool's border (chain end)
   if (k.xp_h) b += k.samples * k.xp_h * k.xp_w * k.nb * wbytes;      // the next Conv's holder, with its zero border (chain end)
   return b + 16;
+}
+
+// The chain-end post-ops' scratch of kernel k, used inside its reduce only: LayerNorm's per-row sums
+// and squares (lns, lnc, lnr, lnt, lnq), the attention's scores and per-row temporaries (asc, atm,
+// ato, am, as, ar, au) and the rotation's temporary (rtm). Sequenced, every kernel's lives in its own
+// phase (layer_program's live=), so the kernels share those bytes; pe_bytes counts them too.
+int64_t post_scratch_bytes(const DenseKernel& k) {
+  int64_t b = 0;
+  if (k.layernorm) b += (k.B * k.nb + 4 * k.B) * 4;
+  if (k.attn) b += (2 * k.attn_rows() * k.attn_keys() + k.attn_rows() * std::min(k.dh, k.feat_nb()) + 4 * k.attn_rows()) * 4;
+  if (k.attn && (!k.attn_q_cos.empty() || !k.attn_k_cos.empty())) b += k.B * k.feat_nb() * 4;
+  return b;
 }
 
 // Weight streaming, inference, a chain (each kernel reads the one before it, once; residuals
@@ -94,7 +106,11 @@ int64_t streaming_data_bytes(const Compiled& c, int64_t wbytes) {
   for (size_t l = 0; l < n; ++l) {
     std::array<int64_t, 3> s{};
     const DenseKernel& k = c.kernels[l];
-    const int64_t all = pe_bytes(k, false, wbytes, &s);
+    int64_t all = pe_bytes(k, false, wbytes, &s);
+    if (c.sequenced) {  // the post-ops' scratch: in kernel l's phase only
+      all -= post_scratch_bytes(k);
+      phase[l] += post_scratch_bytes(k);
+    }
     if (!reuse) {
       kept += all - (c.sequenced ? k.B * k.nb * 4 : 0);
       continue;

@@ -398,6 +398,8 @@ void check_training(const Compiled& c, const MappingOptions& opt) {
       throw InputError(where, "a Flatten into a trained dense layer is mapped after a first Conv only in this build", hint);
     if (l + 1 < c.kernels.size() && k.spatial() && c.kernels[l + 1].xread != DenseKernel::XRead::flatten)
       throw InputError(where, "a trained Conv is read by a Flatten into a dense layer in this build (not by another Conv)", hint);
+    if (k.tokens || k.row_period || k.sel_period)
+      throw InputError(where, "tokens (a Conv's positions as rows, constant rows, a Slice of one token) are not trained on the wafer in this build", hint);
     if (k.attn || k.src != static_cast<int64_t>(l) - 1)
       throw InputError(where, "attention and branching graphs (a layer reading other than the layer before it) are not trained on the wafer in this build", hint);
   }

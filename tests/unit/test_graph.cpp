@@ -233,3 +233,27 @@ TEST_CASE("graph: with_batch splits the batch, the Reshape that names it include
     CHECK_THROWS_WITH(passes::with_batch(g, 2), Catch::Contains("fix its batch of 4") || Catch::Contains("not the samples along its first dimension"));
   }
 }
+
+TEST_CASE("graph: with_batch shrinks a constant Expand over the batch (a class token) beside the batch's input", "[graph]") {
+  // ViT's class token: torch.onnx.export writes ConstantOfShape/Where/Expand to [batch, 1, d] with
+  // fixed shapes, which folds into a [4, 1, 2] constant of equal samples concatenated with x.
+  const json model = json::parse(R"({
+    "inputs": {"x": {"shape": [4, 3, 2]}},
+    "outputs": ["y"],
+    "initializers": {"cls": {"values": [7, 8, 7, 8, 7, 8, 7, 8], "shape": [4, 1, 2]},
+                     "odd": {"values": [1, 2, 3, 4, 5, 6, 7, 8], "shape": [4, 1, 2]}},
+    "nodes": [{"name": "cat", "op": "Concat", "inputs": ["cls", "x"], "outputs": ["y"], "attrs": {"axis": 1}}]})");
+  graph::Graph whole = inline_graph(model);
+  graph::Graph half = whole;
+  passes::with_batch(half, 2);
+  CHECK(half.value("y").shape == Shape{2, 4, 2});
+  std::vector<float> xv(12);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>(i);
+  const auto y = reference::execute(half, {{"x", Tensor::from_f32({2, 3, 2}, xv)}}).at("y").to_f32();
+  CHECK(std::vector<float>(y.begin(), y.begin() + 4) == std::vector<float>{7, 8, 0, 1});
+  // Samples that differ are not an Expand: the graph keeps its batch (and says so).
+  json m2 = model;
+  m2["nodes"][0]["inputs"][0] = "odd";
+  graph::Graph g = inline_graph(m2);
+  CHECK_THROWS_WITH(passes::with_batch(g, 2), Catch::Contains("fix its batch of 4"));
+}
