@@ -118,7 +118,26 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       const int64_t Q = qw < static_cast<int64_t>(cfg.input_depth.size()) ? cfg.input_depth[static_cast<size_t>(qw)] : 1;
       // (Sequenced: the next load step's search first. Run-time block lengths: the step after a
       // PE's own block sets the length of the blocks after it first -- sub, mul, two dsd_len.)
-      const int64_t gap = std::max<int64_t>(0, S + 2 + seq_ld + (detail::runtime_block_lengths(c.training, k) ? 4 : 0) - Q);
+      const int64_t pause = S + 2 + seq_ld + (detail::runtime_block_lengths(c.training, k) ? 4 : 0);
+      int64_t gap = std::max<int64_t>(0, pause - Q);
+      // Blocks no larger than the queue: a PE's two switches (pre -> own, own -> post: W = 2 pause
+      // + blk cycles in which it takes only its own block) overlap those of the next PEs, whose pre
+      // steps end while its queue still takes wavelets (the multicast moves on while every PE's
+      // queue has room). Wavelet r, counted from this PE's own block, passes it at once for r < Q,
+      // as its own block is taken for r < Q + blk, and once its post step runs after that; so the
+      // pre step of PE j + m ends C(m) after PE j's, and a block boundary takes the most of
+      // C(m) / m (and at least blk). Seen on vit_tiny's K projections (one value per PE, the
+      // stream behind Q's x tasks): about 9 cycles a boundary where pause - Q charged 26.
+      if (k.kb * k.nb <= Q) {
+        const int64_t blk = k.kb * k.nb, W = 2 * pause + blk;
+        double tau = static_cast<double>(blk);
+        for (int64_t m = 1; m * blk <= 2 * (Q + blk) + blk; ++m) {
+          const int64_t r = m * blk - 1;
+          const int64_t C = r < Q ? 0 : r < Q + blk ? pause + m * blk - Q : W + m * blk - Q - blk;
+          tau = std::max(tau, static_cast<double>(C) / static_cast<double>(m));
+        }
+        gap = std::min(gap, static_cast<int64_t>(std::ceil(tau)) - blk);
+      }
       const double bytes = static_cast<double>(k.lanes * k.lane_len) * 4;
       const double burst = std::min(static_cast<double>(cfg.memoryx_burst), bytes);
       // This layer's first burst is out of SwarmX after the earlier layers' bytes and its own first
