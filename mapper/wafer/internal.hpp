@@ -48,6 +48,12 @@ using Unsupported = std::function<void(const std::string&)>;
 bool split_sliced_projections(graph::Graph& g);
 DenseKernel conv_kernel(const graph::Node& n, const Shape& cs, const Tensor& w, long csrc, std::vector<DenseKernel>& ks, const Unsupported& unsupported);
 void pool_into(DenseKernel& k, const graph::Node& n, const std::string& cur, const Shape& cs, const Unsupported& unsupported);
+using ConstantOf = std::function<const Tensor*(const std::string&)>;
+DenseKernel identity_kernel(const std::string& name, long src, int64_t rows, int64_t d, const std::string& in_value);
+DenseKernel token_concat(const graph::Node& n, const graph::Graph& g, const std::string& cur, const ConstantOf& constant, std::vector<DenseKernel>& ks,
+                         const Unsupported& unsupported);
+int64_t one_token(const graph::Node& n, const Shape& cs, const ConstantOf& constant, const Shape& os, const Unsupported& unsupported);
+void add_row_bias(DenseKernel& k, const Shape& cs, const Shape& ts, const Tensor& c, const Unsupported& unsupported);
 
 // match_attention.cpp.
 // Multi-head attention (PyTorch's export for one sequence): Q, K, V rows [S, d] -> Reshape
@@ -65,7 +71,6 @@ struct AttnBlock {
 };
 // match_layers' views of the graph: a value's constant data (nullptr: none); the one consumer of a
 // value when it is an `op` node (-1: none or another).
-using ConstantOf = std::function<const Tensor*(const std::string&)>;
 using SoleConsumer = std::function<long(const std::string&, const char*)>;
 // elementwise.cpp: the elementwise function(s) of one value a graph node computes (Relu, Tanh,
 // Sigmoid, Clip, a Mul by a scalar constant, ...: Sub(c, x) is two); empty with `why` set when it is not one.

@@ -294,86 +294,20 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
     } else if (tok_transpose) {
       tok_reshaped = false, tok_view = true;
     } else if (n.op == "Concat" && tok_view) {
-      // Constant rows along the tokens (the class token, [batch or 1, r, C]) and the Conv's
-      // positions: an Identity kernel reads the Conv's bordered holder (zeros where the constant
-      // rows go) and adds the constants as its row bias (the position embedding's Add joins it).
-      const int64_t rank = static_cast<int64_t>(cs.size());
-      int64_t axis = n.attrs.get_int("axis", 0);
-      if (axis < 0) axis += rank;
-      if (axis != 1) unsupported("Concat of a Conv's positions as tokens is mapped along the tokens (axis 1)");
-      DenseKernel& p = ks.back();
-      const int64_t samples = cs[0], P = cs[1], C = cs[2];
-      std::vector<std::vector<float>> before, after;  // the constant rows, [C] each
-      bool seen = false;
-      for (const auto& v : n.inputs) {
-        if (v == cur && !seen) {
-          seen = true;
-          continue;
-        }
-        const Tensor* t = constant(v);
-        const Shape& ts = g.value(v).shape;
-        if (!t || ts.size() != 3 || ts[2] != C || (ts[0] != 1 && ts[0] != samples))
-          unsupported("Concat with a Conv's positions as tokens takes constant rows [batch or 1, rows, " + std::to_string(C) + "] beside them (a class token)");
-        const auto tv = t->to_f32();
-        for (int64_t b = 1; b < ts[0]; ++b)  // (the exporter's Expand, folded: every sample's rows the same)
-          if (!std::equal(tv.begin(), tv.begin() + ts[1] * C, tv.begin() + b * ts[1] * C))
-            unsupported("Concat's constant rows differ between samples; the wafer adds one set of rows to every sample");
-        for (int64_t r = 0; r < ts[1]; ++r) (seen ? after : before).emplace_back(tv.begin() + r * C, tv.begin() + (r + 1) * C);
-      }
-      if (!seen) unsupported("Concat must take the tokens once");
-      if (p.xp_h) unsupported("the Conv's output is also read by a padded Conv; as tokens it is mapped with one reader");
-      const int64_t lead = static_cast<int64_t>(before.size()), R = lead + P + static_cast<int64_t>(after.size());
-      p.tokens = true;
-      p.xp_h = R, p.xp_w = 1, p.xp_t = lead, p.xp_l = 0;
-      DenseKernel k;
-      k.src = static_cast<long>(ks.size()) - 1;
-      k.name = n.name.empty() ? n.outputs[0] : n.name;
-      k.op = "Identity";
-      k.nodes = {n.name};
-      k.B = k.samples = samples * R;
-      k.K = k.N = C;
-      // (kflops stays 0: as the pre-norm Identity, not the model's FLOPs or weights)
-      k.W.assign(static_cast<size_t>(C * C), 0.0f);
-      for (int64_t a = 0; a < C; ++a) k.W[static_cast<size_t>(a * C + a)] = 1.0f;
-      k.bias.assign(static_cast<size_t>(C), 0.0f);
-      k.row_period = R;
-      k.row_bias.assign(static_cast<size_t>(R * C), 0.0f);
-      for (int64_t r = 0; r < R; ++r) {
-        const std::vector<float>* row = r < lead ? &before[static_cast<size_t>(r)] : r >= lead + P ? &after[static_cast<size_t>(r - lead - P)] : nullptr;
-        if (row) std::copy(row->begin(), row->end(), k.row_bias.begin() + r * C);
-      }
-      k.in_value = cur;
-      ks.push_back(std::move(k));
+      ks.push_back(token_concat(n, g, cur, constant, ks, unsupported));  // (match_ops.cpp)
       tok_view = false;
     } else if (n.op == "Add" && !ks.empty() && constant(other_in(n, cur)) && cs.size() >= 3 && !fmap && !flat && !parity(cur) &&
                !per_feature(*constant(other_in(n, cur)), ks.back().N, false, cs.size()) &&
                constant(other_in(n, cur))->numel() == cs[cs.size() - 2] * cs.back() && !ks.back().spatial() && !ks.back().activated() &&
                ks.back().residual < 0 && !ks.back().softmax && !ks.back().attn && !ks.back().layernorm &&
                (ks.back().row_period == 0 || ks.back().row_period == cs[cs.size() - 2])) {
-      // A constant [rows, features] added to every sample's rows (the position embedding): a row
-      // bias at the chain ends, with the bias.
-      DenseKernel& k = ks.back();
-      const int64_t R = cs[cs.size() - 2];
-      const Shape& ts = g.value(other_in(n, cur)).shape;
-      for (size_t d = 0; d + 2 < ts.size(); ++d)
-        if (ts[d] != 1) unsupported("Add of a constant " + shape_str(ts) + " to " + shape_str(cs) + ": the wafer adds a constant [rows, features] to every sample");
-      if (k.row_period == 0) k.row_period = R, k.row_bias.assign(static_cast<size_t>(R * k.N), 0.0f);
-      const auto cv = constant(other_in(n, cur))->to_f32();
-      for (size_t i = 0; i < cv.size(); ++i) k.row_bias[i] += cv[i];
-      absorb(k, n);
+      // A constant [rows, features] added to every sample's rows (the position embedding).
+      add_row_bias(ks.back(), cs, g.value(other_in(n, cur)).shape, *constant(other_in(n, cur)), unsupported);
+      absorb(ks.back(), n);
     } else if (n.op == "Slice" && !ks.empty() && !fmap && !flat && cs.size() == 3 && !parity(cur)) {
       // One token of every sample ([batch, tokens, d] -> [batch, 1, d]: ViT's class token, Gather
       // in the file): the next dense layer reads that row of each sample.
-      const Tensor *st = n.inputs.size() > 2 ? constant(n.inputs[1]) : nullptr, *en = n.inputs.size() > 2 ? constant(n.inputs[2]) : nullptr;
-      const Tensor *ax = n.inputs.size() > 3 ? constant(n.inputs[3]) : nullptr, *sp = n.inputs.size() > 4 ? constant(n.inputs[4]) : nullptr;
-      const Shape& os = g.value(n.outputs[0]).shape;
-      int64_t a = ax && ax->numel() == 1 ? ax->to_i64()[0] : -9;
-      if (a < 0) a += 3;
-      if (!st || !en || st->numel() != 1 || a != 1 || (sp && sp->to_i64()[0] != 1) || os.size() != 3 || os[1] != 1)
-        unsupported("Slice is mapped on the wafer as one token of every sample ([batch, tokens, d] -> [batch, 1, d], step 1) into a dense layer, or inside an attention block");
-      int64_t r0 = st->to_i64()[0];
-      if (r0 < 0) r0 += cs[1];
-      sel_row = std::clamp<int64_t>(r0, 0, cs[1] - 1), sel_period = cs[1];
+      sel_row = one_token(n, cs, constant, g.value(n.outputs[0]).shape, unsupported), sel_period = cs[1];
     } else if (n.op == "Flatten" || n.op == "Reshape") {
       const Shape& os = g.value(n.outputs[0]).shape;
       const bool to_rows = fmap && os.size() == 2 && os[0] == cs[0] && os[1] == cs[1] * cs[2] * (cs.size() == 4 ? cs[3] : 1);
@@ -503,24 +437,10 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
         // layer normalise it -- a d x d identity streamed like any weight (the general path: the
         // values pass through the PEs' multiply-adds exactly); its value before the LayerNorm, the
         // input itself, is what the model's first residual adds.
-        Shape xs = cs;
         int64_t rows = 1;
-        for (size_t d = 0; d + 1 < xs.size(); ++d) rows *= xs[d];
-        DenseKernel k;
-        k.src = -1;
-        k.name = n.name.empty() ? n.outputs[0] : n.name;
-        k.op = "Identity";
-        k.nodes = {};  // (absorb adds the LayerNorm's name)
-        k.B = k.samples = rows;
-        k.K = k.N = xs.back();
-        // (kflops stays 0: the model has no such layer, its FLOPs and weights are not the model's --
-        // the identity's streamed weights and multiply-adds show in the simulated time, the stream
-        // counters and the estimate)
-        k.W.assign(static_cast<size_t>(k.K * k.N), 0.0f);
-        for (int64_t a = 0; a < k.K; ++a) k.W[static_cast<size_t>(a * k.N + a)] = 1.0f;
-        k.bias.assign(static_cast<size_t>(k.N), 0.0f);
-        k.in_value = cur;
-        ks.push_back(std::move(k));
+        for (size_t d = 0; d + 1 < cs.size(); ++d) rows *= cs[d];
+        ks.push_back(identity_kernel(n.name.empty() ? n.outputs[0] : n.name, -1, rows, cs.back(), cur));
+        ks.back().nodes = {};  // (absorb adds the LayerNorm's name)
       }
       if (ks.empty() || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().spatial()) unsupported("LayerNorm is mapped only after a dense layer, or on the graph input");
       DenseKernel& k = ks.back();

@@ -1,5 +1,6 @@
 // The kernels of single nodes for match_layers (internal.hpp): a Conv's geometry and grouped
-// weights, a pool's window at a Conv's chain ends, and the packed projections split per slice.
+// weights, a pool's window at a Conv's chain ends, the packed projections split per slice, and
+// the Identity kernels (a pre-norm model's first LayerNorm, a Vision Transformer's class token).
 #include <algorithm>
 #include <map>
 #include <set>
@@ -176,6 +177,105 @@ void pool_into(DenseKernel& k, const graph::Node& n, const std::string& cur, con
   k.ph = (k.pool_ih() - k.pkh) / k.psh + 1;
   k.pw = (k.pool_iw() - k.pkw) / k.psw + 1;
   if (k.ph < 1 || k.pw < 1) unsupported("the " + n.op + " window is larger than its input");
+}
+
+}  // namespace tessera::wafer::detail
+
+namespace tessera::wafer::detail {
+
+// A d x d identity layer of `rows` rows reading kernel `src`'s output (-1: the graph input): the
+// general path's way to put chain-end work where no layer of the model is -- a pre-norm model's
+// first LayerNorm, a Vision Transformer's class token. Its weights stream like any other (the
+// values pass through the PEs' multiply-adds exactly); kflops stays 0: the model has no such layer,
+// so its FLOPs and weights are not the model's (the streamed weights and the multiply-adds show in
+// the simulated time, the stream counters and the estimate).
+DenseKernel identity_kernel(const std::string& name, long src, int64_t rows, int64_t d, const std::string& in_value) {
+  DenseKernel k;
+  k.src = src;
+  k.name = name;
+  k.op = "Identity";
+  k.nodes = {name};
+  k.B = k.samples = rows;
+  k.K = k.N = d;
+  k.W.assign(static_cast<size_t>(d * d), 0.0f);
+  for (int64_t a = 0; a < d; ++a) k.W[static_cast<size_t>(a * d + a)] = 1.0f;
+  k.bias.assign(static_cast<size_t>(d), 0.0f);
+  k.in_value = in_value;
+  return k;
+}
+
+// A Concat of constant rows (the class token, [batch or 1, r, C], equal across samples: the
+// exporter's Expand folded) and a Conv's positions as tokens (`cur`, [batch, positions, C]) along
+// the tokens: the Conv (ks.back()) writes y into a holder of lead + positions + trail rows per
+// sample (its bordered holder, the constant rows' places zero); the returned Identity kernel reads
+// it and adds the constants as its row bias (a position embedding's Add joins it).
+DenseKernel token_concat(const graph::Node& n, const graph::Graph& g, const std::string& cur, const ConstantOf& constant, std::vector<DenseKernel>& ks,
+                         const Unsupported& unsupported) {
+  const Shape& cs = g.value(cur).shape;
+  int64_t axis = n.attrs.get_int("axis", 0);
+  if (axis < 0) axis += static_cast<int64_t>(cs.size());
+  if (axis != 1) unsupported("Concat of a Conv's positions as tokens is mapped along the tokens (axis 1)");
+  DenseKernel& p = ks.back();
+  const int64_t samples = cs[0], P = cs[1], C = cs[2];
+  std::vector<std::vector<float>> before, after;  // the constant rows, [C] each
+  bool seen = false;
+  for (const auto& v : n.inputs) {
+    if (v == cur && !seen) {
+      seen = true;
+      continue;
+    }
+    const Tensor* t = constant(v);
+    const Shape& ts = g.value(v).shape;
+    if (!t || ts.size() != 3 || ts[2] != C || (ts[0] != 1 && ts[0] != samples))
+      unsupported("Concat with a Conv's positions as tokens takes constant rows [batch or 1, rows, " + std::to_string(C) + "] beside them (a class token)");
+    const auto tv = t->to_f32();
+    for (int64_t b = 1; b < ts[0]; ++b)  // (the exporter's Expand, folded: every sample's rows the same)
+      if (!std::equal(tv.begin(), tv.begin() + ts[1] * C, tv.begin() + b * ts[1] * C))
+        unsupported("Concat's constant rows differ between samples; the wafer adds one set of rows to every sample");
+    for (int64_t r = 0; r < ts[1]; ++r) (seen ? after : before).emplace_back(tv.begin() + r * C, tv.begin() + (r + 1) * C);
+  }
+  if (!seen) unsupported("Concat must take the tokens once");
+  if (p.xp_h) unsupported("the Conv's output is also read by a padded Conv; as tokens it is mapped with one reader");
+  const int64_t lead = static_cast<int64_t>(before.size()), R = lead + P + static_cast<int64_t>(after.size());
+  p.tokens = true;
+  p.xp_h = R, p.xp_w = 1, p.xp_t = lead, p.xp_l = 0;
+  DenseKernel k = identity_kernel(n.name.empty() ? n.outputs[0] : n.name, static_cast<long>(ks.size()) - 1, samples * R, C, cur);
+  k.row_period = R;
+  k.row_bias.assign(static_cast<size_t>(R * C), 0.0f);
+  for (int64_t r = 0; r < R; ++r) {
+    const std::vector<float>* row = r < lead ? &before[static_cast<size_t>(r)] : r >= lead + P ? &after[static_cast<size_t>(r - lead - P)] : nullptr;
+    if (row) std::copy(row->begin(), row->end(), k.row_bias.begin() + r * C);
+  }
+  return k;
+}
+
+// The token a Slice keeps of every sample of [batch, tokens, d] (`cs`): axis 1, one index, step 1
+// (a negative start counts from the end); anything else is `unsupported`.
+int64_t one_token(const graph::Node& n, const Shape& cs, const ConstantOf& constant, const Shape& os, const Unsupported& unsupported) {
+  const Tensor *st = n.inputs.size() > 2 ? constant(n.inputs[1]) : nullptr, *en = n.inputs.size() > 2 ? constant(n.inputs[2]) : nullptr;
+  const Tensor *ax = n.inputs.size() > 3 ? constant(n.inputs[3]) : nullptr, *sp = n.inputs.size() > 4 ? constant(n.inputs[4]) : nullptr;
+  int64_t a = ax && ax->numel() == 1 ? ax->to_i64()[0] : -9;
+  if (a < 0) a += 3;
+  if (!st || !en || st->numel() != 1 || a != 1 || (sp && sp->to_i64()[0] != 1) || os.size() != 3 || os[1] != 1)
+    unsupported("Slice is mapped on the wafer as one token of every sample ([batch, tokens, d] -> [batch, 1, d], step 1) into a dense layer, or inside an attention block");
+  int64_t r0 = st->to_i64()[0];
+  if (r0 < 0) r0 += cs[1];
+  return std::clamp<int64_t>(r0, 0, cs[1] - 1);
+}
+
+}  // namespace tessera::wafer::detail
+
+namespace tessera::wafer::detail {
+
+// A constant c of shape ts ([..., R, N] with ones before) added to every sample's rows of `cs`
+// ([..., R, N]) after kernel k: a row bias at its chain ends, added with the bias.
+void add_row_bias(DenseKernel& k, const Shape& cs, const Shape& ts, const Tensor& c, const Unsupported& unsupported) {
+  const int64_t R = cs[cs.size() - 2];
+  for (size_t d = 0; d + 2 < ts.size(); ++d)
+    if (ts[d] != 1) unsupported("Add of a constant " + shape_str(ts) + " to " + shape_str(cs) + ": the wafer adds a constant [rows, features] to every sample");
+  if (k.row_period == 0) k.row_period = R, k.row_bias.assign(static_cast<size_t>(R * k.N), 0.0f);
+  const auto cv = c.to_f32();
+  for (size_t i = 0; i < cv.size(); ++i) k.row_bias[i] += cv[i];
 }
 
 }  // namespace tessera::wafer::detail
