@@ -1,6 +1,7 @@
 // with_batch (passes.hpp): the graph for fewer samples, for micro-batching on the wafer
 // (docs/wafer-compiler.md "Micro-batches").
 #include <map>
+#include <set>
 #include <string>
 
 #include "isa/error.hpp"
@@ -43,13 +44,17 @@ void with_batch(graph::Graph& g, int64_t b) {
   // A constant [B, ...] whose B slices are equal, beside an input of the batch's (an Expand over
   // the batch folded with fixed shapes: ViT's class token torch.onnx.export writes as
   // ConstantOfShape/Where/Expand into a Concat), gets the micro-batch's first b slices.
+  // (Only as an operand of a Concat or a broadcasting elementwise op of the same rank: a weight
+  // whose first dimension happens to equal the batch is not one.)
+  static const std::set<std::string> kAlong = {"Concat", "Add", "Sub", "Mul", "Div", "Where"};
   for (auto& n : g.nodes)
     for (auto& in : n.inputs) {
-      if (in.empty() || !g.has_value(in)) continue;
+      if (in.empty() || !g.has_value(in) || !kAlong.count(n.op)) continue;
       const graph::Value& cv = g.value(in);
       if (!cv.data || cv.data->dtype() != DType::f32 || cv.shape.size() < 2 || cv.shape[0] != B || cv.data->numel() == 0) continue;
       bool beside = false;
-      for (const auto& o : n.inputs) beside = beside || (o != in && !o.empty() && !before[o].empty() && before[o][0] == B && !g.value(o).data);
+      for (const auto& o : n.inputs)
+        beside = beside || (o != in && !o.empty() && before[o].size() == cv.shape.size() && before[o][0] == B && !g.value(o).data);
       if (!beside) continue;
       const std::vector<float> all = cv.data->to_f32();
       const size_t per = all.size() / static_cast<size_t>(B);

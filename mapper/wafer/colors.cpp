@@ -64,7 +64,8 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
     // (Sequenced: the kernels of one orientation share the first one's LayerNorm and attention
     // chain colors, as they share the reduce's: one kernel's chain-end work ends before the next's.)
     const bool ln_own = !c.sequenced || first_of_orientation_with(c, l, [](const DenseKernel& q) { return q.layernorm; }) == l;
-    const bool ag_own = !c.sequenced || first_of_orientation_with(c, l, [](const DenseKernel& q) { return q.attn_group() > 1; }) == l;
+    // (split heads: only kernels with the same group size share -- the routes are the groups')
+    const bool ag_own = !c.sequenced || first_of_orientation_with(c, l, [&](const DenseKernel& q) { return q.attn_group() > 1 && q.attn_group() == k.attn_group(); }) == l;
     if (k.layernorm && ln_own) {  // the edge chain and the broadcast back, along the chain ends
       st.push_back({l, 'n', {r}});
       st.push_back({l, 'o', {r}});
@@ -157,7 +158,7 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
         }
       }
       if (k.attn_group() > 1) {
-        const size_t q = first_of_orientation_with(c, l, [](const DenseKernel& o) { return o.attn_group() > 1; });
+        const size_t q = first_of_orientation_with(c, l, [&](const DenseKernel& o) { return o.attn_group() > 1 && o.attn_group() == k.attn_group(); });
         if (q != l) {
           k.ca0 = c.kernels[q].ca0, k.ca1 = c.kernels[q].ca1, k.cab = c.kernels[q].cab;
           for (const int col : {k.ca0, k.ca1, k.cab}) by_color[col].push_back("kernel '" + k.name + "' attention chain (shared)");

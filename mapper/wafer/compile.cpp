@@ -102,6 +102,9 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       throw InputError("/mapping/mode", "kernel '" + k.name + "' reads " + (k.src < 0 ? std::string("the graph input") : "kernel '" + c.kernels[static_cast<size_t>(k.src)].name + "'") +
                                             ", not the kernel before it: pipelined mode maps chains of layers",
                        "use \"mapping\": {\"mode\": \"weight_streaming\"} for branching graphs (every kernel on one rectangle)");
+    if (opt.mode == MapMode::pipelined && (k.tokens || k.row_period || k.sel_period))
+      throw InputError("/mapping/mode", "kernel '" + k.name + "': tokens (a Conv's positions as rows, constant rows, a Slice of one token) are mapped in weight streaming only",
+                       "use \"mapping\": {\"mode\": \"weight_streaming\"}");
     if (c.readers[l + 1].size() > 1 && (k.spatial() || k.pkh) && !c.sequenced)  // one gather per holder: a feature map has one reader (sequenced: one per hand-off)
       throw InputError("kernel '" + k.name + "'", "a convolution's output read by several kernels is not mapped (" + std::to_string(c.readers[l + 1].size()) + " read it)",
                        kOpsHint);
@@ -230,11 +233,11 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       }
       layer_params(k, l, true, c.training, params);
       // (sequenced: the LayerNorm and attention chains of one orientation share one set of routes)
-      const auto own = [&](bool (*has)(const DenseKernel&)) { return !c.sequenced || first_of_orientation_with(c, l, has) == l; };
+      const auto own = [&](const std::function<bool(const DenseKernel&)>& has) { return !c.sequenced || first_of_orientation_with(c, l, has) == l; };
       if (k.layernorm) ln_params(k, l, params);
       if (k.layernorm && own([](const DenseKernel& q) { return q.layernorm; })) ln_routes(k, routes);
       if (k.attn_group() > 1) attn_params(k, l, params);
-      if (k.attn_group() > 1 && own([](const DenseKernel& q) { return q.attn_group() > 1; })) attn_routes(k, routes);
+      if (k.attn_group() > 1 && own([&](const DenseKernel& q) { return q.attn_group() > 1 && q.attn_group() == k.attn_group(); })) attn_routes(k, routes);
       layer_program(c, l, t);
       bool have = false;
       for (const auto& pj : ports) have = have || pj["name"] == k.port;

@@ -149,6 +149,13 @@ struct ArrayAt {
   int64_t off = 0;
 };
 ArrayAt y_array(const Compiled& c, size_t l);
+// A dense reader's walk over its holder (gx<reader>) where it does not take the rows as they are.
+void rows_walk(const Compiled& c, size_t reader, ProgramTemplate& t);
+int64_t rows_len(const Compiled& c, size_t reader);
+// layer_tasks.cpp: the DSD over all of kernel q's output at its chain ends; what a dense reader's
+// x values are sent from (gx<reader>, or the holder as it is).
+std::string full_dsd(const Compiled& c, size_t q);
+std::string rows_source(const Compiled& c, size_t reader);
 ArrayAt hold_array(const Compiled& c, size_t l);  // where kernel l's readers take its output from
 std::string res_dsd(const Compiled& c, size_t l);
 struct ConvWalk {

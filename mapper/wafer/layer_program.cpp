@@ -121,6 +121,28 @@ ArrayAt hold_array(const Compiled& c, size_t l) {
   return {kName[static_cast<int>(hd)] + std::to_string(l), 0};
 }
 
+// A dense reader's walk over its holder where it does not take the rows as they are (gx<reader>):
+// one token of every sample (row sel_row of every sel_period), or a tokens holder with its constant
+// rows' places (zero).
+void rows_walk(const Compiled& c, size_t reader, ProgramTemplate& t) {
+  const DenseKernel& n = c.kernels[reader];
+  const DenseKernel& sk = c.kernels[static_cast<size_t>(n.src)];
+  const ArrayAt hold = hold_array(c, static_cast<size_t>(n.src));
+  const std::string H = std::to_string(reader);
+  if (n.xread == DenseKernel::XRead::flatten)  // [sample, P, nb] read channel-major: the Flatten's order
+    t.mem4d("gx" + H, hold.array, hold.off, {{n.samples, n.P * sk.nb}, {sk.nb, 1}, {n.P, sk.nb}});
+  else if (n.sel_period) t.mem4d("gx" + H, hold.array, hold.off + n.sel_row * sk.feat_nb(), {{n.B, n.sel_period * sk.feat_nb()}, {sk.feat_nb(), 1}});
+  else if (sk.tokens) t.mem1d("gx" + H, hold.array, hold.off, n.B * sk.feat_nb());
+}
+
+// The x values a dense reader takes from its holder per send: its rows (one token of each sample,
+// or the tokens holder with its constant rows), else the producer's output as it is.
+int64_t rows_len(const Compiled& c, size_t reader) {
+  const DenseKernel& n = c.kernels[reader];
+  const DenseKernel& sk = c.kernels[static_cast<size_t>(n.src)];
+  return n.sel_period || sk.tokens ? n.B * sk.feat_nb() : sk.rows_out() * sk.feat_nb();
+}
+
 // The PE program of kernel l, names suffixed with l: its arrays and DSDs here, then its tasks
 // (layer_tasks.cpp) -- unless the program is sequenced (sequencer.cpp runs every kernel's bodies).
 void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
@@ -354,19 +376,14 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   const size_t hn = c.sequenced ? (l + 1 < c.kernels.size() && !follower(c, l + 1) ? l + 1 : c.kernels.size()) : has_next ? rd[0] : c.kernels.size();
   if (hn < c.kernels.size()) {
     const DenseKernel& n = c.kernels[hn];
-    const DenseKernel& sk = c.kernels[static_cast<size_t>(n.src)];
     const ArrayAt hold = hold_array(c, static_cast<size_t>(n.src));
     const std::string H = std::to_string(hn);
-    const int64_t len = n.spatial() ? n.oh * n.ow * n.kb : n.sel_period || sk.tokens ? n.B * sk.feat_nb() : sk.rows_out() * sk.feat_nb();
-    t.fabric("yout" + L, DsdKind::fabout, we, n.cx, 1, len);
-    if (n.sel_period)  // one token of every sample: row sel_row of every sel_period
-      t.mem4d("gx" + H, hold.array, hold.off + n.sel_row * sk.feat_nb(), {{n.B, n.sel_period * sk.feat_nb()}, {sk.feat_nb(), 1}});
-    else if (sk.tokens)  // the tokens' holder as it is: the constant rows' places zero
-      t.mem1d("gx" + H, hold.array, hold.off, n.B * sk.feat_nb());
-    if (!c.sequenced)
-      for (size_t j = 1; j < rd.size(); ++j) t.fabric("yout" + L + "_" + std::to_string(j), DsdKind::fabout, we, c.kernels[rd[j]].cx, 1, len);
-    if (n.xread == DenseKernel::XRead::flatten)  // [sample, P, nb] read channel-major: the Flatten's order
-      t.mem4d("gx" + H, hold.array, hold.off, {{n.samples, n.P * sk.nb}, {sk.nb, 1}, {n.P, sk.nb}});
+    t.fabric("yout" + L, DsdKind::fabout, we, n.cx, 1, n.spatial() ? n.oh * n.ow * n.kb : rows_len(c, hn));
+    if (!n.spatial()) rows_walk(c, hn, t);
+    for (size_t j = 1; !c.sequenced && j < rd.size(); ++j) {  // the other readers (each its own walk)
+      t.fabric("yout" + L + "_" + std::to_string(j), DsdKind::fabout, we, c.kernels[rd[j]].cx, 1, rows_len(c, rd[j]));
+      rows_walk(c, rd[j], t);
+    }
     if (n.spatial()) {
       const ConvWalk cw = conv_walk(c, hn);
       t.mem4d("gx" + H, hold.array, hold.off + cw.off, im2col_dims(n, cw.W));
@@ -377,9 +394,9 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   for (size_t f = hn + 1; c.sequenced && hn < c.kernels.size() && f < c.kernels.size() && follower(c, f); ++f) {
     const DenseKernel& n = c.kernels[f];
     const ArrayAt hold = hold_array(c, static_cast<size_t>(n.src));
-    if (!n.spatial()) {  // a dense layer reading the same holder: its rows as they are (out_first's source)
-      const DenseKernel& sk = c.kernels[static_cast<size_t>(n.src)];
-      t.fabric("xo" + std::to_string(f), DsdKind::fabout, we, n.cx, 1, sk.rows_out() * sk.feat_nb());
+    if (!n.spatial()) {  // a dense layer reading the same holder (rows_source)
+      t.fabric("xo" + std::to_string(f), DsdKind::fabout, we, n.cx, 1, rows_len(c, f));
+      rows_walk(c, f, t);
       continue;
     }
     const ConvWalk cw = conv_walk(c, f);

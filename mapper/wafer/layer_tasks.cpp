@@ -112,6 +112,22 @@ void red_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& 
   }
 }
 
+// The DSD over all of kernel q's output at its chain ends (the attention's, the pool's, the gated
+// map's, or y).
+std::string full_dsd(const Compiled& c, size_t q) {
+  const DenseKernel& qk = c.kernels[q];
+  return (qk.attn ? "aall" : qk.pkh ? "pall" : qk.gate_of >= 0 ? "gall" : "yall") + std::to_string(q);
+}
+
+// What a dense reader's x values are sent from: a walk over its holder (a Flatten's channel-major
+// order, one token of each sample, a tokens holder: gx<reader>), or the holder as it is.
+std::string rows_source(const Compiled& c, size_t reader) {
+  const DenseKernel& nk = c.kernels[reader];
+  const size_t s = static_cast<size_t>(nk.src);
+  if (nk.xread == DenseKernel::XRead::flatten || nk.sel_period || c.kernels[s].tokens) return "gx" + std::to_string(reader);
+  return c.half() ? "y16m" + std::to_string(s) : full_dsd(c, s);
+}
+
 // The hand-off at the chain ends (inside `last<l>`): y into the next Conv's bordered input or its
 // 16-bit copy (when read or moved), then the gather (a conv reader) or one send of the block to the
 // first reader -- sequenced: to kernel l + 1, from the holder of the kernel it reads (this one, or
@@ -123,15 +139,10 @@ std::string out_first(const Compiled& c, size_t l, ProgramTemplate& t, const Tas
   const std::vector<size_t>& rd = c.readers[l + 1];
   const size_t hn = c.sequenced ? l + 1 : rd[0];
   const DenseKernel& nk = c.kernels[hn];
-  const size_t s = static_cast<size_t>(nk.src);
-  const std::string L = std::to_string(l), N1 = std::to_string(hn), S = std::to_string(s);
+  const std::string L = std::to_string(l);
   const bool h = c.half();
   const Op mov = h ? Op::fmovh : Op::fmovs;
-  auto full_of = [&](size_t q) {
-    const DenseKernel& qk = c.kernels[q];
-    return (qk.attn ? "aall" : qk.pkh ? "pall" : qk.gate_of >= 0 ? "gall" : "yall") + std::to_string(q);
-  };
-  const std::string full = full_of(l);
+  const std::string full = full_dsd(c, l);
   if (output_used(c, l)) {
     if (k.xp_h) t.op(h ? Op::fs2h : Op::fmovs, {"xpi" + L, full}, "into the next Conv's bordered input");
     else if (h) t.op(Op::fs2h, {"y16m" + L, full});
@@ -147,8 +158,7 @@ std::string out_first(const Compiled& c, size_t l, ProgramTemplate& t, const Tas
     t.op(Op::ret, {});
     return {};
   }
-  const bool walk = nk.xread == DenseKernel::XRead::flatten || nk.sel_period || c.kernels[s].tokens;  // (a walk over the holder: gx)
-  const std::string src = walk ? "gx" + N1 : h ? "y16m" + S : full_of(s);
+  const std::string src = rows_source(c, hn);
   if (c.sequenced && hn + 1 < c.kernels.size() && follower(c, hn + 1)) {  // then the followers' (gsf, r11 the follower)
     t.op(Op::mov, {reg(kRegFollow), imm(static_cast<int64_t>(hn) + 1)});
     t.op_async(mov, {"yout" + L, src}, "gsf");
@@ -265,7 +275,7 @@ void layer_tasks(const Compiled& c, size_t l, ProgramTemplate& t) {
     for (size_t j = 1; j < rd.size(); ++j) {  // the other readers, one after another
       const std::string out = "out" + L + "_" + std::to_string(j), yout = "yout" + L + "_" + std::to_string(j);
       t.task(out, TaskKind::local, c.extra_send_id[l + 1] + static_cast<int>(j) - 1);
-      t.op_async(mov, {yout, src}, j + 1 < rd.size() ? "out" + L + "_" + std::to_string(j + 1) : "");
+      t.op_async(mov, {yout, rows_source(c, rd[j])}, j + 1 < rd.size() ? "out" + L + "_" + std::to_string(j + 1) : "");
       t.op(Op::ret, {});
     }
     t.endif();

@@ -199,9 +199,13 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
   // Tokens (a Vision Transformer's patch embedding, compile.hpp DenseKernel::tokens): the last
   // Conv's output reshaped to [batch, C, positions] (tok_reshaped), then transposed to [batch,
   // positions, C] (tok_view: cur is that Conv's output as rows); a Slice of one token waiting for
-  // the dense layer that reads it (sel_row of every sel_period rows; sel_period 0: none).
+  // the dense layers that read it (by value: the row of every `period` rows of kernel `producer`).
   bool tok_reshaped = false, tok_view = false;
-  int64_t sel_row = 0, sel_period = 0;
+  struct TokenSlice {
+    int64_t row, period;
+    long producer;
+  };
+  std::map<std::string, TokenSlice> token_slices;
   std::vector<std::string> kout;  // each kernel's output value so far
   for (const size_t i : order) {
     if (consumed.count(i)) continue;
@@ -266,8 +270,11 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
     // transposed to [batch, positions, C]: its rows as the chain ends hold them (sample, h, w).
     const bool tok_transpose = n.op == "Transpose" && !ks.empty() && ks.back().spatial() && !flat && !tok_view && !ks.back().tokens && cs.size() == 3 &&
                                n.attrs.get_ints("perm", {}) == std::vector<int64_t>{0, 2, 1} && (tok_reshaped || ks.back().oh == 1) && ks.back().gate_of < 0;
-    if (sel_period && !(n.op == "Gemm" || n.op == "MatMul"))
-      unsupported("a Slice of one token (row " + std::to_string(sel_row) + " of every " + std::to_string(sel_period) + ") is mapped only as the input of a dense layer (a Vision Transformer's class token into its head)");
+    for (const auto& v : n.inputs)
+      if (token_slices.count(v) && !(n.op == "Gemm" || n.op == "MatMul"))
+        unsupported("a Slice of one token is mapped only as the input of a dense layer (a Vision Transformer's class token into its head)");
+    if (tok_reshaped && !tok_transpose)
+      unsupported("a Conv's output reshaped to [batch, C, positions] is mapped only as tokens: transposed to [batch, positions, C] next (a Vision Transformer's patch embedding)");
     // A feature map: [batch, channels, height, width], or [batch, channels, length] into a 1-D Conv
     // and after one (mapped as height 1).
     const bool fmap = !tok_transpose && (cs.size() == 4 || (cs.size() == 3 && (ks.empty() ? n.op == "Conv" : ks.back().spatial() && !flat && !tok_view)));
@@ -307,7 +314,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
     } else if (n.op == "Slice" && !ks.empty() && !fmap && !flat && cs.size() == 3 && !parity(cur)) {
       // One token of every sample ([batch, tokens, d] -> [batch, 1, d]: ViT's class token, Gather
       // in the file): the next dense layer reads that row of each sample.
-      sel_row = one_token(n, cs, constant, g.value(n.outputs[0]).shape, unsupported), sel_period = cs[1];
+      token_slices[n.outputs[0]] = {one_token(n, cs, constant, g.value(n.outputs[0]).shape, unsupported), cs[1], static_cast<long>(ks.size()) - 1};
     } else if (n.op == "Flatten" || n.op == "Reshape") {
       const Shape& os = g.value(n.outputs[0]).shape;
       const bool to_rows = fmap && os.size() == 2 && os[0] == cs[0] && os[1] == cs[1] * cs[2] * (cs.size() == 4 ? cs[3] : 1);
@@ -330,10 +337,11 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       k.op = n.op;
       k.nodes = {n.name};
       k.B = k.samples = xs[0];
-      k.sel_row = sel_row, k.sel_period = sel_period;  // (one token of each sample: the producer's rows in steps)
-      if (sel_period && (src != static_cast<long>(ks.size()) - 1 || ks.back().spatial() || ks.back().B != xs[0] * sel_period))
-        unsupported(n.op + " reads a Slice of one token; the wafer maps it on the rows of the kernel before it");
-      sel_period = 0;
+      if (const auto ts = token_slices.find(n.inputs[0]); ts != token_slices.end()) {  // one token of each sample: the producer's rows in steps
+        const DenseKernel& p = ks[static_cast<size_t>(ts->second.producer)];
+        if (p.spatial() || p.B != xs[0] * ts->second.period) unsupported(n.op + " reads a Slice of one token of a value the wafer does not hold as [samples x tokens] rows");
+        k.src = ts->second.producer, k.sel_row = ts->second.row, k.sel_period = ts->second.period;
+      }
       if (!ks.empty() && ks.back().spatial() && !flat) unsupported(n.op + " after a Conv needs a Flatten between them");
       if (flat) {
         const DenseKernel& p = ks.back();
@@ -498,7 +506,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
   if (cur != canon(output)) throw InputError(g.source, "the graph's output '" + output + "' is not the end of the layer chain", kOpsHint);
   if (parity(output)) throw InputError(g.source, "the graph's output '" + output + "' has its rows in another order than the input's (a Transpose of the leading axes is not undone)", kOpsHint);
   if (flat) throw InputError(g.source, "the graph ends in a Flatten; the wafer compiler maps a Flatten only into a dense layer", kOpsHint);
-  if (sel_period || tok_view || tok_reshaped)
+  if (tok_view || tok_reshaped)
     throw InputError(g.source, "the graph ends in a Slice, Reshape or Transpose of tokens; the wafer compiler maps them only into a dense layer", kOpsHint);
   return ks;
 }

@@ -82,6 +82,8 @@ std::pair<int32_t, int32_t> scratch_phases(const Compiled& c, size_t l, int span
   if (is_y)  // y before the pool, which a later squeeze-excitation gate multiplies in its reduce
     for (size_t m = l + 1; m < c.kernels.size(); ++m)
       if (c.kernels[m].gate_of == static_cast<int64_t>(l)) hi = std::max(hi, static_cast<int32_t>(m));
+  if (span == 0 && l == 0)  // the graph input's holder: its later readers' sends (sequenced followers) read it in their phases
+    for (const size_t m : c.readers[0]) hi = std::max(hi, static_cast<int32_t>(m));
   if (span == 0 || span == 2)
     for (size_t m = l + 1; m < c.kernels.size(); ++m) {
       const DenseKernel& k = c.kernels[m];

@@ -189,12 +189,8 @@ void sequenced_tasks(const Compiled& c, ProgramTemplate& t) {
     const bool fw = r + 1 < n && follower(c, r + 1);
     t.if_("last" + std::to_string(handoff_from(c, r)));
     if (!nk.spatial()) {  // a dense follower: its holder's rows in one send (out_first's source)
-      const size_t s = static_cast<size_t>(nk.src);
-      const DenseKernel& sk = c.kernels[s];
-      const std::string S = std::to_string(s);
-      const std::string src = c.half() ? "y16m" + S : (sk.attn ? "aall" : sk.pkh ? "pall" : sk.gate_of >= 0 ? "gall" : "yall") + S;
       if (fw) t.op(Op::mov, {reg(kFollow), imm(static_cast<int64_t>(r) + 1)});
-      t.op_async(mov, {out, src}, fw ? "gsf" : "");
+      t.op_async(mov, {out, rows_source(c, r)}, fw ? "gsf" : "");
       t.endif();
       t.op(Op::ret, {});
       return;
