@@ -50,6 +50,7 @@ DenseKernel conv_kernel(const graph::Node& n, const Shape& cs, const Tensor& w, 
 void pool_into(DenseKernel& k, const graph::Node& n, const std::string& cur, const Shape& cs, const Unsupported& unsupported);
 using ConstantOf = std::function<const Tensor*(const std::string&)>;
 DenseKernel identity_kernel(const std::string& name, long src, int64_t rows, int64_t d, const std::string& in_value);
+void dense_weights(DenseKernel& k, const Tensor& w, bool trans_b);
 DenseKernel token_concat(const graph::Node& n, const graph::Graph& g, const std::string& cur, const ConstantOf& constant, std::vector<DenseKernel>& ks,
                          const Unsupported& unsupported);
 int64_t one_token(const graph::Node& n, const Shape& cs, const ConstantOf& constant, const Shape& os, const Unsupported& unsupported);

@@ -201,10 +201,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
   // positions, C] (tok_view: cur is that Conv's output as rows); a Slice of one token waiting for
   // the dense layers that read it (by value: the row of every `period` rows of kernel `producer`).
   bool tok_reshaped = false, tok_view = false;
-  struct TokenSlice {
-    int64_t row, period;
-    long producer;
-  };
+  struct TokenSlice { int64_t row, period; long producer; };
   std::map<std::string, TokenSlice> token_slices;
   std::vector<std::string> kout;  // each kernel's output value so far
   for (const size_t i : order) {
@@ -356,15 +353,8 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
         if (n.attrs.get_int("transA", 0)) unsupported("Gemm with transA");
         trans_b = n.attrs.get_int("transB", 0) != 0;
       }
-      const auto wv = w->to_f32();
-      k.K = trans_b ? w->shape()[1] : w->shape()[0];
-      k.N = trans_b ? w->shape()[0] : w->shape()[1];
+      dense_weights(k, *w, trans_b);  // (match_ops.cpp: W as [K, N])
       if (k.K != xs[1]) unsupported("weight " + shape_str(w->shape()) + " does not match the activation " + shape_str(xs));
-      k.kflops = k.K;
-      k.W.resize(static_cast<size_t>(k.K * k.N));
-      for (int64_t a = 0; a < k.K; ++a)
-        for (int64_t b = 0; b < k.N; ++b)
-          k.W[static_cast<size_t>(a * k.N + b)] = trans_b ? wv[static_cast<size_t>(b * k.K + a)] : wv[static_cast<size_t>(a * k.N + b)];
       k.w_trans = trans_b;
       start_kernel(k, n, "per output feature");
     } else if (n.op == "Add" && !ks.empty() && !constant(other_in(n, cur)) && !other_in(n, cur).empty()) {
