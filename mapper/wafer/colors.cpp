@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/sequential_vertex_coloring.hpp>
-#include <functional>
 #include <map>
 #include <set>
 
@@ -36,10 +35,19 @@ size_t first_of_orientation(const Compiled& c, size_t l) {
   return l;
 }
 
-// The first kernel with kernel l's orientation for which `has` holds (l itself when none before it).
-size_t first_of_orientation_with(const Compiled& c, size_t l, const std::function<bool(const DenseKernel&)>& has) {
-  for (size_t q = 0; q < l; ++q)
-    if (c.kernels[q].k_on_columns == c.kernels[l].k_on_columns && has(c.kernels[q])) return q;
+// Sequenced, the kernels of one orientation share the first one's LayerNorm chain colors and routes,
+// and those of its split-head attention chains with the same group size (the routes are the
+// groups'): the kernel whose set kernel l uses (l itself when none before it).
+size_t ln_chain_owner(const Compiled& c, size_t l) {
+  for (size_t q = 0; c.sequenced && q < l; ++q)
+    if (c.kernels[q].k_on_columns == c.kernels[l].k_on_columns && c.kernels[q].layernorm) return q;
+  return l;
+}
+
+size_t attn_chain_owner(const Compiled& c, size_t l) {
+  const DenseKernel& k = c.kernels[l];
+  for (size_t q = 0; c.sequenced && q < l; ++q)
+    if (c.kernels[q].k_on_columns == k.k_on_columns && c.kernels[q].attn_group() > 1 && c.kernels[q].attn_group() == k.attn_group()) return q;
   return l;
 }
 
@@ -61,17 +69,13 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     const DenseKernel& k = c.kernels[l];
     const RectR r{k.x0, k.y0, k.x0 + k.w - 1, k.y0 + k.h - 1};
-    // (Sequenced: the kernels of one orientation share the first one's LayerNorm and attention
-    // chain colors, as they share the reduce's: one kernel's chain-end work ends before the next's.)
-    const bool ln_own = !c.sequenced || first_of_orientation_with(c, l, [](const DenseKernel& q) { return q.layernorm; }) == l;
-    // (split heads: only kernels with the same group size share -- the routes are the groups')
-    const bool ag_own = !c.sequenced || first_of_orientation_with(c, l, [&](const DenseKernel& q) { return q.attn_group() > 1 && q.attn_group() == k.attn_group(); }) == l;
-    if (k.layernorm && ln_own) {  // the edge chain and the broadcast back, along the chain ends
+    // (Sequenced: shared as the reduce's colors are: one kernel's chain-end work ends before the next's.)
+    if (k.layernorm && ln_chain_owner(c, l) == l) {  // the edge chain and the broadcast back, along the chain ends
       st.push_back({l, 'n', {r}});
       st.push_back({l, 'o', {r}});
       st.push_back({l, 'p', {r}});
     }
-    if (k.attn_group() > 1 && ag_own) {  // attention's per-head chains and broadcasts, along the chain ends
+    if (k.attn_group() > 1 && attn_chain_owner(c, l) == l) {  // attention's per-head chains and broadcasts, along the chain ends
       st.push_back({l, 'a', {r}});
       st.push_back({l, 'c', {r}});
       st.push_back({l, 'e', {r}});
@@ -147,24 +151,17 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
       k.cm = c.kernels[first_move(c, l)].cm;
       by_color[k.cm].push_back("kernel '" + k.name + "' residual move (shared)");
     }
-  if (c.sequenced)  // the shared LayerNorm and attention chain colors
-    for (size_t l = 0; l < c.kernels.size(); ++l) {
-      DenseKernel& k = c.kernels[l];
-      if (k.layernorm) {
-        const size_t q = first_of_orientation_with(c, l, [](const DenseKernel& o) { return o.layernorm; });
-        if (q != l) {
-          k.cn0 = c.kernels[q].cn0, k.cn1 = c.kernels[q].cn1, k.cnb = c.kernels[q].cnb;
-          for (const int col : {k.cn0, k.cn1, k.cnb}) by_color[col].push_back("kernel '" + k.name + "' LayerNorm chain (shared)");
-        }
-      }
-      if (k.attn_group() > 1) {
-        const size_t q = first_of_orientation_with(c, l, [&](const DenseKernel& o) { return o.attn_group() > 1 && o.attn_group() == k.attn_group(); });
-        if (q != l) {
-          k.ca0 = c.kernels[q].ca0, k.ca1 = c.kernels[q].ca1, k.cab = c.kernels[q].cab;
-          for (const int col : {k.ca0, k.ca1, k.cab}) by_color[col].push_back("kernel '" + k.name + "' attention chain (shared)");
-        }
-      }
+  for (size_t l = 0; l < c.kernels.size(); ++l) {  // the shared LayerNorm and attention chain colors (sequenced)
+    DenseKernel& k = c.kernels[l];
+    if (const size_t q = ln_chain_owner(c, l); k.layernorm && q != l) {
+      k.cn0 = c.kernels[q].cn0, k.cn1 = c.kernels[q].cn1, k.cnb = c.kernels[q].cnb;
+      for (const int col : {k.cn0, k.cn1, k.cnb}) by_color[col].push_back("kernel '" + k.name + "' LayerNorm chain (shared)");
     }
+    if (const size_t q = attn_chain_owner(c, l); k.attn_group() > 1 && q != l) {
+      k.ca0 = c.kernels[q].ca0, k.ca1 = c.kernels[q].ca1, k.cab = c.kernels[q].cab;
+      for (const int col : {k.ca0, k.ca1, k.cab}) by_color[col].push_back("kernel '" + k.name + "' attention chain (shared)");
+    }
+  }
   if (share)  // the shared colors: from the first kernel of the same orientation
     for (size_t l = 0; l < c.kernels.size(); ++l) {
       const size_t q = first_of_orientation(c, l);

@@ -233,11 +233,10 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       }
       layer_params(k, l, true, c.training, params);
       // (sequenced: the LayerNorm and attention chains of one orientation share one set of routes)
-      const auto own = [&](const std::function<bool(const DenseKernel&)>& has) { return !c.sequenced || first_of_orientation_with(c, l, has) == l; };
       if (k.layernorm) ln_params(k, l, params);
-      if (k.layernorm && own([](const DenseKernel& q) { return q.layernorm; })) ln_routes(k, routes);
+      if (k.layernorm && ln_chain_owner(c, l) == l) ln_routes(k, routes);
       if (k.attn_group() > 1) attn_params(k, l, params);
-      if (k.attn_group() > 1 && own([&](const DenseKernel& q) { return q.attn_group() > 1 && q.attn_group() == k.attn_group(); })) attn_routes(k, routes);
+      if (k.attn_group() > 1 && attn_chain_owner(c, l) == l) attn_routes(k, routes);
       layer_program(c, l, t);
       bool have = false;
       for (const auto& pj : ports) have = have || pj["name"] == k.port;

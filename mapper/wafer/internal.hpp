@@ -112,9 +112,10 @@ std::vector<bool> streaming_orientations(const std::vector<DenseKernel>& ks);
 
 // colors.cpp.
 size_t first_of_orientation(const Compiled& c, size_t l);
-// The first kernel of kernel l's orientation for which `has` holds (l itself when none before it):
-// sequenced, such kernels share its LayerNorm or attention chain colors and routes.
-size_t first_of_orientation_with(const Compiled& c, size_t l, const std::function<bool(const DenseKernel&)>& has);
+// Sequenced: the kernel whose LayerNorm (split-head attention) chain colors and routes kernel l
+// shares -- the first of its orientation with one (with the same group size); l itself when none.
+size_t ln_chain_owner(const Compiled& c, size_t l);
+size_t attn_chain_owner(const Compiled& c, size_t l);
 size_t first_move(const Compiled& c, size_t l);
 void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& opt);
 

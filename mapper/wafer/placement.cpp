@@ -33,14 +33,15 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<in
   int64_t b = s[0] + s[1] + s[2] + (own_w ? k.kb * k.nb * wbytes : 0);  // W
   b += (k.row_period ? k.row_period : 1) * k.nb * 4;                 // bias, with the row constants (chain end)
   if (k.softmax) b += (2 * k.B * k.N + 4 * k.B) * 4;                 // softmax arrays (chain end)
-  if (k.attn) b += (k.B * k.feat_nb() + 2 * k.attn_rows() * k.attn_keys() + k.attn_rows() * std::min(k.dh, k.feat_nb()) + 4 * k.attn_rows()) * 4;  // attention arrays (chain end)
+  b += post_scratch_bytes(k);                                        // the post-ops' scratch (chain end)
+  if (k.attn) b += k.B * k.feat_nb() * 4;                            // the attention's output (chain end)
   if (k.res_host) b += k.B * k.nb * 4;                               // the graph input's block for the residual (chain end)
-  if (k.layernorm) b += (k.B * k.nb + 4 * k.B + 3 * k.nb) * 4;       // LayerNorm arrays (chain end)
+  if (k.layernorm) b += 3 * k.nb * 4;                                // LayerNorm's scale, bias and mask (chain end)
   if (k.keeps_preln) b += k.B * k.nb * 4;                            // the value before the LayerNorm (chain end)
   if (k.res_mul && wbytes == 2) b += k.B * k.nb * 4;                // a gated unit's widened factor (chain end)
   if (!k.attn_mask.empty()) b += static_cast<int64_t>(k.attn_mask.size()) * 4;  // the attention's mask (chain end)
-  if (!k.attn_q_cos.empty() || !k.attn_k_cos.empty())  // rotary embeddings: cos and sin tables, the rotation's temporary (chain end)
-    b += static_cast<int64_t>(k.attn_q_cos.size() + k.attn_q_sin.size() + k.attn_k_cos.size() + k.attn_k_sin.size() + k.B * k.feat_nb()) * 4;
+  if (!k.attn_q_cos.empty() || !k.attn_k_cos.empty())  // rotary embeddings: cos and sin tables (chain end)
+    b += static_cast<int64_t>(k.attn_q_cos.size() + k.attn_q_sin.size() + k.attn_k_cos.size() + k.attn_k_sin.size()) * 4;
   if (k.pool_padded()) b += k.samples * k.pool_ih() * k.pool_iw() * k.nb * 4;  // y inside the pool's border (chain end)
   if (k.xp_h) b += k.samples * k.xp_h * k.xp_w * k.nb * wbytes;      // the next Conv's holder, with its zero border (chain end)
   return b + 16;
