@@ -33,7 +33,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
   std::vector<std::vector<int64_t>> x0_of;    // per kernel, per K block: its first x readable at its source PE
   std::vector<int64_t> last_chain_end;  // the last kernel's chain ends: when each holds its output
   std::vector<std::vector<int64_t>> compute_end_of, wready_of;  // per kernel: per PE (row-major in its rect)
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> busy_of;  // per kernel: per PE, its chain-end task's span
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> busy_of;  // per kernel: per PE, its reduce task's span (at a chain end, with the post-ops)
   // A task (a load's next step) that becomes ready at PE i at cycle t while the PE runs a chain-end
   // task runs when that task ends.
   auto after_busy = [&](size_t i, int64_t t) {
@@ -268,6 +268,16 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     int64_t end = 0, compute_end = 0, transfer = 0;
     std::vector<int64_t> next(static_cast<size_t>(Ln), 0), t_of(static_cast<size_t>(Ln), 0), tmax_of(static_cast<size_t>(Ln), 0), chain_of(static_cast<size_t>(Ln), 0);
     auto dsd = [&](int64_t len, Op o2 = Op::fadds, int64_t stride = 1) { return dsd_cycles(o2, len, stride, cfg); };
+    // Each position's reduce task holds its PE from the end of its x tasks until its part of the
+    // chain is out (blocking in its receives): position i's last element leaves at
+    // max_{j <= i}(T(j) + S - j pass) + i pass + B nb. The chain end's runs on through the
+    // post-ops (its span is set below). A load step (and a weight stream's switch) that needs the
+    // PE meanwhile waits for it. (The span starts 2 cycles after the x tasks: the x loop's end
+    // activates the reduce, and a load step it unblocks runs first.) Seen on ResNet's fc: the
+    // stream of its 16-value blocks along each row waited at every PE of the GlobalAveragePool
+    // kernel's chains for its reduce (row 0, ~40 cycles a PE) and at its chain ends for the pool
+    // (~380 cycles), where the estimate had counted the chain ends' post-ops only.
+    std::vector<std::pair<int64_t, int64_t>> busy(static_cast<size_t>(k.w * k.h), {0, 0});
     for (int64_t pn = 0; pn < Ln; ++pn) {
       int64_t lead = INT64_MIN;  // max_j(T(j) + S - j * pass)
       int64_t tmax = 0;
@@ -276,6 +286,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         const int64_t T = cend[static_cast<size_t>(py * k.w + px)];
         tmax = std::max(tmax, T);
         lead = std::max(lead, T + S - pk * pass);
+        if (pk + 1 < Lk) busy[static_cast<size_t>(py * k.w + px)] = {T + 2, lead + pk * pass + n_el};
       }
       compute_end = std::max(compute_end, tmax);
       int64_t t = Lk == 1 ? tmax : lead + (Lk - 1) * pass + n_el;  // the chain end holds the sum
@@ -409,10 +420,10 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     k.est.end = end;
     k.est.transfer = transfer;
     next_of.push_back(std::move(next));
-    std::vector<std::pair<int64_t, int64_t>> busy(static_cast<size_t>(k.w * k.h), {0, 0});
     for (int64_t pn = 0; pn < Ln; ++pn) {
       const int64_t px = k.k_on_columns ? k.w - 1 : pn, py = k.k_on_columns ? pn : k.h - 1;
-      busy[static_cast<size_t>(py * k.w + px)] = {chain_of[static_cast<size_t>(pn)], t_of[static_cast<size_t>(pn)]};
+      const size_t ie = static_cast<size_t>(py * k.w + px);
+      busy[ie] = {std::min(cend[ie] + 2, chain_of[static_cast<size_t>(pn)]), t_of[static_cast<size_t>(pn)]};
     }
     busy_of.push_back(std::move(busy));
     compute_end_of.push_back(std::move(cend));
