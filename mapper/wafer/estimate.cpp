@@ -34,8 +34,8 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
   std::vector<int64_t> last_chain_end;  // the last kernel's chain ends: when each holds its output
   std::vector<std::vector<int64_t>> compute_end_of, wready_of;  // per kernel: per PE (row-major in its rect)
   std::vector<std::vector<std::pair<int64_t, int64_t>>> busy_of;  // per kernel: per PE, its reduce task's span (at a chain end, with the post-ops)
-  // A task (a load's next step) that becomes ready at PE i at cycle t while the PE runs a chain-end
-  // task runs when that task ends.
+  // A task (a load's next step) that becomes ready at PE i at cycle t while the PE runs an earlier
+  // kernel's reduce task (at a chain end with its post-ops) runs when that task ends.
   auto after_busy = [&](size_t i, int64_t t) {
     for (const auto& b : busy_of)
       if (b[i].first <= t && t < b[i].second) t = b[i].second;
@@ -166,9 +166,9 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         const int64_t t0 = std::max(first, go + S + (c.training || (along - 1) * k.kb * k.nb > 65535 ? 0 : 3) +  // run-time lengths: the pre length set first (mul, 2 dsd_len)
                                                seq_ld + (c.sequenced && pb >= 0 ? 2 : 0) + (c.sequenced && l == 0 ? (c.training ? 7 : 6) : 0));  // sequenced: the search, the buffer's check, kernel 0's registers
         // Block by block: at each boundary two PEs switch load ops (the one whose block ended to
-        // the blocks after it, the next to its own); one that runs an earlier kernel's chain-end
-        // task then (bias, functions, attention, LayerNorm, a pool -- blocking in its receives)
-        // switches when the task ends, and the line's stream waits for it (an async op in flight
+        // the blocks after it, the next to its own); one that runs an earlier kernel's reduce task
+        // then (its part of the chain; at a chain end also the bias, functions, attention,
+        // LayerNorm, a pool -- blocking in its receives) switches when the task ends, and the line's stream waits for it (an async op in flight
         // goes on meanwhile: only the switches need the PE).
         const int64_t blk = k.kb * k.nb;
         int64_t T = t0;  // when block q's first wavelet enters the line
@@ -252,9 +252,11 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
           const int64_t pos = km.k_on_columns ? px : py;
           cend[i] += (c.sequenced ? seq_ld + 2 : 0) + (detail::runtime_block_lengths(c.training, km) && pos > 0 ? 5 : 2);
         }
-        // (Own tasks: at an earlier kernel's chain end -- a reader of the same data as the kernel
-        // before it, whose chain ends are these PEs -- that kernel's chain-end task runs within
-        // this one's x tasks, which wait for it: its span is added.)
+        // (Own tasks: an earlier kernel's reduce task that holds the PE within this one's x tasks
+        // -- at its chain end, a reader of the same data as the kernel before it, whose chain ends
+        // are these PEs; or at any PE of its chain -- delays them: its span is added. The x tasks
+        // outrank that reduce, so values already queued when it starts would go first: not
+        // modelled.)
         if (ws && !c.sequenced)
           for (const auto& b : busy_of)
             if (b[i].second > st && b[i].first < cend[i]) cend[i] += b[i].second - std::max(b[i].first, st);
@@ -272,8 +274,9 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     // chain is out (blocking in its receives): position i's last element leaves at
     // max_{j <= i}(T(j) + S - j pass) + i pass + B nb. The chain end's runs on through the
     // post-ops (its span is set below). A load step (and a weight stream's switch) that needs the
-    // PE meanwhile waits for it. (The span starts 2 cycles after the x tasks: the x loop's end
-    // activates the reduce, and a load step it unblocks runs first.) Seen on ResNet's fc: the
+    // PE meanwhile waits for it, and with own tasks so do a later kernel's x tasks there. (The span
+    // starts 2 cycles after cend, which counts the load step the x loop's end unblocks: a margin
+    // that keeps that step, which runs before the reduce, out of the span.) Seen on ResNet's fc: the
     // stream of its 16-value blocks along each row waited at every PE of the GlobalAveragePool
     // kernel's chains for its reduce (row 0, ~40 cycles a PE) and at its chain ends for the pool
     // (~380 cycles), where the estimate had counted the chain ends' post-ops only.
