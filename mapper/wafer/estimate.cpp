@@ -426,7 +426,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     for (int64_t pn = 0; pn < Ln; ++pn) {
       const int64_t px = k.k_on_columns ? k.w - 1 : pn, py = k.k_on_columns ? pn : k.h - 1;
       const size_t ie = static_cast<size_t>(py * k.w + px);
-      busy[ie] = {std::min(cend[ie] + 2, chain_of[static_cast<size_t>(pn)]), t_of[static_cast<size_t>(pn)]};
+      busy[ie] = {cend[ie] + 2, t_of[static_cast<size_t>(pn)]};  // (a chain of one PE too: the load step the x loop's end unblocks runs first)
     }
     busy_of.push_back(std::move(busy));
     compute_end_of.push_back(std::move(cend));
