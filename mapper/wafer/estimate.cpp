@@ -168,8 +168,9 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         // Block by block: at each boundary two PEs switch load ops (the one whose block ended to
         // the blocks after it, the next to its own); one that runs an earlier kernel's reduce task
         // then (its part of the chain; at a chain end also the bias, functions, attention,
-        // LayerNorm, a pool -- blocking in its receives) switches when the task ends, and the line's stream waits for it (an async op in flight
-        // goes on meanwhile: only the switches need the PE).
+        // LayerNorm, a pool -- blocking in its receives) switches when the task ends, and the
+        // line's stream waits for it (an async op in flight goes on meanwhile: only the switches
+        // need the PE).
         const int64_t blk = k.kb * k.nb;
         int64_t T = t0;  // when block q's first wavelet enters the line
         std::vector<int64_t> Tq(static_cast<size_t>(along), t0);

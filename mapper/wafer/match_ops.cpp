@@ -278,10 +278,6 @@ void add_row_bias(DenseKernel& k, const Shape& cs, const Shape& ts, const Tensor
   for (size_t i = 0; i < cv.size(); ++i) k.row_bias[i] += cv[i];
 }
 
-}  // namespace tessera::wafer::detail
-
-namespace tessera::wafer::detail {
-
 // A dense layer's weight w ([K, N], or [N, K] with transB) as the kernel's row-major W [K, N]; K,
 // N and the contraction counted for FLOPs set from it.
 void dense_weights(DenseKernel& k, const Tensor& w, bool trans_b) {
