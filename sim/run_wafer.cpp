@@ -371,6 +371,7 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   }
   d.throw_if_any();
   wafer::Fabric::check_host_memory(L, cfg, static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>()));
+  if (trace_wanted(s)) check_wafer_trace_pes(s.resolved["trace"], L);
   if (opt.check_only) {
     if (!s.resolved["run"]["faults"].empty()) {  // faults name PEs, arrays and routes: armed on the loaded fabric (not run)
       models::set_fs_resolution();

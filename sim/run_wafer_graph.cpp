@@ -241,6 +241,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   {
     const wafer::FabricOptions fo = compiled_fabric_options(s, cfg);
     mem.parts.push_back({"wafer fabric", static_cast<double>(wafer::Fabric::check_host_memory(L, cfg, fo.host_memory_budget))});
+    if (trace_wanted(s)) check_wafer_trace_pes(s.resolved["trace"], L);
     mem.check(s);
   }
   if (opt.check_only) {

@@ -217,6 +217,13 @@ NodePtr build() {
       opt("format", with_default(enumeration({"perfetto", "json"}, "Perfetto protobuf or Chrome JSON"), "perfetto")),
       opt("sample", with_default(integer(1, 1e9, "keep 1 in N instruction slices per track (counters and flows stay exact)"), 1)),
       opt("max_bytes", with_default(quantity(UnitKind::bytes, 4096, 1e12, "byte budget: past it slices are dropped with a warning, so the trace stays openable"), "256MiB")),
+      opt("pes", object({
+          req("x", integer(0, 1e6, "the region's west column (fabric coordinates)")),
+          req("y", integer(0, 1e6, "its north row")),
+          opt("width", with_default(integer(1, 1e6, "columns"), 1)),
+          opt("height", with_default(integer(1, 1e6, "rows"), 1)),
+      }, "wafer, detail kernel, instruction or pe: record the PEs of this region (each rectangle's part of it) instead of the default sample "
+         "(a rectangle's corners and centre; at detail pe its first 64 PEs); a region holding no PE with a program is an error")),
   }, "trace output");
 
   auto outputs = with_default(object({

@@ -99,6 +99,26 @@ std::vector<StreamLink> stream_links(const wafer::Fabric& fab) {
 
 }  // namespace
 
+void check_wafer_trace_pes(const json& cfg, const wafer::LoadedLayout& L) {
+  if (!cfg.is_object() || !cfg.contains("pes")) return;
+  const json& r = cfg["pes"];
+  const int64_t px = r["x"].get<int64_t>(), py = r["y"].get<int64_t>(), pw = r.value("width", int64_t{1}), ph = r.value("height", int64_t{1});
+  const int64_t W = L.layout.width, H = L.layout.height;
+  const std::string region = std::to_string(pw) + " x " + std::to_string(ph) + " PEs at (" + std::to_string(px) + "," + std::to_string(py) + ")";
+  if (px + pw > W || py + ph > H)
+    throw InputError("/trace/pes", "the region of " + region + " reaches beyond the layout's " + std::to_string(W) + " x " + std::to_string(H) + " PEs",
+                     "give x + width <= " + std::to_string(W) + " and y + height <= " + std::to_string(H) + " in fabric coordinates, x east, y south");
+  std::string rects;
+  for (const auto& rect : L.layout.rects) {
+    if (rect.program.empty()) continue;
+    if (px < rect.x + rect.width && rect.x < px + pw && py < rect.y + rect.height && rect.y < py + ph) return;
+    if (rects.size() < 200)
+      rects += (rects.empty() ? "" : ", ") + rect.name + " " + std::to_string(rect.width) + " x " + std::to_string(rect.height) + " at (" + std::to_string(rect.x) + "," +
+               std::to_string(rect.y) + ")";
+  }
+  throw InputError("/trace/pes", "the region of " + region + " holds no PE with a program", "pick PEs inside a rectangle of the layout: " + rects);
+}
+
 TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, const wafer::Fabric& fab, const std::string& name) {
   return build_wafer_trace(cfg, L, fab, name, nullptr, nullptr, 0.0);
 }
@@ -160,7 +180,13 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
     stream_tracks(proc, static_cast<int32_t>(r), tid, "");
     if (rect.program.empty() || detail == "summary") continue;
     std::set<std::pair<int64_t, int64_t>> pick;
-    if (detail == "pe") {
+    if (cfg.contains("pes")) {  // the user's region (check_wafer_trace_pes checked it before the run)
+      const json& r = cfg["pes"];
+      const int64_t px = r["x"].get<int64_t>(), py = r["y"].get<int64_t>();
+      const int64_t px1 = px + r.value("width", int64_t{1}), py1 = py + r.value("height", int64_t{1});
+      for (int64_t y = std::max(py, int64_t{rect.y}); y < std::min(py1, int64_t{rect.y} + rect.height); ++y)
+        for (int64_t x = std::max(px, int64_t{rect.x}); x < std::min(px1, int64_t{rect.x} + rect.width); ++x) pick.insert({x, y});
+    } else if (detail == "pe") {
       for (int64_t y = rect.y; y < rect.y + rect.height && pick.size() < 64; ++y)
         for (int64_t x = rect.x; x < rect.x + rect.width && pick.size() < 64; ++x) pick.insert({x, y});
     } else {

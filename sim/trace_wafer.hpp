@@ -10,7 +10,9 @@
 //                              ports (first to last wavelet), joined by flows (traces/README.md);
 //                              process "ports" has the ports' ("port NAME send cN")
 //     thread "PE (x,y)"        (not at detail "summary") sampled PEs: the rectangle's corners and centre (detail "kernel" or
-//                              "instruction"), or up to 64 program PEs per rectangle (detail "pe");
+//                              "instruction"), or up to 64 program PEs per rectangle (detail "pe"),
+//                              or the PEs of the rectangle inside the region `pes` {x, y, width,
+//                              height} (fabric coordinates) when the trace config gives one;
 //                              one slice per task run ("task NAME"; their durations add up to the
 //                              PE's busy cycles) with one slice per DSD operation nested inside,
 //                              named by opcode, with the PE's instruction text, elements and
@@ -38,6 +40,9 @@ class SwarmX;
 
 namespace tessera::sim {
 
+// Before a run: the trace config's region `pes` must lie on the fabric and hold a PE with a program
+// (else an InputError at /trace/pes naming the layout's rectangles).
+void check_wafer_trace_pes(const nlohmann::json& trace_cfg, const wafer::LoadedLayout& layout);
 traces::TraceBuilder build_wafer_trace(const nlohmann::json& trace_cfg, const wafer::LoadedLayout& layout,
                                        const wafer::Fabric& fab, const std::string& name);
 // The same, plus a "weight streaming" process when MemoryX or SwarmX moved data: a track of

@@ -90,6 +90,7 @@ class WaferTrainer : public TrainMachine {
             ", MemoryX updates done at " + format_num(cp_.train_est.update_end_s * 1e6, "%.3f") + " us)");
     L_ = load_compiled_wafer(cp_, cfg_);
     wafer::Fabric::check_host_memory(L_, cfg_, compiled_fabric_options(s, cfg_).host_memory_budget);
+    if (trace_wanted(s)) check_wafer_trace_pes(s.resolved["trace"], L_);
     if (opt.check_only) {
       note_checked(opt, "compiled " + std::to_string(cp_.kernels.size()) + " layer(s), predicted " + format_num(cp_.predicted_s * 1e6, "%.3f") +
                             " us per training step");

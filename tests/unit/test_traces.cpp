@@ -497,6 +497,54 @@ TEST_CASE("traces: a wafer GEMV run renders task slices that sum to each PE's bu
   CHECK(t.find("active PEs", t.find("fabric")->uuid));
 }
 
+// trace.pes: the PEs of the region are the traced ones (at detail pe and instruction alike), not
+// the default sample; a region off the layout, or one holding no PE with a program, is an
+// InputError at /trace/pes before a run.
+TEST_CASE("traces: a wafer trace records the PEs of the region trace.pes", "[traces][wafer]") {
+  using namespace tessera::wafer;
+  using json = nlohmann::json;
+  const WaferRun run("gemv_8x8");
+  const json region = {{"x", 2}, {"y", 3}, {"width", 3}, {"height", 2}};
+  for (const char* detail : {"pe", "instruction"}) {
+    const json cfg = {{"detail", detail}, {"pes", region}};
+    REQUIRE_NOTHROW(sim::check_wafer_trace_pes(cfg, run.L));
+    const Trace t = read_perfetto(sim::build_wafer_trace(cfg, run.L, *run.fab, "gemv_8x8").perfetto_bytes());
+    INFO(detail << "\n" << summarize(t));
+    const Track* proc = t.find("rect grid");
+    REQUIRE(proc);
+    for (int y = 0; y < 8; ++y)
+      for (int x = 0; x < 8; ++x) {
+        const bool in = x >= 2 && x < 5 && y >= 3 && y < 5;
+        const Track* tk = t.find("PE (" + std::to_string(x) + "," + std::to_string(y) + ")", proc->uuid);
+        INFO("PE (" << x << "," << y << ")");
+        CHECK((tk != nullptr) == in);
+        if (!tk) continue;
+        int64_t tasks = 0;
+        for (const auto& s : t.slices) tasks += s.track == tk->uuid && s.name.rfind("task ", 0) == 0;
+        CHECK(tasks > 0);
+      }
+  }
+  // One PE by default width and height.
+  const Trace one = read_perfetto(sim::build_wafer_trace({{"detail", "pe"}, {"pes", {{"x", 7}, {"y", 7}}}}, run.L, *run.fab, "gemv_8x8").perfetto_bytes());
+  CHECK(one.find("PE (7,7)"));
+  CHECK_FALSE(one.find("PE (6,7)"));
+  auto refused = [&](const json& pes, const LoadedLayout& L, const std::string& what) {
+    try {
+      sim::check_wafer_trace_pes({{"detail", "pe"}, {"pes", pes}}, L);
+      FAIL("accepted " << pes.dump());
+    } catch (const InputError& e) {
+      INFO(e.what());
+      CHECK(e.diagnostics()[0].where == "/trace/pes");
+      CHECK_THAT(e.diagnostics()[0].message, Catch::Matchers::Contains(what));
+    }
+  };
+  refused({{"x", 6}, {"y", 0}, {"width", 3}}, run.L, "reaches beyond the layout's 8 x 8 PEs");
+  refused({{"x", 0}, {"y", 8}}, run.L, "reaches beyond");
+  LoadedLayout routing_only = run.L;
+  routing_only.layout.rects[0].program.clear();
+  refused({{"x", 0}, {"y", 0}}, routing_only, "holds no PE with a program");
+}
+
 // BinSeries keeps the integral of a step function exact while its bins coarsen: random task spans
 // (+1 at start, -1 at end) over a million cycles, against a brute-force count at the final width.
 TEST_CASE("traces: a coarsening bin series keeps every bin's integral exact", "[traces][wafer]") {
