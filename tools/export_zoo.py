@@ -336,7 +336,8 @@ CASES = [
          build=lambda: LlamaBlock(64, 4, 176, 64),
          source="a LLaMA-style block (tools/export_zoo.py LlamaBlock: d 64, 4 heads, "
                 "SwiGLU hidden 176, max_seq 64)",
-         what="a LLaMA block (RMSNorm, rotary embeddings, causal attention, SwiGLU)"),
+         what="a LLaMA block (RMSNorm, rotary embeddings, causal attention, SwiGLU)",
+         wafer=("weight_streaming",), wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32")}),
     dict(name="llama_block_s16", seed=27, opset=17, inputs={"x": (2, 16, 64)},
          build=lambda: LlamaBlock(64, 4, 64, 16),
          source="the LLaMA-style block of llama_block at SwiGLU hidden 64 and max_seq 16 "

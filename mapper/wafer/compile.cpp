@@ -142,10 +142,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
         throw InputError("kernel '" + k.name + "'", "the attention's Q, K and V must come out on the same PEs in the same blocks (dense layers of the same input and size)", kOpsHint);
     }
   for (const auto& k : c.kernels)
-    if (k.attn && (!k.attn_q_cos.empty() || !k.attn_k_cos.empty()) && k.attn_group() > 1)
-      throw InputError("kernel '" + k.name + "'", "rotary embeddings need whole heads on each chain-end PE (a head's halves trade places); this mapping splits a head of " +
-                                                      std::to_string(k.dh) + " features over " + std::to_string(k.attn_group()) + " PEs",
-                       "give a rectangle whose chain ends hold whole heads (mapping.wafer_rect), or run it on target.kind neuroncore");
+    if (k.attn && (!k.attn_q_cos.empty() || !k.attn_k_cos.empty()) && k.attn_group() > 1) pair_rotary_features(c, k);
   // Squeeze-excitation: the gated feature map lies on the gate's chain ends in the same blocks.
   for (const auto& k : c.kernels) {
     if (k.gate_of < 0) continue;
@@ -301,13 +298,13 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
                 a.values[static_cast<size_t>(r * k.nb + i)] = k.bias[static_cast<size_t>(nbk * k.nb + i)] + (k.row_period ? k.row_bias[static_cast<size_t>(r * k.N + nbk * k.nb + i)] : 0.0f);
           c.constants.push_back(std::move(a));
           if (k.attn && !k.attn_mask.empty()) c.constants.push_back({k.x0 + px, k.y0 + py, "amask" + std::to_string(l), k.attn_mask});  // the scores' mask
-          if (k.attn && !k.attn_q_cos.empty()) {  // the rotary tables
-            c.constants.push_back({k.x0 + px, k.y0 + py, "rcq" + std::to_string(l), k.attn_q_cos});
-            c.constants.push_back({k.x0 + px, k.y0 + py, "rsq" + std::to_string(l), k.attn_q_sin});
+          if (k.attn && !k.attn_q_cos.empty()) {  // the rotary tables (a split head: the PE's pairs' columns)
+            c.constants.push_back({k.x0 + px, k.y0 + py, "rcq" + std::to_string(l), rotary_table(k, k.attn_q_cos, nbk)});
+            c.constants.push_back({k.x0 + px, k.y0 + py, "rsq" + std::to_string(l), rotary_table(k, k.attn_q_sin, nbk)});
           }
           if (k.attn && !k.attn_k_cos.empty()) {
-            c.constants.push_back({k.x0 + px, k.y0 + py, "rck" + std::to_string(l), k.attn_k_cos});
-            c.constants.push_back({k.x0 + px, k.y0 + py, "rsk" + std::to_string(l), k.attn_k_sin});
+            c.constants.push_back({k.x0 + px, k.y0 + py, "rck" + std::to_string(l), rotary_table(k, k.attn_k_cos, nbk)});
+            c.constants.push_back({k.x0 + px, k.y0 + py, "rsk" + std::to_string(l), rotary_table(k, k.attn_k_sin, nbk)});
           }
           if (k.layernorm) {  // the scale and bias of the block's features (0 beyond N), and the mask when padded
             HostArray ga{k.x0 + px, k.y0 + py, "lng" + std::to_string(l), std::vector<float>(static_cast<size_t>(k.nb), 0.0f)};

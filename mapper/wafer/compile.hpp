@@ -182,6 +182,17 @@ struct DenseKernel {
   int64_t feat_nb() const { return qkv ? nb / 3 : nb; }
   int64_t feat_N() const { return qkv ? attn_d : N; }
   int64_t attn_group() const { return attn && feat_nb() < dh ? dh / feat_nb() : 1; }
+  // Rotary embeddings rotate pairs of a head's features (j, j + dh / 2). The unit a chain-end PE
+  // rotates: its whole heads (dh), or with a head split over g PEs its own fb features, which hold
+  // whole pairs: Q's and K's features are reordered within each head so that the head's r-th PE
+  // holds pairs r fb / 2 .. (r + 1) fb / 2 - 1, first halves then second halves
+  // (rotary_pair_feature; the scores' sums over a head's features do not depend on their order).
+  int64_t rot_width() const { return attn_group() > 1 ? feat_nb() : dh; }
+  // The head feature held at position p (0 .. dh - 1) of a head split into parts of fb features.
+  static int64_t rotary_pair_feature(int64_t p, int64_t fb, int64_t dh) {
+    const int64_t r = p / fb, i = p % fb, half = fb / 2;
+    return i < half ? r * half + i : dh / 2 + r * half + (i - half);
+  }
   // Query rows per block: all S = attn_keys() rows of a sample when the S x S scores take at most
   // 1024 values (4 KB), else the largest divisor of S whose block does.
   int64_t attn_rows() const {

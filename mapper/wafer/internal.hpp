@@ -79,6 +79,15 @@ std::vector<Unary> unary_of(const graph::Node& n, const ConstantOf& constant, st
 // The graph's attention blocks (`producer`: each value's node); their nodes go into `consumed`.
 std::vector<AttnBlock> match_attention(const graph::Graph& g, std::map<std::string, size_t>& producer, const ConstantOf& constant,
                                        const SoleConsumer& sole, std::set<size_t>& consumed);
+// Rotary embeddings with a head split over g > 1 chain-end PEs (attention kernel k, its block
+// chosen): Q's and K's output features reordered within each head so that every PE holds whole
+// rotation pairs (DenseKernel::rotary_pair_feature; their weight columns and biases permuted; the
+// order is invisible: only the scores read them). An error if another kernel reads Q or K, or a
+// PE's part of a head is odd.
+void pair_rotary_features(Compiled& c, const DenseKernel& k);
+// Kernel k's rotary table [S, dh] as the chain-end PE of N block nbk keeps it: whole, or with a
+// split head its pairs' columns [S, fb] in the PE's order.
+std::vector<float> rotary_table(const DenseKernel& k, const std::vector<float>& table, int64_t nbk);
 
 // The kernel whose output a residual Add adds (-1: the graph input); k.residual >= 0.
 inline int64_t res_producer(const std::vector<DenseKernel>& ks, const DenseKernel& k) {

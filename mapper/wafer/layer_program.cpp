@@ -280,8 +280,10 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     if (!k.attn_q_cos.empty() || !k.attn_k_cos.empty()) {
       // Rotary embeddings (attention_program): Q's and K's rows x fb walks, their heads' halves, the
       // cos and sin tables broadcast over the samples and heads (rows in the attention's order).
-      const int64_t hd = k.dh / 2, hps = fb / k.dh;
-      const Dims per_row = k.attn_contig || k.attn_samples == 1 ? Dims{{k.attn_samples, 0}, {S, k.dh}, {hps, 0}} : Dims{{S, k.dh}, {k.attn_samples, 0}, {hps, 0}};
+      // A head split over PEs: the PE's fb features are its part of the head's pairs (rot_width),
+      // rotated as one unit with its own tables [S, fb].
+      const int64_t rw = k.rot_width(), hd = rw / 2, hps = fb / rw;
+      const Dims per_row = k.attn_contig || k.attn_samples == 1 ? Dims{{k.attn_samples, 0}, {S, rw}, {hps, 0}} : Dims{{S, rw}, {k.attn_samples, 0}, {hps, 0}};
       auto table = [&](const std::string& name, const std::string& arr, int64_t off, int64_t len) {
         Dims d = per_row;
         d.push_back({len, 1});
@@ -289,18 +291,18 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
       };
       data(t, "rtm" + L, f32, B * fb, post, "the rotation's temporary [rows, features]");
       t.mem1d("rtmf" + L, "rtm" + L);
-      t.mem4d("rtma" + L, "rtm" + L, 0, {{B, fb}, {hps, k.dh}, {hd, 1}});
-      t.mem4d("rtmb" + L, "rtm" + L, hd, {{B, fb}, {hps, k.dh}, {hd, 1}});
+      t.mem4d("rtma" + L, "rtm" + L, 0, {{B, fb}, {hps, rw}, {hd, 1}});
+      t.mem4d("rtmb" + L, "rtm" + L, hd, {{B, fb}, {hps, rw}, {hd, 1}});
       for (const bool isq : {true, false}) {
         if ((isq ? k.attn_q_cos : k.attn_k_cos).empty()) continue;
         const std::string X = isq ? "q" : "k", arr = (isq ? qy : ky).array;
         const int64_t off = isq ? qoff : koff;
-        data(t, "rc" + X + L, f32, S * k.dh, {}, "the rotary cos table [S, dh]");
-        data(t, "rs" + X + L, f32, S * k.dh, {}, "the rotary sin table [S, dh]");
+        data(t, "rc" + X + L, f32, S * rw, {}, "the rotary cos table [S, dh] (a split head: [S, fb], the PE's pairs)");
+        data(t, "rs" + X + L, f32, S * rw, {}, "the rotary sin table [S, dh] (a split head: [S, fb], the PE's pairs)");
         t.mem4d("r" + X + "f" + L, arr, off, {{B, nb}, {fb, 1}});
-        t.mem4d("r" + X + "a" + L, arr, off, {{B, nb}, {hps, k.dh}, {hd, 1}});
-        t.mem4d("r" + X + "b" + L, arr, off + hd, {{B, nb}, {hps, k.dh}, {hd, 1}});
-        table("rc" + X + "f" + L, "rc" + X + L, 0, k.dh);
+        t.mem4d("r" + X + "a" + L, arr, off, {{B, nb}, {hps, rw}, {hd, 1}});
+        t.mem4d("r" + X + "b" + L, arr, off + hd, {{B, nb}, {hps, rw}, {hd, 1}});
+        table("rc" + X + "f" + L, "rc" + X + L, 0, rw);
         table("rs" + X + "a" + L, "rs" + X + L, 0, hd);
         table("rs" + X + "b" + L, "rs" + X + L, hd, hd);
       }

@@ -197,4 +197,36 @@ std::vector<AttnBlock> match_attention(const graph::Graph& g, std::map<std::stri
   return blocks;
 }
 
+void pair_rotary_features(Compiled& c, const DenseKernel& k) {
+  const int64_t fb = k.feat_nb(), dh = k.dh;
+  const std::string where = "kernel '" + k.name + "'";
+  if (k.qkv || fb % 2 != 0 || dh % fb != 0)
+    throw InputError(where, "rotary embeddings rotate pairs of a head's features; this mapping gives a chain-end PE " + std::to_string(fb) + " of a head's " + std::to_string(dh) +
+                                " features" + (k.qkv ? " in a fused Q, K, V kernel" : ", which is not a whole number of pairs"),
+                     "give a rectangle whose chain ends hold whole heads or an even part of one (mapping.wafer_rect), or run it on target.kind neuroncore");
+  for (const int64_t src : {k.attn_q, k.attn_k}) {
+    DenseKernel& p = c.kernels[static_cast<size_t>(src)];
+    for (const auto& m : c.kernels)
+      if (&m != &k && (m.src == src || (m.residual == src && m.res_out)))
+        throw InputError(where, "rotary embeddings over heads split across PEs reorder the features of kernel '" + p.name + "', which kernel '" + m.name + "' reads too",
+                         "give a rectangle whose chain ends hold whole heads (mapping.wafer_rect), or run it on target.kind neuroncore");
+    const std::vector<float> W = p.W, b = p.bias;
+    for (int64_t n = 0; n < p.N; ++n) {
+      const int64_t from = n / dh * dh + DenseKernel::rotary_pair_feature(n % dh, fb, dh);
+      for (int64_t r = 0; r < p.K; ++r) p.W[static_cast<size_t>(r * p.N + n)] = W[static_cast<size_t>(r * p.N + from)];
+      p.bias[static_cast<size_t>(n)] = b[static_cast<size_t>(from)];
+    }
+  }
+}
+
+std::vector<float> rotary_table(const DenseKernel& k, const std::vector<float>& table, int64_t nbk) {
+  const int64_t rw = k.rot_width();
+  if (rw == k.dh) return table;
+  const int64_t S = static_cast<int64_t>(table.size()) / k.dh, p0 = nbk * k.feat_nb() % k.dh;  // the PE's first position in its head
+  std::vector<float> out(static_cast<size_t>(S * rw));
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t i = 0; i < rw; ++i) out[static_cast<size_t>(s * rw + i)] = table[static_cast<size_t>(s * k.dh + DenseKernel::rotary_pair_feature(p0 + i, rw, k.dh))];
+  return out;
+}
+
 }  // namespace tessera::wafer::detail

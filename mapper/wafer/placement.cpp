@@ -40,8 +40,8 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<in
   if (k.keeps_preln) b += k.B * k.nb * 4;                            // the value before the LayerNorm (chain end)
   if (k.res_mul && wbytes == 2) b += k.B * k.nb * 4;                // a gated unit's widened factor (chain end)
   if (!k.attn_mask.empty()) b += static_cast<int64_t>(k.attn_mask.size()) * 4;  // the attention's mask (chain end)
-  if (!k.attn_q_cos.empty() || !k.attn_k_cos.empty())  // rotary embeddings: cos and sin tables (chain end)
-    b += static_cast<int64_t>(k.attn_q_cos.size() + k.attn_q_sin.size() + k.attn_k_cos.size() + k.attn_k_sin.size()) * 4;
+  if (!k.attn_q_cos.empty() || !k.attn_k_cos.empty())  // rotary embeddings: cos and sin tables [S, rot_width] (chain end)
+    b += static_cast<int64_t>((k.attn_q_cos.empty() ? 0 : 2) + (k.attn_k_cos.empty() ? 0 : 2)) * k.attn_keys() * k.rot_width() * 4;
   if (k.pool_padded()) b += k.samples * k.pool_ih() * k.pool_iw() * k.nb * 4;  // y inside the pool's border (chain end)
   if (k.xp_h) b += k.samples * k.xp_h * k.xp_w * k.nb * wbytes;      // the next Conv's holder, with its zero border (chain end)
   return b + 16;

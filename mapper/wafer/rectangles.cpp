@@ -137,13 +137,13 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
     if (k.attn) {
       int64_t& len = k.k_on_columns ? h : w;
       const bool given = k.k_on_columns ? opt.rect_height > 0 : opt.rect_width > 0;
-      const bool rope = !k.attn_q_cos.empty() || !k.attn_k_cos.empty();  // (rotary embeddings: whole heads)
-      auto fits = [&](int64_t n) { const int64_t b = cdiv(k.N, n); return b % k.dh == 0 || (k.dh % b == 0 && !rope); };
+      const bool rope = !k.attn_q_cos.empty() || !k.attn_k_cos.empty();  // (rotary embeddings: whole pairs of a head's features)
+      auto fits = [&](int64_t n) { const int64_t b = cdiv(k.N, n); return b % k.dh == 0 || (k.dh % b == 0 && (!rope || b % 2 == 0)); };
       while (!given && len > 1 && !fits(len)) --len;
       if (!fits(len))
-        throw InputError("/mapping/wafer_rect", "the attention of kernel '" + k.name + "' needs whole heads" + (rope ? " (rotary embeddings: a head's halves trade places)" : ", or whole fractions of one,") + " on each chain-end PE: " + std::to_string(k.N) +
+        throw InputError("/mapping/wafer_rect", "the attention of kernel '" + k.name + "' needs whole heads, or whole fractions of one" + (rope ? " of an even size (rotary embeddings rotate pairs of features)," : ",") + " on each chain-end PE: " + std::to_string(k.N) +
                                                     " features over " + std::to_string(len) + " PEs is " + std::to_string(cdiv(k.N, len)) + " per PE, heads have " + std::to_string(k.dh),
-                         std::string("give a rectangle whose ") + (k.k_on_columns ? "height" : "width") + " makes the features per PE a multiple" + (rope ? "" : " or a divisor") + " of the head size");
+                         std::string("give a rectangle whose ") + (k.k_on_columns ? "height" : "width") + " makes the features per PE a multiple of the head size or " + (rope ? "an even" : "a") + " divisor of it");
     }
   if (moves && w != h) {
     const auto it = std::find_if(c.kernels.begin(), c.kernels.end(), [](const DenseKernel& k) { return k.res_move; });

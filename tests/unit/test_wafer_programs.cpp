@@ -2,7 +2,9 @@
 // programs: instantiate() and the text form agree, so what --emit-program writes is what ran.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "isa/wafer/asm.hpp"
 #include "isa/wafer/builder.hpp"
@@ -227,4 +229,25 @@ TEST_CASE("wafer-programs: Adam updates the biases at the chain ends after the d
   m.mo.adam = false;
   const std::string sgd = compile(m.g, c, m.mo).programs.begin()->second.text();
   CHECK_THAT(sgd, Contains("fmuls lrtm1, dbm1, lrb1") && Contains("fsubs biasm1, biasm1, lrtm1"));
+}
+
+// Rotary embeddings over a head split into parts of fb features: the reordering is a permutation of
+// the head's features, and every part holds whole rotation pairs (j, j + dh / 2) at local positions
+// (i, i + fb / 2), so a PE rotates its part as one unit (docs/wafer-compiler.md "Rotary embeddings").
+TEST_CASE("wafer-programs: a split head's rotary order is a permutation that keeps each pair on one PE", "[wafer-asm]") {
+  using tessera::wafer::DenseKernel;
+  for (const int64_t dh : {4, 16, 64})
+    for (int64_t fb = 2; fb <= dh; fb *= 2) {
+      INFO("dh " << dh << ", fb " << fb);
+      std::vector<int> seen(static_cast<size_t>(dh), 0);
+      for (int64_t p = 0; p < dh; ++p) ++seen[static_cast<size_t>(DenseKernel::rotary_pair_feature(p, fb, dh))];
+      CHECK(std::count(seen.begin(), seen.end(), 1) == dh);
+      for (int64_t r = 0; r < dh / fb; ++r)
+        for (int64_t i = 0; i < fb / 2; ++i) {
+          const int64_t a = DenseKernel::rotary_pair_feature(r * fb + i, fb, dh), b = DenseKernel::rotary_pair_feature(r * fb + i + fb / 2, fb, dh);
+          CHECK(a < dh / 2);
+          CHECK(b == a + dh / 2);
+        }
+    }
+  CHECK(DenseKernel::rotary_pair_feature(5, 16, 16) == 5);  // a whole head: the identity
 }
