@@ -79,6 +79,18 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
     for (const auto& i : forward.inputs)
       if (is_float(forward.value(i).dtype)) cast_of.push_back(i);
     cast_of.push_back(spec.target);
+    // Float constants the forward nodes read (a scaling's divisor, a mask, a LayerNorm's folded
+    // epsilon): in the compute type too, or an op would mix it with the low-precision activations.
+    std::set<std::string> cast_set(cast_of.begin(), cast_of.end());
+    for (size_t k = 0; k < nfwd; ++k)
+      for (const auto& i : g.nodes[k].inputs) {
+        if (i.empty() || cast_set.count(i) || !g.has_value(i)) continue;
+        const graph::Value& v = g.value(i);
+        if (v.data && is_float(v.dtype) && v.dtype != spec.compute) {  // (initializers and folded constants)
+          cast_of.push_back(i);
+          cast_set.insert(i);
+        }
+      }
     for (const auto& v : cast_of) lp[v] = b.node("Cast", {v}, to, "lp/" + v);
     for (size_t k = 0; k < nfwd; ++k)
       for (auto& i : g.nodes[k].inputs)
