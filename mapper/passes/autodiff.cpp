@@ -4,9 +4,13 @@
 #include "mapper/passes/autodiff_builder.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <set>
 
+#include "isa/dtype.hpp"
 #include "isa/error.hpp"
+#include "isa/numeric.hpp"
 #include "mapper/frontend/onnx_dtype.hpp"
 #include "mapper/passes/passes.hpp"
 
@@ -79,22 +83,51 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
     for (const auto& i : forward.inputs)
       if (is_float(forward.value(i).dtype)) cast_of.push_back(i);
     cast_of.push_back(spec.target);
-    // Float constants the forward nodes read (a scaling's divisor, a mask, a LayerNorm's folded
-    // epsilon): in the compute type too, or an op would mix it with the low-precision activations.
-    std::set<std::string> cast_set(cast_of.begin(), cast_of.end());
-    for (size_t k = 0; k < nfwd; ++k)
-      for (const auto& i : g.nodes[k].inputs) {
-        if (i.empty() || cast_set.count(i) || !g.has_value(i)) continue;
-        const graph::Value& v = g.value(i);
-        if (v.data && is_float(v.dtype) && v.dtype != spec.compute) {  // (initializers and folded constants)
-          cast_of.push_back(i);
-          cast_set.insert(i);
-        }
-      }
     for (const auto& v : cast_of) lp[v] = b.node("Cast", {v}, to, "lp/" + v);
+    // Which forward nodes compute in the compute type: those reading a cast value or such a node's
+    // output (a model's own Cast to another float type leaves it).
+    std::set<std::string> lowv(cast_of.begin(), cast_of.end());
+    std::vector<bool> low_node(nfwd, false);
+    for (const size_t k : forward.topo_order()) {
+      const graph::Node& n = g.nodes[k];
+      low_node[k] = std::any_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& v) { return lowv.count(v) != 0; });
+      const bool out_low = n.op == "Cast" ? n.attrs.get_int("to", 0) == to.get_int("to", 0) : low_node[k];
+      if (out_low)
+        for (const auto& o : n.outputs)
+          if (!o.empty() && g.has_value(o) && is_float(g.value(o).dtype)) lowv.insert(o);
+    }
+    // The float constants such a node reads (a scaling's divisor, a mask, a decomposed LayerNorm's
+    // epsilon) are in the compute type too, or the op would mix two types: new constants, rounded,
+    // finite values beyond the type's range saturated to its largest (a -1e9 mask stays finite);
+    // not an input that decides a shape (Resize's scales keep theirs).
+    const FloatFormat fmt = *float_format(spec.compute);
+    const float top = widen_bits(narrow_bits(std::numeric_limits<float>::max(), fmt, true), fmt);
+    std::map<std::string, std::string> lc;  // constant -> its compute-type copy
+    for (size_t k = 0; k < nfwd; ++k) {
+      if (!low_node[k]) continue;
+      graph::Node& n = g.nodes[k];
+      const std::vector<size_t> shape_in = shape_inputs(n.op, g.opset);
+      for (size_t j = 0; j < n.inputs.size(); ++j) {
+        const std::string i = n.inputs[j];
+        if (i.empty() || lp.count(i) || !g.has_value(i) || std::find(shape_in.begin(), shape_in.end(), j) != shape_in.end()) continue;
+        const graph::Value v = g.value(i);
+        if (!v.data || !is_float(v.dtype) || v.dtype == spec.compute) continue;
+        if (!lc.count(i)) {
+          std::vector<float> f = v.data->to_f32();
+          for (float& x : f)
+            if (std::isfinite(x)) x = std::clamp(x, -top, top);
+          const std::string name = "lp/" + i;
+          if (g.has_value(name)) throw InputError(forward.source, "the model already has a value named '" + name + "'", "rename it");
+          g.values[name] = graph::Value{name, spec.compute, v.shape, true, Tensor::from_f32(v.shape, std::move(f)).cast(spec.compute), false};
+          lc[i] = name;
+        }
+        n.inputs[j] = lc.at(i);
+      }
+    }
     for (size_t k = 0; k < nfwd; ++k)
       for (auto& i : g.nodes[k].inputs)
         if (lp.count(i)) i = lp.at(i);
+    for (const auto& [c, name] : lc) lp[c] = name;  // (the backward pass reads a node's operands as it read them)
   }
 
   // Which values depend on a parameter (the ones gradients flow to).

@@ -203,18 +203,33 @@ void pair_rotary_features(Compiled& c, const DenseKernel& k) {
   if (k.qkv || fb % 2 != 0 || dh % fb != 0)
     throw InputError(where, "rotary embeddings rotate pairs of a head's features; this mapping gives a chain-end PE " + std::to_string(fb) + " of a head's " + std::to_string(dh) +
                                 " features" + (k.qkv ? " in a fused Q, K, V kernel" : ", which is not a whole number of pairs"),
-                     "give a rectangle whose chain ends hold whole heads or an even part of one (mapping.wafer_rect), or run it on target.kind neuroncore");
+                     k.qkv ? "give a block whose chain ends hold whole heads (mapping.wafer_block), or use \"mapping\": {\"mode\": \"weight_streaming\"}, which splits heads with rotary embeddings"
+                           : "give a rectangle whose chain ends hold whole heads or an even part of one (mapping.wafer_rect), or run it on target.kind neuroncore");
+  const std::string hint = "give a rectangle whose chain ends hold whole heads (mapping.wafer_rect), or run it on target.kind neuroncore";
   for (const int64_t src : {k.attn_q, k.attn_k}) {
+    if (src == k.attn_k && k.attn_k == k.attn_q) break;  // (one kernel for both: reordered once)
     DenseKernel& p = c.kernels[static_cast<size_t>(src)];
+    // Only the scores may read the reordered features: no other reader of the output (or of its
+    // value before a LayerNorm), no other attention over it.
     for (const auto& m : c.kernels)
-      if (&m != &k && (m.src == src || (m.residual == src && m.res_out)))
-        throw InputError(where, "rotary embeddings over heads split across PEs reorder the features of kernel '" + p.name + "', which kernel '" + m.name + "' reads too",
-                         "give a rectangle whose chain ends hold whole heads (mapping.wafer_rect), or run it on target.kind neuroncore");
-    const std::vector<float> W = p.W, b = p.bias;
-    for (int64_t n = 0; n < p.N; ++n) {
-      const int64_t from = n / dh * dh + DenseKernel::rotary_pair_feature(n % dh, fb, dh);
-      for (int64_t r = 0; r < p.K; ++r) p.W[static_cast<size_t>(r * p.N + n)] = W[static_cast<size_t>(r * p.N + from)];
-      p.bias[static_cast<size_t>(n)] = b[static_cast<size_t>(from)];
+      if (m.src == src || (m.residual == src && (m.res_out || m.res_preln)) || (&m != &k && m.attn && (m.attn_q == src || m.attn_k == src)))
+        throw InputError(where, "rotary embeddings over heads split across PEs reorder the features of kernel '" + p.name + "', which kernel '" + m.name + "' reads too", hint);
+    // Per-feature work at its own chain ends other than elementwise functions and a LayerNorm
+    // (whose statistics do not depend on the order; its scale and bias are reordered too).
+    if (p.residual >= 0 || p.res_mul || p.gate_of >= 0 || p.row_period || p.softmax)
+      throw InputError(where, "rotary embeddings over heads split across PEs reorder the features of kernel '" + p.name + "', whose chain ends add or multiply per-feature values", hint);
+    auto reorder = [&](std::vector<float>& v, int64_t rows) {  // v [rows, N]: its columns
+      const std::vector<float> old = v;
+      for (int64_t n = 0; n < p.N; ++n) {
+        const int64_t from = n / dh * dh + DenseKernel::rotary_pair_feature(n % dh, fb, dh);
+        for (int64_t r = 0; r < rows; ++r) v[static_cast<size_t>(r * p.N + n)] = old[static_cast<size_t>(r * p.N + from)];
+      }
+    };
+    reorder(p.W, p.K);
+    reorder(p.bias, 1);
+    if (p.layernorm) {
+      reorder(p.ln_gamma, 1);
+      if (!p.ln_beta.empty()) reorder(p.ln_beta, 1);
     }
   }
 }

@@ -330,3 +330,40 @@ TEST_CASE("autodiff: Conv gradients with asymmetric pads and stride 3 match fini
   in["target"] = f64({1, 18}, 83);
   CHECK(fd_check(tg, in) == 4 + 36);
 }
+
+// Mixed precision: the forward pass's float constants (a scaling's divisor, an additive mask) are
+// read in the compute type like the weights -- else the Div mixes fp16 activations with an fp32
+// constant ("input dtypes differ", the stock encoder layer's attention) -- with finite values beyond
+// the type's range saturated (a mask subtracting 1e9 subtracts 65504 in fp16, not inf). (An Add's
+// initializer of rank >= 1 is a trainable bias, cast as a weight.)
+TEST_CASE("autodiff: mixed precision reads the forward pass's float constants in the compute type", "[autodiff]") {
+  const json j = json::parse(R"js({
+    "inputs": {"x": {"shape": [2, 4]}},
+    "outputs": ["y"],
+    "initializers": {
+      "W": {"shape": [4, 3], "random": {"seed": 1, "dist": "normal", "scale": 0.5}},
+      "c": {"shape": [], "values": [4.0]},
+      "M": {"shape": [2, 3], "values": [0, 1e9, 0, 0, 0, 1e9]}},
+    "nodes": [
+      {"op": "MatMul", "inputs": ["x", "W"], "outputs": ["s"]},
+      {"op": "Div", "inputs": ["s", "c"], "outputs": ["d"]},
+      {"op": "Sub", "inputs": ["d", "M"], "outputs": ["m"]},
+      {"op": "Softmax", "inputs": ["m"], "outputs": ["y"], "attrs": {"axis": -1}}]})js");
+  graph::Graph fwd = frontend::load_json_graph(j, "/model/graph", "");
+  passes::prepare(fwd);
+  passes::TrainingSpec spec;
+  spec.compute = DType::f16;
+  const passes::TrainingGraph tg = passes::make_training_graph(fwd, spec);
+  REQUIRE(tg.g.has_value("lp/c"));
+  REQUIRE(tg.g.has_value("lp/M"));
+  CHECK(tg.g.value("lp/c").dtype == DType::f16);
+  const auto m = tg.g.value("lp/M").data->to_f32();
+  CHECK(m == std::vector<float>{0, 65504, 0, 0, 0, 65504});
+  std::map<std::string, Tensor> in = tg.initial;
+  in["x"] = random_tensor(DType::f32, {2, 4}, 3, true, 1.0);
+  in["target"] = random_tensor(DType::f32, {2, 3}, 4, true, 0.1);
+  in["step"] = Tensor::from_f32({}, {1.0f});
+  const auto out = reference::execute(tg.g, in);
+  CHECK(std::isfinite(out.at("loss").to_f64()[0]));
+  for (const double gw : out.at("grad:W").to_f64()) CHECK(std::isfinite(gw));
+}
