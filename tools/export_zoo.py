@@ -287,22 +287,20 @@ CASES = [
          source="torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, "
                 "batch_first=True)",
          what="a post-norm transformer encoder layer (ReLU, stock packed-QKV attention)",
-         wafer=("weight_streaming", "pipelined"),
-         wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32"), "pipelined": ("fp32",)}),
+         wafer=("weight_streaming", "pipelined"), wafer_precisions=("fp16", "bf16", "fp32")),
     dict(name="encoder_postnorm_b2", seed=17, opset=13, inputs={"x": (2, 16, 64)},
          build=lambda: nn.TransformerEncoderLayer(64, 4, 128, batch_first=True),
          source="torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, "
                 "batch_first=True)",
          what="the post-norm transformer encoder layer at batch 2 (the export transposes to "
               "[seq, batch, d] and attends per batch x head)",
-         wafer=("weight_streaming", "pipelined"),
-         wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32"), "pipelined": ("fp32",)}),
+         wafer=("weight_streaming", "pipelined"), wafer_precisions=("fp16", "bf16", "fp32")),
     dict(name="encoder_causal", seed=25, opset=13, inputs={"x": (2, 16, 64)},
          build=lambda: CausalEncoder(64, 4, 128, 16),
          source="torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, "
                 "batch_first=True) called with src_mask=nn.Transformer.generate_square_subsequent_mask(16)",
          what="a post-norm encoder layer with a causal mask (an additive -inf mask on the scores), batch 2",
-         wafer=("weight_streaming",), wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32")}),
+         wafer=("weight_streaming", "pipelined"), wafer_precisions=("fp16", "bf16", "fp32")),
     dict(name="encoder_prenorm", seed=18, opset=17, inputs={"x": (2, 16, 64)},
          build=lambda: nn.TransformerEncoderLayer(64, 4, 128, batch_first=True,
                                                   norm_first=True),
@@ -548,9 +546,8 @@ def export_case(case, root):
     # The wafer (wse2) in fp16 and bf16 where its compiler maps the model, in the modes it maps it in
     # (case["wafer"]: weight streaming writes wafer_<p>.json, pipelined wafer_pipelined_<p>.json);
     # held to the bf16 tolerance (PyTorch 1.13 has no fp16 convolution on the CPU to measure an
-    # fp16 figure; fp16 rounds finer, so the bound is the looser one). A case whose 16-bit mapping
-    # the wafer compiler does not have yet (attention) lists wafer_precisions ("fp32": the fp32
-    # tolerance).
+    # fp16 figure; fp16 rounds finer, so the bound is the looser one). wafer_precisions lists other
+    # precisions, for all modes or per mode ("fp32": the fp32 tolerance).
     modes = {}
     for mode in case.get("wafer", ()):
         precisions = case.get("wafer_precisions", ("fp16", "bf16"))
@@ -564,9 +561,7 @@ def export_case(case, root):
         desc = describe(case, batch)
         if target == "wafer" and compute == "fp32":
             desc += (f" On a WSE-2, {modes[file].replace('_', ' ')}, fp32 compute: the compiled "
-                     "layout against PyTorch to fp32 rounding" +
-                     (" (pipelined mode maps attention and residuals in fp32 only in this build)."
-                      if modes[file] == "pipelined" else "."))
+                     "layout against PyTorch to fp32 rounding.")
         elif target == "wafer":
             desc += (f" On a WSE-2, {modes[file].replace('_', ' ')}, {compute} compute with fp32 "
                      f"sums: atol {bf16_atol:g}, twice PyTorch's own bf16 inference error "

@@ -159,8 +159,6 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     if (k.residual < 0) continue;
     const DenseKernel& r = c.kernels[static_cast<size_t>(k.residual)];
     const std::string where = "kernel '" + k.name + "'";
-    if (c.half() && opt.mode == MapMode::pipelined)
-      throw InputError("/mapping/mode", where + ": pipelined mode maps a residual Add in fp32 in this build", "use \"mapping\": {\"mode\": \"weight_streaming\"} or precision.compute fp32");
     if (k.res_host) {  // the host places the graph input's blocks on the chain ends
       if (k.N != c.input_shape.back() || k.B != r.B)
         throw InputError(where, "the residual adds the graph input " + shape_str(c.input_shape) + " to " + std::to_string(k.B) + " x " + std::to_string(k.N) + " outputs", kOpsHint);

@@ -47,7 +47,12 @@ std::vector<HostArray> Compiled::place_input(const Tensor& x) const {
       const int64_t px = r.k_on_columns ? r.w - 1 : i, py = r.k_on_columns ? i : r.h - 1;
       HostArray a{r.x0 + px, r.y0 + py, "xr" + std::to_string(l), std::vector<float>(static_cast<size_t>(r.B * r.nb), 0.0f)};
       for (int64_t b = 0; b < r.B; ++b)
-        for (int64_t j = 0; j < r.nb && i * r.nb + j < r.N; ++j) a.values[static_cast<size_t>(b * r.nb + j)] = v[static_cast<size_t>(b * r.N + i * r.nb + j)];
+        for (int64_t j = 0; j < r.nb && i * r.nb + j < r.N; ++j) {
+          // (16-bit compute: the input as the layers take it, rounded to the compute type; the
+          // block itself stays fp32, as the sums it is added to)
+          const float x0 = v[static_cast<size_t>(b * r.N + i * r.nb + j)];
+          a.values[static_cast<size_t>(b * r.nb + j)] = half() ? decode_elem(encode_elem(x0, compute), compute) : x0;
+        }
       out.push_back(std::move(a));
     }
   }

@@ -176,7 +176,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   data(t, "bias" + L, f32, (k.row_period ? k.row_period : 1) * nb, {}, k.row_period ? "the bias plus the row constants [rows per sample, nb]" : "");
   if (k.pkh) data(t, "p" + L, f32, rows * nb, live(c, l, hold_of(k, h) == Hold::p ? 2 : 1), "the pool's output [sample, ph, pw, channel]");
   const bool held = output_used(c, l);  // its output goes on (read, or added to a later residual)
-  if (h && held && !k.xp_h) data(t, "y16_" + L, we, rows * nb, live(c, l, 2), "y in the 16-bit format, as the next layer takes it");
+  if (h && held && !k.xp_h) data(t, "y16_" + L, we, rows * k.feat_nb(), live(c, l, 2), "y (the attention's output) in the 16-bit format, as the next layer takes it");
   if (k.xp_h) data(t, "xp" + L, h ? we : f32, k.samples * k.xp_h * k.xp_w * nb, {}, "the next Conv's input [sample, h, w, channel] inside its zero border");
   if (k.gate_of >= 0) data(t, "gt" + L, f32, k.gate_rows * nb, live(c, l, hold_of(k, h) == Hold::gt ? 2 : 1), "the gated feature map [sample, h, w, channel]");
   if (k.pool_padded())

@@ -26,7 +26,7 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<in
   s[hold == Hold::y ? 2 : 1] += k.B * k.nb * 4;                      // y
   s[1] += k.act_temporaries() * k.B * k.nb * 4;                                     // the elementwise functions' temporaries (chain end)
   if (k.pkh) s[hold == Hold::p ? 2 : 1] += k.rows_out() * k.nb * 4;  // the pooled output (chain end)
-  if (hold == Hold::y16) s[2] += k.rows_out() * k.nb * 2;            // y in the 16-bit format (chain end)
+  if (hold == Hold::y16) s[2] += k.rows_out() * k.feat_nb() * 2;     // y (the attention's output) in the 16-bit format (chain end)
   if (k.gate_of >= 0) s[hold == Hold::gt ? 2 : 1] += k.gate_rows * k.nb * 4;  // the squeeze-excitation product (chain end)
   if (k.input_layer) s[0] += (k.spatial() ? k.xs_elems() : k.B * k.kb) * wbytes;  // xs (source)
   if (scratch) *scratch = s;

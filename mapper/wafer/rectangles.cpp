@@ -28,7 +28,7 @@ void place_pipelined_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
     if (r.src < 0 && r.xread == DenseKernel::XRead::rows && !k.attn) {
       k.res_host = true;
     } else if (k.src == k.residual && k.N == r.K && r.xread == DenseKernel::XRead::rows && k.xread == DenseKernel::XRead::rows && !r.layernorm && !r.softmax &&
-               !r.attn && !r.pkh && r.residual < 0 && !k.activated() && !k.attn && !k.softmax && !is_half(opt.compute)) {
+               !r.attn && !r.pkh && r.residual < 0 && !k.activated() && !k.attn && !k.softmax) {
       // (the identity rows add the input into the sum, before the bias: an activation of k would
       // then act on it, where the graph adds it after)
       passes.push_back(l);
