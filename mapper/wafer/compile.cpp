@@ -108,11 +108,6 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     if (c.readers[l + 1].size() > 1 && (k.spatial() || k.pkh) && !c.sequenced)  // one gather per holder: a feature map has one reader (sequenced: one per hand-off)
       throw InputError("kernel '" + k.name + "'", "a convolution's output read by several kernels is not mapped (" + std::to_string(c.readers[l + 1].size()) + " read it)",
                        kOpsHint);
-    // (Weight streaming: Q, K and V are fp32 at the chain ends, where the attention runs in fp32
-    // as the other post-ops do; pipelined mode's fused form is untested in 16 bits.)
-    if (k.attn && c.half() && opt.mode == MapMode::pipelined)
-      throw InputError("/precision/compute", "kernel '" + k.name + "': attention in pipelined mode is mapped in fp32 in this build",
-                       "use precision.compute fp32, or \"mapping\": {\"mode\": \"weight_streaming\"} (16-bit weights and activations, the attention in fp32)");
   }
   for (size_t l = 0; l + 1 < c.kernels.size(); ++l)
     if (c.kernels[l].softmax) throw InputError("kernel '" + c.kernels[l].name + "'", "Softmax is mapped only after the last dense layer", kOpsHint);

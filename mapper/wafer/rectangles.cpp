@@ -34,8 +34,8 @@ void place_pipelined_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
       passes.push_back(l);
     } else {
       const bool after = k.activated() || k.attn || k.softmax;
-      throw InputError("/mapping/mode", "kernel '" + k.name + "': pipelined mode maps a residual of the graph input, or of the input of the kernel it reads (x + W2 f(W1 x), fp32, added after the bias); this one adds the input of kernel '" + r.name + "'" +
-                                            (after && k.src == k.residual ? " after an activation or attention" : is_half(opt.compute) && k.src == k.residual ? " in 16-bit compute" : ""),
+      throw InputError("/mapping/mode", "kernel '" + k.name + "': pipelined mode maps a residual of the graph input, or of the input of the kernel it reads (x + W2 f(W1 x), added after the bias); this one adds the input of kernel '" + r.name + "'" +
+                                            (after && k.src == k.residual ? " after an activation or attention" : ""),
                        "use \"mapping\": {\"mode\": \"weight_streaming\"} (every kernel on one rectangle, held inputs on the PEs)");
     }
   }
