@@ -99,10 +99,22 @@ std::vector<StreamLink> stream_links(const wafer::Fabric& fab) {
 
 }  // namespace
 
+namespace {
+
+// The trace config's region `pes` (x, y, width, height; width and height default to 1).
+struct PeRegion {
+  int64_t x, y, w, h;
+};
+PeRegion pe_region(const json& cfg) {
+  const json& r = cfg["pes"];
+  return {r["x"].get<int64_t>(), r["y"].get<int64_t>(), r.value("width", int64_t{1}), r.value("height", int64_t{1})};
+}
+
+}  // namespace
+
 void check_wafer_trace_pes(const json& cfg, const wafer::LoadedLayout& L) {
   if (!cfg.is_object() || !cfg.contains("pes")) return;
-  const json& r = cfg["pes"];
-  const int64_t px = r["x"].get<int64_t>(), py = r["y"].get<int64_t>(), pw = r.value("width", int64_t{1}), ph = r.value("height", int64_t{1});
+  const auto [px, py, pw, ph] = pe_region(cfg);
   const int64_t W = L.layout.width, H = L.layout.height;
   const std::string region = std::to_string(pw) + " x " + std::to_string(ph) + " PEs at (" + std::to_string(px) + "," + std::to_string(py) + ")";
   if (px + pw > W || py + ph > H)
@@ -181,11 +193,9 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
     if (rect.program.empty() || detail == "summary") continue;
     std::set<std::pair<int64_t, int64_t>> pick;
     if (cfg.contains("pes")) {  // the user's region (check_wafer_trace_pes checked it before the run)
-      const json& r = cfg["pes"];
-      const int64_t px = r["x"].get<int64_t>(), py = r["y"].get<int64_t>();
-      const int64_t px1 = px + r.value("width", int64_t{1}), py1 = py + r.value("height", int64_t{1});
-      for (int64_t y = std::max(py, int64_t{rect.y}); y < std::min(py1, int64_t{rect.y} + rect.height); ++y)
-        for (int64_t x = std::max(px, int64_t{rect.x}); x < std::min(px1, int64_t{rect.x} + rect.width); ++x) pick.insert({x, y});
+      const auto [px, py, pw, ph] = pe_region(cfg);
+      for (int64_t y = std::max(py, int64_t{rect.y}); y < std::min(py + ph, int64_t{rect.y} + rect.height); ++y)
+        for (int64_t x = std::max(px, int64_t{rect.x}); x < std::min(px + pw, int64_t{rect.x} + rect.width); ++x) pick.insert({x, y});
     } else if (detail == "pe") {
       for (int64_t y = rect.y; y < rect.y + rect.height && pick.size() < 64; ++y)
         for (int64_t x = rect.x; x < rect.x + rect.width && pick.size() < 64; ++x) pick.insert({x, y});

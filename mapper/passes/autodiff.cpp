@@ -110,7 +110,7 @@ TrainingGraph make_training_graph(const graph::Graph& forward, const TrainingSpe
       for (size_t j = 0; j < n.inputs.size(); ++j) {
         const std::string i = n.inputs[j];
         if (i.empty() || lp.count(i) || !g.has_value(i) || std::find(shape_in.begin(), shape_in.end(), j) != shape_in.end()) continue;
-        const graph::Value v = g.value(i);
+        const graph::Value& v = g.value(i);  // (stays valid: adding values moves no element)
         if (!v.data || !is_float(v.dtype) || v.dtype == spec.compute) continue;
         if (!lc.count(i)) {
           std::vector<float> f = v.data->to_f32();
