@@ -391,7 +391,8 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   Heartbeat heartbeat("simulating", 0.0, "hops");  // a hand-written layout has no prediction
   fo.progress = [&heartbeat, hz = cfg.clock_hz](int64_t cycle, int64_t hops) { heartbeat.tick(static_cast<double>(cycle) / hz, hops); };
   fo.max_cycles = static_cast<int64_t>(s.resolved["run"]["max_time"].get<double>() * cfg.clock_hz);
-  fo.record = trace_records(s);  // the op and delivery records the trace renders at detail kernel and above
+  fo.record = trace_records(s);  // the op and task records the trace renders at detail kernel and above: its PEs' only
+  if (fo.record) fo.record_only = wafer_trace_pes(s.resolved["trace"], L);
   fo.summary = trace_wanted(s);
   fo.stop = [] { return interrupt_requested(); };  // SIGINT stops a long fabric run (tessera exits 130, nothing written)
   fo.host_memory_budget = static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>());

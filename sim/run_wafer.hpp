@@ -50,7 +50,9 @@ void wafer_rect_option(const nlohmann::json& mapping, wafer::MappingOptions& mo)
 // The fabric options of a compiled run: run.max_time, run.host_memory, a trace's records, task
 // ends, SIGINT polling, eager memory-only ops unless run.faults are armed.
 // `hb` (optional): ticked by the fabric's progress callback (simulated time, hops).
-wafer::FabricOptions compiled_fabric_options(const Scenario& s, const wafer::WaferConfig& cfg, Heartbeat* hb = nullptr);
+// `L`: the loaded layout, whose traced PEs (wafer_trace_pes) are the only ones whose records are kept.
+wafer::FabricOptions compiled_fabric_options(const Scenario& s, const wafer::WaferConfig& cfg, Heartbeat* hb = nullptr,
+                                             const wafer::LoadedLayout* L = nullptr);
 wafer::LoadedLayout load_compiled_wafer(const wafer::Compiled& cp, const wafer::WaferConfig& cfg);
 void stream_compiled_weights(const wafer::Compiled& cp, wafer::Fabric& fab, wafer::MemoryX& mx, wafer::SwarmX& sx, const sc_core::sc_time& t_start);
 

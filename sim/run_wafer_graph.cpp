@@ -65,11 +65,12 @@ void wafer_rect_option(const json& m, wafer::MappingOptions& mo) {
   mo.rect_height = r[1];
 }
 
-wafer::FabricOptions compiled_fabric_options(const Scenario& s, const wafer::WaferConfig& cfg, Heartbeat* hb) {
+wafer::FabricOptions compiled_fabric_options(const Scenario& s, const wafer::WaferConfig& cfg, Heartbeat* hb, const wafer::LoadedLayout* L) {
   wafer::FabricOptions fo;
   if (hb) fo.progress = [hb, hz = cfg.clock_hz](int64_t cycle, int64_t hops) { hb->tick(static_cast<double>(cycle) / hz, hops); };
   fo.max_cycles = static_cast<int64_t>(s.resolved["run"]["max_time"].get<double>() * cfg.clock_hz);
   fo.record = trace_records(s);
+  if (fo.record && L) fo.record_only = wafer_trace_pes(s.resolved["trace"], *L);
   fo.summary = trace_wanted(s);
   fo.stop = [] { return interrupt_requested(); };  // SIGINT stops a long fabric run (tessera exits 130, nothing written)
   fo.task_ends = true;
@@ -266,7 +267,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   enter_phase("elaborate");
   models::set_fs_resolution();
   Heartbeat heartbeat("simulating", cp.predicted_s, "hops");  // the prediction is per run (a micro-batch)
-  wafer::Fabric fab("wafer", cfg, compiled_fabric_options(s, cfg, &heartbeat));
+  wafer::Fabric fab("wafer", cfg, compiled_fabric_options(s, cfg, &heartbeat, &L));
   fab.load(L);
   wafer::MemoryX mx("memoryx", cfg);
   wafer::SwarmX sx("swarmx", cfg);

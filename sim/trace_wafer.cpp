@@ -131,6 +131,37 @@ void check_wafer_trace_pes(const json& cfg, const wafer::LoadedLayout& L) {
   throw InputError("/trace/pes", "the region of " + region + " holds no PE with a program", "pick PEs inside a rectangle of the layout: " + rects);
 }
 
+std::vector<std::pair<int32_t, int32_t>> wafer_trace_pes(const json& cfg, const wafer::LoadedLayout& L, size_t rect) {
+  const std::string detail = cfg.is_object() ? cfg.value("detail", std::string("kernel")) : std::string("kernel");
+  const auto& rc = L.layout.rects[rect];
+  std::vector<std::pair<int32_t, int32_t>> pick;
+  if (rc.program.empty() || detail == "summary") return pick;
+  auto add = [&](int64_t x, int64_t y) {
+    const std::pair<int32_t, int32_t> p{static_cast<int32_t>(x), static_cast<int32_t>(y)};
+    if (L.program_at(x, y) != wafer::kNoProgram && std::find(pick.begin(), pick.end(), p) == pick.end()) pick.push_back(p);
+  };
+  const int64_t rx = rc.x, ry = rc.y, rw = rc.width, rh = rc.height;
+  if (cfg.contains("pes")) {  // the user's region (check_wafer_trace_pes checked it before the run)
+    const auto [px, py, pw, ph] = pe_region(cfg);
+    for (int64_t y = std::max(py, ry); y < std::min(py + ph, ry + rh); ++y)
+      for (int64_t x = std::max(px, rx); x < std::min(px + pw, rx + rw); ++x) add(x, y);
+  } else if (detail == "pe") {  // (the first 64 cells, as before: cells without a program count)
+    for (int64_t i = 0; i < std::min<int64_t>(64, rw * rh); ++i) add(rx + i % rw, ry + i / rw);
+  } else {
+    const int64_t x0 = rx, y0 = ry, x1 = rx + rw - 1, y1 = ry + rh - 1;
+    for (const auto& [x, y] : {std::pair{x0, y0}, {x1, y0}, {x0, y1}, {x1, y1}, {(x0 + x1) / 2, (y0 + y1) / 2}}) add(x, y);
+  }
+  std::sort(pick.begin(), pick.end());  // (x, then y: the tracks' order)
+  return pick;
+}
+
+std::vector<std::pair<int32_t, int32_t>> wafer_trace_pes(const json& cfg, const wafer::LoadedLayout& L) {
+  std::vector<std::pair<int32_t, int32_t>> all;
+  for (size_t r = 0; r < L.layout.rects.size(); ++r)
+    for (const auto& p : wafer_trace_pes(cfg, L, r)) all.push_back(p);
+  return all;
+}
+
 TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, const wafer::Fabric& fab, const std::string& name) {
   return build_wafer_trace(cfg, L, fab, name, nullptr, nullptr, 0.0);
 }
@@ -191,23 +222,10 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
     }
     stream_tracks(proc, static_cast<int32_t>(r), tid, "");
     if (rect.program.empty() || detail == "summary") continue;
-    std::set<std::pair<int64_t, int64_t>> pick;
-    if (cfg.contains("pes")) {  // the user's region (check_wafer_trace_pes checked it before the run)
-      const auto [px, py, pw, ph] = pe_region(cfg);
-      for (int64_t y = std::max(py, int64_t{rect.y}); y < std::min(py + ph, int64_t{rect.y} + rect.height); ++y)
-        for (int64_t x = std::max(px, int64_t{rect.x}); x < std::min(px + pw, int64_t{rect.x} + rect.width); ++x) pick.insert({x, y});
-    } else if (detail == "pe") {
-      for (int64_t y = rect.y; y < rect.y + rect.height && pick.size() < 64; ++y)
-        for (int64_t x = rect.x; x < rect.x + rect.width && pick.size() < 64; ++x) pick.insert({x, y});
-    } else {
-      const int64_t x0 = rect.x, y0 = rect.y, x1 = rect.x + rect.width - 1, y1 = rect.y + rect.height - 1;
-      pick = {{x0, y0}, {x1, y0}, {x0, y1}, {x1, y1}, {(x0 + x1) / 2, (y0 + y1) / 2}};
+    for (const auto& [x, y] : wafer_trace_pes(cfg, L, r)) {
+      pe_track[{x, y}] = b.thread(proc, "PE (" + std::to_string(x) + "," + std::to_string(y) + ")", tid++);
+      pe_proc[{x, y}] = proc;
     }
-    for (const auto& [x, y] : pick)
-      if (fab.program(x, y)) {
-        pe_track[{x, y}] = b.thread(proc, "PE (" + std::to_string(x) + "," + std::to_string(y) + ")", tid++);
-        pe_proc[{x, y}] = proc;
-      }
   }
   // Task runs of the sampled PEs (before the ops: a task and an op it ends with may share begin and
   // end, and the task must be the parent). Their durations add up to the PE's busy cycles.
@@ -289,20 +307,19 @@ TraceBuilder build_wafer_trace(const json& cfg, const wafer::LoadedLayout& L, co
   series("link utilisation %", "percent", counts(sm.hops), sm.hops.width, 100.0 / links_n);
   // With per-op records (detail kernel and above): PEs with a DSD operation in flight, counted once
   // per bin however many operations a PE has in flight there.
-  if (!fab.op_records().empty()) {
+  // Bins of a multiple of the fabric's kActiveBin cycles, at most ~1000 of them.
+  if (!fab.active_runs().empty()) {
     const uint64_t active = b.counter(fproc, "active PEs", "count");
-    const int64_t span = std::max<int64_t>(1, st.cycles);
-    const int64_t bin = std::max<int64_t>(100, (span + 999) / 1000);
+    const int64_t span = std::max<int64_t>(1, st.cycles), ab = wafer::Fabric::kActiveBin;
+    const int64_t per = std::max<int64_t>(1, (span + 1000 * ab - 1) / (1000 * ab)), bin = per * ab;
     std::vector<double> act(static_cast<size_t>(span / bin + 2), 0.0);
-    std::unordered_map<int64_t, int64_t> counted;  // PE -> last bin counted
-    for (const auto& op : fab.op_records()) {
-      const int64_t pe = int64_t{op.x} * 65536 + op.y;
-      auto [it, fresh] = counted.emplace(pe, -1);
-      for (int64_t c = std::max(op.start / bin, it->second + 1);
-           c <= std::min<int64_t>(op.end, span) / bin && c < static_cast<int64_t>(act.size()); ++c) {
-        act[static_cast<size_t>(c)] += 1;
-        it->second = c;
-      }
+    for (const auto& pe : fab.active_runs()) {
+      int64_t last = -1;  // the PE's last bin counted
+      for (const auto& [f0, f1] : pe.runs)
+        for (int64_t c = std::max(f0 / per, last + 1); c <= std::min(f1, span / ab) / per && c < static_cast<int64_t>(act.size()); ++c) {
+          act[static_cast<size_t>(c)] += 1;
+          last = c;
+        }
     }
     for (size_t i = 0; i < act.size(); ++i) b.counter_value(active, ns(static_cast<int64_t>(i) * bin), act[i]);
   }

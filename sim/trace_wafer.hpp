@@ -27,6 +27,8 @@
 // Never one track per PE for a full wafer. Times are ns from the run start (pe.clock).
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "sim/trace_neuroncore.hpp"
 #include "traces/trace_builder.hpp"
@@ -43,6 +45,12 @@ namespace tessera::sim {
 // Before a run: the trace config's region `pes` must lie on the fabric and hold a PE with a program
 // (else an InputError at /trace/pes naming the layout's rectangles).
 void check_wafer_trace_pes(const nlohmann::json& trace_cfg, const wafer::LoadedLayout& layout);
+// The PEs the trace shows (at detail kernel and above): per rectangle with a program, those in the
+// region `pes`, else its corners and centre (detail kernel, instruction) or its first 64 cells
+// (detail pe) -- PEs with a program only, in (x, y) order. A run keeps the records of these PEs
+// only (FabricOptions::record_only).
+std::vector<std::pair<int32_t, int32_t>> wafer_trace_pes(const nlohmann::json& trace_cfg, const wafer::LoadedLayout& layout, size_t rect);
+std::vector<std::pair<int32_t, int32_t>> wafer_trace_pes(const nlohmann::json& trace_cfg, const wafer::LoadedLayout& layout);
 traces::TraceBuilder build_wafer_trace(const nlohmann::json& trace_cfg, const wafer::LoadedLayout& layout,
                                        const wafer::Fabric& fab, const std::string& name);
 // The same, plus a "weight streaming" process when MemoryX or SwarmX moved data: a track of

@@ -105,7 +105,7 @@ class WaferTrainer : public TrainMachine {
     name_ = s.name;
     scenario_ = &s;  // run.faults are armed for the first step
     heartbeat_ = std::make_unique<Heartbeat>("simulating", cp_.predicted_s, "hops");  // per step
-    fab_ = std::make_unique<wafer::Fabric>("wafer", cfg_, compiled_fabric_options(s, cfg_, heartbeat_.get()));
+    fab_ = std::make_unique<wafer::Fabric>("wafer", cfg_, compiled_fabric_options(s, cfg_, heartbeat_.get(), &L_));
     fab_->load(L_);  // the fabric keeps pointers into the layout: it lives as long as the trainer
     mx_ = std::make_unique<wafer::MemoryX>("memoryx", cfg_);
     sx_ = std::make_unique<wafer::SwarmX>("swarmx", cfg_);

@@ -105,6 +105,7 @@ void Fabric::run() {
   deliveries_.clear();
   op_records_.clear();
   task_records_.clear();
+  for (auto& a : active_runs_) a.runs.clear();
   int64_t synced = c0;
   std::optional<std::string> stop;
   // Cycle by cycle: the checks hold for every event of a cycle or for none (last_progress only grows).
@@ -294,6 +295,24 @@ const std::vector<std::pair<uint32_t, int64_t>>& Fabric::port_output(const std::
   throw InputError("port '" + port + "'", "the layout declares no such port");
 }
 
+void Fabric::note_active(uint32_t slot, int64_t start, int64_t end) {
+  auto& runs = active_runs_[slot].runs;
+  const int64_t b0 = start / kActiveBin, b1 = std::max(start, end) / kActiveBin;
+  // Ops end roughly in time order: extend or append at the back; an op that started before the last
+  // run (a long async op ending after shorter ones) is merged in where it belongs.
+  auto it = runs.end();
+  while (it != runs.begin() && std::prev(it)->first > b0) --it;
+  it = runs.insert(it, {b0, b1});
+  if (it != runs.begin() && std::prev(it)->second + 1 >= it->first) {
+    std::prev(it)->second = std::max(std::prev(it)->second, it->second);
+    it = std::prev(runs.erase(it));
+  }
+  while (std::next(it) != runs.end() && it->second + 1 >= std::next(it)->first) {
+    it->second = std::max(it->second, std::next(it)->second);
+    runs.erase(std::next(it));
+  }
+}
+
 const Program* Fabric::program(int64_t x, int64_t y) const {
   const uint32_t s = impl_->slot_of(x, y);
   return s == kNone ? nullptr : &impl_->prog(s);
@@ -478,8 +497,13 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
       p.px = static_cast<int32_t>(x - r.x);
       p.py = static_cast<int32_t>(y - r.y);
       p.rect = layout.rect_at(x, y);
+      p.rec = f.opt_.record && (f.opt_.record_only.empty() || std::find(f.opt_.record_only.begin(), f.opt_.record_only.end(),
+                                                                        std::pair<int32_t, int32_t>{p.x, p.y}) != f.opt_.record_only.end());
       pes.push_back(std::move(p));
     }
+  f.active_runs_.clear();
+  if (f.opt_.record)
+    for (const Pe& p : pes) f.active_runs_.push_back({p.x, p.y, {}});
   // Summary phases: each program's tasks interned by (rectangle, task name), the rectangle being
   // the first one found running the program.
   phase_base.clear();
@@ -1057,7 +1081,7 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
         }
         ++st.ramp_deliveries;
         if (f.opt_.summary) summary_received(pes[ps].rect, wv.color, t + 1);
-        if (f.opt_.record)
+        if (pes[ps].rec)
           f.deliveries_.push_back({pes[ps].x, pes[ps].y, wv.color, static_cast<uint8_t>(q), wv.payload, t + 1 - start});
       } else if (const uint32_t ds = slot_down[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(d)]; ds == kNone) {
         PortLane* ol = out_lane(r, d, wv.color);

@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <systemc>
+#include <utility>
 #include <vector>
 
 #include "isa/wafer/asm.hpp"
@@ -37,6 +38,10 @@ struct FabricOptions {
   int64_t max_cycles = 0;             // watchdog: cycles per run (0 = none)
   bool require_halt = true;           // a run is complete only when every program PE halted
   bool record = false;                // keep DeliveryRecord / OpRecord / TaskRecord lists (tests, traces)
+  // With record: keep those records for these PEs (x, y) only (empty: every PE) -- a trace's
+  // sampled PEs, so a large layout's run does not hold every PE's operations. The active-bin runs
+  // (active_runs()) still cover every PE.
+  std::vector<std::pair<int32_t, int32_t>> record_only;
   bool summary = false;               // keep a FabricSummary: bounded aggregates for the default trace
   // A main-thread DSD op whose operands are all memory (or scalars) computes every element when it
   // issues, in one pass, instead of width elements a cycle; its timing is unchanged (it cannot
@@ -258,6 +263,15 @@ class Fabric : public sc_core::sc_module {
   const std::vector<DeliveryRecord>& deliveries() const { return deliveries_; }
   const std::vector<OpRecord>& op_records() const { return op_records_; }
   const std::vector<TaskRecord>& task_records() const { return task_records_; }
+  // With FabricOptions::record, for every PE: the bins of kActiveBin cycles (relative) in which it
+  // had a DSD operation in flight, as sorted, disjoint runs [first, last] of bin indices (the
+  // trace's "active PEs" counter; far smaller than every PE's op records).
+  static constexpr int64_t kActiveBin = 100;
+  struct ActiveRuns {
+    int32_t x = 0, y = 0;
+    std::vector<std::pair<int64_t, int64_t>> runs;
+  };
+  const std::vector<ActiveRuns>& active_runs() const { return active_runs_; }
   const FabricSummary& summary() const { return summary_; }     // FabricOptions::summary
   // The route of `color` at router (x,y) as loaded (nullptr: the router does not route it).
   const Route* route(int64_t x, int64_t y, int color) const;
@@ -288,6 +302,8 @@ class Fabric : public sc_core::sc_module {
   std::vector<DeliveryRecord> deliveries_;
   std::vector<OpRecord> op_records_;
   std::vector<TaskRecord> task_records_;
+  std::vector<ActiveRuns> active_runs_;  // per PE slot (record)
+  void note_active(uint32_t slot, int64_t start, int64_t end);  // an op in flight over [start, end] (relative cycles)
   FabricSummary summary_;
   std::vector<StuckPe> stuck_pes_;
   std::vector<StuckRouter> stuck_routers_;

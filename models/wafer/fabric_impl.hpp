@@ -171,6 +171,7 @@ struct Fabric::Impl {
     std::vector<uint32_t> fifo;    // per DSD: head, count (lazily)
     std::vector<uint32_t> pages;   // SRAM page table (lazily; kNone = never written)
     bool halted = false;
+    bool rec = false;              // FabricOptions::record for this PE (record_only)
     int64_t halt_cycle = -1, busy = 0;
     int32_t rect = 0;              // the layout rectangle it belongs to (FabricSummary groups)
     std::array<uint8_t, 16> qhead{}, qcount{}, qhw{};  // input queues 0-7, output queues 8-15

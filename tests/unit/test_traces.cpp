@@ -82,12 +82,14 @@ struct WaferRun {
   wafer::WaferConfig cfg = wafer::preset_config("wse2");
   wafer::LoadedLayout L;
   std::unique_ptr<wafer::Fabric> fab;
-  explicit WaferRun(const std::string& name) {
+  // `trace_cfg` (non-null): the records are kept for its traced PEs only (sim::wafer_trace_pes), as a run does.
+  explicit WaferRun(const std::string& name, const nlohmann::json* trace_cfg = nullptr) {
     models::set_fs_resolution();
     L = wafer::load_layout(std::string(TESSERA_SOURCE_DIR) + "/scenarios/wafer/micro/" + name + ".json", cfg);
     wafer::FabricOptions opt;
     opt.record = true;
     opt.summary = true;
+    if (trace_cfg) opt.record_only = sim::wafer_trace_pes(*trace_cfg, L);
     fab = std::make_unique<wafer::Fabric>("fabric", cfg, opt);
     fab->load(L);
     fab->start();
@@ -543,6 +545,54 @@ TEST_CASE("traces: a wafer trace records the PEs of the region trace.pes", "[tra
   LoadedLayout routing_only = run.L;
   routing_only.layout.rects[0].program.clear();
   refused({{"x", 0}, {"y", 0}}, routing_only, "holds no PE with a program");
+}
+
+// A run keeps the op, task and delivery records of the traced PEs only (a region's, here), while
+// the active-bin runs cover every PE: for the traced PEs they are exactly the bins their op
+// records span, and the trace's "active PEs" counter reaches all 64 PEs of the GEMV.
+TEST_CASE("traces: a wafer run keeps the traced PEs' records and every PE's active bins", "[traces][wafer]") {
+  using namespace tessera::wafer;
+  using json = nlohmann::json;
+  const json cfg = {{"detail", "instruction"}, {"pes", {{"x", 2}, {"y", 3}, {"width", 3}, {"height", 2}}}};
+  const WaferRun run("gemv_8x8", &cfg);
+  const Fabric& fab = *run.fab;
+  auto in_region = [](int64_t x, int64_t y) { return x >= 2 && x < 5 && y >= 3 && y < 5; };
+  REQUIRE_FALSE(fab.op_records().empty());
+  REQUIRE_FALSE(fab.task_records().empty());
+  std::set<std::pair<int64_t, int64_t>> with_ops;
+  for (const auto& r : fab.op_records()) {
+    CHECK(in_region(r.x, r.y));
+    with_ops.insert({r.x, r.y});
+  }
+  CHECK(with_ops.size() == 6);
+  for (const auto& r : fab.task_records()) CHECK(in_region(r.x, r.y));
+  for (const auto& r : fab.deliveries()) CHECK(in_region(r.x, r.y));
+  REQUIRE(fab.active_runs().size() == 64);
+  for (const auto& pe : fab.active_runs()) {
+    INFO("PE (" << pe.x << "," << pe.y << ")");
+    CHECK_FALSE(pe.runs.empty());
+    for (size_t i = 0; i < pe.runs.size(); ++i) {
+      CHECK(pe.runs[i].first <= pe.runs[i].second);
+      if (i) CHECK(pe.runs[i - 1].second + 1 < pe.runs[i].first);  // sorted, disjoint, not adjacent
+    }
+    if (!in_region(pe.x, pe.y)) continue;
+    std::set<int64_t> bins, from_runs;  // the bins the PE's op records span
+    for (const auto& r : fab.op_records())
+      if (r.x == pe.x && r.y == pe.y)
+        for (int64_t b = r.start / Fabric::kActiveBin; b <= r.end / Fabric::kActiveBin; ++b) bins.insert(b);
+    for (const auto& [a, b] : pe.runs)
+      for (int64_t i = a; i <= b; ++i) from_runs.insert(i);
+    CHECK(bins == from_runs);
+  }
+  const Trace t = read_perfetto(sim::build_wafer_trace(cfg, run.L, fab, "gemv_8x8").perfetto_bytes());
+  const Track* active = t.find("active PEs", t.find("fabric")->uuid);
+  REQUIRE(active);
+  double most = 0;
+  for (const auto& c : t.counters)
+    if (c.track == active->uuid) most = std::max(most, c.value);
+  CHECK(most == 64);
+  CHECK(t.find("PE (2,3)"));
+  CHECK_FALSE(t.find("PE (0,0)"));
 }
 
 // BinSeries keeps the integral of a step function exact while its bins coarsen: random task spans
