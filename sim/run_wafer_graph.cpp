@@ -283,6 +283,10 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   auto start_step = [&](const std::map<std::string, Tensor>& in, int64_t part) {
     const Tensor& x = in.at(cp.input);
     for (const auto& a : cp.place_input(nmb > 1 ? batch_part(x, part, nmb) : x)) fab.write_array(a.x, a.y, a.array, a.values);
+    if (!cp.input2.empty()) {  // a decoder's memory: beside the holder its cross-attention's K and V read
+      const Tensor& x2 = in.at(cp.input2);
+      for (const auto& a : cp.place_input2(nmb > 1 ? batch_part(x2, part, nmb) : x2)) fab.write_array(a.x, a.y, a.array, a.values);
+    }
     t_start = sc_core::sc_time_stamp();
     if (ws) stream_compiled_weights(cp, fab, mx, sx, t_start);
   };

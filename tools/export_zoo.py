@@ -329,7 +329,8 @@ CASES = [
                 "batch_first=True) with tgt_mask=nn.Transformer.generate_square_subsequent_"
                 "mask(16)",
          what="a transformer decoder layer with a causal self-attention mask and "
-              "cross-attention"),
+              "cross-attention",
+         wafer=("weight_streaming",), wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32")}),
     dict(name="llama_block", seed=21, opset=17, inputs={"x": (2, 32, 64)},
          build=lambda: LlamaBlock(64, 4, 176, 64),
          source="a LLaMA-style block (tools/export_zoo.py LlamaBlock: d 64, 4 heads, "

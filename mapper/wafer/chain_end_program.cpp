@@ -64,14 +64,15 @@ void ln_program(const DenseKernel& k, size_t l, bool padded, ProgramTemplate& t)
 // queues 2 and 3's microthreads busy for long stretches, so the broadcasts that other PEs wait for
 // in a blocking receive (LayerNorm's on output queue 5, attention's on 4) use other numbers; the
 // chains' blocking sends use output queue 2 (blocking ops need no microthread).
-// Multi-head attention at the chain end of the kernel computing V (S = attn_keys() rows per sample),
+// Multi-head attention at the chain end of the kernel computing V (S = attn_keys() rows per sample;
+// attn_queries() query rows, in blocks of Sq: cross-attention's differ from the keys'),
 // for each (sample, head) pair in the PE's block (rotary embeddings on Q and K first): scores[s, t]
 // = sum_j Q[s, j] K[t, j] (per j one product of two broadcast walks, S x S), times the scale, plus
 // the mask; softmax over t (row max, exp_ops, row sum, recip_ops
 // over [1, S]); out[s, j] = sum_t P[s, t] V[t, j] (per t one product of broadcast walks, S x dh).
 void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& t) {
   const std::string L = std::to_string(l);
-  const int64_t fb = k.feat_nb(), S = k.attn_keys(), Sq = k.attn_rows(), nq = S / Sq, g = k.attn_group(), w = g > 1 ? fb : k.dh, hp = g > 1 ? 1 : fb / k.dh;
+  const int64_t fb = k.feat_nb(), S = k.attn_keys(), Sq = k.attn_rows(), nq = k.attn_queries() / Sq, g = k.attn_group(), w = g > 1 ? fb : k.dh, hp = g > 1 ? 1 : fb / k.dh;
   const int64_t rs = k.attn_rstep();  // (a batch: rows between a sample's consecutive rows)
   // Query blocks of Sq rows, one after another: the scores of a block are Sq x S. The kernel's own
   // x-task registers: its counter (0 between its x tasks) counts the blocks, its scratch holds the

@@ -15,9 +15,10 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   Compiled c;
   c.mode = opt.mode;
   c.clock_hz = cfg.clock_hz;
-  c.kernels = match_layers(g, c.input, c.output);
+  c.kernels = match_layers(g, c.input, c.output, c.input2);
   if (opt.mode == MapMode::pipelined) fuse_qkv(c.kernels);
   c.input_shape = g.value(c.input).shape;
+  if (!c.input2.empty()) c.input2_shape = g.value(c.input2).shape;
   c.output_shape = g.value(c.output).shape;
   c.kernels.front().input_layer = true;
   const int64_t nker = static_cast<int64_t>(c.kernels.size());
@@ -37,6 +38,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   // the reduce keeps it, and own tasks do.)
   const std::vector<bool> on_cols = streaming_orientations(c.kernels);
   bool branch = false;
+  for (const auto& k : c.kernels) branch = branch || k.reads_input2;  // (cross-attention's K and V: followers sent from the chain ends)
   for (size_t l = 1; l < c.kernels.size(); ++l)
     branch = branch || (c.kernels[l].src >= 0 && c.kernels[l].src != static_cast<int64_t>(l) - 1 && c.kernels[l].spatial()) ||
              (c.kernels[l].res_out && on_cols[static_cast<size_t>(c.kernels[l].residual)] != on_cols[l]);
@@ -98,6 +100,9 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   }
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     const DenseKernel& k = c.kernels[l];
+    if (opt.mode == MapMode::pipelined && k.reads_input2)
+      throw InputError("/mapping/mode", "kernel '" + k.name + "' computes cross-attention's keys or values from the second graph input ('" + c.input2 + "'): pipelined mode maps chains of layers",
+                       "use \"mapping\": {\"mode\": \"weight_streaming\"}, which maps cross-attention (docs/wafer-compiler.md \"Cross-attention\")");
     if (opt.mode == MapMode::pipelined && k.src != static_cast<int64_t>(l) - 1)
       throw InputError("/mapping/mode", "kernel '" + k.name + "' reads " + (k.src < 0 ? std::string("the graph input") : "kernel '" + c.kernels[static_cast<size_t>(k.src)].name + "'") +
                                             ", not the kernel before it: pipelined mode maps chains of layers",
@@ -133,7 +138,8 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   for (const auto& k : c.kernels)
     if (k.attn) {
       const DenseKernel &q = c.kernels[static_cast<size_t>(k.attn_q)], &kk = c.kernels[static_cast<size_t>(k.attn_k)];
-      if (q.k_on_columns != k.k_on_columns || kk.k_on_columns != k.k_on_columns || q.nb != k.nb || kk.nb != k.nb || q.B != k.B || kk.B != k.B || q.N != k.N || kk.N != k.N)
+      if (q.k_on_columns != k.k_on_columns || kk.k_on_columns != k.k_on_columns || q.nb != k.nb || kk.nb != k.nb || q.B != (k.attn_qrows ? k.attn_qrows : k.B) || kk.B != k.B ||
+          q.N != k.N || kk.N != k.N)
         throw InputError("kernel '" + k.name + "'", "the attention's Q, K and V must come out on the same PEs in the same blocks (dense layers of the same input and size)", kOpsHint);
     }
   for (const auto& k : c.kernels)

@@ -164,8 +164,13 @@ struct DenseKernel {
   // Rotary embeddings of Q and K (LLaMA's): q cos + rotate_half(q) sin per position, cos and sin of
   // [S, dh] each (empty: none); arrays rcq/rsq/rck/rsk<l>, applied in place before the scores.
   std::vector<float> attn_q_cos, attn_q_sin, attn_k_cos, attn_k_sin;
+  // Cross-attention (a decoder's: keys and values from a second graph input, kernels attn_k and
+  // this one reading it): the query rows, Q's B, when they differ from the keys' (0: the same).
+  int64_t attn_qrows = 0;
   int64_t attn_keys() const { return B / attn_samples; }
-  int64_t attn_row0(int64_t b) const { return attn_contig ? b * attn_keys() : b; }  // sample b's first row
+  int64_t attn_queries() const { return (attn_qrows ? attn_qrows : B) / attn_samples; }  // per sample
+  int64_t attn_row0(int64_t b) const { return attn_contig ? b * attn_keys() : b; }  // sample b's first row (keys, values)
+  int64_t attn_qrow0(int64_t b) const { return attn_contig ? b * attn_queries() : b; }  // of the queries and the output
   int64_t attn_rstep() const { return attn_contig ? 1 : attn_samples; }           // rows between its consecutive rows
   // Heads split over chain-end PEs (nb < dh, dh a multiple of nb): g = dh / nb PEs per head sum
   // their partial scores along the edge (ca0/ca1) and the group's last PE, after the softmax,
@@ -193,12 +198,12 @@ struct DenseKernel {
     const int64_t r = p / fb, i = p % fb, half = fb / 2;
     return i < half ? r * half + i : dh / 2 + r * half + (i - half);
   }
-  // Query rows per block: all S = attn_keys() rows of a sample when the S x S scores take at most
-  // 1024 values (4 KB), else the largest divisor of S whose block does.
+  // Query rows per block: all Sq = attn_queries() rows of a sample when the Sq x S scores (S =
+  // attn_keys()) take at most 1024 values (4 KB), else the largest divisor of Sq whose block does.
   int64_t attn_rows() const {
-    const int64_t S = attn_keys();
-    int64_t q = S;
-    while (q > 1 && (q * S > 1024 || S % q != 0)) --q;
+    const int64_t S = attn_keys(), Sq = attn_queries();
+    int64_t q = Sq;
+    while (q > 1 && (q * S > 1024 || Sq % q != 0)) --q;
     return q;
   }
   std::vector<float> W;              // [K, N] row-major (fp32 master values)
@@ -206,6 +211,10 @@ struct DenseKernel {
   std::string w_value, b_value;      // graph values of the weight and the bias ("" without one)
   bool w_trans = false;              // the weight value is [N, K] (Gemm transB)
   bool input_layer = false;          // its x comes from the graph input (held by its source PEs)
+  // Its x rows are the second graph input (Compiled::input2: a decoder's memory), which the host
+  // places at the chain ends that hold kernel src's output, beside it: a follower of the
+  // cross-attention's Q kernel (the same src), sent after Q's x values (array xg<l>).
+  bool reads_input2 = false;
   // How the x values are read from the array that holds the input (docs/wafer-compiler.md
   // "Convolutions"): `rows` -- [B, kb] as it is; `conv` -- im2col rows gathered by strided sends
   // from a [samples, ih, iw, cb] holder (one 4-D DSD per sample: oh, ow, kh, then kw and the cb
@@ -262,7 +271,7 @@ struct DenseKernel {
   int64_t pool_iw() const { return ow + ppl + ppr; }
   bool spatial() const { return xread == XRead::conv; }
   // Rows of the output the next kernel reads (after the pool), per block of nb channels.
-  int64_t rows_out() const { return gate_rows ? gate_rows : pkh ? samples * ph * pw : B; }
+  int64_t rows_out() const { return gate_rows ? gate_rows : pkh ? samples * ph * pw : attn && attn_qrows ? attn_qrows : B; }
   // Colors: x multicast, the two alternating reduce colors, weights (weight streaming only).
   int cx = -1, cr0 = -1, cr1 = -1, cw = -1;
   int cb = -1;                       // training: dy multicast back along the chains
@@ -325,6 +334,8 @@ struct Compiled {
   std::vector<HostArray> constants;
   std::string input, output;                    // graph values
   Shape input_shape, output_shape;
+  std::string input2;                           // a second graph input (cross-attention's keys and values), "" if none
+  Shape input2_shape;
   int colors_used = 0;
   std::vector<std::pair<std::string, std::vector<std::string>>> color_streams;  // color -> streams using it (report)
   int64_t predicted_cycles = 0;
@@ -362,6 +373,9 @@ struct Compiled {
   // Host-side placement (data movement only): the graph input's values as PE arrays; the output
   // gathered back from the PEs that hold it.
   std::vector<HostArray> place_input(const Tensor& x) const;
+  // The second graph input's rows [B, K] (input2) at the chain ends that send them to the kernels
+  // reading it (array xg<l> per reader, its K block), in the compute type.
+  std::vector<HostArray> place_input2(const Tensor& x2) const;
   template <class Read>  // Read(x, y, array) -> std::vector<float>
   Tensor gather_output(Read read) const;
   // Weight streaming: each kernel's weights in MemoryX order (stream position major, lanes

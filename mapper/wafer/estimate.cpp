@@ -334,7 +334,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       // hop by hop; then P V over the PE's w features.
       // Query blocks of Sq rows run one after another (a block's scores: Sq x S).
       // A batch: every (sample, head) pair of the PE in turn, over its sample's Sk keys.
-      const int64_t fb = k.feat_nb(), Sk = k.attn_keys(), Sq = k.attn_rows(), nq = Sk / Sq, SS = Sq * Sk, g = k.attn_group(), w = g > 1 ? fb : k.dh,
+      const int64_t fb = k.feat_nb(), Sk = k.attn_keys(), Sq = k.attn_rows(), nq = k.attn_queries() / Sq, SS = Sq * Sk, g = k.attn_group(), w = g > 1 ? fb : k.dh,
                     hp = (g > 1 ? 1 : fb / k.dh) * k.attn_samples;
       auto op = [&](int64_t len, int64_t stride) { return dsd(len, Op::fmuls, stride); };
       const int64_t scores = w * op(SS, k.nb) + (w - 1) * op(SS, 1) + (nq > 1 ? w + 1 : 0);

@@ -59,6 +59,30 @@ std::vector<HostArray> Compiled::place_input(const Tensor& x) const {
   return out;
 }
 
+std::vector<HostArray> Compiled::place_input2(const Tensor& x2) const {
+  const auto v = x2.to_f32();
+  std::vector<HostArray> out;
+  for (size_t f = 1; f < kernels.size(); ++f) {
+    const DenseKernel& k = kernels[f];
+    if (!k.reads_input2) continue;
+    // The chain ends that hand off to the run of followers k belongs to (layer_program: kernel
+    // lead - 1's, where lead is the run's first kernel, the cross-attention's Q); line i holds
+    // K block i (zeros past K: their zero weight rows multiply them).
+    size_t lead = f;
+    while (lead > 0 && kernels[lead].k_on_columns == kernels[lead - 1].k_on_columns) --lead;  // (detail::follower)
+    const DenseKernel& p = kernels[lead - 1];
+    const int64_t lines = p.k_on_columns ? p.h : p.w;
+    for (int64_t i = 0; i < lines; ++i) {
+      const int64_t px = p.k_on_columns ? p.w - 1 : i, py = p.k_on_columns ? i : p.h - 1;
+      HostArray a{p.x0 + px, p.y0 + py, "xg" + std::to_string(f), std::vector<float>(static_cast<size_t>(k.B * k.kb), 0.0f)};
+      for (int64_t b = 0; b < k.B; ++b)
+        for (int64_t j = 0; j < k.kb && i * k.kb + j < k.K; ++j) a.values[static_cast<size_t>(b * k.kb + j)] = v[static_cast<size_t>(b * k.K + i * k.kb + j)];
+      out.push_back(std::move(a));
+    }
+  }
+  return out;
+}
+
 std::vector<float> Compiled::memoryx_layout(const DenseKernel& k) const {
   // Lane `lane`, stream position t: block `pos` = t / (kb nb) along the line, then column-major
   // within the block. Stored position-major, lanes interleaved (the order SwarmX hands them out).

@@ -41,7 +41,9 @@ inline constexpr int64_t kOwnTaskKernels = 8;
 
 // match_layers.cpp: graph -> dense layers. kOpsHint: what the compiler maps (the hint of its errors).
 extern const char* const kOpsHint;
-std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input, std::string& output);
+// `input2`: a second graph input (a decoder's memory, read only as cross-attention's keys and
+// values), "" if none.
+std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input, std::string& output, std::string& input2);
 
 // match_ops.cpp: single nodes' kernels for match_layers (`unsupported` throws the node's error).
 using Unsupported = std::function<void(const std::string&)>;

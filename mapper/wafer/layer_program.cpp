@@ -139,6 +139,7 @@ void rows_walk(const Compiled& c, size_t reader, ProgramTemplate& t) {
 // or the tokens holder with its constant rows), else the producer's output as it is.
 int64_t rows_len(const Compiled& c, size_t reader) {
   const DenseKernel& n = c.kernels[reader];
+  if (n.reads_input2) return n.B * n.kb;  // (the second input's rows, xg<reader>)
   const DenseKernel& sk = c.kernels[static_cast<size_t>(n.src)];
   return n.sel_period || sk.tokens ? n.B * sk.feat_nb() : sk.rows_out() * sk.feat_nb();
 }
@@ -273,7 +274,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     // (Q's and K's y: their own arrays, or their places in the sequencer's arena)
     const ArrayAt qy = y_array(c, static_cast<size_t>(k.attn_q)), ky = y_array(c, static_cast<size_t>(k.attn_k));
     const int64_t qoff = qy.off, koff = ky.off + (k.qkv ? fb : 0), voff = k.qkv ? 2 * fb : 0;
-    data(t, "att" + L, f32, B * fb, {}, "the attention's output: what the next kernels read");
+    data(t, "att" + L, f32, k.rows_out() * fb, {}, "the attention's output (the query rows): what the next kernels read");
     data(t, "asc" + L, f32, Sq * S, post);
     data(t, "atm" + L, f32, Sq * S, post);
     data(t, "ato" + L, f32, Sq * dh, post);
@@ -338,15 +339,15 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
       t.mem4d("ap" + L + "_" + std::to_string(s), (g > 1 ? "atm" : "asc") + L, s, {{Sq, S}, {dh, 0}});
     }
     for (int64_t hb = 0; hb < k.attn_samples * hp; ++hb) {  // (sample, head) pairs
-      const int64_t hh = hb % hp, r0 = k.attn_row0(hb / hp);
+      const int64_t hh = hb % hp, r0 = k.attn_row0(hb / hp), q0 = k.attn_qrow0(hb / hp);  // (keys', queries' first rows)
       const std::string H = L + "_" + std::to_string(hb);
       for (int64_t j = 0; j < dh; ++j) {
-        t.mem4d("aq" + H + "_" + std::to_string(j), qy.array, qoff + r0 * nb + hh * dh + j, {{Sq, rs * nb}, {S, 0}});
+        t.mem4d("aq" + H + "_" + std::to_string(j), qy.array, qoff + q0 * nb + hh * dh + j, {{Sq, rs * nb}, {S, 0}});
         t.mem4d("ak" + H + "_" + std::to_string(j), ky.array, koff + r0 * nb + hh * dh + j, {{Sq, 0}, {S, rs * nb}});
       }
       for (int64_t s = 0; s < S; ++s)
         t.mem4d("av" + H + "_" + std::to_string(s), ya.array, ya.off + (r0 + s * rs) * nb + voff + hh * dh, {{Sq, 0}, {dh, 1}});
-      t.mem4d("ao" + H, "att" + L, r0 * fb + hh * dh, {{Sq, rs * fb}, {dh, 1}});
+      t.mem4d("ao" + H, "att" + L, q0 * fb + hh * dh, {{Sq, rs * fb}, {dh, 1}});
     }
   }
   if (k.softmax) {  // per class c: the logits' column (stride nb) and the exponentials' (stride N)
@@ -396,6 +397,10 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   for (size_t f = hn + 1; c.sequenced && hn < c.kernels.size() && f < c.kernels.size() && follower(c, f); ++f) {
     const DenseKernel& n = c.kernels[f];
     const ArrayAt hold = hold_array(c, static_cast<size_t>(n.src));
+    if (n.reads_input2) {  // cross-attention's K or V: the second input's rows, placed here by the host (place_input2)
+      data(t, "xg" + std::to_string(f), we, n.B * n.kb, {}, "the second graph input's rows [B, kb] (cross-attention's keys and values)");
+      t.mem1d("xgm" + std::to_string(f), "xg" + std::to_string(f));
+    }
     if (!n.spatial()) {  // a dense layer reading the same holder (rows_source)
       t.fabric("xo" + std::to_string(f), DsdKind::fabout, we, n.cx, 1, rows_len(c, f));
       rows_walk(c, f, t);

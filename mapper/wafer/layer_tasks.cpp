@@ -123,6 +123,7 @@ std::string full_dsd(const Compiled& c, size_t q) {
 // order, one token of each sample, a tokens holder: gx<reader>), or the holder as it is.
 std::string rows_source(const Compiled& c, size_t reader) {
   const DenseKernel& nk = c.kernels[reader];
+  if (nk.reads_input2) return "xgm" + std::to_string(reader);  // the second input's rows, placed by the host beside the holder
   const size_t s = static_cast<size_t>(nk.src);
   if (nk.xread == DenseKernel::XRead::flatten || nk.sel_period || c.kernels[s].tokens) return "gx" + std::to_string(reader);
   return c.half() ? "y16m" + std::to_string(s) : full_dsd(c, s);

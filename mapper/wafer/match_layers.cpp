@@ -55,7 +55,28 @@ void absorb(DenseKernel& k, const graph::Node& n) {
 
 }  // namespace
 
-std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input, std::string& output) {
+namespace {
+// match_layers with the graph input the chain starts from chosen (`first`: 0 or 1).
+std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::string& input, std::string& output, std::string& input2);
+}  // namespace
+
+std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input, std::string& output, std::string& input2) {
+  // Two inputs (a decoder's target and memory, in either order): the chain starts from the one
+  // that maps; the first one's error is reported when neither does.
+  if (g0.inputs.size() != 2) return match_from(g0, 0, input, output, input2);
+  try {
+    return match_from(g0, 0, input, output, input2);
+  } catch (const InputError& first) {
+    try {
+      return match_from(g0, 1, input, output, input2);
+    } catch (const InputError&) {
+      throw first;
+    }
+  }
+}
+
+namespace {
+std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::string& input, std::string& output, std::string& input2) {
   // A copy only for a graph with Slices (packed projections split per slice; its weights copied once).
   std::optional<graph::Graph> split;
   if (std::any_of(g0.nodes.begin(), g0.nodes.end(), [](const graph::Node& n) { return n.op == "Slice"; })) {
@@ -63,9 +84,11 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
     if (!split_sliced_projections(*split)) split.reset();
   }
   const graph::Graph& g = split ? *split : g0;
-  if (g.inputs.size() != 1 || g.outputs.size() != 1)
-    throw InputError(g.source, "the wafer compiler maps graphs with one input and one output (this one has " + std::to_string(g.inputs.size()) +
-                                   " and " + std::to_string(g.outputs.size()) + ")",
+  // (A second input: a decoder's memory, read only by the dense layers computing cross-attention's
+  // keys and values -- checked once the attention blocks are attached.)
+  if (g.inputs.empty() || g.inputs.size() > 2 || g.outputs.size() != 1)
+    throw InputError(g.source, "the wafer compiler maps graphs with one input (or two: a decoder's target and memory, the memory read only as cross-attention's keys and values) and one output (this one has " +
+                                   std::to_string(g.inputs.size()) + " and " + std::to_string(g.outputs.size()) + ")",
                      kOpsHint);
   // Ops first: every node the compiler cannot map, named (all of them at once).
   std::vector<const graph::Node*> bad;
@@ -75,7 +98,8 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
   for (size_t i = 0; i < bad.size(); ++i)
     unmapped.add(g.where(*bad[i]), "op " + bad[i]->op + " is not mapped by the wafer compiler in this build", i + 1 == bad.size() ? kOpsHint : "");
   unmapped.throw_if_any();
-  input = g.inputs[0];
+  input = g.inputs[first];
+  input2 = g.inputs.size() > 1 ? g.inputs[1 - first] : std::string();
   output = g.outputs[0];
   const graph::Value& in = g.value(input);
   if (in.shape.size() < 2 || in.shape.size() > 4)
@@ -150,6 +174,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
   };
   std::map<std::string, bool> parity_of;  // canonical values: parity against the physical order
   parity_of[input] = false;
+  if (!input2.empty()) parity_of[input2] = false;
   auto parity = [&](const std::string& raw) { return parity_of[canon(raw)] != rel(raw); };
   // Nodes in a topological order that keeps the file's order where it can (Kahn's algorithm,
   // smallest index first): kernels are numbered -- and run -- in the order the model lists them.
@@ -159,6 +184,20 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
     for (size_t i = 0; i < g.nodes.size(); ++i)
       for (const auto& v : g.nodes[i].inputs)
         if (producer.count(v)) ++pending[i];
+    // Nodes that depend on the second input only (a decoder's memory projections) wait until
+    // nothing else is ready: they come right before the cross-attention that needs them, after its Q.
+    std::vector<char> only2(g.nodes.size(), 0);
+    if (!input2.empty()) {
+      std::map<std::string, int> dep;  // value -> bit 1: depends on the first input, 2: on the second
+      dep[input] = 1, dep[input2] = 2;
+      for (const size_t i : g.topo_order()) {
+        int d = 0;
+        for (const auto& v : g.nodes[i].inputs)
+          if (const auto it = dep.find(v); it != dep.end()) d |= it->second;
+        for (const auto& v : g.nodes[i].outputs) dep[v] = d;
+        only2[i] = d == 2;
+      }
+    }
     std::set<size_t> ready;
     for (size_t i = 0; i < g.nodes.size(); ++i)
       if (!pending[i]) ready.insert(i);
@@ -167,6 +206,11 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       // functions follow it even when the file lists a sibling kernel between them: SwiGLU's
       // w1, w3, silu(w1 x) order.)
       size_t i = *ready.begin();
+      for (const size_t u : ready)
+        if (!only2[u]) {
+          i = u;
+          break;
+        }
       if (!order.empty() && !g.nodes[order.back()].outputs.empty())
         for (const size_t u : ready)
           if (kUnary.count(g.nodes[u].op) && g.nodes[u].inputs.size() == 1 && g.nodes[u].inputs[0] == g.nodes[order.back()].outputs[0]) {
@@ -219,6 +263,22 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
       DenseKernel& k = ks.back();
       if (k.activated() || k.residual >= 0 || k.layernorm || k.attn || k.spatial())
         throw InputError("kernel '" + k.name + "'", "attention is mapped right after the dense layer computing V (with its bias)", kOpsHint);
+      DenseKernel& kq = ks[static_cast<size_t>(qi - kout.begin())];
+      DenseKernel& kk = ks[static_cast<size_t>(ki - kout.begin())];
+      if (k.reads_input2 || kk.reads_input2 || kq.reads_input2) {
+        // Cross-attention: K and V from the second input, right after Q -- followers of Q, whose
+        // x values the chain ends holding Q's input send after Q's (DenseKernel::reads_input2).
+        const std::string where = "kernel '" + k.name + "'";
+        if (!k.reads_input2 || !kk.reads_input2 || kq.reads_input2)
+          throw InputError(where, "the second graph input ('" + input2 + "') is mapped only as cross-attention's keys and values: K and V read it, Q reads the first input's layers", kOpsHint);
+        if (&kk != &ks[ks.size() - 2] || &kq != &ks[ks.size() - 3] || kq.src < 0)
+          throw InputError(where, "cross-attention is mapped with its Q, K and V projections one after another, Q reading a kernel's output (a decoder layer's)", kOpsHint);
+        if (blk.samples > 1 || !blk.mask.empty() || !blk.q_cos.empty() || !blk.k_cos.empty())
+          throw InputError(where, "cross-attention is mapped for one sample, without a mask or rotary embeddings, in this build", kOpsHint);
+        if (kk.B != k.B || kk.K != kq.K) throw InputError(where, "cross-attention's K and V read rows of the query's features", kOpsHint);
+        k.attn_qrows = kq.B;
+        k.src = kk.src = kq.src;
+      }
       k.attn = true;
       k.attn_q = qi - kout.begin();
       k.attn_k = ki - kout.begin();
@@ -247,8 +307,9 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
     // A Conv may read an earlier Conv's output too (ResNet's downsampling shortcut beside the block).
     const bool dense = n.op == "Gemm" || n.op == "MatMul" || n.op == "Conv";
     long src = -2;
+    const bool reads2 = dense && !n.inputs.empty() && !input2.empty() && n.inputs[0] == input2;  // (a cross-attention's K or V)
     if (dense && !n.inputs.empty()) {
-      if (n.inputs[0] == input) src = -1;
+      if (n.inputs[0] == input || reads2) src = -1;
       for (size_t q = 0; q < kout.size(); ++q)
         if (kout[q] == n.inputs[0]) src = static_cast<long>(q);
       if (src >= -1 && n.inputs[0] != cur) cur = n.inputs[0], flat = false;
@@ -353,6 +414,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
         if (n.attrs.get_int("transA", 0)) unsupported("Gemm with transA");
         trans_b = n.attrs.get_int("transB", 0) != 0;
       }
+      k.reads_input2 = reads2;
       dense_weights(k, *w, trans_b);  // (match_ops.cpp: W as [K, N])
       if (k.K != xs[1]) unsupported("weight " + shape_str(w->shape()) + " does not match the activation " + shape_str(xs));
       k.w_trans = trans_b;
@@ -490,6 +552,11 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
     cur = n.outputs[0];
   }
   if (ks.empty()) throw InputError(g.source, "the graph has no dense layer to map", kOpsHint);
+  for (size_t l = 0; l < ks.size(); ++l)
+    if (ks[l].reads_input2 && !ks[l].attn && !(l + 1 < ks.size() && ks[l + 1].attn && ks[l + 1].attn_k == static_cast<int64_t>(l) && ks[l + 1].reads_input2))
+      throw InputError("kernel '" + ks[l].name + "'", "reads the second graph input ('" + input2 + "'), which the wafer compiler maps only as cross-attention's keys and values", kOpsHint);
+  if (!input2.empty() && std::none_of(ks.begin(), ks.end(), [](const DenseKernel& k) { return k.reads_input2; }))
+    throw InputError(g.source, "the second graph input ('" + input2 + "') is read by no dense layer; the wafer compiler maps a second input only as cross-attention's keys and values", kOpsHint);
   for (const auto& blk : blocks)
     if (!blk.done)
       throw InputError(g.source, "an attention block (its output '" + blk.out + "') must follow the dense layers computing its Q, K and then V (each with its bias)", kOpsHint);
@@ -500,5 +567,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
     throw InputError(g.source, "the graph ends in a Slice, Reshape or Transpose of tokens; the wafer compiler maps them only into a dense layer", kOpsHint);
   return ks;
 }
+
+}  // namespace
 
 }  // namespace tessera::wafer::detail

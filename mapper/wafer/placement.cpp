@@ -34,7 +34,8 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<in
   b += (k.row_period ? k.row_period : 1) * k.nb * 4;                 // bias, with the row constants (chain end)
   if (k.softmax) b += (2 * k.B * k.N + 4 * k.B) * 4;                 // softmax arrays (chain end)
   b += post_scratch_bytes(k);                                        // the post-ops' scratch (chain end)
-  if (k.attn) b += k.B * k.feat_nb() * 4;                            // the attention's output (chain end)
+  if (k.attn) b += k.rows_out() * k.feat_nb() * 4;                   // the attention's output, its query rows (chain end)
+  if (k.reads_input2) b += k.B * k.kb * wbytes;                      // the second input's rows (cross-attention's K or V: at the holder's chain ends)
   if (k.res_host) b += k.B * k.nb * 4;                               // the graph input's block for the residual (chain end)
   if (k.layernorm) b += 3 * k.nb * 4;                                // LayerNorm's scale, bias and mask (chain end)
   if (k.keeps_preln) b += k.B * k.nb * 4;                            // the value before the LayerNorm (chain end)
@@ -274,7 +275,7 @@ void fuse_qkv(std::vector<DenseKernel>& ks) {
   const char* hint = "pipelined mode fuses an attention's Q, K and V projections into one kernel; use \"mapping\": {\"mode\": \"weight_streaming\"} for other shapes";
   for (size_t l = 0; l < ks.size(); ++l) {
     DenseKernel& v = ks[l];
-    if (!v.attn || v.qkv) continue;
+    if (!v.attn || v.qkv || v.reads_input2) continue;  // (cross-attention: K and V read another input)
     const size_t qi = static_cast<size_t>(v.attn_q), ki = static_cast<size_t>(v.attn_k);
     for (const size_t pi : {qi, ki}) {
       const DenseKernel& p = ks[pi];
