@@ -331,6 +331,15 @@ CASES = [
          what="a transformer decoder layer with a causal self-attention mask and "
               "cross-attention",
          wafer=("weight_streaming",), wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32")}),
+    dict(name="decoder_causal_b2", seed=20, opset=17, inputs={"tgt": (2, 16, 64),
+                                                               "memory": (2, 24, 64)},
+         build=lambda: CausalDecoder(64, 4, 128, 16),
+         source="torch.nn.TransformerDecoderLayer(d_model=64, nhead=4, dim_feedforward=128, "
+                "batch_first=True) with tgt_mask=nn.Transformer.generate_square_subsequent_"
+                "mask(16)",
+         what="the decoder layer at batch 2 (the export transposes target and memory to "
+              "[seq, batch, d] and attends per batch x head)",
+         wafer=("weight_streaming",), wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32")}),
     dict(name="llama_block", seed=21, opset=17, inputs={"x": (2, 32, 64)},
          build=lambda: LlamaBlock(64, 4, 176, 64),
          source="a LLaMA-style block (tools/export_zoo.py LlamaBlock: d 64, 4 heads, "

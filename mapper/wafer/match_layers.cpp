@@ -273,8 +273,8 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
           throw InputError(where, "the second graph input ('" + input2 + "') is mapped only as cross-attention's keys and values: K and V read it, Q reads the first input's layers", kOpsHint);
         if (&kk != &ks[ks.size() - 2] || &kq != &ks[ks.size() - 3] || kq.src < 0)
           throw InputError(where, "cross-attention is mapped with its Q, K and V projections one after another, Q reading a kernel's output (a decoder layer's)", kOpsHint);
-        if (blk.samples > 1 || !blk.mask.empty() || !blk.q_cos.empty() || !blk.k_cos.empty())
-          throw InputError(where, "cross-attention is mapped for one sample, without a mask or rotary embeddings, in this build", kOpsHint);
+        if (!blk.mask.empty() || !blk.q_cos.empty() || !blk.k_cos.empty())
+          throw InputError(where, "cross-attention is mapped without a mask or rotary embeddings in this build", kOpsHint);
         if (kk.B != k.B || kk.K != kq.K) throw InputError(where, "cross-attention's K and V read rows of the query's features", kOpsHint);
         k.attn_qrows = kq.B;
         k.src = kk.src = kq.src;

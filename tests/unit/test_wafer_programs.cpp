@@ -251,3 +251,42 @@ TEST_CASE("wafer-programs: a split head's rotary order is a permutation that kee
     }
   CHECK(DenseKernel::rotary_pair_feature(5, 16, 16) == 5);  // a whole head: the identity
 }
+
+// Cross-attention (docs/wafer-compiler.md "Cross-attention"): the zoo's decoder layer compiles the
+// same whichever order its two graph inputs come in -- the chain starts from the target, the memory
+// is read only by the cross-attention's K and V (followers of Q, its src), the scores are 16 queries
+// over 24 keys; and its programs' text is the same programs.
+TEST_CASE("wafer-programs: cross-attention maps whichever order the decoder's two inputs come in", "[wafer-asm]") {
+  const WaferConfig c = preset_config("wse2");
+  graph::Graph g = frontend::load_onnx(kRoot + "/scenarios/zoo/decoder_causal/model.onnx");
+  passes::prepare(g);
+  passes::canonicalize(g);
+  MappingOptions mo;
+  mo.mode = MapMode::weight_streaming;
+  const Compiled a = compile(g, c, mo);
+  REQUIRE(g.inputs.size() == 2);
+  std::swap(g.inputs[0], g.inputs[1]);
+  const Compiled b = compile(g, c, mo);
+  for (const Compiled* cp : {&a, &b}) {
+    CHECK(cp->input == "tgt");
+    CHECK(cp->input2 == "memory");
+    REQUIRE(cp->kernels.size() == 10);
+    std::vector<size_t> reads2, cross;
+    for (size_t l = 0; l < cp->kernels.size(); ++l) {
+      if (cp->kernels[l].reads_input2) reads2.push_back(l);
+      if (cp->kernels[l].attn && cp->kernels[l].attn_qrows) cross.push_back(l);
+    }
+    REQUIRE(reads2 == std::vector<size_t>{5, 6});  // K and V right after Q (kernel 4)
+    REQUIRE(cross == std::vector<size_t>{6});
+    const DenseKernel& v = cp->kernels[6];
+    CHECK(v.attn_q == 4);
+    CHECK(v.attn_k == 5);
+    CHECK(v.attn_queries() == 16);
+    CHECK(v.attn_keys() == 24);
+    CHECK(v.rows_out() == 16);
+    CHECK(cp->kernels[5].src == cp->kernels[4].src);
+    CHECK(v.src == cp->kernels[4].src);
+  }
+  CHECK(a.layout_json == b.layout_json);
+  check_both_ways(a.layout_json, a.programs, c);
+}
