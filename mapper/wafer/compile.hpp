@@ -101,10 +101,11 @@ struct DenseKernel {
   // residual Add comes after them.
   std::vector<Unary> acts;
   std::vector<Unary> acts_after;     // those after the residual Add (ResNet's Relu after the sum)
+  std::vector<Unary> acts_post_ln;   // those after the LayerNorm (Linear, LayerNorm, ReLU)
   bool activated() const { return !acts.empty(); }
   int act_temporaries() const {      // arrays of y's size the functions need (the most any one does)
     int n = 0;
-    for (const auto* v : {&acts, &acts_after})
+    for (const auto* v : {&acts, &acts_after, &acts_post_ln})
       for (const Unary& u : *v) n = std::max(n, u.temporaries());
     return n;
   }

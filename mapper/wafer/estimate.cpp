@@ -392,6 +392,8 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       pass_ln(t_of, 2 * dsd(B) + dsd(B, Op::fmovs) + kRsqrtIters * (3 * dsd(B, Op::fmuls) + dsd(B, Op::fmacs)));  // rsqrt_ops: 3 fmuls and an fmacs per step
       for (auto& tq : t_of) tq += (k.rms ? 2 : 3) * dsd(n_el);  // times rstd, scale (, bias)
     }
+    for (const Unary& u : k.acts_post_ln)  // the functions after the LayerNorm
+      for (auto& tq : t_of) tq += unary_cycles(u, n_el, cfg);
     for (int64_t pn = 0; pn < Ln; ++pn) {
       int64_t t = t_of[static_cast<size_t>(pn)];
       const int64_t tmax = tmax_of[static_cast<size_t>(pn)];

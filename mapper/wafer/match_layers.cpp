@@ -533,8 +533,15 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       if (us.empty()) unsupported(n.op == "Add" ? "Add is mapped as a bias (a constant per output feature) right after a dense layer or Conv, as a residual, or as an Add of a scalar constant" : why);
       if (ks.empty() || flat) unsupported(n.op + " is mapped only after a dense layer or Conv (at its chain ends)");
       DenseKernel& k = ks.back();
+      if (k.layernorm && !k.attn && !k.softmax && k.gate_of < 0 && !k.pkh) {  // after the LayerNorm, at the same chain ends
+        k.acts_post_ln.insert(k.acts_post_ln.end(), us.begin(), us.end());
+        absorb(k, n);
+        parity_of[n.outputs[0]] = parity(cur);
+        cur = n.outputs[0];
+        continue;
+      }
       if (k.attn || k.softmax || k.layernorm || k.gate_of >= 0)
-        unsupported(n.op + " after attention, a Softmax, a LayerNorm or a squeeze-excitation gate is not mapped on the wafer in this build");
+        unsupported(n.op + " after attention, a Softmax or a squeeze-excitation gate is not mapped on the wafer in this build");
       if (k.pkh && k.pavg) unsupported(n.op + " after an average pool is not mapped on the wafer (a mean does not commute with it); apply it before the pool");
       for (const Unary& u : us)  // after a MaxPool it runs before the pool: exact when max commutes with it
         if (k.pkh && !u.monotone()) unsupported(n.op + " after a MaxPool is not mapped on the wafer (it is applied before the pool, exact only for a non-decreasing function); apply it before the pool");
