@@ -134,11 +134,10 @@ void check_wafer_trace_pes(const json& cfg, const wafer::LoadedLayout& L) {
 std::vector<std::pair<int32_t, int32_t>> wafer_trace_pes(const json& cfg, const wafer::LoadedLayout& L, size_t rect) {
   const std::string detail = cfg.is_object() ? cfg.value("detail", std::string("kernel")) : std::string("kernel");
   const auto& rc = L.layout.rects[rect];
-  std::vector<std::pair<int32_t, int32_t>> pick;
-  if (rc.program.empty() || detail == "summary") return pick;
+  std::set<std::pair<int32_t, int32_t>> picked;  // (x, then y: the tracks' order)
+  if (rc.program.empty() || detail == "summary") return {};
   auto add = [&](int64_t x, int64_t y) {
-    const std::pair<int32_t, int32_t> p{static_cast<int32_t>(x), static_cast<int32_t>(y)};
-    if (L.program_at(x, y) != wafer::kNoProgram && std::find(pick.begin(), pick.end(), p) == pick.end()) pick.push_back(p);
+    if (L.program_at(x, y) != wafer::kNoProgram) picked.insert({static_cast<int32_t>(x), static_cast<int32_t>(y)});
   };
   const int64_t rx = rc.x, ry = rc.y, rw = rc.width, rh = rc.height;
   if (cfg.contains("pes")) {  // the user's region (check_wafer_trace_pes checked it before the run)
@@ -151,8 +150,7 @@ std::vector<std::pair<int32_t, int32_t>> wafer_trace_pes(const json& cfg, const 
     const int64_t x0 = rx, y0 = ry, x1 = rx + rw - 1, y1 = ry + rh - 1;
     for (const auto& [x, y] : {std::pair{x0, y0}, {x1, y0}, {x0, y1}, {x1, y1}, {(x0 + x1) / 2, (y0 + y1) / 2}}) add(x, y);
   }
-  std::sort(pick.begin(), pick.end());  // (x, then y: the tracks' order)
-  return pick;
+  return {picked.begin(), picked.end()};
 }
 
 std::vector<std::pair<int32_t, int32_t>> wafer_trace_pes(const json& cfg, const wafer::LoadedLayout& L) {

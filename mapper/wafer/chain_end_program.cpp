@@ -36,6 +36,7 @@ void ln_program(const DenseKernel& k, size_t l, bool padded, ProgramTemplate& t)
     chain_step(t, "lnfirst" + L, "lnlast" + L, sm, "lnto" + L, "lnfr" + L, sm);
   };
   const Operand invn = fnum(1.0 / static_cast<double>(k.N));
+  if (padded && k.ln_premask()) t.op(Op::fmuls, {y, y, "lnkb" + L}, "padded features back to 0 (a function before the LayerNorm with f(0) != 0)");
   if (!k.rms) {  // (RMSNorm: no mean; padded features are 0 already)
     sums("lyc");
     t.if_("lnlast" + L);

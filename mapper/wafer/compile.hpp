@@ -84,6 +84,7 @@ struct Unary {
   double a = 0, b = 0;
   std::string op;  // the graph op it came from ("Relu", "Clip", ...), for messages and the kernel's op
   bool monotone() const;  // non-decreasing: it commutes with a max (a MaxPool after it)
+  bool keeps_zero() const;  // f(0) = 0: a padded feature (0) stays 0
   int temporaries() const;  // arrays of y's size its PE operations need
 };
 
@@ -103,6 +104,15 @@ struct DenseKernel {
   std::vector<Unary> acts_after;     // those after the residual Add (ResNet's Relu after the sum)
   std::vector<Unary> acts_post_ln;   // those after the LayerNorm (Linear, LayerNorm, ReLU)
   bool activated() const { return !acts.empty(); }
+  // A LayerNorm's padded features (beyond N on the last chain ends) may be nonzero after the
+  // functions before it, or after those after it (f(0) != 0: Sigmoid, an Add, ...): masked back to 0.
+  static bool all_keep_zero(const std::vector<Unary>& us) {
+    for (const Unary& u : us)
+      if (!u.keeps_zero()) return false;
+    return true;
+  }
+  bool ln_premask() const { return layernorm && !(all_keep_zero(acts) && all_keep_zero(acts_after)); }
+  bool ln_postmask() const { return layernorm && !all_keep_zero(acts_post_ln); }
   int act_temporaries() const {      // arrays of y's size the functions need (the most any one does)
     int n = 0;
     for (const auto* v : {&acts, &acts_after, &acts_post_ln})

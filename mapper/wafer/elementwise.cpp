@@ -20,6 +20,16 @@ bool Unary::monotone() const {
   }
 }
 
+bool Unary::keeps_zero() const {
+  switch (kind) {
+    case Kind::sigmoid: return false;                       // 1/2
+    case Kind::hard_sigmoid: return b <= 0;                 // clamp(beta, 0, 1)
+    case Kind::add: return a == 0;
+    case Kind::clip: return !(a > 0) && !(b < 0);           // the bounds around 0
+    default: return true;                                   // Relu, Tanh, GELU, Swish, HardSwish, Abs, Neg, Mul, LeakyRelu
+  }
+}
+
 int Unary::temporaries() const {
   switch (kind) {
     case Kind::leaky_relu: case Kind::hard_swish: case Kind::abs: return 1;

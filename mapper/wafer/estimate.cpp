@@ -383,6 +383,8 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
           T[static_cast<size_t>(q)] = std::max(own, sent + (Ln - 1 - q) * hop + B + 2) + 1;
         }
       };
+      if (padded && k.ln_premask())
+        for (auto& tq : t_of) tq += dsd(n_el);  // padded features back to 0 first
       if (!k.rms) {  // (RMSNorm: no mean pass)
         pass_ln(t_of, dsd(B));
         for (auto& tq : t_of) tq += dsd(n_el) * (padded ? 3 : 2);  // subtract the mean (mask), square
@@ -394,6 +396,8 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     }
     for (const Unary& u : k.acts_post_ln)  // the functions after the LayerNorm
       for (auto& tq : t_of) tq += unary_cycles(u, n_el, cfg);
+    if (k.ln_postmask() && Ln * k.nb > k.N)
+      for (auto& tq : t_of) tq += dsd(n_el);  // (and its padded features back to 0)
     for (int64_t pn = 0; pn < Ln; ++pn) {
       int64_t t = t_of[static_cast<size_t>(pn)];
       const int64_t tmax = tmax_of[static_cast<size_t>(pn)];

@@ -65,6 +65,10 @@ std::vector<HostArray> Compiled::place_input2(const Tensor& x2) const {
   for (size_t f = 1; f < kernels.size(); ++f) {
     const DenseKernel& k = kernels[f];
     if (!k.reads_input2) continue;
+    if (static_cast<int64_t>(v.size()) != k.B * k.K)
+      throw InputError("graph input '" + input2 + "'", "has " + std::to_string(v.size()) + " values; kernel '" + k.name + "' reads it as " + std::to_string(k.B) + " rows of " +
+                                                         std::to_string(k.K) + " features",
+                       "give the input the shape the model declares " + shape_str(input2_shape));
     // The chain ends that hand off to the run of followers k belongs to (layer_program: kernel
     // lead - 1's, where lead is the run's first kernel, the cross-attention's Q); line i holds
     // K block i (zeros past K: their zero weight rows multiply them).

@@ -126,6 +126,7 @@ ArrayAt hold_array(const Compiled& c, size_t l) {
 // rows' places (zero).
 void rows_walk(const Compiled& c, size_t reader, ProgramTemplate& t) {
   const DenseKernel& n = c.kernels[reader];
+  if (n.reads_input2) return;  // (its rows are the second input's, xg<reader>, as they are)
   const DenseKernel& sk = c.kernels[static_cast<size_t>(n.src)];
   const ArrayAt hold = hold_array(c, static_cast<size_t>(n.src));
   const std::string H = std::to_string(reader);

@@ -69,7 +69,11 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
   } catch (const InputError& first) {
     try {
       return match_from(g0, 1, input, output, input2);
-    } catch (const InputError&) {
+    } catch (const InputError& second) {
+      // The error of the order that is not refused for the inputs' roles (a chain started from the
+      // memory stops at its first attention, reading the target as the second input).
+      auto about_roles = [](const InputError& e) { return std::string(e.what()).find("the second graph input") != std::string::npos; };
+      if (about_roles(first) && !about_roles(second)) throw second;
       throw first;
     }
   }
@@ -424,8 +428,10 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       const std::string o2 = other_in(n, cur);
       long r = -1;
       bool out = false;
+      if (!input2.empty() && o2 == input2)
+        unsupported("a residual of the second graph input ('" + input2 + "') is not mapped: the wafer compiler maps a second input only as cross-attention's keys and values");
       for (size_t q = 0; q < ks.size(); ++q)
-        if (ks[q].in_value == o2) r = static_cast<long>(q);
+        if (ks[q].in_value == o2 && !ks[q].reads_input2) r = static_cast<long>(q);
       for (size_t q = 0; r < 0 && q + 1 < kout.size(); ++q)  // or an earlier kernel's output no kernel reads
         if (kout[q] == o2) r = static_cast<long>(q), out = true;
       // Or an earlier kernel's value before its LayerNorm (a pre-norm block's residual) -- taken from
@@ -535,18 +541,15 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       DenseKernel& k = ks.back();
       if (k.layernorm && !k.attn && !k.softmax && k.gate_of < 0 && !k.pkh) {  // after the LayerNorm, at the same chain ends
         k.acts_post_ln.insert(k.acts_post_ln.end(), us.begin(), us.end());
-        absorb(k, n);
-        parity_of[n.outputs[0]] = parity(cur);
-        cur = n.outputs[0];
-        continue;
+      } else {
+        if (k.attn || k.softmax || k.layernorm || k.gate_of >= 0)
+          unsupported(n.op + " after attention, a Softmax or a squeeze-excitation gate is not mapped on the wafer in this build");
+        if (k.pkh && k.pavg) unsupported(n.op + " after an average pool is not mapped on the wafer (a mean does not commute with it); apply it before the pool");
+        for (const Unary& u : us)  // after a MaxPool it runs before the pool: exact when max commutes with it
+          if (k.pkh && !u.monotone()) unsupported(n.op + " after a MaxPool is not mapped on the wafer (it is applied before the pool, exact only for a non-decreasing function); apply it before the pool");
+        auto& acts = k.residual >= 0 ? k.acts_after : k.acts;  // after the residual Add: applied after it
+        acts.insert(acts.end(), us.begin(), us.end());
       }
-      if (k.attn || k.softmax || k.layernorm || k.gate_of >= 0)
-        unsupported(n.op + " after attention, a Softmax or a squeeze-excitation gate is not mapped on the wafer in this build");
-      if (k.pkh && k.pavg) unsupported(n.op + " after an average pool is not mapped on the wafer (a mean does not commute with it); apply it before the pool");
-      for (const Unary& u : us)  // after a MaxPool it runs before the pool: exact when max commutes with it
-        if (k.pkh && !u.monotone()) unsupported(n.op + " after a MaxPool is not mapped on the wafer (it is applied before the pool, exact only for a non-decreasing function); apply it before the pool");
-      auto& acts = k.residual >= 0 ? k.acts_after : k.acts;  // after the residual Add: applied after it
-      acts.insert(acts.end(), us.begin(), us.end());
       absorb(k, n);
     }
     {  // the output's parity: the chain input's as the node reads it (a dense layer's: its first input)

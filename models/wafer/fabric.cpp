@@ -298,19 +298,28 @@ const std::vector<std::pair<uint32_t, int64_t>>& Fabric::port_output(const std::
 void Fabric::note_active(uint32_t slot, int64_t start, int64_t end) {
   auto& runs = active_runs_[slot].runs;
   const int64_t b0 = start / kActiveBin, b1 = std::max(start, end) / kActiveBin;
-  // Ops end roughly in time order: extend or append at the back; an op that started before the last
-  // run (a long async op ending after shorter ones) is merged in where it belongs.
-  auto it = runs.end();
-  while (it != runs.begin() && std::prev(it)->first > b0) --it;
-  it = runs.insert(it, {b0, b1});
-  if (it != runs.begin() && std::prev(it)->second + 1 >= it->first) {
-    std::prev(it)->second = std::max(std::prev(it)->second, it->second);
-    it = std::prev(runs.erase(it));
+  // Ops end roughly in time order: extend or append at the back (the common case); an op that
+  // started before the last run (a long async op ending after shorter ones) is merged in where it
+  // belongs, the runs it covers erased at once.
+  if (runs.empty() || b0 > runs.back().second + 1) {
+    runs.push_back({b0, b1});
+    return;
   }
-  while (std::next(it) != runs.end() && it->second + 1 >= std::next(it)->first) {
-    it->second = std::max(it->second, std::next(it)->second);
-    runs.erase(std::next(it));
+  if (b0 >= runs.back().first) {
+    runs.back().second = std::max(runs.back().second, b1);
+    return;
   }
+  auto lo = runs.begin();  // the first run that ends at or after b0 - 1 (touches or follows the op)
+  while (lo != runs.end() && lo->second + 1 < b0) ++lo;
+  auto hi = lo;  // past the last run that starts at or before b1 + 1
+  while (hi != runs.end() && hi->first <= b1 + 1) ++hi;
+  if (lo == hi) {
+    runs.insert(lo, {b0, b1});
+    return;
+  }
+  lo->first = std::min(lo->first, b0);
+  lo->second = std::max(std::prev(hi)->second, b1);
+  runs.erase(std::next(lo), hi);
 }
 
 const Program* Fabric::program(int64_t x, int64_t y) const {
@@ -484,6 +493,12 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
   }
   // PEs.
   pe_slot.assign(npe, kNone);
+  std::vector<char> rec_at;  // FabricOptions::record_only as a map over the fabric
+  if (f.opt_.record && f.opt_.record_only) {
+    rec_at.assign(npe, 0);
+    for (const auto& [x, y] : *f.opt_.record_only)
+      if (x >= 0 && y >= 0 && x < W && y < H) rec_at[static_cast<size_t>(y * W + x)] = 1;
+  }
   for (int64_t y = 0; y < H; ++y)
     for (int64_t x = 0; x < W; ++x) {
       const uint32_t pr = layout.program_at(x, y);
@@ -497,8 +512,7 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
       p.px = static_cast<int32_t>(x - r.x);
       p.py = static_cast<int32_t>(y - r.y);
       p.rect = layout.rect_at(x, y);
-      p.rec = f.opt_.record && (f.opt_.record_only.empty() || std::find(f.opt_.record_only.begin(), f.opt_.record_only.end(),
-                                                                        std::pair<int32_t, int32_t>{p.x, p.y}) != f.opt_.record_only.end());
+      p.rec = f.opt_.record && (rec_at.empty() || rec_at[static_cast<size_t>(y * W + x)]);
       pes.push_back(std::move(p));
     }
   f.active_runs_.clear();

@@ -38,10 +38,10 @@ struct FabricOptions {
   int64_t max_cycles = 0;             // watchdog: cycles per run (0 = none)
   bool require_halt = true;           // a run is complete only when every program PE halted
   bool record = false;                // keep DeliveryRecord / OpRecord / TaskRecord lists (tests, traces)
-  // With record: keep those records for these PEs (x, y) only (empty: every PE) -- a trace's
+  // With record: keep those records for these PEs (x, y) only (none given: every PE) -- a trace's
   // sampled PEs, so a large layout's run does not hold every PE's operations. The active-bin runs
   // (active_runs()) still cover every PE.
-  std::vector<std::pair<int32_t, int32_t>> record_only;
+  std::optional<std::vector<std::pair<int32_t, int32_t>>> record_only;
   bool summary = false;               // keep a FabricSummary: bounded aggregates for the default trace
   // A main-thread DSD op whose operands are all memory (or scalars) computes every element when it
   // issues, in one pass, instead of width elements a cycle; its timing is unchanged (it cannot
