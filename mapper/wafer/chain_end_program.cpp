@@ -26,7 +26,7 @@ void softmax_program(ProgramTemplate& t, const DenseKernel& k, const std::string
 // summed along the edge, the mean broadcast back and subtracted; the squared deviations' sums
 // likewise, 1 / sqrt(var + eps) by kRsqrtIters Newton steps from 0.01 at the edge's end, broadcast
 // back; then the scale and bias.
-void ln_program(const DenseKernel& k, size_t l, bool padded, ProgramTemplate& t) {
+void ln_program(const DenseKernel& k, size_t l, ProgramTemplate& t) {
   const std::string L = std::to_string(l);
   const int64_t nb = k.nb;
   const std::string sm = "lnsm" + L, y = "yall" + L;
@@ -36,7 +36,7 @@ void ln_program(const DenseKernel& k, size_t l, bool padded, ProgramTemplate& t)
     chain_step(t, "lnfirst" + L, "lnlast" + L, sm, "lnto" + L, "lnfr" + L, sm);
   };
   const Operand invn = fnum(1.0 / static_cast<double>(k.N));
-  if (padded && k.ln_premask()) t.op(Op::fmuls, {y, y, "lnkb" + L}, "padded features back to 0 (a function before the LayerNorm with f(0) != 0)");
+  if (k.ln_premask()) t.op(Op::fmuls, {y, y, "lnkb" + L}, "padded features back to 0 (a function before the LayerNorm with f(0) != 0)");
   if (!k.rms) {  // (RMSNorm: no mean; padded features are 0 already)
     sums("lyc");
     t.if_("lnlast" + L);
@@ -45,7 +45,7 @@ void ln_program(const DenseKernel& k, size_t l, bool padded, ProgramTemplate& t)
     t.endif();
     t.op(Op::fmovs, {"lnrm" + L, "lnbi" + L});
     t.op(Op::fsubs, {y, y, "lnrb" + L});
-    if (padded) t.op(Op::fmuls, {y, y, "lnkb" + L}, "padded features stay 0");
+    if (k.ln_padded()) t.op(Op::fmuls, {y, y, "lnkb" + L}, "padded features stay 0");
   }
   t.op(Op::fmuls, {"lnqm" + L, y, y});
   sums("lqc");

@@ -316,7 +316,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
             }
             c.constants.push_back(std::move(ga));
             c.constants.push_back(std::move(b2));
-            if ((k.k_on_columns ? k.h : k.w) * k.nb > k.N) c.constants.push_back(std::move(m));
+            if (k.ln_padded()) c.constants.push_back(std::move(m));
           }
         }
       }

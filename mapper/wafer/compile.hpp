@@ -104,15 +104,17 @@ struct DenseKernel {
   std::vector<Unary> acts_after;     // those after the residual Add (ResNet's Relu after the sum)
   std::vector<Unary> acts_post_ln;   // those after the LayerNorm (Linear, LayerNorm, ReLU)
   bool activated() const { return !acts.empty(); }
-  // A LayerNorm's padded features (beyond N on the last chain ends) may be nonzero after the
-  // functions before it, or after those after it (f(0) != 0: Sigmoid, an Add, ...): masked back to 0.
+  // The chain ends hold more features than N (the last blocks padded): a LayerNorm masks them.
+  bool ln_padded() const { return (k_on_columns ? h : w) * nb > N; }
+  // A LayerNorm's padded features may be nonzero after the functions before it, or after those
+  // after it (f(0) != 0: Sigmoid, an Add, ...): masked back to 0.
   static bool all_keep_zero(const std::vector<Unary>& us) {
     for (const Unary& u : us)
       if (!u.keeps_zero()) return false;
     return true;
   }
-  bool ln_premask() const { return layernorm && !(all_keep_zero(acts) && all_keep_zero(acts_after)); }
-  bool ln_postmask() const { return layernorm && !all_keep_zero(acts_post_ln); }
+  bool ln_premask() const { return layernorm && ln_padded() && !(all_keep_zero(acts) && all_keep_zero(acts_after)); }
+  bool ln_postmask() const { return layernorm && ln_padded() && !all_keep_zero(acts_post_ln); }
   int act_temporaries() const {      // arrays of y's size the functions need (the most any one does)
     int n = 0;
     for (const auto* v : {&acts, &acts_after, &acts_post_ln})

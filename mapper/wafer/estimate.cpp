@@ -371,7 +371,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       // formula), its own ops there, then the broadcast back -- hop by hop, B wavelets -- which
       // each position takes before its next ops.
       const int64_t B = k.B, nb = k.nb;
-      const bool padded = Ln * nb > k.N;
+      const bool padded = k.ln_padded();
       auto pass_ln = [&](std::vector<int64_t>& T, int64_t at_end) {
         const int64_t local = dsd(B, Op::fmovs, nb) + (nb - 1) * dsd(B, Op::fadds, nb);
         int64_t lead = INT64_MIN;
@@ -383,7 +383,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
           T[static_cast<size_t>(q)] = std::max(own, sent + (Ln - 1 - q) * hop + B + 2) + 1;
         }
       };
-      if (padded && k.ln_premask())
+      if (k.ln_premask())
         for (auto& tq : t_of) tq += dsd(n_el);  // padded features back to 0 first
       if (!k.rms) {  // (RMSNorm: no mean pass)
         pass_ln(t_of, dsd(B));
@@ -396,7 +396,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     }
     for (const Unary& u : k.acts_post_ln)  // the functions after the LayerNorm
       for (auto& tq : t_of) tq += unary_cycles(u, n_el, cfg);
-    if (k.ln_postmask() && Ln * k.nb > k.N)
+    if (k.ln_postmask())
       for (auto& tq : t_of) tq += dsd(n_el);  // (and its padded features back to 0)
     for (int64_t pn = 0; pn < Ln; ++pn) {
       int64_t t = t_of[static_cast<size_t>(pn)];

@@ -150,7 +150,7 @@ void attn_params(const DenseKernel& k, size_t l, json& params);
 
 // chain_end_program.cpp: post-ops at a kernel's chain ends.
 void softmax_program(ProgramTemplate& t, const DenseKernel& k, const std::string& L);
-void ln_program(const DenseKernel& k, size_t l, bool padded, ProgramTemplate& t);
+void ln_program(const DenseKernel& k, size_t l, ProgramTemplate& t);
 void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& t);
 
 // layer_program.cpp: kernel l's arrays and DSDs (then its tasks, unless sequenced).

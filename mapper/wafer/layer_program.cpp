@@ -245,7 +245,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     t.mem4d("lnrb" + L, "lnr" + L, 0, {{B, 1}, {nb, 0}});
     t.mem4d("lngb" + L, "lng" + L, 0, {{B, 0}, {nb, 1}});
     t.mem4d("lnbb" + L, "lnb" + L, 0, {{B, 0}, {nb, 1}});
-    if ((k.k_on_columns ? k.h : k.w) * nb > k.N) {
+    if (k.ln_padded()) {
       data(t, "lnk" + L, f32, nb, {}, "1 for real features, 0 for padding");
       t.mem4d("lnkb" + L, "lnk" + L, 0, {{B, 0}, {nb, 1}});
     }

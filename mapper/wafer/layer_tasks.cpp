@@ -86,9 +86,9 @@ void red_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& 
   }
   for (const Unary& u : k.acts_after) unary_ops(t, u, y, tmp);
   if (k.keeps_preln) t.op(Op::fmovs, {"yhm" + L, y}, "the value before the LayerNorm: a later residual adds it");
-  if (k.layernorm) ln_program(k, l, (k.k_on_columns ? k.h : k.w) * k.nb > k.N, t);
+  if (k.layernorm) ln_program(k, l, t);
   for (const Unary& u : k.acts_post_ln) unary_ops(t, u, y, tmp);
-  if (k.ln_postmask() && (k.k_on_columns ? k.h : k.w) * k.nb > k.N) t.op(Op::fmuls, {y, y, "lnkb" + L}, "padded features back to 0 (f(0) != 0)");
+  if (k.ln_postmask()) t.op(Op::fmuls, {y, y, "lnkb" + L}, "padded features back to 0 (f(0) != 0)");
   if (k.pkh) {  // the pool: the first window's values, then the max with (the sum of) every other window
     if (k.pool_padded()) t.op(Op::fmovs, {"ypi" + L, y}, "y inside the border");
     t.op(Op::fmovs, {"pall" + L, "pw" + L + "_0"});
