@@ -215,14 +215,14 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
         } catch (const wafer::DoesNotFit& e) {
           if (b == 1)
             throw InputError("/mapping/mode", e.diagnostics()[0].message + ", with one sample at a time (mapping.micro_batch 1; the whole batch of " + std::to_string(B) + " needs more)",
-                             "give a larger rectangle (mapping.wafer_rect or target.params fabric.width/height)");
+                             e.ways(false));
         } catch (const InputError& e) {
           throw InputError("/mapping/micro_batch", whole.diagnostics()[0].message + "; and the batch does not split into micro-batches: " + e.diagnostics()[0].message,
-                           "give a larger rectangle or fabric, or run the model on target.kind neuroncore");
+                           whole.ways(false));
         }
       }
       if (!found)  // a batch of one sample: nothing smaller to try
-        throw InputError("/mapping/mode", whole.diagnostics()[0].message, "give a larger rectangle (mapping.wafer_rect or target.params fabric.width/height)");
+        throw InputError("/mapping/mode", whole.diagnostics()[0].message, whole.ways(false));
     }
     if (mb != B)
       con.detail("mapping.micro_batch auto: the batch of " + std::to_string(B) + " does not fit a PE's SRAM at once; " + std::to_string(B / mb) +

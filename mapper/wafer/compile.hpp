@@ -405,7 +405,25 @@ std::vector<float> conv_tensor(const DenseKernel& k, const std::vector<float>& k
 // on any rectangle the search tries -- fewer samples at a time (micro-batches) may.
 class DoesNotFit : public InputError {
  public:
-  using InputError::InputError;
+  // larger: a larger rectangle than the one tried could help (false when the compiler grew it as far
+  // as the fabric allows); half: the compute is 16-bit already; training: a training step.
+  DoesNotFit(const std::string& where, const std::string& message, bool larger, bool half, bool training)
+      : InputError(where, message, ways(larger, half, training, true)), larger(larger), half(half), training(training) {}
+  // What may make it fit, as a hint: a larger rectangle (if one could help), 16-bit compute (if fp32),
+  // a smaller batch (training) or micro-batches (inference, unless `micro` is false: tried already),
+  // the NeuronCore.
+  static std::string ways(bool larger, bool half, bool training, bool micro) {
+    std::string h;
+    auto add = [&h](const std::string& w) { h += (h.empty() ? "" : ", or ") + w; };
+    if (larger) add("give a larger rectangle (mapping.wafer_rect, or leave it out: the compiler then grows the rectangle as far as the fabric allows) or fabric (target.params fabric.width/height)");
+    if (!half) add("compute in 16 bits (precision.compute fp16, bf16 or cbf16: half the bytes of every weight and value)");
+    if (training) add("train on a smaller batch");
+    else if (micro) add("run micro-batches (mapping.micro_batch)");
+    add("run the model on target.kind neuroncore");
+    return h;
+  }
+  std::string ways(bool micro) const { return ways(larger, half, training, micro); }
+  bool larger = false, half = false, training = false;
 };
 
 // Throws InputError naming the node for an op or shape this build does not map, the kernel and

@@ -92,14 +92,17 @@ void place_pipelined_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
   }
   if (!placed) {
     int64_t wbytes = 0;
-    for (const auto& k : c.kernels) wbytes += k.K * k.N * (k.qkv ? 3 : 1) * 4;  // (a fused kernel holds V's projection until its block is chosen)
+    for (const auto& k : c.kernels) wbytes += k.K * k.N * (k.qkv ? 3 : 1) * wbytes_pe;  // (a fused kernel holds V's projection until its block is chosen)
     const int64_t sram = cfg.fabric_width * cfg.fabric_height * area;
-    const std::string detail = wbytes > sram ? "more than the " + std::to_string(sram) + " bytes of SRAM data area of all " +
-                                                   std::to_string(cfg.fabric_width * cfg.fabric_height) + " PEs"
-                                             : why;
-    throw InputError("/mapping/mode",
-                     "the weights (" + std::to_string(wbytes) + " bytes fp32) do not fit on the wafer in pipelined mode: " + detail,
-                     "use \"mapping\": {\"mode\": \"weight_streaming\"}: weights then stream from MemoryX layer by layer, or give a larger fabric");
+    const std::string wdesc = std::to_string(wbytes) + " bytes in " + (c.half() ? "16 bits" : "fp32");
+    // The weights alone, or the layers' PEs with their activations (a PE's data at the batch, the
+    // staircase's extent), do not fit.
+    const std::string msg = wbytes > sram ? "the weights (" + wdesc + ") do not fit on the wafer in pipelined mode: more than the " + std::to_string(sram) +
+                                                " bytes of SRAM data area of all " + std::to_string(cfg.fabric_width * cfg.fabric_height) + " PEs"
+                                          : "the layers do not fit on the wafer in pipelined mode with their weights resident (" + wdesc + " of weights): " + why;
+    throw InputError("/mapping/mode", msg,
+                     std::string("use \"mapping\": {\"mode\": \"weight_streaming\"}: weights then stream from MemoryX layer by layer") +
+                         (c.half() ? "" : ", or compute in 16 bits (precision.compute fp16, bf16 or cbf16)") + ", or give a larger fabric");
   }
 }
 
@@ -222,13 +225,16 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
     size_t most = 0;  // the kernel whose own arrays (outputs, functions' temporaries, chain-end post-ops) take the most
     for (size_t l = 0; l < c.kernels.size(); ++l)
       if (pe_bytes(c.kernels[l], false, wbytes_pe) > pe_bytes(c.kernels[most], false, wbytes_pe)) most = l;
+    // Grown by the compiler: this is as large as the fabric allows (square when residuals move
+    // along the diagonal); given: a larger one may help.
+    const bool larger = !auto_rect && (w < cfg.fabric_width || h < cfg.fabric_height);
     throw DoesNotFit("/mapping/mode",
                      "a PE needs " + std::to_string(c.sram_high_water) + " bytes of SRAM on a " + std::to_string(w) + " x " + std::to_string(h) +
-                         " rectangle (kernel '" + c.kernels[big].name + "' has " + std::to_string(c.kernels[big].kb) + " x " +
+                         (auto_rect ? " rectangle, the largest the compiler can use on this fabric" + std::string(moves ? " (square: residuals move along its diagonal)" : "") : " rectangle") +
+                         " (kernel '" + c.kernels[big].name + "' has " + std::to_string(c.kernels[big].kb) + " x " +
                          std::to_string(c.kernels[big].nb) + " weight blocks; kernel '" + c.kernels[most].name + "' keeps " +
                          std::to_string(pe_bytes(c.kernels[most], false, wbytes_pe)) + " bytes of its own arrays at a chain-end PE" + kept + "); the data area is " + std::to_string(area),
-                     c.training ? "give a larger rectangle (mapping.wafer_rect or target.params fabric.width/height) or a smaller batch"
-                                : "give a larger rectangle (mapping.wafer_rect or target.params fabric.width/height), or micro-batches (mapping.micro_batch)");
+                     larger, c.half(), c.training);
   }
   break;
   }
