@@ -46,7 +46,7 @@ tessera_agree(nc_psum_auto_tiles_fit 0 "y fp32\\[8, 10\\] +vs file: .* PASS" ${R
 tessera_agree(nc_sbuf_row 2 "rows of 8000 elements with their scale and bias need [0-9]+ bytes of SBUF per partition; it has 196608" ${D}/nc_layernorm_8000.json)
 tessera_agree(nc_sbuf_blocks 2 "kernel 'matmul': needs [0-9]+ bytes of SBUF per partition; it has 196608" ${NKI}/3_blocked_mn.json --no-numerics --set mapping.block_n=4)
 tessera_agree(nc_program_rules 2 "4 problems:.*beyond the 196608 bytes" ${D}/nc_bad_rules.json)
-tessera_agree(wafer_weights_do_not_fit 2 "/mapping/mode: the weights \\(3670016 bytes fp32\\) do not fit on the wafer in pipelined mode" scenarios/wafer/deep_mlp/deep_mlp_streaming.json --set mapping.mode=pipelined)
+tessera_agree(wafer_weights_do_not_fit 2 "/mapping/mode: the weights \\(3670016 bytes in fp32\\) do not fit on the wafer in pipelined mode" scenarios/wafer/deep_mlp/deep_mlp_streaming.json --set mapping.mode=pipelined)
 tessera_agree(wafer_fabric_host_memory 2 "broadcast_wse2.json: the fabric's state needs about 1[0-9][0-9]\\.[0-9] MiB of host memory" scenarios/wafer/scale/broadcast_wse2_run.json --set run.host_memory=50MiB)
 tessera_agree(wafer_fault_bad_direction 2 "/run/faults/0: PE \\(3,2\\): color 1 is never sent E from this router" scenarios/wafer/micro/gemv_8x8_run.json --set "run.faults=[{\"kind\":\"drop_wavelets\",\"pe\":[3,2],\"direction\":\"E\",\"color\":1}]")
 
