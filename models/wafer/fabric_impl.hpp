@@ -125,15 +125,15 @@ struct Fabric::Impl {
     uint64_t bentries_ = 0;
   };
   // A DSD operation in progress on the main thread or a microthread.
-  struct OpRun {
+  struct OpRun {  // (56 bytes: no padding)
     int32_t instr = -1;
-    int64_t i = 0, len = 0;
     int32_t width = 1;
+    int64_t i = 0, len = 0;
+    int64_t next = 0, start = 0;
+    int64_t drained_at = 0;           // drain: the cycle the last element taken ahead counts at
     int16_t interval = 1, pause = 0;  // cycles per element group (simd.fmacs_interval); idle cycles left of this group
     uint16_t inq = 0;                 // input queues its fabin operands read (bit per queue; fixed at issue)
-    int64_t next = 0, start = 0;
-    bool conflict_paid = false;  // pe.bank_conflicts: the extra cycle of this element group is spent
-    int64_t drained_at = 0;      // drain: the cycle the last element taken ahead counts at
+    bool conflict_paid = false;       // pe.bank_conflicts: the extra cycle of this element group is spent
   };
   struct Mt {
     OpRun op;
@@ -156,25 +156,36 @@ struct Fabric::Impl {
   static bool for_ctrl_task(const ProgInfo& pi, const Wv& w) {
     return w.control && pi.has_ctrl && (w.payload >> 16) < 64 && pi.ctrl_task[w.payload >> 16] >= 0;
   }
-  struct Pe {
+  // A PE's state in 64-byte lines by use (large layouts are bound by the cache misses of their
+  // PEs' state): line 0 what every PE event reads (pe_step, pick_task, the router's output queues),
+  // line 1 the microthreads and the SRAM page table (drain, store), line 2 the main thread's op,
+  // line 3 queue heads and the colder rest, then registers and per-PE DSD copies.
+  struct alignas(64) Pe {
     uint32_t prog = 0;
-    int32_t x = 0, y = 0, px = 0, py = 0;
     int32_t task = -1, pc = 0;
-    int64_t ready_at = 0, task_start = 0;
-    uint64_t active = 0, blocked = 0;
-    std::array<uint32_t, kRegs> regs{};
-    uint32_t wv = 0;
-    OpRun main;
+    bool halted = false;
     bool mt_wait = false;          // main thread waits for a busy microthread
+    bool rec = false;              // FabricOptions::record for this PE (record_only)
+    int64_t ready_at = 0;
+    uint64_t active = 0, blocked = 0;
+    std::array<uint8_t, 16> qcount{};  // input queues 0-7, output queues 8-15
+    int32_t rect = 0;              // the layout rectangle it belongs to (FabricSummary groups)
+    uint32_t wv = 0;
     std::vector<Mt> mts;           // running microthreads (usually none)
+    std::vector<uint32_t> pages;   // SRAM page table (lazily; kNone = never written)
+    // The last page accessed and its base in `sram` (store, load_elem): a one-entry cache beside the
+    // table's pointer, so a run of accesses to one page -- a weight stream's one-element junk array,
+    // a block filled in order -- does not miss on the table (kNone: none yet).
+    mutable uint32_t pg_last = kNone, pg_base = 0;
+    int64_t busy = 0;
+    OpRun main;
+    int64_t task_start = 0;
+    std::array<uint8_t, 16> qhead{}, qhw{};
+    int32_t x = 0, y = 0, px = 0, py = 0;
+    alignas(64) std::array<uint32_t, kRegs> regs{};
     std::vector<Dsd> dsds;         // per-PE copies once dsd_off/dsd_len changed one (else the program's)
     std::vector<uint32_t> fifo;    // per DSD: head, count (lazily)
-    std::vector<uint32_t> pages;   // SRAM page table (lazily; kNone = never written)
-    bool halted = false;
-    bool rec = false;              // FabricOptions::record for this PE (record_only)
-    int64_t halt_cycle = -1, busy = 0;
-    int32_t rect = 0;              // the layout rectangle it belongs to (FabricSummary groups)
-    std::array<uint8_t, 16> qhead{}, qcount{}, qhw{};  // input queues 0-7, output queues 8-15
+    int64_t halt_cycle = -1;
   };
 
   explicit Impl(Fabric& fab);

@@ -38,16 +38,22 @@ void Fabric::Impl::store(uint32_t s, uint32_t addr, int bytes, uint32_t bits) {
   if (int64_t{addr} + bytes > cfg.data_area_bytes())
     throw Failure{pe_label(P.x, P.y) + ": SRAM write at byte " + std::to_string(addr) + " outside the data area (" + std::to_string(cfg.data_area_bytes()) + " bytes)"};
   const uint32_t pg = addr / kPage;
-  if (P.pages.empty()) P.pages.assign(static_cast<size_t>((cfg.data_area_bytes() + kPage - 1) / kPage), kNone);
-  uint32_t& base = P.pages[pg];
-  if (base == kNone) {
-    if (bits == 0) return;  // writing zero to a never-written page changes nothing
-    if (sram_budget >= 0 && static_cast<int64_t>(sram.size() + kPage) > sram_budget)
-      throw Failure{pe_label(P.x, P.y) + ": SRAM pages written so far need " + std::to_string(sram.size() + kPage) +
-                    " bytes of host memory, past what the host-memory budget leaves for SRAM (" + std::to_string(sram_budget) +
-                    " bytes); raise run.host_memory"};
-    base = static_cast<uint32_t>(sram.size() / kPage);
-    sram.resize(sram.size() + kPage, 0);
+  uint32_t base = P.pg_base;
+  if (pg != P.pg_last) {
+    if (P.pages.empty()) P.pages.assign(static_cast<size_t>((cfg.data_area_bytes() + kPage - 1) / kPage), kNone);
+    uint32_t& entry = P.pages[pg];
+    if (entry == kNone) {
+      if (bits == 0) return;  // writing zero to a never-written page changes nothing
+      if (sram_budget >= 0 && static_cast<int64_t>(sram.size() + kPage) > sram_budget)
+        throw Failure{pe_label(P.x, P.y) + ": SRAM pages written so far need " + std::to_string(sram.size() + kPage) +
+                      " bytes of host memory, past what the host-memory budget leaves for SRAM (" + std::to_string(sram_budget) +
+                      " bytes); raise run.host_memory"};
+      entry = static_cast<uint32_t>(sram.size() / kPage);
+      sram.resize(sram.size() + kPage, 0);
+    }
+    base = entry;
+    P.pg_last = pg;
+    P.pg_base = base;
   }
   uint8_t* p = &sram[static_cast<size_t>(base) * kPage + addr % kPage];
   constexpr bool le = std::endian::native == std::endian::little;  // words copied whole (constant sizes: no library call)
@@ -60,9 +66,15 @@ uint32_t Fabric::Impl::load_elem(uint32_t s, uint32_t addr, int bytes) const {
   const Pe& P = pes[s];
   if (int64_t{addr} + bytes > cfg.data_area_bytes())
     throw Failure{pe_label(P.x, P.y) + ": SRAM read at byte " + std::to_string(addr) + " outside the data area"};
-  if (P.pages.empty()) return 0;
-  const uint32_t base = P.pages[addr / kPage];
-  if (base == kNone) return 0;
+  const uint32_t pg = addr / kPage;
+  uint32_t base = P.pg_base;
+  if (pg != P.pg_last) {
+    if (P.pages.empty()) return 0;
+    base = P.pages[pg];
+    if (base == kNone) return 0;
+    P.pg_last = pg;
+    P.pg_base = base;
+  }
   const uint8_t* p = &sram[static_cast<size_t>(base) * kPage + addr % kPage];
   uint32_t v = 0;
   constexpr bool le = std::endian::native == std::endian::little;
