@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -158,8 +159,8 @@ struct Fabric::Impl {
   }
   // A PE's state in 64-byte lines by use (large layouts are bound by the cache misses of their
   // PEs' state): line 0 what every PE event reads (pe_step, pick_task, the router's output queues),
-  // line 1 the microthreads and the SRAM page table (drain, store), line 2 the main thread's op,
-  // line 3 queue heads and the colder rest, then registers and per-PE DSD copies.
+  // line 1 the microthreads, DSD copies and SRAM page table (drain, store), line 2 the main thread's op,
+  // line 3 queue heads and the colder rest, then registers.
   struct alignas(64) Pe {
     uint32_t prog = 0;
     int32_t task = -1, pc = 0;
@@ -172,18 +173,18 @@ struct Fabric::Impl {
     int32_t rect = 0;              // the layout rectangle it belongs to (FabricSummary groups)
     uint32_t wv = 0;
     std::vector<Mt> mts;           // running microthreads (usually none)
-    std::vector<uint32_t> pages;   // SRAM page table (lazily; kNone = never written)
+    std::vector<Dsd> dsds;         // per-PE copies once dsd_off/dsd_len changed one (else the program's)
+    std::unique_ptr<uint32_t[]> pages;  // SRAM page table, data area / kPage entries (lazily; kNone = never written)
     // The last page accessed and its base in `sram` (store, load_elem): a one-entry cache beside the
     // table's pointer, so a run of accesses to one page -- a weight stream's one-element junk array,
     // a block filled in order -- does not miss on the table (kNone: none yet).
     mutable uint32_t pg_last = kNone, pg_base = 0;
-    int64_t busy = 0;
     OpRun main;
     int64_t task_start = 0;
     std::array<uint8_t, 16> qhead{}, qhw{};
     int32_t x = 0, y = 0, px = 0, py = 0;
+    int64_t busy = 0;
     alignas(64) std::array<uint32_t, kRegs> regs{};
-    std::vector<Dsd> dsds;         // per-PE copies once dsd_off/dsd_len changed one (else the program's)
     std::vector<uint32_t> fifo;    // per DSD: head, count (lazily)
     int64_t halt_cycle = -1;
   };

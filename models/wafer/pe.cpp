@@ -40,7 +40,11 @@ void Fabric::Impl::store(uint32_t s, uint32_t addr, int bytes, uint32_t bits) {
   const uint32_t pg = addr / kPage;
   uint32_t base = P.pg_base;
   if (pg != P.pg_last) {
-    if (P.pages.empty()) P.pages.assign(static_cast<size_t>((cfg.data_area_bytes() + kPage - 1) / kPage), kNone);
+    if (!P.pages) {
+      const size_t n = static_cast<size_t>((cfg.data_area_bytes() + kPage - 1) / kPage);
+      P.pages = std::make_unique<uint32_t[]>(n);
+      std::fill_n(P.pages.get(), n, kNone);
+    }
     uint32_t& entry = P.pages[pg];
     if (entry == kNone) {
       if (bits == 0) return;  // writing zero to a never-written page changes nothing
@@ -69,7 +73,7 @@ uint32_t Fabric::Impl::load_elem(uint32_t s, uint32_t addr, int bytes) const {
   const uint32_t pg = addr / kPage;
   uint32_t base = P.pg_base;
   if (pg != P.pg_last) {
-    if (P.pages.empty()) return 0;
+    if (!P.pages) return 0;
     base = P.pages[pg];
     if (base == kNone) return 0;
     P.pg_last = pg;
