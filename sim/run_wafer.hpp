@@ -1,6 +1,7 @@
 #pragma once
 // Wafer runs (run_wafer.cpp: hand-written layouts; run_wafer_graph.cpp: compiled models) and what
 // they share.
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@ namespace sc_core {
 class sc_time;
 }
 namespace tessera::wafer {
+enum class Elem : uint8_t;
 class Fabric;
 class MemoryX;
 class SwarmX;
@@ -45,6 +47,9 @@ void write_wafer_heatmap(const Scenario& s, const wafer::Fabric& fab, const std:
 // every layer's weights streamed from MemoryX through SwarmX into its port from `t_start` (weight
 // streaming; fp16 mappings take the fp32 masters rounded at the port).
 void write_compiled_wafer(const wafer::Compiled& cp, const RunOptions& opt);
+// /precision/compute as the compiler's element type (an error at the pointer for a type the wafer
+// compiler does not map).
+wafer::Elem wafer_compute(const Scenario& s);
 // /mapping/wafer_rect into the compiler's rectangle (an error at the pointer unless [width, height]).
 void wafer_rect_option(const nlohmann::json& mapping, wafer::MappingOptions& mo);
 // The fabric options of a compiled run: run.max_time, run.host_memory, a trace's records, task

@@ -57,6 +57,17 @@ Tensor batch_concat(const std::vector<Tensor>& parts) {
 
 }  // namespace
 
+wafer::Elem wafer_compute(const Scenario& s) {
+  const std::string compute = s.resolved["precision"]["compute"].get<std::string>();
+  if (compute == "fp32") return wafer::Elem::f32;
+  if (compute == "fp16") return wafer::Elem::f16;
+  if (compute == "bf16") return wafer::Elem::bf16;
+  if (compute == "cbf16") return wafer::Elem::cbf16;
+  throw InputError("/precision/compute", "the wafer compiler maps fp32 (fmacs) and 16-bit compute in fp16, bf16 or cbf16 (16-bit weights and activations, fp32 sums: fmachs) in this build; '" +
+                                             compute + "' is not mapped yet",
+                   "set precision.compute to fp32, fp16, bf16 or cbf16, or run the model on target.kind neuroncore");
+}
+
 void wafer_rect_option(const json& m, wafer::MappingOptions& mo) {
   if (!m.contains("wafer_rect")) return;
   const auto r = m["wafer_rect"].get<std::vector<int64_t>>();
@@ -136,10 +147,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   const auto wall0 = std::chrono::steady_clock::now();
   const wafer::WaferConfig cfg = wafer::WaferConfig::from(s.params);
   const std::string compute = s.resolved["precision"]["compute"].get<std::string>();
-  if (compute != "fp32" && compute != "fp16" && compute != "bf16" && compute != "cbf16")
-    throw InputError("/precision/compute", "the wafer compiler maps fp32 (fmacs) and 16-bit compute in fp16, bf16 or cbf16 (16-bit weights and activations, fp32 sums: fmachs) in this build; '" +
-                                               compute + "' is not mapped yet",
-                     "set precision.compute to fp32, fp16, bf16 or cbf16, or run the model on target.kind neuroncore");
+  const wafer::Elem compute_elem = wafer_compute(s);
   if (!s.resolved["run"]["numerics"].get<bool>()) con.warn("/run/numerics: the wafer model always computes values");
 
   graph::Graph g = load_model(s);
@@ -155,7 +163,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   // Compile.
   const json& m = s.resolved["mapping"];
   wafer::MappingOptions mo;
-  mo.compute = compute == "fp16" ? wafer::Elem::f16 : compute == "bf16" ? wafer::Elem::bf16 : compute == "cbf16" ? wafer::Elem::cbf16 : wafer::Elem::f32;
+  mo.compute = compute_elem;
   const std::string mode = m["mode"].get<std::string>();
   if (m.contains("wafer_block")) mo.block = m["wafer_block"].get<int64_t>();
   wafer_rect_option(m, mo);

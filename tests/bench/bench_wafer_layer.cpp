@@ -65,8 +65,7 @@ std::unique_ptr<Case> make_case(const std::string& path, const std::string& mode
   c->want = reference::execute(g, inputs).at(g.outputs.at(0));
   passes::canonicalize(g);
   wafer::MappingOptions mo;
-  const std::string compute = c->s.resolved["precision"]["compute"].get<std::string>();
-  mo.compute = compute == "fp16" ? wafer::Elem::f16 : compute == "bf16" ? wafer::Elem::bf16 : compute == "cbf16" ? wafer::Elem::cbf16 : wafer::Elem::f32;
+  mo.compute = sim::wafer_compute(c->s);
   mo.mode = c->s.resolved["mapping"]["mode"].get<std::string>() == "pipelined" ? wafer::MapMode::pipelined : wafer::MapMode::weight_streaming;
   sim::wafer_rect_option(c->s.resolved["mapping"], mo);
   c->cp = wafer::compile(g, c->cfg, mo);
