@@ -254,6 +254,14 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     mem.check(s);
   }
   if (opt.check_only) {
+    // --verbose: each kernel's prediction, as run's kernel table counts it (from the previous
+    // kernel's output to this one's), without simulating.
+    for (size_t l = 0, prev = 0; l < cp.kernels.size(); prev = static_cast<size_t>(cp.kernels[l].est.end), ++l) {
+      const auto& k = cp.kernels[l];
+      const int64_t c = k.est.end - static_cast<int64_t>(prev);
+      con.detail("kernel " + std::to_string(l) + " " + k.name + " (" + k.op + "): predicted " + format_num(static_cast<double>(c) / cfg.clock_hz * 1e6, "%.3f") + " us, " +
+                 std::to_string(c) + " cycles" + (ws ? ", weights ready at cycle " + std::to_string(k.est.weights_ready) : std::string()));
+    }
     if (!s.resolved["run"]["faults"].empty()) {  // faults name PEs, arrays and routes: armed on the loaded fabric (not run)
       models::set_fs_resolution();
       wafer::Fabric fab("wafer", cfg, compiled_fabric_options(s, cfg));
