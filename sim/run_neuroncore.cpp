@@ -327,6 +327,13 @@ int run_neuroncore(const Scenario& s, const RunOptions& opt) {
     if (sched.steps > 1) step_inputs.emplace(s, *graph, sched.steps);
   }
   if (opt.check_only) {
+    // --verbose: each kernel's prediction, as run's kernel table shows it, without simulating.
+    if (job.compiled)
+      for (size_t k = 0; k < job.compiled->kernels.size(); ++k) {
+        const auto& e = job.compiled->kernels[k];
+        con.detail("kernel " + std::to_string(k) + " " + e.name + " (" + e.op + "): predicted " + format_num(e.seconds * 1e6, "%.3f") + " us, tensor engine " +
+                   format_num(e.tensor_utilisation * 100, "%.1f") + "%, " + e.bound);
+      }
     note_checked(opt, job.compiled ? "compiled " + count_of(static_cast<int64_t>(job.prog.kernels.size()), "kernel") + ", predicted " +
                                          format_num(job.compiled->predicted_s * 1e6, "%.3f") + " us"
                                    : "program " + std::to_string(job.prog.bundles.size()) + " bundles (hardware rules)");
