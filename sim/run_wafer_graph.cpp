@@ -55,6 +55,15 @@ Tensor batch_concat(const std::vector<Tensor>& parts) {
   return t;
 }
 
+// Where each kernel's predicted time starts, as the kernel table counts it: the latest predicted
+// output of the kernels before it (0 for the first). A kernel's time is its own output minus
+// that -- negative when it ends before one listed earlier (kernels overlap on one rectangle).
+std::vector<int64_t> predicted_starts(const wafer::Compiled& cp) {
+  std::vector<int64_t> st(cp.kernels.size(), 0);
+  for (size_t l = 1; l < st.size(); ++l) st[l] = std::max(st[l - 1], cp.kernels[l - 1].est.end);
+  return st;
+}
+
 }  // namespace
 
 wafer::Elem wafer_compute(const Scenario& s) {
@@ -256,9 +265,10 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   if (opt.check_only) {
     // --verbose: each kernel's prediction, as run's kernel table counts it (from the previous
     // kernel's output to this one's), without simulating.
-    for (size_t l = 0, prev = 0; l < cp.kernels.size(); prev = static_cast<size_t>(cp.kernels[l].est.end), ++l) {
+    const std::vector<int64_t> from = predicted_starts(cp);
+    for (size_t l = 0; l < cp.kernels.size(); ++l) {
       const auto& k = cp.kernels[l];
-      const int64_t c = k.est.end - static_cast<int64_t>(prev);
+      const int64_t c = k.est.end - from[l];
       con.detail("kernel " + std::to_string(l) + " " + k.name + " (" + k.op + "): predicted " + format_num(static_cast<double>(c) / cfg.clock_hz * 1e6, "%.3f") + " us, " +
                  std::to_string(c) + " cycles" + (ws ? ", weights ready at cycle " + std::to_string(k.est.weights_ready) : std::string()));
     }
@@ -333,7 +343,8 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   // from the previous kernel's output to its own (they partition the run, like the estimate's).
   con.out(std::string("\n") + "kernel                        predicted      simulated    error     PEs  weights ready  weight wait");
   std::vector<PredictedKernel> pred_spans, sim_spans;
-  int64_t prev_sim = 0, prev_pred = 0;
+  const std::vector<int64_t> pred_from = predicted_starts(cp);
+  int64_t prev_sim = 0;
   json layers = json::array();
   // (Sequenced: the shared tasks' l-th ends on a PE are kernel l's.)
   auto end_of = [&](int64_t x, int64_t y, const char* task, size_t l) {
@@ -354,6 +365,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     // Waiting for weights: how long after the previous layer's output (the run's start for the
     // first) the last PE of this layer got its weight block.
     const int64_t wait = ws ? std::max<int64_t>(0, wready - prev_sim) : 0;
+    const int64_t prev_pred = pred_from[l];
     const int64_t simk = end - prev_sim, predk = k.est.end - prev_pred;
     const double e = simk > 0 ? (static_cast<double>(predk) - static_cast<double>(simk)) / static_cast<double>(simk) * 100 : 0.0;
     report["kernels"].push_back({{"name", k.name},
@@ -390,7 +402,6 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     pred_spans.push_back({k.name, static_cast<double>(prev_pred) / cfg.clock_hz, static_cast<double>(std::max(prev_pred, k.est.end)) / cfg.clock_hz});
     sim_spans.push_back({k.name, static_cast<double>(prev_sim) / cfg.clock_hz, static_cast<double>(std::max(prev_sim, end)) / cfg.clock_hz});
     prev_sim = std::max(prev_sim, end);
-    prev_pred = std::max(prev_pred, k.est.end);
   }
   // The step's other micro-batches (the kernel table above is the first one's).
   auto read_y = [&] { return cp.gather_output([&](int64_t x, int64_t yy, const std::string& a) { return fab.read_array(x, yy, a); }); };
