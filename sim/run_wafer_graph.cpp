@@ -183,6 +183,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   // Micro-batches (weight streaming, docs/wafer-compiler.md "Micro-batches"): the program is
   // compiled for `mb` samples and runs B / mb times a step, each run streaming the weights again.
   const int64_t B = g.inputs.empty() || g.value(g.inputs[0]).shape.empty() ? 1 : g.value(g.inputs[0]).shape[0];
+  wafer::refuse_recurrent(g);
   const json& mbj = m["micro_batch"];
   bool warned = false;
   auto compile_for = [&](int64_t b) {

@@ -11,6 +11,20 @@ namespace tessera::wafer {
 
 using namespace detail;
 
+void refuse_recurrent(const graph::Graph& g) {
+  DiagnosticList found;
+  std::vector<const graph::Node*> rec;
+  for (const auto& n : g.nodes)
+    if (n.op == "RNN" || n.op == "GRU" || n.op == "LSTM") rec.push_back(&n);
+  for (size_t i = 0; i < rec.size(); ++i)
+    found.add(g.where(*rec[i]), "recurrent layer " + rec[i]->op + ": not mapped by the wafer compiler in this build",
+              i + 1 == rec.size() ? "unrolled, each step's gates combine column slices of the step's MatMul with the input projection's rows and the "
+                                    "previous state -- elementwise ops of two activations that the chain ends do not combine yet (docs/wafer-compiler.md "
+                                    "\"Not done yet\"); run it on target.kind neuroncore, which compiles the unrolled steps, or reference"
+                                  : "");
+  found.throw_if_any();
+}
+
 Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOptions& opt) {
   Compiled c;
   c.mode = opt.mode;

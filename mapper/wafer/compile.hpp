@@ -431,6 +431,12 @@ class DoesNotFit : public InputError {
 // data does not, or the conflicting kernels when the colors run out.
 Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOptions& opt);
 
+// Before the canonical passes (which would hide it): throws InputError naming every recurrent
+// layer (RNN, GRU, LSTM) of the graph as exported. The passes unroll them into per-step MatMuls,
+// column Slices and gate arithmetic on two activations, which the wafer compiler does not map in
+// this build; without this check the error would name a Slice deep inside the unrolled steps.
+void refuse_recurrent(const graph::Graph& exported);
+
 // compile_report.txt: the estimate in the columns of Cerebras' compile report (samples/s, compute
 // samples/s, transmission samples/s, active PEs, compute utilisation), overall and per kernel.
 std::string compile_report(const Compiled& c, const WaferConfig& cfg);
