@@ -646,7 +646,7 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
       }
   }
   link.assign(npe * kDirs, 0);
-  rr.assign(npe, 0);
+  turns.assign(npe * kDirs, 0);
   pwake_last.assign(pes.size(), -1);
   pwake_push.assign(pes.size(), -1);
   rwake_last.assign(npe, -1);
@@ -691,8 +691,8 @@ int64_t Fabric::Impl::estimate_bytes(const LoadedLayout& layout, const WaferConf
       for (const auto& d : layout.programs[pr].data)
         if (d.has_fill && d.fill != 0) fill_pages += (d.bytes() + FabricStats::kPageBytes - 1) / FabricStats::kPageBytes + 1;
     }
-  const int64_t per_router = sizeof(uint32_t) * 2 + sizeof(Relay) + sizeof(int64_t) * (kDirs + 2) + sizeof(uint16_t) + 2 +
-                             1;  // slot_begin, pe_slot, relay, link, rwake x2, rr, calendar bits, has_port
+  const int64_t per_router = sizeof(uint32_t) * 2 + sizeof(Relay) + sizeof(int64_t) * (kDirs + 2) + kDirs + 2 +
+                             1;  // slot_begin, pe_slot, relay, link, rwake x2, turns, calendar bits, has_port
   const int64_t per_slot = sizeof(uint32_t) * (3 + 8) + sizeof(uint8_t) * (3 + 8) + sizeof(Route) + 16;  // incl. the sort buffer
   const int64_t per_pe = static_cast<int64_t>(sizeof(Pe)) + 16 * QD * static_cast<int64_t>(sizeof(Wv)) + 2 * sizeof(int64_t) +
                          (cfg.data_area_bytes() / FabricStats::kPageBytes + 1) * static_cast<int64_t>(sizeof(uint32_t));
@@ -999,7 +999,8 @@ void Fabric::Impl::relay_step(const Relay& rl, uint32_t r, int64_t t) {
 // One router at cycle t: every input (per color: a buffer per rx direction; the PE's output
 // queues as the RAMP input) whose head is ready and allowed by the color's switch position goes to
 // all its tx directions at once if each of those links is still free this cycle and each
-// receiving buffer (or the PE's input queue) has room. Inputs are served round-robin.
+// receiving buffer (or the PE's input queue) has room. Each link serves the inputs that want it
+// round-robin (`turns`).
 void Fabric::Impl::router_step(uint32_t r, int64_t t) {
   struct Cand {
     uint32_t slot;
@@ -1026,21 +1027,39 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
   }
   if (n == 0) return;
   FabricStats& st = f.stats_;
-  unsigned used = 0;
   int64_t next = INT64_MAX;
   bool moved = false;
-  const int first = n == 1 ? 0 : rr[r] % n;
-  for (int k = 0; k < n; ++k) {
-    const int ci = first + k < n ? first + k : first + k - n;
-    Cand& c = cand[ci];
-    Wv* w;
+  // Each input's head wavelet (an output queue's: its color's slot resolved).
+  Wv* head[4 * kMaxColors + 8];
+  for (int i = 0; i < n; ++i) {
+    Cand& c = cand[i];
     if (c.dir >= 0) {
-      w = &bufs[slot_ring[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(c.dir)] + bhead[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(c.dir)]];
+      head[i] = &bufs[slot_ring[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(c.dir)] + bhead[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(c.dir)]];
     } else {
-      w = &qentry(ps, 8 + c.q, pes[ps].qhead[static_cast<size_t>(8 + c.q)]);
-      c.slot = find_slot(r, w->color);
-      if (c.slot == kNone) throw Failure{pe_label(r % W, r / W) + ": the PE sends color " + std::to_string(w->color) + " but its router has no route for it"};
+      head[i] = &qentry(ps, 8 + c.q, pes[ps].qhead[static_cast<size_t>(8 + c.q)]);
+      c.slot = find_slot(r, head[i]->color);
+      if (c.slot == kNone) throw Failure{pe_label(r % W, r / W) + ": the PE sends color " + std::to_string(head[i]->color) + " but its router has no route for it"};
     }
+  }
+  // Per-link round-robin (a separable allocator): every input whose head is ready, allowed by its
+  // color's switch position and has room at each of its tx directions requests those links; each
+  // link grants the first requester at or after its turn (`turn`, by input id: a buffer's
+  // (slot, rx direction), then the output queues), and an input moves when it holds every link it
+  // needs. A link's turn then passes to the input after its winner, so two inputs that contend for
+  // a link take turns whatever their colors and whatever else is ready.
+  uint8_t id[4 * kMaxColors + 8];
+  unsigned want[4 * kMaxColors + 8];
+  int8_t win[kDirs];
+  uint8_t best[kDirs];
+  if (n > 1)
+    for (int d = 0; d < kDirs; ++d) win[d] = -1, best[d] = 255;
+  uint8_t* const turn = &turns[static_cast<size_t>(r) * kDirs];
+  int wanting = 0;
+  for (int ci = 0; ci < n; ++ci) {
+    Cand& c = cand[ci];
+    Wv* const w = head[ci];
+    want[ci] = 0;
+    id[ci] = static_cast<uint8_t>(c.dir >= 0 ? (c.slot - slot_begin[r]) * 4 + static_cast<uint32_t>(c.dir) : 4 * kMaxColors + static_cast<uint32_t>(c.q));
     if (w->ready > t) {
       next = std::min(next, w->ready);
       continue;
@@ -1049,10 +1068,6 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
     const unsigned from = c.dir >= 0 ? (1u << c.dir) : dir_bit(Dir::RAMP);
     if (!(pos.rx & from)) continue;  // the switch position does not take this input now
     const unsigned tx = pos.tx;
-    if (tx & used) {
-      next = std::min(next, t + 1);
-      continue;
-    }
     bool room = tx != 0;
     for (unsigned m = tx; m && room; m &= m - 1) {
       const int d = std::countr_zero(m);
@@ -1071,9 +1086,30 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
       }
     }
     if (!room) continue;  // woken when space frees
+    want[ci] = tx;
+    ++wanting;
+    if (n == 1) break;
+    for (unsigned m = tx; m; m &= m - 1) {
+      const int d = std::countr_zero(m);
+      const uint8_t rank = static_cast<uint8_t>(id[ci] - turn[d]);  // (ids < 256: wraps like the turn)
+      if (win[d] < 0 || rank < best[d]) win[d] = static_cast<int8_t>(ci), best[d] = rank;
+    }
+  }
+  for (int ci = 0; ci < n; ++ci) {
+    const unsigned tx = want[ci];
+    if (!tx) continue;
+    bool all = true;
+    if (wanting > 1)
+      for (unsigned m = tx; m && all; m &= m - 1) all = win[std::countr_zero(m)] == ci;
+    if (!all) {  // a link went to another input: again next cycle
+      next = std::min(next, t + 1);
+      continue;
+    }
+    Cand& c = cand[ci];
+    Wv* const w = head[ci];
+    for (unsigned m = tx; m; m &= m - 1) turn[std::countr_zero(m)] = static_cast<uint8_t>(id[ci] + 1);
     // Forward to every tx direction in this cycle.
     const Wv wv = *w;
-    used |= tx;
     moved = true;
     for (unsigned m = tx; m; m &= m - 1) {
       const int d = std::countr_zero(m);
@@ -1135,10 +1171,7 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
     }
     if (more) next = std::min(next, t + 1);
   }
-  if (moved) {
-    rr[r] = static_cast<uint16_t>(rr[r] + 1);
-    last_progress = std::max(last_progress, t + 1);
-  }
+  if (moved) last_progress = std::max(last_progress, t + 1);
   if (next != INT64_MAX) wake_router(r, next);
 }
 

@@ -244,7 +244,7 @@ struct Fabric::Impl {
   std::vector<Route> slot_route;
   std::vector<Wv> bufs;
   std::vector<int64_t> link;
-  std::vector<uint16_t> rr;
+  std::vector<uint8_t> turns;  // per router and tx direction: the input id whose turn it is (router_step)
   // Edge ports: lanes by port; per router whether one ends there (those skip the relay fast path).
   struct PortLane {
     uint32_t router = 0, slot = kNone;
