@@ -330,6 +330,87 @@ TEST_CASE("wafer-fabric: multicast to 4 PEs costs no extra link cycles per branc
   }
 }
 
+// Two streams contend for one PE's ramp (color 1 from the west, color 2 from the east) while the PE's
+// own output (color 3, west) is ready at its router too: the ramp serves the two in turn. (A rotation
+// over all three ready inputs gave color 1 two turns in three until 2026-11-30.)
+TEST_CASE("wafer-fabric: two inputs contending for a ramp take turns while a third input uses another link", "[wafer-fabric]") {
+  const WaferConfig c = preset_config("wse2");
+  const int n = 64;
+  const char* a = R"(
+.param n = 64
+.data x f32 $n fill=1.5
+.data y f32 $n fill=0
+.dsd xm mem1d x
+.dsd ym mem1d y
+.dsd out fabout f32 color=1 queue=2 len=$n
+.dsd in fabin f32 color=3 queue=1 len=$n
+.task main local id=8 active
+  fmovs ym, in async activate=done
+  fmovs out, xm
+  ret
+.task done local id=9
+  halt
+)";
+  const char* b = R"(
+.param n = 64
+.data x f32 $n fill=1.5
+.dsd xm mem1d x
+.dsd out fabout f32 color=2 queue=2 len=$n
+.task main local id=8 active
+  fmovs out, xm
+  halt
+)";
+  const char* mid = R"(
+.param n = 64
+.data x f32 $n fill=2.5
+.data y1 f32 $n fill=0
+.data y2 f32 $n fill=0
+.dsd xm mem1d x
+.dsd y1m mem1d y1
+.dsd y2m mem1d y2
+.dsd in1 fabin f32 color=1 queue=1 len=$n
+.dsd in2 fabin f32 color=2 queue=3 len=$n
+.dsd out fabout f32 color=3 queue=2 len=$n
+.task main local id=8 active
+  fmovs y2m, in2 async activate=done
+  fmovs out, xm async
+  fmovs y1m, in1
+  ret
+.task done local id=9
+  halt
+)";
+  const std::string layout = R"({"fabric": {"width": 3, "height": 1}, "rects": [
+    {"name": "a", "x": 0, "y": 0, "width": 1, "height": 1, "program": "a.pe",
+     "routes": [{"color": 1, "rx": ["RAMP"], "tx": ["E"]}, {"color": 3, "rx": ["E"], "tx": ["RAMP"]}]},
+    {"name": "m", "x": 1, "y": 0, "width": 1, "height": 1, "program": "mid.pe",
+     "routes": [{"color": 1, "rx": ["W"], "tx": ["RAMP"]}, {"color": 2, "rx": ["E"], "tx": ["RAMP"]}, {"color": 3, "rx": ["RAMP"], "tx": ["W"]}]},
+    {"name": "b", "x": 2, "y": 0, "width": 1, "height": 1, "program": "b.pe",
+     "routes": [{"color": 2, "rx": ["RAMP"], "tx": ["W"]}]}]})";
+  Run r(c, load({{"a.pe", a}, {"b.pe", b}, {"mid.pe", mid}}, layout, c));
+  r.go();
+  INFO(r.fab->error().value_or(""));
+  REQUIRE_FALSE(r.fab->error());
+  const auto d = deliveries_at(*r.fab, 1, 0);
+  REQUIRE(d.size() == static_cast<size_t>(2 * n));
+  // While the PE's own sends are still leaving (its output queue is a third ready input at the
+  // router), the two streams alternate on the ramp: no two consecutive deliveries of one color.
+  const int64_t sends_end = c.setup_cycles + n + 4;
+  int same = 0, counted = 0, c1 = 0, c2 = 0;
+  for (size_t i = 1; i < d.size(); ++i) {
+    if (d[i].cycle > sends_end) break;
+    ++counted;
+    (d[i].color == 1 ? c1 : c2)++;
+    if (d[i].color == d[i - 1].color) ++same;
+  }
+  INFO("deliveries " << counted << ": color 1 " << c1 << ", color 2 " << c2 << ", repeats " << same);
+  CHECK(counted >= n / 2);
+  CHECK(same == 0);
+  CHECK(std::abs(c1 - c2) <= 1);
+  for (float v : r.fab->read_array(1, 0, "y1")) CHECK(v == 1.5f);
+  for (float v : r.fab->read_array(1, 0, "y2")) CHECK(v == 1.5f);
+  for (float v : r.fab->read_array(0, 0, "y")) CHECK(v == 2.5f);
+}
+
 TEST_CASE("wafer-fabric: fp32 and fp16 DSD numerics match a direct computation", "[wafer-fabric]") {
   const char* prog = R"(
 .data a f32 13
