@@ -1029,24 +1029,13 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
   FabricStats& st = f.stats_;
   int64_t next = INT64_MAX;
   bool moved = false;
-  // Each input's head wavelet (an output queue's: its color's slot resolved).
-  Wv* head[4 * kMaxColors + 8];
-  for (int i = 0; i < n; ++i) {
-    Cand& c = cand[i];
-    if (c.dir >= 0) {
-      head[i] = &bufs[slot_ring[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(c.dir)] + bhead[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(c.dir)]];
-    } else {
-      head[i] = &qentry(ps, 8 + c.q, pes[ps].qhead[static_cast<size_t>(8 + c.q)]);
-      c.slot = find_slot(r, head[i]->color);
-      if (c.slot == kNone) throw Failure{pe_label(r % W, r / W) + ": the PE sends color " + std::to_string(head[i]->color) + " but its router has no route for it"};
-    }
-  }
   // Per-link round-robin (a separable allocator): every input whose head is ready, allowed by its
   // color's switch position and has room at each of its tx directions requests those links; each
   // link grants the first requester at or after its turn (`turn`, by input id: a buffer's
   // (slot, rx direction), then the output queues), and an input moves when it holds every link it
   // needs. A link's turn then passes to the input after its winner, so two inputs that contend for
   // a link take turns whatever their colors and whatever else is ready.
+  Wv* head[4 * kMaxColors + 8];  // each input's head wavelet
   uint8_t id[4 * kMaxColors + 8];
   unsigned want[4 * kMaxColors + 8];
   int8_t win[kDirs];
@@ -1057,6 +1046,13 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
   int wanting = 0;
   for (int ci = 0; ci < n; ++ci) {
     Cand& c = cand[ci];
+    if (c.dir >= 0) {
+      head[ci] = &bufs[slot_ring[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(c.dir)] + bhead[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(c.dir)]];
+    } else {  // an output queue: its color's slot
+      head[ci] = &qentry(ps, 8 + c.q, pes[ps].qhead[static_cast<size_t>(8 + c.q)]);
+      c.slot = find_slot(r, head[ci]->color);
+      if (c.slot == kNone) throw Failure{pe_label(r % W, r / W) + ": the PE sends color " + std::to_string(head[ci]->color) + " but its router has no route for it"};
+    }
     Wv* const w = head[ci];
     want[ci] = 0;
     id[ci] = static_cast<uint8_t>(c.dir >= 0 ? (c.slot - slot_begin[r]) * 4 + static_cast<uint32_t>(c.dir) : 4 * kMaxColors + static_cast<uint32_t>(c.q));
@@ -1088,12 +1084,12 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
     if (!room) continue;  // woken when space frees
     want[ci] = tx;
     ++wanting;
-    if (n == 1) break;
-    for (unsigned m = tx; m; m &= m - 1) {
-      const int d = std::countr_zero(m);
-      const uint8_t rank = static_cast<uint8_t>(id[ci] - turn[d]);  // (ids < 256: wraps like the turn)
-      if (win[d] < 0 || rank < best[d]) win[d] = static_cast<int8_t>(ci), best[d] = rank;
-    }
+    if (n > 1)  // (a single input holds every link it wants)
+      for (unsigned m = tx; m; m &= m - 1) {
+        const int d = std::countr_zero(m);
+        const uint8_t rank = static_cast<uint8_t>(id[ci] - turn[d]);  // (ids < 256: wraps like the turn)
+        if (win[d] < 0 || rank < best[d]) win[d] = static_cast<int8_t>(ci), best[d] = rank;
+      }
   }
   for (int ci = 0; ci < n; ++ci) {
     const unsigned tx = want[ci];

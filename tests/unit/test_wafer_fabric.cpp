@@ -78,9 +78,10 @@ std::vector<DeliveryRecord> deliveries_at(const Fabric& f, int x, int y) {
 
 const char* kSend = R"(
 .param n = 16
+.param color = 1
 .data x f32 $n fill=1.5
 .dsd xm mem1d x
-.dsd out fabout f32 color=1 queue=2 len=$n
+.dsd out fabout f32 color=$color queue=2 len=$n
 .task main local id=8 active
   fmovs out, xm
   halt
@@ -351,15 +352,6 @@ TEST_CASE("wafer-fabric: two inputs contending for a ramp take turns while a thi
 .task done local id=9
   halt
 )";
-  const char* b = R"(
-.param n = 64
-.data x f32 $n fill=1.5
-.dsd xm mem1d x
-.dsd out fabout f32 color=2 queue=2 len=$n
-.task main local id=8 active
-  fmovs out, xm
-  halt
-)";
   const char* mid = R"(
 .param n = 64
 .data x f32 $n fill=2.5
@@ -384,9 +376,9 @@ TEST_CASE("wafer-fabric: two inputs contending for a ramp take turns while a thi
      "routes": [{"color": 1, "rx": ["RAMP"], "tx": ["E"]}, {"color": 3, "rx": ["E"], "tx": ["RAMP"]}]},
     {"name": "m", "x": 1, "y": 0, "width": 1, "height": 1, "program": "mid.pe",
      "routes": [{"color": 1, "rx": ["W"], "tx": ["RAMP"]}, {"color": 2, "rx": ["E"], "tx": ["RAMP"]}, {"color": 3, "rx": ["RAMP"], "tx": ["W"]}]},
-    {"name": "b", "x": 2, "y": 0, "width": 1, "height": 1, "program": "b.pe",
+    {"name": "b", "x": 2, "y": 0, "width": 1, "height": 1, "program": "send.pe", "params": {"n": 64, "color": 2},
      "routes": [{"color": 2, "rx": ["RAMP"], "tx": ["W"]}]}]})";
-  Run r(c, load({{"a.pe", a}, {"b.pe", b}, {"mid.pe", mid}}, layout, c));
+  Run r(c, load({{"a.pe", a}, {"send.pe", kSend}, {"mid.pe", mid}}, layout, c));
   r.go();
   INFO(r.fab->error().value_or(""));
   REQUIRE_FALSE(r.fab->error());
