@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "mapper/wafer/compile.hpp"
+#include "mapper/wafer/functions.hpp"
 
 namespace tessera::wafer::detail {
 
@@ -41,6 +42,9 @@ inline constexpr int64_t kOwnTaskKernels = 8;
 
 // match_layers.cpp: graph -> dense layers. kOpsHint: what the compiler maps (the hint of its errors).
 extern const char* const kOpsHint;
+// The ops that are elementwise functions of one value (at the chain ends: elementwise.cpp) -- Add,
+// Mul, Sub and Div when the other operand is a scalar constant.
+extern const std::set<std::string> kUnary;
 // `input2`: a second graph input (a decoder's memory, read only as cross-attention's keys and
 // values), "" if none.
 std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input, std::string& output, std::string& input2);
@@ -57,6 +61,10 @@ DenseKernel token_concat(const graph::Node& n, const graph::Graph& g, const std:
                          const Unsupported& unsupported);
 int64_t one_token(const graph::Node& n, const Shape& cs, const ConstantOf& constant, const Shape& os, const Unsupported& unsupported);
 void add_row_bias(DenseKernel& k, const Shape& cs, const Shape& ts, const Tensor& c, const Unsupported& unsupported);
+std::vector<size_t> chain_order(const graph::Graph& g, const std::map<std::string, size_t>& producer, const std::map<std::string, std::vector<size_t>>& uses,
+                                const std::string& input, const std::string& input2);
+void layernorm_into(std::vector<DenseKernel>& ks, const graph::Node& n, const std::string& cur, const Shape& cs, bool on_input, const ConstantOf& constant,
+                    const Unsupported& unsupported);
 
 // match_attention.cpp.
 // Multi-head attention (PyTorch's export for one sequence): Q, K, V rows [S, d] -> Reshape

@@ -21,15 +21,16 @@ const char* const kOpsHint =
     "rows, a class token, a position embedding, one token into the head) (docs/wafer-compiler.md \"What it maps\"); "
     "run other models on target.kind neuroncore or reference";
 
-namespace {
-
-// The ops the layer chain is made of, and those that are elementwise functions of one value (at
-// the chain ends: elementwise.cpp) -- Add, Mul, Sub and Div when the other operand is a scalar
-// constant (Add is a bias or a residual otherwise).
-const std::set<std::string> kStructural = {"Gemm", "MatMul", "Add", "Softmax", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
-                                           "Flatten", "Reshape", "Div", "Mul", "LayerNormalization", "RMSNormalization", "Transpose", "Where", "Slice", "Concat"};  // (Where: an attention mask; Slice and Concat: rotary embeddings in an attention, tokens)
+// (internal.hpp)
 const std::set<std::string> kUnary = {"Relu", "LeakyRelu", "Clip", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Swish", "Gelu",
                                       "Abs", "Neg", "Add", "Mul", "Sub", "Div"};
+
+namespace {
+
+// The ops the layer chain is made of besides kUnary (Add is a bias or a residual when its other
+// operand is not a scalar constant).
+const std::set<std::string> kStructural = {"Gemm", "MatMul", "Add", "Softmax", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
+                                           "Flatten", "Reshape", "Div", "Mul", "LayerNormalization", "RMSNormalization", "Transpose", "Where", "Slice", "Concat"};  // (Where: an attention mask; Slice and Concat: rotary embeddings in an attention, tokens)
 
 // A constant that adds or multiplies per feature: shape [..., N] with ones before the last axis
 // for rows, [C, 1, 1] (or [1, C, 1, 1]; [C, 1] in 1-D) for a feature map of rank r.
@@ -180,55 +181,8 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
   parity_of[input] = false;
   if (!input2.empty()) parity_of[input2] = false;
   auto parity = [&](const std::string& raw) { return parity_of[canon(raw)] != rel(raw); };
-  // Nodes in a topological order that keeps the file's order where it can (Kahn's algorithm,
-  // smallest index first): kernels are numbered -- and run -- in the order the model lists them.
-  std::vector<size_t> order;
-  {
-    std::vector<int> pending(g.nodes.size(), 0);
-    for (size_t i = 0; i < g.nodes.size(); ++i)
-      for (const auto& v : g.nodes[i].inputs)
-        if (producer.count(v)) ++pending[i];
-    // Nodes that depend on the second input only (a decoder's memory projections) wait until
-    // nothing else is ready: they come right before the cross-attention that needs them, after its Q.
-    std::vector<char> only2(g.nodes.size(), 0);
-    if (!input2.empty()) {
-      std::map<std::string, int> dep;  // value -> bit 1: depends on the first input, 2: on the second
-      dep[input] = 1, dep[input2] = 2;
-      for (const size_t i : g.topo_order()) {
-        int d = 0;
-        for (const auto& v : g.nodes[i].inputs)
-          if (const auto it = dep.find(v); it != dep.end()) d |= it->second;
-        for (const auto& v : g.nodes[i].outputs) dep[v] = d;
-        only2[i] = d == 2;
-      }
-    }
-    std::set<size_t> ready;
-    for (size_t i = 0; i < g.nodes.size(); ++i)
-      if (!pending[i]) ready.insert(i);
-    while (!ready.empty()) {
-      // (An elementwise function of the node just placed goes right after it, so a kernel's
-      // functions follow it even when the file lists a sibling kernel between them: SwiGLU's
-      // w1, w3, silu(w1 x) order.)
-      size_t i = *ready.begin();
-      for (const size_t u : ready)
-        if (!only2[u]) {
-          i = u;
-          break;
-        }
-      if (!order.empty() && !g.nodes[order.back()].outputs.empty())
-        for (const size_t u : ready)
-          if (kUnary.count(g.nodes[u].op) && g.nodes[u].inputs.size() == 1 && g.nodes[u].inputs[0] == g.nodes[order.back()].outputs[0]) {
-            i = u;
-            break;
-          }
-      ready.erase(i);
-      order.push_back(i);
-      for (const auto& v : g.nodes[i].outputs)
-        for (const size_t u : uses[v])
-          for (const auto& vi : g.nodes[u].inputs)
-            if (vi == v && --pending[u] == 0) ready.insert(u);
-    }
-  }
+  // Nodes in a topological order that keeps the file's order where it can (match_ops.cpp).
+  const std::vector<size_t> order = chain_order(g, producer, uses, input, input2);
   // A new kernel of node n: its weight value, the bias from a third input (Conv, Gemm; MatMul has
   // none), the value it reads; appended to ks.
   auto start_kernel = [&](DenseKernel& k, const graph::Node& n, const char* per) {
@@ -496,36 +450,10 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       ks.back().softmax = true;
       absorb(ks.back(), n);
     } else if (n.op == "LayerNormalization" || n.op == "RMSNormalization") {
-      // LayerNorm over the last axis (the canonical graph's: fuse_decompositions recognises the exporters' decompositions).
-      const int64_t rank = static_cast<int64_t>(cs.size());
-      if (ks.empty() && cur == input && !fmap) {
-        // On the graph input (a pre-norm model's first LayerNorm): the chain ends of an identity
-        // layer normalise it -- a d x d identity streamed like any weight (the general path: the
-        // values pass through the PEs' multiply-adds exactly); its value before the LayerNorm, the
-        // input itself, is what the model's first residual adds.
-        int64_t rows = 1;
-        for (size_t d = 0; d + 1 < cs.size(); ++d) rows *= cs[d];
-        ks.push_back(identity_kernel(n.name.empty() ? n.outputs[0] : n.name, -1, rows, cs.back(), cur));
-        ks.back().nodes = {};  // (absorb adds the LayerNorm's name)
-      }
-      if (ks.empty() || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().spatial()) unsupported("LayerNorm is mapped only after a dense layer, or on the graph input");
-      DenseKernel& k = ks.back();
-      k.preln_value = cur;  // (a later residual may add the value before the LayerNorm: pre-norm)
-      const int64_t ax = n.attrs.get_int("axis", -1);
-      if ((ax != -1 && ax != rank - 1) || n.inputs.size() < 2) unsupported("LayerNormalization is mapped only over the features (the last axis)");
-      const Tensor* gam = constant(n.inputs[1]);
-      const bool has_beta = n.inputs.size() > 2 && !n.inputs[2].empty();
-      const Tensor* bet = has_beta ? constant(n.inputs[2]) : nullptr;
-      if (!gam || gam->numel() != k.N || (bet && bet->numel() != k.N) || (!bet && has_beta)) unsupported(n.op + " needs a constant scale (and bias) of " + std::to_string(k.N) + " values");
-      k.rms = n.op == "RMSNormalization";
-      if (k.rms && n.attrs.get_int("eps_after_sqrt", 0)) unsupported("RMSNormalization with its eps after the square root is not mapped on the wafer");
-      if (k.rms && bet) unsupported("RMSNormalization with a bias is not mapped on the wafer");
-      k.ln_eps = n.attrs.get_float("epsilon", 1e-5);
-      k.layernorm = true;
-      k.ln_gamma = gam->to_f32();
-      k.ln_beta = bet ? bet->to_f32() : std::vector<float>(static_cast<size_t>(k.N), 0.0f);
-      absorb(k, n);
-      k.name = n.outputs[0];  // the value's name (the canonical graph's fused node has a made-up one)
+      // LayerNorm over the last axis (match_ops.cpp; on the graph input: an identity layer's chain ends).
+      layernorm_into(ks, n, cur, cs, cur == input && !fmap, constant, unsupported);
+      absorb(ks.back(), n);
+      ks.back().name = n.outputs[0];  // the value's name (the canonical graph's fused node has a made-up one)
     } else {
       // An elementwise function of the running activation, at the chain ends of the kernel before
       // it, after its bias (elementwise.cpp).

@@ -291,4 +291,91 @@ void dense_weights(DenseKernel& k, const Tensor& w, bool trans_b) {
       k.W[static_cast<size_t>(a * k.N + b)] = trans_b ? wv[static_cast<size_t>(b * k.K + a)] : wv[static_cast<size_t>(a * k.N + b)];
 }
 
+// Nodes in a topological order that keeps the file's order where it can (Kahn's algorithm,
+// smallest index first): kernels are numbered -- and run -- in the order the model lists them.
+std::vector<size_t> chain_order(const graph::Graph& g, const std::map<std::string, size_t>& producer, const std::map<std::string, std::vector<size_t>>& uses,
+                                const std::string& input, const std::string& input2) {
+  std::vector<size_t> order;
+  std::vector<int> pending(g.nodes.size(), 0);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& v : g.nodes[i].inputs)
+      if (producer.count(v)) ++pending[i];
+  // Nodes that depend on the second input only (a decoder's memory projections) wait until
+  // nothing else is ready: they come right before the cross-attention that needs them, after its Q.
+  std::vector<char> only2(g.nodes.size(), 0);
+  if (!input2.empty()) {
+    std::map<std::string, int> dep;  // value -> bit 1: depends on the first input, 2: on the second
+    dep[input] = 1, dep[input2] = 2;
+    for (const size_t i : g.topo_order()) {
+      int d = 0;
+      for (const auto& v : g.nodes[i].inputs)
+        if (const auto it = dep.find(v); it != dep.end()) d |= it->second;
+      for (const auto& v : g.nodes[i].outputs) dep[v] = d;
+      only2[i] = d == 2;
+    }
+  }
+  std::set<size_t> ready;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!pending[i]) ready.insert(i);
+  while (!ready.empty()) {
+    // (An elementwise function of the node just placed goes right after it, so a kernel's
+    // functions follow it even when the file lists a sibling kernel between them: SwiGLU's
+    // w1, w3, silu(w1 x) order.)
+    size_t i = *ready.begin();
+    for (const size_t u : ready)
+      if (!only2[u]) {
+        i = u;
+        break;
+      }
+    if (!order.empty() && !g.nodes[order.back()].outputs.empty())
+      for (const size_t u : ready)
+        if (kUnary.count(g.nodes[u].op) && g.nodes[u].inputs.size() == 1 && g.nodes[u].inputs[0] == g.nodes[order.back()].outputs[0]) {
+          i = u;
+          break;
+        }
+    ready.erase(i);
+    order.push_back(i);
+    for (const auto& v : g.nodes[i].outputs)
+      if (const auto it = uses.find(v); it != uses.end())
+        for (const size_t u : it->second)
+          for (const auto& vi : g.nodes[u].inputs)
+            if (vi == v && --pending[u] == 0) ready.insert(u);
+  }
+  return order;
+}
+
+// A LayerNormalization or RMSNormalization over the last axis (the canonical graph's:
+// fuse_decompositions recognises the exporters' decompositions) at the chain ends of the last
+// kernel; `on_input`: it reads the graph input (not a feature map).
+void layernorm_into(std::vector<DenseKernel>& ks, const graph::Node& n, const std::string& cur, const Shape& cs, bool on_input, const ConstantOf& constant,
+                    const Unsupported& unsupported) {
+  const int64_t rank = static_cast<int64_t>(cs.size());
+  if (ks.empty() && on_input) {
+    // On the graph input (a pre-norm model's first LayerNorm): the chain ends of an identity
+    // layer normalise it -- a d x d identity streamed like any weight (the general path: the
+    // values pass through the PEs' multiply-adds exactly); its value before the LayerNorm, the
+    // input itself, is what the model's first residual adds.
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < cs.size(); ++d) rows *= cs[d];
+    ks.push_back(identity_kernel(n.name.empty() ? n.outputs[0] : n.name, -1, rows, cs.back(), cur));
+    ks.back().nodes = {};  // (absorb adds the LayerNorm's name)
+  }
+  if (ks.empty() || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().spatial()) unsupported("LayerNorm is mapped only after a dense layer, or on the graph input");
+  DenseKernel& k = ks.back();
+  k.preln_value = cur;  // (a later residual may add the value before the LayerNorm: pre-norm)
+  const int64_t ax = n.attrs.get_int("axis", -1);
+  if ((ax != -1 && ax != rank - 1) || n.inputs.size() < 2) unsupported("LayerNormalization is mapped only over the features (the last axis)");
+  const Tensor* gam = constant(n.inputs[1]);
+  const bool has_beta = n.inputs.size() > 2 && !n.inputs[2].empty();
+  const Tensor* bet = has_beta ? constant(n.inputs[2]) : nullptr;
+  if (!gam || gam->numel() != k.N || (bet && bet->numel() != k.N) || (!bet && has_beta)) unsupported(n.op + " needs a constant scale (and bias) of " + std::to_string(k.N) + " values");
+  k.rms = n.op == "RMSNormalization";
+  if (k.rms && n.attrs.get_int("eps_after_sqrt", 0)) unsupported("RMSNormalization with its eps after the square root is not mapped on the wafer");
+  if (k.rms && bet) unsupported("RMSNormalization with a bias is not mapped on the wafer");
+  k.ln_eps = n.attrs.get_float("epsilon", 1e-5);
+  k.layernorm = true;
+  k.ln_gamma = gam->to_f32();
+  k.ln_beta = bet ? bet->to_f32() : std::vector<float>(static_cast<size_t>(k.N), 0.0f);
+}
+
 }  // namespace tessera::wafer::detail

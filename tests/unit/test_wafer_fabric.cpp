@@ -29,6 +29,7 @@
 #include "isa/wafer/asm.hpp"
 #include "models/common/clock.hpp"
 #include "mapper/wafer/compile.hpp"
+#include "mapper/wafer/functions.hpp"
 #include "models/wafer/fabric.hpp"
 
 using namespace tessera;
