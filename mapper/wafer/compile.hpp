@@ -77,9 +77,9 @@ struct MappingOptions {
 // graph's order (docs/wafer-compiler.md "Elementwise functions"; elementwise.cpp builds its PE
 // operations with unary_ops and costs them with unary_cycles).
 struct Unary {
-  enum class Kind { relu, leaky_relu, clip, tanh, sigmoid, hard_sigmoid, hard_swish, swish, gelu, gelu_tanh, abs, neg, mul, add };
+  enum class Kind { relu, leaky_relu, clip, tanh, sigmoid, hard_sigmoid, hard_swish, swish, gelu, gelu_tanh, abs, neg, mul, add, elu, softplus, mish };
   Kind kind = Kind::relu;
-  // leaky_relu, swish: alpha; clip: lo, hi (+-inf: no bound); hard_sigmoid: alpha, beta;
+  // leaky_relu, swish, elu: alpha; clip: lo, hi (+-inf: no bound); hard_sigmoid: alpha, beta;
   // mul, add: the scalar constant.
   double a = 0, b = 0;
   std::string op;  // the graph op it came from ("Relu", "Clip", ...), for messages and the kernel's op

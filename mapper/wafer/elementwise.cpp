@@ -13,28 +13,30 @@ using Kind = Unary::Kind;
 
 bool Unary::monotone() const {
   switch (kind) {
-    case Kind::relu: case Kind::clip: case Kind::tanh: case Kind::sigmoid: case Kind::hard_sigmoid: case Kind::add: return true;
-    case Kind::leaky_relu: return a >= 0;
+    case Kind::relu: case Kind::clip: case Kind::tanh: case Kind::sigmoid: case Kind::hard_sigmoid: case Kind::add: case Kind::softplus: return true;
+    case Kind::leaky_relu: case Kind::elu: return a >= 0;
     case Kind::mul: return a >= 0;
-    default: return false;  // GELU, Swish, HardSwish, Abs, Neg dip or fall
+    default: return false;  // GELU, Swish, Mish, HardSwish, Abs, Neg dip or fall
   }
 }
 
 bool Unary::keeps_zero() const {
   switch (kind) {
     case Kind::sigmoid: return false;                       // 1/2
+    case Kind::softplus: return false;                      // ln 2
     case Kind::hard_sigmoid: return b <= 0;                 // clamp(beta, 0, 1)
     case Kind::add: return a == 0;
     case Kind::clip: return !(a > 0) && !(b < 0);           // the bounds around 0
-    default: return true;                                   // Relu, Tanh, GELU, Swish, HardSwish, Abs, Neg, Mul, LeakyRelu
+    default: return true;                                   // Relu, Tanh, GELU, Swish, HardSwish, Abs, Neg, Mul, LeakyRelu, Elu
   }
 }
 
 int Unary::temporaries() const {
   switch (kind) {
     case Kind::leaky_relu: case Kind::hard_swish: case Kind::abs: return 1;
+    case Kind::elu: return 3;
     case Kind::tanh: case Kind::sigmoid: return 3;
-    case Kind::swish: case Kind::gelu: case Kind::gelu_tanh: return 4;
+    case Kind::swish: case Kind::gelu: case Kind::gelu_tanh: case Kind::softplus: case Kind::mish: return 4;
     default: return 0;
   }
 }
@@ -48,6 +50,55 @@ void min_ops(ProgramTemplate& t, const std::string& Y, double hi) {
   t.op(Op::fnegs, {Y, Y});
   op3(t, Op::fmaxs, Y, Y, fnum(-hi));
   t.op(Op::fnegs, {Y, Y});
+}
+
+// T = exp(-|Y|) in (0, 1] (exp_ops), U a temporary.
+void exp_neg_abs(ProgramTemplate& t, const std::string& Y, const std::string& T, const std::string& U) {
+  t.op(Op::fnegs, {T, Y});
+  op3(t, Op::fmaxs, T, T, Y);
+  t.op(Op::fnegs, {T, T});
+  exp_ops(t, T, U);
+}
+
+// Y = softplus(Y) = max(y, 0) + log1p(e), e = exp(-|y|) in (0, 1]: log1p(e) = 2 atanh(z) with
+// z = e / (2 + e) in (0, 1/3] (a Newton reciprocal over [2, 3]) as 2 z (1 + z^2 / 3 + ... + z^14 / 15)
+// (the next term is below 1.5e-9 of the sum): relative accuracy for y < 0 too, where it is e
+// itself. T, U, V, W temporaries.
+void softplus_ops(ProgramTemplate& t, const std::string& Y, const std::string& T, const std::string& U, const std::string& V, const std::string& W) {
+  exp_neg_abs(t, Y, T, U);                            // e
+  op3(t, Op::fadds, U, T, fimm(2.0));
+  recip_ops(t, V, U, W, 2.0, 3.0);
+  op3(t, Op::fmuls, U, T, V);                         // z
+  op3(t, Op::fmuls, V, U, U);                         // z^2
+  t.op(Op::fmovs, {W, fnum(1.0 / 15)});
+  for (int k = 13; k >= 1; k -= 2) {  // (fmacs scales by a scalar only)
+    op3(t, Op::fmuls, W, W, V);
+    op3(t, Op::fadds, W, W, fnum(1.0 / k));
+  }
+  op3(t, Op::fmuls, W, W, U);
+  op3(t, Op::fmuls, W, W, fimm(2.0));                 // log1p(e)
+  op3(t, Op::fmaxs, Y, Y, fimm(0.0));
+  op3(t, Op::fadds, Y, Y, W);
+}
+
+// Y = mish(Y) = y tanh(softplus(y)), with e = exp(-|y|) and m = [y > 0] (1/2 at 0, where both forms
+// agree): tanh(softplus(y)) = (1 + 2e) / (1 + 2e + 2e^2) for y >= 0 and e (2 + e) / (2 + 2e + e^2)
+// below -- with s = e^2 and w = m (1 - s), N = s + 2e + w over D = 2 + 2e + s - w in [1, 5] (a Newton
+// reciprocal): no cancellation on either side. T, U, V, W temporaries.
+void mish_ops(ProgramTemplate& t, const std::string& Y, const std::string& T, const std::string& U, const std::string& V, const std::string& W) {
+  exp_neg_abs(t, Y, T, U);                            // e
+  sign_ops(t, U, Y);
+  t.op(Op::fmacs, {U, fimm(0.5), U, fimm(0.5)});      // m
+  op3(t, Op::fmuls, V, T, T);                         // s
+  t.op(Op::fmacs, {W, fimm(1.0), V, fimm(-1.0)});     // 1 - s
+  op3(t, Op::fmuls, W, W, U);                         // w
+  t.op(Op::fmacs, {U, V, T, fimm(2.0)});              // s + 2e
+  op3(t, Op::fadds, V, U, fimm(2.0));
+  op3(t, Op::fsubs, V, V, W);                         // D
+  op3(t, Op::fadds, U, U, W);                         // N
+  recip_ops(t, T, V, W, 1.0, 5.0);
+  op3(t, Op::fmuls, U, U, T);
+  op3(t, Op::fmuls, Y, Y, U);
 }
 
 }  // namespace
@@ -123,6 +174,35 @@ void unary_ops(ProgramTemplate& t, const Unary& u, const std::string& Y, const s
     case Kind::neg: t.op(Op::fnegs, {Y, Y}); break;
     case Kind::mul: op3(t, Op::fmuls, Y, Y, fnum(u.a)); break;
     case Kind::add: op3(t, Op::fadds, Y, Y, fnum(u.a)); break;
+    case Kind::elu: {  // max(y, 0) + a expm1(min(y, 0)): expm1 relative near 0 (no exp - 1 cancellation)
+      // m = expm1(t / 16) for t = max(min(y, 0), -20) by a degree-12 Taylor polynomial (|t / 16| <=
+      // 1.25: remainder 3e-9), doubled four times (expm1(2u) = m (m + 2)); below -20 expm1 is -1
+      // within 2.1e-9.
+      const std::string &T = tmp[0], &U = tmp[1], &V = tmp[2];
+      t.op(Op::fnegs, {T, Y});
+      op3(t, Op::fmaxs, T, T, fimm(0.0));
+      t.op(Op::fnegs, {T, T});
+      op3(t, Op::fmaxs, T, T, fimm(-20.0));
+      op3(t, Op::fmuls, T, T, fimm(0.0625));
+      op3(t, Op::fmuls, U, T, fnum(1.0 / 12));
+      op3(t, Op::fadds, U, U, fimm(1.0));
+      for (int k = 11; k >= 2; --k) {
+        op3(t, Op::fmuls, U, U, T);
+        op3(t, Op::fmuls, U, U, fnum(1.0 / k));
+        op3(t, Op::fadds, U, U, fimm(1.0));
+      }
+      op3(t, Op::fmuls, U, U, T);
+      for (int k = 0; k < 4; ++k) {
+        op3(t, Op::fadds, V, U, fimm(2.0));
+        op3(t, Op::fmuls, U, U, V);
+      }
+      if (u.a != 1) op3(t, Op::fmuls, U, U, fnum(u.a));
+      op3(t, Op::fmaxs, Y, Y, fimm(0.0));
+      op3(t, Op::fadds, Y, Y, U);
+      break;
+    }
+    case Kind::softplus: softplus_ops(t, Y, tmp[0], tmp[1], tmp[2], tmp[3]); break;
+    case Kind::mish: mish_ops(t, Y, tmp[0], tmp[1], tmp[2], tmp[3]); break;
   }
 }
 
@@ -156,6 +236,22 @@ std::vector<Unary> unary_of(const graph::Node& n, const ConstantOf& constant, st
   if (op == "Abs") return one(Kind::abs);
   if (op == "Neg") return one(Kind::neg);
   if (op == "Gelu") return one(n.attrs.get_string("approximate", "none") == "tanh" ? Kind::gelu_tanh : Kind::gelu);
+  // The exponential linear units: Elu(alpha); Selu(alpha, gamma) = gamma Elu(alpha); Celu(alpha) =
+  // alpha Elu_1(y / alpha) (onnx.ai operators; the defaults are theirs).
+  if (op == "Elu") return one(Kind::elu, n.attrs.get_float("alpha", 1.0));
+  if (op == "Softplus") return one(Kind::softplus);
+  if (op == "Mish") return one(Kind::mish);  // (the canonical graph's fusion of x * Tanh(Softplus(x)))
+  if (op == "Selu")
+    return {Unary{Kind::elu, n.attrs.get_float("alpha", 1.67326319217681884765625), 0, op}, Unary{Kind::mul, n.attrs.get_float("gamma", 1.05070102214813232421875), 0, op}};
+  if (op == "Celu") {
+    const double a = n.attrs.get_float("alpha", 1.0);
+    if (a == 0) {
+      why = "Celu with alpha 0 divides by zero";
+      return {};
+    }
+    if (a == 1) return one(Kind::elu, 1.0);
+    return {Unary{Kind::mul, 1.0 / a, 0, op}, Unary{Kind::elu, 1.0, 0, op}, Unary{Kind::mul, a, 0, op}};
+  }
   if (op == "Clip") {
     double lo = -inf, hi = inf;
     if ((n.inputs.size() > 1 && !n.inputs[1].empty() && !scalar(1, &lo)) || (n.inputs.size() > 2 && !n.inputs[2].empty() && !scalar(2, &hi))) {

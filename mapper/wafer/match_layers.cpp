@@ -15,7 +15,7 @@ namespace tessera::wafer::detail {
 const char* const kOpsHint =
     "the wafer compiler maps in this build: Gemm, or MatMul by a constant weight, with a bias Add; Conv (1-D or 2-D, any stride, pads and "
     "groups), MaxPool, AveragePool or GlobalAveragePool after a Conv, a Flatten into a dense layer; elementwise functions of one value (Relu, "
-    "LeakyRelu, Clip, Tanh, Sigmoid, HardSigmoid, HardSwish, Swish, GELU, Abs, Neg, Add, Mul, Sub or Div by a scalar constant); a final "
+    "LeakyRelu, Clip, Tanh, Sigmoid, HardSigmoid, HardSwish, Swish, GELU, Elu, Selu, Celu, Softplus, Mish, Abs, Neg, Add, Mul, Sub or Div by a scalar constant); a final "
     "Softmax; residual Adds (ResNet's shortcuts, MobileNet's inverted residuals), squeeze-excitation gates, gated units (SwiGLU); LayerNorm "
     "and RMSNorm; multi-head attention with additive or causal masks and rotary embeddings; a Vision Transformer's tokens (a Conv's positions as "
     "rows, a class token, a position embedding, one token into the head) (docs/wafer-compiler.md \"What it maps\"); "
@@ -23,7 +23,7 @@ const char* const kOpsHint =
 
 // (internal.hpp)
 const std::set<std::string> kUnary = {"Relu", "LeakyRelu", "Clip", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Swish", "Gelu",
-                                      "Abs", "Neg", "Add", "Mul", "Sub", "Div"};
+                                      "Elu", "Selu", "Celu", "Softplus", "Mish", "Abs", "Neg", "Add", "Mul", "Sub", "Div"};
 
 namespace {
 

@@ -136,6 +136,12 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
   for (int64_t grow = 1;; grow *= 2) {
   w = opt.rect_width > 0 ? opt.rect_width : std::min(cfg.fabric_width, wneed * grow);
   h = opt.rect_height > 0 ? opt.rect_height : std::min(cfg.fabric_height, hneed * grow);
+  {  // A final Softmax (and softmax cross-entropy) runs on the chain end holding all N outputs of a
+     // sample: one PE along the last layer's output axis when that side is the compiler's to choose.
+    const DenseKernel& k = c.kernels.back();
+    const bool given = k.k_on_columns ? opt.rect_height > 0 : opt.rect_width > 0;
+    if (!given && ((k.softmax && k.N > 1) || (opt.training && opt.loss == "softmax_cross_entropy"))) (k.k_on_columns ? h : w) = 1;
+  }
   for (const auto& k : c.kernels)  // attention: whole heads per chain-end PE (nb a multiple of dh)
     if (k.attn) {
       int64_t& len = k.k_on_columns ? h : w;

@@ -1201,7 +1201,7 @@ TEST_CASE("wafer-fabric: the exp, reciprocal, rsqrt and elementwise generators b
   using K = Unary::Kind;
   for (const Unary& u : {fn(K::relu), fn(K::leaky_relu, 0.1), fn(K::leaky_relu, 3.0), fn(K::clip, 0, 6), fn(K::tanh), fn(K::sigmoid),
                         fn(K::hard_sigmoid, 0.2, 0.5), fn(K::hard_swish), fn(K::swish, 1.0), fn(K::swish, 2.0), fn(K::gelu),
-                        fn(K::gelu_tanh), fn(K::abs), fn(K::neg), fn(K::mul, 2.0), fn(K::add, 1.0)}) {
+                        fn(K::gelu_tanh), fn(K::abs), fn(K::neg), fn(K::mul, 2.0), fn(K::add, 1.0), fn(K::elu, 1.0), fn(K::softplus), fn(K::mish)}) {
     INFO("function " << static_cast<int>(u.kind));
     // unary_cycles (each op at its own width: fmacs is not SIMD) against the cycles of the
     // instantiated program's instructions over its 4-element arrays, on a preset whose widths differ.
@@ -1218,7 +1218,7 @@ TEST_CASE("wafer-fabric: the exp, reciprocal, rsqrt and elementwise generators b
 // within an fp32 rounding or two, the ones built on exp within 5e-6 relative (the exp
 // polynomial's error) down to -20 -- sigmoid keeps that relative accuracy for negative inputs too,
 // no 1 - sigma cancellation -- and within 1e-8 below, and GELU's tanh form within 2.5e-7 (1 + |x|).
-TEST_CASE("wafer-fabric: the PE elementwise functions (Relu .. GELU tanh form) match their formulas on [-30, 30]", "[wafer-fabric]") {
+TEST_CASE("wafer-fabric: the PE elementwise functions (Relu .. GELU tanh form, Elu, Softplus, Mish) match their formulas on [-30, 30]", "[wafer-fabric]") {
   using K = Unary::Kind;
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<float> in;
@@ -1247,6 +1247,10 @@ TEST_CASE("wafer-fabric: the PE elementwise functions (Relu .. GELU tanh form) m
       {fn(K::neg), [](double x) { return -x; }, 0, 0},
       {fn(K::mul, 0.3), [](double x) { return 0.3 * x; }, 1.2e-7, 0},
       {fn(K::add, -0.7), [](double x) { return x - 0.7; }, 0, 6e-8},
+      {fn(K::elu, 1.0), [](double x) { return x > 0 ? x : std::expm1(x); }, 1e-6, 0},
+      {fn(K::elu, 1.6732632423543772), [](double x) { return x > 0 ? x : 1.6732632423543772 * std::expm1(x); }, 1e-6, 0},
+      {fn(K::softplus), [](double x) { return std::max(x, 0.0) + std::log1p(std::exp(-std::abs(x))); }, 5e-6, 0, true},
+      {fn(K::mish), [](double x) { return x * std::tanh(std::max(x, 0.0) + std::log1p(std::exp(-std::abs(x)))); }, 5e-6, 0, true},
   };
   std::vector<std::function<void(ProgramTemplate&)>> bodies;
   for (const Case& c : cases) bodies.push_back([u = c.u](ProgramTemplate& t) { unary_ops(t, u, "xm", {"tm", "um", "rm", "vm"}); });

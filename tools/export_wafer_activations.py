@@ -1,0 +1,45 @@
+#!/usr/bin/python3
+"""Export a small classifier with torch.nn's smooth activations as a wafer test model.
+
+Writes tests/cli/data/wafer_activations_mlp.onnx, wafer_activations_mlp_x.npy and
+wafer_activations_mlp_y.npy: nn.Sequential(Linear(16, 32), ELU(), Linear(32, 32), SELU(),
+Linear(32, 24), CELU(0.5), Linear(24, 24), Mish(), Linear(24, 16), Softplus(), Linear(16, 7),
+Softmax(dim=1)) at batch 3 -- torch.nn modules as a user writes them, a plain torch.onnx.export at
+opset 13 (input "x"; the output keeps its default name), so the file has Elu, Selu, Celu, Mish
+written out (Softplus, Tanh, Mul), Softplus and a final Softmax. The wafer tests run it in weight streaming mode with the
+rectangle left to the compiler (a final Softmax needs the last layer's outputs on one PE) and
+pipelined, against PyTorch's output and the reference executor.
+
+Run with Debian's python3-torch: /usr/bin/python3 tools/export_wafer_activations.py. CI never runs it;
+a re-run writes the same bytes.
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import export_zoo  # noqa: E402  (export, write, write_npy)
+
+
+def main():
+    torch.set_num_threads(1)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    d = os.path.join(root, "tests", "cli", "data")
+    torch.manual_seed(21)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ELU(), nn.Linear(32, 32), nn.SELU(), nn.Linear(32, 24), nn.CELU(0.5),
+                          nn.Linear(24, 24), nn.Mish(), nn.Linear(24, 16), nn.Softplus(), nn.Linear(16, 7), nn.Softmax(dim=1)).eval()
+    x = (2.0 * np.random.RandomState(8).standard_normal((3, 16))).astype(np.float32)
+    y = model(torch.from_numpy(x)).detach().numpy()
+    data, outputs = export_zoo.export(model, (torch.from_numpy(x),), ["x"], 13)
+    assert len(outputs) == 1, outputs
+    export_zoo.write(os.path.join(d, "wafer_activations_mlp.onnx"), data)
+    export_zoo.write_npy(os.path.join(d, "wafer_activations_mlp_x.npy"), x)
+    export_zoo.write_npy(os.path.join(d, "wafer_activations_mlp_y.npy"), y.astype(np.float32))
+    print(f"output {outputs[0]} {list(y.shape)}, y min {y.min():.4g} max {y.max():.4g}")
+
+
+if __name__ == "__main__":
+    main()
