@@ -1,12 +1,17 @@
 #!/usr/bin/python3
-"""Export a small classifier with torch.nn's smooth activations as a wafer test model.
+"""Export two small wafer test models written as users write torch.nn models.
 
 Writes tests/cli/data/wafer_activations_mlp.onnx, wafer_activations_mlp_x.npy and
 wafer_activations_mlp_y.npy: nn.Sequential(Linear(16, 32), ELU(), Linear(32, 32), SELU(),
 Linear(32, 24), CELU(0.5), Linear(24, 24), Mish(), Linear(24, 16), Softplus(), Linear(16, 7),
 Softmax(dim=1)) at batch 3 -- torch.nn modules as a user writes them, a plain torch.onnx.export at
 opset 13 (input "x"; the output keeps its default name), so the file has Elu, Selu, Celu, Mish
-written out (Softplus, Tanh, Mul), Softplus and a final Softmax. The wafer tests run it in weight streaming mode with the
+written out (Softplus, Tanh, Mul), Softplus and a final Softmax.
+
+And tests/cli/data/wafer_mean_bn_cnn.onnx, wafer_mean_bn_cnn_x.npy and wafer_mean_bn_cnn_y.npy: Conv2d,
+ReLU, a strided Conv2d, PReLU (one slope), the spatial mean x.mean((2, 3)) in the forward (a
+ReduceMean, as MNASNet's and ShuffleNet's heads), Linear, BatchNorm1d with running statistics of
+its own (a per-feature Mul and Add after the Linear), ReLU, Linear -- at batch 2, opset 13. The wafer tests run it in weight streaming mode with the
 rectangle left to the compiler (a final Softmax needs the last layer's outputs on one PE) and
 pipelined, against PyTorch's output and the reference executor.
 
@@ -24,6 +29,36 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import export_zoo  # noqa: E402  (export, write, write_npy)
 
 
+class MeanBnCnn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 12, 3, stride=2, padding=1), nn.PReLU())
+        self.head = nn.Sequential(nn.Linear(12, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4))
+
+    def forward(self, x):
+        return self.head(self.features(x).mean((2, 3)))
+
+
+def mean_bn_cnn(d):
+    torch.manual_seed(22)
+    model = MeanBnCnn()
+    bn = model.head[1]
+    with torch.no_grad():  # running statistics and an affine map far from the identity
+        bn.running_mean.uniform_(-1.0, 1.0)
+        bn.running_var.uniform_(0.25, 4.0)
+        bn.weight.uniform_(0.5, 2.0)
+        bn.bias.uniform_(-0.5, 0.5)
+    model.eval()
+    x = np.random.RandomState(9).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    y = model(torch.from_numpy(x)).detach().numpy()
+    data, outputs = export_zoo.export(model, (torch.from_numpy(x),), ["x"], 13)
+    assert len(outputs) == 1, outputs
+    export_zoo.write(os.path.join(d, "wafer_mean_bn_cnn.onnx"), data)
+    export_zoo.write_npy(os.path.join(d, "wafer_mean_bn_cnn_x.npy"), x)
+    export_zoo.write_npy(os.path.join(d, "wafer_mean_bn_cnn_y.npy"), y.astype(np.float32))
+    print(f"output {outputs[0]} {list(y.shape)}, |y| max {np.abs(y).max():.4g}")
+
+
 def main():
     torch.set_num_threads(1)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,6 +74,7 @@ def main():
     export_zoo.write_npy(os.path.join(d, "wafer_activations_mlp_x.npy"), x)
     export_zoo.write_npy(os.path.join(d, "wafer_activations_mlp_y.npy"), y.astype(np.float32))
     print(f"output {outputs[0]} {list(y.shape)}, y min {y.min():.4g} max {y.max():.4g}")
+    mean_bn_cnn(d)
 
 
 if __name__ == "__main__":

@@ -240,6 +240,14 @@ std::vector<Unary> unary_of(const graph::Node& n, const ConstantOf& constant, st
   // alpha Elu_1(y / alpha) (onnx.ai operators; the defaults are theirs).
   if (op == "Elu") return one(Kind::elu, n.attrs.get_float("alpha", 1.0));
   if (op == "Softplus") return one(Kind::softplus);
+  if (op == "PRelu") {  // one slope (nn.PReLU()'s default): a LeakyRelu with it
+    double slope = 0;
+    if (!scalar(1, &slope)) {
+      why = "PRelu with a slope per channel (or not a constant) is not mapped on the wafer; one constant slope is (nn.PReLU() with num_parameters 1)";
+      return {};
+    }
+    return one(Kind::leaky_relu, slope);
+  }
   if (op == "Mish") return one(Kind::mish);  // (the canonical graph's fusion of x * Tanh(Softplus(x)))
   if (op == "Selu")
     return {Unary{Kind::elu, n.attrs.get_float("alpha", 1.67326319217681884765625), 0, op}, Unary{Kind::mul, n.attrs.get_float("gamma", 1.05070102214813232421875), 0, op}};

@@ -13,9 +13,10 @@
 namespace tessera::wafer::detail {
 
 const char* const kOpsHint =
-    "the wafer compiler maps in this build: Gemm, or MatMul by a constant weight, with a bias Add; Conv (1-D or 2-D, any stride, pads and "
-    "groups), MaxPool, AveragePool or GlobalAveragePool after a Conv, a Flatten into a dense layer; elementwise functions of one value (Relu, "
-    "LeakyRelu, Clip, Tanh, Sigmoid, HardSigmoid, HardSwish, Swish, GELU, Elu, Selu, Celu, Softplus, Mish, Abs, Neg, Add, Mul, Sub or Div by a scalar constant); a final "
+    "the wafer compiler maps in this build: Gemm, or MatMul by a constant weight, with a bias Add and a scale per output feature (BatchNorm1d); "
+    "Conv (1-D or 2-D, any stride, pads and groups), MaxPool, AveragePool or GlobalAveragePool (or a mean over the spatial axes) after a Conv, "
+    "a Flatten into a dense layer; elementwise functions of one value (Relu, "
+    "LeakyRelu, PRelu with one slope, Clip, Tanh, Sigmoid, HardSigmoid, HardSwish, Swish, GELU, Elu, Selu, Celu, Softplus, Mish, Abs, Neg, Add, Mul, Sub or Div by a scalar constant); a final "
     "Softmax; residual Adds (ResNet's shortcuts, MobileNet's inverted residuals), squeeze-excitation gates, gated units (SwiGLU); LayerNorm "
     "and RMSNorm; multi-head attention with additive or causal masks and rotary embeddings; a Vision Transformer's tokens (a Conv's positions as "
     "rows, a class token, a position embedding, one token into the head) (docs/wafer-compiler.md \"What it maps\"); "
@@ -23,14 +24,15 @@ const char* const kOpsHint =
 
 // (internal.hpp)
 const std::set<std::string> kUnary = {"Relu", "LeakyRelu", "Clip", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Swish", "Gelu",
-                                      "Elu", "Selu", "Celu", "Softplus", "Mish", "Abs", "Neg", "Add", "Mul", "Sub", "Div"};
+                                      "Elu", "Selu", "Celu", "Softplus", "Mish", "PRelu", "Abs", "Neg", "Add", "Mul", "Sub", "Div"};
 
 namespace {
 
 // The ops the layer chain is made of besides kUnary (Add is a bias or a residual when its other
 // operand is not a scalar constant).
 const std::set<std::string> kStructural = {"Gemm", "MatMul", "Add", "Softmax", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
-                                           "Flatten", "Reshape", "Div", "Mul", "LayerNormalization", "RMSNormalization", "Transpose", "Where", "Slice", "Concat"};  // (Where: an attention mask; Slice and Concat: rotary embeddings in an attention, tokens)
+                                           "Flatten", "Reshape", "Div", "Mul", "LayerNormalization", "RMSNormalization", "Transpose", "Where", "Slice", "Concat",
+                                           "ReduceMean"};  // (Where: an attention mask; Slice and Concat: rotary embeddings in an attention, tokens)
 
 // A constant that adds or multiplies per feature: shape [..., N] with ones before the last axis
 // for rows, [C, 1, 1] (or [1, C, 1, 1]; [C, 1] in 1-D) for a feature map of rank r.
@@ -43,6 +45,23 @@ bool per_feature(const Tensor& c, int64_t N, bool fmap, size_t rank) {
   for (size_t d = 0; d < s.size(); ++d)
     if (d != axis && s[d] != 1) return false;
   return s[axis] == N;
+}
+
+// A ReduceMean over every spatial axis of a feature map of shape cs (axes from the attribute, or
+// from a constant second input from opset 18).
+bool means_spatial(const graph::Node& n, const Shape& cs, const std::function<const Tensor*(const std::string&)>& constant) {
+  std::vector<int64_t> axes = n.attrs.get_ints("axes", {});
+  if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
+    const Tensor* t = constant(n.inputs[1]);
+    if (!t) return false;
+    for (const double v : t->to_f64()) axes.push_back(static_cast<int64_t>(v));
+  }
+  const int64_t r = static_cast<int64_t>(cs.size());
+  std::set<int64_t> got;
+  for (int64_t a : axes) got.insert(a < 0 ? a + r : a);
+  std::set<int64_t> want;
+  for (int64_t a = 2; a < r; ++a) want.insert(a);
+  return got == want;
 }
 
 // A node fused into the dense layer before it: named in its op and node list, the layer named by it
@@ -294,7 +313,10 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
     // A feature map: [batch, channels, height, width], or [batch, channels, length] into a 1-D Conv
     // and after one (mapped as height 1).
     const bool fmap = !tok_transpose && (cs.size() == 4 || (cs.size() == 3 && (ks.empty() ? n.op == "Conv" : ks.back().spatial() && !flat && !tok_view)));
-    if (fmap && n.op != "Conv" && n.op != "MaxPool" && n.op != "AveragePool" && n.op != "GlobalAveragePool" && !kUnary.count(n.op) &&
+    // A mean over every spatial axis of a feature map (x.mean((2, 3)): MNASNet's and ShuffleNet's
+    // heads) is a GlobalAveragePool -- flattened when it drops the axes.
+    const bool spatial_mean = n.op == "ReduceMean" && fmap && means_spatial(n, cs, constant);
+    if (fmap && n.op != "Conv" && n.op != "MaxPool" && n.op != "AveragePool" && n.op != "GlobalAveragePool" && !spatial_mean && !kUnary.count(n.op) &&
         n.op != "Flatten" && n.op != "Reshape")
       unsupported(n.op + " on a feature map " + shape_str(cs) + ": the wafer compiler maps Conv, elementwise functions, MaxPool, AveragePool, GlobalAveragePool and a Flatten to [batch, features] there");
     if (n.op == "Conv") {
@@ -306,11 +328,14 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       if (csrc < 0 && !ks.empty()) unsupported("Conv reads the graph input beside another kernel; the wafer maps a feature-map input read by one kernel");
       DenseKernel k = conv_kernel(n, cs, *w, csrc, ks, unsupported);
       start_kernel(k, n, "per output channel");
-    } else if (n.op == "MaxPool" || n.op == "AveragePool" || n.op == "GlobalAveragePool") {
+    } else if (n.op == "MaxPool" || n.op == "AveragePool" || n.op == "GlobalAveragePool" || spatial_mean) {
       if (ks.empty() || !ks.back().spatial() || ks.back().pkh || ks.back().softmax)
         unsupported(n.op + " is mapped once after a Conv (and its activation), at the Conv's chain ends");
-      pool_into(ks.back(), n, cur, cs, unsupported);
+      graph::Node pool = n;
+      if (spatial_mean) pool.op = "GlobalAveragePool", pool.attrs = {};
+      pool_into(ks.back(), pool, cur, cs, unsupported);
       absorb(ks.back(), n);
+      flat = spatial_mean && !n.attrs.get_int("keepdims", 1);  // [batch, C]: read as a Flatten of the pooled map
     } else if (n.op == "Reshape" && fmap && cs.size() == 4 && !ks.empty() && ks.back().spatial() && g.value(n.outputs[0]).shape.size() == 3 &&
                g.value(n.outputs[0]).shape == Shape{cs[0], cs[1], cs[2] * cs[3]}) {
       tok_reshaped = true;  // [batch, C, H W]: tokens if a Transpose to [batch, H W, C] follows
@@ -415,6 +440,20 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       for (int64_t b = 0; b < ks.back().N; ++b) ks.back().bias[static_cast<size_t>(b)] += cv[static_cast<size_t>(b)];
       ks.back().b_value = ks.back().b_value.empty() ? other_in(n, cur) : "*";  // "*": two biases (training refuses it)
       absorb(ks.back(), n);
+    } else if (n.op == "Mul" && !ks.empty() && constant(other_in(n, cur)) && constant(other_in(n, cur))->numel() > 1 && !ks.back().spatial() &&
+               per_feature(*constant(other_in(n, cur)), ks.back().N, false, cs.size()) && !ks.back().activated() && ks.back().residual < 0 &&
+               !ks.back().softmax && !ks.back().attn && !ks.back().layernorm && ks.back().gate_of < 0 && !ks.back().qkv && !flat) {
+      // A scale per output feature right after a dense layer (an inference BatchNorm's Mul -- the
+      // canonical graph folds one after a Conv into the Conv -- or a layer scale): folded into W's
+      // columns, the bias and a row bias.
+      DenseKernel& k = ks.back();
+      const auto sv = constant(other_in(n, cur))->to_f32();
+      for (int64_t a = 0; a < k.K; ++a)
+        for (int64_t b = 0; b < k.N; ++b) k.W[static_cast<size_t>(a * k.N + b)] *= sv[static_cast<size_t>(b)];
+      for (int64_t b = 0; b < k.N; ++b) k.bias[static_cast<size_t>(b)] *= sv[static_cast<size_t>(b)];
+      for (size_t r = 0; r < k.row_bias.size(); ++r) k.row_bias[r] *= sv[r % static_cast<size_t>(k.N)];
+      k.w_scaled = true;
+      absorb(k, n);
     } else if (n.op == "Mul" && !ks.empty() && !other_in(n, cur).empty() && !constant(other_in(n, cur))) {
       // Squeeze-excitation: the running activation, a per-channel gate [samples, C, 1, 1] (a 1x1
       // Conv of pooled features and its Sigmoid), times the feature map an earlier Conv pooled.
