@@ -9,7 +9,7 @@ opset 13 (input "x"; the output keeps its default name), so the file has Elu, Se
 written out (Softplus, Tanh, Mul), Softplus and a final Softmax.
 
 And tests/cli/data/wafer_mean_bn_cnn.onnx, wafer_mean_bn_cnn_x.npy and wafer_mean_bn_cnn_y.npy: Conv2d,
-ReLU, a strided Conv2d, PReLU (one slope), the spatial mean x.mean((2, 3)) in the forward (a
+ReLU, a strided Conv2d of dilation 2, PReLU (one slope), the spatial mean x.mean((2, 3)) in the forward (a
 ReduceMean, as MNASNet's and ShuffleNet's heads), Linear, BatchNorm1d with running statistics of
 its own (a per-feature Mul and Add after the Linear), ReLU, Linear -- at batch 2, opset 13. The wafer tests run it in weight streaming mode with the
 rectangle left to the compiler (a final Softmax needs the last layer's outputs on one PE) and
@@ -32,7 +32,7 @@ import export_zoo  # noqa: E402  (export, write, write_npy)
 class MeanBnCnn(nn.Module):
     def __init__(self):
         super().__init__()
-        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 12, 3, stride=2, padding=1), nn.PReLU())
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 12, 3, stride=2, padding=2, dilation=2), nn.PReLU())
         self.head = nn.Sequential(nn.Linear(12, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4))
 
     def forward(self, x):

@@ -222,9 +222,10 @@ struct DenseKernel {
   std::vector<float> W;              // [K, N] row-major (fp32 master values)
   std::vector<float> bias;           // [N] (zeros without a bias)
   std::string w_value, b_value;      // graph values of the weight and the bias ("" without one)
-  // A constant scale per output feature after the layer (an inference BatchNorm's, a layer scale)
-  // folded into W's columns and the bias: W is no longer w_value's (training refuses it).
-  bool w_scaled = false;
+  // Why W is derived from w_value rather than its values ("" when it is): a constant scale per
+  // output feature after the layer folded into its columns and the bias, a dilated Conv's kernel
+  // spread out with zeros. Training refuses such a kernel (it trains w_value).
+  std::string w_derived;
   bool w_trans = false;              // the weight value is [N, K] (Gemm transB)
   bool input_layer = false;          // its x comes from the graph input (held by its source PEs)
   // Its x rows are the second graph input (Compiled::input2: a decoder's memory), which the host

@@ -14,7 +14,7 @@ namespace tessera::wafer::detail {
 
 const char* const kOpsHint =
     "the wafer compiler maps in this build: Gemm, or MatMul by a constant weight, with a bias Add and a scale per output feature (BatchNorm1d); "
-    "Conv (1-D or 2-D, any stride, pads and groups), MaxPool, AveragePool or GlobalAveragePool (or a mean over the spatial axes) after a Conv, "
+    "Conv (1-D or 2-D, any stride, pads, dilation and groups), MaxPool, AveragePool or GlobalAveragePool (or a mean over the spatial axes) after a Conv, "
     "a Flatten into a dense layer; elementwise functions of one value (Relu, "
     "LeakyRelu, PRelu with one slope, Clip, Tanh, Sigmoid, HardSigmoid, HardSwish, Swish, GELU, Elu, Selu, Celu, Softplus, Mish, Abs, Neg, Add, Mul, Sub or Div by a scalar constant); a final "
     "Softmax; residual Adds (ResNet's shortcuts, MobileNet's inverted residuals), squeeze-excitation gates, gated units (SwiGLU); LayerNorm "
@@ -452,7 +452,7 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
         for (int64_t b = 0; b < k.N; ++b) k.W[static_cast<size_t>(a * k.N + b)] *= sv[static_cast<size_t>(b)];
       for (int64_t b = 0; b < k.N; ++b) k.bias[static_cast<size_t>(b)] *= sv[static_cast<size_t>(b)];
       for (size_t r = 0; r < k.row_bias.size(); ++r) k.row_bias[r] *= sv[r % static_cast<size_t>(k.N)];
-      k.w_scaled = true;
+      k.w_derived = "a constant scale per output feature after it (an inference BatchNorm, a layer scale) is folded into its weights";
       absorb(k, n);
     } else if (n.op == "Mul" && !ks.empty() && !other_in(n, cur).empty() && !constant(other_in(n, cur))) {
       // Squeeze-excitation: the running activation, a per-channel gate [samples, C, 1, 1] (a 1x1

@@ -86,8 +86,9 @@ DenseKernel conv_kernel(const graph::Node& n, const Shape& cs, const Tensor& wt,
   const Tensor* w = &wt;
   const bool one_d = cs.size() == 3;
   const int64_t groups = n.attrs.get_int("group", 1);
-  for (const int64_t d : n.attrs.get_ints("dilations", {1, 1}))
-    if (d != 1) unsupported("dilated Conv is not mapped on the wafer");
+  std::vector<int64_t> dil = n.attrs.get_ints("dilations", std::vector<int64_t>(cs.size() - 2, 1));
+  if (dil.size() != cs.size() - 2 || std::any_of(dil.begin(), dil.end(), [](int64_t d) { return d < 1; })) unsupported("Conv needs one dilation of at least 1 per spatial axis");
+  if (one_d) dil = {1, dil[0]};
   const std::string ap = n.attrs.get_string("auto_pad", "NOTSET");
   if (ap != "NOTSET" && ap != "VALID") unsupported("Conv auto_pad " + ap + " is not mapped; give explicit pads");
   // A 1-D Conv is a 2-D one of height 1: strides (1, s), pads (0, begin, 0, end).
@@ -106,8 +107,11 @@ DenseKernel conv_kernel(const graph::Node& n, const Shape& cs, const Tensor& wt,
   k.N = w->shape()[0];
   if (groups < 1 || k.cin % groups || k.N % groups || w->shape()[1] * groups != k.cin)
     unsupported("weight " + shape_str(w->shape()) + " does not match the input's " + std::to_string(k.cin) + " channels in " + std::to_string(groups) + " group(s)");
-  k.kh = one_d ? 1 : w->shape()[2];
-  k.kw = w->shape().back();
+  // A dilated kernel is the kernel of its extent with zeros between the taps: the general path
+  // (every tap of the extent computed; docs/wafer-compiler.md "Convolutions").
+  const int64_t kh0 = one_d ? 1 : w->shape()[2], kw0 = w->shape().back();
+  k.kh = (kh0 - 1) * dil[0] + 1;
+  k.kw = (kw0 - 1) * dil[1] + 1;
   k.sh = st[0];
   k.sw = st[1];
   k.pad_t = pads[0];
@@ -121,7 +125,7 @@ DenseKernel conv_kernel(const graph::Node& n, const Shape& cs, const Tensor& wt,
   if (k.oh < 1 || k.ow < 1) unsupported("the Conv window is larger than its padded input");
   k.B = k.samples * k.oh * k.ow;
   k.K = k.cin * k.kh * k.kw;
-  k.kflops = k.K / groups;  // the model's FLOPs: a group's inputs only
+  k.kflops = k.cin * kh0 * kw0 / groups;  // the model's FLOPs: a group's inputs only, the kernel's own taps
   if (k.padded() && csrc >= 0) {  // the producer holds its output inside this reader's zero border
     DenseKernel& p = ks[static_cast<size_t>(csrc)];
     if (p.xp_h && (p.xp_h != k.ih || p.xp_w != k.iw || p.xp_t != k.pad_t || p.xp_l != k.pad_l))
@@ -129,6 +133,17 @@ DenseKernel conv_kernel(const graph::Node& n, const Shape& cs, const Tensor& wt,
     p.xp_h = k.ih, p.xp_w = k.iw, p.xp_t = k.pad_t, p.xp_l = k.pad_l;
   }
   k.Wconv = w->to_f32();
+  if (k.kh != kh0 || k.kw != kw0) {
+    const int64_t per = w->numel() / (kh0 * kw0);  // output channels x a group's inputs
+    std::vector<float> spread(static_cast<size_t>(per * k.kh * k.kw), 0.0f);
+    for (int64_t q = 0; q < per; ++q)
+      for (int64_t i = 0; i < kh0; ++i)
+        for (int64_t j = 0; j < kw0; ++j)
+          spread[static_cast<size_t>((q * k.kh + i * dil[0]) * k.kw + j * dil[1])] = k.Wconv[static_cast<size_t>((q * kh0 + i) * kw0 + j)];
+    k.Wconv = std::move(spread);
+    k.op = "Conv(dilation " + std::to_string(dil[0]) + "x" + std::to_string(dil[1]) + ")";
+    k.w_derived = "a dilated Conv's kernel is spread out with zeros between its taps";
+  }
   if (groups > 1) {
     // A grouped (depthwise: one channel per group) Conv as the dense Conv whose weight is zero
     // between a group's outputs and the other groups' inputs: the general path, every K block
@@ -140,7 +155,7 @@ DenseKernel conv_kernel(const graph::Node& n, const Shape& cs, const Tensor& wt,
         for (int64_t tap = 0; tap < taps; ++tap)
           full[static_cast<size_t>((o * k.cin + (o / ng) * cg + c) * taps + tap)] = k.Wconv[static_cast<size_t>((o * cg + c) * taps + tap)];
     k.Wconv = std::move(full);
-    k.op = "Conv(group " + std::to_string(groups) + ")";
+    k.op = (k.op == "Conv" ? std::string("Conv(") : k.op.substr(0, k.op.size() - 1) + ", ") + "group " + std::to_string(groups) + ")";
   }
   return k;
 }

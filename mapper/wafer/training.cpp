@@ -386,7 +386,7 @@ void check_training(const Compiled& c, const MappingOptions& opt) {
     const size_t l = static_cast<size_t>(&k - c.kernels.data());
     const std::string where = "kernel '" + k.name + "'";
     if (k.b_value == "*") throw InputError(where, "two biases (Gemm's C and an Add) are not trained on the wafer", hint);
-    if (k.w_scaled) throw InputError(where, "a constant scale per output feature after the layer (an inference BatchNorm, a layer scale) is folded into its weights, which are then not the model's to train, on the wafer", hint);
+    if (!k.w_derived.empty()) throw InputError(where, k.w_derived + ", which are then not the model's to train on the wafer", hint);
     // A Conv trains as the first kernel (no input gradient), with a max pool of non-overlapping
     // windows after its function, read by a Flatten into a dense layer.
     if (k.spatial() && l != 0)
