@@ -4,16 +4,19 @@
 Writes tests/cli/data/wafer_activations_mlp.onnx, wafer_activations_mlp_x.npy and
 wafer_activations_mlp_y.npy: nn.Sequential(Linear(16, 32), ELU(), Linear(32, 32), SELU(),
 Linear(32, 24), CELU(0.5), Linear(24, 24), Mish(), Linear(24, 16), Softplus(), Linear(16, 7),
-Softmax(dim=1)) at batch 3 -- torch.nn modules as a user writes them, a plain torch.onnx.export at
+LogSoftmax(dim=1)) at batch 3 -- torch.nn modules as a user writes them, a plain torch.onnx.export at
 opset 13 (input "x"; the output keeps its default name), so the file has Elu, Selu, Celu, Mish
-written out (Softplus, Tanh, Mul), Softplus and a final Softmax.
+written out (Softplus, Tanh, Mul), Softplus and a final LogSoftmax. The wafer tests run it in
+weight streaming mode with the rectangle left to the compiler (a final LogSoftmax needs the last
+layer's outputs on one PE) and pipelined.
 
-And tests/cli/data/wafer_mean_bn_cnn.onnx, wafer_mean_bn_cnn_x.npy and wafer_mean_bn_cnn_y.npy: Conv2d,
-ReLU, a strided Conv2d of dilation 2, PReLU (one slope), the spatial mean x.mean((2, 3)) in the forward (a
-ReduceMean, as MNASNet's and ShuffleNet's heads), Linear, BatchNorm1d with running statistics of
-its own (a per-feature Mul and Add after the Linear), ReLU, Linear -- at batch 2, opset 13. The wafer tests run it in weight streaming mode with the
-rectangle left to the compiler (a final Softmax needs the last layer's outputs on one PE) and
-pipelined, against PyTorch's output and the reference executor.
+And tests/cli/data/wafer_mean_bn_cnn.onnx, wafer_mean_bn_cnn_x.npy and wafer_mean_bn_cnn_y.npy:
+Conv2d, ReLU, a strided Conv2d of dilation 2, PReLU (one slope), the spatial mean x.mean((2, 3)) in
+the forward (a ReduceMean, as MNASNet's and ShuffleNet's heads), Linear, BatchNorm1d with running
+statistics of its own (a per-feature Mul and Add after the Linear), ReLU, Linear -- at batch 2,
+opset 13.
+
+Both are checked against PyTorch's output and the reference executor.
 
 Run with Debian's python3-torch: /usr/bin/python3 tools/export_wafer_activations.py. CI never runs it;
 a re-run writes the same bytes.
@@ -65,7 +68,7 @@ def main():
     d = os.path.join(root, "tests", "cli", "data")
     torch.manual_seed(21)
     model = nn.Sequential(nn.Linear(16, 32), nn.ELU(), nn.Linear(32, 32), nn.SELU(), nn.Linear(32, 24), nn.CELU(0.5),
-                          nn.Linear(24, 24), nn.Mish(), nn.Linear(24, 16), nn.Softplus(), nn.Linear(16, 7), nn.Softmax(dim=1)).eval()
+                          nn.Linear(24, 24), nn.Mish(), nn.Linear(24, 16), nn.Softplus(), nn.Linear(16, 7), nn.LogSoftmax(dim=1)).eval()
     x = (2.0 * np.random.RandomState(8).standard_normal((3, 16))).astype(np.float32)
     y = model(torch.from_numpy(x)).detach().numpy()
     data, outputs = export_zoo.export(model, (torch.from_numpy(x),), ["x"], 13)

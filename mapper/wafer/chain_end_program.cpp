@@ -18,6 +18,26 @@ void softmax_program(ProgramTemplate& t, const DenseKernel& k, const std::string
   exp_ops(t, "sem" + L, "stm" + L);
   t.op(Op::fmovs, {"ss" + L, e(0)});
   for (int64_t cc = 1; cc < N; ++cc) t.op(Op::fadds, {"ss" + L, "ss" + L, e(cc)});
+  if (k.log_softmax) {
+    // LogSoftmax: z - (max + ln s), ln s for s in [1, N] by Newton's iteration y += s exp(-y) - 1
+    // from 2 (s - 1) / (s + 1), five times (loss.cpp's, accurate for N <= 16).
+    const std::string s = "ss" + L, y = "sr" + L, v = "su" + L, w = "sw" + L;
+    t.op(Op::fadds, {v, s, fimm(1.0)});
+    recip_ops(t, y, v, w, 2.0, static_cast<double>(N) + 1.0);
+    t.op(Op::fadds, {v, s, fimm(-1.0)});
+    t.op(Op::fmuls, {y, y, v});
+    t.op(Op::fmuls, {y, y, fimm(2.0)});
+    for (int i = 0; i < 5; ++i) {
+      t.op(Op::fmuls, {w, y, fimm(-1.0)});
+      exp_ops(t, w, v);
+      t.op(Op::fmuls, {w, w, s});
+      t.op(Op::fadds, {y, y, w});
+      t.op(Op::fadds, {y, y, fimm(-1.0)});
+    }
+    t.op(Op::fadds, {"sm" + L, "sm" + L, y});
+    for (int64_t cc = 0; cc < N; ++cc) t.op(Op::fsubs, {z(cc), z(cc), "sm" + L});
+    return;
+  }
   recip_ops(t, "sr" + L, "ss" + L, "su" + L, 1.0, static_cast<double>(N));
   for (int64_t cc = 0; cc < N; ++cc) t.op(Op::fmuls, {z(cc), e(cc), "sr" + L});
 }

@@ -123,6 +123,7 @@ struct DenseKernel {
   }
   bool act_is(Unary::Kind kind) const { return acts.size() == 1 && acts[0].kind == kind; }
   bool softmax = false;              // a Softmax over the outputs after it (last layer; all N on one PE)
+  bool log_softmax = false;          // ... a LogSoftmax: z - max - ln(sum exp(z - max)) (softmax set too)
   // A residual: after the activation, the chain ends add the input of kernel `residual`, which
   // lies on the same PEs in the same blocks (weight streaming: a kernel two orientations back; a
   // feature map read inside its zero border through the holder's interior walk).

@@ -339,7 +339,11 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       if (k.softmax) {  // softmax_program over the N outputs of the B samples (strided columns)
         const int64_t N = k.N, B = k.B;
         t += dsd(B, Op::fmovs, k.nb) + (N - 1) * dsd(B, Op::fmaxs, k.nb) + N * dsd(B, Op::fsubs, std::max(k.nb, N)) + kExpOps * dsd(B * N, Op::fmuls, 1) +
-             dsd(B, Op::fmovs, N) + (N - 1) * dsd(B, Op::fadds, N) + kRecipOps * dsd(B, Op::fmuls, 1) + N * dsd(B, Op::fmuls, std::max(k.nb, N));
+             dsd(B, Op::fmovs, N) + (N - 1) * dsd(B, Op::fadds, N);
+        if (k.log_softmax)  // ln s: the first guess (4 ops and a reciprocal over [2, N + 1]), five Newton steps (4 ops and an exp), the shift
+          t += (4 + recip_op_count(2.0, static_cast<double>(N) + 1.0) + 5 * (4 + kExpOps) + 1) * dsd(B, Op::fmuls, 1) + N * dsd(B, Op::fsubs, k.nb);
+        else
+          t += kRecipOps * dsd(B, Op::fmuls, 1) + N * dsd(B, Op::fmuls, std::max(k.nb, N));
       }
       t_of[static_cast<size_t>(pn)] = t;
       tmax_of[static_cast<size_t>(pn)] = tmax;

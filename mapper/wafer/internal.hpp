@@ -63,6 +63,9 @@ int64_t one_token(const graph::Node& n, const Shape& cs, const ConstantOf& const
 void add_row_bias(DenseKernel& k, const Shape& cs, const Shape& ts, const Tensor& c, const Unsupported& unsupported);
 std::vector<size_t> chain_order(const graph::Graph& g, const std::map<std::string, size_t>& producer, const std::map<std::string, std::vector<size_t>>& uses,
                                 const std::string& input, const std::string& input2);
+void layout_aliases(const graph::Graph& g, std::map<std::string, std::string>& alias, std::set<size_t>& consumed);
+bool means_spatial(const graph::Node& n, const Shape& cs, const ConstantOf& constant);
+void scale_features(DenseKernel& k, const std::vector<float>& sv);
 void layernorm_into(std::vector<DenseKernel>& ks, const graph::Node& n, const std::string& cur, const Shape& cs, bool on_input, const ConstantOf& constant,
                     const Unsupported& unsupported);
 

@@ -354,7 +354,8 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   if (k.softmax) {  // per class c: the logits' column (stride nb) and the exponentials' (stride N)
     data(t, "se" + L, f32, B * k.N);
     data(t, "st" + L, f32, B * k.N);
-    for (const char* n : {"sm", "ss", "sr", "su"}) {
+    for (const char* n : {"sm", "ss", "sr", "su", "sw"}) {
+      if (std::string(n) == "sw" && !k.log_softmax) continue;  // (LogSoftmax's Newton temporary)
       data(t, n + L + "_a", f32, B);
       t.mem1d(n + L, n + L + "_a");
     }

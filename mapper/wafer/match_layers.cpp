@@ -17,7 +17,7 @@ const char* const kOpsHint =
     "Conv (1-D or 2-D, any stride, pads, dilation and groups), MaxPool, AveragePool or GlobalAveragePool (or a mean over the spatial axes) after a Conv, "
     "a Flatten into a dense layer; elementwise functions of one value (Relu, "
     "LeakyRelu, PRelu with one slope, Clip, Tanh, Sigmoid, HardSigmoid, HardSwish, Swish, GELU, Elu, Selu, Celu, Softplus, Mish, Abs, Neg, Add, Mul, Sub or Div by a scalar constant); a final "
-    "Softmax; residual Adds (ResNet's shortcuts, MobileNet's inverted residuals), squeeze-excitation gates, gated units (SwiGLU); LayerNorm "
+    "Softmax or LogSoftmax; residual Adds (ResNet's shortcuts, MobileNet's inverted residuals), squeeze-excitation gates, gated units (SwiGLU); LayerNorm "
     "and RMSNorm; multi-head attention with additive or causal masks and rotary embeddings; a Vision Transformer's tokens (a Conv's positions as "
     "rows, a class token, a position embedding, one token into the head) (docs/wafer-compiler.md \"What it maps\"); "
     "run other models on target.kind neuroncore or reference";
@@ -32,7 +32,7 @@ namespace {
 // operand is not a scalar constant).
 const std::set<std::string> kStructural = {"Gemm", "MatMul", "Add", "Softmax", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
                                            "Flatten", "Reshape", "Div", "Mul", "LayerNormalization", "RMSNormalization", "Transpose", "Where", "Slice", "Concat",
-                                           "ReduceMean"};  // (Where: an attention mask; Slice and Concat: rotary embeddings in an attention, tokens)
+                                           "ReduceMean", "LogSoftmax"};  // (Where: an attention mask; Slice and Concat: rotary embeddings in an attention, tokens)
 
 // A constant that adds or multiplies per feature: shape [..., N] with ones before the last axis
 // for rows, [C, 1, 1] (or [1, C, 1, 1]; [C, 1] in 1-D) for a feature map of rank r.
@@ -45,23 +45,6 @@ bool per_feature(const Tensor& c, int64_t N, bool fmap, size_t rank) {
   for (size_t d = 0; d < s.size(); ++d)
     if (d != axis && s[d] != 1) return false;
   return s[axis] == N;
-}
-
-// A ReduceMean over every spatial axis of a feature map of shape cs (axes from the attribute, or
-// from a constant second input from opset 18).
-bool means_spatial(const graph::Node& n, const Shape& cs, const std::function<const Tensor*(const std::string&)>& constant) {
-  std::vector<int64_t> axes = n.attrs.get_ints("axes", {});
-  if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
-    const Tensor* t = constant(n.inputs[1]);
-    if (!t) return false;
-    for (const double v : t->to_f64()) axes.push_back(static_cast<int64_t>(v));
-  }
-  const int64_t r = static_cast<int64_t>(cs.size());
-  std::set<int64_t> got;
-  for (int64_t a : axes) got.insert(a < 0 ? a + r : a);
-  std::set<int64_t> want;
-  for (int64_t a = 2; a < r; ++a) want.insert(a);
-  return got == want;
 }
 
 // A node fused into the dense layer before it: named in its op and node list, the layer named by it
@@ -150,8 +133,7 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
     if (nn.inputs.size() != 2) return "";
     return nn.inputs[0] == v ? nn.inputs[1] : nn.inputs[1] == v ? nn.inputs[0] : "";
   };
-  // Layout-only nodes: a Reshape that keeps the last axis, or a Transpose that only moves axes of
-  // size 1, leaves the rows as they are -- its output is an alias of its input.
+  // Layout-only nodes (a Reshape that keeps the last axis, ...): their outputs are aliases of their inputs.
   std::map<std::string, std::string> alias;
   std::map<std::string, size_t> producer;
   for (size_t i = 0; i < g.nodes.size(); ++i)
@@ -160,21 +142,7 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
     for (auto it = alias.find(v); it != alias.end(); it = alias.find(v)) v = it->second;
     return v;
   };
-  for (const size_t i : g.topo_order()) {
-    const graph::Node& n = g.nodes[i];
-    if ((n.op != "Reshape" && n.op != "Transpose") || n.inputs.empty()) continue;
-    const Shape& a = g.value(n.inputs[0]).shape;
-    const Shape& b = g.value(n.outputs[0]).shape;
-    if (a.empty() || b.empty() || a.back() != b.back() || a.size() < 2 || b.size() < 2) continue;
-    bool keeps = true;
-    if (n.op == "Transpose") {
-      std::vector<int64_t> perm = n.attrs.get_ints("perm", {});
-      int64_t last = -1;
-      for (const int64_t d : perm)
-        if (a[static_cast<size_t>(d)] != 1) keeps = keeps && d > last, last = d;
-    }
-    if (keeps) alias[n.outputs[0]] = n.inputs[0], consumed.insert(i);
-  }
+  layout_aliases(g, alias, consumed);  // (match_ops.cpp)
   // Multi-head attention blocks (match_attention.cpp), attached below to the kernel computing V.
   std::vector<AttnBlock> blocks = match_attention(g, producer, constant, sole, consumed);
   // A Transpose swapping the two leading axes of [A, B, d] (nn.MultiheadAttention's batch_first
@@ -446,14 +414,8 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       // A scale per output feature right after a dense layer (an inference BatchNorm's Mul -- the
       // canonical graph folds one after a Conv into the Conv -- or a layer scale): folded into W's
       // columns, the bias and a row bias.
-      DenseKernel& k = ks.back();
-      const auto sv = constant(other_in(n, cur))->to_f32();
-      for (int64_t a = 0; a < k.K; ++a)
-        for (int64_t b = 0; b < k.N; ++b) k.W[static_cast<size_t>(a * k.N + b)] *= sv[static_cast<size_t>(b)];
-      for (int64_t b = 0; b < k.N; ++b) k.bias[static_cast<size_t>(b)] *= sv[static_cast<size_t>(b)];
-      for (size_t r = 0; r < k.row_bias.size(); ++r) k.row_bias[r] *= sv[r % static_cast<size_t>(k.N)];
-      k.w_derived = "a constant scale per output feature after it (an inference BatchNorm, a layer scale) is folded into its weights";
-      absorb(k, n);
+      scale_features(ks.back(), constant(other_in(n, cur))->to_f32());  // (match_ops.cpp)
+      absorb(ks.back(), n);
     } else if (n.op == "Mul" && !ks.empty() && !other_in(n, cur).empty() && !constant(other_in(n, cur))) {
       // Squeeze-excitation: the running activation, a per-channel gate [samples, C, 1, 1] (a 1x1
       // Conv of pooled features and its Sigmoid), times the feature map an earlier Conv pooled.
@@ -481,12 +443,13 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
         k.gate_rows = ks[static_cast<size_t>(gk)].B;
       }
       absorb(k, n);
-    } else if (n.op == "Softmax") {
+    } else if (n.op == "Softmax" || n.op == "LogSoftmax") {
       const int64_t r = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());
       const int64_t axis = n.attrs.get_int("axis", g.opset >= 13 ? -1 : 1);
       if (ks.empty() || ks.back().softmax || ks.back().attn || ks.back().residual >= 0 || ks.back().layernorm || (axis != -1 && axis != r - 1))
-        unsupported("Softmax is mapped only over the features, after the last dense layer");
+        unsupported(n.op + " is mapped only over the features, after the last dense layer");
       ks.back().softmax = true;
+      ks.back().log_softmax = n.op == "LogSoftmax";
       absorb(ks.back(), n);
     } else if (n.op == "LayerNormalization" || n.op == "RMSNormalization") {
       // LayerNorm over the last axis (match_ops.cpp; on the graph input: an identity layer's chain ends).

@@ -393,4 +393,51 @@ void layernorm_into(std::vector<DenseKernel>& ks, const graph::Node& n, const st
   k.ln_beta = bet ? bet->to_f32() : std::vector<float>(static_cast<size_t>(k.N), 0.0f);
 }
 
+// Layout-only nodes: a Reshape that keeps the last axis, or a Transpose that only moves axes of
+// size 1, leaves the rows as they are -- its output is an alias of its input (marked consumed).
+void layout_aliases(const graph::Graph& g, std::map<std::string, std::string>& alias, std::set<size_t>& consumed) {
+  for (const size_t i : g.topo_order()) {
+    const graph::Node& n = g.nodes[i];
+    if ((n.op != "Reshape" && n.op != "Transpose") || n.inputs.empty()) continue;
+    const Shape& a = g.value(n.inputs[0]).shape;
+    const Shape& b = g.value(n.outputs[0]).shape;
+    if (a.empty() || b.empty() || a.back() != b.back() || a.size() < 2 || b.size() < 2) continue;
+    bool keeps = true;
+    if (n.op == "Transpose") {
+      std::vector<int64_t> perm = n.attrs.get_ints("perm", {});
+      int64_t last = -1;
+      for (const int64_t d : perm)
+        if (a[static_cast<size_t>(d)] != 1) keeps = keeps && d > last, last = d;
+    }
+    if (keeps) alias[n.outputs[0]] = n.inputs[0], consumed.insert(i);
+  }
+}
+
+// A ReduceMean over every spatial axis of a feature map of shape cs (axes from the attribute, or
+// from a constant second input from opset 18).
+bool means_spatial(const graph::Node& n, const Shape& cs, const ConstantOf& constant) {
+  std::vector<int64_t> axes = n.attrs.get_ints("axes", {});
+  if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
+    const Tensor* t = constant(n.inputs[1]);
+    if (!t) return false;
+    for (const double v : t->to_f64()) axes.push_back(static_cast<int64_t>(v));
+  }
+  const int64_t r = static_cast<int64_t>(cs.size());
+  std::set<int64_t> got;
+  for (int64_t a : axes) got.insert(a < 0 ? a + r : a);
+  std::set<int64_t> want;
+  for (int64_t a = 2; a < r; ++a) want.insert(a);
+  return got == want;
+}
+
+// A constant scale per output feature right after dense layer k, folded into W's columns, the
+// bias and a row bias (DenseKernel::w_derived).
+void scale_features(DenseKernel& k, const std::vector<float>& sv) {
+  for (int64_t a = 0; a < k.K; ++a)
+    for (int64_t b = 0; b < k.N; ++b) k.W[static_cast<size_t>(a * k.N + b)] *= sv[static_cast<size_t>(b)];
+  for (int64_t b = 0; b < k.N; ++b) k.bias[static_cast<size_t>(b)] *= sv[static_cast<size_t>(b)];
+  for (size_t r = 0; r < k.row_bias.size(); ++r) k.row_bias[r] *= sv[r % static_cast<size_t>(k.N)];
+  k.w_derived = "a constant scale per output feature after it (an inference BatchNorm, a layer scale) is folded into its weights";
+}
+
 }  // namespace tessera::wafer::detail

@@ -32,7 +32,7 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<in
   if (scratch) *scratch = s;
   int64_t b = s[0] + s[1] + s[2] + (own_w ? k.kb * k.nb * wbytes : 0);  // W
   b += (k.row_period ? k.row_period : 1) * k.nb * 4;                 // bias, with the row constants (chain end)
-  if (k.softmax) b += (2 * k.B * k.N + 4 * k.B) * 4;                 // softmax arrays (chain end)
+  if (k.softmax) b += (2 * k.B * k.N + (k.log_softmax ? 5 : 4) * k.B) * 4;  // softmax arrays (chain end)
   b += post_scratch_bytes(k);                                        // the post-ops' scratch (chain end)
   if (k.attn) b += k.rows_out() * k.feat_nb() * 4;                   // the attention's output, its query rows (chain end)
   if (k.reads_input2) b += k.B * k.kb * wbytes;                      // the second input's rows (cross-attention's K or V: at the holder's chain ends)
