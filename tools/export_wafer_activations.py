@@ -11,7 +11,7 @@ weight streaming mode with the rectangle left to the compiler (a final LogSoftma
 layer's outputs on one PE) and pipelined.
 
 And tests/cli/data/wafer_mean_bn_cnn.onnx, wafer_mean_bn_cnn_x.npy and wafer_mean_bn_cnn_y.npy:
-Conv2d, ReLU, a strided Conv2d of dilation 2, PReLU (one slope), the spatial mean x.mean((2, 3)) in
+Conv2d, ReLU, MaxPool2d(3, 2, ceil_mode=True), a strided Conv2d of dilation 2, PReLU (one slope), the spatial mean x.mean((2, 3)) in
 the forward (a ReduceMean, as MNASNet's and ShuffleNet's heads), Linear, BatchNorm1d with running
 statistics of its own (a per-feature Mul and Add after the Linear), ReLU, Linear -- at batch 2,
 opset 13.
@@ -35,7 +35,8 @@ import export_zoo  # noqa: E402  (export, write, write_npy)
 class MeanBnCnn(nn.Module):
     def __init__(self):
         super().__init__()
-        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 12, 3, stride=2, padding=2, dilation=2), nn.PReLU())
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2, ceil_mode=True),
+                                      nn.Conv2d(8, 12, 3, stride=2, padding=2, dilation=2), nn.PReLU())
         self.head = nn.Sequential(nn.Linear(12, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4))
 
     def forward(self, x):

@@ -174,8 +174,20 @@ void pool_into(DenseKernel& k, const graph::Node& n, const std::string& cur, con
   // The border: -inf for a max; zeros for a mean that counts them (count_include_pad = 1).
   if (padded && n.op == "AveragePool" && !n.attrs.get_int("count_include_pad", 0))
     unsupported("padded AveragePool with count_include_pad = 0 (a divisor per window) is not mapped on the wafer; export with count_include_pad=True or without pads");
-  if (n.attrs.get_int("ceil_mode", 0) || n.attrs.get_int("storage_order", 0) || n.outputs.size() > 1)
-    unsupported(n.op + " with ceil_mode, storage_order or an Indices output is not mapped on the wafer");
+  if (n.attrs.get_int("storage_order", 0) || n.outputs.size() > 1) unsupported(n.op + " with storage_order or an Indices output is not mapped on the wafer");
+  if (!global && n.attrs.get_int("ceil_mode", 0) && kshape.size() == 2 && st.size() == 2 && pads.size() == 4)
+    for (size_t a = 0; a < 2; ++a) {
+      // ceil_mode: one more window per axis where the last would run past the end -- if it starts
+      // inside the input or its first pad (PyTorch's rule; onnx.ai MaxPool) -- the pool with that
+      // much more padding at the end, -inf for a max, which never wins over the window's inputs.
+      const int64_t in = a ? k.ow : k.oh, span = in + pads[a] + pads[a + 2];
+      int64_t out = (span - kshape[a] + st[a] - 1) / st[a] + 1;
+      if ((out - 1) * st[a] >= in + pads[a]) --out;
+      const int64_t extra = std::max<int64_t>(0, (out - 1) * st[a] + kshape[a] - span);
+      if (extra && n.op != "MaxPool")
+        unsupported(n.op + " with ceil_mode where a last window runs past the end (its divisor counts fewer inputs) is not mapped on the wafer");
+      pads[a + 2] += extra;
+    }
   if (const std::string ap = n.attrs.get_string("auto_pad", "NOTSET"); ap != "NOTSET" && ap != "VALID")
     unsupported(n.op + " with auto_pad is not mapped on the wafer; give explicit pads");
   for (const int64_t d : n.attrs.get_ints("dilations", {1, 1}))
