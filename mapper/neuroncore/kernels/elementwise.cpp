@@ -44,7 +44,7 @@ Alu swapped(Alu a) {
 
 bool unary_vector(const std::string& op) {
   return op == "Neg" || op == "Identity" || op == "Cast" || op == "Clip" || op == "LeakyRelu" || op == "HardSigmoid" || op == "HardSwish" ||
-         op == "Not" || op == "Abs";
+         op == "Not" || op == "Abs" || op == "Elu" || op == "Selu" || op == "Celu" || op == "PRelu";
 }
 
 // One elementwise op on SBUF tiles: y = op(a[, b]), imm the scalar constants (NaN where the operand
@@ -72,6 +72,24 @@ void emit_op(Ctx& x, const Node& n, const AccessPattern& y, const std::vector<Ac
   if (op == "LeakyRelu") {  // max(x, alpha x) for alpha <= 1
     x.tensor_scalar(tmp, in[0], Alu::multiply, n.attrs.get_float("alpha", 0.01));
     return x.tensor_tensor(Alu::max, y, in[0], tmp);
+  }
+  if (op == "Elu" || op == "Selu" || op == "Celu") {
+    // g max(x, 0) + a g (exp(s min(x, 0)) - 1): Elu (s = 1, g = 1), Selu (gamma g), Celu (s = 1 / alpha);
+    // the exponential on the scalar engine, the rest on the vector engine.
+    const bool selu = op == "Selu", celu = op == "Celu";
+    const double a = n.attrs.get_float("alpha", selu ? 1.67326319217681884765625 : 1.0), g = selu ? n.attrs.get_float("gamma", 1.05070102214813232421875) : 1.0;
+    x.tensor_scalar(tmp, in[0], Alu::min, 0.0);
+    x.activation(tmp, tmp, Func::exp, celu ? 1.0 / a : 1.0);
+    x.tensor_scalar(tmp, tmp, Alu::multiply, a * g, Alu::add, -a * g);
+    x.tensor_scalar(y, in[0], Alu::max, 0.0, Alu::multiply, g);
+    return x.tensor_tensor(Alu::add, y, y, tmp);
+  }
+  if (op == "PRelu") {  // max(x, 0) + slope min(x, 0): one slope, or a slope per channel broadcast
+    x.tensor_scalar(tmp, in[0], Alu::min, 0.0);
+    if (is_imm(1)) x.tensor_scalar(tmp, tmp, Alu::multiply, imm[1]);
+    else x.tensor_tensor(Alu::multiply, tmp, tmp, in[1]);
+    x.tensor_scalar(y, in[0], Alu::max, 0.0);
+    return x.tensor_tensor(Alu::add, y, y, tmp);
   }
   if (op == "HardSigmoid" || op == "HardSwish") {
     const double a = op == "HardSwish" ? 1.0 / 6.0 : n.attrs.get_float("alpha", 0.2), b = op == "HardSwish" ? 0.5 : n.attrs.get_float("beta", 0.5);
@@ -132,6 +150,7 @@ Status check(const Ctx& x, const Node& n, const std::vector<double>& imm) {
       for (size_t k = 1; k < n.inputs.size(); ++k)
         if (!n.inputs[k].empty() && std::isnan(imm[k])) return Status::fail("Clip's min and max must be constants");
     if (op == "LeakyRelu" && n.attrs.get_float("alpha", 0.01) > 1.0) return Status::fail("LeakyRelu with alpha > 1 is not compiled");
+    if (op == "Celu" && n.attrs.get_float("alpha", 1.0) == 0.0) return Status::fail("Celu with alpha 0 divides by zero");
     if (op == "Cast" && !is_float(x.g.value(n.outputs[0]).dtype) && x.g.value(n.outputs[0]).dtype != DType::boolean &&
         is_float(x.g.value(n.inputs[0]).dtype))
       return Status::fail("a Cast from a float to an integer type is not compiled (the engines round, ONNX truncates)");
