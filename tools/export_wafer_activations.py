@@ -11,9 +11,9 @@ weight streaming mode with the rectangle left to the compiler (a final LogSoftma
 layer's outputs on one PE) and pipelined.
 
 And tests/cli/data/wafer_mean_bn_cnn.onnx, wafer_mean_bn_cnn_x.npy and wafer_mean_bn_cnn_y.npy:
-Conv2d, ReLU, MaxPool2d(3, 2, ceil_mode=True), a strided Conv2d of dilation 2, PReLU (one slope), the spatial mean x.mean((2, 3)) in
+Conv2d, ReLU, MaxPool2d(3, 2, ceil_mode=True), a strided Conv2d of dilation 2, PReLU(12) (a slope per channel), the spatial mean x.mean((2, 3)) in
 the forward (a ReduceMean, as MNASNet's and ShuffleNet's heads), Linear, BatchNorm1d with running
-statistics of its own (a per-feature Mul and Add after the Linear), ReLU, Linear -- at batch 2,
+statistics of its own (a per-feature Mul and Add after the Linear), PReLU (one slope), Linear -- at batch 2,
 opset 13.
 
 Both are checked against PyTorch's output and the reference executor.
@@ -36,8 +36,8 @@ class MeanBnCnn(nn.Module):
     def __init__(self):
         super().__init__()
         self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2, ceil_mode=True),
-                                      nn.Conv2d(8, 12, 3, stride=2, padding=2, dilation=2), nn.PReLU())
-        self.head = nn.Sequential(nn.Linear(12, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4))
+                                      nn.Conv2d(8, 12, 3, stride=2, padding=2, dilation=2), nn.PReLU(12))
+        self.head = nn.Sequential(nn.Linear(12, 16), nn.BatchNorm1d(16), nn.PReLU(), nn.Linear(16, 4))
 
     def forward(self, x):
         return self.head(self.features(x).mean((2, 3)))
@@ -52,6 +52,7 @@ def mean_bn_cnn(d):
         bn.running_var.uniform_(0.25, 4.0)
         bn.weight.uniform_(0.5, 2.0)
         bn.bias.uniform_(-0.5, 0.5)
+        model.features[4].weight.uniform_(0.05, 0.6)  # a slope per channel, each its own
     model.eval()
     x = np.random.RandomState(9).standard_normal((2, 3, 8, 8)).astype(np.float32)
     y = model(torch.from_numpy(x)).detach().numpy()

@@ -77,12 +77,13 @@ struct MappingOptions {
 // graph's order (docs/wafer-compiler.md "Elementwise functions"; elementwise.cpp builds its PE
 // operations with unary_ops and costs them with unary_cycles).
 struct Unary {
-  enum class Kind { relu, leaky_relu, clip, tanh, sigmoid, hard_sigmoid, hard_swish, swish, gelu, gelu_tanh, abs, neg, mul, add, elu, softplus, mish };
+  enum class Kind { relu, leaky_relu, clip, tanh, sigmoid, hard_sigmoid, hard_swish, swish, gelu, gelu_tanh, abs, neg, mul, add, elu, softplus, mish, prelu };
   Kind kind = Kind::relu;
   // leaky_relu, swish, elu: alpha; clip: lo, hi (+-inf: no bound); hard_sigmoid: alpha, beta;
   // mul, add: the scalar constant.
   double a = 0, b = 0;
   std::string op;  // the graph op it came from ("Relu", "Clip", ...), for messages and the kernel's op
+  std::vector<float> per;  // prelu: a slope per output feature (N; placed at the chain ends as prs<l>_<j>)
   bool monotone() const;  // non-decreasing: it commutes with a max (a MaxPool after it)
   bool keeps_zero() const;  // f(0) = 0: a padded feature (0) stays 0
   int temporaries() const;  // arrays of y's size its PE operations need

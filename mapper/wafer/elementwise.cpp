@@ -1,5 +1,6 @@
 // Elementwise functions of one value at a kernel's chain ends (compile.hpp: Unary): the graph op
 // read as a Unary (unary_of, for match_layers) and its PE operations (unary_ops), in place over y.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -15,6 +16,7 @@ bool Unary::monotone() const {
   switch (kind) {
     case Kind::relu: case Kind::clip: case Kind::tanh: case Kind::sigmoid: case Kind::hard_sigmoid: case Kind::add: case Kind::softplus: return true;
     case Kind::leaky_relu: case Kind::elu: return a >= 0;
+    case Kind::prelu: return std::all_of(per.begin(), per.end(), [](float s) { return s >= 0; });
     case Kind::mul: return a >= 0;
     default: return false;  // GELU, Swish, Mish, HardSwish, Abs, Neg dip or fall
   }
@@ -33,7 +35,7 @@ bool Unary::keeps_zero() const {
 
 int Unary::temporaries() const {
   switch (kind) {
-    case Kind::leaky_relu: case Kind::hard_swish: case Kind::abs: return 1;
+    case Kind::leaky_relu: case Kind::hard_swish: case Kind::abs: case Kind::prelu: return 1;
     case Kind::elu: return 3;
     case Kind::tanh: case Kind::sigmoid: return 3;
     case Kind::swish: case Kind::gelu: case Kind::gelu_tanh: case Kind::softplus: case Kind::mish: return 4;
@@ -118,7 +120,7 @@ void sigmoid_ops(ProgramTemplate& t, const std::string& Y, const std::string& T,
   op3(t, Op::fmuls, Y, V, U);
 }
 
-void unary_ops(ProgramTemplate& t, const Unary& u, const std::string& Y, const std::vector<std::string>& tmp) {
+void unary_ops(ProgramTemplate& t, const Unary& u, const std::string& Y, const std::vector<std::string>& tmp, const std::string& per) {
   if (static_cast<int>(tmp.size()) < u.temporaries()) throw std::logic_error("unary_ops: " + u.op + " needs " + std::to_string(u.temporaries()) + " temporaries");
   switch (u.kind) {
     case Kind::relu: op3(t, Op::fmaxs, Y, Y, fimm(0.0)); break;
@@ -203,12 +205,21 @@ void unary_ops(ProgramTemplate& t, const Unary& u, const std::string& Y, const s
     }
     case Kind::softplus: softplus_ops(t, Y, tmp[0], tmp[1], tmp[2], tmp[3]); break;
     case Kind::mish: mish_ops(t, Y, tmp[0], tmp[1], tmp[2], tmp[3]); break;
+    case Kind::prelu:  // max(y, 0) + slope min(y, 0), a slope per feature
+      if (per.empty()) throw std::logic_error("unary_ops: PRelu needs its slopes' DSD");
+      t.op(Op::fnegs, {tmp[0], Y});
+      op3(t, Op::fmaxs, tmp[0], tmp[0], fimm(0.0));
+      t.op(Op::fnegs, {tmp[0], tmp[0]});
+      op3(t, Op::fmuls, tmp[0], tmp[0], per);
+      op3(t, Op::fmaxs, Y, Y, fimm(0.0));
+      op3(t, Op::fadds, Y, Y, tmp[0]);
+      break;
   }
 }
 
 int64_t unary_cycles(const Unary& u, int64_t len, const WaferConfig& cfg) {
   ProgramTemplate t;
-  unary_ops(t, u, "y", {"t0", "t1", "t2", "t3"});
+  unary_ops(t, u, "y", {"t0", "t1", "t2", "t3"}, "s");
   return t.dsd_cycles(len, cfg);
 }
 
@@ -218,7 +229,7 @@ namespace tessera::wafer::detail {
 
 std::vector<Unary> unary_of(const graph::Node& n, const ConstantOf& constant, std::string& why) {
   const double inf = std::numeric_limits<double>::infinity();
-  auto one = [&](Kind k, double a = 0, double b = 0) { return std::vector<Unary>{Unary{k, a, b, n.op}}; };
+  auto one = [&](Kind k, double a = 0, double b = 0) { return std::vector<Unary>{Unary{k, a, b, n.op, {}}}; };
   auto scalar = [&](size_t i, double* v) {
     const Tensor* c = i < n.inputs.size() ? constant(n.inputs[i]) : nullptr;
     if (!c || c->numel() != 1) return false;
@@ -242,15 +253,19 @@ std::vector<Unary> unary_of(const graph::Node& n, const ConstantOf& constant, st
   if (op == "Softplus") return one(Kind::softplus);
   if (op == "PRelu") {  // one slope (nn.PReLU()'s default): a LeakyRelu with it
     double slope = 0;
-    if (!scalar(1, &slope)) {
-      why = "PRelu with a slope per channel (or not a constant) is not mapped on the wafer; one constant slope is (nn.PReLU() with num_parameters 1)";
+    if (scalar(1, &slope)) return one(Kind::leaky_relu, slope);
+    const Tensor* c = n.inputs.size() > 1 ? constant(n.inputs[1]) : nullptr;
+    if (!c) {
+      why = "PRelu's slope must be a constant on the wafer";
       return {};
     }
-    return one(Kind::leaky_relu, slope);
+    Unary u{Kind::prelu, 0, 0, op, {}};  // (match_layers checks the slopes are per output feature)
+    u.per = c->to_f32();
+    return {u};
   }
   if (op == "Mish") return one(Kind::mish);  // (the canonical graph's fusion of x * Tanh(Softplus(x)))
   if (op == "Selu")
-    return {Unary{Kind::elu, n.attrs.get_float("alpha", 1.67326319217681884765625), 0, op}, Unary{Kind::mul, n.attrs.get_float("gamma", 1.05070102214813232421875), 0, op}};
+    return {Unary{Kind::elu, n.attrs.get_float("alpha", 1.67326319217681884765625), 0, op, {}}, Unary{Kind::mul, n.attrs.get_float("gamma", 1.05070102214813232421875), 0, op, {}}};
   if (op == "Celu") {
     const double a = n.attrs.get_float("alpha", 1.0);
     if (a == 0) {
@@ -258,7 +273,7 @@ std::vector<Unary> unary_of(const graph::Node& n, const ConstantOf& constant, st
       return {};
     }
     if (a == 1) return one(Kind::elu, 1.0);
-    return {Unary{Kind::mul, 1.0 / a, 0, op}, Unary{Kind::elu, 1.0, 0, op}, Unary{Kind::mul, a, 0, op}};
+    return {Unary{Kind::mul, 1.0 / a, 0, op, {}}, Unary{Kind::elu, 1.0, 0, op, {}}, Unary{Kind::mul, a, 0, op, {}}};
   }
   if (op == "Clip") {
     double lo = -inf, hi = inf;
@@ -277,7 +292,7 @@ std::vector<Unary> unary_of(const graph::Node& n, const ConstantOf& constant, st
     }
     if (op == "Mul") return one(Kind::mul, c);
     if (op == "Add") return one(Kind::add, c);
-    if (op == "Sub") return second ? one(Kind::add, -c) : std::vector<Unary>{Unary{Kind::neg, 0, 0, op}, Unary{Kind::add, c, 0, op}};
+    if (op == "Sub") return second ? one(Kind::add, -c) : std::vector<Unary>{Unary{Kind::neg, 0, 0, op, {}}, Unary{Kind::add, c, 0, op, {}}};
     if (second && c != 0) return one(Kind::mul, 1.0 / c);
     why = first ? "Div of a constant by a value (a reciprocal) is not mapped on the wafer" : "Div by zero";
     return {};

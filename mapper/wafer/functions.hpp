@@ -34,7 +34,8 @@ void gelu_ops(ProgramTemplate& t, const std::string& Y, const std::string& T, co
 // Y = f(Y) in place for the elementwise function u, tmp[0 .. u.temporaries()) temporaries of Y's
 // length (elementwise.cpp; accuracy on a PE: tests/unit/test_wafer_fabric.cpp); and the number of
 // DSD operations that emits.
-void unary_ops(ProgramTemplate& t, const Unary& u, const std::string& Y, const std::vector<std::string>& tmp);
+// `per`: the DSD of a per-feature operand over Y's rows (prelu's slopes), "" for the others.
+void unary_ops(ProgramTemplate& t, const Unary& u, const std::string& Y, const std::vector<std::string>& tmp, const std::string& per = "");
 // Its DSD operations' cycles over `len` elements (each op at its width: fmacs, which the affine
 // functions use, is not SIMD; the others run at simd.fp32).
 int64_t unary_cycles(const Unary& u, int64_t len, const WaferConfig& cfg);

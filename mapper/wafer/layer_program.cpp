@@ -209,6 +209,12 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   t.if_("last" + L);
   if (k.row_period) t.mem4d("bm" + L, "bias" + L, 0, {{B / k.row_period, 0}, {k.row_period * nb, 1}}, "the bias and row constants again for every sample");
   else t.mem4d("bm" + L, "bias" + L, 0, {{B, 0}, {nb, 1}}, "the bias again for every sample");
+  for (size_t j = 0; j < k.acts.size(); ++j)  // a PRelu's slopes for the block's features (placed by the host), again for every row
+    if (k.acts[j].kind == Unary::Kind::prelu) {
+      const std::string A = "prs" + L + "_" + std::to_string(j);
+      data(t, A, f32, nb);
+      t.mem4d(A + "b", A, 0, {{B, 0}, {nb, 1}});
+    }
   for (int i = 0; i < k.act_temporaries(); ++i) {  // the elementwise functions' temporaries (act<l>_0 ...)
     data(t, "act" + L + "_" + std::to_string(i) + "_a", f32, B * nb, live(c, l, 1));
     t.mem1d("act" + L + "_" + std::to_string(i), "act" + L + "_" + std::to_string(i) + "_a");

@@ -71,7 +71,7 @@ void red_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& 
   if (act_some) t.if_("act" + L);
   std::vector<std::string> tmp;
   for (int i = 0; i < k.act_temporaries(); ++i) tmp.push_back("act" + L + "_" + std::to_string(i));
-  for (const Unary& u : k.acts) unary_ops(t, u, y, tmp);
+  for (size_t j = 0; j < k.acts.size(); ++j) unary_ops(t, k.acts[j], y, tmp, "prs" + L + "_" + std::to_string(j) + "b");
   if (act_some) t.endif();
   if (k.gate_of >= 0) t.op(Op::fmuls, {"gall" + L, "gy" + L, "gg" + L}, "squeeze-excitation: the feature map times the gate");
   // (sequenced: r12-r14, which inference's shared tasks leave free -- the x tasks' r0-r2 may be

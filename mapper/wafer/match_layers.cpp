@@ -16,7 +16,7 @@ const char* const kOpsHint =
     "the wafer compiler maps in this build: Gemm, or MatMul by a constant weight, with a bias Add and a scale per output feature (BatchNorm1d); "
     "Conv (1-D or 2-D, any stride, pads, dilation and groups), MaxPool, AveragePool or GlobalAveragePool (or a mean over the spatial axes) after a Conv, "
     "a Flatten into a dense layer; elementwise functions of one value (Relu, "
-    "LeakyRelu, PRelu with one slope, Clip, Tanh, Sigmoid, HardSigmoid, HardSwish, Swish, GELU, Elu, Selu, Celu, Softplus, Mish, Abs, Neg, Add, Mul, Sub or Div by a scalar constant); a final "
+    "LeakyRelu, PRelu, Clip, Tanh, Sigmoid, HardSigmoid, HardSwish, Swish, GELU, Elu, Selu, Celu, Softplus, Mish, Abs, Neg, Add, Mul, Sub or Div by a scalar constant); a final "
     "Softmax or LogSoftmax; residual Adds (ResNet's shortcuts, MobileNet's inverted residuals), squeeze-excitation gates, gated units (SwiGLU); LayerNorm "
     "and RMSNorm; multi-head attention with additive or causal masks and rotary embeddings; a Vision Transformer's tokens (a Conv's positions as "
     "rows, a class token, a position embedding, one token into the head) (docs/wafer-compiler.md \"What it maps\"); "
@@ -469,6 +469,10 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       if (us.empty()) unsupported(n.op == "Add" ? "Add is mapped as a bias (a constant per output feature) right after a dense layer or Conv, as a residual, or as an Add of a scalar constant" : why);
       if (ks.empty() || flat) unsupported(n.op + " is mapped only after a dense layer or Conv (at its chain ends)");
       DenseKernel& k = ks.back();
+      if (us[0].kind == Unary::Kind::prelu &&  // a slope per output feature: an array at the chain ends, among the kernel's own functions
+          (!per_feature(*constant(n.inputs[1]), k.N, fmap, cs.size()) || k.layernorm || k.residual >= 0 || k.attn || k.softmax || k.gate_of >= 0))
+        unsupported("PRelu with a slope per channel is mapped right after a dense layer or Conv (before a residual Add or a LayerNorm), one slope per output feature (" +
+                    std::to_string(k.N) + ")");
       if (k.layernorm && !k.attn && !k.softmax && k.gate_of < 0 && !k.pkh) {  // after the LayerNorm, at the same chain ends
         k.acts_post_ln.insert(k.acts_post_ln.end(), us.begin(), us.end());
       } else {

@@ -1180,7 +1180,7 @@ TEST_CASE("wafer-fabric: the PE wide-range rsqrt and reciprocal are within a few
 }
 
 namespace {
-Unary fn(Unary::Kind k, double a = 0, double b = 0) { return {k, a, b, ""}; }  // an elementwise function, no graph op
+Unary fn(Unary::Kind k, double a = 0, double b = 0) { return {k, a, b, "", {}}; }  // an elementwise function, no graph op
 }  // namespace
 
 // The estimate counts the exp and reciprocal generators' operations by constants (kExpOps,
