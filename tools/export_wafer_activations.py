@@ -32,6 +32,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import export_zoo  # noqa: E402  (export, write, write_npy)
 
 
+def write_case(d, name, model, x):
+    """The plain export at opset 13 (input "x") and PyTorch's output: NAME.onnx, NAME_x.npy, NAME_y.npy in d."""
+    y = model(torch.from_numpy(x)).detach().numpy()
+    data, outputs = export_zoo.export(model, (torch.from_numpy(x),), ["x"], 13)
+    assert len(outputs) == 1, outputs
+    export_zoo.write(os.path.join(d, name + ".onnx"), data)
+    export_zoo.write_npy(os.path.join(d, name + "_x.npy"), x)
+    export_zoo.write_npy(os.path.join(d, name + "_y.npy"), y.astype(np.float32))
+    print(f"output {outputs[0]} {list(y.shape)}, y min {y.min():.4g} max {y.max():.4g}")
+
+
 class MeanBnCnn(nn.Module):
     def __init__(self):
         super().__init__()
@@ -55,13 +66,7 @@ def mean_bn_cnn(d):
         model.features[4].weight.uniform_(0.05, 0.6)  # a slope per channel, each its own
     model.eval()
     x = np.random.RandomState(9).standard_normal((2, 3, 8, 8)).astype(np.float32)
-    y = model(torch.from_numpy(x)).detach().numpy()
-    data, outputs = export_zoo.export(model, (torch.from_numpy(x),), ["x"], 13)
-    assert len(outputs) == 1, outputs
-    export_zoo.write(os.path.join(d, "wafer_mean_bn_cnn.onnx"), data)
-    export_zoo.write_npy(os.path.join(d, "wafer_mean_bn_cnn_x.npy"), x)
-    export_zoo.write_npy(os.path.join(d, "wafer_mean_bn_cnn_y.npy"), y.astype(np.float32))
-    print(f"output {outputs[0]} {list(y.shape)}, |y| max {np.abs(y).max():.4g}")
+    write_case(d, "wafer_mean_bn_cnn", model, x)
 
 
 def main():
@@ -72,13 +77,7 @@ def main():
     model = nn.Sequential(nn.Linear(16, 32), nn.ELU(), nn.Linear(32, 32), nn.SELU(), nn.Linear(32, 24), nn.CELU(0.5),
                           nn.Linear(24, 24), nn.Mish(), nn.Linear(24, 16), nn.Softplus(), nn.Linear(16, 7), nn.LogSoftmax(dim=1)).eval()
     x = (2.0 * np.random.RandomState(8).standard_normal((3, 16))).astype(np.float32)
-    y = model(torch.from_numpy(x)).detach().numpy()
-    data, outputs = export_zoo.export(model, (torch.from_numpy(x),), ["x"], 13)
-    assert len(outputs) == 1, outputs
-    export_zoo.write(os.path.join(d, "wafer_activations_mlp.onnx"), data)
-    export_zoo.write_npy(os.path.join(d, "wafer_activations_mlp_x.npy"), x)
-    export_zoo.write_npy(os.path.join(d, "wafer_activations_mlp_y.npy"), y.astype(np.float32))
-    print(f"output {outputs[0]} {list(y.shape)}, y min {y.min():.4g} max {y.max():.4g}")
+    write_case(d, "wafer_activations_mlp", model, x)
     mean_bn_cnn(d)
 
 

@@ -36,7 +36,7 @@ bool Unary::keeps_zero() const {
 int Unary::temporaries() const {
   switch (kind) {
     case Kind::leaky_relu: case Kind::hard_swish: case Kind::abs: case Kind::prelu: return 1;
-    case Kind::elu: return 3;
+    case Kind::elu: return 2;
     case Kind::tanh: case Kind::sigmoid: return 3;
     case Kind::swish: case Kind::gelu: case Kind::gelu_tanh: case Kind::softplus: case Kind::mish: return 4;
     default: return 0;
@@ -52,6 +52,13 @@ void min_ops(ProgramTemplate& t, const std::string& Y, double hi) {
   t.op(Op::fnegs, {Y, Y});
   op3(t, Op::fmaxs, Y, Y, fnum(-hi));
   t.op(Op::fnegs, {Y, Y});
+}
+
+// D = min(S, 0) as -max(-S, 0).
+void min0_ops(ProgramTemplate& t, const std::string& D, const std::string& S) {
+  t.op(Op::fnegs, {D, S});
+  op3(t, Op::fmaxs, D, D, fimm(0.0));
+  t.op(Op::fnegs, {D, D});
 }
 
 // T = exp(-|Y|) in (0, 1] (exp_ops), U a temporary.
@@ -177,27 +184,13 @@ void unary_ops(ProgramTemplate& t, const Unary& u, const std::string& Y, const s
     case Kind::mul: op3(t, Op::fmuls, Y, Y, fnum(u.a)); break;
     case Kind::add: op3(t, Op::fadds, Y, Y, fnum(u.a)); break;
     case Kind::elu: {  // max(y, 0) + a expm1(min(y, 0)): expm1 relative near 0 (no exp - 1 cancellation)
-      // m = expm1(t / 16) for t = max(min(y, 0), -20) by a degree-12 Taylor polynomial (|t / 16| <=
-      // 1.25: remainder 3e-9), doubled four times (expm1(2u) = m (m + 2)); below -20 expm1 is -1
-      // within 2.1e-9.
-      const std::string &T = tmp[0], &U = tmp[1], &V = tmp[2];
-      t.op(Op::fnegs, {T, Y});
-      op3(t, Op::fmaxs, T, T, fimm(0.0));
-      t.op(Op::fnegs, {T, T});
+      // expm1(t) for t = max(min(y, 0), -20) as expm1_x16_ops of t / 16 (|t / 16| <= 1.25: the
+      // polynomial's remainder 3e-9); below -20 expm1 is -1 within 2.1e-9.
+      const std::string &T = tmp[0], &U = tmp[1];
+      min0_ops(t, T, Y);
       op3(t, Op::fmaxs, T, T, fimm(-20.0));
       op3(t, Op::fmuls, T, T, fimm(0.0625));
-      op3(t, Op::fmuls, U, T, fnum(1.0 / 12));
-      op3(t, Op::fadds, U, U, fimm(1.0));
-      for (int k = 11; k >= 2; --k) {
-        op3(t, Op::fmuls, U, U, T);
-        op3(t, Op::fmuls, U, U, fnum(1.0 / k));
-        op3(t, Op::fadds, U, U, fimm(1.0));
-      }
-      op3(t, Op::fmuls, U, U, T);
-      for (int k = 0; k < 4; ++k) {
-        op3(t, Op::fadds, V, U, fimm(2.0));
-        op3(t, Op::fmuls, U, U, V);
-      }
+      expm1_x16_ops(t, U, T);
       if (u.a != 1) op3(t, Op::fmuls, U, U, fnum(u.a));
       op3(t, Op::fmaxs, Y, Y, fimm(0.0));
       op3(t, Op::fadds, Y, Y, U);
@@ -207,9 +200,7 @@ void unary_ops(ProgramTemplate& t, const Unary& u, const std::string& Y, const s
     case Kind::mish: mish_ops(t, Y, tmp[0], tmp[1], tmp[2], tmp[3]); break;
     case Kind::prelu:  // max(y, 0) + slope min(y, 0), a slope per feature
       if (per.empty()) throw std::logic_error("unary_ops: PRelu needs its slopes' DSD");
-      t.op(Op::fnegs, {tmp[0], Y});
-      op3(t, Op::fmaxs, tmp[0], tmp[0], fimm(0.0));
-      t.op(Op::fnegs, {tmp[0], tmp[0]});
+      min0_ops(t, tmp[0], Y);
       op3(t, Op::fmuls, tmp[0], tmp[0], per);
       op3(t, Op::fmaxs, Y, Y, fimm(0.0));
       op3(t, Op::fadds, Y, Y, tmp[0]);

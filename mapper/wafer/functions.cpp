@@ -72,24 +72,28 @@ void sign_ops(ProgramTemplate& t, const std::string& V, const std::string& Y) {
   op3(t, Op::fmaxs, V, V, fimm(-1.0));
 }
 
+void expm1_x16_ops(ProgramTemplate& t, const std::string& M, const std::string& X) {
+  op3(t, Op::fmuls, M, X, fnum(1.0 / 12));
+  op3(t, Op::fadds, M, M, fimm(1.0));
+  for (int k = 11; k >= 2; --k) {
+    op3(t, Op::fmuls, M, M, X);
+    op3(t, Op::fmuls, M, M, fnum(1.0 / k));
+    op3(t, Op::fadds, M, M, fimm(1.0));
+  }
+  op3(t, Op::fmuls, M, M, X);  // m = expm1(x)
+  for (int k = 0; k < 4; ++k) {
+    op3(t, Op::fadds, X, M, fimm(2.0));
+    op3(t, Op::fmuls, M, M, X);  // expm1(2u) = m (m + 2)
+  }
+}
+
 void tanh_ops(ProgramTemplate& t, const std::string& Y, const std::string& T, const std::string& U, const std::string& V) {
   t.op(Op::fnegs, {T, Y});
   op3(t, Op::fmaxs, T, T, Y);  // |y|
   sign_ops(t, V, Y);
   op3(t, Op::fmuls, T, T, fimm(-0.125));
   op3(t, Op::fmaxs, T, T, fimm(-2.5));  // t = -|y| / 8 (|y| <= 20)
-  op3(t, Op::fmuls, U, T, fnum(1.0 / 12));
-  op3(t, Op::fadds, U, U, fimm(1.0));
-  for (int k = 11; k >= 2; --k) {
-    op3(t, Op::fmuls, U, U, T);
-    op3(t, Op::fmuls, U, U, fnum(1.0 / k));
-    op3(t, Op::fadds, U, U, fimm(1.0));
-  }
-  op3(t, Op::fmuls, U, U, T);  // m = expm1(t)
-  for (int k = 0; k < 4; ++k) {
-    op3(t, Op::fadds, T, U, fimm(2.0));
-    op3(t, Op::fmuls, U, U, T);  // m = expm1(-2|y|)
-  }
+  expm1_x16_ops(t, U, T);  // m = expm1(16 t) = expm1(-2|y|)
   op3(t, Op::fadds, T, U, fimm(2.0));
   op3(t, Op::fmuls, U, U, V);
   op3(t, Op::fmuls, U, U, fimm(-1.0));

@@ -26,6 +26,10 @@ inline int recip_op_count(double lo, double hi) { return 1 + 4 * recip_iters(lo,
 // relative accuracy kept near 0, where 1 - exp would cancel), tanh(|y|) = -m / (2 + m) (recip_ops
 // over [1, 2]), times sign(y) (y 2^100 clamped to [-1, 1]).
 void tanh_ops(ProgramTemplate& t, const std::string& Y, const std::string& T, const std::string& U, const std::string& V);
+// M = expm1(16 X) for X in [-2.5, 0] (tanh's and Elu's): a degree-12 Taylor polynomial of expm1(X),
+// doubled four times by expm1(2u) = m (m + 2) -- relative accuracy near 0, where exp - 1 would
+// cancel. X is overwritten (the doublings' temporary).
+void expm1_x16_ops(ProgramTemplate& t, const std::string& M, const std::string& X);
 inline constexpr int kExpOps = 41, kRecipOps = 33;
 // Y = gelu(Y) = Y Phi(Y) (erf form) in place, T, U, V, W temporaries of Y's length: erf(|y| / sqrt 2)
 // by Abramowitz and Stegun 7.1.26 (|error| <= 1.5e-7; the argument clamped at 6) with t = 1 / (1 + p z)
