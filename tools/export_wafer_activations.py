@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Export two small wafer test models written as users write torch.nn models.
+"""Export four small wafer test models written as users write torch.nn models.
 
 Writes tests/cli/data/wafer_activations_mlp.onnx, wafer_activations_mlp_x.npy and
 wafer_activations_mlp_y.npy: nn.Sequential(Linear(16, 32), ELU(), Linear(32, 32), SELU(),
@@ -16,7 +16,19 @@ the forward (a ReduceMean, as MNASNet's and ShuffleNet's heads), Linear, BatchNo
 statistics of its own (a per-feature Mul and Add after the Linear), PReLU (one slope), Linear -- at batch 2,
 opset 13.
 
-Both are checked against PyTorch's output and the reference executor.
+And tests/cli/data/wafer_two_value_mlp.onnx, _x.npy, _y.npy: Linear(16, 32), Softsign, Linear(32, 32),
+Tanhshrink, Linear(32, 24), QuickGELU (x * sigmoid(1.702 x), CLIP's, written in the forward),
+Linear(24, 8) at batch 4, opset 13 -- functions the export writes as ops of two values of one
+chain end (Div(x, Add(Abs(x), 1)), Sub(x, Tanh(x)), Mul(x, Sigmoid(Mul(x, 1.702)))), which no
+single ONNX op or canonical fusion covers.
+
+And tests/cli/data/wafer_groupnorm_cnn.onnx, _x.npy, _y.npy: Conv2d(3, 8, 3, padding=1), GroupNorm(2, 8),
+ReLU, Conv2d(8, 12, 3, stride=2, padding=1), InstanceNorm2d(12, affine=True), SiLU,
+AdaptiveAvgPool2d(1), Flatten, Linear(12, 4) at batch 2, opset 13 -- GroupNorm exported as Reshape,
+InstanceNormalization, Reshape, Mul, Add; InstanceNorm2d as one InstanceNormalization with its
+scale and bias -- with affine parameters drawn away from the identity.
+
+All are checked against PyTorch's output and the reference executor.
 
 Run with Debian's python3-torch: /usr/bin/python3 tools/export_wafer_activations.py. CI never runs it;
 a re-run writes the same bytes.
@@ -69,6 +81,31 @@ def mean_bn_cnn(d):
     write_case(d, "wafer_mean_bn_cnn", model, x)
 
 
+class QuickGelu(nn.Module):  # CLIP's activation, as its forward writes it
+    def forward(self, x):
+        return x * torch.sigmoid(1.702 * x)
+
+
+def two_value_mlp(d):
+    torch.manual_seed(23)
+    model = nn.Sequential(nn.Linear(16, 32), nn.Softsign(), nn.Linear(32, 32), nn.Tanhshrink(), nn.Linear(32, 24), QuickGelu(), nn.Linear(24, 8)).eval()
+    x = (2.0 * np.random.RandomState(10).standard_normal((4, 16))).astype(np.float32)
+    write_case(d, "wafer_two_value_mlp", model, x)
+
+
+def groupnorm_cnn(d):
+    torch.manual_seed(24)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(2, 8), nn.ReLU(), nn.Conv2d(8, 12, 3, stride=2, padding=1),
+                          nn.InstanceNorm2d(12, affine=True), nn.SiLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(12, 4))
+    with torch.no_grad():  # scales and shifts of their own, not the identity
+        for m in (model[1], model[4]):
+            m.weight.uniform_(0.5, 2.0)
+            m.bias.uniform_(-0.5, 0.5)
+    model.eval()
+    x = np.random.RandomState(11).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    write_case(d, "wafer_groupnorm_cnn", model, x)
+
+
 def main():
     torch.set_num_threads(1)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,6 +116,8 @@ def main():
     x = (2.0 * np.random.RandomState(8).standard_normal((3, 16))).astype(np.float32)
     write_case(d, "wafer_activations_mlp", model, x)
     mean_bn_cnn(d)
+    two_value_mlp(d)
+    groupnorm_cnn(d)
 
 
 if __name__ == "__main__":

@@ -81,6 +81,51 @@ void ln_program(const DenseKernel& k, size_t l, ProgramTemplate& t) {
   if (!k.rms) t.op(Op::fadds, {y, y, "lnbb" + L});
 }
 
+// GroupNorm at kernel l's chain ends, right after the bias: y is [S samples, P positions, nb
+// channels], ng = nb / gs groups of gs channels. Per sample and channel the sum over the positions
+// (P ops over S nb: gy<l>_<p> walks position p of every sample), per group the sum of its channels
+// (gs ops over S ng: gsg<l>_<i> walks channel i of every group), times 1 / (P gs): the mean, taken
+// from every value (one 4-D walk, the mean broadcast over positions and channels by zero strides);
+// the squares' sums likewise (a product per position into gt<l>), + eps, 1 / sqrt by wide_ops (fp32's
+// range), and the product.
+void gn_program(const DenseKernel& k, size_t l, ProgramTemplate& t) {
+  const std::string L = std::to_string(l);
+  const int64_t P = k.B / k.samples, gs = k.gn_size;
+  const std::string sum = "gsum" + L, mu = "gmu" + L, sq = "gt" + L;
+  auto row = [&](int64_t p) { return "gy" + L + "_" + std::to_string(p); };
+  auto group_sums = [&] {
+    t.op(Op::fmovs, {mu, "gsg" + L + "_0"});
+    for (int64_t i = 1; i < gs; ++i) t.op(Op::fadds, {mu, mu, "gsg" + L + "_" + std::to_string(i)});
+  };
+  t.op(Op::fmovs, {sum, row(0)});
+  for (int64_t p = 1; p < P; ++p) t.op(Op::fadds, {sum, sum, row(p)});
+  group_sums();
+  const Operand inv = fnum(1.0 / static_cast<double>(P * gs));
+  t.op(Op::fmuls, {mu, mu, inv});
+  t.op(Op::fsubs, {"gyw" + L, "gyw" + L, "gmb" + L}, "the group's mean from every value");
+  t.op(Op::fmuls, {sum, row(0), row(0)});
+  for (int64_t p = 1; p < P; ++p) {
+    t.op(Op::fmuls, {sq, row(p), row(p)});
+    t.op(Op::fadds, {sum, sum, sq});
+  }
+  group_sums();
+  t.op(Op::fmacs, {mu, fnum(k.gn_eps), mu, inv}, "the variance + eps");
+  wide_ops(t, true, "grs" + L, mu, "gwx" + L, "gwf" + L, "gwm" + L, "gwt" + L);
+  t.op(Op::fmuls, {"gyw" + L, "gyw" + L, "grb" + L}, "times 1 / sqrt(var + eps)");
+}
+
+int64_t gn_cycles(const DenseKernel& k, const WaferConfig& cfg) {
+  const int64_t P = k.B / k.samples, gs = k.gn_size, S = k.samples, nb = k.nb, ng = k.gn_groups();
+  auto d = [&](Op op, int64_t len, int64_t stride = 1) { return dsd_cycles(op, len, stride, cfg); };
+  // (the group sums walk channels gs apart; the broadcasts' innermost stride is 0)
+  const int64_t groups = d(Op::fmovs, S * ng, gs) + (gs - 1) * d(Op::fadds, S * ng, gs);
+  ProgramTemplate w;
+  wide_ops(w, true, "r", "v", "x", "f", "m", "t");
+  return d(Op::fmovs, S * nb) + (P - 1) * d(Op::fadds, S * nb) + groups + d(Op::fmuls, S * ng) + d(Op::fsubs, k.B * nb, 0) +  // the mean
+         d(Op::fmuls, S * nb) + (P - 1) * (d(Op::fmuls, S * nb) + d(Op::fadds, S * nb)) + groups + d(Op::fmacs, S * ng) +  // the variance
+         w.dsd_cycles(S * ng, cfg) + d(Op::fmuls, k.B * nb, 0);
+}
+
 // Queues: an async op runs on the microthread of its queue number, and weight loads keep input
 // queues 2 and 3's microthreads busy for long stretches, so the broadcasts that other PEs wait for
 // in a blocking receive (LayerNorm's on output queue 5, attention's on 4) use other numbers; the

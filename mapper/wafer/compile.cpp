@@ -319,8 +319,8 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
             c.constants.push_back({k.x0 + px, k.y0 + py, "rck" + std::to_string(l), rotary_table(k, k.attn_k_cos, nbk)});
             c.constants.push_back({k.x0 + px, k.y0 + py, "rsk" + std::to_string(l), rotary_table(k, k.attn_k_sin, nbk)});
           }
-          for (size_t j = 0; j < k.acts.size(); ++j)  // a PRelu's slopes for the block's features (0 beyond N)
-            if (k.acts[j].kind == Unary::Kind::prelu) {
+          for (size_t j = 0; j < k.acts.size(); ++j)  // a PRelu's slopes, a per-feature scale or shift, for the block's features (0 beyond N)
+            if (!k.acts[j].per.empty()) {
               HostArray s{k.x0 + px, k.y0 + py, "prs" + std::to_string(l) + "_" + std::to_string(j), std::vector<float>(static_cast<size_t>(k.nb), 0.0f)};
               for (int64_t i = 0; i < k.nb && nbk * k.nb + i < k.N; ++i) s.values[static_cast<size_t>(i)] = k.acts[j].per[static_cast<size_t>(nbk * k.nb + i)];
               c.constants.push_back(std::move(s));

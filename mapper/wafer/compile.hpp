@@ -77,16 +77,24 @@ struct MappingOptions {
 // graph's order (docs/wafer-compiler.md "Elementwise functions"; elementwise.cpp builds its PE
 // operations with unary_ops and costs them with unary_cycles).
 struct Unary {
-  enum class Kind { relu, leaky_relu, clip, tanh, sigmoid, hard_sigmoid, hard_swish, swish, gelu, gelu_tanh, abs, neg, mul, add, elu, softplus, mish, prelu };
+  // keep, combine: an op of two values of one chain end (x - tanh(x), x / (1 + |x|), x sigmoid(1.702 x)):
+  // `keep` copies y into the kept array (the last of the kernel's temporaries), the functions after
+  // it go on over y, and `combine` puts kept op y (or y op kept) back into y.
+  // mul_per, add_per: y times (plus) a constant per output feature (`per`: a scale or shift per
+  // channel after a GroupNorm or InstanceNorm, where it cannot fold into W or the bias).
+  enum class Kind { relu, leaky_relu, clip, tanh, sigmoid, hard_sigmoid, hard_swish, swish, gelu, gelu_tanh, abs, neg, mul, add, elu, softplus, mish, prelu, keep, combine,
+                    mul_per, add_per };
+  enum class Bin { add, sub, mul, div };  // combine's op
   Kind kind = Kind::relu;
   // leaky_relu, swish, elu: alpha; clip: lo, hi (+-inf: no bound); hard_sigmoid: alpha, beta;
-  // mul, add: the scalar constant.
+  // mul, add: the scalar constant; combine: a = its Bin, b = 1 when the kept value is the first
+  // operand (kept - y, kept / y), 0 when y is.
   double a = 0, b = 0;
   std::string op;  // the graph op it came from ("Relu", "Clip", ...), for messages and the kernel's op
-  std::vector<float> per;  // prelu: a slope per output feature (N; placed at the chain ends as prs<l>_<j>)
+  std::vector<float> per;  // prelu, mul_per, add_per: a value per output feature (N; placed at the chain ends as prs<l>_<j>)
   bool monotone() const;  // non-decreasing: it commutes with a max (a MaxPool after it)
   bool keeps_zero() const;  // f(0) = 0: a padded feature (0) stays 0
-  int temporaries() const;  // arrays of y's size its PE operations need
+  int temporaries() const;  // arrays of y's size its PE operations need (keep, combine: besides the kept one)
 };
 
 // One dense layer placed on the fabric.
@@ -116,11 +124,12 @@ struct DenseKernel {
   }
   bool ln_premask() const { return layernorm && ln_padded() && !(all_keep_zero(acts) && all_keep_zero(acts_after)); }
   bool ln_postmask() const { return layernorm && ln_padded() && !all_keep_zero(acts_post_ln); }
-  int act_temporaries() const {      // arrays of y's size the functions need (the most any one does)
+  int act_temporaries() const {      // arrays of y's size the functions need (the most any one does; and the kept value last)
     int n = 0;
+    bool kept = false;
     for (const auto* v : {&acts, &acts_after, &acts_post_ln})
-      for (const Unary& u : *v) n = std::max(n, u.temporaries());
-    return n;
+      for (const Unary& u : *v) n = std::max(n, u.temporaries()), kept = kept || u.kind == Unary::Kind::keep;
+    return n + (kept ? 1 : 0);
   }
   bool act_is(Unary::Kind kind) const { return acts.size() == 1 && acts[0].kind == kind; }
   bool softmax = false;              // a Softmax over the outputs after it (last layer; all N on one PE)
@@ -159,6 +168,14 @@ struct DenseKernel {
   bool layernorm = false;
   std::vector<float> ln_gamma, ln_beta;
   double ln_eps = 1e-5;
+  // GroupNorm (an InstanceNormalization of [batch, groups, rest], between Reshapes; InstanceNorm:
+  // groups of one channel) right after a Conv's bias: per sample and group the mean and variance
+  // over the group's channels and every position, local to the chain end (its block of nb channels
+  // holds whole groups); then the functions (its scale and shift are mul_per / add_per). gn_size:
+  // channels per group (0: none).
+  int64_t gn_size = 0;
+  double gn_eps = 1e-5;
+  int64_t gn_groups() const { return gn_size ? nb / gn_size : 0; }  // groups per chain-end PE
   int cn0 = -1, cn1 = -1, cnb = -1;  // LayerNorm: the edge chain's two colors, the broadcast back
   std::string in_value;              // the graph value it reads
   int64_t src = -1;                  // the kernel whose output it reads (-1: the graph input)

@@ -14,9 +14,10 @@ using Kind = Unary::Kind;
 
 bool Unary::monotone() const {
   switch (kind) {
-    case Kind::relu: case Kind::clip: case Kind::tanh: case Kind::sigmoid: case Kind::hard_sigmoid: case Kind::add: case Kind::softplus: return true;
+    case Kind::relu: case Kind::clip: case Kind::tanh: case Kind::sigmoid: case Kind::hard_sigmoid: case Kind::add: case Kind::softplus: case Kind::keep: return true;
     case Kind::leaky_relu: case Kind::elu: return a >= 0;
-    case Kind::prelu: return std::all_of(per.begin(), per.end(), [](float s) { return s >= 0; });
+    case Kind::prelu: case Kind::mul_per: return std::all_of(per.begin(), per.end(), [](float s) { return s >= 0; });
+    case Kind::add_per: return true;
     case Kind::mul: return a >= 0;
     default: return false;  // GELU, Swish, Mish, HardSwish, Abs, Neg dip or fall
   }
@@ -28,7 +29,9 @@ bool Unary::keeps_zero() const {
     case Kind::softplus: return false;                      // ln 2
     case Kind::hard_sigmoid: return b <= 0;                 // clamp(beta, 0, 1)
     case Kind::add: return a == 0;
+    case Kind::add_per: return std::all_of(per.begin(), per.end(), [](float s) { return s == 0; });
     case Kind::clip: return !(a > 0) && !(b < 0);           // the bounds around 0
+    // (combine: 0 op 0 is 0, a zero divisor gives 0 -- unary_ops)
     default: return true;                                   // Relu, Tanh, GELU, Swish, HardSwish, Abs, Neg, Mul, LeakyRelu, Elu
   }
 }
@@ -39,6 +42,7 @@ int Unary::temporaries() const {
     case Kind::elu: return 2;
     case Kind::tanh: case Kind::sigmoid: return 3;
     case Kind::swish: case Kind::gelu: case Kind::gelu_tanh: case Kind::softplus: case Kind::mish: return 4;
+    case Kind::combine: return static_cast<Unary::Bin>(static_cast<int>(a)) == Unary::Bin::div ? 5 : 0;
     default: return 0;
   }
 }
@@ -127,9 +131,37 @@ void sigmoid_ops(ProgramTemplate& t, const std::string& Y, const std::string& T,
   op3(t, Op::fmuls, Y, V, U);
 }
 
+// Y = kept op Y (first) or Y op kept, K the kept value, T[0..5) temporaries for a division: the
+// divisor D's sign s (sign_ops) moves to the numerator, 1 / |D| by wide_ops (fp32's range: scaled
+// into [1/4, 4) by powers of two, Newton's iteration), then the product. A zero divisor gives 0
+// (s = 0), where ONNX's Div gives an infinity or NaN.
+void combine_ops(ProgramTemplate& t, Unary::Bin bin, bool first, const std::string& Y, const std::string& K, const std::vector<std::string>& T) {
+  const std::string &a = first ? K : Y, &b = first ? Y : K;
+  switch (bin) {
+    case Unary::Bin::add: op3(t, Op::fadds, Y, a, b); break;
+    case Unary::Bin::sub: op3(t, Op::fsubs, Y, a, b); break;
+    case Unary::Bin::mul: op3(t, Op::fmuls, Y, a, b); break;
+    case Unary::Bin::div:
+      sign_ops(t, T[0], b);
+      op3(t, Op::fmuls, T[1], b, T[0]);
+      op3(t, Op::fmuls, a, a, T[0]);  // (the numerator, Y or the kept value, is not read again)
+      wide_ops(t, false, T[0], T[1], T[2], T[3], T[4], T[1]);
+      op3(t, Op::fmuls, Y, a, T[0]);
+      break;
+  }
+}
+
 void unary_ops(ProgramTemplate& t, const Unary& u, const std::string& Y, const std::vector<std::string>& tmp, const std::string& per) {
-  if (static_cast<int>(tmp.size()) < u.temporaries()) throw std::logic_error("unary_ops: " + u.op + " needs " + std::to_string(u.temporaries()) + " temporaries");
+  const bool two = u.kind == Kind::keep || u.kind == Kind::combine;  // (the kept value: the last temporary)
+  if (static_cast<int>(tmp.size()) < u.temporaries() + (two ? 1 : 0))
+    throw std::logic_error("unary_ops: " + u.op + " needs " + std::to_string(u.temporaries() + (two ? 1 : 0)) + " temporaries");
   switch (u.kind) {
+    case Kind::keep: t.op(Op::fmovs, {tmp.back(), Y}); break;
+    case Kind::mul_per: case Kind::add_per:
+      if (per.empty()) throw std::logic_error("unary_ops: a per-feature " + u.op + " needs its values' DSD");
+      op3(t, u.kind == Kind::mul_per ? Op::fmuls : Op::fadds, Y, Y, per);
+      break;
+    case Kind::combine: combine_ops(t, static_cast<Unary::Bin>(static_cast<int>(u.a)), u.b != 0, Y, tmp.back(), tmp); break;
     case Kind::relu: op3(t, Op::fmaxs, Y, Y, fimm(0.0)); break;
     case Kind::leaky_relu:  // max(y, a y) for a <= 1, min(y, a y) above
       op3(t, Op::fmuls, tmp[0], Y, fnum(u.a));
@@ -210,7 +242,7 @@ void unary_ops(ProgramTemplate& t, const Unary& u, const std::string& Y, const s
 
 int64_t unary_cycles(const Unary& u, int64_t len, const WaferConfig& cfg) {
   ProgramTemplate t;
-  unary_ops(t, u, "y", {"t0", "t1", "t2", "t3"}, "s");
+  unary_ops(t, u, "y", {"t0", "t1", "t2", "t3", "t4", "t5"}, "s");
   return t.dsd_cycles(len, cfg);
 }
 

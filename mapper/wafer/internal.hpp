@@ -162,6 +162,10 @@ void attn_params(const DenseKernel& k, size_t l, json& params);
 // chain_end_program.cpp: post-ops at a kernel's chain ends.
 void softmax_program(ProgramTemplate& t, const DenseKernel& k, const std::string& L);
 void ln_program(const DenseKernel& k, size_t l, ProgramTemplate& t);
+// GroupNorm at a Conv's chain ends (DenseKernel::gn_size; its arrays and DSDs: layer_program.cpp),
+// and its DSD operations' cycles (the estimate).
+void gn_program(const DenseKernel& k, size_t l, ProgramTemplate& t);
+int64_t gn_cycles(const DenseKernel& k, const WaferConfig& cfg);
 void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& t);
 
 // layer_program.cpp: kernel l's arrays and DSDs (then its tasks, unless sequenced).

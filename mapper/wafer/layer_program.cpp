@@ -209,8 +209,8 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   t.if_("last" + L);
   if (k.row_period) t.mem4d("bm" + L, "bias" + L, 0, {{B / k.row_period, 0}, {k.row_period * nb, 1}}, "the bias and row constants again for every sample");
   else t.mem4d("bm" + L, "bias" + L, 0, {{B, 0}, {nb, 1}}, "the bias again for every sample");
-  for (size_t j = 0; j < k.acts.size(); ++j)  // a PRelu's slopes for the block's features (placed by the host), again for every row
-    if (k.acts[j].kind == Unary::Kind::prelu) {
+  for (size_t j = 0; j < k.acts.size(); ++j)  // a PRelu's slopes, a per-feature scale or shift (placed by the host), again for every row
+    if (!k.acts[j].per.empty()) {
       const std::string A = "prs" + L + "_" + std::to_string(j);
       data(t, A, f32, nb);
       t.mem4d(A + "b", A, 0, {{B, 0}, {nb, 1}});
@@ -371,6 +371,22 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
       t.mem1d("sz" + L + "_" + std::to_string(cc), ya.array, ya.off + cc, B, nb);
       t.mem1d("sx" + L + "_" + std::to_string(cc), "se" + L, cc, B, k.N);
     }
+  }
+  if (k.gn_size) {  // GroupNorm (gn_program): per-channel and per-group sums, the broadcasts back
+    const int64_t S = k.samples, P = B / S, gs = k.gn_size, ng = k.gn_groups();
+    data(t, "gsum" + L + "_a", f32, S * nb, live(c, l, 1));
+    t.mem1d("gsum" + L, "gsum" + L + "_a");
+    data(t, "gt" + L + "_a", f32, S * nb, live(c, l, 1));
+    t.mem1d("gt" + L, "gt" + L + "_a");
+    for (const char* a : {"gmu", "grs", "gwx", "gwf", "gwm", "gwt"}) {
+      data(t, a + L + "_a", f32, S * ng, live(c, l, 1));
+      t.mem1d(a + L, a + L + "_a");
+    }
+    for (int64_t p = 0; p < P; ++p) t.mem4d("gy" + L + "_" + std::to_string(p), ya.array, ya.off + p * nb, {{S, P * nb}, {nb, 1}});
+    for (int64_t i = 0; i < gs; ++i) t.mem4d("gsg" + L + "_" + std::to_string(i), "gsum" + L + "_a", i, {{S, nb}, {ng, gs}});
+    t.mem4d("gyw" + L, ya.array, ya.off, {{S, P * nb}, {P, nb}, {ng, gs}, {gs, 1}});
+    t.mem4d("gmb" + L, "gmu" + L + "_a", 0, {{S, ng}, {P, 0}, {ng, 1}, {gs, 0}});
+    t.mem4d("grb" + L, "grs" + L + "_a", 0, {{S, ng}, {P, 0}, {ng, 1}, {gs, 0}});
   }
   if (k.pkh) {  // the pool's windows over y (or its bordered copy): one 4-D walk per window offset
     const int64_t ph_in = k.pool_ih(), pw_in = k.pool_iw();

@@ -67,6 +67,7 @@ void red_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& 
   chain_step(t, "first" + L, "last" + L, y, "to" + L, "from" + L, y);
   t.if_("last" + L);
   t.op(Op::fadds, {y, y, "bm" + L});
+  if (k.gn_size) gn_program(k, l, t);
   const bool act_some = k.act_split();  // pass-through blocks take none
   if (act_some) t.if_("act" + L);
   std::vector<std::string> tmp;

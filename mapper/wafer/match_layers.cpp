@@ -16,8 +16,9 @@ const char* const kOpsHint =
     "the wafer compiler maps in this build: Gemm, or MatMul by a constant weight, with a bias Add and a scale per output feature (BatchNorm1d); "
     "Conv (1-D or 2-D, any stride, pads, dilation and groups), MaxPool, AveragePool or GlobalAveragePool (or a mean over the spatial axes) after a Conv, "
     "a Flatten into a dense layer; elementwise functions of one value (Relu, "
-    "LeakyRelu, PRelu, Clip, Tanh, Sigmoid, HardSigmoid, HardSwish, Swish, GELU, Elu, Selu, Celu, Softplus, Mish, Abs, Neg, Add, Mul, Sub or Div by a scalar constant); a final "
-    "Softmax or LogSoftmax; residual Adds (ResNet's shortcuts, MobileNet's inverted residuals), squeeze-excitation gates, gated units (SwiGLU); LayerNorm "
+    "LeakyRelu, PRelu, Clip, Tanh, Sigmoid, HardSigmoid, HardSwish, Swish, GELU, Elu, Selu, Celu, Softplus, Mish, Abs, Neg, Add, Mul, Sub or Div by a scalar constant) "
+    "and Add, Sub, Mul or Div of two values of one chain end (x - tanh(x), x / (1 + |x|)); a final "
+    "Softmax or LogSoftmax; GroupNorm and InstanceNorm right after a Conv; residual Adds (ResNet's shortcuts, MobileNet's inverted residuals), squeeze-excitation gates, gated units (SwiGLU); LayerNorm "
     "and RMSNorm; multi-head attention with additive or causal masks and rotary embeddings; a Vision Transformer's tokens (a Conv's positions as "
     "rows, a class token, a position embedding, one token into the head) (docs/wafer-compiler.md \"What it maps\"); "
     "run other models on target.kind neuroncore or reference";
@@ -32,7 +33,7 @@ namespace {
 // operand is not a scalar constant).
 const std::set<std::string> kStructural = {"Gemm", "MatMul", "Add", "Softmax", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
                                            "Flatten", "Reshape", "Div", "Mul", "LayerNormalization", "RMSNormalization", "Transpose", "Where", "Slice", "Concat",
-                                           "ReduceMean", "LogSoftmax"};  // (Where: an attention mask; Slice and Concat: rotary embeddings in an attention, tokens)
+                                           "ReduceMean", "LogSoftmax", "InstanceNormalization"};  // (Where: an attention mask; Slice and Concat: rotary embeddings in an attention, tokens)
 
 // A constant that adds or multiplies per feature: shape [..., N] with ones before the last axis
 // for rows, [C, 1, 1] (or [1, C, 1, 1]; [C, 1] in 1-D) for a feature map of rank r.
@@ -193,6 +194,22 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
   struct TokenSlice { int64_t row, period; long producer; };
   std::map<std::string, TokenSlice> token_slices;
   std::vector<std::string> kout;  // each kernel's output value so far
+  // The values at the last kernel's chain ends: its functions list each lies in (0: acts, 1:
+  // acts_after, 2: acts_post_ln) and its place there -- an Add, Sub, Mul or Div of two of them
+  // keeps the earlier one (Unary::Kind::keep, combine).
+  struct ChainPos { size_t kernel; int list; size_t at; };
+  std::map<std::string, ChainPos> chain_pos;
+  auto fn_list = [](DenseKernel& k) -> std::pair<int, std::vector<Unary>*> {  // where its next function goes (the branch below)
+    if (k.layernorm && !k.attn && !k.softmax && k.gate_of < 0 && !k.pkh) return {2, &k.acts_post_ln};
+    return k.residual >= 0 ? std::pair<int, std::vector<Unary>*>{1, &k.acts_after} : std::pair<int, std::vector<Unary>*>{0, &k.acts};
+  };
+  auto chain_value = [&](const std::string& v) {  // v lies at the last kernel's chain ends, in its current list
+    const auto it = chain_pos.find(v);
+    if (ks.empty() || flat || tok_view || tok_reshaped || it == chain_pos.end() || it->second.kernel + 1 != ks.size()) return false;
+    DenseKernel& k = ks.back();
+    const auto [list, fns] = fn_list(k);
+    return list == it->second.list && it->second.at <= fns->size() && !k.attn && !k.softmax && k.gate_of < 0 && !k.pkh;
+  };
   for (const size_t i : order) {
     if (consumed.count(i)) continue;
     graph::Node n = g.nodes[i];
@@ -263,7 +280,11 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
     const bool from_constant = (n.op == "Sub" || n.op == "Div") && n.inputs.size() == 2 && n.inputs[1] == cur && constant(n.inputs[0]);
     // (And a Concat of tokens with constant rows before them: the class token.)
     const bool tok_concat = n.op == "Concat" && tok_view && std::find(n.inputs.begin(), n.inputs.end(), cur) != n.inputs.end();
-    if (n.inputs.empty() || (n.inputs[0] != cur && !(commutative && n.inputs.size() > 1 && n.inputs[1] == cur) && !from_constant && !tok_concat)) {
+    // (An op of two values at the chain ends, the running one second: x - tanh(x), x / (1 + |x|).)
+    const bool binary = n.op == "Add" || n.op == "Sub" || n.op == "Mul" || n.op == "Div";
+    const bool two_values = binary && n.inputs.size() == 2 && (n.inputs[0] == cur || n.inputs[1] == cur) && !constant(other_in(n, cur)) &&
+                            chain_value(other_in(n, cur)) && g.value(other_in(n, cur)).shape == g.value(cur).shape;
+    if (n.inputs.empty() || (n.inputs[0] != cur && !(commutative && n.inputs.size() > 1 && n.inputs[1] == cur) && !from_constant && !tok_concat && !two_values)) {
       // Every node must continue the chain from its first input (either input of Add or Mul).
       bool uses_cur = std::find(n.inputs.begin(), n.inputs.end(), cur) != n.inputs.end();
       unsupported(uses_cur ? "takes the running activation as a later input" : "does not continue the chain of layers (it does not read '" + cur + "')");
@@ -284,6 +305,56 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
     // A mean over every spatial axis of a feature map (x.mean((2, 3)): MNASNet's and ShuffleNet's
     // heads) is a GlobalAveragePool -- flattened when it drops the axes.
     const bool spatial_mean = n.op == "ReduceMean" && fmap && means_spatial(n, cs, constant);
+    // GroupNorm as exported: a Reshape to [batch, G, rest], InstanceNormalization, a Reshape back;
+    // or an InstanceNormalization of the feature map itself (InstanceNorm2d: G = C).
+    long gn_in = -1, gn_back = -1;  // the InstanceNormalization node, the Reshape back (-1: none)
+    int64_t gn_g = 0;
+    if (fmap && !ks.empty() && cs.size() >= 3) {
+      if (n.op == "InstanceNormalization") {
+        gn_in = static_cast<long>(i), gn_g = cs[1];
+      } else if (n.op == "Reshape") {
+        const Shape& os = g.value(n.outputs[0]).shape;
+        int64_t rest = 1;
+        for (size_t d = 1; d < cs.size(); ++d) rest *= cs[d];
+        const long in_n = sole(n.outputs[0], "InstanceNormalization");
+        if (os.size() == 3 && os[0] == cs[0] && os[1] > 0 && cs[1] % os[1] == 0 && os[1] * os[2] == rest && in_n >= 0) {
+          const long back = sole(g.nodes[static_cast<size_t>(in_n)].outputs[0], "Reshape");
+          if (back >= 0 && g.value(g.nodes[static_cast<size_t>(back)].outputs[0]).shape == cs) gn_in = in_n, gn_back = back, gn_g = os[1];
+        }
+      }
+    }
+    if (gn_in >= 0) {
+      DenseKernel& k = ks.back();
+      const graph::Node& inn = g.nodes[static_cast<size_t>(gn_in)];
+      if (!k.spatial() || k.activated() || k.residual >= 0 || k.pkh || k.gn_size || k.gate_of >= 0 || flat || uses[cur].size() != 1)
+        unsupported("GroupNorm and InstanceNorm are mapped right after a Conv (and its bias), before its functions, a residual or a pool, on a value nothing else reads");
+      const Tensor* sc = inn.inputs.size() > 2 ? constant(inn.inputs[1]) : nullptr;
+      const Tensor* bi = inn.inputs.size() > 2 ? constant(inn.inputs[2]) : nullptr;
+      if (!sc || !bi || sc->numel() != gn_g || bi->numel() != gn_g)
+        unsupported("InstanceNormalization's scale and bias must be constants of one value per group (" + std::to_string(gn_g) + ")");
+      k.gn_size = k.N / gn_g;
+      k.gn_eps = inn.attrs.get_float("epsilon", 1e-5);
+      // Its scale and shift per group, per channel at the chain ends (GroupNorm's own affine map
+      // follows as a Mul and an Add per channel: more functions).
+      std::vector<float> scale(static_cast<size_t>(k.N)), shift(static_cast<size_t>(k.N));
+      const auto sv = sc->to_f32(), bv = bi->to_f32();
+      for (int64_t ch = 0; ch < k.N; ++ch) scale[static_cast<size_t>(ch)] = sv[static_cast<size_t>(ch / k.gn_size)], shift[static_cast<size_t>(ch)] = bv[static_cast<size_t>(ch / k.gn_size)];
+      if (std::any_of(scale.begin(), scale.end(), [](float v) { return v != 1.0f; })) k.acts.push_back(Unary{Unary::Kind::mul_per, 0, 0, inn.op, scale});
+      if (std::any_of(shift.begin(), shift.end(), [](float v) { return v != 0.0f; })) k.acts.push_back(Unary{Unary::Kind::add_per, 0, 0, inn.op, shift});
+      // The normalised value takes the Conv's value's name: the nodes after it read that.
+      absorb(k, n);
+      alias[n.outputs[0]] = cur;
+      if (gn_back >= 0) {
+        const graph::Node& back = g.nodes[static_cast<size_t>(gn_back)];
+        absorb(k, inn);
+        absorb(k, back);
+        consumed.insert(static_cast<size_t>(gn_in));
+        consumed.insert(static_cast<size_t>(gn_back));
+        alias[inn.outputs[0]] = cur;
+        alias[back.outputs[0]] = cur;
+      }
+      continue;
+    }
     if (fmap && n.op != "Conv" && n.op != "MaxPool" && n.op != "AveragePool" && n.op != "GlobalAveragePool" && !spatial_mean && !kUnary.count(n.op) &&
         n.op != "Flatten" && n.op != "Reshape")
       unsupported(n.op + " on a feature map " + shape_str(cs) + ": the wafer compiler maps Conv, elementwise functions, MaxPool, AveragePool, GlobalAveragePool and a Flatten to [batch, features] there");
@@ -370,6 +441,21 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       if (k.K != xs[1]) unsupported("weight " + shape_str(w->shape()) + " does not match the activation " + shape_str(xs));
       k.w_trans = trans_b;
       start_kernel(k, n, "per output feature");
+    } else if (two_values) {
+      // An op of two values of the chain end (the running activation and one before it in the same
+      // list of functions): the earlier one is kept (`keep` at its place), the functions after it
+      // run on y, and `combine` applies the op (elementwise.cpp). One kept value at a time.
+      DenseKernel& k = ks.back();
+      std::vector<Unary>& fns = *fn_list(k).second;
+      const std::string o2 = other_in(n, cur);
+      const size_t at = chain_pos.at(o2).at;
+      for (size_t q = at; q < fns.size(); ++q)
+        if (fns[q].kind == Unary::Kind::keep || fns[q].kind == Unary::Kind::combine)
+          unsupported(n.op + " of two values at the chain ends overlaps another such op (" + fns[q].op + "): the wafer keeps one earlier value at a time");
+      const Unary::Bin bin = n.op == "Add" ? Unary::Bin::add : n.op == "Sub" ? Unary::Bin::sub : n.op == "Mul" ? Unary::Bin::mul : Unary::Bin::div;
+      fns.insert(fns.begin() + static_cast<long>(at), Unary{Unary::Kind::keep, 0, 0, n.op, {}});
+      fns.push_back(Unary{Unary::Kind::combine, static_cast<double>(bin), n.inputs[0] == o2 ? 1.0 : 0.0, n.op, {}});
+      absorb(k, n);
     } else if (n.op == "Add" && !ks.empty() && !constant(other_in(n, cur)) && !other_in(n, cur).empty()) {
       // A residual: the other input must be the input of an earlier kernel (held on the PEs).
       const std::string o2 = other_in(n, cur);
@@ -402,7 +488,7 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       ks.back().res_preln = preln;
       absorb(ks.back(), n);
     } else if (n.op == "Add" && !ks.empty() && constant(other_in(n, cur)) && per_feature(*constant(other_in(n, cur)), ks.back().N, fmap, cs.size()) &&
-               !ks.back().activated() && ks.back().residual < 0 && !ks.back().softmax && !ks.back().attn && !ks.back().layernorm && !ks.back().pkh && !flat) {
+               !ks.back().activated() && !ks.back().gn_size && ks.back().residual < 0 && !ks.back().softmax && !ks.back().attn && !ks.back().layernorm && !ks.back().pkh && !flat) {
       // A bias: a constant per output feature (channel), added with the layer's own.
       const auto cv = constant(other_in(n, cur))->to_f32();
       for (int64_t b = 0; b < ks.back().N; ++b) ks.back().bias[static_cast<size_t>(b)] += cv[static_cast<size_t>(b)];
@@ -465,7 +551,17 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
                                             ? "op " + n.op + " is mapped by the wafer compiler only inside an attention block (a mask; rotary embeddings), not here in this build"
                                             : "op " + n.op + " is not mapped here by the wafer compiler in this build");
       std::string why;
-      const std::vector<Unary> us = unary_of(n, constant, why);
+      std::vector<Unary> us;
+      const Tensor* pc = binary && n.inputs.size() == 2 ? constant(other_in(n, cur)) : nullptr;
+      if (pc && pc->numel() > 1 && !ks.empty() && per_feature(*pc, ks.back().N, fmap, cs.size()) && n.inputs[0] == cur) {
+        // A constant per output feature (channel) that folds into neither W nor the bias (after a
+        // GroupNorm or a function): an array at the chain ends, as PRelu's slopes.
+        std::vector<float> v = pc->to_f32();
+        for (float& x : v) x = n.op == "Sub" ? -x : n.op == "Div" ? 1.0f / x : x;
+        us = {Unary{n.op == "Mul" || n.op == "Div" ? Unary::Kind::mul_per : Unary::Kind::add_per, 0, 0, n.op, v}};
+      } else {
+        us = unary_of(n, constant, why);
+      }
       if (us.empty()) unsupported(n.op == "Add" ? "Add is mapped as a bias (a constant per output feature) right after a dense layer or Conv, as a residual, or as an Add of a scalar constant" : why);
       if (ks.empty() || flat) unsupported(n.op + " is mapped only after a dense layer or Conv (at its chain ends)");
       DenseKernel& k = ks.back();
@@ -473,6 +569,8 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
           (!per_feature(*constant(n.inputs[1]), k.N, fmap, cs.size()) || k.layernorm || k.residual >= 0 || k.attn || k.softmax || k.gate_of >= 0))
         unsupported("PRelu with a slope per channel is mapped right after a dense layer or Conv (before a residual Add or a LayerNorm), one slope per output feature (" +
                     std::to_string(k.N) + ")");
+      if ((us[0].kind == Unary::Kind::mul_per || us[0].kind == Unary::Kind::add_per) && (k.layernorm || k.residual >= 0 || k.attn || k.softmax || k.gate_of >= 0))
+        unsupported(n.op + " by a constant per output feature is mapped among a layer's own functions (before a residual Add or a LayerNorm)");
       if (k.layernorm && !k.attn && !k.softmax && k.gate_of < 0 && !k.pkh) {  // after the LayerNorm, at the same chain ends
         k.acts_post_ln.insert(k.acts_post_ln.end(), us.begin(), us.end());
       } else {
@@ -492,6 +590,10 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       for (const auto& v : raw.inputs)  // (a dense layer's cur is its first input)
         if (canon(v) == cur) in_raw = v;
       parity_of[n.outputs[0]] = !in_raw.empty() && parity(in_raw);
+    }
+    if (!ks.empty() && !flat && !tok_view && !tok_reshaped) {
+      const auto [list, fns] = fn_list(ks.back());
+      chain_pos[n.outputs[0]] = ChainPos{ks.size() - 1, list, fns->size()};
     }
     cur = n.outputs[0];
   }

@@ -26,6 +26,7 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<in
   s[hold == Hold::y ? 2 : 1] += k.B * k.nb * 4;                      // y
   s[1] += k.act_temporaries() * k.B * k.nb * 4;                                     // the elementwise functions' temporaries (chain end)
   if (k.pkh) s[hold == Hold::p ? 2 : 1] += k.rows_out() * k.nb * 4;  // the pooled output (chain end)
+  if (k.gn_size) s[1] += (2 * k.nb + 6 * k.gn_groups()) * k.samples * 4;  // GroupNorm's sums and per-group values (chain end)
   if (hold == Hold::y16) s[2] += k.rows_out() * k.feat_nb() * 2;     // y (the attention's output) in the 16-bit format (chain end)
   if (k.gate_of >= 0) s[hold == Hold::gt ? 2 : 1] += k.gate_rows * k.nb * 4;  // the squeeze-excitation product (chain end)
   if (k.input_layer) s[0] += (k.spatial() ? k.xs_elems() : k.B * k.kb) * wbytes;  // xs (source)
@@ -38,6 +39,7 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<in
   if (k.reads_input2) b += k.B * k.kb * wbytes;                      // the second input's rows (cross-attention's K or V: at the holder's chain ends)
   if (k.res_host) b += k.B * k.nb * 4;                               // the graph input's block for the residual (chain end)
   if (k.layernorm) b += 3 * k.nb * 4;                                // LayerNorm's scale, bias and mask (chain end)
+  for (const Unary& u : k.acts) b += u.per.empty() ? 0 : k.nb * 4;  // a value per feature: PRelu's slopes, a scale or shift (chain end)
   if (k.keeps_preln) b += k.B * k.nb * 4;                            // the value before the LayerNorm (chain end)
   if (k.res_mul && wbytes == 2) b += k.B * k.nb * 4;                // a gated unit's widened factor (chain end)
   if (!k.attn_mask.empty()) b += static_cast<int64_t>(k.attn_mask.size()) * 4;  // the attention's mask (chain end)

@@ -62,6 +62,17 @@ void place_pipelined_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
                          "give a block that divides the head size or is a multiple of it, or leave mapping.wafer_block out");
       continue;  // (the search goes on to the next power of two)
     }
+    int64_t bad_gn = 0;  // GroupNorm: whole groups per chain end
+    for (const auto& k : ks)
+      if (k.gn_size > 1 && b % k.gn_size != 0) bad_gn = k.gn_size;
+    if (bad_gn) {
+      if (opt.block > 0)
+        throw InputError("/mapping/wafer_block", "block " + std::to_string(b) + ": a GroupNorm's groups of " + std::to_string(bad_gn) + " channels do not split into blocks of " + std::to_string(b) +
+                                                     " (a chain end takes whole groups)",
+                         "give a block that is a multiple of the group size, or leave mapping.wafer_block out");
+      if (why.empty()) why = "block " + std::to_string(b) + ": a GroupNorm's groups of " + std::to_string(bad_gn) + " channels would span several PEs";
+      continue;
+    }
     for (const size_t l : passes) pass_through(ks, l, b);
     const auto [W, H] = place_pipelined(ks, b);
     if (ks.back().softmax && ks.back().nblocks() != 1) {
@@ -154,6 +165,18 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
                                                     " features over " + std::to_string(len) + " PEs is " + std::to_string(cdiv(k.N, len)) + " per PE, heads have " + std::to_string(k.dh),
                          std::string("give a rectangle whose ") + (k.k_on_columns ? "height" : "width") + " makes the features per PE a multiple of the head size or " + (rope ? "an even" : "a") + " divisor of it");
     }
+  for (const auto& k : c.kernels)  // GroupNorm: whole groups per chain-end PE (nb a multiple of the group's channels)
+    if (k.gn_size > 1) {
+      int64_t& len = k.k_on_columns ? h : w;
+      const bool given = k.k_on_columns ? opt.rect_height > 0 : opt.rect_width > 0;
+      auto fits = [&](int64_t n) { return cdiv(k.N, n) % k.gn_size == 0; };
+      while (!given && len > 1 && !fits(len)) --len;
+      if (!fits(len))
+        throw InputError("/mapping/wafer_rect", "the GroupNorm of kernel '" + k.name + "' needs whole groups on each chain-end PE: " + std::to_string(k.N) + " channels over " +
+                                                    std::to_string(len) + " PEs is " + std::to_string(cdiv(k.N, len)) + " per PE, groups have " + std::to_string(k.gn_size),
+                         std::string("give a rectangle whose ") + (k.k_on_columns ? "height" : "width") + " makes the channels per PE a multiple of " + std::to_string(k.gn_size) +
+                             ", or leave mapping.wafer_rect out");
+    }
   if (moves && w != h) {
     const auto it = std::find_if(c.kernels.begin(), c.kernels.end(), [](const DenseKernel& k) { return k.res_move; });
     if (!auto_rect)
@@ -166,6 +189,11 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
     throw InputError("/mapping/wafer_rect", "the rectangle " + std::to_string(w) + " x " + std::to_string(h) + " is larger than the fabric " +
                                                std::to_string(cfg.fabric_width) + " x " + std::to_string(cfg.fabric_height));
   place_streaming(c.kernels, w, h);
+  for (const auto& k : c.kernels)  // (a square rectangle for a moved residual may have changed it)
+    if (k.gn_size > 1 && k.nb % k.gn_size != 0)
+      throw InputError("/mapping/wafer_rect", "the GroupNorm of kernel '" + k.name + "' needs whole groups on each chain-end PE: the " + std::to_string(w) + " x " + std::to_string(h) +
+                                                  " rectangle gives " + std::to_string(k.nb) + " channels per PE, groups have " + std::to_string(k.gn_size),
+                       "give a rectangle whose side along the kernel's channels makes the channels per PE a multiple of the group size");
   if (c.sequenced) y_arena(c);
   if (c.training) {  // the saved x values' arena; the weights streamed again for the backward pass
     c.xs_off.assign(c.kernels.size(), 0);

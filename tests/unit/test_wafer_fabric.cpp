@@ -1040,9 +1040,11 @@ TEST_CASE("wafer-fabric: eager memory-only ops give the same run as element by e
 namespace {
 // A one-PE program: arrays x, r, t, u, v, w (n floats) with DSDs xm, rm, tm, um, vm, wm, and one task
 // whose body `body` builds.
-ProgramTemplate pe_function(const std::function<void(ProgramTemplate&)>& body, int64_t n) {
+// (`more`: two more arrays, p and q, for functions of more temporaries.)
+ProgramTemplate pe_function(const std::function<void(ProgramTemplate&)>& body, int64_t n, bool more = false) {
   ProgramTemplate t("f.pe");
-  for (const char* a : {"x", "r", "t", "u", "v", "w"}) {
+  for (const char* a : {"x", "r", "t", "u", "v", "w", "p", "q"}) {
+    if (!more && (*a == 'p' || *a == 'q')) continue;
     t.data(a, Elem::f32, n);
     t.mem1d(std::string(a) + "m", a);
   }
@@ -1064,14 +1066,15 @@ std::vector<float> run_pe_function(const std::function<void(ProgramTemplate&)>& 
 }
 // Several functions at once (one elaboration per process): body i on PE (i, 0) of a 1-row
 // fabric, each over its own copy of `in`; the results in order.
-std::vector<std::vector<float>> run_pe_functions(const std::vector<std::function<void(ProgramTemplate&)>>& bodies, const std::vector<float>& in) {
+std::vector<std::vector<float>> run_pe_functions(const std::vector<std::function<void(ProgramTemplate&)>>& bodies, const std::vector<float>& in,
+                                                 bool more = false) {
   const WaferConfig c = preset_config("wse2");
   const int64_t n = static_cast<int64_t>(in.size());
   std::map<std::string, ProgramTemplate> progs;
   nlohmann::json layout = {{"fabric", {{"width", bodies.size()}, {"height", 1}}}, {"rects", nlohmann::json::array()}};
   for (size_t i = 0; i < bodies.size(); ++i) {
     const std::string file = "f" + std::to_string(i) + ".pe";
-    ProgramTemplate t = pe_function(bodies[i], n);
+    ProgramTemplate t = pe_function(bodies[i], n, more);
     progs.emplace(file, t);
     layout["rects"].push_back({{"name", "pe" + std::to_string(i)}, {"x", i}, {"y", 0}, {"width", 1}, {"height", 1}, {"program", file}});
   }
@@ -1201,12 +1204,13 @@ TEST_CASE("wafer-fabric: the exp, reciprocal, rsqrt and elementwise generators b
   using K = Unary::Kind;
   for (const Unary& u : {fn(K::relu), fn(K::leaky_relu, 0.1), fn(K::leaky_relu, 3.0), fn(K::clip, 0, 6), fn(K::tanh), fn(K::sigmoid),
                         fn(K::hard_sigmoid, 0.2, 0.5), fn(K::hard_swish), fn(K::swish, 1.0), fn(K::swish, 2.0), fn(K::gelu),
-                        fn(K::gelu_tanh), fn(K::abs), fn(K::neg), fn(K::mul, 2.0), fn(K::add, 1.0), fn(K::elu, 1.0), fn(K::softplus), fn(K::mish)}) {
+                        fn(K::gelu_tanh), fn(K::abs), fn(K::neg), fn(K::mul, 2.0), fn(K::add, 1.0), fn(K::elu, 1.0), fn(K::softplus), fn(K::mish),
+                        fn(K::keep), fn(K::combine, 1, 1), fn(K::combine, 3, 0)}) {
     INFO("function " << static_cast<int>(u.kind));
     // unary_cycles (each op at its own width: fmacs is not SIMD) against the cycles of the
     // instantiated program's instructions over its 4-element arrays, on a preset whose widths differ.
     const WaferConfig cfg = preset_config("wse2");
-    const Program p = pe_function([u](ProgramTemplate& t) { unary_ops(t, u, "xm", {"tm", "um", "rm", "vm"}); }, 4).instantiate({});
+    const Program p = pe_function([u](ProgramTemplate& t) { unary_ops(t, u, "xm", {"tm", "um", "rm", "vm", "wm", "pm"}); }, 4, true).instantiate({});
     int64_t cycles = 0;
     for (const auto& in : p.instrs) cycles += op_info(in.op).cls == OpClass::dsd ? instr_cycles(p, in, cfg) : 0;
     CHECK(unary_cycles(u, 4, cfg) == cycles);
@@ -1268,6 +1272,50 @@ TEST_CASE("wafer-fabric: the PE elementwise functions (Relu .. GELU tanh form, E
       if (excess > worst) worst = excess, at = i;
     }
     INFO("worst at x " << in[at] << ": " << out[at] << " against " << c.f(in[at]));
+    CHECK(worst <= 0);
+  }
+}
+
+// An op of two values of a chain end (elementwise.cpp: keep, combine) as the wafer compiler emits
+// it for x - tanh(x) (Tanhshrink), x / (1 + |x|) (Softsign), (3x + 1/4) / x (a divisor of either
+// sign down to 1e-6: fp32's range by wide_ops) and x x, against the formula: within 2.4e-7
+// absolute (tanh's) and an fp32 rounding, or 1e-6 relative for the divisions (Newton's 1 / |d| and three roundings).
+// A zero divisor gives 0 (documented; ONNX's Div gives an infinity).
+TEST_CASE("wafer-fabric: ops of two chain-end values (x - tanh x, x / (1 + |x|), (3x + 1/4) / x, x x) match their formulas on a PE", "[wafer-fabric]") {
+  using K = Unary::Kind;
+  using B = Unary::Bin;
+  std::vector<float> in;
+  for (int i = -600; i <= 600; ++i) in.push_back(0.05f * static_cast<float>(i));
+  for (float v : {1e-6f, -3e-5f, 1e-3f, -1e-3f, 50.0f, -50.0f, 87.0f, -87.0f, 3e7f, -2e-20f}) in.push_back(v);
+  struct Case {
+    std::vector<Unary> us;
+    std::function<double(double)> f;
+    double rel, abs;  // |out - f| <= rel |f| + abs
+  };
+  auto comb = [](B b, bool first) { return fn(K::combine, static_cast<double>(b), first ? 1.0 : 0.0); };
+  const std::vector<Case> cases = {
+      {{fn(K::keep), fn(K::tanh), comb(B::sub, true)}, [](double x) { return x - std::tanh(x); }, 1.2e-7, 2.4e-7},
+      {{fn(K::keep), fn(K::abs), fn(K::add, 1.0), comb(B::div, true)}, [](double x) { return x / (1 + std::abs(x)); }, 1e-6, 0},
+      {{fn(K::keep), fn(K::mul, 3.0), fn(K::add, 0.25), comb(B::div, false)}, [](double x) { return x == 0 ? 0.0 : (3 * x + 0.25) / x; }, 1e-6, 0},
+      {{fn(K::keep), comb(B::mul, false)}, [](double x) { return x * x; }, 6e-8, 1e-45},  // (an fp32 subnormal at -2e-20)
+  };
+  std::vector<std::function<void(ProgramTemplate&)>> bodies;
+  for (const Case& c : cases)
+    bodies.push_back([us = c.us](ProgramTemplate& t) {
+      for (const Unary& u : us) unary_ops(t, u, "xm", {"tm", "um", "rm", "vm", "wm", "pm", "qm"});
+    });
+  const auto outs = run_pe_functions(bodies, in, true);
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    INFO("case " << ci);
+    double worst = -1;
+    size_t at = 0;
+    for (size_t i = 0; i < in.size(); ++i) {
+      const double want = c.f(in[i]);
+      const double excess = std::abs(outs[ci][i] - want) - c.rel * std::abs(want) - c.abs;
+      if (excess > worst) worst = excess, at = i;
+    }
+    INFO("worst at x " << in[at] << ": " << outs[ci][at] << " against " << c.f(in[at]));
     CHECK(worst <= 0);
   }
 }
