@@ -69,6 +69,31 @@ void scale_features(DenseKernel& k, const std::vector<float>& sv);
 void layernorm_into(std::vector<DenseKernel>& ks, const graph::Node& n, const std::string& cur, const Shape& cs, bool on_input, const ConstantOf& constant,
                     const Unsupported& unsupported);
 
+// match_norms.cpp: a constant per feature (shape [..., N] with ones before the last axis for rows,
+// [C, 1, 1] (or [1, C, 1, 1]; [C, 1] in 1-D) for a feature map of rank r); a node fused into the
+// kernel before it, named in its op and node list (the kernel named by it, except the bias Add the
+// canonical graph splits off a Gemm, "<gemm>/bias", which keeps the Gemm's name); a squeeze-
+// excitation gate or gated unit (the running value times o2, of shape os) at the last kernel.
+bool per_feature(const Tensor& c, int64_t N, bool fmap, size_t rank);
+void absorb(DenseKernel& k, const graph::Node& n);
+void gate_into(std::vector<DenseKernel>& ks, const std::vector<std::string>& kout, const std::string& o2, const Shape& os, const Shape& cs, bool flat,
+               const Unsupported& unsupported);
+// GroupNorm and InstanceNorm at a Conv's chain ends (DenseKernel::gn_size), ops
+// of two values of one chain end (Unary keep / combine), constants per output feature.
+// Node i (n, reading the feature map of shape cs) starts a GroupNorm: the InstanceNormalization
+// node, the Reshape back (-1: none; n itself when it is an InstanceNormalization of the map) and G.
+struct GroupNormAt {
+  long in = -1, back = -1;
+  int64_t groups = 0;
+};
+GroupNormAt groupnorm_at(const graph::Graph& g, const graph::Node& n, size_t i, const Shape& cs, const std::function<long(const std::string&, const char*)>& sole);
+void groupnorm_into(DenseKernel& k, const graph::Graph& g, const graph::Node& n, const GroupNormAt& at, bool flat, const ConstantOf& constant, const Unsupported& unsupported);
+// The earlier value at place `at` of the functions list fns kept, op n combines it (first: it is
+// n's first operand) with the running value.
+void two_values_into(std::vector<Unary>& fns, size_t at, const graph::Node& n, bool first, const Unsupported& unsupported);
+// Mul, Add, Sub or Div of the running value by a constant c per output feature.
+Unary per_feature_unary(const graph::Node& n, const Tensor& c);
+
 // match_attention.cpp.
 // Multi-head attention (PyTorch's export for one sequence): Q, K, V rows [S, d] -> Reshape
 // [S, H, dh] -> Transpose to [H, S, dh] (K: [H, dh, S]) -> MatMul(Q / c, K) -> Softmax -> MatMul(., V)

@@ -35,28 +35,6 @@ const std::set<std::string> kStructural = {"Gemm", "MatMul", "Add", "Softmax", "
                                            "Flatten", "Reshape", "Div", "Mul", "LayerNormalization", "RMSNormalization", "Transpose", "Where", "Slice", "Concat",
                                            "ReduceMean", "LogSoftmax", "InstanceNormalization"};  // (Where: an attention mask; Slice and Concat: rotary embeddings in an attention, tokens)
 
-// A constant that adds or multiplies per feature: shape [..., N] with ones before the last axis
-// for rows, [C, 1, 1] (or [1, C, 1, 1]; [C, 1] in 1-D) for a feature map of rank r.
-bool per_feature(const Tensor& c, int64_t N, bool fmap, size_t rank) {
-  if (c.numel() != N) return false;
-  const Shape& s = c.shape();
-  if (N == 1 || s.empty()) return true;
-  if (fmap && s.size() < rank - 1) return false;
-  const size_t axis = fmap ? s.size() - (rank - 2) - 1 : s.size() - 1;  // the feature axis, aligned from the right
-  for (size_t d = 0; d < s.size(); ++d)
-    if (d != axis && s[d] != 1) return false;
-  return s[axis] == N;
-}
-
-// A node fused into the dense layer before it: named in its op and node list, the layer named by it
-// -- except the bias Add the canonical graph splits off a Gemm ("<gemm>/bias"), which keeps the
-// Gemm's name, the one the model file gives.
-void absorb(DenseKernel& k, const graph::Node& n) {
-  k.op += "+" + n.op;
-  k.nodes.push_back(n.name);
-  if (n.name != k.name + "/bias") k.name = n.name.empty() ? n.outputs[0] : n.name;
-}
-
 }  // namespace
 
 namespace {
@@ -305,54 +283,15 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
     // A mean over every spatial axis of a feature map (x.mean((2, 3)): MNASNet's and ShuffleNet's
     // heads) is a GlobalAveragePool -- flattened when it drops the axes.
     const bool spatial_mean = n.op == "ReduceMean" && fmap && means_spatial(n, cs, constant);
-    // GroupNorm as exported: a Reshape to [batch, G, rest], InstanceNormalization, a Reshape back;
-    // or an InstanceNormalization of the feature map itself (InstanceNorm2d: G = C).
-    long gn_in = -1, gn_back = -1;  // the InstanceNormalization node, the Reshape back (-1: none)
-    int64_t gn_g = 0;
-    if (fmap && !ks.empty() && cs.size() >= 3) {
-      if (n.op == "InstanceNormalization") {
-        gn_in = static_cast<long>(i), gn_g = cs[1];
-      } else if (n.op == "Reshape") {
-        const Shape& os = g.value(n.outputs[0]).shape;
-        int64_t rest = 1;
-        for (size_t d = 1; d < cs.size(); ++d) rest *= cs[d];
-        const long in_n = sole(n.outputs[0], "InstanceNormalization");
-        if (os.size() == 3 && os[0] == cs[0] && os[1] > 0 && cs[1] % os[1] == 0 && os[1] * os[2] == rest && in_n >= 0) {
-          const long back = sole(g.nodes[static_cast<size_t>(in_n)].outputs[0], "Reshape");
-          if (back >= 0 && g.value(g.nodes[static_cast<size_t>(back)].outputs[0]).shape == cs) gn_in = in_n, gn_back = back, gn_g = os[1];
-        }
-      }
-    }
-    if (gn_in >= 0) {
-      DenseKernel& k = ks.back();
-      const graph::Node& inn = g.nodes[static_cast<size_t>(gn_in)];
-      if (!k.spatial() || k.activated() || k.residual >= 0 || k.pkh || k.gn_size || k.gate_of >= 0 || flat || uses[cur].size() != 1)
-        unsupported("GroupNorm and InstanceNorm are mapped right after a Conv (and its bias), before its functions, a residual or a pool, on a value nothing else reads");
-      const Tensor* sc = inn.inputs.size() > 2 ? constant(inn.inputs[1]) : nullptr;
-      const Tensor* bi = inn.inputs.size() > 2 ? constant(inn.inputs[2]) : nullptr;
-      if (!sc || !bi || sc->numel() != gn_g || bi->numel() != gn_g)
-        unsupported("InstanceNormalization's scale and bias must be constants of one value per group (" + std::to_string(gn_g) + ")");
-      k.gn_size = k.N / gn_g;
-      k.gn_eps = inn.attrs.get_float("epsilon", 1e-5);
-      // Its scale and shift per group, per channel at the chain ends (GroupNorm's own affine map
-      // follows as a Mul and an Add per channel: more functions).
-      std::vector<float> scale(static_cast<size_t>(k.N)), shift(static_cast<size_t>(k.N));
-      const auto sv = sc->to_f32(), bv = bi->to_f32();
-      for (int64_t ch = 0; ch < k.N; ++ch) scale[static_cast<size_t>(ch)] = sv[static_cast<size_t>(ch / k.gn_size)], shift[static_cast<size_t>(ch)] = bv[static_cast<size_t>(ch / k.gn_size)];
-      if (std::any_of(scale.begin(), scale.end(), [](float v) { return v != 1.0f; })) k.acts.push_back(Unary{Unary::Kind::mul_per, 0, 0, inn.op, scale});
-      if (std::any_of(shift.begin(), shift.end(), [](float v) { return v != 0.0f; })) k.acts.push_back(Unary{Unary::Kind::add_per, 0, 0, inn.op, shift});
-      // The normalised value takes the Conv's value's name: the nodes after it read that.
-      absorb(k, n);
+    // GroupNorm as exported (a Reshape, InstanceNormalization, a Reshape back) or InstanceNorm
+    // (match_norms.cpp): at the Conv's chain ends; the normalised value keeps the Conv's name.
+    const GroupNormAt gn = fmap && !ks.empty() ? groupnorm_at(g, n, i, cs, sole) : GroupNormAt{};
+    if (gn.in >= 0) {
+      if (uses[cur].size() != 1) unsupported("GroupNorm and InstanceNorm are mapped on a value nothing else reads");
+      groupnorm_into(ks.back(), g, n, gn, flat, constant, unsupported);
       alias[n.outputs[0]] = cur;
-      if (gn_back >= 0) {
-        const graph::Node& back = g.nodes[static_cast<size_t>(gn_back)];
-        absorb(k, inn);
-        absorb(k, back);
-        consumed.insert(static_cast<size_t>(gn_in));
-        consumed.insert(static_cast<size_t>(gn_back));
-        alias[inn.outputs[0]] = cur;
-        alias[back.outputs[0]] = cur;
-      }
+      for (const long m : {gn.in, gn.back})
+        if (m >= 0 && static_cast<size_t>(m) != i) consumed.insert(static_cast<size_t>(m)), alias[g.nodes[static_cast<size_t>(m)].outputs[0]] = cur;
       continue;
     }
     if (fmap && n.op != "Conv" && n.op != "MaxPool" && n.op != "AveragePool" && n.op != "GlobalAveragePool" && !spatial_mean && !kUnary.count(n.op) &&
@@ -442,20 +381,10 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       k.w_trans = trans_b;
       start_kernel(k, n, "per output feature");
     } else if (two_values) {
-      // An op of two values of the chain end (the running activation and one before it in the same
-      // list of functions): the earlier one is kept (`keep` at its place), the functions after it
-      // run on y, and `combine` applies the op (elementwise.cpp). One kept value at a time.
-      DenseKernel& k = ks.back();
-      std::vector<Unary>& fns = *fn_list(k).second;
+      // An op of two values of the chain end: the earlier one kept (match_norms.cpp).
       const std::string o2 = other_in(n, cur);
-      const size_t at = chain_pos.at(o2).at;
-      for (size_t q = at; q < fns.size(); ++q)
-        if (fns[q].kind == Unary::Kind::keep || fns[q].kind == Unary::Kind::combine)
-          unsupported(n.op + " of two values at the chain ends overlaps another such op (" + fns[q].op + "): the wafer keeps one earlier value at a time");
-      const Unary::Bin bin = n.op == "Add" ? Unary::Bin::add : n.op == "Sub" ? Unary::Bin::sub : n.op == "Mul" ? Unary::Bin::mul : Unary::Bin::div;
-      fns.insert(fns.begin() + static_cast<long>(at), Unary{Unary::Kind::keep, 0, 0, n.op, {}});
-      fns.push_back(Unary{Unary::Kind::combine, static_cast<double>(bin), n.inputs[0] == o2 ? 1.0 : 0.0, n.op, {}});
-      absorb(k, n);
+      two_values_into(*fn_list(ks.back()).second, chain_pos.at(o2).at, n, n.inputs[0] == o2, unsupported);
+      absorb(ks.back(), n);
     } else if (n.op == "Add" && !ks.empty() && !constant(other_in(n, cur)) && !other_in(n, cur).empty()) {
       // A residual: the other input must be the input of an earlier kernel (held on the PEs).
       const std::string o2 = other_in(n, cur);
@@ -503,32 +432,10 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       scale_features(ks.back(), constant(other_in(n, cur))->to_f32());  // (match_ops.cpp)
       absorb(ks.back(), n);
     } else if (n.op == "Mul" && !ks.empty() && !other_in(n, cur).empty() && !constant(other_in(n, cur))) {
-      // Squeeze-excitation: the running activation, a per-channel gate [samples, C, 1, 1] (a 1x1
-      // Conv of pooled features and its Sigmoid), times the feature map an earlier Conv pooled.
+      // Squeeze-excitation or a gated unit (match_norms.cpp).
       const std::string o2 = other_in(n, cur);
-      long gk = -1;
-      for (size_t q = 0; q + 1 < ks.size(); ++q)
-        if (ks[q].prepool == o2) gk = static_cast<long>(q);
-      DenseKernel& k = ks.back();
-      const Shape& os = g.value(o2).shape;
-      // A gated unit (SwiGLU: silu(w1 x) * w3 x): the running activation times an earlier dense
-      // kernel's output of the same shape that no kernel reads -- multiplied at the chain ends as a
-      // residual is added (the two kernels read one input, so their outputs lie on the same PEs).
-      long mk = -1;
-      for (size_t q = 0; q + 1 < kout.size(); ++q)
-        if (kout[q] == o2 && !ks[q].spatial()) mk = static_cast<long>(q);
-      if (gk < 0 && mk >= 0 && !k.spatial() && k.residual < 0 && k.gate_of < 0 && !k.layernorm && !k.softmax && !k.attn && !flat && os == cs) {
-        k.residual = mk;
-        k.res_out = true;
-        k.res_mul = true;
-      } else if (gk < 0 || !k.spatial() || k.oh * k.ow != 1 || k.residual >= 0 || k.pkh || k.layernorm || k.softmax || k.attn || k.gate_of >= 0 || flat || os.size() != cs.size() ||
-          os[0] != cs[0] || os[1] != cs[1]) {
-        unsupported("Mul of two activations is mapped only as squeeze-excitation (a per-channel gate -- a 1x1 Conv of the features an earlier Conv pooled, after its function -- times that Conv's feature map) or as a gated unit (a dense layer's output, after its functions, times another dense layer's output of the same shape that no kernel reads)");
-      } else {
-        k.gate_of = gk;
-        k.gate_rows = ks[static_cast<size_t>(gk)].B;
-      }
-      absorb(k, n);
+      gate_into(ks, kout, o2, g.value(o2).shape, cs, flat, unsupported);
+      absorb(ks.back(), n);
     } else if (n.op == "Softmax" || n.op == "LogSoftmax") {
       const int64_t r = static_cast<int64_t>(g.value(n.inputs[0]).shape.size());
       const int64_t axis = n.attrs.get_int("axis", g.opset >= 13 ? -1 : 1);
@@ -554,11 +461,7 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       std::vector<Unary> us;
       const Tensor* pc = binary && n.inputs.size() == 2 ? constant(other_in(n, cur)) : nullptr;
       if (pc && pc->numel() > 1 && !ks.empty() && per_feature(*pc, ks.back().N, fmap, cs.size()) && n.inputs[0] == cur) {
-        // A constant per output feature (channel) that folds into neither W nor the bias (after a
-        // GroupNorm or a function): an array at the chain ends, as PRelu's slopes.
-        std::vector<float> v = pc->to_f32();
-        for (float& x : v) x = n.op == "Sub" ? -x : n.op == "Div" ? 1.0f / x : x;
-        us = {Unary{n.op == "Mul" || n.op == "Div" ? Unary::Kind::mul_per : Unary::Kind::add_per, 0, 0, n.op, v}};
+        us = {per_feature_unary(n, *pc)};  // (match_norms.cpp)
       } else {
         us = unary_of(n, constant, why);
       }

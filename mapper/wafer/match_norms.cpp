@@ -1,0 +1,122 @@
+// match_layers' pieces (internal.hpp; docs/wafer-compiler.md "Convolutions", "Elementwise
+// functions"): constants per feature, a node absorbed into a kernel, GroupNorm and InstanceNorm at a
+// Conv's chain ends, squeeze-excitation gates and gated units, ops of two values of one chain end.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "mapper/wafer/internal.hpp"
+
+namespace tessera::wafer::detail {
+
+// A constant that adds or multiplies per feature: shape [..., N] with ones before the last axis
+// for rows, [C, 1, 1] (or [1, C, 1, 1]; [C, 1] in 1-D) for a feature map of rank r.
+bool per_feature(const Tensor& c, int64_t N, bool fmap, size_t rank) {
+  if (c.numel() != N) return false;
+  const Shape& s = c.shape();
+  if (N == 1 || s.empty()) return true;
+  if (fmap && s.size() < rank - 1) return false;
+  const size_t axis = fmap ? s.size() - (rank - 2) - 1 : s.size() - 1;  // the feature axis, aligned from the right
+  for (size_t d = 0; d < s.size(); ++d)
+    if (d != axis && s[d] != 1) return false;
+  return s[axis] == N;
+}
+
+// A node fused into the dense layer before it: named in its op and node list, the layer named by it
+// -- except the bias Add the canonical graph splits off a Gemm ("<gemm>/bias"), which keeps the
+// Gemm's name, the one the model file gives.
+void absorb(DenseKernel& k, const graph::Node& n) {
+  k.op += "+" + n.op;
+  k.nodes.push_back(n.name);
+  if (n.name != k.name + "/bias") k.name = n.name.empty() ? n.outputs[0] : n.name;
+}
+
+// GroupNorm as torch.nn exports it: a Reshape of [batch, C, spatial...] to [batch, G, rest] whose one
+// consumer is an InstanceNormalization whose one consumer is a Reshape back to the map's shape; or
+// an InstanceNormalization of the feature map itself (InstanceNorm2d: G = C).
+GroupNormAt groupnorm_at(const graph::Graph& g, const graph::Node& n, size_t i, const Shape& cs, const std::function<long(const std::string&, const char*)>& sole) {
+  GroupNormAt at;
+  if (cs.size() < 3) return at;
+  if (n.op == "InstanceNormalization") {
+    at.in = static_cast<long>(i), at.groups = cs[1];
+  } else if (n.op == "Reshape") {
+    const Shape& os = g.value(n.outputs[0]).shape;
+    int64_t rest = 1;
+    for (size_t d = 1; d < cs.size(); ++d) rest *= cs[d];
+    const long in_n = sole(n.outputs[0], "InstanceNormalization");
+    if (os.size() == 3 && os[0] == cs[0] && os[1] > 0 && cs[1] % os[1] == 0 && os[1] * os[2] == rest && in_n >= 0) {
+      const long back = sole(g.nodes[static_cast<size_t>(in_n)].outputs[0], "Reshape");
+      if (back >= 0 && g.value(g.nodes[static_cast<size_t>(back)].outputs[0]).shape == cs) at.in = in_n, at.back = back, at.groups = os[1];
+    }
+  }
+  return at;
+}
+
+// Right after a Conv and its bias: gn_size channels per group; the InstanceNormalization's own scale
+// and shift per group become functions per channel (GroupNorm's affine map follows as a Mul and an
+// Add per channel: more functions).
+void groupnorm_into(DenseKernel& k, const graph::Graph& g, const graph::Node& n, const GroupNormAt& at, bool flat, const ConstantOf& constant, const Unsupported& unsupported) {
+  const graph::Node& inn = g.nodes[static_cast<size_t>(at.in)];
+  if (!k.spatial() || k.activated() || k.residual >= 0 || k.pkh || k.gn_size || k.gate_of >= 0 || flat)
+    unsupported("GroupNorm and InstanceNorm are mapped right after a Conv (and its bias), before its functions, a residual or a pool");
+  const Tensor* sc = inn.inputs.size() > 2 ? constant(inn.inputs[1]) : nullptr;
+  const Tensor* bi = inn.inputs.size() > 2 ? constant(inn.inputs[2]) : nullptr;
+  if (!sc || !bi || sc->numel() != at.groups || bi->numel() != at.groups)
+    unsupported("InstanceNormalization's scale and bias must be constants of one value per group (" + std::to_string(at.groups) + ")");
+  k.gn_size = k.N / at.groups;
+  k.gn_eps = inn.attrs.get_float("epsilon", 1e-5);
+  std::vector<float> scale(static_cast<size_t>(k.N)), shift(static_cast<size_t>(k.N));
+  const auto sv = sc->to_f32(), bv = bi->to_f32();
+  for (int64_t ch = 0; ch < k.N; ++ch)
+    scale[static_cast<size_t>(ch)] = sv[static_cast<size_t>(ch / k.gn_size)], shift[static_cast<size_t>(ch)] = bv[static_cast<size_t>(ch / k.gn_size)];
+  if (std::any_of(scale.begin(), scale.end(), [](float v) { return v != 1.0f; })) k.acts.push_back(Unary{Unary::Kind::mul_per, 0, 0, inn.op, scale});
+  if (std::any_of(shift.begin(), shift.end(), [](float v) { return v != 0.0f; })) k.acts.push_back(Unary{Unary::Kind::add_per, 0, 0, inn.op, shift});
+  absorb(k, n);
+  if (at.back >= 0) absorb(k, inn), absorb(k, g.nodes[static_cast<size_t>(at.back)]);  // (n the Reshape before them)
+}
+
+// Squeeze-excitation: the running activation, a per-channel gate [samples, C, 1, 1] (a 1x1 Conv of
+// pooled features and its Sigmoid), times the feature map an earlier Conv pooled (o2, of shape os).
+// Or a gated unit (SwiGLU: silu(w1 x) * w3 x): the running activation times an earlier dense
+// kernel's output of the same shape that no kernel reads -- multiplied at the chain ends as a
+// residual is added (the two kernels read one input, so their outputs lie on the same PEs).
+void gate_into(std::vector<DenseKernel>& ks, const std::vector<std::string>& kout, const std::string& o2, const Shape& os, const Shape& cs, bool flat,
+               const Unsupported& unsupported) {
+  long gk = -1;
+  for (size_t q = 0; q + 1 < ks.size(); ++q)
+    if (ks[q].prepool == o2) gk = static_cast<long>(q);
+  DenseKernel& k = ks.back();
+  long mk = -1;
+  for (size_t q = 0; q + 1 < kout.size(); ++q)
+    if (kout[q] == o2 && !ks[q].spatial()) mk = static_cast<long>(q);
+  if (gk < 0 && mk >= 0 && !k.spatial() && k.residual < 0 && k.gate_of < 0 && !k.layernorm && !k.softmax && !k.attn && !flat && os == cs) {
+    k.residual = mk;
+    k.res_out = true;
+    k.res_mul = true;
+  } else if (gk < 0 || !k.spatial() || k.oh * k.ow != 1 || k.residual >= 0 || k.pkh || k.layernorm || k.softmax || k.attn || k.gate_of >= 0 || flat ||
+             os.size() != cs.size() || os[0] != cs[0] || os[1] != cs[1]) {
+    unsupported("Mul of two activations is mapped only as squeeze-excitation (a per-channel gate -- a 1x1 Conv of the features an earlier Conv pooled, after its function -- times that Conv's feature map) or as a gated unit (a dense layer's output, after its functions, times another dense layer's output of the same shape that no kernel reads)");
+  } else {
+    k.gate_of = gk;
+    k.gate_rows = ks[static_cast<size_t>(gk)].B;
+  }
+}
+
+void two_values_into(std::vector<Unary>& fns, size_t at, const graph::Node& n, bool first, const Unsupported& unsupported) {
+  for (size_t q = at; q < fns.size(); ++q)
+    if (fns[q].kind == Unary::Kind::keep || fns[q].kind == Unary::Kind::combine)
+      unsupported(n.op + " of two values at the chain ends overlaps another such op (" + fns[q].op + "): the wafer keeps one earlier value at a time");
+  const Unary::Bin bin = n.op == "Add" ? Unary::Bin::add : n.op == "Sub" ? Unary::Bin::sub : n.op == "Mul" ? Unary::Bin::mul : Unary::Bin::div;
+  fns.insert(fns.begin() + static_cast<long>(at), Unary{Unary::Kind::keep, 0, 0, n.op, {}});
+  fns.push_back(Unary{Unary::Kind::combine, static_cast<double>(bin), first ? 1.0 : 0.0, n.op, {}});
+}
+
+// A constant per output feature (channel) that folds into neither W nor the bias (after a GroupNorm
+// or a function): an array at the chain ends, as PRelu's slopes (Sub: plus -c; Div: times 1 / c).
+Unary per_feature_unary(const graph::Node& n, const Tensor& c) {
+  std::vector<float> v = c.to_f32();
+  for (float& x : v) x = n.op == "Sub" ? -x : n.op == "Div" ? 1.0f / x : x;
+  return Unary{n.op == "Mul" || n.op == "Div" ? Unary::Kind::mul_per : Unary::Kind::add_per, 0, 0, n.op, v};
+}
+
+}  // namespace tessera::wafer::detail
