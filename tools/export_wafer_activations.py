@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Export four small wafer test models written as users write torch.nn models.
+"""Export six small wafer test models written as users write torch.nn models.
 
 Writes tests/cli/data/wafer_activations_mlp.onnx, wafer_activations_mlp_x.npy and
 wafer_activations_mlp_y.npy: nn.Sequential(Linear(16, 32), ELU(), Linear(32, 32), SELU(),
@@ -27,6 +27,13 @@ ReLU, Conv2d(8, 12, 3, stride=2, padding=1), InstanceNorm2d(12, affine=True), Si
 AdaptiveAvgPool2d(1), Flatten, Linear(12, 4) at batch 2, opset 13 -- GroupNorm exported as Reshape,
 InstanceNormalization, Reshape, Mul, Add; InstanceNorm2d as one InstanceNormalization with its
 scale and bias -- with affine parameters drawn away from the identity.
+
+And tests/cli/data/wafer_convtranspose_cnn.onnx, _x.npy, _y.npy: an autoencoder's shape -- Conv2d(3, 8, 3,
+stride=2, padding=1), ReLU, ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1), ReLU,
+ConvTranspose2d(6, 4, 4, stride=2, padding=1) -- at batch 2 on 8 x 8, the output the last
+ConvTranspose's [2, 4, 16, 16]; and wafer_convtranspose1d.onnx, _x.npy, _y.npy: ConvTranspose1d(4, 8, 3,
+stride=2, padding=1, output_padding=1) on the graph input [2, 4, 6], ReLU, Conv1d(8, 4, 3, padding=1),
+Flatten, Linear(48, 3). Opset 13.
 
 All are checked against PyTorch's output and the reference executor.
 
@@ -106,6 +113,19 @@ def groupnorm_cnn(d):
     write_case(d, "wafer_groupnorm_cnn", model, x)
 
 
+def convtranspose(d):
+    torch.manual_seed(25)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(), nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1), nn.ReLU(),
+                          nn.ConvTranspose2d(6, 4, 4, stride=2, padding=1)).eval()
+    x = np.random.RandomState(12).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    write_case(d, "wafer_convtranspose_cnn", model, x)
+    torch.manual_seed(26)
+    model = nn.Sequential(nn.ConvTranspose1d(4, 8, 3, stride=2, padding=1, output_padding=1), nn.ReLU(), nn.Conv1d(8, 4, 3, padding=1), nn.Flatten(),
+                          nn.Linear(48, 3)).eval()
+    x = np.random.RandomState(13).standard_normal((2, 4, 6)).astype(np.float32)
+    write_case(d, "wafer_convtranspose1d", model, x)
+
+
 def main():
     torch.set_num_threads(1)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -118,6 +138,7 @@ def main():
     mean_bn_cnn(d)
     two_value_mlp(d)
     groupnorm_cnn(d)
+    convtranspose(d)
 
 
 if __name__ == "__main__":

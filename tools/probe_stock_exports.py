@@ -68,6 +68,7 @@ def cases():
         ("nn CNN: dilated Conv, MaxPool ceil_mode", lambda: seq(nn.Conv2d(3, 8, 3, padding=2, dilation=2), nn.ReLU(), nn.MaxPool2d(3, 2, ceil_mode=True), nn.Flatten(), nn.Linear(8 * 4 * 4, 4)), [2, 3, 8, 8], 13),
         ("nn CNN: GroupNorm", lambda: seq(nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(2, 8), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4)), [2, 3, 8, 8], 13),
         ("nn CNN: x.mean((2, 3)) head", MeanHead, [2, 3, 8, 8], 13),
+        ("nn autoencoder: Conv2d, ConvTranspose2d", lambda: seq(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(), nn.ConvTranspose2d(8, 3, 4, stride=2, padding=1), nn.Sigmoid()), [2, 3, 16, 16], 13),
         ("nn Conv1d, MaxPool1d, AdaptiveMaxPool1d", lambda: seq(nn.Conv1d(4, 8, 3), nn.ReLU(), nn.MaxPool1d(2), nn.Conv1d(8, 8, 3), nn.ReLU(), nn.AdaptiveMaxPool1d(1), nn.Flatten(), nn.Linear(8, 3)), [2, 4, 20], 13),
         ("nn.TransformerEncoderLayer (sequence first)", lambda: nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0), [8, 2, 32], 12),
         ("nn.TransformerEncoderLayer (batch first, pre-norm, GELU)", lambda: nn.TransformerEncoderLayer(32, 2, 64, dropout=0.0, batch_first=True, norm_first=True, activation="gelu"), [2, 8, 32], 17),

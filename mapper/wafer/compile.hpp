@@ -268,11 +268,15 @@ struct DenseKernel {
   // input and the producer's chain ends keep (they write y into the interior of `xp<producer>`).
   int64_t pad_t = 0, pad_l = 0;
   int64_t ih_raw = 1, iw_raw = 1;    // conv: the input's height and width without the border
+  // conv: the input dilated -- a ConvTranspose's stride: ish - 1 (isw - 1) zeros between the input's
+  // rows (columns) in the holder, which the producer's interior walk (or the host) leaves out.
+  int64_t ish = 1, isw = 1;
   bool padded() const { return spatial() && (ih != ih_raw || iw != iw_raw); }
   // The producer of a padded Conv: its reader's holder dims ([samples, xp_h, xp_w, nb] with the
   // zero border; 0: its reader takes y as it is), the border's top and left (an unpadded second
   // reader walks the interior).
   int64_t xp_h = 0, xp_w = 0, xp_t = 0, xp_l = 0;
+  int64_t xp_sh = 1, xp_sw = 1;      // ... and the reader's input dilation: y's rows and columns that far apart there
   int64_t P = 1;                     // flatten: positions per channel
   // Tokens (a Vision Transformer's patch embedding): this Conv's output positions, as rows
   // [samples, positions, channels] (a Reshape and Transpose), with constant rows concatenated

@@ -22,14 +22,14 @@ std::vector<HostArray> Compiled::place_input(const Tensor& x) const {
     int64_t px = 0, py = 0;
     if (k.k_on_columns) px = i, py = k.x_flow == Dir::S ? 0 : k.h - 1;
     else py = i, px = k.x_flow == Dir::E ? 0 : k.w - 1;
-    if (k.spatial()) {  // channels i cb .. i cb + cb - 1 as [sample, h, w, channel], inside a zero border
+    if (k.spatial()) {  // channels i cb .. i cb + cb - 1 as [sample, h, w, channel], inside a zero border (a ConvTranspose's: zeros between too)
       const int64_t H = k.ih_raw, W = k.iw_raw;  // a 1-D input [N, C, L] is of height 1
       HostArray a{k.x0 + px, k.y0 + py, "xs0", std::vector<float>(static_cast<size_t>(k.xs_elems()), 0.0f)};
       for (int64_t s = 0; s < k.samples; ++s)
         for (int64_t c = 0, cc = i / k.kh_blocks() * k.cblk; c < k.cblk && cc + c < k.cin; ++c)
           for (int64_t y = 0; y < H; ++y)
             for (int64_t x2 = 0; x2 < W; ++x2)
-              a.values[static_cast<size_t>(((s * k.ih + y + k.pad_t) * k.iw + x2 + k.pad_l) * k.cblk + c)] =
+              a.values[static_cast<size_t>(((s * k.ih + y * k.ish + k.pad_t) * k.iw + x2 * k.isw + k.pad_l) * k.cblk + c)] =
                   v[static_cast<size_t>(((s * k.cin + cc + c) * H + y) * W + x2)];
       out.push_back(std::move(a));
       continue;

@@ -16,9 +16,10 @@ namespace {
 using Dims = std::vector<std::pair<Num, int64_t>>;
 
 // The dims of the interior [samples, h, w, nb] of a bordered [samples, H, W, nb] array (w and the
-// channels one run).
-Dims interior_dims(int64_t samples, int64_t H, int64_t W, int64_t h, int64_t w, int64_t nb) {
-  return {{samples, H * W * nb}, {h, W * nb}, {w * nb, 1}};
+// channels one run); rows sh and columns sw apart (a ConvTranspose's input: zeros between them).
+Dims interior_dims(int64_t samples, int64_t H, int64_t W, int64_t h, int64_t w, int64_t nb, int64_t sh = 1, int64_t sw = 1) {
+  if (sw > 1) return {{samples, H * W * nb}, {h, sh * W * nb}, {w, sw * nb}, {nb, 1}};
+  return {{samples, H * W * nb}, {h, sh * W * nb}, {w * nb, 1}};
 }
 
 // The `live=` range of a scratch array (-1: live throughout).
@@ -437,7 +438,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   if (held && h && !k.xp_h) t.mem1d("y16m" + L, "y16_" + L);
   if (k.xp_h) {  // where the chain end writes y: the holder's interior (tokens: the positions' rows after the leading constant rows)
     const auto [ih, iw] = k.tokens ? std::pair<int64_t, int64_t>{k.rows_out() / k.samples, 1} : out_hw(c, l);
-    t.mem4d("xpi" + L, "xp" + L, (k.xp_t * k.xp_w + k.xp_l) * nb, interior_dims(k.samples, k.xp_h, k.xp_w, ih, iw, nb));
+    t.mem4d("xpi" + L, "xp" + L, (k.xp_t * k.xp_w + k.xp_l) * nb, interior_dims(k.samples, k.xp_h, k.xp_w, ih, iw, nb, k.xp_sh, k.xp_sw));
   }
   if (const int64_t m = move_reader(c, l); m >= 0)  // the held output, sent along the diagonal to kernel m's chain ends
     t.fabric("mvout" + L, DsdKind::fabout, h ? we : f32, c.kernels[static_cast<size_t>(m)].cm, kMoveOutQueue, rows * k.feat_nb());

@@ -14,7 +14,7 @@ namespace tessera::wafer::detail {
 
 const char* const kOpsHint =
     "the wafer compiler maps in this build: Gemm, or MatMul by a constant weight, with a bias Add and a scale per output feature (BatchNorm1d); "
-    "Conv (1-D or 2-D, any stride, pads, dilation and groups), MaxPool, AveragePool or GlobalAveragePool (or a mean over the spatial axes) after a Conv, "
+    "Conv (1-D or 2-D, any stride, pads, dilation and groups) and ConvTranspose, MaxPool, AveragePool or GlobalAveragePool (or a mean over the spatial axes) after a Conv, "
     "a Flatten into a dense layer; elementwise functions of one value (Relu, "
     "LeakyRelu, PRelu, Clip, Tanh, Sigmoid, HardSigmoid, HardSwish, Swish, GELU, Elu, Selu, Celu, Softplus, Mish, Abs, Neg, Add, Mul, Sub or Div by a scalar constant) "
     "and Add, Sub, Mul or Div of two values of one chain end (x - tanh(x), x / (1 + |x|)); a final "
@@ -33,7 +33,7 @@ namespace {
 // operand is not a scalar constant).
 const std::set<std::string> kStructural = {"Gemm", "MatMul", "Add", "Softmax", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
                                            "Flatten", "Reshape", "Div", "Mul", "LayerNormalization", "RMSNormalization", "Transpose", "Where", "Slice", "Concat",
-                                           "ReduceMean", "LogSoftmax", "InstanceNormalization"};  // (Where: an attention mask; Slice and Concat: rotary embeddings in an attention, tokens)
+                                           "ReduceMean", "LogSoftmax", "InstanceNormalization", "ConvTranspose"};  // (Where: an attention mask; Slice and Concat: rotary embeddings in an attention, tokens)
 
 }  // namespace
 
@@ -245,7 +245,7 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
     // A dense layer may read the graph input or any kernel's output (weight streaming); the rest
     // continue the running activation.
     // A Conv may read an earlier Conv's output too (ResNet's downsampling shortcut beside the block).
-    const bool dense = n.op == "Gemm" || n.op == "MatMul" || n.op == "Conv";
+    const bool dense = n.op == "Gemm" || n.op == "MatMul" || n.op == "Conv" || n.op == "ConvTranspose";
     long src = -2;
     const bool reads2 = dense && !n.inputs.empty() && !input2.empty() && n.inputs[0] == input2;  // (a cross-attention's K or V)
     if (dense && !n.inputs.empty()) {
@@ -279,7 +279,7 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       unsupported("a Conv's output reshaped to [batch, C, positions] is mapped only as tokens: transposed to [batch, positions, C] next (a Vision Transformer's patch embedding)");
     // A feature map: [batch, channels, height, width], or [batch, channels, length] into a 1-D Conv
     // and after one (mapped as height 1).
-    const bool fmap = !tok_transpose && (cs.size() == 4 || (cs.size() == 3 && (ks.empty() ? n.op == "Conv" : ks.back().spatial() && !flat && !tok_view)));
+    const bool fmap = !tok_transpose && (cs.size() == 4 || (cs.size() == 3 && (ks.empty() ? (n.op == "Conv" || n.op == "ConvTranspose") : ks.back().spatial() && !flat && !tok_view)));
     // A mean over every spatial axis of a feature map (x.mean((2, 3)): MNASNet's and ShuffleNet's
     // heads) is a GlobalAveragePool -- flattened when it drops the axes.
     const bool spatial_mean = n.op == "ReduceMean" && fmap && means_spatial(n, cs, constant);
@@ -294,10 +294,10 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
         if (m >= 0 && static_cast<size_t>(m) != i) consumed.insert(static_cast<size_t>(m)), alias[g.nodes[static_cast<size_t>(m)].outputs[0]] = cur;
       continue;
     }
-    if (fmap && n.op != "Conv" && n.op != "MaxPool" && n.op != "AveragePool" && n.op != "GlobalAveragePool" && !spatial_mean && !kUnary.count(n.op) &&
+    if (fmap && n.op != "Conv" && n.op != "ConvTranspose" && n.op != "MaxPool" && n.op != "AveragePool" && n.op != "GlobalAveragePool" && !spatial_mean && !kUnary.count(n.op) &&
         n.op != "Flatten" && n.op != "Reshape")
       unsupported(n.op + " on a feature map " + shape_str(cs) + ": the wafer compiler maps Conv, elementwise functions, MaxPool, AveragePool, GlobalAveragePool and a Flatten to [batch, features] there");
-    if (n.op == "Conv") {
+    if (n.op == "Conv" || n.op == "ConvTranspose") {
       const Tensor* w = n.inputs.size() > 1 ? constant(n.inputs[1]) : nullptr;
       if (!fmap || !w || w->rank() != static_cast<int64_t>(cs.size()))
         unsupported("Conv needs a [batch, channels, height, width] input and a constant 4-D weight (or [batch, channels, length] and a 3-D weight)");
