@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <systemc>
 
 #include "isa/fileio.hpp"
@@ -117,6 +118,17 @@ wafer::LoadedLayout load_compiled_wafer(const wafer::Compiled& cp, const wafer::
     throw std::runtime_error(std::string("the wafer compiler produced an invalid layout: ") + e.what());
   }
 }
+
+namespace {
+// Whether a compiled layout failed to load because a PE's arrays, as the program builder packs them
+// (first fit by live range, in declaration order), need more SRAM than it has -- the compiler's
+// rectangle search counts the phases' largest sum, which the packing can exceed by its holes.
+std::optional<std::string> sram_overflow(const InputError& e) {
+  for (const auto& d : e.diagnostics())
+    if (d.message.rfind("data needs ", 0) == 0) return d.message;
+  return std::nullopt;
+}
+}  // namespace
 
 void stream_compiled_weights(const wafer::Compiled& cp, wafer::Fabric& fab, wafer::MemoryX& mx, wafer::SwarmX& sx, const sc_core::sc_time& t_start) {
   const models::ClockDomain& ck = fab.clock();
@@ -246,6 +258,24 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
       con.detail("mapping.micro_batch auto: the batch of " + std::to_string(B) + " does not fit a PE's SRAM at once; " + std::to_string(B / mb) +
                  " micro-batches of " + std::to_string(mb));
   }
+  // The layout, loaded (its programs instantiated and checked); the rectangle the compiler chose
+  // grown (twice the growth each way, within the fabric) while a PE's packed arrays do not fit
+  // (docs/wafer-compiler.md "Weight streaming").
+  std::optional<wafer::LoadedLayout> loaded;
+  while (!loaded) {
+    try {
+      loaded = wafer::load_layout_text(cp.layout_json, "compiled layout", "", cfg, nullptr, &cp.programs);
+    } catch (const InputError& e) {
+      const std::optional<std::string> over = sram_overflow(e);
+      const bool can_grow = cp.mode == wafer::MapMode::weight_streaming && cp.rect_grow > 0 &&
+                            (cp.fabric_width < cfg.fabric_width || cp.fabric_height < cfg.fabric_height);
+      if (!over || !can_grow) throw std::runtime_error(std::string("the wafer compiler produced an invalid layout: ") + e.what());
+      con.detail("mapping.wafer_rect: the " + std::to_string(cp.fabric_width) + " x " + std::to_string(cp.fabric_height) + " rectangle's packed arrays do not fit (" + *over +
+                 "); a larger one");
+      mo.rect_grow0 = cp.rect_grow * 2;
+      cp = compile_for(mb);
+    }
+  }
   const int64_t nmb = B / mb;
   const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
   const bool ws = cp.mode == wafer::MapMode::weight_streaming;
@@ -256,7 +286,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
           (nmb > 1 ? std::to_string(nmb) + " micro-batches of " + std::to_string(mb) + (mb == 1 ? " sample, " : " samples, ") + format_num(cp.predicted_s * 1e6, "%.3f") + " us each; " : std::string()) +
           std::to_string(cp.predicted_cycles) + " cycles; compiled " + std::to_string(cp.kernels.size()) + " kernel(s), " + (ws ? "weight streaming" : "pipelined") + ", " + std::to_string(pes) + " PEs in " +
           std::to_string(cp.fabric_width) + " x " + std::to_string(cp.fabric_height) + ", " + format_num(compile_s * 1e3, "%.1f") + " ms)");
-  const wafer::LoadedLayout L = load_compiled_wafer(cp, cfg);
+  const wafer::LoadedLayout L = std::move(*loaded);
   {
     const wafer::FabricOptions fo = compiled_fabric_options(s, cfg);
     mem.parts.push_back({"wafer fabric", static_cast<double>(wafer::Fabric::check_host_memory(L, cfg, fo.host_memory_budget))});

@@ -33,7 +33,10 @@ stride=2, padding=1), ReLU, ConvTranspose2d(8, 6, 3, stride=2, padding=1, output
 ConvTranspose2d(6, 4, 4, stride=2, padding=1) -- at batch 2 on 8 x 8, the output the last
 ConvTranspose's [2, 4, 16, 16]; and wafer_convtranspose1d.onnx, _x.npy, _y.npy: ConvTranspose1d(4, 8, 3,
 stride=2, padding=1, output_padding=1) on the graph input [2, 4, 6], ReLU, Conv1d(8, 4, 3, padding=1),
-Flatten, Linear(48, 3). Opset 13.
+Flatten, Linear(48, 3). Opset 13. And wafer_autoencoder.onnx, _x.npy, _y.npy: Conv2d(3, 8, 3, stride=2, padding=1),
+ReLU, ConvTranspose2d(8, 3, 4, stride=2, padding=1), Sigmoid at batch 2 on 16 x 16 (the probe's
+autoencoder): in fp16 on one PE its arrays, packed, need 304 bytes more than a PE has, which the
+rectangle search does not see.
 
 All are checked against PyTorch's output and the reference executor.
 
@@ -124,6 +127,10 @@ def convtranspose(d):
                           nn.Linear(48, 3)).eval()
     x = np.random.RandomState(13).standard_normal((2, 4, 6)).astype(np.float32)
     write_case(d, "wafer_convtranspose1d", model, x)
+    torch.manual_seed(27)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(), nn.ConvTranspose2d(8, 3, 4, stride=2, padding=1), nn.Sigmoid()).eval()
+    x = np.random.RandomState(14).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    write_case(d, "wafer_autoencoder", model, x)
 
 
 def main():

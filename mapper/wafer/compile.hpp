@@ -46,6 +46,9 @@ struct MappingOptions {
   int64_t rect_width = 0;        // weight streaming: the rectangle (0: as large as useful within the fabric)
   int64_t rect_height = 0;
   int64_t reserved_colors = 0;   // colors the allocator may not use (0 .. reserved-1)
+  // Weight streaming, the rectangle not given: the first factor its search grows the weights' need
+  // by (1; a driver whose layout's arrays, packed, do not fit a PE retries with more).
+  int64_t rect_grow0 = 1;
   // precision.compute: f32 (fmacs), or f16, bf16 or cbf16 -- weights and activations in that
   // 16-bit format, products and sums in fp32 (fmachs).
   Elem compute = Elem::f32;
@@ -388,6 +391,7 @@ struct Compiled {
   } train_est;
   double clock_hz = 0;
   int64_t sram_high_water = 0;                  // bytes of data per PE, the largest
+  int64_t rect_grow = 0;                        // weight streaming, the rectangle not given: the factor it grew by (0: given)
   // Training: the loss chain's colors; the PE (rect-relative) that ends up with the loss.
   bool training = false;
   std::string loss;                             // training: mse | softmax_cross_entropy

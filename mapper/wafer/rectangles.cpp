@@ -144,7 +144,8 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
   // PE's data does not fit -- activations of many rows need more PEs than the weights do.
   const bool auto_rect = opt.rect_width <= 0 && opt.rect_height <= 0;
   int64_t w = 0, h = 0;
-  for (int64_t grow = 1;; grow *= 2) {
+  for (int64_t grow = std::max<int64_t>(1, opt.rect_grow0);; grow *= 2) {
+  c.rect_grow = auto_rect ? grow : 0;
   w = opt.rect_width > 0 ? opt.rect_width : std::min(cfg.fabric_width, wneed * grow);
   h = opt.rect_height > 0 ? opt.rect_height : std::min(cfg.fabric_height, hneed * grow);
   {  // A final Softmax (and softmax cross-entropy) runs on the chain end holding all N outputs of a
