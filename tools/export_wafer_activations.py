@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Export six small wafer test models written as users write torch.nn models.
+"""Export eight small wafer test models written as users write torch.nn models.
 
 Writes tests/cli/data/wafer_activations_mlp.onnx, wafer_activations_mlp_x.npy and
 wafer_activations_mlp_y.npy: nn.Sequential(Linear(16, 32), ELU(), Linear(32, 32), SELU(),
@@ -37,6 +37,10 @@ Flatten, Linear(48, 3). Opset 13. And wafer_autoencoder.onnx, _x.npy, _y.npy: Co
 ReLU, ConvTranspose2d(8, 3, 4, stride=2, padding=1), Sigmoid at batch 2 on 16 x 16 (the probe's
 autoencoder): in fp16 on one PE its arrays, packed, need 304 bytes more than a PE has, which the
 rectangle search does not see.
+
+And wafer_upsample_cnn.onnx, _x.npy, _y.npy: a decoder's shape -- Conv2d(3, 8, 3, padding=1), ReLU, Upsample(2),
+Conv2d(8, 6, 3, padding=1), ReLU, Upsample(scale_factor=(1, 3)), Conv2d(6, 3, 1) -- at batch 2 on 4 x 4,
+opset 13 (nearest Resizes, one into a padded Conv and one into an unpadded 1 x 1 Conv).
 
 All are checked against PyTorch's output and the reference executor.
 
@@ -131,6 +135,11 @@ def convtranspose(d):
     model = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(), nn.ConvTranspose2d(8, 3, 4, stride=2, padding=1), nn.Sigmoid()).eval()
     x = np.random.RandomState(14).standard_normal((2, 3, 16, 16)).astype(np.float32)
     write_case(d, "wafer_autoencoder", model, x)
+    torch.manual_seed(28)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Upsample(scale_factor=2), nn.Conv2d(8, 6, 3, padding=1), nn.ReLU(),
+                          nn.Upsample(scale_factor=(1, 3)), nn.Conv2d(6, 3, 1)).eval()
+    x = np.random.RandomState(15).standard_normal((2, 3, 4, 4)).astype(np.float32)
+    write_case(d, "wafer_upsample_cnn", model, x)
 
 
 def main():

@@ -280,6 +280,9 @@ struct DenseKernel {
   // reader walks the interior).
   int64_t xp_h = 0, xp_w = 0, xp_t = 0, xp_l = 0;
   int64_t xp_sh = 1, xp_sw = 1;      // ... and the reader's input dilation: y's rows and columns that far apart there
+  // ... or a nearest Resize (Upsample) before the reader, by integer factors: each value written
+  // xp_rh x xp_rw times (the walks xpi<l> and xpi<l>_<r>, r = 1 .. xp_rh xp_rw - 1).
+  int64_t xp_rh = 1, xp_rw = 1;
   int64_t P = 1;                     // flatten: positions per channel
   // Tokens (a Vision Transformer's patch embedding): this Conv's output positions, as rows
   // [samples, positions, channels] (a Reshape and Transpose), with constant rows concatenated

@@ -434,7 +434,8 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       // A padded Conv reading it: y copied into its bordered holder (fmovs; fp16: the fs2h writes there).
       const std::vector<size_t>& rd = c.readers[l + 1];
       const bool held = detail::output_used(c, l);
-      const int64_t conv = !held ? 0 : c.half() ? S + cdiv(k.rows_out() * k.feat_nb(), std::max<int64_t>(1, cfg.simd_convert)) : k.xp_h ? S + cdiv(k.rows_out() * k.nb, w32) : 0;
+      const int64_t conv = (!held ? 0 : c.half() ? S + cdiv(k.rows_out() * k.feat_nb(), std::max<int64_t>(1, cfg.simd_convert)) : k.xp_h ? S + cdiv(k.rows_out() * k.nb, w32) : 0) *
+                           k.xp_rh * k.xp_rw;  // (a nearest Resize's copies)
       // A conv's im2col gather: the out task activates the gather task (activate, ret, the switch),
       // which sets the first sample's offset (mul, dsd_off, add, sub, bz) before its send.
       // (Sequenced: the hand-off is kernel l + 1's, whichever kernel it reads.)

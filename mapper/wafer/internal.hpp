@@ -93,6 +93,8 @@ void groupnorm_into(DenseKernel& k, const graph::Graph& g, const graph::Node& n,
 void two_values_into(std::vector<Unary>& fns, size_t at, const graph::Node& n, bool first, const Unsupported& unsupported);
 // Mul, Add, Sub or Div of the running value by a constant c per output feature.
 Unary per_feature_unary(const graph::Node& n, const Tensor& c);
+// A nearest Resize of the feature map cs to os: its whole factors {rows, columns}, or unsupported.
+std::pair<int64_t, int64_t> upsample_of(const graph::Node& n, const Shape& cs, const Shape& os, const Unsupported& unsupported);
 
 // match_attention.cpp.
 // Multi-head attention (PyTorch's export for one sequence): Q, K, V rows [S, d] -> Reshape

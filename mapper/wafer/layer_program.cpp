@@ -438,7 +438,10 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   if (held && h && !k.xp_h) t.mem1d("y16m" + L, "y16_" + L);
   if (k.xp_h) {  // where the chain end writes y: the holder's interior (tokens: the positions' rows after the leading constant rows)
     const auto [ih, iw] = k.tokens ? std::pair<int64_t, int64_t>{k.rows_out() / k.samples, 1} : out_hw(c, l);
-    t.mem4d("xpi" + L, "xp" + L, (k.xp_t * k.xp_w + k.xp_l) * nb, interior_dims(k.samples, k.xp_h, k.xp_w, ih, iw, nb, k.xp_sh, k.xp_sw));
+    t.mem4d("xpi" + L, "xp" + L, (k.xp_t * k.xp_w + k.xp_l) * nb, interior_dims(k.samples, k.xp_h, k.xp_w, ih, iw, nb, k.xp_sh * k.xp_rh, k.xp_sw * k.xp_rw));
+    for (int64_t r = 1; r < k.xp_rh * k.xp_rw; ++r)  // a nearest Resize's other copies: each value again at (a, b) within its rh x rw cell
+      t.mem4d("xpi" + L + "_" + std::to_string(r), "xp" + L, ((k.xp_t + r / k.xp_rw) * k.xp_w + k.xp_l + r % k.xp_rw) * nb,
+              interior_dims(k.samples, k.xp_h, k.xp_w, ih, iw, nb, k.xp_rh, k.xp_rw));
   }
   if (const int64_t m = move_reader(c, l); m >= 0)  // the held output, sent along the diagonal to kernel m's chain ends
     t.fabric("mvout" + L, DsdKind::fabout, h ? we : f32, c.kernels[static_cast<size_t>(m)].cm, kMoveOutQueue, rows * k.feat_nb());

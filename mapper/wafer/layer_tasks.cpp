@@ -148,8 +148,12 @@ std::string out_first(const Compiled& c, size_t l, ProgramTemplate& t, const Tas
   const Op mov = h ? Op::fmovh : Op::fmovs;
   const std::string full = full_dsd(c, l);
   if (output_used(c, l)) {
-    if (k.xp_h) t.op(h ? Op::fs2h : Op::fmovs, {"xpi" + L, full}, "into the next Conv's bordered input");
-    else if (h) t.op(Op::fs2h, {"y16m" + L, full});
+    if (k.xp_h) {
+      t.op(h ? Op::fs2h : Op::fmovs, {"xpi" + L, full}, "into the next Conv's bordered input");
+      for (int64_t r = 1; r < k.xp_rh * k.xp_rw; ++r) t.op(h ? Op::fs2h : Op::fmovs, {"xpi" + L + "_" + std::to_string(r), full}, "a nearest Resize's copy");
+    } else if (h) {
+      t.op(Op::fs2h, {"y16m" + L, full});
+    }
   }
   if (move_reader(c, l) >= 0)  // a later residual's input, along the diagonal (it waits on the route until added)
     t.op_async(mov, {"mvout" + L, k.xp_h ? "xpi" + L : h ? "y16m" + L : full});

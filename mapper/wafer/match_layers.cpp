@@ -14,7 +14,7 @@ namespace tessera::wafer::detail {
 
 const char* const kOpsHint =
     "the wafer compiler maps in this build: Gemm, or MatMul by a constant weight, with a bias Add and a scale per output feature (BatchNorm1d); "
-    "Conv (1-D or 2-D, any stride, pads, dilation and groups) and ConvTranspose, MaxPool, AveragePool or GlobalAveragePool (or a mean over the spatial axes) after a Conv, "
+    "Conv (1-D or 2-D, any stride, pads, dilation and groups), ConvTranspose, a nearest Resize (Upsample) into a Conv, MaxPool, AveragePool or GlobalAveragePool (or a mean over the spatial axes) after a Conv, "
     "a Flatten into a dense layer; elementwise functions of one value (Relu, "
     "LeakyRelu, PRelu, Clip, Tanh, Sigmoid, HardSigmoid, HardSwish, Swish, GELU, Elu, Selu, Celu, Softplus, Mish, Abs, Neg, Add, Mul, Sub or Div by a scalar constant) "
     "and Add, Sub, Mul or Div of two values of one chain end (x - tanh(x), x / (1 + |x|)); a final "
@@ -33,7 +33,7 @@ namespace {
 // operand is not a scalar constant).
 const std::set<std::string> kStructural = {"Gemm", "MatMul", "Add", "Softmax", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
                                            "Flatten", "Reshape", "Div", "Mul", "LayerNormalization", "RMSNormalization", "Transpose", "Where", "Slice", "Concat",
-                                           "ReduceMean", "LogSoftmax", "InstanceNormalization", "ConvTranspose"};  // (Where: an attention mask; Slice and Concat: rotary embeddings in an attention, tokens)
+                                           "ReduceMean", "LogSoftmax", "InstanceNormalization", "ConvTranspose", "Resize"};  // (Where: an attention mask; Slice and Concat: rotary embeddings in an attention, tokens)
 
 }  // namespace
 
@@ -172,6 +172,9 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
   struct TokenSlice { int64_t row, period; long producer; };
   std::map<std::string, TokenSlice> token_slices;
   std::vector<std::string> kout;  // each kernel's output value so far
+  // A nearest Resize of the last Conv's output waiting for the Conv that reads it: the value, the factors.
+  struct Upsample { std::string value; int64_t sh = 1, sw = 1; };
+  std::optional<Upsample> up;
   // The values at the last kernel's chain ends: its functions list each lies in (0: acts, 1:
   // acts_after, 2: acts_post_ln) and its place there -- an Add, Sub, Mul or Div of two of them
   // keeps the earlier one (Unary::Kind::keep, combine).
@@ -294,6 +297,16 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
         if (m >= 0 && static_cast<size_t>(m) != i) consumed.insert(static_cast<size_t>(m)), alias[g.nodes[static_cast<size_t>(m)].outputs[0]] = cur;
       continue;
     }
+    if (up && std::find(n.inputs.begin(), n.inputs.end(), up->value) != n.inputs.end() && n.op != "Conv")
+      unsupported("a nearest Resize (Upsample) is mapped only into a Conv, which reads the upsampled map from its holder");
+    if (n.op == "Resize" && fmap && !ks.empty() && ks.back().spatial() && !flat && !up) {
+      // Written into the reading Conv's holder each value sh x sw times by the Conv's chain ends.
+      const auto [sh, sw] = upsample_of(n, cs, g.value(n.outputs[0]).shape, unsupported);
+      up = Upsample{n.outputs[0], sh, sw};
+      absorb(ks.back(), n);
+      cur = n.outputs[0];
+      continue;
+    }
     if (fmap && n.op != "Conv" && n.op != "ConvTranspose" && n.op != "MaxPool" && n.op != "AveragePool" && n.op != "GlobalAveragePool" && !spatial_mean && !kUnary.count(n.op) &&
         n.op != "Flatten" && n.op != "Reshape")
       unsupported(n.op + " on a feature map " + shape_str(cs) + ": the wafer compiler maps Conv, elementwise functions, MaxPool, AveragePool, GlobalAveragePool and a Flatten to [batch, features] there");
@@ -305,6 +318,14 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       if (csrc >= 0 && !ks[static_cast<size_t>(csrc)].spatial()) unsupported("Conv reads the output of a dense layer; the wafer compiler maps convolutions on the input or after another Conv");
       if (csrc < 0 && !ks.empty()) unsupported("Conv reads the graph input beside another kernel; the wafer maps a feature-map input read by one kernel");
       DenseKernel k = conv_kernel(n, cs, *w, csrc, ks, unsupported);
+      if (up && n.inputs[0] == up->value) {  // the upsampled map, from the producer's holder
+        DenseKernel& p = ks[static_cast<size_t>(csrc)];
+        if (csrc != static_cast<long>(ks.size()) - 1 || k.ish > 1 || k.isw > 1)
+          unsupported("a nearest Resize is mapped into a Conv reading the Resize of the kernel before it");
+        if (!p.xp_h) p.xp_h = k.ih, p.xp_w = k.iw, p.xp_t = k.pad_t, p.xp_l = k.pad_l;
+        p.xp_rh = up->sh, p.xp_rw = up->sw;
+        up.reset();
+      }
       start_kernel(k, n, "per output channel");
     } else if (n.op == "MaxPool" || n.op == "AveragePool" || n.op == "GlobalAveragePool" || spatial_mean) {
       if (ks.empty() || !ks.back().spatial() || ks.back().pkh || ks.back().softmax)
@@ -501,6 +522,7 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
     cur = n.outputs[0];
   }
   if (ks.empty()) throw InputError(g.source, "the graph has no dense layer to map", kOpsHint);
+  if (up) throw InputError(g.source, "the graph ends in a nearest Resize; the wafer compiler maps one only into a Conv", kOpsHint);
   for (size_t l = 0; l < ks.size(); ++l)
     if (ks[l].reads_input2 && !ks[l].attn && !(l + 1 < ks.size() && ks[l + 1].attn && ks[l + 1].attn_k == static_cast<int64_t>(l) && ks[l + 1].reads_input2))
       throw InputError("kernel '" + ks[l].name + "'", "reads the second graph input ('" + input2 + "'), which the wafer compiler maps only as cross-attention's keys and values", kOpsHint);
