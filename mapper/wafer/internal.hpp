@@ -53,6 +53,11 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
 using Unsupported = std::function<void(const std::string&)>;
 bool split_sliced_projections(graph::Graph& g);
 DenseKernel conv_kernel(const graph::Node& n, const Shape& cs, const Tensor& w, long csrc, std::vector<DenseKernel>& ks, const Unsupported& unsupported);
+// ... with the input dilated by (ish, isw) (zeros between its values); a ConvTranspose's kernel
+// (match_norms.cpp) as that Conv's.
+DenseKernel conv_kernel_in(const graph::Node& n, const Shape& cs, const Tensor& w, long csrc, std::vector<DenseKernel>& ks, const Unsupported& unsupported, int64_t ish,
+                           int64_t isw);
+DenseKernel conv_transpose_kernel(const graph::Node& n, const Shape& cs, const Tensor& w, long csrc, std::vector<DenseKernel>& ks, const Unsupported& unsupported);
 void pool_into(DenseKernel& k, const graph::Node& n, const std::string& cur, const Shape& cs, const Unsupported& unsupported);
 using ConstantOf = std::function<const Tensor*(const std::string&)>;
 DenseKernel identity_kernel(const std::string& name, long src, int64_t rows, int64_t d, const std::string& in_value);
@@ -88,6 +93,12 @@ struct GroupNormAt {
 };
 GroupNormAt groupnorm_at(const graph::Graph& g, const graph::Node& n, size_t i, const Shape& cs, const std::function<long(const std::string&, const char*)>& sole);
 void groupnorm_into(DenseKernel& k, const graph::Graph& g, const graph::Node& n, const GroupNormAt& at, bool flat, const ConstantOf& constant, const Unsupported& unsupported);
+// A residual Add of o2 to the last kernel's output (its residual, res_out, res_preln), or unsupported.
+void residual_into(std::vector<DenseKernel>& ks, const std::vector<std::string>& kout, const std::string& o2, const std::string& input2, bool flat,
+                   const Unsupported& unsupported);
+// Where the last kernel's next elementwise function goes: its list (0: acts, 1: acts_after -- after
+// a residual --, 2: acts_post_ln -- after a LayerNorm) and that list.
+std::pair<int, std::vector<Unary>*> functions_list(DenseKernel& k);
 // The earlier value at place `at` of the functions list fns kept, op n combines it (first: it is
 // n's first operand) with the running value.
 void two_values_into(std::vector<Unary>& fns, size_t at, const graph::Node& n, bool first, const Unsupported& unsupported);

@@ -180,15 +180,11 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
   // keeps the earlier one (Unary::Kind::keep, combine).
   struct ChainPos { size_t kernel; int list; size_t at; };
   std::map<std::string, ChainPos> chain_pos;
-  auto fn_list = [](DenseKernel& k) -> std::pair<int, std::vector<Unary>*> {  // where its next function goes (the branch below)
-    if (k.layernorm && !k.attn && !k.softmax && k.gate_of < 0 && !k.pkh) return {2, &k.acts_post_ln};
-    return k.residual >= 0 ? std::pair<int, std::vector<Unary>*>{1, &k.acts_after} : std::pair<int, std::vector<Unary>*>{0, &k.acts};
-  };
   auto chain_value = [&](const std::string& v) {  // v lies at the last kernel's chain ends, in its current list
     const auto it = chain_pos.find(v);
     if (ks.empty() || flat || tok_view || tok_reshaped || it == chain_pos.end() || it->second.kernel + 1 != ks.size()) return false;
     DenseKernel& k = ks.back();
-    const auto [list, fns] = fn_list(k);
+    const auto [list, fns] = functions_list(k);
     return list == it->second.list && it->second.at <= fns->size() && !k.attn && !k.softmax && k.gate_of < 0 && !k.pkh;
   };
   for (const size_t i : order) {
@@ -319,12 +315,10 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       if (csrc < 0 && !ks.empty()) unsupported("Conv reads the graph input beside another kernel; the wafer maps a feature-map input read by one kernel");
       DenseKernel k = conv_kernel(n, cs, *w, csrc, ks, unsupported);
       if (up && n.inputs[0] == up->value) {  // the upsampled map, from the producer's holder
-        DenseKernel& p = ks[static_cast<size_t>(csrc)];
-        if (csrc != static_cast<long>(ks.size()) - 1 || k.ish > 1 || k.isw > 1)
-          unsupported("a nearest Resize is mapped into a Conv reading the Resize of the kernel before it");
+        if (csrc != static_cast<long>(ks.size()) - 1 || k.ish > 1 || k.isw > 1) unsupported("a nearest Resize is mapped into a Conv reading the Resize of the kernel before it");
+        DenseKernel& p = ks.back();
         if (!p.xp_h) p.xp_h = k.ih, p.xp_w = k.iw, p.xp_t = k.pad_t, p.xp_l = k.pad_l;
-        p.xp_rh = up->sh, p.xp_rw = up->sw;
-        up.reset();
+        p.xp_rh = up->sh, p.xp_rw = up->sw, up.reset();
       }
       start_kernel(k, n, "per output channel");
     } else if (n.op == "MaxPool" || n.op == "AveragePool" || n.op == "GlobalAveragePool" || spatial_mean) {
@@ -404,28 +398,12 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
     } else if (two_values) {
       // An op of two values of the chain end: the earlier one kept (match_norms.cpp).
       const std::string o2 = other_in(n, cur);
-      two_values_into(*fn_list(ks.back()).second, chain_pos.at(o2).at, n, n.inputs[0] == o2, unsupported);
+      two_values_into(*functions_list(ks.back()).second, chain_pos.at(o2).at, n, n.inputs[0] == o2, unsupported);
       absorb(ks.back(), n);
     } else if (n.op == "Add" && !ks.empty() && !constant(other_in(n, cur)) && !other_in(n, cur).empty()) {
-      // A residual: the other input must be the input of an earlier kernel (held on the PEs).
+      // A residual: the running activation plus the input (or output) of an earlier kernel (match_norms.cpp).
       const std::string o2 = other_in(n, cur);
-      long r = -1;
-      bool out = false;
-      if (!input2.empty() && o2 == input2)
-        unsupported("a residual of the second graph input ('" + input2 + "') is not mapped: the wafer compiler maps a second input only as cross-attention's keys and values");
-      for (size_t q = 0; q < ks.size(); ++q)
-        if (ks[q].in_value == o2 && !ks[q].reads_input2) r = static_cast<long>(q);
-      for (size_t q = 0; r < 0 && q + 1 < kout.size(); ++q)  // or an earlier kernel's output no kernel reads
-        if (kout[q] == o2) r = static_cast<long>(q), out = true;
-      // Or an earlier kernel's value before its LayerNorm (a pre-norm block's residual) -- taken from
-      // that kernel's chain ends when they are this kernel's (weight streaming's orientations), else
-      // the match above stands (the graph input on the sources, say).
-      bool preln = false;
-      const std::vector<bool> on_cols = streaming_orientations(ks);
-      for (size_t q = 0; q + 1 < ks.size(); ++q)
-        if (ks[q].layernorm && ks[q].preln_value == o2 && (r < 0 || on_cols[q] == on_cols.back())) r = static_cast<long>(q), out = false, preln = true;
-      if (r < 0 || ks.back().residual >= 0 || ks.back().gate_of >= 0 || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().pkh || flat)
-        unsupported("Add of two activations is mapped only as a residual: the running activation plus the input of an earlier dense layer or Conv, before any LayerNorm or pool");
+      residual_into(ks, kout, o2, input2, flat, unsupported);
       if (shape_numel(g.value(o2).shape) != shape_numel(cs)) unsupported("the residual adds " + shape_str(g.value(o2).shape) + " to " + shape_str(cs) + " (a broadcast): the wafer maps residuals of one shape");
       {
         const graph::Node& rn = g.nodes[i];  // (raw inputs: their parities)
@@ -433,9 +411,6 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
         if (parity(rn.inputs[first_is_cur ? 0 : 1]) != parity(rn.inputs[first_is_cur ? 1 : 0]))
           unsupported("the residual adds values whose rows are in different orders (a Transpose of the leading axes lies between them)");
       }
-      ks.back().residual = r;
-      ks.back().res_out = out;
-      ks.back().res_preln = preln;
       absorb(ks.back(), n);
     } else if (n.op == "Add" && !ks.empty() && constant(other_in(n, cur)) && per_feature(*constant(other_in(n, cur)), ks.back().N, fmap, cs.size()) &&
                !ks.back().activated() && !ks.back().gn_size && ks.back().residual < 0 && !ks.back().softmax && !ks.back().attn && !ks.back().layernorm && !ks.back().pkh && !flat) {
@@ -516,7 +491,7 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       parity_of[n.outputs[0]] = !in_raw.empty() && parity(in_raw);
     }
     if (!ks.empty() && !flat && !tok_view && !tok_reshaped) {
-      const auto [list, fns] = fn_list(ks.back());
+      const auto [list, fns] = functions_list(ks.back());
       chain_pos[n.outputs[0]] = ChainPos{ks.size() - 1, list, fns->size()};
     }
     cur = n.outputs[0];

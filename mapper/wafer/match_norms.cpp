@@ -1,6 +1,7 @@
 // match_layers' pieces (internal.hpp; docs/wafer-compiler.md "Convolutions", "Elementwise
 // functions"): constants per feature, a node absorbed into a kernel, GroupNorm and InstanceNorm at a
-// Conv's chain ends, squeeze-excitation gates and gated units, ops of two values of one chain end.
+// Conv's chain ends, squeeze-excitation gates and gated units, ops of two values of one chain end,
+// ConvTranspose (as a Conv over its dilated input), a nearest Resize into a Conv.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -102,6 +103,37 @@ void gate_into(std::vector<DenseKernel>& ks, const std::vector<std::string>& kou
   }
 }
 
+// A residual: the other input o2 is the input of an earlier kernel (held on the PEs), or an earlier
+// kernel's output no kernel reads, or an earlier kernel's value before its LayerNorm (a pre-norm
+// block's residual) -- taken from that kernel's chain ends when they are the last kernel's (weight
+// streaming's orientations), else the match before stands (the graph input on the sources, say).
+void residual_into(std::vector<DenseKernel>& ks, const std::vector<std::string>& kout, const std::string& o2, const std::string& input2, bool flat,
+                   const Unsupported& unsupported) {
+  long r = -1;
+  bool out = false;
+  if (!input2.empty() && o2 == input2)
+    unsupported("a residual of the second graph input ('" + input2 + "') is not mapped: the wafer compiler maps a second input only as cross-attention's keys and values");
+  for (size_t q = 0; q < ks.size(); ++q)
+    if (ks[q].in_value == o2 && !ks[q].reads_input2) r = static_cast<long>(q);
+  for (size_t q = 0; r < 0 && q + 1 < kout.size(); ++q)
+    if (kout[q] == o2) r = static_cast<long>(q), out = true;
+  bool preln = false;
+  const std::vector<bool> on_cols = streaming_orientations(ks);
+  for (size_t q = 0; q + 1 < ks.size(); ++q)
+    if (ks[q].layernorm && ks[q].preln_value == o2 && (r < 0 || on_cols[q] == on_cols.back())) r = static_cast<long>(q), out = false, preln = true;
+  const DenseKernel& k = ks.back();
+  if (r < 0 || k.residual >= 0 || k.gate_of >= 0 || k.layernorm || k.softmax || k.attn || k.pkh || flat)
+    unsupported("Add of two activations is mapped only as a residual: the running activation plus the input of an earlier dense layer or Conv, before any LayerNorm or pool");
+  ks.back().residual = r;
+  ks.back().res_out = out;
+  ks.back().res_preln = preln;
+}
+
+std::pair<int, std::vector<Unary>*> functions_list(DenseKernel& k) {
+  if (k.layernorm && !k.attn && !k.softmax && k.gate_of < 0 && !k.pkh) return {2, &k.acts_post_ln};
+  return k.residual >= 0 ? std::pair<int, std::vector<Unary>*>{1, &k.acts_after} : std::pair<int, std::vector<Unary>*>{0, &k.acts};
+}
+
 void two_values_into(std::vector<Unary>& fns, size_t at, const graph::Node& n, bool first, const Unsupported& unsupported) {
   for (size_t q = at; q < fns.size(); ++q)
     if (fns[q].kind == Unary::Kind::keep || fns[q].kind == Unary::Kind::combine)
@@ -117,6 +149,50 @@ Unary per_feature_unary(const graph::Node& n, const Tensor& c) {
   std::vector<float> v = c.to_f32();
   for (float& x : v) x = n.op == "Sub" ? -x : n.op == "Div" ? 1.0f / x : x;
   return Unary{n.op == "Mul" || n.op == "Div" ? Unary::Kind::mul_per : Unary::Kind::add_per, 0, 0, n.op, v};
+}
+
+// A ConvTranspose (stride s, pads p, output_padding a, dilation d) is the Conv of stride 1 over its
+// input with s - 1 zeros between the values, pads d (k - 1) - p at the start and d (k - 1) - p + a at
+// the end, and the kernel flipped with its channel axes swapped (per group): the general path, every
+// zero multiplied (docs/wafer-compiler.md "Convolutions").
+DenseKernel conv_transpose_kernel(const graph::Node& n, const Shape& cs, const Tensor& wt, long csrc, std::vector<DenseKernel>& ks, const Unsupported& unsupported) {
+  const size_t sp = cs.size() - 2;
+  if (!n.attrs.get_ints("output_shape", {}).empty()) unsupported("ConvTranspose with output_shape is not mapped; give pads and output_padding (torch.onnx.export's form)");
+  if (n.attrs.get_string("auto_pad", "NOTSET") != "NOTSET") unsupported("ConvTranspose auto_pad is not mapped; give explicit pads");
+  const int64_t groups = n.attrs.get_int("group", 1);
+  const std::vector<int64_t> st = n.attrs.get_ints("strides", std::vector<int64_t>(sp, 1)), dil = n.attrs.get_ints("dilations", std::vector<int64_t>(sp, 1));
+  const std::vector<int64_t> pads = n.attrs.get_ints("pads", std::vector<int64_t>(2 * sp, 0)), opad = n.attrs.get_ints("output_padding", std::vector<int64_t>(sp, 0));
+  const Shape& ws = wt.shape();
+  if (st.size() != sp || dil.size() != sp || pads.size() != 2 * sp || opad.size() != sp || ws.size() != cs.size() || groups < 1 || ws[0] != cs[1] || cs[1] % groups)
+    unsupported("ConvTranspose needs a weight [C_in, C_out / group, kernel...] matching its input " + shape_str(cs) + " and one stride, dilation and output padding and two pads per spatial axis");
+  const int64_t cin = ws[0], cog = ws[1], cig = cin / groups, cout = cog * groups;
+  int64_t taps = 1;
+  for (size_t j = 0; j < sp; ++j) taps *= ws[2 + j];
+  std::vector<int64_t> cpads(2 * sp);
+  for (size_t j = 0; j < sp; ++j) {
+    cpads[j] = dil[j] * (ws[2 + j] - 1) - pads[j];
+    cpads[j + sp] = dil[j] * (ws[2 + j] - 1) - pads[j + sp] + opad[j];
+    if (cpads[j] < 0 || cpads[j + sp] < 0 || st[j] < 1) unsupported("ConvTranspose pads beyond the kernel's extent minus one are not mapped");
+  }
+  const std::vector<float> wv = wt.to_f32();
+  std::vector<float> wc(static_cast<size_t>(cout * cig * taps));
+  for (int64_t gi = 0; gi < groups; ++gi)
+    for (int64_t o = 0; o < cog; ++o)
+      for (int64_t i = 0; i < cig; ++i)
+        for (int64_t tap = 0; tap < taps; ++tap)  // (the taps in reverse: the kernel flipped along every axis)
+          wc[static_cast<size_t>(((gi * cog + o) * cig + i) * taps + tap)] = wv[static_cast<size_t>(((gi * cig + i) * cog + o) * taps + (taps - 1 - tap))];
+  Shape wcs = ws;
+  wcs[0] = cout, wcs[1] = cig;
+  graph::Node nc = n;
+  nc.op = "Conv";
+  nc.attrs.set("strides", std::vector<int64_t>(sp, 1));
+  nc.attrs.set("pads", cpads);
+  DenseKernel k = conv_kernel_in(nc, cs, Tensor::from_f32(wcs, std::move(wc)), csrc, ks, unsupported, sp == 2 ? st[0] : 1, st.back());
+  k.op = "ConvTranspose" + k.op.substr(4);
+  k.w_derived = "a ConvTranspose's kernel is flipped with its channel axes swapped";
+  // FLOPs: every input value times every tap into C_out / group outputs (not the zeros between).
+  k.kflops = static_cast<int64_t>(std::llround(static_cast<double>(cig * taps * k.ih_raw * k.iw_raw) / static_cast<double>(k.oh * k.ow)));
+  return k;
 }
 
 // A nearest Resize (nn.Upsample's default) of a feature map cs to os by integer factors per spatial

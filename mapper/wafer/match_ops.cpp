@@ -82,61 +82,12 @@ bool split_sliced_projections(graph::Graph& g) {
 // A Conv node's kernel (its input [batch, C, H, W] or [batch, C, L] of shape cs, its constant weight
 // w): strides, pads, groups as a dense Conv with zero blocks; a padded reader of kernel csrc makes
 // that producer hold its output inside the border.
-namespace {
-DenseKernel conv_kernel_in(const graph::Node& n, const Shape& cs, const Tensor& wt, long csrc, std::vector<DenseKernel>& ks, const Unsupported& unsupported, int64_t ish,
-                           int64_t isw);
-
-// A ConvTranspose (stride s, pads p, output_padding a, dilation d) is the Conv of stride 1 over its
-// input with s - 1 zeros between the values, pads d (k - 1) - p at the start and d (k - 1) - p + a at
-// the end, and the kernel flipped with its channel axes swapped (per group): the general path, every
-// zero multiplied (docs/wafer-compiler.md "Convolutions").
-DenseKernel conv_transpose_kernel(const graph::Node& n, const Shape& cs, const Tensor& wt, long csrc, std::vector<DenseKernel>& ks, const Unsupported& unsupported) {
-  const size_t sp = cs.size() - 2;
-  if (!n.attrs.get_ints("output_shape", {}).empty()) unsupported("ConvTranspose with output_shape is not mapped; give pads and output_padding (torch.onnx.export's form)");
-  if (n.attrs.get_string("auto_pad", "NOTSET") != "NOTSET") unsupported("ConvTranspose auto_pad is not mapped; give explicit pads");
-  const int64_t groups = n.attrs.get_int("group", 1);
-  const std::vector<int64_t> st = n.attrs.get_ints("strides", std::vector<int64_t>(sp, 1)), dil = n.attrs.get_ints("dilations", std::vector<int64_t>(sp, 1));
-  const std::vector<int64_t> pads = n.attrs.get_ints("pads", std::vector<int64_t>(2 * sp, 0)), opad = n.attrs.get_ints("output_padding", std::vector<int64_t>(sp, 0));
-  const Shape& ws = wt.shape();
-  if (st.size() != sp || dil.size() != sp || pads.size() != 2 * sp || opad.size() != sp || ws.size() != cs.size() || groups < 1 || ws[0] != cs[1] || cs[1] % groups)
-    unsupported("ConvTranspose needs a weight [C_in, C_out / group, kernel...] matching its input " + shape_str(cs) + " and one stride, dilation and output padding and two pads per spatial axis");
-  const int64_t cin = ws[0], cog = ws[1], cig = cin / groups, cout = cog * groups;
-  int64_t taps = 1;
-  for (size_t j = 0; j < sp; ++j) taps *= ws[2 + j];
-  std::vector<int64_t> cpads(2 * sp);
-  for (size_t j = 0; j < sp; ++j) {
-    cpads[j] = dil[j] * (ws[2 + j] - 1) - pads[j];
-    cpads[j + sp] = dil[j] * (ws[2 + j] - 1) - pads[j + sp] + opad[j];
-    if (cpads[j] < 0 || cpads[j + sp] < 0 || st[j] < 1) unsupported("ConvTranspose pads beyond the kernel's extent minus one are not mapped");
-  }
-  const std::vector<float> wv = wt.to_f32();
-  std::vector<float> wc(static_cast<size_t>(cout * cig * taps));
-  for (int64_t gi = 0; gi < groups; ++gi)
-    for (int64_t o = 0; o < cog; ++o)
-      for (int64_t i = 0; i < cig; ++i)
-        for (int64_t tap = 0; tap < taps; ++tap)  // (the taps in reverse: the kernel flipped along every axis)
-          wc[static_cast<size_t>(((gi * cog + o) * cig + i) * taps + tap)] = wv[static_cast<size_t>(((gi * cig + i) * cog + o) * taps + (taps - 1 - tap))];
-  Shape wcs = ws;
-  wcs[0] = cout, wcs[1] = cig;
-  graph::Node nc = n;
-  nc.op = "Conv";
-  nc.attrs.set("strides", std::vector<int64_t>(sp, 1));
-  nc.attrs.set("pads", cpads);
-  DenseKernel k = conv_kernel_in(nc, cs, Tensor::from_f32(wcs, std::move(wc)), csrc, ks, unsupported, sp == 2 ? st[0] : 1, st.back());
-  k.op = "ConvTranspose" + k.op.substr(4);
-  k.w_derived = "a ConvTranspose's kernel is flipped with its channel axes swapped";
-  // FLOPs: every input value times every tap into C_out / group outputs (not the zeros between).
-  k.kflops = static_cast<int64_t>(std::llround(static_cast<double>(cig * taps * k.ih_raw * k.iw_raw) / static_cast<double>(k.oh * k.ow)));
-  return k;
-}
-}  // namespace
 
 DenseKernel conv_kernel(const graph::Node& n, const Shape& cs, const Tensor& wt, long csrc, std::vector<DenseKernel>& ks, const Unsupported& unsupported) {
-  if (n.op == "ConvTranspose") return conv_transpose_kernel(n, cs, wt, csrc, ks, unsupported);
+  if (n.op == "ConvTranspose") return conv_transpose_kernel(n, cs, wt, csrc, ks, unsupported);  // (match_norms.cpp)
   return conv_kernel_in(n, cs, wt, csrc, ks, unsupported, 1, 1);
 }
 
-namespace {
 DenseKernel conv_kernel_in(const graph::Node& n, const Shape& cs, const Tensor& wt, long csrc, std::vector<DenseKernel>& ks, const Unsupported& unsupported, int64_t ish,
                            int64_t isw) {
   const Tensor* w = &wt;
@@ -216,7 +167,6 @@ DenseKernel conv_kernel_in(const graph::Node& n, const Shape& cs, const Tensor& 
   }
   return k;
 }
-}  // namespace
 
 // A MaxPool, AveragePool or GlobalAveragePool node at the chain ends of Conv kernel k (cur: the
 // value before it, of shape cs).
