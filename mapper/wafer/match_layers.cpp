@@ -288,6 +288,9 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
     if (gn.in >= 0) {
       if (uses[cur].size() != 1) unsupported("GroupNorm and InstanceNorm are mapped on a value nothing else reads");
       groupnorm_into(ks.back(), g, n, gn, flat, constant, unsupported);
+      // (cur now names the normalised value, after the InstanceNormalization's own scale and shift:
+      // an op of two values that reads it keeps it there)
+      chain_pos[cur] = ChainPos{ks.size() - 1, 0, ks.back().acts.size()};
       alias[n.outputs[0]] = cur;
       for (const long m : {gn.in, gn.back})
         if (m >= 0 && static_cast<size_t>(m) != i) consumed.insert(static_cast<size_t>(m)), alias[g.nodes[static_cast<size_t>(m)].outputs[0]] = cur;
