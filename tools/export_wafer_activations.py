@@ -142,6 +142,44 @@ def convtranspose(d):
     write_case(d, "wafer_upsample_cnn", model, x)
 
 
+class ConcatNet(nn.Module):
+    """Branches joined by torch.cat: a Fire module (SqueezeNet's), a pool of the concatenation, three
+    branches reading it, a 3 x 3 Conv of their concatenation, and two dense branches into a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU())
+        self.squeeze = nn.Sequential(nn.Conv2d(8, 4, 1), nn.ReLU())
+        self.e1 = nn.Sequential(nn.Conv2d(4, 6, 1), nn.ReLU())
+        self.e3 = nn.Sequential(nn.Conv2d(4, 5, 3, padding=1), nn.ReLU())
+        self.pool = nn.MaxPool2d(3, 2, ceil_mode=True)
+        self.b1 = nn.Conv2d(11, 4, 1)
+        self.b2 = nn.Sequential(nn.Conv2d(11, 3, 3, padding=1), nn.Tanh())
+        self.b3 = nn.Sequential(nn.Conv2d(11, 2, 1), nn.Sigmoid())
+        self.mix = nn.Conv2d(9, 6, 3, padding=1)
+        self.l1 = nn.Sequential(nn.Linear(6, 8), nn.ReLU())
+        self.l2 = nn.Sequential(nn.Linear(6, 5), nn.GELU())
+        self.head = nn.Linear(13, 4)
+
+    def forward(self, x):
+        s = self.squeeze(self.stem(x))
+        p = self.pool(torch.cat([self.e1(s), self.e3(s)], 1))
+        m = self.mix(torch.relu(torch.cat([self.b1(p), self.b2(p), self.b3(p)], 1)))
+        v = m.mean((2, 3))
+        return self.head(torch.cat([self.l1(v), self.l2(v)], 1))
+
+
+def concat_cnn(d):
+    torch.manual_seed(29)
+    model = ConcatNet().eval()
+    x = np.random.RandomState(16).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    write_case(d, "wafer_concat_cnn", model, x)
+    torch.manual_seed(30)  # SqueezeNet's head: a Conv of the last Fire's concatenation, a global pool and the Flatten ending the graph
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, stride=2), nn.ReLU(), nn.Conv2d(4, 6, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten()).eval()
+    x = np.random.RandomState(17).standard_normal((2, 3, 9, 9)).astype(np.float32)
+    write_case(d, "wafer_flatten_end_cnn", model, x)
+
+
 def main():
     torch.set_num_threads(1)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -155,6 +193,7 @@ def main():
     two_value_mlp(d)
     groupnorm_cnn(d)
     convtranspose(d)
+    concat_cnn(d)
 
 
 if __name__ == "__main__":

@@ -75,7 +75,11 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
       while (follower(c, lead)) --lead;
       // (Or a dense layer reading what the kernel before it reads -- attention's K and V after Q:
       // the same chain ends send its x values right after that kernel's.)
-      const bool rows_follows = follower(c, l) && !k.spatial() && k.xread == DenseKernel::XRead::rows && k.src == c.kernels[l - 1].src;
+      // (Or reading another holder on the chain ends that hand the run's x values off: the second
+      // part of a dense layer reading a Concat of two dense branches, concat.cpp.)
+      const bool rows_follows = follower(c, l) && !k.spatial() && k.xread == DenseKernel::XRead::rows &&
+                                (k.src == c.kernels[l - 1].src ||
+                                 (k.src >= 0 && c.kernels[static_cast<size_t>(k.src)].k_on_columns == c.kernels[handoff_from(c, l)].k_on_columns));
       const bool follows = rows_follows || (follower(c, l) && k.src >= 0 && k.spatial() && lead >= 1 && c.kernels[lead].spatial());
       // A holder whose readers are one run of followers (Q, K and V of one input) has one hand-off.
       bool one_run = true;
@@ -83,7 +87,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
         one_run = one_run && c.readers[l + 1][j] == c.readers[l + 1][0] + j && !c.kernels[c.readers[l + 1][j]].spatial();
       if (follower(c, l) && k.src >= 0 && !follows)
         why = "kernel '" + k.name + "' would follow kernel '" + c.kernels[l - 1].name + "' in its orientation (its input lies on the edge that kernel's came from), which is mapped for Convs after a Conv and for dense layers reading what the kernel before them reads";
-      else if (k.src != static_cast<int64_t>(l) - 1 && !follows && (!same_edge || (!k.spatial() && k.xread != DenseKernel::XRead::flatten)))
+      else if (k.src != static_cast<int64_t>(l) - 1 && !follows && !same_edge)
         why = "kernel '" + k.name + "' reads " + (k.src < 0 ? std::string("the graph input") : "kernel '" + c.kernels[static_cast<size_t>(k.src)].name + "'") +
               (k.src >= 0 ? ", whose output is not on the edge of the kernel before it" : ", not the kernel before it");
       else if (c.readers[l + 1].size() > 1 && !k.spatial() && !one_run) why = "kernel '" + k.name + "' is read by " + std::to_string(c.readers[l + 1].size()) + " kernels that do not run one after another";

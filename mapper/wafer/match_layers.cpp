@@ -63,11 +63,13 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
 
 namespace {
 std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::string& input, std::string& output, std::string& input2) {
-  // A copy only for a graph with Slices (packed projections split per slice; its weights copied once).
+  // A copy only for a graph with Slices (packed projections split per slice; its weights copied
+  // once) or Concats (readers of branches split per branch: concat.cpp).
   std::optional<graph::Graph> split;
-  if (std::any_of(g0.nodes.begin(), g0.nodes.end(), [](const graph::Node& n) { return n.op == "Slice"; })) {
+  if (std::any_of(g0.nodes.begin(), g0.nodes.end(), [](const graph::Node& n) { return n.op == "Slice" || n.op == "Concat"; })) {
     split = g0;
-    if (!split_sliced_projections(*split)) split.reset();
+    const bool by_concat = split_concat_readers(*split);
+    if (!split_sliced_projections(*split) && !by_concat) split.reset();
   }
   const graph::Graph& g = split ? *split : g0;
   // (A second input: a decoder's memory, read only by the dense layers computing cross-attention's
@@ -511,7 +513,9 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       throw InputError(g.source, "an attention block (its output '" + blk.out + "') must follow the dense layers computing its Q, K and then V (each with its bias)", kOpsHint);
   if (cur != canon(output)) throw InputError(g.source, "the graph's output '" + output + "' is not the end of the layer chain", kOpsHint);
   if (parity(output)) throw InputError(g.source, "the graph's output '" + output + "' has its rows in another order than the input's (a Transpose of the leading axes is not undone)", kOpsHint);
-  if (flat) throw InputError(g.source, "the graph ends in a Flatten; the wafer compiler maps a Flatten only into a dense layer", kOpsHint);
+  // (A Flatten of the last Conv's map ending the graph -- SqueezeNet's head, a mean over the axes
+  // that drops them -- is its [batch, C * positions] view: the output is read channel-major.)
+  if (flat && !ks.back().spatial()) throw InputError(g.source, "the graph ends in a Flatten; the wafer compiler maps a Flatten only into a dense layer", kOpsHint);
   if (tok_view || tok_reshaped)
     throw InputError(g.source, "the graph ends in a Slice, Reshape or Transpose of tokens; the wafer compiler maps them only into a dense layer", kOpsHint);
   return ks;

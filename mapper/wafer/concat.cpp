@@ -1,0 +1,202 @@
+// A Concat of branches read by a Conv or a dense layer (internal.hpp; docs/wafer-compiler.md
+// "Convolutions"): the reader split by its input's parts, their sum a residual Add.
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "mapper/wafer/internal.hpp"
+
+namespace tessera::wafer::detail {
+
+namespace {
+
+// A new value name from `base` that the graph does not use yet.
+std::string fresh(const graph::Graph& g, const std::string& base) {
+  std::string v = base;
+  for (int i = 2; g.has_value(v); ++i) v = base + "_" + std::to_string(i);
+  return v;
+}
+
+const Tensor* constant_of(const graph::Graph& g, const std::string& v) {
+  if (v.empty() || !g.has_value(v)) return nullptr;
+  const graph::Value& val = g.value(v);
+  return val.data ? &*val.data : nullptr;
+}
+
+// Node u, reading v (the Concat's value, concatenated along `axis` of rank r), acts on each part
+// alone: an elementwise function of one value (its other inputs scalar constants) or, along the
+// channels of a feature map, a pool.
+bool per_part(const graph::Graph& g, const graph::Node& u, const std::string& v, int64_t axis, size_t r) {
+  if (std::count(u.inputs.begin(), u.inputs.end(), v) != 1 || u.outputs.size() != 1) return false;
+  if (u.op == "MaxPool" || u.op == "AveragePool") return u.inputs[0] == v && axis == 1 && r >= 3;
+  if (!kUnary.count(u.op)) return false;
+  for (const auto& in : u.inputs)
+    if (in != v && !in.empty() && !(constant_of(g, in) && constant_of(g, in)->numel() == 1)) return false;
+  return true;
+}
+
+// Node u reads v as its input and contracts the concatenated axis: a Conv of one group along the
+// channels, a Gemm or a MatMul by a constant 2-D weight along the features.
+bool splits(const graph::Graph& g, const graph::Node& u, const std::string& v, int64_t axis, size_t r) {
+  if (u.inputs.size() < 2 || u.inputs[0] != v || std::count(u.inputs.begin(), u.inputs.end(), v) != 1) return false;
+  const Tensor* w = constant_of(g, u.inputs[1]);
+  if (!w) return false;
+  if (u.op == "Conv") return axis == 1 && r >= 3 && w->rank() == static_cast<int64_t>(r) && u.attrs.get_int("group", 1) == 1;
+  if (u.op == "Gemm") return axis == 1 && r == 2 && w->rank() == 2 && !u.attrs.get_int("transA", 0);
+  if (u.op == "MatMul") return axis == static_cast<int64_t>(r) - 1 && w->rank() == 2;
+  return false;
+}
+
+// The columns [lo, lo + n) of axis `ax` of w.
+Tensor part_of(const Tensor& w, int64_t ax, int64_t lo, int64_t n) {
+  Shape s = w.shape();
+  const std::vector<float> v = w.to_f32();
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < ax; ++d) outer *= s[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(ax) + 1; d < s.size(); ++d) inner *= s[d];
+  const int64_t full = s[static_cast<size_t>(ax)];
+  std::vector<float> p;
+  p.reserve(static_cast<size_t>(outer * n * inner));
+  for (int64_t o = 0; o < outer; ++o)
+    p.insert(p.end(), v.begin() + (o * full + lo) * inner, v.begin() + (o * full + lo + n) * inner);
+  s[static_cast<size_t>(ax)] = n;
+  return Tensor::from_f32(s, std::move(p));
+}
+
+}  // namespace
+
+// A Concat of computed values along the channels of feature maps (or the features of rows) whose
+// value -- after functions of one value and pools, which act on each part alone and move to the
+// parts -- is read only by Convs of one group (or Gemms, MatMuls by a constant weight): each reader
+// becomes one reader per part, of its weight's slice along the contracted axis, and their outputs
+// are summed by Adds (the bias with the last part), which the wafer maps as residuals of outputs no
+// kernel reads. So SqueezeNet's Fire modules: expand1x1 and expand3x3 read the squeeze, each next
+// reader reads both. The moved functions and pools go right after each part's producer (a pool
+// attaches to the kernel before it); the readers' parts where the reader was. Returns whether it
+// changed g.
+bool split_concat_readers(graph::Graph& g) {
+  bool changed = false;
+  for (bool again = true; again;) {
+    again = false;
+    std::map<std::string, std::vector<size_t>> uses;
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      for (const auto& v : g.nodes[i].inputs) uses[v].push_back(i);
+    const std::map<std::string, size_t> producer = g.producers();
+    auto is_output = [&](const std::string& v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); };
+    for (size_t ci = 0; ci < g.nodes.size() && !again; ++ci) {
+      const graph::Node& c = g.nodes[ci];
+      if (c.op != "Concat" || c.inputs.size() < 2 || c.outputs.size() != 1) continue;
+      const size_t r = g.value(c.outputs[0]).shape.size();
+      int64_t axis = c.attrs.get_int("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(r);
+      bool ok = r >= 2 && axis >= 1;
+      for (const auto& a : c.inputs) ok = ok && !a.empty() && producer.count(a) && !constant_of(g, a) && g.value(a).shape.size() == r;
+      if (!ok) continue;
+      // The functions and pools after it, each the one reader of the value before it.
+      std::vector<size_t> moved;
+      std::string v = c.outputs[0];
+      for (;;) {
+        const auto it = uses.find(v);
+        if (it == uses.end() || it->second.size() != 1 || is_output(v) || !per_part(g, g.nodes[it->second[0]], v, axis, r)) break;
+        moved.push_back(it->second[0]);
+        v = g.nodes[it->second[0]].outputs[0];
+      }
+      const auto rd = uses.find(v);
+      if (rd == uses.end() || is_output(v)) continue;
+      for (const size_t u : rd->second) ok = ok && splits(g, g.nodes[u], v, axis, r);
+      if (!ok) continue;
+      // Each part through the moved nodes: the part's value after them.
+      std::map<size_t, std::vector<graph::Node>> after;  // node index -> nodes to insert after it
+      std::vector<std::string> parts;
+      std::vector<int64_t> width;
+      for (size_t p = 0; p < c.inputs.size(); ++p) {
+        std::string pv = c.inputs[p];
+        const int64_t n = g.value(pv).shape[static_cast<size_t>(axis)];
+        for (size_t q = 0; q < moved.size(); ++q) {
+          graph::Node mn = g.nodes[moved[q]];
+          const graph::Value& ov = g.value(mn.outputs[0]);
+          Shape s = ov.shape;
+          s[static_cast<size_t>(axis)] = n;
+          const std::string out = fresh(g, mn.outputs[0] + "/part" + std::to_string(p));
+          g.values[out] = graph::Value{out, ov.dtype, s, true, std::nullopt, false};
+          const std::string& was = q == 0 ? c.outputs[0] : g.nodes[moved[q - 1]].outputs[0];  // (the value it read)
+          for (auto& in : mn.inputs)
+            if (in == was) in = pv;
+          mn.name += "/part" + std::to_string(p);
+          mn.outputs = {out};
+          after[producer.at(c.inputs[p])].push_back(mn);
+          pv = out;
+        }
+        parts.push_back(pv);
+        width.push_back(n);
+      }
+      // Each reader: one node per part, their outputs summed.
+      std::map<size_t, std::vector<graph::Node>> instead;
+      std::vector<size_t> gone;  // bias Adds, moved before the sum
+      for (const size_t u : rd->second) {
+        const graph::Node& un = g.nodes[u];
+        const Tensor& w = *constant_of(g, un.inputs[1]);
+        const int64_t wax = un.op == "Conv" ? 1 : un.op == "Gemm" && un.attrs.get_int("transB", 0) ? 1 : 0;
+        const graph::Value& ov = g.value(un.outputs[0]);
+        // A bias Add of the reader's output (the canonical graph's split of a Gemm's or MatMul's
+        // bias): with the last part, before the sum (the wafer adds a bias before a residual).
+        const int64_t N = un.op == "Conv" ? w.shape()[0] : w.shape()[1 - static_cast<size_t>(wax)];
+        const graph::Node* bias = nullptr;
+        if (const auto bu = uses.find(un.outputs[0]); bu != uses.end() && bu->second.size() == 1 && !is_output(un.outputs[0])) {
+          const graph::Node& a = g.nodes[bu->second[0]];
+          const std::string other = a.inputs.size() == 2 ? (a.inputs[0] == un.outputs[0] ? a.inputs[1] : a.inputs[0]) : "";
+          if (a.op == "Add" && constant_of(g, other) && constant_of(g, other)->numel() == N) bias = &a, gone.push_back(bu->second[0]);
+        }
+        const std::string final_out = bias ? bias->outputs[0] : un.outputs[0];
+        std::string sum;
+        int64_t lo = 0;
+        for (size_t p = 0; p < parts.size(); ++p) {
+          const std::string tag = "/in" + std::to_string(lo) + "_" + std::to_string(lo + width[p]);
+          const std::string wn = fresh(g, un.inputs[1] + tag);
+          g.values[wn] = graph::Value{wn, DType::f32, Shape{}, true, part_of(w, wax, lo, width[p]), g.value(un.inputs[1]).is_initializer};
+          g.values[wn].shape = g.values[wn].data->shape();
+          lo += width[p];
+          graph::Node pn = un;
+          pn.name = (un.name.empty() ? un.outputs[0] : un.name) + tag;
+          pn.inputs[0] = parts[p];
+          pn.inputs[1] = wn;
+          if (p + 1 < parts.size() && pn.inputs.size() > 2) pn.inputs.resize(2);  // the bias with the last part
+          const std::string out = fresh(g, un.outputs[0] + tag);
+          g.values[out] = graph::Value{out, ov.dtype, ov.shape, true, std::nullopt, false};
+          pn.outputs = {out};
+          instead[u].push_back(pn);
+          if (p == 0) {
+            sum = out;
+            continue;
+          }
+          std::string term = out;
+          if (bias && p + 1 == parts.size()) {
+            term = fresh(g, out + "/bias");
+            g.values[term] = graph::Value{term, ov.dtype, ov.shape, true, std::nullopt, false};
+            graph::Node bn = *bias;
+            for (auto& in : bn.inputs)
+              if (in == un.outputs[0]) in = out;
+            bn.outputs = {term};
+            instead[u].push_back(bn);
+          }
+          const std::string s = p + 1 == parts.size() ? final_out : fresh(g, un.outputs[0] + "/sum" + std::to_string(p));
+          if (s != final_out) g.values[s] = graph::Value{s, ov.dtype, ov.shape, true, std::nullopt, false};
+          instead[u].push_back(graph::Node{pn.name + "/sum", "Add", {}, {sum, term}, {s}});
+          sum = s;
+        }
+      }
+      std::vector<graph::Node> nodes;
+      for (size_t i = 0; i < g.nodes.size(); ++i) {
+        if (const auto it = instead.find(i); it != instead.end()) nodes.insert(nodes.end(), it->second.begin(), it->second.end());
+        else if (i != ci && std::find(moved.begin(), moved.end(), i) == moved.end() && std::find(gone.begin(), gone.end(), i) == gone.end()) nodes.push_back(g.nodes[i]);
+        if (const auto it = after.find(i); it != after.end()) nodes.insert(nodes.end(), it->second.begin(), it->second.end());
+      }
+      g.nodes = std::move(nodes);
+      again = changed = true;
+    }
+  }
+  return changed;
+}
+
+}  // namespace tessera::wafer::detail
