@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Export eight small wafer test models written as users write torch.nn models.
+"""Export eleven small wafer test models written as users write torch.nn models.
 
 Writes tests/cli/data/wafer_activations_mlp.onnx, wafer_activations_mlp_x.npy and
 wafer_activations_mlp_y.npy: nn.Sequential(Linear(16, 32), ELU(), Linear(32, 32), SELU(),
@@ -41,6 +41,11 @@ rectangle search does not see.
 And wafer_upsample_cnn.onnx, _x.npy, _y.npy: a decoder's shape -- Conv2d(3, 8, 3, padding=1), ReLU, Upsample(2),
 Conv2d(8, 6, 3, padding=1), ReLU, Upsample(scale_factor=(1, 3)), Conv2d(6, 3, 1) -- at batch 2 on 4 x 4,
 opset 13 (nearest Resizes, one into a padded Conv and one into an unpadded 1 x 1 Conv).
+
+And wafer_concat_cnn.onnx (branches joined by torch.cat: a Fire module, three branches, two dense branches;
+ConcatNet below) and wafer_flatten_end_cnn.onnx (SqueezeNet's head: a global pool and the Flatten ending the
+graph); and wafer_vgg_chain.onnx: nine padded 3 x 3 / 1 x 1 Conv2d + ReLU with three MaxPool2d(2), a global
+pool, Flatten, Linear(16, 10) at batch 2 on 16 x 16 -- ten kernels in a chain (pipelined mode beyond 8).
 
 All are checked against PyTorch's output and the reference executor.
 
@@ -180,6 +185,15 @@ def concat_cnn(d):
     write_case(d, "wafer_flatten_end_cnn", model, x)
 
 
+def vgg_chain(d):
+    torch.manual_seed(31)  # a chain of ten kernels: more than a PE's task ids give one program of all of them
+    c = lambda i, o, k=3: [nn.Conv2d(i, o, k, padding=k // 2), nn.ReLU()]
+    model = nn.Sequential(*c(3, 8), *c(8, 8), nn.MaxPool2d(2), *c(8, 12), *c(12, 12), nn.MaxPool2d(2), *c(12, 16), *c(16, 16), *c(16, 16, 1), nn.MaxPool2d(2),
+                          *c(16, 16), *c(16, 16), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10)).eval()
+    x = np.random.RandomState(18).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    write_case(d, "wafer_vgg_chain", model, x)
+
+
 def main():
     torch.set_num_threads(1)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -194,6 +208,7 @@ def main():
     groupnorm_cnn(d)
     convtranspose(d)
     concat_cnn(d)
+    vgg_chain(d)
 
 
 if __name__ == "__main__":

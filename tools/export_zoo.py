@@ -271,6 +271,11 @@ CASES = [
          source="torchvision RegNet(BlockParams.from_init_params(depth=4, w_0=16, w_a=8, "
                 "w_m=2, group_width=8, se_ratio=0.25), num_classes=10)",
          what="a 4-block RegNetY (grouped convs, squeeze-excitation)", wafer=("weight_streaming",)),
+    dict(name="squeezenet1_1", seed=28, opset=13, inputs={"x": (1, 3, 64, 64)},
+         build=lambda: torchvision.models.squeezenet1_1(num_classes=10),
+         source="torchvision.models.squeezenet1_1(num_classes=10)",
+         what="SqueezeNet 1.1 (Fire modules: a squeeze Conv, two expand Convs concatenated)",
+         wafer=("weight_streaming",)),
     dict(name="vit_tiny", seed=16, opset=13, inputs={"x": (8, 3, 32, 32)},
          build=vit_tiny,
          source="torchvision.models.VisionTransformer(image_size=32, patch_size=8, "

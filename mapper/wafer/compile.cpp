@@ -58,10 +58,10 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
              (c.kernels[l].res_out && on_cols[static_cast<size_t>(c.kernels[l].residual)] != on_cols[l]);
   // Training always runs sequenced (its backward pass, from shared tasks too, follows the forward
   // pass's kernels; training's own checks below refuse what is not a chain of dense layers).
-  if (nker > kOwnTaskKernels || (branch && opt.mode == MapMode::weight_streaming) || (opt.training && opt.mode == MapMode::weight_streaming)) {
-    if (opt.mode != MapMode::weight_streaming)  // (at /mapping/mode: mode auto streams instead)
-      throw InputError("/mapping/mode", std::to_string(nker) + " kernels: pipelined mode gives every kernel its own tasks and colors, which a PE has for " + std::to_string(kOwnTaskKernels),
-                       "use \"mapping\": {\"mode\": \"weight_streaming\"}: a chain of more kernels runs there from shared tasks (docs/wafer-compiler.md \"Many kernels\")");
+  // (Pipelined, every kernel has a program of its own on its own rectangle: its task ids are its
+  // own, any number of kernels.)
+  if ((nker > kOwnTaskKernels && opt.mode == MapMode::weight_streaming) || (branch && opt.mode == MapMode::weight_streaming) ||
+      (opt.training && opt.mode == MapMode::weight_streaming)) {
     std::string why;
     for (size_t l = 0; l < c.kernels.size(); ++l) c.kernels[l].k_on_columns = on_cols[l];
     for (size_t l = 0; why.empty() && !opt.training && l < c.kernels.size(); ++l) {
@@ -104,12 +104,16 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     c.sequenced = true;
   }
   if (!c.sequenced) {
-    const int nk5 = std::max<int>(5, static_cast<int>(nker));
+    const int nk5 = task_id_kernels(c);
     bool gathers = false;  // (a conv reader's im2col gather: ids 7n + reader)
     for (const auto& k : c.kernels) gathers = gathers || k.spatial();
     int next_id = gathers ? 8 * nk5 : 7 * nk5 + 1;  // after the send (7n) and the gathers (7n + reader, reader < n)
+    // (Pipelined, kernel l's program holds the sends of holder l + 1, kernel 0's those of the
+    // graph input's too: the later holders' ids start after the input's.)
+    const int later = next_id + std::max<int>(0, static_cast<int>(c.readers[0].size()) - 1);
     c.extra_send_id.assign(c.readers.size(), 0);
     for (size_t p = 0; p < c.readers.size(); ++p) {
+      if (opt.mode == MapMode::pipelined && p > 0) next_id = later;
       c.extra_send_id[p] = next_id;
       next_id += std::max<int>(0, static_cast<int>(c.readers[p].size()) - 1);
     }
@@ -128,6 +132,9 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
     if (opt.mode == MapMode::pipelined && (k.tokens || k.row_period || k.sel_period))
       throw InputError("/mapping/mode", "kernel '" + k.name + "': tokens (a Conv's positions as rows, constant rows, a Slice of one token) are mapped in weight streaming only",
                        "use \"mapping\": {\"mode\": \"weight_streaming\"}");
+    if (c.readers[l + 1].size() > 1 && (k.spatial() || k.pkh) && opt.mode == MapMode::pipelined)
+      throw InputError("/mapping/mode", "kernel '" + k.name + "': its output is read by " + std::to_string(c.readers[l + 1].size()) + " kernels: pipelined mode maps chains of layers",
+                       "use \"mapping\": {\"mode\": \"weight_streaming\"} for branching graphs (every kernel on one rectangle)");
     if (c.readers[l + 1].size() > 1 && (k.spatial() || k.pkh) && !c.sequenced)  // one gather per holder: a feature map has one reader (sequenced: one per hand-off)
       throw InputError("kernel '" + k.name + "'", "a convolution's output read by several kernels is not mapped (" + std::to_string(c.readers[l + 1].size()) + " read it)",
                        kOpsHint);

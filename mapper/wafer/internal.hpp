@@ -253,6 +253,9 @@ struct TaskNames {
   std::string onx, red, out, gs, ld, ldb, ldc, ldd;
 };
 TaskNames task_names(const Compiled& c, size_t l);
+// The kernel count the task ids of a program are laid out for (at least 5): every kernel's in
+// weight streaming's one program; pipelined, a program per kernel, one.
+int task_id_kernels(const Compiled& c);
 int x_regs(const Compiled& c, size_t l);
 void gather_ops(ProgramTemplate& t, const std::string& task, const std::string& label, const std::string& src, const std::string& out, int64_t stride,
                 int64_t samples, int rt, Op mov, bool halt_after, const std::function<void()>& before_last = {}, const std::string& then = {});

@@ -4,6 +4,7 @@
 // streaming, its weight loads. Each task's body is written once; the standard program gives every
 // kernel its own tasks (layer_tasks), the sequencer (sequencer.cpp) runs the bodies of all kernels
 // from shared tasks.
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -45,6 +46,8 @@ void gather_ops(ProgramTemplate& t, const std::string& task, const std::string& 
 // every layer's x tasks share r0..r2 (a PE finishes a kernel's x tasks, the counters back at 0,
 // before the next kernel's x values reach it).
 int x_regs(const Compiled& c, size_t l) { return c.kernels.size() > 5 || c.sequenced ? 0 : 3 * static_cast<int>(l); }
+
+int task_id_kernels(const Compiled& c) { return c.mode == MapMode::pipelined ? 5 : std::max<int>(5, static_cast<int>(c.kernels.size())); }
 
 TaskNames task_names(const Compiled& c, size_t l) {
   if (c.sequenced) return {"onx", "red", "out", "gs", "ld", "ldb", "ldc", "ldd"};
@@ -238,13 +241,15 @@ void layer_tasks(const Compiled& c, size_t l, ProgramTemplate& t) {
   const std::string L = std::to_string(l);
   const TaskNames tn = task_names(c, l);
   const int64_t B = k.B, kb = k.kb, nb = k.nb;
-  const int nk5 = std::max<int>(5, static_cast<int>(c.kernels.size()));
+  const int nk5 = task_id_kernels(c);
   const int rj = x_regs(c, l), rb = rj + 1, rt = rj + 2;
   // Task ids are priorities (the lowest runnable id goes first): weight loads (4 per layer, ids
   // 0-19 for 5 layers) before x tasks (20-24) so a load is never starved by a busy layer, then the
   // reduce (25-29), the hand-off (30-34) and the input's send (35); with n > 5 layers the same
-  // order with bases 4n, 5n, 6n, 7n.
-  const int li = static_cast<int>(l);
+  // order with bases 4n, 5n, 6n, 7n. Pipelined, each kernel's program is its own: the ids of one
+  // layer (li 0), the gather 36.
+  const bool own = c.mode == MapMode::pipelined;
+  const int li = own ? 0 : static_cast<int>(l);
   const int id_ld = 4 * li, id_onx = 4 * nk5 + li, id_red = 5 * nk5 + li, id_out = 6 * nk5 + li, id_send = 7 * nk5;
   const bool h = c.half();
   const Op mov = h ? Op::fmovh : Op::fmovs;
@@ -276,7 +281,7 @@ void layer_tasks(const Compiled& c, size_t l, ProgramTemplate& t) {
     t.task(tn.out, TaskKind::local, id_out);
     const std::string src = out_first(c, l, t, tn);
     if (nk.spatial()) {
-      t.task(tn.gs, TaskKind::local, id_send + static_cast<int>(rd[0]), -1, -1, false, false, "one sample's im2col rows per send");
+      t.task(tn.gs, TaskKind::local, id_send + (own ? 1 : static_cast<int>(rd[0])), -1, -1, false, false, "one sample's im2col rows per send");
       const ConvWalk cw = conv_walk(c, rd[0]);
       gather_ops(t, tn.gs, tn.gs + "_z", "gx" + std::to_string(rd[0]), "yout" + L, cw.H * cw.W * nk.cblk, nk.samples, x_regs(c, rd[0]) + 2, mov, !ws);
     }
