@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Export eleven small wafer test models written as users write torch.nn models.
+"""Export twelve small wafer test models written as users write torch.nn models.
 
 Writes tests/cli/data/wafer_activations_mlp.onnx, wafer_activations_mlp_x.npy and
 wafer_activations_mlp_y.npy: nn.Sequential(Linear(16, 32), ELU(), Linear(32, 32), SELU(),
@@ -45,7 +45,9 @@ opset 13 (nearest Resizes, one into a padded Conv and one into an unpadded 1 x 1
 And wafer_concat_cnn.onnx (branches joined by torch.cat: a Fire module, three branches, two dense branches;
 ConcatNet below) and wafer_flatten_end_cnn.onnx (SqueezeNet's head: a global pool and the Flatten ending the
 graph); and wafer_vgg_chain.onnx: nine padded 3 x 3 / 1 x 1 Conv2d + ReLU with three MaxPool2d(2), a global
-pool, Flatten, Linear(16, 10) at batch 2 on 16 x 16 -- ten kernels in a chain (pipelined mode beyond 8).
+pool, Flatten, Linear(16, 10) at batch 2 on 16 x 16 -- ten kernels in a chain (pipelined mode beyond 8); and wafer_pad_cnn.onnx: nn.ZeroPad2d((1, 2, 0, 1)),
+Conv2d(3, 8, 3), ReLU, nn.ConstantPad2d(1, 0.0), Conv2d(8, 4, 3, stride=2), Tanh, Flatten, Linear(64, 5) at batch 2
+on 8 x 7 (Pads of zeros that the canonical graph folds into the Convs).
 
 All are checked against PyTorch's output and the reference executor.
 
@@ -63,10 +65,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import export_zoo  # noqa: E402  (export, write, write_npy)
 
 
-def write_case(d, name, model, x):
+def write_case(d, name, model, x, symbolic_ok=False):
     """The plain export at opset 13 (input "x") and PyTorch's output: NAME.onnx, NAME_x.npy, NAME_y.npy in d."""
     y = model(torch.from_numpy(x)).detach().numpy()
-    data, outputs = export_zoo.export(model, (torch.from_numpy(x),), ["x"], 13)
+    data, outputs = export_zoo.export(model, (torch.from_numpy(x),), ["x"], 13, symbolic_ok)
     assert len(outputs) == 1, outputs
     export_zoo.write(os.path.join(d, name + ".onnx"), data)
     export_zoo.write_npy(os.path.join(d, name + "_x.npy"), x)
@@ -194,6 +196,14 @@ def vgg_chain(d):
     write_case(d, "wafer_vgg_chain", model, x)
 
 
+def pad_cnn(d):
+    torch.manual_seed(32)  # explicit zero padding before Convs: nn.ZeroPad2d (asymmetric) and nn.ConstantPad2d(1, 0.0)
+    model = nn.Sequential(nn.ZeroPad2d((1, 2, 0, 1)), nn.Conv2d(3, 8, 3), nn.ReLU(), nn.ConstantPad2d(1, 0.0), nn.Conv2d(8, 4, 3, stride=2),
+                          nn.Tanh(), nn.Flatten(), nn.Linear(4 * 4 * 4, 5)).eval()
+    x = np.random.RandomState(19).standard_normal((2, 3, 8, 7)).astype(np.float32)
+    write_case(d, "wafer_pad_cnn", model, x, symbolic_ok=True)
+
+
 def main():
     torch.set_num_threads(1)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -209,6 +219,7 @@ def main():
     convtranspose(d)
     concat_cnn(d)
     vgg_chain(d)
+    pad_cnn(d)
 
 
 if __name__ == "__main__":

@@ -488,8 +488,10 @@ def check_depends_on_inputs(model, feeds, y):
             f"the output does not depend on input {k} (max change {change:.3g})"
 
 
-def export(model, args, input_names, opset):
-    """The plain export: only the opset and the input names are given."""
+def export(model, args, input_names, opset, symbolic_ok=False):
+    """The plain export: only the opset and the input names are given. symbolic_ok: an output whose
+    shape ONNX's shape inference leaves symbolic is kept (PyTorch 1.13 writes nn.ZeroPad2d's pads as
+    a Shape-free but run-time subgraph, ConstantOfShape .. Cast, that onnx does not fold)."""
     buf = io.BytesIO()
     torch.onnx.export(model.eval(), args, buf, opset_version=opset, input_names=input_names)
     data = buf.getvalue()
@@ -500,7 +502,7 @@ def export(model, args, input_names, opset):
     for v in list(onnx_model.graph.input) + list(onnx_model.graph.output):
         dims = [d.dim_value if d.HasField("dim_value") else d.dim_param
                 for d in v.type.tensor_type.shape.dim]
-        if not all(isinstance(d, int) and d > 0 for d in dims):
+        if not all(isinstance(d, int) and d > 0 for d in dims) and not (symbolic_ok and v in onnx_model.graph.output):
             raise SystemExit(f"{v.name} has a non-fixed shape {dims}")
     return data, [o.name for o in onnx_model.graph.output]
 

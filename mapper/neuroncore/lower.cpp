@@ -209,6 +209,7 @@ class Lowering {
     if (is_row_op(op)) return rows(x_, n);
     if (op == "Concat") return concat(x_, n);
     if (op == "Pad") return pad(x_, n);
+    if (op == "Resize") return resize(x_, n);
     if (op == "Gather") return gather(x_, n);
     if (is_elementwise(n)) return elementwise(x_, n);
     return Status::fail("op " + op + " is not in the NeuronCore compiler's op set yet");

@@ -175,6 +175,42 @@ bool scale_past_layout(Rewriter& rw, size_t idx) {
   return true;
 }
 
+// A constant Pad of zeros: with all pads 0 it is the identity; read only by a Conv (as its input,
+// explicit pads) and padding only the spatial axes by non-negative amounts, it is that Conv's
+// pads (nn.ZeroPad2d or F.pad before a Conv; a "same" padding written out).
+void fold_pad(Rewriter& rw, size_t idx) {
+  const Node n = rw.graph().nodes[idx];
+  const Tensor* pads = n.inputs.size() > 1 && !n.inputs[1].empty() ? rw.constant(n.inputs[1]) : nullptr;
+  const Tensor* value = n.inputs.size() > 2 && !n.inputs[2].empty() ? rw.constant(n.inputs[2]) : nullptr;
+  const bool given_value = n.inputs.size() > 2 && !n.inputs[2].empty();
+  if (n.attrs.get_string("mode", "constant") != "constant" || !pads || (given_value && (!value || value->numel() != 1 || value->cast(DType::f64).to_f64()[0] != 0.0)) ||
+      (n.inputs.size() > 3 && !n.inputs[3].empty()))  // (axes: opset 18's, not folded)
+    return;
+  const std::vector<int64_t> p = pads->to_i64();
+  const size_t r = rw.value(n.inputs[0]).shape.size();
+  if (p.size() != 2 * r) return;
+  if (std::all_of(p.begin(), p.end(), [](int64_t v) { return v == 0; })) {
+    forward(rw, idx, n.inputs[0], n.outputs[0]);
+    return;
+  }
+  size_t ci = 0;
+  const Node* c = rw.only_consumer(n.outputs[0], &ci);
+  if (!c || c->op != "Conv" || c->inputs[0] != n.outputs[0] || (c->inputs.size() > 1 && c->inputs[1] == n.outputs[0]) || r < 3 ||
+      c->attrs.get_string("auto_pad", "NOTSET") != "NOTSET")
+    return;
+  const size_t sp = r - 2;  // spatial axes
+  if (p[0] || p[1] || p[r] || p[r + 1] || std::any_of(p.begin(), p.end(), [](int64_t v) { return v < 0; })) return;
+  std::vector<int64_t> cp = c->attrs.get_ints("pads", std::vector<int64_t>(2 * sp, 0));
+  if (cp.size() != 2 * sp) return;
+  for (size_t a = 0; a < sp; ++a) cp[a] += p[2 + a], cp[sp + a] += p[r + 2 + a];
+  Node conv = *c;
+  conv.inputs[0] = n.inputs[0];
+  conv.attrs.set("pads", cp);
+  rw.remove_node(ci);
+  rw.remove_node(idx);
+  rw.add_node(std::move(conv));
+}
+
 }  // namespace
 
 bool simplify(Graph& g) {
@@ -208,6 +244,8 @@ bool simplify(Graph& g) {
       variadic(rw, i);
     } else if (op == "Gemm") {
       gemm_to_matmul(rw, i);
+    } else if (op == "Pad") {
+      fold_pad(rw, i);
     }
     if ((op == "Transpose" || op == "Reshape") && !rw.removed(i)) scale_past_layout(rw, i);
   }

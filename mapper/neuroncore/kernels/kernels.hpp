@@ -68,10 +68,11 @@ Status pool(Ctx& x, const graph::Node& n);
 // RMSNormalization, InstanceNormalization: kernels/rows.cpp.
 bool is_row_op(const std::string& op);
 Status rows(Ctx& x, const graph::Node& n);
-// Data movement: Concat, Pad (constant), Gather (an embedding lookup on gpsimd, or constant
+// Data movement: Concat, Pad (constant), a nearest Resize, Gather (an embedding lookup on gpsimd, or constant
 // indices as copies): kernels/movement.cpp.
 Status concat(Ctx& x, const graph::Node& n);
 Status pad(Ctx& x, const graph::Node& n);
+Status resize(Ctx& x, const graph::Node& n);  // nearest, by whole factors
 Status gather(Ctx& x, const graph::Node& n);
 
 }  // namespace tessera::neuroncore

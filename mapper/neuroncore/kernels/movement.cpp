@@ -1,5 +1,6 @@
 // Data movement that is not a view (kernels/kernels.hpp): Concat (each input copied into its slice
 // of the output), Pad (the output preloaded with the pad value, the input copied into its interior),
+// a nearest Resize (one copy of the input broadcast over the factors),
 // Gather (an embedding lookup of a constant table on the gpsimd engine, or constant indices as
 // copies of slices).
 #include <algorithm>
@@ -71,6 +72,41 @@ Status pad(Ctx& x, const Node& n) {
   }
   x.begin(n.name);
   if (src.view.numel() > 0) copy_into(x, n.name, src, dst);
+  return {};
+}
+
+// A nearest Resize by whole factors (nn.Upsample's default, F.interpolate(mode="nearest")): the
+// output viewed as [d0, f0, d1, f1, ...] (each axis split into the input's size and its factor) is
+// one copy of the input broadcast over the factors (stride 0). For whole factors, asymmetric with
+// nearest_mode floor (torch.onnx.export's form) and half_pixel / pytorch_half_pixel with a rounding
+// nearest_mode both read input floor(i / f).
+Status resize(Ctx& x, const Node& n) {
+  const std::string mode = n.attrs.get_string("mode", "nearest"), ct = n.attrs.get_string("coordinate_transformation_mode", "half_pixel"),
+                    nm = n.attrs.get_string("nearest_mode", "round_prefer_floor");
+  const bool ok_map = mode == "nearest" && (((ct == "half_pixel" || ct == "pytorch_half_pixel") && nm != "ceil" && nm != "floor") || (ct == "asymmetric" && nm == "floor"));
+  if (!ok_map)
+    return Status::fail("Resize is compiled as a nearest upsampling by whole factors (mode nearest; coordinate_transformation_mode asymmetric with nearest_mode floor, "
+                        "or half_pixel); this one is " + mode + ", " + ct + ", " + nm);
+  const TensorRef X = x.st.ref(n.inputs[0]), O = x.st.ref(n.outputs[0]);
+  const Shape &is = X.shape(), &os = O.shape();
+  if (is.size() != os.size()) return Status::fail("Resize changes the rank");
+  Shape split;
+  graph::Strided src;
+  src.offset = X.view.offset;
+  for (size_t a = 0; a < is.size(); ++a) {
+    if (is[a] == 0 || os[a] % is[a] || os[a] < is[a])
+      return Status::fail("Resize is compiled as an upsampling by whole factors; " + shape_str(is) + " to " + shape_str(os) + " is not");
+    split.push_back(is[a]), split.push_back(os[a] / is[a]);
+    src.shape.push_back(is[a]), src.shape.push_back(os[a] / is[a]);
+    src.strides.push_back(X.view.strides[a]), src.strides.push_back(0);
+  }
+  const auto ov = graph::reshape(O.view, split);
+  if (!ov) return Status::fail("the upsampled output's view cannot be split by the factors");
+  TensorRef s2 = X, d2 = O;
+  s2.view = src;
+  d2.view = *ov;
+  x.begin(n.name);
+  copy_into(x, n.name, s2, d2);
   return {};
 }
 
