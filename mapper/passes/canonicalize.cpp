@@ -7,7 +7,7 @@ namespace tessera::passes {
 const std::vector<CanonicalPass>& canonical_passes() {
   static const std::vector<CanonicalPass> p = {
       {"normalize_opset", "opset 7-16 forms rewritten to opset 17's", normalize_opset},
-      {"simplify", "one form per concept: Reshape for Flatten/Squeeze/Unsqueeze, Slice for Split, MatMul for Gemm, no Identity/Dropout, a Pad of zeros into the Conv that reads it",
+      {"simplify", "one form per concept: Reshape for Flatten/Squeeze/Unsqueeze, Slice for Split, MatMul for Gemm, no Identity/Dropout or one-input Concat, a Pad of zeros into the Conv that reads it",
        simplify},
       {"unroll_recurrent", "RNN, GRU and LSTM as the matmuls and gates of each step", unroll_recurrent},
       {"fold_batchnorm", "inference BatchNormalization folded into the convolution before it, or a per-channel Mul and Add", fold_batchnorm},

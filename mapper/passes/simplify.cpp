@@ -246,6 +246,8 @@ bool simplify(Graph& g) {
       gemm_to_matmul(rw, i);
     } else if (op == "Pad") {
       fold_pad(rw, i);
+    } else if (op == "Concat" && n.inputs.size() == 1) {  // (torch.cat of a list of one tensor: DenseNet's first layer)
+      forward(rw, i, n.inputs[0], n.outputs[0]);
     }
     if ((op == "Transpose" || op == "Reshape") && !rw.removed(i)) scale_past_layout(rw, i);
   }
