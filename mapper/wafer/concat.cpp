@@ -64,7 +64,48 @@ Tensor part_of(const Tensor& w, int64_t ax, int64_t lo, int64_t n) {
   return Tensor::from_f32(s, std::move(p));
 }
 
+// Whether Concat c maps (returns "") or why not: its value, after the functions and pools that
+// move to its parts (`moved`, ending at value `v`), read only by readers that split; `axis` the
+// concatenated axis.
+std::string concat_plan(const graph::Graph& g, const graph::Node& c, const std::map<std::string, std::vector<size_t>>& uses, const std::map<std::string, size_t>& producer,
+                        std::vector<size_t>& moved, std::string& v, int64_t& axis) {
+  auto is_output = [&](const std::string& x) { return std::find(g.outputs.begin(), g.outputs.end(), x) != g.outputs.end(); };
+  const size_t r = g.value(c.outputs[0]).shape.size();
+  axis = c.attrs.get_int("axis", 0);
+  if (axis < 0) axis += static_cast<int64_t>(r);
+  if (r < 2 || axis < 1) return "it joins along axis " + std::to_string(axis) + " of " + shape_str(g.value(c.outputs[0]).shape) + "; the wafer joins along the channels of feature maps or the features of rows";
+  for (const auto& a : c.inputs)
+    if (a.empty() || !producer.count(a) || constant_of(g, a) || g.value(a).shape.size() != r)
+      return "its input '" + a + "' is the graph input or a constant; the wafer joins values its kernels compute";
+  moved.clear();
+  v = c.outputs[0];
+  for (;;) {
+    const auto it = uses.find(v);
+    if (it == uses.end() || it->second.size() != 1 || is_output(v) || !per_part(g, g.nodes[it->second[0]], v, axis, r)) break;
+    moved.push_back(it->second[0]);
+    v = g.nodes[it->second[0]].outputs[0];
+  }
+  const auto rd = uses.find(v);
+  if (is_output(v) || rd == uses.end()) return "its value ('" + v + "') is the graph's output; the wafer maps a Concat only into the Convs or dense layers that read it";
+  for (const size_t u : rd->second)
+    if (!splits(g, g.nodes[u], v, axis, r))
+      return "its value ('" + v + "') is read by node '" + g.nodes[u].name + "' (" + g.nodes[u].op +
+             "); the wafer maps a Concat only into Convs of one group, Gemms or MatMuls by a constant weight that read it (after functions of one value and pools)";
+  return "";
+}
+
 }  // namespace
+
+std::string concat_refusal(const graph::Graph& g, const graph::Node& c) {
+  std::map<std::string, std::vector<size_t>> uses;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& x : g.nodes[i].inputs) uses[x].push_back(i);
+  std::vector<size_t> moved;
+  std::string v;
+  int64_t axis = 0;
+  const std::string why = concat_plan(g, c, uses, g.producers(), moved, v, axis);
+  return why.empty() ? "a Concat of branches is mapped when its parts' producers are kernels on the chain (this one is not)" : "a Concat of branches: " + why;
+}
 
 // A Concat of computed values along the channels of feature maps (or the features of rows) whose
 // value -- after functions of one value and pools, which act on each part alone and move to the
@@ -87,25 +128,11 @@ bool split_concat_readers(graph::Graph& g) {
     for (size_t ci = 0; ci < g.nodes.size() && !again; ++ci) {
       const graph::Node& c = g.nodes[ci];
       if (c.op != "Concat" || c.inputs.size() < 2 || c.outputs.size() != 1) continue;
-      const size_t r = g.value(c.outputs[0]).shape.size();
-      int64_t axis = c.attrs.get_int("axis", 0);
-      if (axis < 0) axis += static_cast<int64_t>(r);
-      bool ok = r >= 2 && axis >= 1;
-      for (const auto& a : c.inputs) ok = ok && !a.empty() && producer.count(a) && !constant_of(g, a) && g.value(a).shape.size() == r;
-      if (!ok) continue;
-      // The functions and pools after it, each the one reader of the value before it.
       std::vector<size_t> moved;
-      std::string v = c.outputs[0];
-      for (;;) {
-        const auto it = uses.find(v);
-        if (it == uses.end() || it->second.size() != 1 || is_output(v) || !per_part(g, g.nodes[it->second[0]], v, axis, r)) break;
-        moved.push_back(it->second[0]);
-        v = g.nodes[it->second[0]].outputs[0];
-      }
+      std::string v;
+      int64_t axis = 0;
+      if (!concat_plan(g, c, uses, producer, moved, v, axis).empty()) continue;
       const auto rd = uses.find(v);
-      if (rd == uses.end() || is_output(v)) continue;
-      for (const size_t u : rd->second) ok = ok && splits(g, g.nodes[u], v, axis, r);
-      if (!ok) continue;
       // Each part through the moved nodes: the part's value after them.
       std::map<size_t, std::vector<graph::Node>> after;  // node index -> nodes to insert after it
       std::vector<std::string> parts;

@@ -263,6 +263,7 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
     const bool binary = n.op == "Add" || n.op == "Sub" || n.op == "Mul" || n.op == "Div";
     const bool two_values = binary && n.inputs.size() == 2 && (n.inputs[0] == cur || n.inputs[1] == cur) && !constant(other_in(n, cur)) &&
                             chain_value(other_in(n, cur)) && g.value(other_in(n, cur)).shape == g.value(cur).shape;
+    if (n.op == "Concat" && !tok_concat) unsupported(concat_refusal(g, g.nodes[i]));  // (concat.cpp: what a Concat of branches needs)
     if (n.inputs.empty() || (n.inputs[0] != cur && !(commutative && n.inputs.size() > 1 && n.inputs[1] == cur) && !from_constant && !tok_concat && !two_values)) {
       // Every node must continue the chain from its first input (either input of Add or Mul).
       bool uses_cur = std::find(n.inputs.begin(), n.inputs.end(), cur) != n.inputs.end();
