@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Export twelve small wafer test models written as users write torch.nn models.
+"""Export fourteen small wafer test models written as users write torch.nn models.
 
 Writes tests/cli/data/wafer_activations_mlp.onnx, wafer_activations_mlp_x.npy and
 wafer_activations_mlp_y.npy: nn.Sequential(Linear(16, 32), ELU(), Linear(32, 32), SELU(),
@@ -47,7 +47,9 @@ ConcatNet below) and wafer_flatten_end_cnn.onnx (SqueezeNet's head: a global poo
 graph); and wafer_vgg_chain.onnx: nine padded 3 x 3 / 1 x 1 Conv2d + ReLU with three MaxPool2d(2), a global
 pool, Flatten, Linear(16, 10) at batch 2 on 16 x 16 -- ten kernels in a chain (pipelined mode beyond 8); and wafer_pad_cnn.onnx: nn.ZeroPad2d((1, 2, 0, 1)),
 Conv2d(3, 8, 3), ReLU, nn.ConstantPad2d(1, 0.0), Conv2d(8, 4, 3, stride=2), Tanh, Flatten, Linear(64, 5) at batch 2
-on 8 x 7 (Pads of zeros that the canonical graph folds into the Convs).
+on 8 x 7 (Pads of zeros that the canonical graph folds into the Convs); wafer_input_branches.onnx (the graph
+input read by a 1 x 1 shortcut Conv and two 3 x 3 Convs, then cat(h, f(h)) into a 1 x 1 Conv, a global pool and a
+Linear; class InputBranches) and wafer_dense_stem.onnx (cat(x, f(x)) of the graph input into a strided Conv, Flatten, Linear).
 
 All are checked against PyTorch's output and the reference executor.
 
@@ -204,6 +206,41 @@ def pad_cnn(d):
     write_case(d, "wafer_pad_cnn", model, x, symbolic_ok=True)
 
 
+class InputBranches(nn.Module):
+    """The graph input read by several Convs: a ResNeXt-style block as the whole model (a 1 x 1
+    shortcut beside two 3 x 3 Convs), then DenseNet's first concatenation cat(h, f(h))."""
+
+    def __init__(self):
+        super().__init__()
+        self.short = nn.Conv2d(3, 8, 1)
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1))
+        self.grow = nn.Sequential(nn.Conv2d(8, 4, 3, padding=1), nn.ReLU())
+        self.head = nn.Sequential(nn.Conv2d(12, 6, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(6, 3))
+
+    def forward(self, x):
+        h = torch.relu(self.short(x) + self.body(x))
+        return self.head(torch.cat([h, self.grow(h)], 1))
+
+
+class DenseStem(nn.Module):  # cat(x, f(x)) of the graph input itself, into a Conv
+    def __init__(self):
+        super().__init__()
+        self.f = nn.Sequential(nn.Conv2d(3, 5, 3, padding=1), nn.ReLU())
+        self.g = nn.Sequential(nn.Conv2d(8, 6, 3, stride=2), nn.ReLU(), nn.Flatten(), nn.Linear(6 * 3 * 3, 4))
+
+    def forward(self, x):
+        return self.g(torch.cat([x, self.f(x)], 1))
+
+
+def input_branches(d):
+    torch.manual_seed(33)
+    x = np.random.RandomState(20).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    write_case(d, "wafer_input_branches", InputBranches().eval(), x)
+    torch.manual_seed(34)
+    x = np.random.RandomState(21).standard_normal((2, 3, 7, 7)).astype(np.float32)
+    write_case(d, "wafer_dense_stem", DenseStem().eval(), x)
+
+
 def main():
     torch.set_num_threads(1)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -220,6 +257,7 @@ def main():
     concat_cnn(d)
     vgg_chain(d)
     pad_cnn(d)
+    input_branches(d)
 
 
 if __name__ == "__main__":

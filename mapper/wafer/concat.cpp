@@ -1,5 +1,6 @@
-// A Concat of branches read by a Conv or a dense layer (internal.hpp; docs/wafer-compiler.md
-// "Convolutions"): the reader split by its input's parts, their sum a residual Add.
+// Branches (internal.hpp; docs/wafer-compiler.md "Convolutions"): a Concat of branches read by a
+// Conv or a dense layer -- the reader split by its input's parts, their sum a residual Add -- and a
+// feature-map graph input read by several Convs, through an identity Conv.
 #include <algorithm>
 #include <map>
 #include <string>
@@ -105,6 +106,54 @@ std::string concat_refusal(const graph::Graph& g, const graph::Node& c) {
   int64_t axis = 0;
   const std::string why = concat_plan(g, c, uses, g.producers(), moved, v, axis);
   return why.empty() ? "a Concat of branches is mapped when its parts' producers are kernels on the chain (this one is not)" : "a Concat of branches: " + why;
+}
+
+// A feature-map graph input read by several Convs (or by a Concat: cat(x, f(x))) -- the host places
+// the input for one reader -- is read through an identity 1 x 1 Conv first, a kernel whose output
+// the wafer hands to any number of readers: one more kernel, C x C multiply-adds per position.
+// Only when every reader is a Conv, ConvTranspose or Concat (a transformer's [batch, S, d] input,
+// read by dense layers and a residual, is left alone). Returns whether it changed g.
+namespace {
+std::vector<size_t> input_readers(const graph::Graph& g) {  // the readers that need the identity Conv, or none
+  if (g.inputs.size() != 1) return {};
+  const std::string x = g.inputs[0];
+  const size_t r = g.value(x).shape.size();
+  if (r != 3 && r != 4) return {};
+  std::vector<size_t> readers;
+  bool concat = false;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const graph::Node& n = g.nodes[i];
+    if (std::find(n.inputs.begin(), n.inputs.end(), x) == n.inputs.end()) continue;
+    if ((n.op != "Conv" && n.op != "ConvTranspose" && n.op != "Concat") || (n.op != "Concat" && n.inputs[0] != x)) return {};
+    concat = concat || n.op == "Concat";
+    readers.push_back(i);
+  }
+  return readers.size() >= 2 || concat ? readers : std::vector<size_t>{};
+}
+}  // namespace
+
+bool input_needs_identity(const graph::Graph& g) { return !input_readers(g).empty(); }
+
+bool identity_for_input(graph::Graph& g) {
+  const std::vector<size_t> readers = input_readers(g);
+  if (readers.empty()) return false;
+  const std::string x = g.inputs[0];
+  const Shape xs = g.value(x).shape;
+  const int64_t C = xs[1];
+  Shape ws{C, C, 1};
+  if (xs.size() == 4) ws.push_back(1);
+  std::vector<float> w(static_cast<size_t>(C * C), 0.0f);
+  for (int64_t c = 0; c < C; ++c) w[static_cast<size_t>(c * C + c)] = 1.0f;
+  const std::string wn = fresh(g, x + "/identity/W"), y = fresh(g, x + "/identity");
+  g.values[wn] = graph::Value{wn, DType::f32, ws, true, Tensor::from_f32(ws, std::move(w)), false};
+  g.values[y] = graph::Value{y, g.value(x).dtype, xs, true, std::nullopt, false};
+  for (const size_t i : readers)
+    for (auto& in : g.nodes[i].inputs)
+      if (in == x) in = y;
+  graph::Node id{x + "/identity", "Conv", {}, {x, wn}, {y}};
+  id.attrs.set("kernel_shape", std::vector<int64_t>(xs.size() - 2, 1));
+  g.nodes.insert(g.nodes.begin(), std::move(id));
+  return true;
 }
 
 // A Concat of computed values along the channels of feature maps (or the features of rows) whose

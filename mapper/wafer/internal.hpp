@@ -54,6 +54,8 @@ using Unsupported = std::function<void(const std::string&)>;
 bool split_sliced_projections(graph::Graph& g);
 // concat.cpp: a Concat of branches read by Convs or dense layers, the readers split per branch.
 bool split_concat_readers(graph::Graph& g);
+bool input_needs_identity(const graph::Graph& g);
+bool identity_for_input(graph::Graph& g);  // a feature-map graph input read by several Convs: through an identity Conv
 std::string concat_refusal(const graph::Graph& g, const graph::Node& concat);  // why a Concat does not map
 DenseKernel conv_kernel(const graph::Node& n, const Shape& cs, const Tensor& w, long csrc, std::vector<DenseKernel>& ks, const Unsupported& unsupported);
 // ... with the input dilated by (ish, isw) (zeros between its values); a ConvTranspose's kernel

@@ -64,12 +64,14 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
 namespace {
 std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::string& input, std::string& output, std::string& input2) {
   // A copy only for a graph with Slices (packed projections split per slice; its weights copied
-  // once) or Concats (readers of branches split per branch: concat.cpp).
+  // once), Concats (readers of branches split per branch: concat.cpp) or a feature-map input read
+  // by several Convs (through an identity Conv: concat.cpp).
   std::optional<graph::Graph> split;
-  if (std::any_of(g0.nodes.begin(), g0.nodes.end(), [](const graph::Node& n) { return n.op == "Slice" || n.op == "Concat"; })) {
+  if (input_needs_identity(g0) || std::any_of(g0.nodes.begin(), g0.nodes.end(), [](const graph::Node& n) { return n.op == "Slice" || n.op == "Concat"; })) {
     split = g0;
-    const bool by_concat = split_concat_readers(*split);
-    if (!split_sliced_projections(*split) && !by_concat) split.reset();
+    bool changed = identity_for_input(*split);
+    changed = split_concat_readers(*split) || changed;
+    if (!split_sliced_projections(*split) && !changed) split.reset();
   }
   const graph::Graph& g = split ? *split : g0;
   // (A second input: a decoder's memory, read only by the dense layers computing cross-attention's
