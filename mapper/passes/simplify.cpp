@@ -181,8 +181,8 @@ bool scale_past_layout(Rewriter& rw, size_t idx) {
 void fold_pad(Rewriter& rw, size_t idx) {
   const Node n = rw.graph().nodes[idx];
   const Tensor* pads = n.inputs.size() > 1 && !n.inputs[1].empty() ? rw.constant(n.inputs[1]) : nullptr;
-  const Tensor* value = n.inputs.size() > 2 && !n.inputs[2].empty() ? rw.constant(n.inputs[2]) : nullptr;
   const bool given_value = n.inputs.size() > 2 && !n.inputs[2].empty();
+  const Tensor* value = given_value ? rw.constant(n.inputs[2]) : nullptr;
   if (n.attrs.get_string("mode", "constant") != "constant" || !pads || (given_value && (!value || value->numel() != 1 || value->cast(DType::f64).to_f64()[0] != 0.0)) ||
       (n.inputs.size() > 3 && !n.inputs[3].empty()))  // (axes: opset 18's, not folded)
     return;

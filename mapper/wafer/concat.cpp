@@ -108,11 +108,6 @@ std::string concat_refusal(const graph::Graph& g, const graph::Node& c) {
   return why.empty() ? "a Concat of branches is mapped when its parts' producers are kernels on the chain (this one is not)" : "a Concat of branches: " + why;
 }
 
-// A feature-map graph input read by several Convs (or by a Concat: cat(x, f(x))) -- the host places
-// the input for one reader -- is read through an identity 1 x 1 Conv first, a kernel whose output
-// the wafer hands to any number of readers: one more kernel, C x C multiply-adds per position.
-// Only when every reader is a Conv, ConvTranspose or Concat (a transformer's [batch, S, d] input,
-// read by dense layers and a residual, is left alone). Returns whether it changed g.
 namespace {
 std::vector<size_t> input_readers(const graph::Graph& g) {  // the readers that need the identity Conv, or none
   if (g.inputs.size() != 1) return {};
@@ -134,6 +129,11 @@ std::vector<size_t> input_readers(const graph::Graph& g) {  // the readers that 
 
 bool input_needs_identity(const graph::Graph& g) { return !input_readers(g).empty(); }
 
+// A feature-map graph input read by several Convs (or by a Concat: cat(x, f(x))) -- the host places
+// the input for one reader -- is read through an identity 1 x 1 Conv first, a kernel whose output
+// the wafer hands to any number of readers: one more kernel, C x C multiply-adds per position.
+// Only when every reader is a Conv, ConvTranspose or Concat (a transformer's [batch, S, d] input,
+// read by dense layers and a residual, is left alone). Returns whether it changed g.
 bool identity_for_input(graph::Graph& g) {
   const std::vector<size_t> readers = input_readers(g);
   if (readers.empty()) return false;
