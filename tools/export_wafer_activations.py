@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Export fourteen small wafer test models written as users write torch.nn models.
+"""Export fifteen small wafer test models written as users write torch.nn models.
 
 Writes tests/cli/data/wafer_activations_mlp.onnx, wafer_activations_mlp_x.npy and
 wafer_activations_mlp_y.npy: nn.Sequential(Linear(16, 32), ELU(), Linear(32, 32), SELU(),
@@ -49,7 +49,9 @@ pool, Flatten, Linear(16, 10) at batch 2 on 16 x 16 -- ten kernels in a chain (p
 Conv2d(3, 8, 3), ReLU, nn.ConstantPad2d(1, 0.0), Conv2d(8, 4, 3, stride=2), Tanh, Flatten, Linear(64, 5) at batch 2
 on 8 x 7 (Pads of zeros that the canonical graph folds into the Convs); wafer_input_branches.onnx (the graph
 input read by a 1 x 1 shortcut Conv and two 3 x 3 Convs, then cat(h, f(h)) into a 1 x 1 Conv, a global pool and a
-Linear; class InputBranches) and wafer_dense_stem.onnx (cat(x, f(x)) of the graph input into a strided Conv, Flatten, Linear).
+Linear; class InputBranches) and wafer_dense_stem.onnx (cat(x, f(x)) of the graph input into a strided Conv, Flatten, Linear); and
+wafer_inception.onnx (GoogLeNet's shape at a small size, class MiniGoogLeNet: Inception blocks with their
+pool branches, a MaxPool of a concatenation, the global pool and a Linear of the last one).
 
 All are checked against PyTorch's output and the reference executor.
 
@@ -241,6 +243,46 @@ def input_branches(d):
     write_case(d, "wafer_dense_stem", DenseStem().eval(), x)
 
 
+class Inception(nn.Module):
+    """GoogLeNet's block: a 1 x 1 branch, 1 x 1 then 3 x 3 branches, and a pool branch --
+    MaxPool2d(3, 1, 1, ceil_mode=True) of the block's input, then a 1 x 1 Conv -- joined by torch.cat."""
+
+    def __init__(self, cin, c1, c3r, c3, c5r, c5, cp):
+        super().__init__()
+        conv = lambda i, o, k: nn.Sequential(nn.Conv2d(i, o, k, padding=k // 2), nn.ReLU())
+        self.b1 = conv(cin, c1, 1)
+        self.b2 = nn.Sequential(conv(cin, c3r, 1), conv(c3r, c3, 3))
+        self.b3 = nn.Sequential(conv(cin, c5r, 1), conv(c5r, c5, 3))
+        self.b4 = nn.Sequential(nn.MaxPool2d(3, 1, 1, ceil_mode=True), conv(cin, cp, 1))
+
+    def forward(self, x):
+        return torch.cat([self.b1(x), self.b2(x), self.b3(x), self.b4(x)], 1)
+
+
+class MiniGoogLeNet(nn.Module):
+    """GoogLeNet's shape at a small size: a stem and a MaxPool, two Inception blocks (the second reads
+    the first's concatenation, its pool branch too), a MaxPool of the concatenation, a third block,
+    the global pool, Flatten, Dropout and a Linear of the last concatenation."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2, ceil_mode=True))
+        self.i3a = Inception(8, 4, 3, 6, 2, 3, 3)
+        self.i3b = Inception(16, 5, 4, 6, 2, 2, 3)
+        self.pool = nn.MaxPool2d(3, 2, ceil_mode=True)
+        self.i4a = Inception(16, 4, 3, 5, 2, 3, 4)
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d((1, 1)), nn.Flatten(), nn.Dropout(0.2), nn.Linear(16, 5))
+
+    def forward(self, x):
+        return self.head(self.i4a(self.pool(self.i3b(self.i3a(self.stem(x))))))
+
+
+def inception(d):
+    torch.manual_seed(35)
+    x = np.random.RandomState(22).standard_normal((2, 3, 12, 12)).astype(np.float32)
+    write_case(d, "wafer_inception", MiniGoogLeNet().eval(), x)
+
+
 def main():
     torch.set_num_threads(1)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -258,6 +300,7 @@ def main():
     vgg_chain(d)
     pad_cnn(d)
     input_branches(d)
+    inception(d)
 
 
 if __name__ == "__main__":

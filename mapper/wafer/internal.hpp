@@ -56,6 +56,9 @@ bool split_sliced_projections(graph::Graph& g);
 bool split_concat_readers(graph::Graph& g);
 bool input_needs_identity(const graph::Graph& g);
 bool identity_for_input(graph::Graph& g);  // a feature-map graph input read by several Convs: through an identity Conv
+bool pools_need_identity(const graph::Graph& g);
+bool dense_heads_as_convs(graph::Graph& g);  // a dense layer on a Flatten of a 1 x 1 map from a Concat: a 1 x 1 Conv
+bool identity_for_pools(graph::Graph& g);  // a pool of a feature map other nodes read too: through an identity Conv
 std::string concat_refusal(const graph::Graph& g, const graph::Node& concat);  // why a Concat does not map
 DenseKernel conv_kernel(const graph::Node& n, const Shape& cs, const Tensor& w, long csrc, std::vector<DenseKernel>& ks, const Unsupported& unsupported);
 // ... with the input dilated by (ish, isw) (zeros between its values); a ConvTranspose's kernel

@@ -67,10 +67,12 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
   // once), Concats (readers of branches split per branch: concat.cpp) or a feature-map input read
   // by several Convs (through an identity Conv: concat.cpp).
   std::optional<graph::Graph> split;
-  if (input_needs_identity(g0) || std::any_of(g0.nodes.begin(), g0.nodes.end(), [](const graph::Node& n) { return n.op == "Slice" || n.op == "Concat"; })) {
+  if (input_needs_identity(g0) || pools_need_identity(g0) || std::any_of(g0.nodes.begin(), g0.nodes.end(), [](const graph::Node& n) { return n.op == "Slice" || n.op == "Concat"; })) {
     split = g0;
     bool changed = identity_for_input(*split);
+    changed = dense_heads_as_convs(*split) || changed;
     changed = split_concat_readers(*split) || changed;
+    changed = identity_for_pools(*split) || changed;
     if (!split_sliced_projections(*split) && !changed) split.reset();
   }
   const graph::Graph& g = split ? *split : g0;
