@@ -87,7 +87,14 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     const int64_t seq_end = c.sequenced ? 3 + 2 * detail::dispatch_depth(orientation_count[k.k_on_columns ? 0 : 1]) + (l + 1 < nk ? (c.training ? 7 : 6) : 0) + 4 + seq_d + 1 : 0;
     const int64_t per_x = 9 + S + (c.half() ? cdiv(k.nb, w32) : cdiv(k.nb, wf) * op_interval(Op::fmacs, cfg)) + save_x + seq;
     const int64_t first_x = 10 + S + cdiv(k.nb, w32) + save_x + seq;
-    const int64_t compute = k.B * ((k.kb - 1) * per_x + first_x) + 4 * k.B + 2 + (wrap_ld ? 1 : 0) + seq_end;
+    // A sequenced Conv reading a chain end's holder gets one sample's im2col rows per send (the
+    // gather gs, or a follower's gsf); the chain ends sending them run this kernel's x tasks too,
+    // which outrank the gather, so each later sample's rows leave after the sender's x tasks of the
+    // sample before: its search, the send's issue and the first hop, a bubble in every x line
+    // (a PE trace of a 4 x 4 fp16 run: 35-38 cycles per sample beyond the x tasks' cadence).
+    const bool per_sample = c.sequenced && ws && k.spatial() && k.src >= 0 && k.samples > 1;
+    const int64_t gather_gap = per_sample ? (k.samples - 1) * (8 + 2 * detail::dispatch_depth(detail::followers(c).size()) + S + 2 + hop) : 0;
+    const int64_t compute = k.B * ((k.kb - 1) * per_x + first_x) + 4 * k.B + 2 + (wrap_ld ? 1 : 0) + seq_end + gather_gap;
     k.est.compute = compute;
     const int64_t nf = k.nflops ? k.nflops : k.N;  // without pass-through columns and padding
     k.est.flops = 2.0 * static_cast<double>(k.B * k.kflops * nf) + static_cast<double>(k.B * nf) * (k.act_is(Unary::Kind::relu) ? 2 : 1);
@@ -100,7 +107,31 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       // A follower: sent right after kernel l - 1's x values (their count per line later) by the same chain ends.
       const DenseKernel& pk = c.kernels[l - 1];
       x0 = x0_of[l - 1];
-      for (auto& v : x0) v += pk.oh * pk.ow * pk.kb * pk.samples + 8 + 2 * detail::dispatch_depth(detail::followers(c).size());  // (gsf's search)
+      const int64_t gsf = 8 + 2 * detail::dispatch_depth(detail::followers(c).size());  // (gsf's search)
+      for (auto& v : x0) v += pk.oh * pk.ow * pk.kb * pk.samples + gsf;
+      // The gather (gsf, below the loads and the hand-off in priority) runs at the chain ends
+      // holding the input (handoff_from's); one that runs an earlier kernel's reduce task then --
+      // its part of a chain of the kernel before this one, or a chain end with its post-ops (a
+      // narrow rectangle: GoogLeNet's pooled branches on 1 x 1 and 2 x 2 PEs) -- sends them after
+      // it, after the load steps that became ready meanwhile and, at that kernel's chain end, its
+      // hand-off task. (A PE trace of a 1 x 1 run: the reduce task of a pooled Conv, 297 cycles,
+      // then three load steps, the hand-off and the gather; 62 cycles from its end to the send.)
+      const size_t hf = k.src >= 0 && !k.reads_input2 ? detail::handoff_from(c, l) : nk;  // (the graph input's followers: the host's sends)
+      for (int64_t p = 0; hf < l && k.spatial() && p < Lk; ++p) {
+        const DenseKernel& hk = c.kernels[hf];
+        const int64_t px = hk.k_on_columns ? hk.w - 1 : p, py = hk.k_on_columns ? p : hk.h - 1;
+        const size_t ie = static_cast<size_t>(py * k.w + px);
+        // (Its x tasks outrank the gather: it runs after the PE's last x task of the kernel before.)
+        const int64_t at = std::max(x0[static_cast<size_t>(p)] - gsf, compute_end_of[l - 1][ie] + 2), free_at = after_busy(ie, at);
+        if (free_at == at && at == x0[static_cast<size_t>(p)] - gsf) continue;
+        int64_t t = free_at;
+        const bool pend = pk.k_on_columns ? px == pk.w - 1 : py == pk.h - 1;  // the kernel before's chain end: its hand-off first
+        if (pend) t = std::max(t, next_of[l - 1][static_cast<size_t>(pk.k_on_columns ? py : px)]);
+        if (!steps_prev.empty())
+          for (const auto& [ready, cost] : steps_prev[ie])
+            if (ready >= at && ready < t) t += cost;
+        x0[static_cast<size_t>(p)] = t + gsf;
+      }
     } else x0 = next_of[c.sequenced ? l - 1 : static_cast<size_t>(k.src)];  // (sequenced: handed off by kernel l - 1's chain ends)
     x0_of.push_back(x0);
 
@@ -425,6 +456,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       const int64_t tmax = tmax_of[static_cast<size_t>(pn)];
       if (k.pkh) t += (k.pkh * k.pkw + (k.pavg ? 1 : 0)) * (S + cdiv(k.rows_out() * k.nb, w32));  // the pool: a copy, a max (sum) per other window; the mean's product
       if (k.pool_padded()) t += S + cdiv(k.B * k.nb, w32);  // y into the pool's border first
+      t_of[static_cast<size_t>(pn)] = t;  // (the chain end's task runs on through the pool)
       end = std::max(end, t);
       transfer = std::max(transfer, t - tmax);
       // The next kernel's x: the chain end's yout (issue, setup, out queue) -- into the next
