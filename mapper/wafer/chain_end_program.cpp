@@ -1,6 +1,8 @@
 // PE programs of the chain-end post-ops that span a row of outputs (compile.hpp;
 // docs/wafer-compiler.md "What it maps", "Transformers"): Softmax, LayerNorm and multi-head attention.
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "mapper/wafer/internal.hpp"
 
@@ -216,6 +218,86 @@ void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& 
     t.op(Op::mov, {rq, imm(0)});
     if (rv != ro) t.op(Op::mov, {rv, imm(0)});
   }
+}
+
+// The estimate of the chain-end work that spans a row of outputs, after the bias, functions and
+// residual (estimate.cpp): multi-head attention (attention_program), the copy a pre-norm block
+// keeps, LayerNorm along the edge (ln_program) and the functions after it -- added to each chain-end
+// position's time t_of.
+void row_post_cycles(const DenseKernel& k, const WaferConfig& cfg, std::vector<int64_t>& t_of) {
+  const int64_t S = cfg.setup_cycles, hop = cfg.hop_latency, pass = 2 + hop, Ln = static_cast<int64_t>(t_of.size()), n_el = k.B * k.nb;
+  auto dsd = [&](int64_t len, Op o2 = Op::fadds, int64_t stride = 1) { return dsd_cycles(o2, len, stride, cfg); };
+  if (k.attn) {
+    // chain_end_program.cpp attention_program, per head (part) of each chain end's block: the scores (w
+    // products of broadcast walks), with heads split over g PEs the group's chain of S x S
+    // partial scores to its last PE (the reduce's formula), the softmax there, P broadcast back
+    // hop by hop; then P V over the PE's w features.
+    // Query blocks of Sq rows run one after another (a block's scores: Sq x S).
+    // A batch: every (sample, head) pair of the PE in turn, over its sample's Sk keys.
+    const int64_t fb = k.feat_nb(), Sk = k.attn_keys(), Sq = k.attn_rows(), nq = k.attn_queries() / Sq, SS = Sq * Sk, g = k.attn_group(), w = g > 1 ? fb : k.dh,
+                  hp = (g > 1 ? 1 : fb / k.dh) * k.attn_samples;
+    auto op = [&](int64_t len, int64_t stride) { return dsd(len, Op::fmuls, stride); };
+    const int64_t scores = w * op(SS, k.nb) + (w - 1) * op(SS, 1) + (nq > 1 ? w + 1 : 0);
+    const int64_t softmax = (k.attn_mask.empty() ? 0 : op(SS, 1)) + op(SS, 1) + Sk * op(Sq, Sk) + op(SS, 1) + kExpOps * op(SS, 1) + Sk * op(Sq, Sk) + recip_op_count(1.0, static_cast<double>(Sk)) * op(Sq, 1) + op(SS, 1);
+    const int64_t pv = (2 * Sk - 1) * op(Sq * w, 1);
+    for (const bool isq : {true, false})  // rotary embeddings: five ops over Q's (K's) rows x fb, two over halves, strided
+      if (!(isq ? k.attn_q_cos : k.attn_k_cos).empty())
+        for (auto& tq : t_of) tq += 3 * op(k.B * fb / 2, 2) + op(k.B * fb, 2) + op(k.B * fb, 1);
+    if (g == 1) {
+      for (auto& tq : t_of) tq += nq * (hp * (scores + softmax + pv) + (nq > 1 ? 4 + (fb != k.nb ? 1 : 0) + (k.attn_mask.empty() ? 0 : 2) : 0));
+    } else {
+      for (int64_t qb = 0; qb < nq * hp; ++qb) {
+      if (nq > 1 && qb % hp == 0)  // a query block's start: its offsets (and the mask's rows)
+        for (auto& tq : t_of) tq += 4 + (fb != k.nb ? 1 : 0) + (k.attn_mask.empty() ? 0 : 2);
+      for (int64_t g0 = 0; g0 < Ln; g0 += g) {
+        const int64_t gl = std::min(Ln, g0 + g) - 1;  // the group's last position
+        int64_t lead = INT64_MIN;
+        for (int64_t q = g0; q <= gl; ++q) lead = std::max(lead, t_of[static_cast<size_t>(q)] + scores + S - (q - g0) * pass);
+        const int64_t chain = gl == g0 ? t_of[static_cast<size_t>(g0)] + scores : lead + (gl - g0) * pass + SS;
+        const int64_t sent = chain + softmax + S + 1;
+        for (int64_t q = g0; q <= gl; ++q) {
+          const int64_t own = t_of[static_cast<size_t>(q)] + scores + (q < gl ? S + SS : 0);
+          t_of[static_cast<size_t>(q)] = std::max(own, sent + (gl - q) * hop + SS + 2) + 1 + pv;
+        }
+      }
+      }
+    }
+  }
+  if (k.keeps_preln)  // the copy of the value before the LayerNorm (fmovs over B nb)
+    for (auto& tq : t_of) tq += dsd(k.B * k.nb, Op::fmovs);
+  if (k.layernorm) {
+    // LayerNorm along the chain ends (chain_end_program.cpp ln_program), twice: each position's row sums (nb
+    // strided ops over B), the pipelined chain of B values to the edge's end (the reduce's
+    // formula), its own ops there, then the broadcast back -- hop by hop, B wavelets -- which
+    // each position takes before its next ops.
+    const int64_t B = k.B, nb = k.nb;
+    const bool padded = k.ln_padded();
+    auto pass_ln = [&](std::vector<int64_t>& T, int64_t at_end) {
+      const int64_t local = dsd(B, Op::fmovs, nb) + (nb - 1) * dsd(B, Op::fadds, nb);
+      int64_t lead = INT64_MIN;
+      for (int64_t q = 0; q < Ln; ++q) lead = std::max(lead, T[static_cast<size_t>(q)] + local + S - q * pass);
+      const int64_t chain = Ln == 1 ? T[0] + local : lead + (Ln - 1) * pass + B;
+      const int64_t sent = chain + at_end + S + 1;  // the async broadcast's first wavelet leaves
+      for (int64_t q = 0; q < Ln; ++q) {
+        const int64_t own = T[static_cast<size_t>(q)] + local + (q + 1 < Ln ? S + B : 0);  // this position's part of the chain is out
+        T[static_cast<size_t>(q)] = std::max(own, sent + (Ln - 1 - q) * hop + B + 2) + 1;
+      }
+    };
+    if (k.ln_premask())
+      for (auto& tq : t_of) tq += dsd(n_el);  // padded features back to 0 first
+    if (!k.rms) {  // (RMSNorm: no mean pass)
+      pass_ln(t_of, dsd(B));
+      for (auto& tq : t_of) tq += dsd(n_el) * (padded ? 3 : 2);  // subtract the mean (mask), square
+    } else {
+      for (auto& tq : t_of) tq += dsd(n_el);  // square
+    }
+    pass_ln(t_of, 2 * dsd(B) + dsd(B, Op::fmovs) + kRsqrtIters * (3 * dsd(B, Op::fmuls) + dsd(B, Op::fmacs)));  // rsqrt_ops: 3 fmuls and an fmacs per step
+    for (auto& tq : t_of) tq += (k.rms ? 2 : 3) * dsd(n_el);  // times rstd, scale (, bias)
+  }
+  for (const Unary& u : k.acts_post_ln)  // the functions after the LayerNorm
+    for (auto& tq : t_of) tq += unary_cycles(u, n_el, cfg);
+  if (k.ln_postmask())
+    for (auto& tq : t_of) tq += dsd(n_el);  // (and its padded features back to 0)
 }
 
 }  // namespace tessera::wafer::detail

@@ -460,4 +460,21 @@ bool split_concat_readers(graph::Graph& g) {
   return changed;
 }
 
+// The graph match_layers maps: a copy with the rewrites above -- identity Convs for a graph input or
+// a pool that several nodes read, dense heads as Convs, readers of Concats split per part -- and
+// packed projections split per Slice (match_ops.cpp), or nothing when none applies (the graph as
+// it is). The copy is made only for a graph with Slices, Concats or such inputs and pools.
+std::optional<graph::Graph> rewrite_branches(const graph::Graph& g0) {
+  if (!input_needs_identity(g0) && !pools_need_identity(g0) &&
+      std::none_of(g0.nodes.begin(), g0.nodes.end(), [](const graph::Node& n) { return n.op == "Slice" || n.op == "Concat"; }))
+    return std::nullopt;
+  std::optional<graph::Graph> split = g0;
+  bool changed = identity_for_input(*split);
+  changed = dense_heads_as_convs(*split) || changed;
+  changed = split_concat_readers(*split) || changed;
+  changed = identity_for_pools(*split) || changed;
+  if (!split_sliced_projections(*split) && !changed) split.reset();
+  return split;
+}
+
 }  // namespace tessera::wafer::detail

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -58,6 +59,9 @@ bool input_needs_identity(const graph::Graph& g);
 bool identity_for_input(graph::Graph& g);  // a feature-map graph input read by several Convs: through an identity Conv
 bool pools_need_identity(const graph::Graph& g);
 bool dense_heads_as_convs(graph::Graph& g);  // a dense layer on a Flatten of a 1 x 1 map from a Concat: a 1 x 1 Conv
+std::optional<graph::Graph> rewrite_branches(const graph::Graph& g0);  // the above on a copy (nullopt: nothing to do)
+void append_kernel(std::vector<DenseKernel>& ks, DenseKernel& k, const graph::Graph& g, const graph::Node& n, const std::string& cur, const char* per);
+void leading_swaps(const graph::Graph& g, std::map<std::string, std::string>& alias, std::map<std::string, bool>& swapped, std::set<size_t>& consumed);
 bool identity_for_pools(graph::Graph& g);  // a pool of a feature map other nodes read too: through an identity Conv
 std::string concat_refusal(const graph::Graph& g, const graph::Node& concat);  // why a Concat does not map
 DenseKernel conv_kernel(const graph::Node& n, const Shape& cs, const Tensor& w, long csrc, std::vector<DenseKernel>& ks, const Unsupported& unsupported);
@@ -212,6 +216,7 @@ void ln_program(const DenseKernel& k, size_t l, ProgramTemplate& t);
 // and its DSD operations' cycles (the estimate).
 void gn_program(const DenseKernel& k, size_t l, ProgramTemplate& t);
 int64_t gn_cycles(const DenseKernel& k, const WaferConfig& cfg);
+void row_post_cycles(const DenseKernel& k, const WaferConfig& cfg, std::vector<int64_t>& t_of);  // attention, LayerNorm: the estimate
 void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& t);
 
 // layer_program.cpp: kernel l's arrays and DSDs (then its tasks, unless sequenced).

@@ -63,18 +63,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g0, std::string& input
 
 namespace {
 std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::string& input, std::string& output, std::string& input2) {
-  // A copy only for a graph with Slices (packed projections split per slice; its weights copied
-  // once), Concats (readers of branches split per branch: concat.cpp) or a feature-map input read
-  // by several Convs (through an identity Conv: concat.cpp).
-  std::optional<graph::Graph> split;
-  if (input_needs_identity(g0) || pools_need_identity(g0) || std::any_of(g0.nodes.begin(), g0.nodes.end(), [](const graph::Node& n) { return n.op == "Slice" || n.op == "Concat"; })) {
-    split = g0;
-    bool changed = identity_for_input(*split);
-    changed = dense_heads_as_convs(*split) || changed;
-    changed = split_concat_readers(*split) || changed;
-    changed = identity_for_pools(*split) || changed;
-    if (!split_sliced_projections(*split) && !changed) split.reset();
-  }
+  const std::optional<graph::Graph> split = rewrite_branches(g0);  // (concat.cpp)
   const graph::Graph& g = split ? *split : g0;
   // (A second input: a decoder's memory, read only by the dense layers computing cross-attention's
   // keys and values -- checked once the attention blocks are attached.)
@@ -83,12 +72,11 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
                                    std::to_string(g.inputs.size()) + " and " + std::to_string(g.outputs.size()) + ")",
                      kOpsHint);
   // Ops first: every node the compiler cannot map, named (all of them at once).
+  DiagnosticList unmapped;  // every such node, the hint (what is mapped) once, after the last
   std::vector<const graph::Node*> bad;
   for (const auto& n : g.nodes)
     if (!kStructural.count(n.op) && !kUnary.count(n.op)) bad.push_back(&n);
-  DiagnosticList unmapped;  // every such node, the hint (what is mapped) once, after the last
-  for (size_t i = 0; i < bad.size(); ++i)
-    unmapped.add(g.where(*bad[i]), "op " + bad[i]->op + " is not mapped by the wafer compiler in this build", i + 1 == bad.size() ? kOpsHint : "");
+  for (size_t i = 0; i < bad.size(); ++i) unmapped.add(g.where(*bad[i]), "op " + bad[i]->op + " is not mapped by the wafer compiler in this build", i + 1 == bad.size() ? kOpsHint : "");
   unmapped.throw_if_any();
   input = g.inputs[first];
   input2 = g.inputs.size() > 1 ? g.inputs[1 - first] : std::string();
@@ -137,13 +125,7 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
   // attention (which rows form a sample) and the graph output (which must be in physical order)
   // depend on it; a residual adds values of the same parity.
   std::map<std::string, bool> swapped;
-  for (const size_t i : g.topo_order()) {
-    const graph::Node& n = g.nodes[i];
-    if (n.op != "Transpose" || consumed.count(i) || alias.count(n.outputs[0])) continue;
-    const Shape& a = g.value(n.inputs[0]).shape;
-    if (a.size() == 3 && n.attrs.get_ints("perm", {}) == std::vector<int64_t>{1, 0, 2})
-      alias[n.outputs[0]] = n.inputs[0], swapped[n.outputs[0]] = true, consumed.insert(i);
-  }
+  leading_swaps(g, alias, swapped, consumed);  // (match_ops.cpp)
   auto rel = [&](std::string v) {  // parity of v against its canonical value
     bool p = false;
     for (auto it = alias.find(v); it != alias.end(); it = alias.find(v)) p = p != swapped.count(v), v = it->second;
@@ -157,19 +139,7 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
   const std::vector<size_t> order = chain_order(g, producer, uses, input, input2);
   // A new kernel of node n: its weight value, the bias from a third input (Conv, Gemm; MatMul has
   // none), the value it reads; appended to ks.
-  auto start_kernel = [&](DenseKernel& k, const graph::Node& n, const char* per) {
-    k.bias.assign(static_cast<size_t>(k.N), 0.0f);
-    k.w_value = n.inputs[1];
-    if (n.op != "MatMul" && n.inputs.size() > 2 && !n.inputs[2].empty()) {
-      const Tensor* c = constant(n.inputs[2]);
-      if (!c || c->numel() != k.N)
-        throw InputError(g.where(n), n.op + " bias must be a constant of " + std::to_string(k.N) + " values (" + per + ")", kOpsHint);
-      k.bias = c->to_f32();
-      k.b_value = n.inputs[2];
-    }
-    k.in_value = cur;
-    ks.push_back(std::move(k));
-  };
+  auto start_kernel = [&](DenseKernel& k, const graph::Node& n, const char* per) { append_kernel(ks, k, g, n, cur, per); };  // (match_ops.cpp)
   // Tokens (a Vision Transformer's patch embedding, compile.hpp DenseKernel::tokens): the last
   // Conv's output reshaped to [batch, C, positions] (tok_reshaped), then transposed to [batch,
   // positions, C] (tok_view: cur is that Conv's output as rows); a Slice of one token waiting for

@@ -460,4 +460,32 @@ void scale_features(DenseKernel& k, const std::vector<float>& sv) {
   k.w_derived = "a constant scale per output feature after it (an inference BatchNorm, a layer scale) is folded into its weights";
 }
 
+// Transposes swapping the two leading axes of [A, B, d] (match_layers.cpp): aliases of their
+// inputs, marked in `swapped`, their nodes consumed.
+void leading_swaps(const graph::Graph& g, std::map<std::string, std::string>& alias, std::map<std::string, bool>& swapped, std::set<size_t>& consumed) {
+  for (const size_t i : g.topo_order()) {
+    const graph::Node& n = g.nodes[i];
+    if (n.op != "Transpose" || consumed.count(i) || alias.count(n.outputs[0])) continue;
+    const Shape& a = g.value(n.inputs[0]).shape;
+    if (a.size() == 3 && n.attrs.get_ints("perm", {}) == std::vector<int64_t>{1, 0, 2})
+      alias[n.outputs[0]] = n.inputs[0], swapped[n.outputs[0]] = true, consumed.insert(i);
+  }
+}
+
+// A new kernel of node n (match_layers.cpp): its weight value, the bias from a third input (Conv,
+// Gemm; MatMul has none), the value it reads (cur); appended to ks.
+void append_kernel(std::vector<DenseKernel>& ks, DenseKernel& k, const graph::Graph& g, const graph::Node& n, const std::string& cur, const char* per) {
+  k.bias.assign(static_cast<size_t>(k.N), 0.0f);
+  k.w_value = n.inputs[1];
+  if (n.op != "MatMul" && n.inputs.size() > 2 && !n.inputs[2].empty()) {
+    const graph::Value* c = g.has_value(n.inputs[2]) ? &g.value(n.inputs[2]) : nullptr;
+    if (!c || !c->data || c->data->numel() != k.N)
+      throw InputError(g.where(n), n.op + " bias must be a constant of " + std::to_string(k.N) + " values (" + per + ")", kOpsHint);
+    k.bias = c->data->to_f32();
+    k.b_value = n.inputs[2];
+  }
+  k.in_value = cur;
+  ks.push_back(std::move(k));
+}
+
 }  // namespace tessera::wafer::detail
