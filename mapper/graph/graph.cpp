@@ -96,4 +96,11 @@ void verify(const Graph& g) {
   (void)g.topo_order();  // throws on a cycle
 }
 
+std::string nearest_resize_form(const Node& n) {
+  const std::string mode = n.attrs.get_string("mode", "nearest"), ct = n.attrs.get_string("coordinate_transformation_mode", "half_pixel"),
+                    nm = n.attrs.get_string("nearest_mode", "round_prefer_floor");
+  const bool floor_map = mode == "nearest" && (((ct == "half_pixel" || ct == "pytorch_half_pixel") && nm != "ceil" && nm != "floor") || (ct == "asymmetric" && nm == "floor"));
+  return floor_map ? std::string() : mode + ", " + ct + ", " + nm;
+}
+
 }  // namespace tessera::graph

@@ -57,4 +57,11 @@ class Graph {
 // there is no cycle. Collects every problem into one InputError.
 void verify(const Graph& g);
 
+// A Resize whose output i reads input floor(i / f) for whole factors f (nn.Upsample's nearest as
+// exported): mode nearest with coordinate_transformation_mode asymmetric and nearest_mode floor
+// (torch.onnx.export's form), or half_pixel / pytorch_half_pixel with a rounding nearest_mode
+// (|(r + 1/2) / f - 1/2| < 1/2). Empty when n is one; else "mode, coordinate_transformation_mode,
+// nearest_mode" for the compilers' messages. (The reference executor's Resize stays the oracle.)
+std::string nearest_resize_form(const Node& n);
+
 }  // namespace tessera::graph

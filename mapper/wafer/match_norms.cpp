@@ -200,10 +200,8 @@ DenseKernel conv_transpose_kernel(const graph::Node& n, const Shape& cs, const T
 // or pytorch_half_pixel with a nearest_mode that rounds (|(r + 1/2) / s - 1/2| < 1/2: always q), or
 // asymmetric with floor (torch.onnx.export's). {sh, sw}, or unsupported.
 std::pair<int64_t, int64_t> upsample_of(const graph::Node& n, const Shape& cs, const Shape& os, const Unsupported& unsupported) {
-  const std::string mode = n.attrs.get_string("mode", "nearest"), ct = n.attrs.get_string("coordinate_transformation_mode", "half_pixel"),
-                    nm = n.attrs.get_string("nearest_mode", "round_prefer_floor");
-  const bool ok_map = mode == "nearest" && (((ct == "half_pixel" || ct == "pytorch_half_pixel") && nm != "ceil" && nm != "floor") || (ct == "asymmetric" && nm == "floor"));
-  if (!ok_map) unsupported("Resize is mapped as a nearest upsampling by whole factors (mode nearest; coordinate_transformation_mode asymmetric with nearest_mode floor, or half_pixel); this one is " + mode + ", " + ct + ", " + nm);
+  if (const std::string form = graph::nearest_resize_form(n); !form.empty())
+    unsupported("Resize is mapped as a nearest upsampling by whole factors (mode nearest; coordinate_transformation_mode asymmetric with nearest_mode floor, or half_pixel); this one is " + form);
   if (os.size() != cs.size() || os[0] != cs[0] || os[1] != cs[1]) unsupported("Resize is mapped over the spatial axes only");
   const int64_t ih = cs.size() == 4 ? cs[2] : 1, iw = cs.back(), oh = os.size() == 4 ? os[2] : 1, ow = os.back();
   if (oh % ih || ow % iw || oh < ih || ow < iw) unsupported("Resize is mapped as an upsampling by whole factors; " + shape_str(cs) + " to " + shape_str(os) + " is not");

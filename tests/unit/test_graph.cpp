@@ -257,3 +257,23 @@ TEST_CASE("graph: with_batch shrinks a constant Expand over the batch (a class t
   graph::Graph g = inline_graph(m2);
   CHECK_THROWS_WITH(passes::with_batch(g, 2), Catch::Contains("fix its batch of 4"));
 }
+
+// The Resize forms both compilers map as a nearest upsampling by whole factors (every output i reads
+// input floor(i / f)): the one helper they share, against the forms ONNX defines.
+TEST_CASE("graph: nearest Resize forms that read floor(i / f) are told apart from the rest", "[graph]") {
+  auto form = [](const std::string& mode, const std::string& ct, const std::string& nm) {
+    graph::Node n;
+    n.op = "Resize";
+    if (!mode.empty()) n.attrs.set("mode", mode);
+    if (!ct.empty()) n.attrs.set("coordinate_transformation_mode", ct);
+    if (!nm.empty()) n.attrs.set("nearest_mode", nm);
+    return graph::nearest_resize_form(n);
+  };
+  CHECK(form("nearest", "asymmetric", "floor").empty());  // torch.onnx.export's nn.Upsample
+  CHECK(form("", "", "").empty());                         // the defaults: half_pixel, round_prefer_floor
+  CHECK(form("nearest", "pytorch_half_pixel", "round_prefer_ceil").empty());
+  CHECK(form("nearest", "asymmetric", "round_prefer_floor") == "nearest, asymmetric, round_prefer_floor");  // reads round(i / f)
+  CHECK(form("nearest", "half_pixel", "ceil") == "nearest, half_pixel, ceil");
+  CHECK(form("linear", "asymmetric", "floor") == "linear, asymmetric, floor");
+  CHECK(form("nearest", "align_corners", "floor") == "nearest, align_corners, floor");
+}

@@ -81,12 +81,9 @@ Status pad(Ctx& x, const Node& n) {
 // nearest_mode floor (torch.onnx.export's form) and half_pixel / pytorch_half_pixel with a rounding
 // nearest_mode both read input floor(i / f).
 Status resize(Ctx& x, const Node& n) {
-  const std::string mode = n.attrs.get_string("mode", "nearest"), ct = n.attrs.get_string("coordinate_transformation_mode", "half_pixel"),
-                    nm = n.attrs.get_string("nearest_mode", "round_prefer_floor");
-  const bool ok_map = mode == "nearest" && (((ct == "half_pixel" || ct == "pytorch_half_pixel") && nm != "ceil" && nm != "floor") || (ct == "asymmetric" && nm == "floor"));
-  if (!ok_map)
+  if (const std::string form = graph::nearest_resize_form(n); !form.empty())
     return Status::fail("Resize is compiled as a nearest upsampling by whole factors (mode nearest; coordinate_transformation_mode asymmetric with nearest_mode floor, "
-                        "or half_pixel); this one is " + mode + ", " + ct + ", " + nm);
+                        "or half_pixel); this one is " + form);
   const TensorRef X = x.st.ref(n.inputs[0]), O = x.st.ref(n.outputs[0]);
   const Shape &is = X.shape(), &os = O.shape();
   if (is.size() != os.size()) return Status::fail("Resize changes the rank");
