@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Export fifteen small wafer test models written as users write torch.nn models.
+"""Export sixteen small wafer test models written as users write torch.nn models.
 
 Writes tests/cli/data/wafer_activations_mlp.onnx, wafer_activations_mlp_x.npy and
 wafer_activations_mlp_y.npy: nn.Sequential(Linear(16, 32), ELU(), Linear(32, 32), SELU(),
@@ -51,7 +51,9 @@ on 8 x 7 (Pads of zeros that the canonical graph folds into the Convs); wafer_in
 input read by a 1 x 1 shortcut Conv and two 3 x 3 Convs, then cat(h, f(h)) into a 1 x 1 Conv, a global pool and a
 Linear; class InputBranches) and wafer_dense_stem.onnx (cat(x, f(x)) of the graph input into a strided Conv, Flatten, Linear); and
 wafer_inception.onnx (GoogLeNet's shape at a small size, class MiniGoogLeNet: Inception blocks with their
-pool branches, a MaxPool of a concatenation, the global pool and a Linear of the last one).
+pool branches, a MaxPool of a concatenation, the global pool and a Linear of the last one); and
+wafer_shufflenet.onnx (ShuffleNetV2's shape at a small size from torchvision's InvertedResidual, class
+MiniShuffleNet: channel split, concatenation and channel shuffle).
 
 All are checked against PyTorch's output and the reference executor.
 
@@ -283,6 +285,38 @@ def inception(d):
     write_case(d, "wafer_inception", MiniGoogLeNet().eval(), x)
 
 
+class MiniShuffleNet(nn.Module):
+    """ShuffleNetV2's shape at a small size, built from torchvision's own InvertedResidual (channel
+    split by chunk, the branches joined by torch.cat, channel_shuffle by view, transpose, view): a
+    stem and a MaxPool, a stride-2 unit (both branches read the input), two stride-1 units, a
+    second stride-2 unit, a 1 x 1 Conv, the spatial mean and a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        from torchvision.models.shufflenetv2 import InvertedResidual
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        self.units = nn.Sequential(InvertedResidual(8, 16, 2), InvertedResidual(16, 16, 1), InvertedResidual(16, 16, 1), InvertedResidual(16, 24, 2))
+        self.conv5 = nn.Sequential(nn.Conv2d(24, 32, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU())
+        self.fc = nn.Linear(32, 5)
+
+    def forward(self, x):
+        return self.fc(self.conv5(self.units(self.stem(x))).mean((2, 3)))
+
+
+def shufflenet(d):
+    torch.manual_seed(36)
+    model = MiniShuffleNet()
+    with torch.no_grad():  # BatchNorm statistics away from the identity, as a trained model has
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.2, 0.2)
+                m.running_var.uniform_(0.5, 1.5)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+    x = np.random.RandomState(23).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    write_case(d, "wafer_shufflenet", model.eval(), x)
+
+
 def main():
     torch.set_num_threads(1)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -301,6 +335,7 @@ def main():
     pad_cnn(d)
     input_branches(d)
     inception(d)
+    shufflenet(d)
 
 
 if __name__ == "__main__":

@@ -470,6 +470,7 @@ std::optional<graph::Graph> rewrite_branches(const graph::Graph& g0) {
     return std::nullopt;
   std::optional<graph::Graph> split = g0;
   bool changed = identity_for_input(*split);
+  changed = channel_views(*split) || changed;  // (channels.cpp)
   changed = dense_heads_as_convs(*split) || changed;
   changed = split_concat_readers(*split) || changed;
   changed = identity_for_pools(*split) || changed;

@@ -58,6 +58,7 @@ bool split_concat_readers(graph::Graph& g);
 bool input_needs_identity(const graph::Graph& g);
 bool identity_for_input(graph::Graph& g);  // a feature-map graph input read by several Convs: through an identity Conv
 bool pools_need_identity(const graph::Graph& g);
+bool channel_views(graph::Graph& g);  // channels.cpp: Convs reading Slices and shuffles of channels, per source
 bool dense_heads_as_convs(graph::Graph& g);  // a dense layer on a Flatten of a 1 x 1 map from a Concat: a 1 x 1 Conv
 std::optional<graph::Graph> rewrite_branches(const graph::Graph& g0);  // the above on a copy (nullopt: nothing to do)
 void append_kernel(std::vector<DenseKernel>& ks, DenseKernel& k, const graph::Graph& g, const graph::Node& n, const std::string& cur, const char* per);
