@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Export sixteen small wafer test models written as users write torch.nn models.
+"""Export seventeen small wafer test models written as users write torch.nn models.
 
 Writes tests/cli/data/wafer_activations_mlp.onnx, wafer_activations_mlp_x.npy and
 wafer_activations_mlp_y.npy: nn.Sequential(Linear(16, 32), ELU(), Linear(32, 32), SELU(),
@@ -53,7 +53,9 @@ Linear; class InputBranches) and wafer_dense_stem.onnx (cat(x, f(x)) of the grap
 wafer_inception.onnx (GoogLeNet's shape at a small size, class MiniGoogLeNet: Inception blocks with their
 pool branches, a MaxPool of a concatenation, the global pool and a Linear of the last one); and
 wafer_shufflenet.onnx (ShuffleNetV2's shape at a small size from torchvision's InvertedResidual, class
-MiniShuffleNet: channel split, concatenation and channel shuffle).
+MiniShuffleNet: channel split, concatenation and channel shuffle); and wafer_dense_start.onnx
+(DenseNet's first two layers, class DenseStart: BatchNorm and ReLU of a value a Concat also reads,
+and of a concatenation whose parts other nodes read).
 
 All are checked against PyTorch's output and the reference executor.
 
@@ -317,6 +319,38 @@ def shufflenet(d):
     write_case(d, "wafer_shufflenet", model.eval(), x)
 
 
+class DenseStart(nn.Module):
+    """DenseNet's first two layers at a small size: the stem's output h feeds a BatchNorm, ReLU and
+    Conv (layer 1) and is concatenated with that layer's output; a BatchNorm, ReLU and Conv of the
+    concatenation (layer 2), the spatial mean and a Linear. h is read by a function and by a Concat; the
+    concatenation's BatchNorm and ReLU act per part, on parts other nodes read too."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 6, 3, padding=1)
+        self.layer1 = nn.Sequential(nn.BatchNorm2d(6), nn.ReLU(), nn.Conv2d(6, 4, 3, padding=1))
+        self.layer2 = nn.Sequential(nn.BatchNorm2d(10), nn.ReLU(), nn.Conv2d(10, 5, 1))
+        self.head = nn.Linear(5, 3)
+
+    def forward(self, x):
+        h = self.stem(x)
+        return self.head(self.layer2(torch.cat([h, self.layer1(h)], 1)).mean((2, 3)))
+
+
+def dense_start(d):
+    torch.manual_seed(38)
+    model = DenseStart()
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.2, 0.2)
+                m.running_var.uniform_(0.5, 1.5)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+    x = np.random.RandomState(25).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    write_case(d, "wafer_dense_start", model.eval(), x)
+
+
 def main():
     torch.set_num_threads(1)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -336,6 +370,7 @@ def main():
     input_branches(d)
     inception(d)
     shufflenet(d)
+    dense_start(d)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 // channel split and shuffle -- moves no data on the wafer. Each of its channels is a channel of some
 // kernel's output (its source); a Conv reading it is the sum of one Conv per source, whose weight
 // takes the reader's columns of the channels that source gives (zeros for its other channels).
+// And a dense head on a pooled concatenation as the 1 x 1 Conv it is (dense_heads_as_convs).
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -198,6 +200,103 @@ bool channel_views(graph::Graph& g) {
     }
   }
   return true;
+}
+
+// A dense layer on a Flatten of a [batch, C, 1, 1] map that comes from a Concat (after functions and
+// pools: GoogLeNet's global pool and fc) is the 1 x 1 Conv of that map, then the Flatten: as a Conv
+// it splits per part like the Concat's other readers (Convs read kernels on either edge; a dense
+// layer reads the edge of the kernel before it). MatMul by a constant [C, N] weight (its bias Add
+// folded in) or Gemm. Returns whether it changed g.
+bool dense_heads_as_convs(graph::Graph& g) {
+  bool changed = false;
+  for (bool again = true; again;) {
+    again = false;
+    std::map<std::string, std::vector<size_t>> uses;
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      for (const auto& v : g.nodes[i].inputs) uses[v].push_back(i);
+    const std::map<std::string, size_t> producer = g.producers();
+    auto is_output = [&](const std::string& v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); };
+    auto sole = [&](const std::string& v) { const auto it = uses.find(v); return it != uses.end() && it->second.size() == 1 && !is_output(v); };
+    for (size_t di = 0; di < g.nodes.size() && !again; ++di) {
+      const graph::Node& d = g.nodes[di];
+      if ((d.op != "MatMul" && d.op != "Gemm") || d.inputs.size() < 2 || d.outputs.size() != 1) continue;
+      const Tensor* w = const_of(g, d.inputs[1]);
+      if (!w || w->rank() != 2) continue;
+      if (d.op == "Gemm" && (d.attrs.get_int("transA", 0) || d.attrs.get_float("alpha", 1.0) != 1.0 || d.attrs.get_float("beta", 1.0) != 1.0)) continue;
+      const auto fp = producer.find(d.inputs[0]);
+      if (fp == producer.end() || !sole(d.inputs[0])) continue;
+      const graph::Node& f = g.nodes[fp->second];
+      if (f.op != "Flatten" && f.op != "Reshape") continue;
+      const std::string m = f.inputs[0];
+      const Shape& ms = g.value(m).shape;
+      if ((ms.size() != 3 && ms.size() != 4) || g.value(d.inputs[0]).shape != Shape{ms[0], ms[1]}) continue;
+      bool ones = true;
+      for (size_t a = 2; a < ms.size(); ++a) ones = ones && ms[a] == 1;
+      if (!ones) continue;
+      // m comes from a Concat through nodes that act on each part.
+      std::string back = m;
+      bool from_concat = false;
+      for (int guard = 0; guard < 64; ++guard) {
+        const auto pr = producer.find(back);
+        if (pr == producer.end()) break;
+        const graph::Node& pn = g.nodes[pr->second];
+        if (pn.op == "Concat") { from_concat = pn.attrs.get_int("axis", 0) == 1; break; }
+        if (pn.inputs.empty() || !(pn.op == "GlobalAveragePool" || pn.op == "MaxPool" || pn.op == "AveragePool" || kUnary.count(pn.op))) break;
+        back = pn.inputs[0];
+      }
+      if (!from_concat) continue;
+      const bool trans_b = d.op == "Gemm" && d.attrs.get_int("transB", 0);
+      const Tensor wt = trans_b ? w->cast(DType::f32) : transpose2d(*w);  // [N, C]
+      const int64_t N = wt.shape()[0], C = wt.shape()[1];
+      if (C != ms[1]) continue;
+      // The bias: Gemm's third input, or an Add of a [N] (or [1, N]) constant that only reads the MatMul's output.
+      std::optional<Tensor> bias;
+      std::string out = d.outputs[0];
+      size_t bias_node = SIZE_MAX;
+      if (d.op == "Gemm" && d.inputs.size() > 2 && !d.inputs[2].empty()) {
+        const Tensor* b = const_of(g, d.inputs[2]);
+        if (!b || b->numel() != N) continue;
+        bias = b->cast(DType::f32).reshaped({N});
+      } else if (d.op == "MatMul" && sole(d.outputs[0])) {
+        const graph::Node& a = g.nodes[uses[d.outputs[0]][0]];
+        const std::string other = a.op == "Add" && a.inputs.size() == 2 ? (a.inputs[0] == d.outputs[0] ? a.inputs[1] : a.inputs[0]) : "";
+        const Tensor* b = const_of(g, other);
+        if (b && b->numel() == N) bias = b->cast(DType::f32).reshaped({N}), out = a.outputs[0], bias_node = uses[d.outputs[0]][0];
+      }
+      Shape ws{N, C, 1};
+      if (ms.size() == 4) ws.push_back(1);
+      const std::string wn = fresh_name(g, d.inputs[1] + "/conv");
+      g.values[wn] = graph::Value{wn, DType::f32, ws, true, wt.reshaped(ws), g.value(d.inputs[1]).is_initializer};
+      graph::Node conv{d.name + "/conv", "Conv", {}, {m, wn}, {}};
+      conv.attrs.set("kernel_shape", std::vector<int64_t>(ms.size() - 2, 1));
+      if (bias) {
+        const std::string bn = fresh_name(g, d.inputs[1] + "/conv_bias");
+        g.values[bn] = graph::Value{bn, DType::f32, Shape{N}, true, *bias, false};
+        conv.inputs.push_back(bn);
+      }
+      Shape ys = ms;
+      ys[1] = N;
+      const std::string y = fresh_name(g, out + "/map");
+      g.values[y] = graph::Value{y, g.value(out).dtype, ys, true, std::nullopt, false};
+      conv.outputs = {y};
+      const std::string sh = fresh_name(g, out + "/shape");
+      g.values[sh] = graph::Value{sh, DType::i64, Shape{2}, true, Tensor::from_i64({2}, {ms[0], N}), false};
+      graph::Node flat{d.name + "/flatten", "Reshape", {}, {y, sh}, {out}};
+      std::vector<graph::Node> nodes;
+      for (size_t i = 0; i < g.nodes.size(); ++i) {
+        if (i == fp->second || i == bias_node) continue;
+        if (i == di) {
+          nodes.push_back(conv);
+          nodes.push_back(flat);
+          continue;
+        }
+        nodes.push_back(g.nodes[i]);
+      }
+      g.nodes = std::move(nodes);
+      again = changed = true;
+    }
+  }
+  return changed;
 }
 
 }  // namespace tessera::wafer::detail

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,15 +27,30 @@ const Tensor* constant_of(const graph::Graph& g, const std::string& v) {
   return val.data ? &*val.data : nullptr;
 }
 
+// The axis of constant t along which it varies when it varies along axis 1 (the channels, C of
+// them) only of a value of rank r -- a BatchNorm's scale or shift, a PRelu's slopes: [C, 1, 1],
+// [1, C, 1, 1] -- or -1.
+int64_t channel_axis(const Tensor& t, size_t r, int64_t C) {
+  const Shape& s = t.shape();
+  if (C < 2 || t.numel() != C || s.size() > r || s.size() + 1 < r) return -1;
+  const int64_t at = static_cast<int64_t>(s.size()) + 1 - static_cast<int64_t>(r);  // (aligned right)
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d)
+    if (s[static_cast<size_t>(d)] != (d == at ? C : 1)) return -1;
+  return at;
+}
+
 // Node u, reading v (the Concat's value, concatenated along `axis` of rank r), acts on each part
-// alone: an elementwise function of one value (its other inputs scalar constants) or, along the
+// alone: an elementwise function of one value (its other inputs scalar constants, or along the
+// channels constants per channel: DenseNet's BatchNorm of the concatenation) or, along the
 // channels of a feature map, a pool.
 bool per_part(const graph::Graph& g, const graph::Node& u, const std::string& v, int64_t axis, size_t r) {
   if (std::count(u.inputs.begin(), u.inputs.end(), v) != 1 || u.outputs.size() != 1) return false;
   if (u.op == "MaxPool" || u.op == "AveragePool" || u.op == "GlobalAveragePool") return u.inputs[0] == v && axis == 1 && r >= 3;
   if (!kUnary.count(u.op)) return false;
-  for (const auto& in : u.inputs)
-    if (in != v && !in.empty() && !(constant_of(g, in) && constant_of(g, in)->numel() == 1)) return false;
+  for (const auto& in : u.inputs) {
+    const Tensor* t = in != v && !in.empty() ? constant_of(g, in) : nullptr;
+    if (in != v && !in.empty() && !(t && (t->numel() == 1 || (axis == 1 && channel_axis(*t, r, g.value(v).shape[1]) >= 0)))) return false;
+  }
   return true;
 }
 
@@ -176,15 +192,28 @@ bool identity_for_input(graph::Graph& g) {
 namespace {
 // The pools (MaxPool, AveragePool) of a feature map that other nodes read too, produced by a node
 // other than a Concat (whose pool readers split_concat_readers pools per part).
-std::vector<size_t> shared_pools(const graph::Graph& g) {
+std::vector<size_t> shared_pools(const graph::Graph& g, bool functions_only) {
   std::map<std::string, size_t> readers;
+  std::set<std::string> concatenated;  // values a Concat reads
   for (const auto& n : g.nodes)
-    for (const auto& v : n.inputs) ++readers[v];
+    for (const auto& v : n.inputs) ++readers[v], n.op == "Concat" ? (void)concatenated.insert(v) : (void)0;
   const std::map<std::string, size_t> producer = g.producers();
+  // (Or a function of one value -- its other inputs constants, scalar or per channel -- of a value
+  // a Concat reads too: DenseNet's first layer's BatchNorm and ReLU of the features that every
+  // later concatenation also takes.)
+  auto function_of_concatenated = [&](const graph::Node& n) {
+    if (!kUnary.count(n.op) || !concatenated.count(n.inputs[0])) return false;
+    const Shape& vs = g.value(n.inputs[0]).shape;
+    for (size_t k = 1; k < n.inputs.size(); ++k) {
+      const Tensor* t = n.inputs[k].empty() ? nullptr : constant_of(g, n.inputs[k]);
+      if (!n.inputs[k].empty() && !(t && (t->numel() == 1 || channel_axis(*t, vs.size(), vs[1]) >= 0))) return false;
+    }
+    return true;
+  };
   std::vector<size_t> found;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const graph::Node& n = g.nodes[i];
-    if ((n.op != "MaxPool" && n.op != "AveragePool") || n.inputs.empty() || n.outputs.size() != 1) continue;
+    if (n.inputs.empty() || n.outputs.size() != 1 || ((functions_only || (n.op != "MaxPool" && n.op != "AveragePool")) && !function_of_concatenated(n))) continue;
     const std::string& v = n.inputs[0];
     const auto pr = producer.find(v);
     const size_t r = g.value(v).shape.size();
@@ -195,111 +224,14 @@ std::vector<size_t> shared_pools(const graph::Graph& g) {
 }
 }  // namespace
 
-// A dense layer on a Flatten of a [batch, C, 1, 1] map that comes from a Concat (after functions and
-// pools: GoogLeNet's global pool and fc) is the 1 x 1 Conv of that map, then the Flatten: as a Conv
-// it splits per part like the Concat's other readers (Convs read kernels on either edge; a dense
-// layer reads the edge of the kernel before it). MatMul by a constant [C, N] weight (its bias Add
-// folded in) or Gemm. Returns whether it changed g.
-bool dense_heads_as_convs(graph::Graph& g) {
-  bool changed = false;
-  for (bool again = true; again;) {
-    again = false;
-    std::map<std::string, std::vector<size_t>> uses;
-    for (size_t i = 0; i < g.nodes.size(); ++i)
-      for (const auto& v : g.nodes[i].inputs) uses[v].push_back(i);
-    const std::map<std::string, size_t> producer = g.producers();
-    auto is_output = [&](const std::string& v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); };
-    auto sole = [&](const std::string& v) { const auto it = uses.find(v); return it != uses.end() && it->second.size() == 1 && !is_output(v); };
-    for (size_t di = 0; di < g.nodes.size() && !again; ++di) {
-      const graph::Node& d = g.nodes[di];
-      if ((d.op != "MatMul" && d.op != "Gemm") || d.inputs.size() < 2 || d.outputs.size() != 1) continue;
-      const Tensor* w = constant_of(g, d.inputs[1]);
-      if (!w || w->rank() != 2) continue;
-      if (d.op == "Gemm" && (d.attrs.get_int("transA", 0) || d.attrs.get_float("alpha", 1.0) != 1.0 || d.attrs.get_float("beta", 1.0) != 1.0)) continue;
-      const auto fp = producer.find(d.inputs[0]);
-      if (fp == producer.end() || !sole(d.inputs[0])) continue;
-      const graph::Node& f = g.nodes[fp->second];
-      if (f.op != "Flatten" && f.op != "Reshape") continue;
-      const std::string m = f.inputs[0];
-      const Shape& ms = g.value(m).shape;
-      if ((ms.size() != 3 && ms.size() != 4) || g.value(d.inputs[0]).shape != Shape{ms[0], ms[1]}) continue;
-      bool ones = true;
-      for (size_t a = 2; a < ms.size(); ++a) ones = ones && ms[a] == 1;
-      if (!ones) continue;
-      // m comes from a Concat through nodes that act on each part.
-      std::string back = m;
-      bool from_concat = false;
-      for (int guard = 0; guard < 64; ++guard) {
-        const auto pr = producer.find(back);
-        if (pr == producer.end()) break;
-        const graph::Node& pn = g.nodes[pr->second];
-        if (pn.op == "Concat") { from_concat = pn.attrs.get_int("axis", 0) == 1; break; }
-        if (pn.inputs.empty() || !(pn.op == "GlobalAveragePool" || pn.op == "MaxPool" || pn.op == "AveragePool" || kUnary.count(pn.op))) break;
-        back = pn.inputs[0];
-      }
-      if (!from_concat) continue;
-      const bool trans_b = d.op == "Gemm" && d.attrs.get_int("transB", 0);
-      const Tensor wt = trans_b ? w->cast(DType::f32) : transpose2d(*w);  // [N, C]
-      const int64_t N = wt.shape()[0], C = wt.shape()[1];
-      if (C != ms[1]) continue;
-      // The bias: Gemm's third input, or an Add of a [N] (or [1, N]) constant that only reads the MatMul's output.
-      std::optional<Tensor> bias;
-      std::string out = d.outputs[0];
-      size_t bias_node = SIZE_MAX;
-      if (d.op == "Gemm" && d.inputs.size() > 2 && !d.inputs[2].empty()) {
-        const Tensor* b = constant_of(g, d.inputs[2]);
-        if (!b || b->numel() != N) continue;
-        bias = b->cast(DType::f32).reshaped({N});
-      } else if (d.op == "MatMul" && sole(d.outputs[0])) {
-        const graph::Node& a = g.nodes[uses[d.outputs[0]][0]];
-        const std::string other = a.op == "Add" && a.inputs.size() == 2 ? (a.inputs[0] == d.outputs[0] ? a.inputs[1] : a.inputs[0]) : "";
-        const Tensor* b = constant_of(g, other);
-        if (b && b->numel() == N) bias = b->cast(DType::f32).reshaped({N}), out = a.outputs[0], bias_node = uses[d.outputs[0]][0];
-      }
-      Shape ws{N, C, 1};
-      if (ms.size() == 4) ws.push_back(1);
-      const std::string wn = fresh(g, d.inputs[1] + "/conv");
-      g.values[wn] = graph::Value{wn, DType::f32, ws, true, wt.reshaped(ws), g.value(d.inputs[1]).is_initializer};
-      graph::Node conv{d.name + "/conv", "Conv", {}, {m, wn}, {}};
-      conv.attrs.set("kernel_shape", std::vector<int64_t>(ms.size() - 2, 1));
-      if (bias) {
-        const std::string bn = fresh(g, d.inputs[1] + "/conv_bias");
-        g.values[bn] = graph::Value{bn, DType::f32, Shape{N}, true, *bias, false};
-        conv.inputs.push_back(bn);
-      }
-      Shape ys = ms;
-      ys[1] = N;
-      const std::string y = fresh(g, out + "/map");
-      g.values[y] = graph::Value{y, g.value(out).dtype, ys, true, std::nullopt, false};
-      conv.outputs = {y};
-      const std::string sh = fresh(g, out + "/shape");
-      g.values[sh] = graph::Value{sh, DType::i64, Shape{2}, true, Tensor::from_i64({2}, {ms[0], N}), false};
-      graph::Node flat{d.name + "/flatten", "Reshape", {}, {y, sh}, {out}};
-      std::vector<graph::Node> nodes;
-      for (size_t i = 0; i < g.nodes.size(); ++i) {
-        if (i == fp->second || i == bias_node) continue;
-        if (i == di) {
-          nodes.push_back(conv);
-          nodes.push_back(flat);
-          continue;
-        }
-        nodes.push_back(g.nodes[i]);
-      }
-      g.nodes = std::move(nodes);
-      again = changed = true;
-    }
-  }
-  return changed;
-}
-
-bool pools_need_identity(const graph::Graph& g) { return !shared_pools(g).empty(); }
+bool pools_need_identity(const graph::Graph& g) { return !shared_pools(g, false).empty(); }
 
 // A pool of a feature map that other nodes read too (GoogLeNet's pool branch: a MaxPool of the
 // block's input beside three Convs) reads it through an identity 1 x 1 Conv: a kernel of its own,
 // with the pool at its chain ends, where the producer's chain ends hand the unpooled value to the
 // other readers. One more kernel, C x C multiply-adds per position. Returns whether it changed g.
-bool identity_for_pools(graph::Graph& g) {
-  const std::vector<size_t> found = shared_pools(g);
+bool identity_for_pools(graph::Graph& g, bool functions_only) {
+  const std::vector<size_t> found = shared_pools(g, functions_only);
   if (found.empty()) return false;
   std::vector<graph::Node> nodes;
   size_t next = 0;
@@ -346,9 +278,17 @@ bool split_concat_readers(graph::Graph& g) {
       std::map<size_t, std::vector<graph::Node>> after;  // node index -> nodes to insert after it
       std::vector<std::string> parts;
       std::vector<int64_t> width;
-      for (size_t p = 0; p < c.inputs.size(); ++p) {
+      for (size_t p = 0, lo = 0; p < c.inputs.size(); ++p) {
         std::string pv = c.inputs[p];
         const int64_t n = g.value(pv).shape[static_cast<size_t>(axis)];
+        lo += static_cast<size_t>(n);  // (the part's first channel: lo - n)
+        // A part other nodes read too (DenseNet's earlier features, in every later concatenation)
+        // keeps its value: the moved nodes act on an identity Conv kernel's copy of it.
+        if (!moved.empty() && (uses.at(pv).size() > 1 || is_output(pv))) {
+          graph::Node id = identity_conv(g, pv, pv + "/part" + std::to_string(p) + "/identity");
+          pv = id.outputs[0];
+          after[producer.at(c.inputs[p])].push_back(std::move(id));
+        }
         for (size_t q = 0; q < moved.size(); ++q) {
           graph::Node mn = g.nodes[moved[q]];
           const graph::Value& ov = g.value(mn.outputs[0]);
@@ -357,8 +297,17 @@ bool split_concat_readers(graph::Graph& g) {
           const std::string out = fresh(g, mn.outputs[0] + "/part" + std::to_string(p));
           g.values[out] = graph::Value{out, ov.dtype, s, true, std::nullopt, false};
           const std::string& was = q == 0 ? c.outputs[0] : g.nodes[moved[q - 1]].outputs[0];  // (the value it read)
-          for (auto& in : mn.inputs)
+          for (auto& in : mn.inputs) {
+            const Tensor* t = in != was && !in.empty() ? constant_of(g, in) : nullptr;
+            const int64_t cax = t ? channel_axis(*t, g.value(was).shape.size(), g.value(was).shape[1]) : -1;
             if (in == was) in = pv;
+            else if (cax >= 0) {  // a constant per channel: the part's channels of it
+              const std::string cn = fresh(g, in + "/part" + std::to_string(p));
+              g.values[cn] = graph::Value{cn, g.value(in).dtype, Shape{}, true, part_of(*t, cax, static_cast<int64_t>(lo) - n, n).cast(t->dtype()), false};
+              g.values[cn].shape = g.values[cn].data->shape();
+              in = cn;
+            }
+          }
           mn.name += "/part" + std::to_string(p);
           mn.outputs = {out};
           after[producer.at(c.inputs[p])].push_back(mn);
@@ -472,8 +421,9 @@ std::optional<graph::Graph> rewrite_branches(const graph::Graph& g0) {
   bool changed = identity_for_input(*split);
   changed = channel_views(*split) || changed;  // (channels.cpp)
   changed = dense_heads_as_convs(*split) || changed;
+  changed = identity_for_pools(*split, true) || changed;  // (functions of concatenated values, before the Concats split)
   changed = split_concat_readers(*split) || changed;
-  changed = identity_for_pools(*split) || changed;
+  changed = identity_for_pools(*split, false) || changed;
   if (!split_sliced_projections(*split) && !changed) split.reset();
   return split;
 }

@@ -63,7 +63,7 @@ bool dense_heads_as_convs(graph::Graph& g);  // a dense layer on a Flatten of a 
 std::optional<graph::Graph> rewrite_branches(const graph::Graph& g0);  // the above on a copy (nullopt: nothing to do)
 void append_kernel(std::vector<DenseKernel>& ks, DenseKernel& k, const graph::Graph& g, const graph::Node& n, const std::string& cur, const char* per);
 void leading_swaps(const graph::Graph& g, std::map<std::string, std::string>& alias, std::map<std::string, bool>& swapped, std::set<size_t>& consumed);
-bool identity_for_pools(graph::Graph& g);  // a pool of a feature map other nodes read too: through an identity Conv
+bool identity_for_pools(graph::Graph& g, bool functions_only);  // a pool of a feature map other nodes read too: through an identity Conv
 std::string concat_refusal(const graph::Graph& g, const graph::Node& concat);  // why a Concat does not map
 DenseKernel conv_kernel(const graph::Node& n, const Shape& cs, const Tensor& w, long csrc, std::vector<DenseKernel>& ks, const Unsupported& unsupported);
 // ... with the input dilated by (ish, isw) (zeros between its values); a ConvTranspose's kernel
