@@ -287,6 +287,17 @@ def inception(d):
     write_case(d, "wafer_inception", MiniGoogLeNet().eval(), x)
 
 
+def trained_batchnorm(model):
+    """BatchNorm statistics and affine parameters away from the identity, as a trained model has."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.2, 0.2)
+                m.running_var.uniform_(0.5, 1.5)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+
+
 class MiniShuffleNet(nn.Module):
     """ShuffleNetV2's shape at a small size, built from torchvision's own InvertedResidual (channel
     split by chunk, the branches joined by torch.cat, channel_shuffle by view, transpose, view): a
@@ -308,13 +319,7 @@ class MiniShuffleNet(nn.Module):
 def shufflenet(d):
     torch.manual_seed(36)
     model = MiniShuffleNet()
-    with torch.no_grad():  # BatchNorm statistics away from the identity, as a trained model has
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.running_mean.uniform_(-0.2, 0.2)
-                m.running_var.uniform_(0.5, 1.5)
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.uniform_(-0.2, 0.2)
+    trained_batchnorm(model)
     x = np.random.RandomState(23).standard_normal((2, 3, 32, 32)).astype(np.float32)
     write_case(d, "wafer_shufflenet", model.eval(), x)
 
@@ -340,13 +345,7 @@ class DenseStart(nn.Module):
 def dense_start(d):
     torch.manual_seed(38)
     model = DenseStart()
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.running_mean.uniform_(-0.2, 0.2)
-                m.running_var.uniform_(0.5, 1.5)
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.uniform_(-0.2, 0.2)
+    trained_batchnorm(model)
     x = np.random.RandomState(25).standard_normal((2, 3, 6, 6)).astype(np.float32)
     write_case(d, "wafer_dense_start", model.eval(), x)
 

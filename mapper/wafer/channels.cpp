@@ -20,18 +20,6 @@ namespace {
 
 using Channels = std::vector<std::pair<std::string, int64_t>>;  // per channel: (source value, its channel)
 
-std::string fresh_name(const graph::Graph& g, const std::string& base) {
-  std::string v = base;
-  for (int i = 2; g.has_value(v); ++i) v = base + "_" + std::to_string(i);
-  return v;
-}
-
-const Tensor* const_of(const graph::Graph& g, const std::string& v) {
-  if (v.empty() || !g.has_value(v)) return nullptr;
-  const graph::Value& val = g.value(v);
-  return val.data ? &*val.data : nullptr;
-}
-
 bool feature_map(const graph::Graph& g, const std::string& v) {
   const size_t r = g.value(v).shape.size();
   return r == 3 || r == 4;
@@ -40,9 +28,9 @@ bool feature_map(const graph::Graph& g, const std::string& v) {
 // A Slice of axis 1 with constant bounds and step 1: [lo, hi) clamped to C, or false.
 bool channel_slice(const graph::Graph& g, const graph::Node& n, int64_t C, int64_t& lo, int64_t& hi) {
   if (n.inputs.size() < 3) return false;
-  const Tensor *st = const_of(g, n.inputs[1]), *en = const_of(g, n.inputs[2]);
-  const Tensor* ax = n.inputs.size() > 3 ? const_of(g, n.inputs[3]) : nullptr;
-  const Tensor* sp = n.inputs.size() > 4 ? const_of(g, n.inputs[4]) : nullptr;
+  const Tensor *st = constant_of(g, n.inputs[1]), *en = constant_of(g, n.inputs[2]);
+  const Tensor* ax = n.inputs.size() > 3 ? constant_of(g, n.inputs[3]) : nullptr;
+  const Tensor* sp = n.inputs.size() > 4 ? constant_of(g, n.inputs[4]) : nullptr;
   if (!st || !en || st->numel() != 1 || en->numel() != 1 || (n.inputs.size() > 3 && !n.inputs[3].empty() && !ax)) return false;
   if (!ax || ax->numel() != 1 || ax->to_i64()[0] != 1) return false;
   if (sp && (sp->numel() != 1 || sp->to_i64()[0] != 1)) return false;
@@ -75,7 +63,7 @@ bool channel_views(graph::Graph& g) {
   // A source: a feature map a node computes (not the graph input, not a constant).
   auto channels_of = [&](const std::string& v, Channels& out) {
     if (const auto it = view.find(v); it != view.end()) return out = it->second, true;
-    if (!producer.count(v) || const_of(g, v) || !feature_map(g, v)) return false;
+    if (!producer.count(v) || constant_of(g, v) || !feature_map(g, v)) return false;
     out.clear();
     for (int64_t c = 0; c < g.value(v).shape[1]; ++c) out.emplace_back(v, c);
     return true;
@@ -118,7 +106,7 @@ bool channel_views(graph::Graph& g) {
   if (moved.empty()) return false;
   // Every reader of a moved view: a view op, or a Conv by a constant weight reading it first.
   auto conv_reader = [&](const graph::Node& u, const std::string& v) {
-    const Tensor* w = u.op == "Conv" && u.inputs.size() >= 2 && u.inputs[0] == v ? const_of(g, u.inputs[1]) : nullptr;
+    const Tensor* w = u.op == "Conv" && u.inputs.size() >= 2 && u.inputs[0] == v ? constant_of(g, u.inputs[1]) : nullptr;
     return w && w->rank() == static_cast<int64_t>(g.value(v).shape.size()) && std::count(u.inputs.begin(), u.inputs.end(), v) == 1;
   };
   for (const auto& v : moved) {
@@ -132,7 +120,7 @@ bool channel_views(graph::Graph& g) {
     for (const size_t u : uses[v]) {
       if (view_ops.count(u)) continue;
       const graph::Node& un = g.nodes[u];
-      const Tensor& w = *const_of(g, un.inputs[1]);
+      const Tensor& w = *constant_of(g, un.inputs[1]);
       const Shape ws = w.shape();
       const int64_t Cout = ws[0], C = g.value(v).shape[1], groups = un.attrs.get_int("group", 1), cin_g = ws[1], cout_g = Cout / groups;
       int64_t taps = 1;
@@ -158,14 +146,14 @@ bool channel_views(graph::Graph& g) {
               pw[static_cast<size_t>((o * Cs + c) * taps + k)] += wv[static_cast<size_t>((o * cin_g + j % cin_g) * taps + k)];
         }
         const std::string tag = "/src" + std::to_string(p);
-        const std::string wn = fresh_name(g, un.inputs[1] + tag);
+        const std::string wn = fresh(g, un.inputs[1] + tag);
         g.values[wn] = graph::Value{wn, DType::f32, ps, true, Tensor::from_f32(ps, std::move(pw)), g.value(un.inputs[1]).is_initializer};
         graph::Node pn = un;
         pn.name = (un.name.empty() ? un.outputs[0] : un.name) + tag;
         pn.attrs.set("group", int64_t{1});
         pn.inputs[0] = src, pn.inputs[1] = wn;
         if (p + 1 < sources.size() && pn.inputs.size() > 2) pn.inputs.resize(2);  // the bias with the last
-        const std::string out = p == 0 && sources.size() == 1 ? un.outputs[0] : fresh_name(g, un.outputs[0] + tag);
+        const std::string out = p == 0 && sources.size() == 1 ? un.outputs[0] : fresh(g, un.outputs[0] + tag);
         if (out != un.outputs[0]) g.values[out] = graph::Value{out, ov.dtype, ov.shape, true, std::nullopt, false};
         pn.outputs = {out};
         instead[u].push_back(pn);
@@ -173,7 +161,7 @@ bool channel_views(graph::Graph& g) {
           sum = out;
           continue;
         }
-        const std::string s = p + 1 == sources.size() ? un.outputs[0] : fresh_name(g, un.outputs[0] + "/sum" + std::to_string(p));
+        const std::string s = p + 1 == sources.size() ? un.outputs[0] : fresh(g, un.outputs[0] + "/sum" + std::to_string(p));
         if (s != un.outputs[0]) g.values[s] = graph::Value{s, ov.dtype, ov.shape, true, std::nullopt, false};
         instead[u].push_back(graph::Node{pn.name + "/sum", "Add", {}, {sum, out}, {s}});
         sum = s;
@@ -220,7 +208,7 @@ bool dense_heads_as_convs(graph::Graph& g) {
     for (size_t di = 0; di < g.nodes.size() && !again; ++di) {
       const graph::Node& d = g.nodes[di];
       if ((d.op != "MatMul" && d.op != "Gemm") || d.inputs.size() < 2 || d.outputs.size() != 1) continue;
-      const Tensor* w = const_of(g, d.inputs[1]);
+      const Tensor* w = constant_of(g, d.inputs[1]);
       if (!w || w->rank() != 2) continue;
       if (d.op == "Gemm" && (d.attrs.get_int("transA", 0) || d.attrs.get_float("alpha", 1.0) != 1.0 || d.attrs.get_float("beta", 1.0) != 1.0)) continue;
       const auto fp = producer.find(d.inputs[0]);
@@ -254,32 +242,32 @@ bool dense_heads_as_convs(graph::Graph& g) {
       std::string out = d.outputs[0];
       size_t bias_node = SIZE_MAX;
       if (d.op == "Gemm" && d.inputs.size() > 2 && !d.inputs[2].empty()) {
-        const Tensor* b = const_of(g, d.inputs[2]);
+        const Tensor* b = constant_of(g, d.inputs[2]);
         if (!b || b->numel() != N) continue;
         bias = b->cast(DType::f32).reshaped({N});
       } else if (d.op == "MatMul" && sole(d.outputs[0])) {
         const graph::Node& a = g.nodes[uses[d.outputs[0]][0]];
         const std::string other = a.op == "Add" && a.inputs.size() == 2 ? (a.inputs[0] == d.outputs[0] ? a.inputs[1] : a.inputs[0]) : "";
-        const Tensor* b = const_of(g, other);
+        const Tensor* b = constant_of(g, other);
         if (b && b->numel() == N) bias = b->cast(DType::f32).reshaped({N}), out = a.outputs[0], bias_node = uses[d.outputs[0]][0];
       }
       Shape ws{N, C, 1};
       if (ms.size() == 4) ws.push_back(1);
-      const std::string wn = fresh_name(g, d.inputs[1] + "/conv");
+      const std::string wn = fresh(g, d.inputs[1] + "/conv");
       g.values[wn] = graph::Value{wn, DType::f32, ws, true, wt.reshaped(ws), g.value(d.inputs[1]).is_initializer};
       graph::Node conv{d.name + "/conv", "Conv", {}, {m, wn}, {}};
       conv.attrs.set("kernel_shape", std::vector<int64_t>(ms.size() - 2, 1));
       if (bias) {
-        const std::string bn = fresh_name(g, d.inputs[1] + "/conv_bias");
+        const std::string bn = fresh(g, d.inputs[1] + "/conv_bias");
         g.values[bn] = graph::Value{bn, DType::f32, Shape{N}, true, *bias, false};
         conv.inputs.push_back(bn);
       }
       Shape ys = ms;
       ys[1] = N;
-      const std::string y = fresh_name(g, out + "/map");
+      const std::string y = fresh(g, out + "/map");
       g.values[y] = graph::Value{y, g.value(out).dtype, ys, true, std::nullopt, false};
       conv.outputs = {y};
-      const std::string sh = fresh_name(g, out + "/shape");
+      const std::string sh = fresh(g, out + "/shape");
       g.values[sh] = graph::Value{sh, DType::i64, Shape{2}, true, Tensor::from_i64({2}, {ms[0], N}), false};
       graph::Node flat{d.name + "/flatten", "Reshape", {}, {y, sh}, {out}};
       std::vector<graph::Node> nodes;

@@ -12,9 +12,6 @@
 
 namespace tessera::wafer::detail {
 
-namespace {
-
-// A new value name from `base` that the graph does not use yet.
 std::string fresh(const graph::Graph& g, const std::string& base) {
   std::string v = base;
   for (int i = 2; g.has_value(v); ++i) v = base + "_" + std::to_string(i);
@@ -26,6 +23,8 @@ const Tensor* constant_of(const graph::Graph& g, const std::string& v) {
   const graph::Value& val = g.value(v);
   return val.data ? &*val.data : nullptr;
 }
+
+namespace {
 
 // The axis of constant t along which it varies when it varies along axis 1 (the channels, C of
 // them) only of a value of rank r -- a BatchNorm's scale or shift, a PRelu's slopes: [C, 1, 1],

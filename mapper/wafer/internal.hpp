@@ -54,6 +54,10 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
 using Unsupported = std::function<void(const std::string&)>;
 bool split_sliced_projections(graph::Graph& g);
 // concat.cpp: a Concat of branches read by Convs or dense layers, the readers split per branch.
+// (And the graph rewrites' helpers: a value name from `base` the graph does not use yet; the data
+// of a constant value, or null.)
+std::string fresh(const graph::Graph& g, const std::string& base);
+const Tensor* constant_of(const graph::Graph& g, const std::string& v);
 bool split_concat_readers(graph::Graph& g);
 bool input_needs_identity(const graph::Graph& g);
 bool identity_for_input(graph::Graph& g);  // a feature-map graph input read by several Convs: through an identity Conv
