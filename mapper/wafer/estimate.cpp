@@ -36,9 +36,19 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
   std::vector<std::vector<std::pair<int64_t, int64_t>>> busy_of;  // per kernel: per PE, its reduce task's span (at a chain end, with the post-ops)
   // A task (a load's next step) that becomes ready at PE i at cycle t while the PE runs an earlier
   // kernel's reduce task (at a chain end with its post-ops) runs when that task ends.
+  // Per kernel, per PE: the latest end of the spans of kernels 0..e. The spans that end by t, with
+  // every one before them, cannot move t: the scan starts after them (a binary search), which keeps
+  // a model of hundreds of kernels (DenseNet-121: ~900) from scanning all of them at every PE.
+  std::vector<std::vector<int64_t>> busy_max;
   auto after_busy = [&](size_t i, int64_t t) {
-    for (const auto& b : busy_of)
-      if (b[i].first <= t && t < b[i].second) t = b[i].second;
+    size_t lo = 0, hi = busy_of.size();
+    while (lo < hi) {
+      const size_t mid = (lo + hi) / 2;
+      if (busy_max[mid][i] <= t) lo = mid + 1;
+      else hi = mid;
+    }
+    for (size_t e = lo; e < busy_of.size(); ++e)
+      if (busy_of[e][i].first <= t && t < busy_of[e][i].second) t = busy_of[e][i].second;
     return t;
   };
   // The sequencer (sequencer.cpp): its shared tasks find a kernel's body by a binary search of
@@ -55,6 +65,13 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
   // with the previous pass's step times (per PE: ready cycle, cost) until the total is stable.
   using Steps = std::vector<std::vector<std::pair<int64_t, int64_t>>>;
   Steps steps_prev, steps_now;
+  // A task that waits from `from` until `t` runs after every step (sorted by ready cycle) that
+  // becomes ready in [from, t): t grows by each one's cost. (The steps before `from` are skipped
+  // by a binary search: a model of ~1,000 kernels has thousands per PE.)
+  auto steps_within = [](const std::vector<std::pair<int64_t, int64_t>>& st, int64_t from, int64_t t) {
+    for (auto it = std::lower_bound(st.begin(), st.end(), std::pair<int64_t, int64_t>{from, INT64_MIN}); it != st.end() && it->first < t; ++it) t += it->second;
+    return t;
+  };
   // Per kernel: its weight stream's window ([first wavelet in, last one at the far end]) and its
   // wavelets per lane, from the previous pass. Every PE of a lane copies the stream through its ramp
   // (its own block, and the others into `junk`), an async op that shares the PE's datapath with the
@@ -63,7 +80,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
   const bool step_passes = ws && c.sequenced && !c.training && !c.kernels.empty();
   int64_t prev_total = -1;
   for (int iter = 0; iter < (step_passes ? 6 : 1); ++iter) {
-  next_of.clear(), x0_of.clear(), last_chain_end.clear(), compute_end_of.clear(), wready_of.clear(), busy_of.clear();
+  next_of.clear(), x0_of.clear(), last_chain_end.clear(), compute_end_of.clear(), wready_of.clear(), busy_of.clear(), busy_max.clear();
   mx_bytes_before = 0;
   if (step_passes) steps_now.assign(static_cast<size_t>(c.kernels.front().w * c.kernels.front().h), {});
   stream_now.assign(c.kernels.size(), {INT64_MAX, INT64_MIN});
@@ -127,9 +144,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         int64_t t = free_at;
         const bool pend = pk.k_on_columns ? px == pk.w - 1 : py == pk.h - 1;  // the kernel before's chain end: its hand-off first
         if (pend) t = std::max(t, next_of[l - 1][static_cast<size_t>(pk.k_on_columns ? py : px)]);
-        if (!steps_prev.empty())
-          for (const auto& [ready, cost] : steps_prev[ie])
-            if (ready >= at && ready < t) t += cost;
+        if (!steps_prev.empty()) t = steps_within(steps_prev[ie], at, t);
         x0[static_cast<size_t>(p)] = t + gsf;
       }
     } else x0 = next_of[c.sequenced ? l - 1 : static_cast<size_t>(k.src)];  // (sequenced: handed off by kernel l - 1's chain ends)
@@ -226,10 +241,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
           int64_t m = T + blk;  // block q - 1 is in: the switch
           for (const int64_t p : {q - 1, q}) {
             const int64_t px = k.k_on_columns ? p : ln, py = k.k_on_columns ? ln : p;
-            for (size_t e = 0; e < l; ++e) {
-              const auto [b0, b1] = busy_of[e][static_cast<size_t>(py * k.w + px)];
-              if (b0 <= m + p * hop && m + p * hop < b1) m = b1 - p * hop;
-            }
+            m = after_busy(static_cast<size_t>(py * k.w + px), m + p * hop) - p * hop;
           }
           T = held(q, m + gap);
           Tq[static_cast<size_t>(q)] = T;
@@ -408,8 +420,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       if (!steps_prev.empty()) {  // load steps ready from the chain-end task's start until the send run first
         const int64_t px = k.k_on_columns ? k.w - 1 : pn, py = k.k_on_columns ? pn : k.h - 1;
         int64_t& nx = next[static_cast<size_t>(pn)];
-        for (const auto& [ready, cost] : steps_prev[static_cast<size_t>(py * k.w + px)])
-          if (ready >= chain_of[static_cast<size_t>(pn)] && ready < nx) nx += cost;
+        nx = steps_within(steps_prev[static_cast<size_t>(py * k.w + px)], chain_of[static_cast<size_t>(pn)], nx);
       }
       if (l + 1 == c.kernels.size()) last_chain_end.push_back(t);
     }
@@ -422,6 +433,9 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       const size_t ie = static_cast<size_t>(py * k.w + px);
       busy[ie] = {cend[ie] + 2, t_of[static_cast<size_t>(pn)]};  // (a chain of one PE too: the load step the x loop's end unblocks runs first)
     }
+    std::vector<int64_t> bmax(busy.size());
+    for (size_t i = 0; i < busy.size(); ++i) bmax[i] = std::max(busy[i].second, busy_max.empty() ? INT64_MIN : busy_max.back()[i]);
+    busy_max.push_back(std::move(bmax));
     busy_of.push_back(std::move(busy));
     compute_end_of.push_back(std::move(cend));
     wready_of.push_back(std::move(wready));
