@@ -55,7 +55,8 @@ pool branches, a MaxPool of a concatenation, the global pool and a Linear of the
 wafer_shufflenet.onnx (ShuffleNetV2's shape at a small size from torchvision's InvertedResidual, class
 MiniShuffleNet: channel split, concatenation and channel shuffle); and wafer_dense_start.onnx
 (DenseNet's first two layers, class DenseStart: BatchNorm and ReLU of a value a Concat also reads,
-and of a concatenation whose parts other nodes read).
+and of a concatenation whose parts other nodes read), and torchvision's DenseNet class at a small
+size (mini_densenet: two dense blocks of three layers and a transition).
 
 All are checked against PyTorch's output and the reference executor.
 
@@ -350,6 +351,18 @@ def dense_start(d):
     write_case(d, "wafer_dense_start", model.eval(), x)
 
 
+def mini_densenet(d):
+    """torchvision's own DenseNet class at a small size: growth 4, two dense blocks of three layers
+    (bottleneck width 8), 8 initial features, a transition between them, 3 classes. Every layer's
+    BatchNorm and ReLU act on the concatenation of all earlier feature maps."""
+    from torchvision.models.densenet import DenseNet
+    torch.manual_seed(39)
+    model = DenseNet(growth_rate=4, block_config=(3, 3), num_init_features=8, bn_size=2, num_classes=3)
+    trained_batchnorm(model)
+    x = np.random.RandomState(26).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    write_case(d, "wafer_mini_densenet", model.eval(), x)
+
+
 def main():
     torch.set_num_threads(1)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -370,6 +383,7 @@ def main():
     inception(d)
     shufflenet(d)
     dense_start(d)
+    mini_densenet(d)
 
 
 if __name__ == "__main__":

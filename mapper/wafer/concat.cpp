@@ -275,6 +275,11 @@ bool split_concat_readers(graph::Graph& g) {
       const auto rd = uses.find(v);
       // Each part through the moved nodes: the part's value after them.
       std::map<size_t, std::vector<graph::Node>> after;  // node index -> nodes to insert after it
+      // A part's identity copy and the nodes moved onto it: right before the first reader's node of
+      // that part, not after the part's producer, so the copy and the per-part sums it feeds live
+      // for a few kernels (DenseNet: each layer's BatchNorm and ReLU of every earlier feature map;
+      // placed after their producers, 24 moved residuals were in flight at once).
+      std::vector<std::vector<graph::Node>> prep(c.inputs.size());
       std::vector<std::string> parts;
       std::vector<int64_t> width;
       for (size_t p = 0, lo = 0; p < c.inputs.size(); ++p) {
@@ -286,7 +291,7 @@ bool split_concat_readers(graph::Graph& g) {
         if (!moved.empty() && (uses.at(pv).size() > 1 || is_output(pv))) {
           graph::Node id = identity_conv(g, pv, pv + "/part" + std::to_string(p) + "/identity");
           pv = id.outputs[0];
-          after[producer.at(c.inputs[p])].push_back(std::move(id));
+          prep[p].push_back(std::move(id));
         }
         for (size_t q = 0; q < moved.size(); ++q) {
           graph::Node mn = g.nodes[moved[q]];
@@ -309,7 +314,7 @@ bool split_concat_readers(graph::Graph& g) {
           }
           mn.name += "/part" + std::to_string(p);
           mn.outputs = {out};
-          after[producer.at(c.inputs[p])].push_back(mn);
+          (prep[p].empty() ? after[producer.at(c.inputs[p])] : prep[p]).push_back(mn);
           pv = out;
         }
         parts.push_back(pv);
@@ -320,12 +325,16 @@ bool split_concat_readers(graph::Graph& g) {
       std::vector<size_t> gone;  // bias Adds, moved before the sum
       for (const size_t u : rd->second) {
         const graph::Node& un = g.nodes[u];
+        auto prepare = [&](size_t p) {  // (the first reader: the part's identity copy first)
+          if (u == rd->second.front()) instead[u].insert(instead[u].end(), prep[p].begin(), prep[p].end());
+        };
         if (pools(un, v, axis, g.value(v).shape.size())) {
           // A pool beside other readers: each part through an identity Conv kernel with a copy of
           // the pool at its chain ends; the pooled parts concatenated again (that Concat's readers
           // split on the next pass).
           std::vector<std::string> pooled;
           for (size_t p = 0; p < parts.size(); ++p) {
+            prepare(p);
             const std::string tag = "/part" + std::to_string(p);
             graph::Node id = identity_conv(g, parts[p], (un.name.empty() ? un.outputs[0] : un.name) + tag + "/identity");
             graph::Node pn = un;
@@ -361,6 +370,7 @@ bool split_concat_readers(graph::Graph& g) {
         std::string sum;
         int64_t lo = 0;
         for (size_t p = 0; p < parts.size(); ++p) {
+          prepare(p);
           const std::string tag = "/in" + std::to_string(lo) + "_" + std::to_string(lo + width[p]);
           const std::string wn = fresh(g, un.inputs[1] + tag);
           g.values[wn] = graph::Value{wn, DType::f32, Shape{}, true, part_of(w, wax, lo, width[p]), g.value(un.inputs[1]).is_initializer};
@@ -408,6 +418,45 @@ bool split_concat_readers(graph::Graph& g) {
   return changed;
 }
 
+// Nodes listed after a node that reads them -- the canonical passes append the nodes they make (a
+// BatchNorm's Mul and Add that no Conv absorbs, DenseNet's per-layer norm1 of the block's input),
+// and the identity kernels above go before them -- move to their earliest reader: a topological
+// order (Kahn's) by the least index among a node and everything that depends on it, then its own.
+// Kernels run in node order (match_ops.cpp chain_order keeps the file's order where it is
+// topological), so DenseNet-121's first dense layer otherwise ran after the 1,100 kernels of
+// every later layer's parts that did not need it, and 24 residual moves were in flight at once.
+// A graph already in topological order keeps its order (every key is then the node's own index).
+void order_by_first_reader(graph::Graph& g) {
+  std::map<std::string, std::vector<size_t>> uses;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& v : g.nodes[i].inputs) uses[v].push_back(i);
+  std::vector<size_t> key(g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) key[i] = i;
+  const std::vector<size_t> topo = g.topo_order();
+  for (auto it = topo.rbegin(); it != topo.rend(); ++it)
+    for (const auto& v : g.nodes[*it].outputs)
+      if (const auto us = uses.find(v); us != uses.end())
+        for (const size_t u : us->second) key[*it] = std::min(key[*it], key[u]);
+  const std::map<std::string, size_t> producer = g.producers();
+  std::vector<size_t> pending(g.nodes.size(), 0);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& v : g.nodes[i].inputs) pending[i] += producer.count(v);
+  std::set<std::pair<size_t, size_t>> ready;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!pending[i]) ready.insert({key[i], i});
+  std::vector<graph::Node> nodes;
+  while (!ready.empty()) {
+    const size_t i = ready.begin()->second;
+    ready.erase(ready.begin());
+    nodes.push_back(g.nodes[i]);
+    for (const auto& v : g.nodes[i].outputs)
+      if (const auto us = uses.find(v); us != uses.end())
+        for (const size_t u : us->second)
+          if (--pending[u] == 0) ready.insert({key[u], u});
+  }
+  g.nodes = std::move(nodes);
+}
+
 // The graph match_layers maps: a copy with the rewrites above -- identity Convs for a graph input or
 // a pool that several nodes read, dense heads as Convs, readers of Concats split per part -- and
 // packed projections split per Slice (match_ops.cpp), or nothing when none applies (the graph as
@@ -420,9 +469,11 @@ std::optional<graph::Graph> rewrite_branches(const graph::Graph& g0) {
   bool changed = identity_for_input(*split);
   changed = channel_views(*split) || changed;  // (channels.cpp)
   changed = dense_heads_as_convs(*split) || changed;
-  changed = identity_for_pools(*split, true) || changed;  // (functions of concatenated values, before the Concats split)
-  changed = split_concat_readers(*split) || changed;
-  changed = identity_for_pools(*split, false) || changed;
+  bool branched = identity_for_pools(*split, true);  // (functions of concatenated values, before the Concats split)
+  branched = split_concat_readers(*split) || branched;
+  branched = identity_for_pools(*split, false) || branched;
+  if (branched) order_by_first_reader(*split);
+  changed = changed || branched;
   if (!split_sliced_projections(*split) && !changed) split.reset();
   return split;
 }
