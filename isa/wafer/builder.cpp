@@ -140,15 +140,13 @@ bool ProgramBuilder::new_name(std::string_view name, std::string_view what) {
 }
 
 int ProgramBuilder::find_array(std::string_view n) const {
-  for (size_t i = 0; i < prog_.data.size(); ++i)
-    if (prog_.data[i].name == n) return static_cast<int>(i);
-  return -1;
+  const auto it = array_at_.find(std::string(n));
+  return it == array_at_.end() ? -1 : it->second;
 }
 
 int ProgramBuilder::find_dsd(std::string_view n) const {
-  for (size_t i = 0; i < prog_.dsd_names.size(); ++i)
-    if (prog_.dsd_names[i] == n) return static_cast<int>(i);
-  return -1;
+  const auto it = dsd_at_.find(std::string(n));
+  return it == dsd_at_.end() ? -1 : it->second;
 }
 
 std::vector<std::string> ProgramBuilder::array_names() const {
@@ -179,6 +177,7 @@ void ProgramBuilder::add_array(DataDecl d) {
     at = std::max(at, (hi + 3) / 4 * 4);
   }
   d.addr = static_cast<uint32_t>(at);
+  array_at_.emplace(d.name, static_cast<int>(prog_.data.size()));
   prog_.data.push_back(std::move(d));
 }
 
@@ -214,6 +213,7 @@ void ProgramBuilder::add_dsd(const std::string& name, const Dsd& d) {
                    "check off=, len=, stride= and dims=");
   }
   prog_.dsds.push_back(d);
+  dsd_at_.emplace(name, static_cast<int>(prog_.dsd_names.size()));
   prog_.dsd_names.push_back(name);
   prog_.dsd_lines.push_back(line_);
 }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "isa/error.hpp"
@@ -90,6 +91,9 @@ class ProgramBuilder {
   void push(Instr in);
 
   Program prog_;
+  // Name -> index of the first DSD and array of that name (a program of ~1,000 kernels declares
+  // ~15,000 DSDs: a linear search per operand made building it quadratic).
+  std::unordered_map<std::string, int> dsd_at_, array_at_;
   DiagnosticList& diags_;
   std::string pe_, where_;
   int32_t line_ = 0;
