@@ -166,7 +166,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       // PE's own block sets the length of the blocks after it first -- sub, mul, two dsd_len.)
       const int64_t pause = S + 2 + seq_ld + (detail::runtime_block_lengths(c.training, k) ? 4 : 0);
       int64_t gap = std::max<int64_t>(0, pause - Q);
-      // Blocks no larger than the queue: a PE's two switches (pre -> own, own -> post: W = 2 pause
+      // Blocks no larger than the queue: a PE's two switches (pre -> own, own -> post: W = p1 + p2
       // + blk cycles in which it takes only its own block) overlap those of the next PEs, whose pre
       // steps end while its queue still takes wavelets (the multicast moves on while every PE's
       // queue has room). Wavelet r, counted from this PE's own block, passes it at once for r < Q,
@@ -175,11 +175,18 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       // C(m) / m (and at least blk). Seen on vit_tiny's K projections (one value per PE, the
       // stream behind Q's x tasks): about 9 cycles a boundary where pause - Q charged 26.
       if (k.kb * k.nb <= Q) {
-        const int64_t blk = k.kb * k.nb, W = 2 * pause + blk;
+        // The two switches, from a PE trace (MobileNetV3-small's features.8 gate, 3-value blocks on
+        // rows of 32 PEs, 12-cycle load searches): the step starts as the op before completes, its
+        // search, then the next op's issue and its first element S - 1 later: p1 = search + S for
+        // pre -> own; own -> post sets the run-time lengths first (+4) and starts a cycle earlier
+        // (p2 = 30 there, p1 = 28; `pause`, the larger-block boundary's, is 34).
+        const bool rt = detail::runtime_block_lengths(c.training, k);
+        const int64_t p1 = S + seq_ld, p2 = S + seq_ld - 2 + (rt ? 4 : 0);
+        const int64_t blk = k.kb * k.nb, W = p1 + p2 + blk;
         double tau = static_cast<double>(blk);
         for (int64_t m = 1; m * blk <= 2 * (Q + blk) + blk; ++m) {
           const int64_t r = m * blk - 1;
-          const int64_t C = r < Q ? 0 : r < Q + blk ? pause + m * blk - Q : W + m * blk - Q - blk;
+          const int64_t C = r < Q ? 0 : r < Q + blk ? p1 + m * blk - Q : W + m * blk - Q - blk;
           tau = std::max(tau, static_cast<double>(C) / static_cast<double>(m));
         }
         gap = std::min(gap, static_cast<int64_t>(std::ceil(tau)) - blk);
