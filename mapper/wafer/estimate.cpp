@@ -77,12 +77,28 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
   // (its own block, and the others into `junk`), an async op that shares the PE's datapath with the
   // reduce chain of the kernel running meanwhile.
   std::vector<std::pair<int64_t, int64_t>> stream_prev, stream_now;
+  std::vector<std::vector<int64_t>> spare;                          // arrays of the pass before, for reuse
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> spare_spans;
+  auto take = [&](size_t n, int64_t v) {
+    std::vector<int64_t> a;
+    if (!spare.empty()) a = std::move(spare.back()), spare.pop_back();
+    a.assign(n, v);
+    return a;
+  };
   const bool step_passes = ws && c.sequenced && !c.training && !c.kernels.empty();
   int64_t prev_total = -1;
   for (int iter = 0; iter < (step_passes ? 6 : 1); ++iter) {
+  // (The per-kernel, per-PE arrays of the pass before are reused, not freed and allocated again:
+  // a model of ~1,000 kernels on 128 x 128 PEs fills ~1 GB of them a pass.)
+  for (auto* v : {&compute_end_of, &wready_of, &busy_max})
+    for (auto& a : *v) spare.push_back(std::move(a));
+  for (auto& a : busy_of) spare_spans.push_back(std::move(a));
   next_of.clear(), x0_of.clear(), last_chain_end.clear(), compute_end_of.clear(), wready_of.clear(), busy_of.clear(), busy_max.clear();
   mx_bytes_before = 0;
-  if (step_passes) steps_now.assign(static_cast<size_t>(c.kernels.front().w * c.kernels.front().h), {});
+  if (step_passes) {
+    steps_now.resize(static_cast<size_t>(c.kernels.front().w * c.kernels.front().h));
+    for (auto& v : steps_now) v.clear();
+  }
   stream_now.assign(c.kernels.size(), {INT64_MAX, INT64_MIN});
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     DenseKernel& k = c.kernels[l];
@@ -158,7 +174,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     // every block boundary: the PE that switches from one op to the next takes nothing for S + 2
     // cycles (completion, task switch and issue, setup) and only its input queue (Q wavelets)
     // absorbs the stream meanwhile.
-    std::vector<int64_t> wready(static_cast<size_t>(k.w * k.h), 0);
+    std::vector<int64_t> wready = take(static_cast<size_t>(k.w * k.h), 0);
     if (ws) {
       const int64_t qw = c.weight_queue(l);
       const int64_t Q = qw < static_cast<int64_t>(cfg.input_depth.size()) ? cfg.input_depth[static_cast<size_t>(qw)] : 1;
@@ -296,7 +312,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     }
     // Per PE: x lines run along the N axis from the source end; compute ends B kb per-x costs
     // after the first x (or the weights) are there.
-    std::vector<int64_t> cend(static_cast<size_t>(k.w * k.h), 0);
+    std::vector<int64_t> cend = take(static_cast<size_t>(k.w * k.h), 0);
     int64_t first_start = INT64_MAX;
     for (int64_t pk = 0; pk < Lk; ++pk)
       for (int64_t pn = 0; pn < Ln; ++pn) {
@@ -348,7 +364,9 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     // stream of its 16-value blocks along each row waited at every PE of the GlobalAveragePool
     // kernel's chains for its reduce (row 0, ~40 cycles a PE) and at its chain ends for the pool
     // (~380 cycles), where the estimate had counted the chain ends' post-ops only.
-    std::vector<std::pair<int64_t, int64_t>> busy(static_cast<size_t>(k.w * k.h), {0, 0});
+    std::vector<std::pair<int64_t, int64_t>> busy;
+    if (!spare_spans.empty()) busy = std::move(spare_spans.back()), spare_spans.pop_back();
+    busy.assign(static_cast<size_t>(k.w * k.h), {0, 0});
     for (int64_t pn = 0; pn < Ln; ++pn) {
       int64_t lead = INT64_MIN;  // max_j(T(j) + S - j * pass)
       int64_t tmax = 0;
@@ -440,7 +458,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       const size_t ie = static_cast<size_t>(py * k.w + px);
       busy[ie] = {cend[ie] + 2, t_of[static_cast<size_t>(pn)]};  // (a chain of one PE too: the load step the x loop's end unblocks runs first)
     }
-    std::vector<int64_t> bmax(busy.size());
+    std::vector<int64_t> bmax = take(busy.size(), 0);
     for (size_t i = 0; i < busy.size(); ++i) bmax[i] = std::max(busy[i].second, busy_max.empty() ? INT64_MIN : busy_max.back()[i]);
     busy_max.push_back(std::move(bmax));
     busy_of.push_back(std::move(busy));
@@ -451,7 +469,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
   const int64_t total = c.kernels.back().est.end;
   if (total == prev_total) break;
   prev_total = total;
-  steps_prev = std::move(steps_now);
+  std::swap(steps_prev, steps_now);  // (the old steps' storage is cleared and refilled next pass)
   for (auto& v : steps_prev) std::sort(v.begin(), v.end());
   stream_prev = std::move(stream_now);
   }
