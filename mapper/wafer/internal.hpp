@@ -64,6 +64,9 @@ bool identity_for_input(graph::Graph& g);  // a feature-map graph input read by 
 bool pools_need_identity(const graph::Graph& g);
 bool channel_views(graph::Graph& g);  // channels.cpp: Convs reading Slices and shuffles of channels, per source
 bool dense_heads_as_convs(graph::Graph& g);  // a dense layer on a Flatten of a 1 x 1 map from a Concat: a 1 x 1 Conv
+// Nodes listed after a node that reads them move to their earliest reader (Kahn's order by the
+// least index among a node and everything that depends on it); a topological order stays as it is.
+void order_by_first_reader(graph::Graph& g);
 std::optional<graph::Graph> rewrite_branches(const graph::Graph& g0);  // the above on a copy (nullopt: nothing to do)
 void append_kernel(std::vector<DenseKernel>& ks, DenseKernel& k, const graph::Graph& g, const graph::Node& n, const std::string& cur, const char* per);
 void leading_swaps(const graph::Graph& g, std::map<std::string, std::string>& alias, std::map<std::string, bool>& swapped, std::set<size_t>& consumed);

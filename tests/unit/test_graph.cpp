@@ -9,6 +9,7 @@
 #include "mapper/passes/canonicalize.hpp"
 #include "mapper/passes/passes.hpp"
 #include "mapper/reference/executor.hpp"
+#include "mapper/wafer/internal.hpp"
 #include "sim/model.hpp"
 #include "sim/scenario.hpp"
 
@@ -276,4 +277,29 @@ TEST_CASE("graph: nearest Resize forms that read floor(i / f) are told apart fro
   CHECK(form("nearest", "half_pixel", "ceil") == "nearest, half_pixel, ceil");
   CHECK(form("linear", "asymmetric", "floor") == "linear, asymmetric, floor");
   CHECK(form("nearest", "align_corners", "floor") == "nearest, align_corners, floor");
+}
+
+// The wafer compiler runs kernels in node order. After its branch rewrites, a node the canonical
+// graph appended (a BatchNorm's Mul no Conv absorbs) is listed after its reader; it moves to that
+// reader, and a list already in topological order keeps its order (concat.cpp).
+TEST_CASE("wafer: a node listed after its reader moves to its earliest reader, a topological order stays", "[graph]") {
+  auto node = [](const std::string& name, const std::string& in, const std::string& out) { return graph::Node{name, "Relu", {}, {in}, {out}}; };
+  auto names = [](const graph::Graph& g) {
+    std::vector<std::string> v;
+    for (const auto& n : g.nodes) v.push_back(n.name);
+    return v;
+  };
+  graph::Graph g;
+  g.inputs = {"x"};
+  g.outputs = {"r", "b"};
+  // r reads a2, which the list gives last; b is independent of both.
+  g.nodes = {node("A", "x", "a"), node("R", "a2", "r"), node("B", "x", "b"), node("A2", "a", "a2")};
+  wafer::detail::order_by_first_reader(g);
+  CHECK(names(g) == std::vector<std::string>{"A", "A2", "R", "B"});  // (plain Kahn by index: A, B, A2, R)
+  graph::Graph t;
+  t.inputs = {"x"};
+  t.outputs = {"d"};
+  t.nodes = {node("A", "x", "a"), node("B", "x", "b"), node("C", "a", "c"), node("D", "b", "d")};
+  wafer::detail::order_by_first_reader(t);
+  CHECK(names(t) == std::vector<std::string>{"A", "B", "C", "D"});
 }
