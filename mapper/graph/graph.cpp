@@ -49,6 +49,13 @@ std::map<std::string, size_t> Graph::producers() const {
   return p;
 }
 
+std::map<std::string, std::vector<size_t>> Graph::consumers() const {
+  std::map<std::string, std::vector<size_t>> c;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (const auto& v : nodes[i].inputs) c[v].push_back(i);
+  return c;
+}
+
 std::vector<size_t> Graph::topo_order() const {
   const BGraph b = to_bgl(*this, producers());
   std::vector<BGraph::vertex_descriptor> rev;

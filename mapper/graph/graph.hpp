@@ -49,6 +49,8 @@ class Graph {
   std::vector<size_t> topo_order() const;
   // Index of the node producing each value (absent for inputs/initializers).
   std::map<std::string, size_t> producers() const;
+  // Indices of the nodes reading each value, in node order (a node once per input naming it).
+  std::map<std::string, std::vector<size_t>> consumers() const;
   // Where-string for errors: "node 'fc1' (Gemm, opset 13)".
   std::string where(const Node& n) const;
 };

@@ -48,9 +48,7 @@ bool channel_slice(const graph::Graph& g, const graph::Node& n, int64_t C, int64
 // kernel reads -- as it does a Concat's readers. FLOPs: each per-source Conv contracts all of its
 // source's channels. Returns whether it changed g.
 bool channel_views(graph::Graph& g) {
-  std::map<std::string, std::vector<size_t>> uses;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (const auto& v : g.nodes[i].inputs) uses[v].push_back(i);
+  std::map<std::string, std::vector<size_t>> uses = g.consumers();
   const std::map<std::string, size_t> producer = g.producers();
   auto is_output = [&](const std::string& v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); };
   auto sole = [&](const std::string& v) -> long {
@@ -199,9 +197,7 @@ bool dense_heads_as_convs(graph::Graph& g) {
   bool changed = false;
   for (bool again = true; again;) {
     again = false;
-    std::map<std::string, std::vector<size_t>> uses;
-    for (size_t i = 0; i < g.nodes.size(); ++i)
-      for (const auto& v : g.nodes[i].inputs) uses[v].push_back(i);
+    std::map<std::string, std::vector<size_t>> uses = g.consumers();
     const std::map<std::string, size_t> producer = g.producers();
     auto is_output = [&](const std::string& v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); };
     auto sole = [&](const std::string& v) { const auto it = uses.find(v); return it != uses.end() && it->second.size() == 1 && !is_output(v); };

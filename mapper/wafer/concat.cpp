@@ -139,9 +139,7 @@ std::string concat_plan(const graph::Graph& g, const graph::Node& c, const std::
 }  // namespace
 
 std::string concat_refusal(const graph::Graph& g, const graph::Node& c) {
-  std::map<std::string, std::vector<size_t>> uses;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (const auto& x : g.nodes[i].inputs) uses[x].push_back(i);
+  std::map<std::string, std::vector<size_t>> uses = g.consumers();
   std::vector<size_t> moved;
   std::string v;
   int64_t axis = 0;
@@ -260,9 +258,7 @@ bool split_concat_readers(graph::Graph& g) {
   bool changed = false;
   for (bool again = true; again;) {
     again = false;
-    std::map<std::string, std::vector<size_t>> uses;
-    for (size_t i = 0; i < g.nodes.size(); ++i)
-      for (const auto& v : g.nodes[i].inputs) uses[v].push_back(i);
+    std::map<std::string, std::vector<size_t>> uses = g.consumers();
     const std::map<std::string, size_t> producer = g.producers();
     auto is_output = [&](const std::string& v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); };
     for (size_t ci = 0; ci < g.nodes.size() && !again; ++ci) {
@@ -427,9 +423,7 @@ bool split_concat_readers(graph::Graph& g) {
 // every later layer's parts that did not need it, and 24 residual moves were in flight at once.
 // A graph already in topological order keeps its order (every key is then the node's own index).
 void order_by_first_reader(graph::Graph& g) {
-  std::map<std::string, std::vector<size_t>> uses;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (const auto& v : g.nodes[i].inputs) uses[v].push_back(i);
+  std::map<std::string, std::vector<size_t>> uses = g.consumers();
   std::vector<size_t> key(g.nodes.size());
   for (size_t i = 0; i < g.nodes.size(); ++i) key[i] = i;
   const std::vector<size_t> topo = g.topo_order();

@@ -93,9 +93,7 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
     return val.data ? &*val.data : nullptr;
   };
   // Patterns spanning several nodes (attention) are matched first; their nodes are marked consumed.
-  std::map<std::string, std::vector<size_t>> uses;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (const auto& v : g.nodes[i].inputs) uses[v].push_back(i);
+  std::map<std::string, std::vector<size_t>> uses = g.consumers();
   std::set<size_t> consumed;
   auto sole = [&](const std::string& v, const char* op) -> long {  // the one consumer of v, if it is `op`
     const auto it = uses.find(v);
