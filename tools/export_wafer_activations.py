@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Export seventeen small wafer test models written as users write torch.nn models.
+"""Export eighteen small wafer test models written as users write torch.nn models.
 
 Writes tests/cli/data/wafer_activations_mlp.onnx, wafer_activations_mlp_x.npy and
 wafer_activations_mlp_y.npy: nn.Sequential(Linear(16, 32), ELU(), Linear(32, 32), SELU(),
@@ -56,7 +56,8 @@ wafer_shufflenet.onnx (ShuffleNetV2's shape at a small size from torchvision's I
 MiniShuffleNet: channel split, concatenation and channel shuffle); and wafer_dense_start.onnx
 (DenseNet's first two layers, class DenseStart: BatchNorm and ReLU of a value a Concat also reads,
 and of a concatenation whose parts other nodes read), and torchvision's DenseNet class at a small
-size (mini_densenet: two dense blocks of three layers and a transition).
+size (mini_densenet: two dense blocks of three layers and a transition); and wafer_layernorm2d_cnn.onnx
+(layernorm2d_cnn: Convs each followed by torchvision's LayerNorm2d, ConvNeXt's channels-last LayerNorm).
 
 All are checked against PyTorch's output and the reference executor.
 
@@ -363,6 +364,23 @@ def mini_densenet(d):
     write_case(d, "wafer_mini_densenet", model.eval(), x)
 
 
+def layernorm2d_cnn(d):
+    """LayerNorm over each position's channels (torchvision's LayerNorm2d, ConvNeXt's and SAM's:
+    permute to channels-last, layer_norm, permute back) after Convs, with affine parameters drawn
+    away from the identity."""
+    from torchvision.models.convnext import LayerNorm2d
+    torch.manual_seed(40)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), LayerNorm2d(8), nn.GELU(), nn.Conv2d(8, 12, 3, stride=2, padding=1),
+                          LayerNorm2d(12), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(12, 4))
+    with torch.no_grad():
+        for m in model:
+            if isinstance(m, LayerNorm2d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
+    x = np.random.RandomState(27).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    write_case(d, "wafer_layernorm2d_cnn", model.eval(), x)
+
+
 def main():
     torch.set_num_threads(1)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -384,6 +402,7 @@ def main():
     shufflenet(d)
     dense_start(d)
     mini_densenet(d)
+    layernorm2d_cnn(d)
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ void layout_aliases(const graph::Graph& g, std::map<std::string, std::string>& a
 bool means_spatial(const graph::Node& n, const Shape& cs, const ConstantOf& constant);
 void scale_features(DenseKernel& k, const std::vector<float>& sv);
 void layernorm_into(std::vector<DenseKernel>& ks, const graph::Node& n, const std::string& cur, const Shape& cs, bool on_input, const ConstantOf& constant,
-                    const Unsupported& unsupported);
+                    const Unsupported& unsupported, bool channels = false);
 
 // match_norms.cpp: a constant per feature (shape [..., N] with ones before the last axis for rows,
 // [C, 1, 1] (or [1, C, 1, 1]; [C, 1] in 1-D) for a feature map of rank r); a node fused into the
@@ -113,6 +113,10 @@ struct GroupNormAt {
 };
 GroupNormAt groupnorm_at(const graph::Graph& g, const graph::Node& n, size_t i, const Shape& cs, const std::function<long(const std::string&, const char*)>& sole);
 void groupnorm_into(DenseKernel& k, const graph::Graph& g, const graph::Node& n, const GroupNormAt& at, bool flat, const ConstantOf& constant, const Unsupported& unsupported);
+// torchvision's LayerNorm2d as exported: node n a Transpose of the feature map (shape cs) to
+// channels-last whose one consumer is a LayerNormalization over the last axis whose one consumer is
+// the Transpose back. Returns the LayerNormalization and the Transpose back ({-1, -1}: not this).
+std::pair<long, long> channel_norm_at(const graph::Graph& g, const graph::Node& n, const Shape& cs, const std::function<long(const std::string&, const char*)>& sole);
 // A residual Add of o2 to the last kernel's output (its residual, res_out, res_preln), or unsupported.
 void residual_into(std::vector<DenseKernel>& ks, const std::vector<std::string>& kout, const std::string& o2, const std::string& input2, bool flat,
                    const Unsupported& unsupported);

@@ -271,6 +271,15 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
         if (m >= 0 && static_cast<size_t>(m) != i) consumed.insert(static_cast<size_t>(m)), alias[g.nodes[static_cast<size_t>(m)].outputs[0]] = cur;
       continue;
     }
+    // torchvision's LayerNorm2d (match_norms.cpp): at the Conv's chain ends, a position's channels a row.
+    if (const auto [ln, back] = fmap && !ks.empty() && !flat ? channel_norm_at(g, n, cs, sole) : std::pair<long, long>{-1, -1}; ln >= 0) {
+      if (uses[cur].size() != 1) unsupported("a LayerNorm over channels is mapped on a value nothing else reads");
+      layernorm_into(ks, g.nodes[static_cast<size_t>(ln)], cur, g.value(n.outputs[0]).shape, false, constant, unsupported, true);
+      for (const long m : {back, ln}) consumed.insert(static_cast<size_t>(m)), absorb(ks.back(), g.nodes[static_cast<size_t>(m)]);
+      for (const long m : {static_cast<long>(i), ln, back}) alias[g.nodes[static_cast<size_t>(m)].outputs[0]] = cur;
+      chain_pos[cur] = ChainPos{ks.size() - 1, 2, 0};
+      continue;
+    }
     if (up && std::find(n.inputs.begin(), n.inputs.end(), up->value) != n.inputs.end() && n.op != "Conv")
       unsupported("a nearest Resize (Upsample) is mapped only into a Conv, which reads the upsampled map from its holder");
     if (n.op == "Resize" && fmap && !ks.empty() && ks.back().spatial() && !flat && !up) {

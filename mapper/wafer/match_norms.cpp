@@ -32,6 +32,19 @@ void absorb(DenseKernel& k, const graph::Node& n) {
   if (n.name != k.name + "/bias") k.name = n.name.empty() ? n.outputs[0] : n.name;
 }
 
+// ConvNeXt's and SAM's LayerNorm2d: x.permute(0, 2, 3, 1), layer_norm over the channels, permute
+// back -- a LayerNorm over each position's channels, which a Conv's chain ends hold as a row.
+std::pair<long, long> channel_norm_at(const graph::Graph& g, const graph::Node& n, const Shape& cs, const std::function<long(const std::string&, const char*)>& sole) {
+  if (n.op != "Transpose" || cs.size() != 4 || n.attrs.get_ints("perm", {}) != std::vector<int64_t>{0, 2, 3, 1}) return {-1, -1};
+  const long ln = sole(n.outputs[0], "LayerNormalization");
+  if (ln < 0) return {-1, -1};
+  const graph::Node& l = g.nodes[static_cast<size_t>(ln)];
+  const int64_t ax = l.attrs.get_int("axis", -1);
+  const long back = ax == -1 || ax == 3 ? sole(l.outputs[0], "Transpose") : -1;
+  if (back < 0 || g.nodes[static_cast<size_t>(back)].attrs.get_ints("perm", {}) != std::vector<int64_t>{0, 3, 1, 2}) return {-1, -1};
+  return {ln, back};
+}
+
 // GroupNorm as torch.nn exports it: a Reshape of [batch, C, spatial...] to [batch, G, rest] whose one
 // consumer is an InstanceNormalization whose one consumer is a Reshape back to the map's shape; or
 // an InstanceNormalization of the feature map itself (InstanceNorm2d: G = C).

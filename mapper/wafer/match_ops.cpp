@@ -383,7 +383,7 @@ std::vector<size_t> chain_order(const graph::Graph& g, const std::map<std::strin
 // fuse_decompositions recognises the exporters' decompositions) at the chain ends of the last
 // kernel; `on_input`: it reads the graph input (not a feature map).
 void layernorm_into(std::vector<DenseKernel>& ks, const graph::Node& n, const std::string& cur, const Shape& cs, bool on_input, const ConstantOf& constant,
-                    const Unsupported& unsupported) {
+                    const Unsupported& unsupported, bool channels) {
   const int64_t rank = static_cast<int64_t>(cs.size());
   if (ks.empty() && on_input) {
     // On the graph input (a pre-norm model's first LayerNorm): the chain ends of an identity
@@ -395,7 +395,10 @@ void layernorm_into(std::vector<DenseKernel>& ks, const graph::Node& n, const st
     ks.push_back(identity_kernel(n.name.empty() ? n.outputs[0] : n.name, -1, rows, cs.back(), cur));
     ks.back().nodes = {};  // (absorb adds the LayerNorm's name)
   }
-  if (ks.empty() || ks.back().layernorm || ks.back().softmax || ks.back().attn || ks.back().spatial()) unsupported("LayerNorm is mapped only after a dense layer, or on the graph input");
+  if (ks.empty() || ks.back().layernorm || ks.back().softmax || ks.back().attn || (ks.back().spatial() && !channels))
+    unsupported("LayerNorm is mapped only after a dense layer, on the graph input, or over a Conv's channels (torchvision's LayerNorm2d)");
+  if (channels && (!ks.back().spatial() || ks.back().pkh || ks.back().gate_of >= 0))
+    unsupported("a LayerNorm over channels is mapped at a Conv's chain ends, before a pool or a squeeze-excitation gate");
   DenseKernel& k = ks.back();
   k.preln_value = cur;  // (a later residual may add the value before the LayerNorm: pre-norm)
   const int64_t ax = n.attrs.get_int("axis", -1);
