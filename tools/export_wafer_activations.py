@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Export eighteen small wafer test models written as users write torch.nn models.
+"""Export nineteen small wafer test models written as users write torch.nn models.
 
 Writes tests/cli/data/wafer_activations_mlp.onnx, wafer_activations_mlp_x.npy and
 wafer_activations_mlp_y.npy: nn.Sequential(Linear(16, 32), ELU(), Linear(32, 32), SELU(),
@@ -57,7 +57,8 @@ MiniShuffleNet: channel split, concatenation and channel shuffle); and wafer_den
 (DenseNet's first two layers, class DenseStart: BatchNorm and ReLU of a value a Concat also reads,
 and of a concatenation whose parts other nodes read), and torchvision's DenseNet class at a small
 size (mini_densenet: two dense blocks of three layers and a transition); and wafer_layernorm2d_cnn.onnx
-(layernorm2d_cnn: Convs each followed by torchvision's LayerNorm2d, ConvNeXt's channels-last LayerNorm).
+(layernorm2d_cnn: Convs each followed by torchvision's LayerNorm2d, ConvNeXt's channels-last LayerNorm), and
+torchvision's ConvNeXt class at a small size (mini_convnext: two stages of one block).
 
 All are checked against PyTorch's output and the reference executor.
 
@@ -381,6 +382,27 @@ def layernorm2d_cnn(d):
     write_case(d, "wafer_layernorm2d_cnn", model.eval(), x)
 
 
+def mini_convnext(d):
+    """torchvision's own ConvNeXt class at a small size: a stem of 16 channels, a stage of one block,
+    the downsampling (LayerNorm2d, Conv 2 x 2 stride 2) to 32 channels, a stage of one block, the
+    head (global pool, LayerNorm2d, Flatten, Linear to 3). Each block: a depthwise Conv 7 x 7, then
+    channels-last a LayerNorm, Linear to 4 C, GELU, Linear back, the layer scale, and the residual.
+    The layer scales (1e-6 as initialised) and the LayerNorms' parameters are drawn away from that."""
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+    torch.manual_seed(41)
+    model = ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)], stochastic_depth_prob=0.0, num_classes=3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("layer_scale"):
+                p.uniform_(0.2, 0.6)
+        for m in model.modules():
+            if isinstance(m, nn.LayerNorm):  # (LayerNorm2d too)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.3, 0.3)
+    x = np.random.RandomState(28).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    write_case(d, "wafer_mini_convnext", model.eval(), x)
+
+
 def main():
     torch.set_num_threads(1)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -403,6 +425,7 @@ def main():
     dense_start(d)
     mini_densenet(d)
     layernorm2d_cnn(d)
+    mini_convnext(d)
 
 
 if __name__ == "__main__":

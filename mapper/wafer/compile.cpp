@@ -212,10 +212,10 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
             throw InputError(where, "its residual from the other edge overlaps the one of kernel '" + o.name + "' (moves along the diagonal go one at a time in this build)", kOpsHint);
         }
       }
-      if (k.res_move)
+      if (k.res_move)  // (the move's send runs on microthread 4, as attention's broadcasts do; LayerNorm's use 5)
         for (const auto& o : c.kernels)
-          if (o.attn || o.layernorm)
-            throw InputError(where, "a residual from the other edge (moved along the diagonal) in a model with attention or LayerNorm is not mapped in this build (their queues)", kOpsHint);
+          if (o.attn)
+            throw InputError(where, "a residual from the other edge (moved along the diagonal) in a model with attention is not mapped in this build (their queues)", kOpsHint);
     }
     if (!same)
       throw InputError(where, "the residual's input (the " + std::string(k.res_preln ? "value before the LayerNorm" : k.res_out ? "output" : "input") + " of kernel '" + r.name + "') does not lie on this kernel's chain ends in the same blocks (" +

@@ -456,11 +456,12 @@ void order_by_first_reader(graph::Graph& g) {
 // packed projections split per Slice (match_ops.cpp), or nothing when none applies (the graph as
 // it is). The copy is made only for a graph with Slices, Concats or such inputs and pools.
 std::optional<graph::Graph> rewrite_branches(const graph::Graph& g0) {
-  if (!input_needs_identity(g0) && !pools_need_identity(g0) &&
+  if (!input_needs_identity(g0) && !pools_need_identity(g0) && !has_channels_last(g0) &&
       std::none_of(g0.nodes.begin(), g0.nodes.end(), [](const graph::Node& n) { return n.op == "Slice" || n.op == "Concat"; }))
     return std::nullopt;
   std::optional<graph::Graph> split = g0;
-  bool changed = identity_for_input(*split);
+  bool changed = channels_last_blocks(*split);  // (channels_last.cpp)
+  changed = identity_for_input(*split) || changed;
   changed = channel_views(*split) || changed;  // (channels.cpp)
   changed = dense_heads_as_convs(*split) || changed;
   bool branched = identity_for_pools(*split, true);  // (functions of concatenated values, before the Concats split)

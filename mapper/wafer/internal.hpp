@@ -62,7 +62,11 @@ bool split_concat_readers(graph::Graph& g);
 bool input_needs_identity(const graph::Graph& g);
 bool identity_for_input(graph::Graph& g);  // a feature-map graph input read by several Convs: through an identity Conv
 bool pools_need_identity(const graph::Graph& g);
-bool channel_views(graph::Graph& g);  // channels.cpp: Convs reading Slices and shuffles of channels, per source
+bool channel_views(graph::Graph& g);
+// channels_last.cpp: ConvNeXt's channels-last blocks on the feature map (Linears as 1 x 1 Convs), a
+// LayerNorm over a pooled map's channels on its flattened features (an identity dense layer).
+bool channels_last_blocks(graph::Graph& g);
+bool has_channels_last(const graph::Graph& g);  // channels.cpp: Convs reading Slices and shuffles of channels, per source
 bool dense_heads_as_convs(graph::Graph& g);  // a dense layer on a Flatten of a 1 x 1 map from a Concat: a 1 x 1 Conv
 // Nodes listed after a node that reads them move to their earliest reader (Kahn's order by the
 // least index among a node and everything that depends on it); a topological order stays as it is.
@@ -210,7 +214,7 @@ void x_routes(const DenseKernel& k, bool from_ramp, json& routes);
 void reduce_routes(const DenseKernel& k, json& routes);
 void move_routes(const DenseKernel& k, json& routes);
 // The queues of a residual move: the producer's output queue, the adder's input queue.
-inline constexpr int kMoveOutQueue = 4, kMoveInQueue = 6;  // (4: no other async op uses microthread 4 without LayerNorm or attention)
+inline constexpr int kMoveOutQueue = 4, kMoveInQueue = 6;  // (4: no other async op uses microthread 4 without attention; LayerNorm's broadcast runs on 5, its row sums arrive in a blocking receive)
 void handoff_routes(const DenseKernel& p, const DenseKernel& n, json& routes);
 void weight_routes(const DenseKernel& k, json& routes);
 bool runtime_block_lengths(bool training, const DenseKernel& k);

@@ -443,7 +443,7 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
       std::string why;
       std::vector<Unary> us;
       const Tensor* pc = binary && n.inputs.size() == 2 ? constant(other_in(n, cur)) : nullptr;
-      if (pc && pc->numel() > 1 && !ks.empty() && per_feature(*pc, ks.back().N, fmap, cs.size()) && n.inputs[0] == cur) {
+      if (pc && pc->numel() > 1 && !ks.empty() && per_feature(*pc, ks.back().N, fmap, cs.size()) && (n.inputs[0] == cur || commutative)) {
         us = {per_feature_unary(n, *pc)};  // (match_norms.cpp)
       } else {
         us = unary_of(n, constant, why);
