@@ -12,21 +12,6 @@
 
 namespace tessera::wafer::detail {
 
-const char* const kOpsHint =
-    "the wafer compiler maps in this build: Gemm, or MatMul by a constant weight, with a bias Add and a scale per output feature (BatchNorm1d); "
-    "Conv (1-D or 2-D, any stride, pads, dilation and groups), ConvTranspose, a nearest Resize (Upsample) into a Conv, MaxPool, AveragePool or GlobalAveragePool (or a mean over the spatial axes) after a Conv, "
-    "a Flatten into a dense layer (or ending the graph); a Concat of branches read by Convs or dense layers; elementwise functions of one value (Relu, "
-    "LeakyRelu, PRelu, Clip, Tanh, Sigmoid, HardSigmoid, HardSwish, Swish, GELU, Elu, Selu, Celu, Softplus, Mish, Abs, Neg, Add, Mul, Sub or Div by a scalar constant) "
-    "and Add, Sub, Mul or Div of two values of one chain end (x - tanh(x), x / (1 + |x|)); a final "
-    "Softmax or LogSoftmax; GroupNorm and InstanceNorm right after a Conv; residual Adds (ResNet's shortcuts, MobileNet's inverted residuals), squeeze-excitation gates, gated units (SwiGLU); LayerNorm "
-    "and RMSNorm; multi-head attention with additive or causal masks and rotary embeddings; a Vision Transformer's tokens (a Conv's positions as "
-    "rows, a class token, a position embedding, one token into the head) (docs/wafer-compiler.md \"What it maps\"); "
-    "run other models on target.kind neuroncore or reference";
-
-// (internal.hpp)
-const std::set<std::string> kUnary = {"Relu", "LeakyRelu", "Clip", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Swish", "Gelu",
-                                      "Elu", "Selu", "Celu", "Softplus", "Mish", "PRelu", "Abs", "Neg", "Add", "Mul", "Sub", "Div"};
-
 namespace {
 
 // The ops the layer chain is made of besides kUnary (Add is a bias or a residual when its other

@@ -10,6 +10,22 @@
 
 namespace tessera::wafer::detail {
 
+// (internal.hpp: what the wafer compiler maps, for its refusals; the elementwise ops of one value)
+const char* const kOpsHint =
+    "the wafer compiler maps in this build: Gemm, or MatMul by a constant weight, with a bias Add and a scale per output feature (BatchNorm1d); "
+    "Conv (1-D or 2-D, any stride, pads, dilation and groups), ConvTranspose, a nearest Resize (Upsample) into a Conv, MaxPool, AveragePool or GlobalAveragePool (or a mean over the spatial axes) after a Conv, "
+    "a Flatten into a dense layer (or ending the graph); a Concat of branches read by Convs or dense layers; elementwise functions of one value (Relu, "
+    "LeakyRelu, PRelu, Clip, Tanh, Sigmoid, HardSigmoid, HardSwish, Swish, GELU, Elu, Selu, Celu, Softplus, Mish, Abs, Neg, Add, Mul, Sub or Div by a scalar constant) "
+    "and Add, Sub, Mul or Div of two values of one chain end (x - tanh(x), x / (1 + |x|)); a final "
+    "Softmax or LogSoftmax; GroupNorm and InstanceNorm right after a Conv; residual Adds (ResNet's shortcuts, MobileNet's inverted residuals), squeeze-excitation gates, gated units (SwiGLU); LayerNorm "
+    "and RMSNorm (also over a Conv's channels: LayerNorm2d, ConvNeXt's channels-last blocks); multi-head attention with additive or causal masks and rotary embeddings; a Vision Transformer's tokens (a Conv's positions as "
+    "rows, a class token, a position embedding, one token into the head) (docs/wafer-compiler.md \"What it maps\"); "
+    "run other models on target.kind neuroncore or reference";
+
+// (internal.hpp)
+const std::set<std::string> kUnary = {"Relu", "LeakyRelu", "Clip", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Swish", "Gelu",
+                                      "Elu", "Selu", "Celu", "Softplus", "Mish", "PRelu", "Abs", "Neg", "Add", "Mul", "Sub", "Div"};
+
 // A constant that adds or multiplies per feature: shape [..., N] with ones before the last axis
 // for rows, [C, 1, 1] (or [1, C, 1, 1]; [C, 1] in 1-D) for a feature map of rank r.
 bool per_feature(const Tensor& c, int64_t N, bool fmap, size_t rank) {
