@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
@@ -1120,7 +1121,16 @@ LoadedLayout load_layout_text(std::string_view json_text, const std::string& fil
   L.layout = parse_layout(json_text, file_name, base_dir, c);
   DiagnosticList d;
   // Instances by program and parameter values (a rectangle's PEs mostly share a few).
-  std::map<std::string, std::map<std::vector<double>, uint32_t>> cache;
+  // (Hashed: a compiled rectangle of 36,864 PEs whose parameters all differ looked each set of ~600
+  // values up in an ordered map, comparing whole vectors at every level.)
+  struct ValuesHash {
+    size_t operator()(const std::vector<double>& v) const {
+      size_t h = v.size();
+      for (const double x : v) h = h * 1000003u ^ std::hash<double>{}(x);
+      return h;
+    }
+  };
+  std::map<std::string, std::unordered_map<std::vector<double>, uint32_t, ValuesHash>> cache;
   int failed = 0;
   constexpr int kMaxFailed = 16;
   L.pe_program.resize(L.layout.rects.size());

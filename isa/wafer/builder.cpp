@@ -121,15 +121,15 @@ Operand fimm(double v) { return {OpndKind::imm_f, std::bit_cast<int32_t>(static_
 
 ProgramBuilder::ProgramBuilder(std::string source, std::string pe, DiagnosticList& d) : diags_(d), pe_(std::move(pe)) {
   prog_.source = std::move(source);
-  where_ = prog_.source + (pe_.empty() ? "" : " " + pe_);
 }
 
-void ProgramBuilder::at(int32_t line) {
-  line_ = line;
-  where_ = prog_.source + ":" + std::to_string(line) + (pe_.empty() ? "" : " " + pe_);
+std::string ProgramBuilder::where_at(int32_t line) const {
+  return prog_.source + (line < 0 ? "" : ":" + std::to_string(line)) + (pe_.empty() ? "" : " " + pe_);
 }
 
-void ProgramBuilder::error(std::string m, std::string h) { diags_.add(where_, std::move(m), std::move(h)); }
+void ProgramBuilder::at(int32_t line) { line_ = line, at_called_ = true; }
+
+void ProgramBuilder::error(std::string m, std::string h) { diags_.add(where_at(here()), std::move(m), std::move(h)); }
 
 bool ProgramBuilder::new_name(std::string_view name, std::string_view what) {
   if (!text::is_ident(name) || reserved_word(name)) {
@@ -293,11 +293,11 @@ void ProgramBuilder::end_task() {
   if (in_task_) {
     Task& t = prog_.tasks.back();
     t.end = static_cast<int32_t>(prog_.instrs.size());
-    for (const auto& [name, where] : pending_labels_)
-      diags_.add(where, "label '" + name + "' ends task '" + t.name + "'", "a label names the instruction after it, in the same task");
+    for (const auto& [name, line] : pending_labels_)
+      diags_.add(where_at(line), "label '" + name + "' ends task '" + t.name + "'", "a label names the instruction after it, in the same task");
     pending_labels_.clear();
     if (t.end == t.entry)
-      diags_.add(prog_.source + ":" + std::to_string(t.line) + (pe_.empty() ? "" : " " + pe_), "task '" + t.name + "' has no instructions",
+      diags_.add(where_at(t.line), "task '" + t.name + "' has no instructions",
                  "end it with `ret` at least");
     in_task_ = false;
   }
@@ -341,7 +341,7 @@ void ProgramBuilder::label(const std::string& name) {
   if (reserved_word(name)) return error("bad label name '" + name + "'");
   if (prog_.labels.count(name) || std::any_of(pending_labels_.begin(), pending_labels_.end(), [&](const auto& p) { return p.first == name; }))
     return error("label '" + name + "' defined twice");
-  pending_labels_.emplace_back(name, where_);
+  pending_labels_.emplace_back(name, here());
 }
 
 bool ProgramBuilder::instr_allowed() {
@@ -351,7 +351,7 @@ bool ProgramBuilder::instr_allowed() {
 }
 
 void ProgramBuilder::push(Instr in) {
-  for (const auto& [name, where] : pending_labels_) prog_.labels[name] = static_cast<int32_t>(prog_.instrs.size());
+  for (const auto& [name, line] : pending_labels_) prog_.labels[name] = static_cast<int32_t>(prog_.instrs.size());
   pending_labels_.clear();
   prog_.instrs.push_back(in);
 }
@@ -387,7 +387,7 @@ void ProgramBuilder::instr(Op op, const std::vector<Arg>& args, bool async, cons
       error(std::string(key) + "= needs async", "write `" + std::string(info.name) + " ... async " + key + "=" + t + "`");
       ok = false;
     }
-    refs_.push_back({index, key[0] == 'a' ? -1 : -2, t, where_, true});
+    refs_.push_back({index, key[0] == 'a' ? -1 : -2, t, here(), true});
   }
   if (ok && info.cls == OpClass::dsd) ok = dsd_rules(info, in);
   if (!ok) in.op = Op::nop;  // keep indices stable; the diagnostics abort the assembly anyway
@@ -432,7 +432,7 @@ bool ProgramBuilder::operand(const OpInfo& info, size_t i, const Arg& a, Instr& 
     case Role::L:
       if (a.scalar || !text::is_ident(t)) return error(pos + ": bad name '" + t + "'"), false;
       o.kind = role == Role::T ? OpndKind::task : OpndKind::label;
-      refs_.push_back({index, static_cast<int>(i), t, where_, role == Role::T});
+      refs_.push_back({index, static_cast<int>(i), t, here(), role == Role::T});
       return true;
   }
   return false;
@@ -483,7 +483,7 @@ Program ProgramBuilder::finish() {
       if (t < 0) {
         std::vector<std::string> names;
         for (const auto& x : prog_.tasks) names.push_back(x.name);
-        diags_.add(r.where, "unknown task '" + r.name + "'", suggest(r.name, names, "tasks"));
+        diags_.add(where_at(r.line), "unknown task '" + r.name + "'", suggest(r.name, names, "tasks"));
         continue;
       }
       if (r.slot == -1) in.on_activate = static_cast<int16_t>(t);
@@ -495,14 +495,14 @@ Program ProgramBuilder::finish() {
     if (it == prog_.labels.end()) {
       std::vector<std::string> names;
       for (const auto& kv : prog_.labels) names.push_back(kv.first);
-      diags_.add(r.where, "unknown label '" + r.name + "'", suggest(r.name, names, "labels"));
+      diags_.add(where_at(r.line), "unknown label '" + r.name + "'", suggest(r.name, names, "labels"));
       continue;
     }
     const Task* owner = nullptr;
     for (const auto& t : prog_.tasks)
       if (r.instr >= t.entry && r.instr < t.end) owner = &t;
     if (owner && (it->second < owner->entry || it->second >= owner->end))
-      diags_.add(r.where, "label '" + r.name + "' is in another task", "branches stay inside their task; use `activate` to start another");
+      diags_.add(where_at(r.line), "label '" + r.name + "' is in another task", "branches stay inside their task; use `activate` to start another");
     in.a[static_cast<size_t>(r.slot)].v = it->second;
   }
   return std::move(prog_);

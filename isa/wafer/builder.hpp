@@ -43,7 +43,7 @@ class ProgramBuilder {
   // Diagnostics go to `d`, where "SOURCE:LINE[ PE]" (the line given by at()).
   ProgramBuilder(std::string source, std::string pe, DiagnosticList& d);
   void at(int32_t line);
-  const std::string& where() const { return where_; }
+  std::string where() const { return where_at(here()); }
   void error(std::string message, std::string hint = {});
   void bind(const std::string& name, double value) { prog_.params[name] = value; }
 
@@ -79,7 +79,8 @@ class ProgramBuilder {
   struct Ref {
     int32_t instr;
     int slot;  // operand index, -1 activate=, -2 unblock=
-    std::string name, where;
+    std::string name;
+    int32_t line;  // where it was written (where_at)
     bool task;  // else a label
   };
   void add_array(DataDecl d);
@@ -95,10 +96,15 @@ class ProgramBuilder {
   // ~15,000 DSDs: a linear search per operand made building it quadratic).
   std::unordered_map<std::string, int> dsd_at_, array_at_;
   DiagnosticList& diags_;
-  std::string pe_, where_;
+  std::string pe_;
+  // "SOURCE:LINE[ PE]", built only for a diagnostic (a program instantiated for each of 36,864 PEs
+  // built it for every line: most of the compile); line < 0: the source alone.
+  std::string where_at(int32_t line) const;
+  int32_t here() const { return at_called_ ? line_ : -1; }  // the line for where_at
   int32_t line_ = 0;
+  bool at_called_ = false;
   bool in_task_ = false, bad_task_ = false;
-  std::vector<std::pair<std::string, std::string>> pending_labels_;
+  std::vector<std::pair<std::string, int32_t>> pending_labels_;  // (name, line)
   std::vector<Ref> refs_;
 };
 
@@ -187,6 +193,11 @@ class ProgramTemplate {
   std::string line_text(const Item& it) const;
   std::string source_;
   std::vector<std::string> params_;
+  // (Declared parameters by name: a compiled program declares hundreds, instantiated for every PE
+  // of a rectangle whose parameters differ -- a linear search per bound name and per use was most
+  // of ConvNeXt-tiny's compile on 36,864 PEs.)
+  std::unordered_map<std::string, size_t> param_at_;
+  bool declared(const std::string& p) const { return param_at_.count(p) != 0; }
   std::vector<Item> items_;
 };
 

@@ -16,7 +16,10 @@ std::string num_text(const ProgramTemplate::Num& n) { return n.param.empty() ? s
 
 }  // namespace
 
-void ProgramTemplate::param(const std::string& name) { params_.push_back(name); }
+void ProgramTemplate::param(const std::string& name) {
+  param_at_.emplace(name, params_.size());
+  params_.push_back(name);
+}
 
 ProgramTemplate::Item& ProgramTemplate::add(Kind kind, const std::string& name, const std::string& note) {
   Item& it = items_.emplace_back();
@@ -163,14 +166,14 @@ std::string ProgramTemplate::text() const {
 Program ProgramTemplate::instantiate(const Bindings& b, const std::string& pe, DiagnosticList& d) const {
   ProgramBuilder pb(source_, pe, d);
   for (const auto& [name, v] : b)
-    if (std::find(params_.begin(), params_.end(), name) == params_.end())
+    if (!declared(name))
       pb.error("parameter '" + name + "' is bound but the program declares no `.param " + name + "`", suggest(name, params_, "declared parameters"));
   for (const auto& p : params_)
     if (auto it = b.find(p); it != b.end()) pb.bind(p, it->second);
   // A parameter's value (false with an error if it is unbound or, for a number, not an integer).
   auto value = [&](const std::string& p, double& out) {
     auto it = b.find(p);
-    if (std::find(params_.begin(), params_.end(), p) == params_.end()) return pb.error("unknown parameter '$" + p + "'", suggest(p, params_, "declared")), false;
+    if (!declared(p)) return pb.error("unknown parameter '$" + p + "'", suggest(p, params_, "declared")), false;
     if (it == b.end()) return pb.error("parameter '$" + p + "' has no value", "bind it in the layout's params"), false;
     out = it->second;
     return true;
