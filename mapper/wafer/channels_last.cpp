@@ -94,6 +94,9 @@ bool rewrite_block(graph::Graph& g, size_t ln, const std::map<std::string, std::
     ops.push_back(n);
     x = y, xs = ys;
   }
+  // (The ops go right after the LayerNorm in the node list. The list need not be in topological
+  // order -- the canonical graph appends the nodes it fuses, the LayerNorm among them -- and the
+  // matcher orders the nodes itself, match_ops.cpp chain_order.)
   std::vector<graph::Node> nodes;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (static_cast<long>(i) == back || std::find(chain.begin(), chain.end(), i) != chain.end()) continue;

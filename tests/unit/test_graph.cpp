@@ -4,6 +4,7 @@
 
 #include "isa/compare.hpp"
 #include "isa/error.hpp"
+#include "isa/npy.hpp"
 #include "mapper/frontend/onnx.hpp"
 #include "mapper/graph/summary.hpp"
 #include "mapper/passes/canonicalize.hpp"
@@ -302,4 +303,38 @@ TEST_CASE("wafer: a node listed after its reader moves to its earliest reader, a
   t.nodes = {node("A", "x", "a"), node("B", "x", "b"), node("C", "a", "c"), node("D", "b", "d")};
   wafer::detail::order_by_first_reader(t);
   CHECK(names(t) == std::vector<std::string>{"A", "B", "C", "D"});
+}
+
+// ConvNeXt's channels-last blocks on the feature map (channels_last.cpp): in torchvision's ConvNeXt
+// class as exported, every block's Linears become 1 x 1 Convs after the Transpose back, which moves
+// to right after the block's LayerNorm, and the head's LayerNorm of the pooled map runs on the
+// flattened features after an identity MatMul -- computing the same values (the reference executor).
+TEST_CASE("wafer: ConvNeXt's channels-last blocks are rewritten onto the feature map, same values", "[graph]") {
+  graph::Graph g = frontend::load_onnx(kRoot + "/tests/cli/data/wafer_mini_convnext.onnx");
+  passes::prepare(g);
+  passes::canonicalize(g);
+  graph::Graph r = g;
+  CHECK(wafer::detail::channels_last_blocks(r));
+  const auto uses = r.consumers();
+  int convs = 0, matmuls = 0;
+  for (const graph::Node& n : r.nodes) {
+    convs += n.op == "Conv";
+    matmuls += n.op == "MatMul";
+    if (n.op == "MatMul") CHECK(r.value(n.inputs[0]).shape.size() == 2);  // (the head's identity and Linear)
+    if (n.op == "LayerNormalization" && r.value(n.inputs[0]).shape.size() == 4) {  // each one's only reader: the Transpose back
+      const auto& u = uses.at(n.outputs[0]);
+      REQUIRE(u.size() == 1);
+      CHECK(r.nodes[u[0]].op == "Transpose");
+      CHECK(r.nodes[u[0]].attrs.get_ints("perm", {}) == std::vector<int64_t>{0, 3, 1, 2});
+    }
+  }
+  CHECK(convs == 4 + 4);  // the stem, two depthwise, the downsampling; and two Linears per block
+  CHECK(matmuls == 2);
+  const Tensor x = read_npy(kRoot + "/tests/cli/data/wafer_mini_convnext_x.npy");
+  const auto a = reference::execute(g, {{"x", x}});
+  const auto b = reference::execute(r, {{"x", x}});
+  const auto c = compare(b.at(g.outputs[0]), a.at(g.outputs[0]), 1e-5, 1e-6);
+  CHECK(c.pass);
+  CHECK(c.max_abs_error < 1e-6);
+  CHECK_FALSE(wafer::detail::channels_last_blocks(r));  // (nothing left to rewrite)
 }
