@@ -34,28 +34,34 @@ std::optional<Tensor> channels_first(const Tensor& t, int64_t D) {
   return t.cast(DType::f32).reshaped({D, 1, 1});
 }
 
+// The one node reading v (-1: none, several, or v is a graph output).
+long sole_reader(const graph::Graph& g, const std::map<std::string, std::vector<size_t>>& uses, const std::string& v) {
+  const auto it = uses.find(v);
+  const bool out = std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
+  return it == uses.end() || it->second.size() != 1 || out ? -1 : static_cast<long>(it->second[0]);
+}
+
 // Rewrites one block: nodes[t1] the Transpose to channels-last, nodes[ln] its LayerNorm; returns
 // whether it did. The chain after the LayerNorm, each value read once, must end in the Transpose
 // back and hold only Linears (MatMul by a constant [C, D], with its bias Add), elementwise functions
 // and ops with constants along the last axis.
 bool rewrite_block(graph::Graph& g, size_t ln, const std::map<std::string, std::vector<size_t>>& uses) {
-  auto sole = [&](const std::string& v) -> long {
-    const auto it = uses.find(v);
-    const bool out = std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end();
-    return it == uses.end() || it->second.size() != 1 || out ? -1 : static_cast<long>(it->second[0]);
-  };
+  auto sole = [&](const std::string& v) { return sole_reader(g, uses, v); };
   std::vector<size_t> chain;  // the nodes after the LayerNorm, up to the Transpose back
+  std::vector<std::string> consts;  // each one's constant operand ("": none)
   std::string v = g.nodes[ln].outputs[0];
   for (long u = sole(v); u >= 0; u = sole(v)) {
-    graph::Node& n = g.nodes[static_cast<size_t>(u)];
+    const graph::Node& n = g.nodes[static_cast<size_t>(u)];
     if (perm_is(n, kToFirst)) break;
-    if ((n.op == "Add" || n.op == "Mul") && n.inputs.size() == 2 && n.inputs[1] == v) std::swap(n.inputs[0], n.inputs[1]);  // (commutative: the value first)
-    if (n.outputs.size() != 1 || n.inputs.empty() || n.inputs[0] != v) return false;
+    // (Add and Mul commute: the constant may come first, as the layer scale's gamma * x does.)
+    const bool swapped = (n.op == "Add" || n.op == "Mul") && n.inputs.size() == 2 && n.inputs[1] == v;
+    if (n.outputs.size() != 1 || n.inputs.empty() || n.inputs[swapped ? 1 : 0] != v) return false;
+    const std::string cn = n.inputs.size() > 1 ? n.inputs[swapped ? 0 : 1] : "";
     const bool binary = n.op == "Add" || n.op == "Sub" || n.op == "Mul" || n.op == "Div";
-    const Tensor* c = n.inputs.size() > 1 ? constant_of(g, n.inputs[1]) : nullptr;
+    const Tensor* c = constant_of(g, cn);
     const bool linear = n.op == "MatMul" && c && c->rank() == 2;
     if (!linear && !(binary && c && channels_first(*c, g.value(n.outputs[0]).shape.back())) && !(kUnary.count(n.op) && n.inputs.size() == 1)) return false;
-    chain.push_back(static_cast<size_t>(u));
+    chain.push_back(static_cast<size_t>(u)), consts.push_back(cn);
     v = n.outputs[0];
   }
   const long back = sole(v);
@@ -77,16 +83,17 @@ bool rewrite_block(graph::Graph& g, size_t ln, const std::map<std::string, std::
     ys[1] = D;
     const std::string y = last ? out : fresh(g, n.outputs[0] + "/map");
     if (!last) g.values[y] = graph::Value{y, g.value(n.outputs[0]).dtype, ys, true, std::nullopt, false};
+    const std::string& cin = consts[j];
     if (n.op == "MatMul") {
-      const Tensor wt = transpose2d(*constant_of(g, n.inputs[1]));  // [D, C]
-      const std::string wn = fresh(g, n.inputs[1] + "/conv");
-      g.values[wn] = graph::Value{wn, DType::f32, Shape{D, xs[1], 1, 1}, true, wt.reshaped({D, xs[1], 1, 1}), g.value(n.inputs[1]).is_initializer};
+      const Tensor wt = transpose2d(*constant_of(g, cin));  // [D, C]
+      const std::string wn = fresh(g, cin + "/conv");
+      g.values[wn] = graph::Value{wn, DType::f32, Shape{D, xs[1], 1, 1}, true, wt.reshaped({D, xs[1], 1, 1}), g.value(cin).is_initializer};
       n = graph::Node{n.name + "/conv", "Conv", {}, {x, wn}, {y}};
       n.attrs.set("kernel_shape", std::vector<int64_t>{1, 1});
-    } else if (n.inputs.size() > 1) {
-      const std::string cn = fresh(g, n.inputs[1] + "/channels");
-      const std::optional<Tensor> cf = channels_first(*constant_of(g, n.inputs[1]), D);
-      g.values[cn] = graph::Value{cn, DType::f32, cf->shape(), true, *cf, g.value(n.inputs[1]).is_initializer};
+    } else if (!cin.empty()) {
+      const std::string cn = fresh(g, cin + "/channels");
+      const std::optional<Tensor> cf = channels_first(*constant_of(g, cin), D);
+      g.values[cn] = graph::Value{cn, DType::f32, cf->shape(), true, *cf, g.value(cin).is_initializer};
       n.inputs = {x, cn}, n.outputs = {y};
     } else {
       n.inputs = {x}, n.outputs = {y};
@@ -119,10 +126,7 @@ bool rewrite_pooled(graph::Graph& g, size_t ln, const std::map<std::string, std:
   const Shape& ms = g.value(in).shape;
   if (ms.size() != 4 || ms[2] != 1 || ms[3] != 1) return false;
   std::string v = l.outputs[0];
-  auto one = [&](const std::string& x) -> long {
-    const auto it = uses.find(x);
-    return it == uses.end() || it->second.size() != 1 ? -1 : static_cast<long>(it->second[0]);
-  };
+  auto one = [&](const std::string& x) { return sole_reader(g, uses, x); };
   long r = one(v);
   if (r >= 0 && perm_is(g.nodes[static_cast<size_t>(r)], kToFirst)) v = g.nodes[static_cast<size_t>(r)].outputs[0], r = one(v);
   if (r < 0 || (g.nodes[static_cast<size_t>(r)].op != "Flatten" && g.nodes[static_cast<size_t>(r)].op != "Reshape")) return false;
@@ -173,8 +177,10 @@ bool channels_last_blocks(graph::Graph& g) {
   return changed;
 }
 
-bool has_channels_last(const graph::Graph& g) {
-  return std::any_of(g.nodes.begin(), g.nodes.end(), [](const graph::Node& n) { return n.op == "LayerNormalization"; });
+bool has_channels_last(const graph::Graph& g) {  // (a LayerNorm of a rank-4 value: what channels_last_blocks looks at)
+  return std::any_of(g.nodes.begin(), g.nodes.end(), [&](const graph::Node& n) {
+    return n.op == "LayerNormalization" && !n.inputs.empty() && g.has_value(n.inputs[0]) && g.value(n.inputs[0]).shape.size() == 4;
+  });
 }
 
 }  // namespace tessera::wafer::detail

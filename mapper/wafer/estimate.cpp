@@ -27,7 +27,6 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
   const int64_t pass = 2 + hop;
 
   std::vector<std::vector<int64_t>> next_of;  // per kernel, per chain end: its output's first x readable at the reader's source PE
-  std::vector<std::vector<int64_t>> wready_of;  // per kernel: per PE (row-major in its rect), its weights in place
   // The sequencer (sequencer.cpp): its shared tasks find a kernel's body by a binary search of
   // two ops a step over n kernels (the x tasks' end: over the kernels of one orientation; the
   // hand-off: over the kernels with a reader).
@@ -264,10 +263,9 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       busy[ie] = {cend[ie] + 2, t_of[static_cast<size_t>(pn)]};  // (a chain of one PE too: the load step the x loop's end unblocks runs first)
     }
     lm.record_busy(std::move(busy));
-    wready_of.push_back(std::move(wready));
     // The next load, final (it sees this kernel's reduce spans); then the later ones whose buffers
     // are free of kernel l + 1's x tasks, provisionally, for the steps before this kernel's hand-off.
-    lm.loads_after(l, wready_of.back(), wready_next);
+    lm.loads_after(l, wready, wready_next);
     for (int64_t pn = 0; pn < Ln; ++pn) {
       const int64_t t = t_of[static_cast<size_t>(pn)];
       // The next kernel's x: the chain end's yout (issue, setup, out queue) -- into the next
