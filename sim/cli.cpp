@@ -309,7 +309,9 @@ int cmd_graph(const Options& o) {
   graph::Graph g = load_model(s);
   if (o.verb_opts.count("canonical")) {
     std::string changed;
-    for (const auto& p : passes::canonicalize(g)) changed += (changed.empty() ? "" : ", ") + p;
+    // (the graph the target compiles: the wafer keeps recurrent layers whole)
+    const bool wafer = s.resolved.contains("target") && s.resolved["target"].value("kind", "") == "wafer";
+    for (const auto& p : passes::canonicalize(g, !wafer)) changed += (changed.empty() ? "" : ", ") + p;
     std::cout << "canonical graph (passes that changed it: " << (changed.empty() ? "none" : changed) << ")\n";
   }
   graph::print_graph(std::cout, g);

@@ -195,13 +195,12 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   // Micro-batches (weight streaming, docs/wafer-compiler.md "Micro-batches"): the program is
   // compiled for `mb` samples and runs B / mb times a step, each run streaming the weights again.
   const int64_t B = g.inputs.empty() || g.value(g.inputs[0]).shape.empty() ? 1 : g.value(g.inputs[0]).shape[0];
-  wafer::refuse_recurrent(g);
   const json& mbj = m["micro_batch"];
   bool warned = false;
   auto compile_for = [&](int64_t b) {
     graph::Graph cg = g;
     if (b != B) passes::with_batch(cg, b);
-    passes::canonicalize(cg);
+    passes::canonicalize(cg, false);  // (recurrent layers kept whole: one kernel per layer and step)
     if (mode == "weight_streaming" || (b != B && mode == "auto")) {  // (micro-batches stream the weights)
       mo.mode = wafer::MapMode::weight_streaming;
       return wafer::compile(cg, cfg, mo);

@@ -58,7 +58,8 @@ MiniShuffleNet: channel split, concatenation and channel shuffle); and wafer_den
 and of a concatenation whose parts other nodes read), and torchvision's DenseNet class at a small
 size (mini_densenet: two dense blocks of three layers and a transition); and wafer_layernorm2d_cnn.onnx
 (layernorm2d_cnn: Convs each followed by torchvision's LayerNorm2d, ConvNeXt's channels-last LayerNorm), and
-torchvision's ConvNeXt class at a small size (mini_convnext: two stages of one block).
+torchvision's ConvNeXt class at a small size (mini_convnext: two stages of one block), recurrent stacks
+(recurrent: an RNN read at its last step, a 2-layer LSTM read as out[:, -1, :], a bidirectional GRU).
 
 All are checked against PyTorch's output and the reference executor.
 
@@ -403,6 +404,41 @@ def mini_convnext(d):
     write_case(d, "wafer_mini_convnext", model.eval(), x)
 
 
+class RnnLast(nn.Module):
+    """A recurrent stack's output at the last step into a head: nn.RNN on a [steps, batch, x] input
+    (batch_first=False), out[-1]; or nn.LSTM / nn.GRU with batch_first=True, out[:, -1, :]."""
+
+    def __init__(self, rnn, hidden, classes, head_relu=False):
+        super().__init__()
+        self.rnn = rnn
+        self.batch_first = rnn.batch_first
+        layers = [nn.Linear(hidden, 16), nn.ReLU(), nn.Linear(16, classes)] if head_relu else [nn.Linear(hidden, classes)]
+        self.head = nn.Sequential(*layers)
+
+    def forward(self, x):
+        out, _ = self.rnn(x)
+        return self.head(out[:, -1, :] if self.batch_first else out[-1])
+
+
+def recurrent(d):
+    """Recurrent stacks beside the zoo's (h_n[-1] of a GRU and an LSTM): a 3-layer tanh RNN on a
+    sequence-first input read at its last step (out[-1]), a 2-layer LSTM read as out[:, -1, :]
+    (batch_first) into a two-layer head, hidden sizes that do not divide a rectangle's side; and a
+    bidirectional GRU, which the wafer refuses."""
+    torch.manual_seed(31)
+    model = RnnLast(nn.RNN(12, 20, num_layers=3), 20, 4).eval()
+    x = np.random.RandomState(31).standard_normal((6, 3, 12)).astype(np.float32)
+    write_case(d, "wafer_rnn_stack", model, x)
+    torch.manual_seed(32)
+    model = RnnLast(nn.LSTM(10, 24, num_layers=2, batch_first=True), 24, 3, head_relu=True).eval()
+    x = np.random.RandomState(32).standard_normal((4, 7, 10)).astype(np.float32)
+    write_case(d, "wafer_lstm_last_step", model, x)
+    torch.manual_seed(33)
+    model = RnnLast(nn.GRU(8, 16, batch_first=True, bidirectional=True), 32, 3).eval()
+    x = np.random.RandomState(33).standard_normal((2, 5, 8)).astype(np.float32)
+    write_case(d, "wafer_gru_bidirectional", model, x)
+
+
 def main():
     torch.set_num_threads(1)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -426,6 +462,7 @@ def main():
     mini_densenet(d)
     layernorm2d_cnn(d)
     mini_convnext(d)
+    recurrent(d)
 
 
 if __name__ == "__main__":

@@ -17,10 +17,11 @@ const std::vector<CanonicalPass>& canonical_passes() {
   return p;
 }
 
-std::vector<std::string> canonicalize(graph::Graph& g) {
+std::vector<std::string> canonicalize(graph::Graph& g, bool unroll) {
   prepare(g);
   std::vector<std::string> changed;
   for (const auto& p : canonical_passes()) {
+    if (!unroll && p.run == unroll_recurrent) continue;
     if (!p.run(g)) continue;
     changed.push_back(p.name);
     prepare(g);

@@ -40,8 +40,10 @@ struct CanonicalPass {
 const std::vector<CanonicalPass>& canonical_passes();
 
 // prepare(g), then every pass (each followed by folding and dead-node removal). Returns the names of
-// the passes that changed the graph.
-std::vector<std::string> canonicalize(graph::Graph& g);
+// the passes that changed the graph. `unroll`: false keeps RNN, GRU and LSTM nodes as they are (the
+// wafer compiler maps a stack of them as one kernel per layer and step: docs/wafer-compiler.md
+// "Recurrent layers"); the other passes still run.
+std::vector<std::string> canonicalize(graph::Graph& g, bool unroll = true);
 
 bool normalize_opset(graph::Graph& g);
 bool simplify(graph::Graph& g);

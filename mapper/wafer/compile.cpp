@@ -11,20 +11,6 @@ namespace tessera::wafer {
 
 using namespace detail;
 
-void refuse_recurrent(const graph::Graph& g) {
-  DiagnosticList found;
-  std::vector<const graph::Node*> rec;
-  for (const auto& n : g.nodes)
-    if (n.op == "RNN" || n.op == "GRU" || n.op == "LSTM") rec.push_back(&n);
-  for (size_t i = 0; i < rec.size(); ++i)
-    found.add(g.where(*rec[i]), "recurrent layer " + rec[i]->op + ": not mapped by the wafer compiler in this build",
-              i + 1 == rec.size() ? "unrolled, each step's gates combine column slices of the step's MatMul with the input projection's rows and the "
-                                    "previous state -- elementwise ops of two activations that the chain ends do not combine yet (docs/wafer-compiler.md "
-                                    "\"Not done yet\"); run it on target.kind neuroncore, which compiles the unrolled steps, or reference"
-                                  : "");
-  found.throw_if_any();
-}
-
 Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOptions& opt) {
   Compiled c;
   c.mode = opt.mode;
@@ -122,6 +108,9 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   }
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     const DenseKernel& k = c.kernels[l];
+    if (opt.mode == MapMode::pipelined && k.rnn)
+      throw InputError("/mapping/mode", "kernel '" + k.name + "' is a step of a recurrent layer: pipelined mode does not map recurrent layers in this build",
+                       "use \"mapping\": {\"mode\": \"weight_streaming\"}, which runs one kernel per layer and step (docs/wafer-compiler.md \"Recurrent layers\")");
     if (opt.mode == MapMode::pipelined && k.reads_input2)
       throw InputError("/mapping/mode", "kernel '" + k.name + "' computes cross-attention's keys or values from the second graph input ('" + c.input2 + "'): pipelined mode maps chains of layers",
                        "use \"mapping\": {\"mode\": \"weight_streaming\"}, which maps cross-attention (docs/wafer-compiler.md \"Cross-attention\")");

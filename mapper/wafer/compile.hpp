@@ -27,6 +27,7 @@
 // for the other), multicast along the lines; every PE keeps its own block and lets the rest pass.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,10 @@ struct Unary {
   bool keeps_zero() const;  // f(0) = 0: a padded feature (0) stays 0
   int temporaries() const;  // arrays of y's size its PE operations need (keep, combine: besides the kept one)
 };
+
+namespace detail {
+struct RnnStep;  // internal.hpp: a recurrent layer's step (recurrent.cpp)
+}
 
 // One dense layer placed on the fabric.
 struct DenseKernel {
@@ -297,6 +302,10 @@ struct DenseKernel {
   // Rows read from the producer: row sel_row of every sel_period rows (a Slice of one token: the
   // class token into the head); 0: every row.
   int64_t sel_period = 0, sel_row = 0;
+  // A recurrent layer's step, its cell at the chain ends (recurrent.cpp); a reader of one (or the last
+  // one, as the graph output) takes state slot rnn_slot of its rows.
+  std::shared_ptr<const detail::RnnStep> rnn;
+  int64_t rnn_slot = -1;
   std::vector<float> Wconv;          // conv: the weight as ONNX has it, [N, cin kh kw] (W built once cb is known)
   // A MaxPool, AveragePool or GlobalAveragePool (a window of the whole map) after the activation,
   // at the chain ends: window, strides, output dims (pkh = 0: none); pavg: the mean, not the max.
@@ -425,6 +434,8 @@ struct Compiled {
   std::vector<HostArray> place_input2(const Tensor& x2) const;
   template <class Read>  // Read(x, y, array) -> std::vector<float>
   Tensor gather_output(Read read) const;
+  template <class Read>
+  Tensor gather_state(Read read) const;  // the graph output as a recurrent stack's final state (slot rnn_slot of the last step's rows)
   // Weight streaming: each kernel's weights in MemoryX order (stream position major, lanes
   // interleaved) and the inverse, for reading updated weights back.
   std::vector<float> memoryx_layout(const DenseKernel& k) const;
@@ -465,12 +476,6 @@ class DoesNotFit : public InputError {
 // data does not, or the conflicting kernels when the colors run out.
 Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOptions& opt);
 
-// Before the canonical passes (which would hide it): throws InputError naming every recurrent
-// layer (RNN, GRU, LSTM) of the graph as exported. The passes unroll them into per-step MatMuls,
-// column Slices and gate arithmetic on two activations, which the wafer compiler does not map in
-// this build; without this check the error would name a Slice deep inside the unrolled steps.
-void refuse_recurrent(const graph::Graph& exported);
-
 // compile_report.txt: the estimate in the columns of Cerebras' compile report (samples/s, compute
 // samples/s, transmission samples/s, active PEs, compute utilisation), overall and per kernel.
 std::string compile_report(const Compiled& c, const WaferConfig& cfg);
@@ -483,6 +488,7 @@ void estimate(Compiled& c, const WaferConfig& cfg);
 template <class Read>
 Tensor Compiled::gather_output(Read read) const {
   const DenseKernel& k = kernels.back();
+  if (k.rnn) return gather_state(read);  // (a recurrent stack's final state)
   // Rows per sample: 1, or a conv's (pooled) positions, which the output has channel-major.
   const int64_t R = k.rows_out() / k.samples;
   std::vector<float> out(static_cast<size_t>(k.rows_out() * k.feat_N()), 0.0f);
@@ -498,6 +504,21 @@ Tensor Compiled::gather_output(Read read) const {
       for (int64_t r = 0; r < R; ++r)
         for (int64_t n = 0; n < nb && i * nb + n < N; ++n)
           out[static_cast<size_t>((s * N + i * nb + n) * R + r)] = y[base + static_cast<size_t>((s * R + r) * nb + n)];
+  }
+  return Tensor::from_f32(output_shape, std::move(out));
+}
+
+template <class Read>
+Tensor Compiled::gather_state(Read read) const {
+  const DenseKernel& k = kernels.back();
+  const size_t l = kernels.size() - 1;
+  const int64_t H = output_shape.back(), Ln = k.k_on_columns ? k.h : k.w, hb = (H + Ln - 1) / Ln;
+  std::vector<float> out(static_cast<size_t>(k.B * H), 0.0f);
+  for (int64_t i = 0; i < Ln && i * hb < H; ++i) {
+    const std::vector<float> y = read(k.x0 + (k.k_on_columns ? k.w - 1 : i), k.y0 + (k.k_on_columns ? i : k.h - 1), sequenced ? std::string("Yar") : "y" + std::to_string(l));
+    const size_t base = sequenced ? static_cast<size_t>(y_off[l]) : 0;
+    for (int64_t b = 0; b < k.B; ++b)
+      for (int64_t u = 0; u < hb && i * hb + u < H; ++u) out[static_cast<size_t>(b * H + i * hb + u)] = y[base + static_cast<size_t>(b * k.nb + k.rnn_slot * hb + u)];
   }
   return Tensor::from_f32(output_shape, std::move(out));
 }

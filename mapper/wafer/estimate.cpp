@@ -230,6 +230,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         for (const Unary& u : k.acts) act_cycles += unary_cycles(u, n_el, cfg);
       for (const Unary& u : k.acts_after) act_cycles += unary_cycles(u, n_el, cfg);
       if (k.gn_size) act_cycles += detail::gn_cycles(k, cfg);  // GroupNorm, before the functions
+      if (k.rnn) act_cycles += detail::rnn_cell_cycles(k, cfg);  // a recurrent cell (recurrent.cpp)
       t += (S + cdiv(n_el, w32)) * (1 + (k.residual >= 0 && !k.res_move ? 1 : 0) + (k.res_mul && c.half() ? 1 : 0)) + act_cycles;  // bias, residual (a gate's widening), activation
       if (k.res_move) t += S + n_el;  // a moved residual is added as it arrives: a wavelet per cycle
       if (k.gate_of >= 0) t += S + cdiv(k.gate_rows * k.nb, w32);  // squeeze-excitation: the feature map times the gate

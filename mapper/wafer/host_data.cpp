@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "mapper/wafer/compile.hpp"
+#include "mapper/wafer/internal.hpp"
 
 namespace tessera::wafer {
 
@@ -11,6 +11,10 @@ std::vector<HostArray> Compiled::place_input(const Tensor& x) const {
   const DenseKernel& k = kernels.front();
   const auto v = x.to_f32();
   std::vector<HostArray> out;
+  if (k.rnn) {  // a recurrent stack: step 0's x at the sources, each later step's at the chain ends of the kernel before it
+    detail::rnn_place_input(*this, v, out);
+    return out;
+  }
   // Every PE of the source edge sends x values, so each gets its block: lines past the K blocks
   // (a rectangle wider than the kernel needs) zeros, which their zero weight rows multiply. Left
   // unwritten, they would send what the array's bytes last held -- a later kernel's data when the

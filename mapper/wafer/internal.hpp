@@ -98,6 +98,47 @@ void scale_features(DenseKernel& k, const std::vector<float>& sv);
 void layernorm_into(std::vector<DenseKernel>& ks, const graph::Node& n, const std::string& cur, const Shape& cs, bool on_input, const ConstantOf& constant,
                     const Unsupported& unsupported, bool channels = false);
 
+// recurrent.cpp: a stack of RNN, GRU or LSTM layers as one kernel per layer and step. A step's
+// output row: S state slots of hb units (each layer's h, an LSTM's c after it), the next step's x
+// (xs values, where the next kernel is layer 0's: the host's xt<l>), then G gate columns of hb.
+struct RnnWeights {  // ONNX's W [G H, in], R [G H, H], Wb and Rb [G H] (the forward direction)
+  int64_t in = 0;
+  std::vector<float> W, R, Wb, Rb;
+};
+struct RnnStep {
+  enum class Cell { rnn, gru, lstm };
+  Cell cell = Cell::lstm;
+  int64_t layer = 0, layers = 1, t = 0, T = 1, H = 0, X = 0, B = 0;  // X: the stack input's features
+  bool batch_major = true;  // the graph input is [batch, steps, X] (PyTorch's batch_first), else [steps, batch, X]
+  bool x_next = false;      // its rows carry the next step's x
+  std::shared_ptr<const RnnWeights> w;
+  int64_t states() const { return cell == Cell::lstm ? 2 * layers : layers; }
+  int64_t gates() const { return cell == Cell::rnn ? 1 : 4; }  // GRU: z, r, and h~'s x and h parts
+  int64_t h_slot(int64_t j) const { return cell == Cell::lstm ? 2 * j : j; }  // (an LSTM's c: h_slot + 1)
+};
+struct RnnLayout {
+  int64_t hb = 0, xs = 0, S = 0, G = 0, nb = 0, kw = 0;  // kw: the row's part the next kernel reads
+};
+RnnLayout rnn_layout(const DenseKernel& k);
+int64_t rnn_wide(RnnStep::Cell cell);  // the widest gate region a cell's functions take (gates)
+struct RnnMatch {
+  std::vector<DenseKernel> kernels;
+  std::string value;  // the final state the rest of the graph reads (or its output)
+  int64_t slot = 0;   // ... its state slot
+};
+std::optional<RnnMatch> match_recurrent(const graph::Graph& g, const std::string& input, const std::function<std::string(const std::string&)>& canon,
+                                        const std::function<bool(const std::string&)>& parity, std::set<size_t>& consumed);
+void rnn_blocks(std::vector<DenseKernel>& ks, size_t l);  // after placement: K, N, blocks, W, bias
+int64_t col_window(const Compiled& c, size_t reader);      // the column a reader's rows start at in its recurrent holder (-1: whole rows)
+std::string rnn_gate(size_t l, int64_t g, int64_t n);
+std::string rnn_state(size_t l, int64_t s);
+std::string rnn_tmp(size_t l, int i, int64_t n);
+void rnn_dsds(const Compiled& c, size_t l, ProgramTemplate& t, const std::string& tmp_array);
+void rnn_cell_ops(const Compiled& c, size_t l, ProgramTemplate& t);
+int64_t rnn_cell_cycles(const DenseKernel& k, const WaferConfig& cfg);
+int64_t rnn_pe_bytes(const DenseKernel& k);
+void rnn_place_input(const Compiled& c, const std::vector<float>& v, std::vector<HostArray>& out);
+
 // match_norms.cpp: a constant per feature (shape [..., N] with ones before the last axis for rows,
 // [C, 1, 1] (or [1, C, 1, 1]; [C, 1] in 1-D) for a feature map of rank r); a node fused into the
 // kernel before it, named in its op and node list (the kernel named by it, except the bias Add the

@@ -133,6 +133,7 @@ void rows_walk(const Compiled& c, size_t reader, ProgramTemplate& t) {
   const std::string H = std::to_string(reader);
   if (n.xread == DenseKernel::XRead::flatten)  // [sample, P, nb] read channel-major: the Flatten's order
     t.mem4d("gx" + H, hold.array, hold.off, {{n.samples, n.P * sk.nb}, {sk.nb, 1}, {n.P, sk.nb}});
+  else if (const int64_t co = col_window(c, reader); co >= 0) t.mem4d("gx" + H, hold.array, hold.off + co, {{n.B, sk.feat_nb()}, {n.kb, 1}});
   else if (n.sel_period) t.mem4d("gx" + H, hold.array, hold.off + n.sel_row * sk.feat_nb(), {{n.B, n.sel_period * sk.feat_nb()}, {sk.feat_nb(), 1}});
   else if (sk.tokens) t.mem1d("gx" + H, hold.array, hold.off, n.B * sk.feat_nb());
 }
@@ -141,7 +142,7 @@ void rows_walk(const Compiled& c, size_t reader, ProgramTemplate& t) {
 // or the tokens holder with its constant rows), else the producer's output as it is.
 int64_t rows_len(const Compiled& c, size_t reader) {
   const DenseKernel& n = c.kernels[reader];
-  if (n.reads_input2) return n.B * n.kb;  // (the second input's rows, xg<reader>)
+  if (n.reads_input2 || col_window(c, reader) >= 0) return n.B * n.kb;  // (the second input's rows, xg<reader>; a recurrent state's columns)
   const DenseKernel& sk = c.kernels[static_cast<size_t>(n.src)];
   return n.sel_period || sk.tokens ? n.B * sk.feat_nb() : sk.rows_out() * sk.feat_nb();
 }
@@ -219,6 +220,12 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   for (int i = 0; i < k.act_temporaries(); ++i) {  // the elementwise functions' temporaries (act<l>_0 ...)
     data(t, "act" + L + "_" + std::to_string(i) + "_a", f32, B * nb, live(c, l, 1));
     t.mem1d("act" + L + "_" + std::to_string(i), "act" + L + "_" + std::to_string(i) + "_a");
+  }
+  if (k.rnn) {  // a recurrent cell: its temporaries, the next step's x (placed by the host), the regions of y
+    const int64_t tw = k.B * rnn_wide(k.rnn->cell) * rnn_layout(k).hb;
+    for (int i = 0; i < 3; ++i) data(t, "rta" + L + "_" + std::to_string(i), f32, tw, live(c, l, 1));
+    if (k.rnn->x_next) data(t, "xt" + L, f32, k.B * rnn_layout(k).xs, {}, "the next step's x [B, xs] (placed by the host)");
+    rnn_dsds(c, l, t, "rta" + L + "_");
   }
   if (k.residual >= 0) {  // the residual: the input (or output) of kernel r, held here in the same blocks
     const int64_t rs = res_producer(c.kernels, k);

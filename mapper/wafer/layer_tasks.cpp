@@ -70,6 +70,7 @@ void red_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& 
   chain_step(t, "first" + L, "last" + L, y, "to" + L, "from" + L, y);
   t.if_("last" + L);
   t.op(Op::fadds, {y, y, "bm" + L});
+  if (k.rnn) rnn_cell_ops(c, l, t);
   if (k.gn_size) gn_program(k, l, t);
   const bool act_some = k.act_split();  // pass-through blocks take none
   if (act_some) t.if_("act" + L);
@@ -131,7 +132,7 @@ std::string rows_source(const Compiled& c, size_t reader) {
   const DenseKernel& nk = c.kernels[reader];
   if (nk.reads_input2) return "xgm" + std::to_string(reader);  // the second input's rows, placed by the host beside the holder
   const size_t s = static_cast<size_t>(nk.src);
-  if (nk.xread == DenseKernel::XRead::flatten || nk.sel_period || c.kernels[s].tokens) return "gx" + std::to_string(reader);
+  if (nk.xread == DenseKernel::XRead::flatten || nk.sel_period || c.kernels[s].tokens || col_window(c, reader) >= 0) return "gx" + std::to_string(reader);
   return c.half() ? "y16m" + std::to_string(s) : full_dsd(c, s);
 }
 

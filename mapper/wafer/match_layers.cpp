@@ -18,7 +18,7 @@ namespace {
 // operand is not a scalar constant).
 const std::set<std::string> kStructural = {"Gemm", "MatMul", "Add", "Softmax", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
                                            "Flatten", "Reshape", "Div", "Mul", "LayerNormalization", "RMSNormalization", "Transpose", "Where", "Slice", "Concat",
-                                           "ReduceMean", "LogSoftmax", "InstanceNormalization", "ConvTranspose", "Resize"};  // (Where: an attention mask; Slice and Concat: rotary embeddings in an attention, tokens)
+                                           "ReduceMean", "LogSoftmax", "InstanceNormalization", "ConvTranspose", "Resize", "RNN", "GRU", "LSTM"};  // (Where: an attention mask; Slice and Concat: rotary embeddings in an attention, tokens)
 
 }  // namespace
 
@@ -146,6 +146,15 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
     const auto [list, fns] = functions_list(k);
     return list == it->second.list && it->second.at <= fns->size() && !k.attn && !k.softmax && k.gate_of < 0 && !k.pkh;
   };
+  // A stack of recurrent layers on the graph input (recurrent.cpp): one kernel per layer and step;
+  // the rest of the graph reads its final state (rnn_final) from the last one's rows.
+  std::string rnn_final;
+  int64_t rnn_slot = -1;
+  if (auto rm = match_recurrent(g, input, canon, parity, consumed)) {
+    for (auto& k : rm->kernels) kout.push_back(k.name), ks.push_back(std::move(k));
+    cur = kout.back() = rnn_final = canon(rm->value);
+    rnn_slot = rm->slot;
+  }
   for (const size_t i : order) {
     if (consumed.count(i)) continue;
     graph::Node n = g.nodes[i];
@@ -363,6 +372,7 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
         trans_b = n.attrs.get_int("transB", 0) != 0;
       }
       k.reads_input2 = reads2;
+      if (n.inputs[0] == rnn_final) k.rnn_slot = rnn_slot;  // (its columns of the last step's rows)
       dense_weights(k, *w, trans_b);  // (match_ops.cpp: W as [K, N])
       if (k.K != xs[1]) unsupported("weight " + shape_str(w->shape()) + " does not match the activation " + shape_str(xs));
       k.w_trans = trans_b;
@@ -479,6 +489,7 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
     if (!blk.done)
       throw InputError(g.source, "an attention block (its output '" + blk.out + "') must follow the dense layers computing its Q, K and then V (each with its bias)", kOpsHint);
   if (cur != canon(output)) throw InputError(g.source, "the graph's output '" + output + "' is not the end of the layer chain", kOpsHint);
+  if (ks.back().rnn) ks.back().rnn_slot = rnn_slot;  // (the graph's output: a final state of the last step's rows)
   if (parity(output)) throw InputError(g.source, "the graph's output '" + output + "' has its rows in another order than the input's (a Transpose of the leading axes is not undone)", kOpsHint);
   // (A Flatten of the last Conv's map ending the graph -- SqueezeNet's head, a mean over the axes
   // that drops them -- is its [batch, C * positions] view: the output is read channel-major.)

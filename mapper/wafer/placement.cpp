@@ -30,6 +30,7 @@ int64_t pe_bytes(const DenseKernel& k, bool own_w, int64_t wbytes, std::array<in
   if (hold == Hold::y16) s[2] += k.rows_out() * k.feat_nb() * 2;     // y (the attention's output) in the 16-bit format (chain end)
   if (k.gate_of >= 0) s[hold == Hold::gt ? 2 : 1] += k.gate_rows * k.nb * 4;  // the squeeze-excitation product (chain end)
   if (k.input_layer) s[0] += (k.spatial() ? k.xs_elems() : k.B * k.kb) * wbytes;  // xs (source)
+  if (k.rnn) s[1] += rnn_pe_bytes(k);                                // a recurrent cell's temporaries, the next step's x (chain end)
   if (scratch) *scratch = s;
   int64_t b = s[0] + s[1] + s[2] + (own_w ? k.kb * k.nb * wbytes : 0);  // W
   b += (k.row_period ? k.row_period : 1) * k.nb * 4;                 // bias, with the row constants (chain end)
@@ -379,6 +380,7 @@ void place_streaming(std::vector<DenseKernel>& ks, int64_t w, int64_t h) {
     k.kb = cdiv(k.K, k.k_on_columns ? w : h);
     k.nb = cdiv(k.N, k.k_on_columns ? h : w);
     channel_blocks(ks, l, cdiv(k.cin, k.k_on_columns ? w : h), k.k_on_columns ? w : h, 0);
+    rnn_blocks(ks, l);  // (a recurrent step's slots per chain-end PE: its blocks and weights)
   }
 }
 

@@ -385,6 +385,7 @@ void check_training(const Compiled& c, const MappingOptions& opt) {
   for (const auto& k : c.kernels) {
     const size_t l = static_cast<size_t>(&k - c.kernels.data());
     const std::string where = "kernel '" + k.name + "'";
+    if (k.rnn) throw InputError(where, "recurrent layers are not trained on the wafer in this build", hint);
     if (k.b_value == "*") throw InputError(where, "two biases (Gemm's C and an Add) are not trained on the wafer", hint);
     if (!k.w_derived.empty()) throw InputError(where, k.w_derived + ", which are then not the model's to train on the wafer", hint);
     // A Conv trains as the first kernel (no input gradient), with a max pool of non-overlapping

@@ -63,7 +63,7 @@ std::unique_ptr<Case> make_case(const std::string& path, const std::string& mode
   const auto inputs = sim::load_inputs(c->s, g);
   c->x = inputs.at(g.inputs.at(0));
   c->want = reference::execute(g, inputs).at(g.outputs.at(0));
-  passes::canonicalize(g);
+  passes::canonicalize(g, false);  // (as tessera run compiles for the wafer)
   wafer::MappingOptions mo;
   mo.compute = sim::wafer_compute(c->s);
   mo.mode = c->s.resolved["mapping"]["mode"].get<std::string>() == "pipelined" ? wafer::MapMode::pipelined : wafer::MapMode::weight_streaming;

@@ -116,7 +116,7 @@ TEST_CASE("wafer-programs: the compiler's programs and their emitted text are th
     INFO(k.model << " mode " << static_cast<int>(k.mode) << " " << elem_name(k.compute));
     graph::Graph g = frontend::load_onnx(kRoot + "/scenarios/models/" + k.model);
     passes::prepare(g);
-    if (!k.training) passes::canonicalize(g);  // as tessera run compiles inference (training: the graph as exported)
+    if (!k.training) passes::canonicalize(g, false);  // as tessera run compiles inference (recurrent layers kept whole) (training: the graph as exported)
     MappingOptions mo;
     mo.mode = k.mode;
     mo.compute = k.compute;
@@ -260,7 +260,7 @@ TEST_CASE("wafer-programs: cross-attention maps whichever order the decoder's tw
   const WaferConfig c = preset_config("wse2");
   graph::Graph g = frontend::load_onnx(kRoot + "/scenarios/zoo/decoder_causal/model.onnx");
   passes::prepare(g);
-  passes::canonicalize(g);
+  passes::canonicalize(g, false);
   MappingOptions mo;
   mo.mode = MapMode::weight_streaming;
   const Compiled a = compile(g, c, mo);

@@ -1,0 +1,432 @@
+// Recurrent layers on the wafer (docs/wafer-compiler.md "Recurrent layers"): a stack of RNN, GRU or
+// LSTM nodes (the canonical graph keeps them whole for the wafer) as one dense kernel per layer and
+// step, in time order (layer 0 .. L-1 of step 0, then of step 1, ...), each reading the kernel
+// before it.
+//
+// Every step kernel's output row -- what the next kernel multicasts as its x -- carries the whole
+// recurrent state: each layer's h (and an LSTM's c) in a slot of hb units per chain-end PE, then
+// (where the next kernel is layer 0's) the next step's x, which the chain ends copy in from an array
+// the host places with the graph input. A kernel's GEMM computes its layer's gates from the rows of
+// its layer input (x, or the layer below's h of this step) and of its own h from the step before,
+// and passes every state slot through by identity columns; its chain ends apply the cell (the
+// gates' functions and products) in place, replacing its own layer's slots. So the cell finds its
+// previous state (GRU's h, LSTM's c) beside its gates, on the PE of its units, and nothing moves
+// between the rectangle's two edges but the x values every kernel takes anyway.
+#include <algorithm>
+#include <cmath>
+
+#include "isa/error.hpp"
+#include "mapper/wafer/internal.hpp"
+
+namespace tessera::wafer::detail {
+
+namespace {
+
+const char* const kRnnHint =
+    "the wafer maps stacks of forward RNN, GRU (linear_before_reset=1, PyTorch's) and LSTM layers with the default activations, zero initial states and "
+    "full-length sequences, read through a final state ([batch, hidden]: h_n[-1], output[:, -1]) in weight streaming mode; run other recurrent models on "
+    "target.kind neuroncore or reference";
+
+std::vector<int64_t> ints_of(const graph::Graph& g, const graph::Node& n, size_t i) {
+  const Tensor* t = i < n.inputs.size() ? constant_of(g, n.inputs[i]) : nullptr;
+  return t ? t->to_i64() : std::vector<int64_t>{};
+}
+
+// The axis-0 range [b, e) a Slice selects of `dim` (nullopt: another axis, a step, or not constant).
+std::optional<std::pair<int64_t, int64_t>> axis0_range(const graph::Graph& g, const graph::Node& n, int64_t dim) {
+  const auto s = ints_of(g, n, 1), e = ints_of(g, n, 2), a = n.inputs.size() > 3 ? ints_of(g, n, 3) : std::vector<int64_t>{0};
+  const auto st = n.inputs.size() > 4 ? ints_of(g, n, 4) : std::vector<int64_t>{1};
+  if (s.size() != 1 || e.size() != 1 || a != std::vector<int64_t>{0} || st != std::vector<int64_t>{1}) return std::nullopt;
+  auto clamp = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + dim : v, 0, dim); };
+  return std::pair{clamp(s[0]), clamp(e[0])};
+}
+
+bool all_zero(const Tensor* t) {
+  if (!t) return false;
+  for (float v : t->to_f32())
+    if (v != 0.0f) return false;
+  return true;
+}
+
+}  // namespace
+
+RnnLayout rnn_layout(const DenseKernel& k) {
+  const RnnStep& r = *k.rnn;
+  const int64_t Ln = k.k_on_columns ? k.h : k.w;
+  RnnLayout o;
+  o.hb = cdiv(r.H, Ln);
+  o.xs = r.x_next ? cdiv(r.X, Ln) : 0;
+  o.S = r.states();
+  o.G = r.gates();
+  o.kw = o.S * o.hb + o.xs;
+  o.nb = o.kw + o.G * o.hb;
+  return o;
+}
+
+int64_t col_window(const Compiled& c, size_t reader) {
+  const DenseKernel& n = c.kernels[reader];
+  if (n.src < 0 || n.reads_input2 || !c.kernels[static_cast<size_t>(n.src)].rnn) return -1;
+  return n.rnn ? 0 : n.rnn_slot * rnn_layout(c.kernels[static_cast<size_t>(n.src)]).hb;
+}
+
+std::optional<RnnMatch> match_recurrent(const graph::Graph& g, const std::string& input, const std::function<std::string(const std::string&)>& canon,
+                                        const std::function<bool(const std::string&)>& parity, std::set<size_t>& consumed) {
+  std::vector<size_t> rec;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i].op == "RNN" || g.nodes[i].op == "GRU" || g.nodes[i].op == "LSTM") rec.push_back(i);
+  if (rec.empty()) return std::nullopt;
+  auto refuse = [&](const graph::Node& n, const std::string& why) { throw InputError(g.where(n), why, kRnnHint); };
+  const auto uses = g.consumers();
+  auto readers = [&](const std::string& v) {
+    const auto it = uses.find(v);
+    return it == uses.end() ? std::vector<size_t>{} : it->second;
+  };
+  // The stack: layer 0 reads the graph input (as [steps, batch, x]: a Transpose of a [batch, steps,
+  // x] input, PyTorch's batch_first, or the input itself); each next layer its Squeeze of Y.
+  std::vector<size_t> stack;
+  for (const size_t i : rec)
+    if (canon(g.nodes[i].inputs[0]) == input) stack.push_back(i);
+  if (stack.size() != 1) refuse(g.nodes[rec[0]], stack.empty() ? "this recurrent layer does not read the graph input: the wafer maps a stack of them on the graph input in this build"
+                                                                   : "several recurrent layers read the graph input: the wafer maps one stack in this build");
+  const graph::Node& n0 = g.nodes[stack[0]];
+  const Shape xs = g.value(n0.inputs[0]).shape;
+  if (xs.size() != 3) refuse(n0, "the input is " + shape_str(xs) + ", not [steps, batch, features]");
+  const int64_t T = xs[0], B = xs[1], X = xs[2];
+  const bool batch_major = parity(n0.inputs[0]);
+  for (;;) {
+    const graph::Node& n = g.nodes[stack.back()];
+    if (n.outputs.empty()) break;
+    const auto ys = readers(n.outputs[0]);
+    if (ys.size() != 1 || g.nodes[ys[0]].op != "Reshape") break;
+    const auto zs = readers(g.nodes[ys[0]].outputs[0]);
+    if (zs.size() != 1 || !std::count(rec.begin(), rec.end(), zs[0]) || g.nodes[zs[0]].inputs[0] != g.nodes[ys[0]].outputs[0]) break;
+    consumed.insert(ys[0]);
+    stack.push_back(zs[0]);
+  }
+  for (const size_t i : rec)
+    if (!std::count(stack.begin(), stack.end(), i)) refuse(g.nodes[i], "this recurrent layer is not in the stack on the graph input (each layer reading the layer below's output, squeezed)");
+  const int64_t L = static_cast<int64_t>(stack.size());
+  RnnMatch m;
+  std::vector<std::shared_ptr<const RnnWeights>> ws;
+  RnnStep proto;
+  for (int64_t j = 0; j < L; ++j) {
+    const graph::Node& n = g.nodes[stack[static_cast<size_t>(j)]];
+    const RnnStep::Cell cell = n.op == "LSTM" ? RnnStep::Cell::lstm : n.op == "GRU" ? RnnStep::Cell::gru : RnnStep::Cell::rnn;
+    if (j > 0 && (cell != proto.cell || n.op != n0.op)) refuse(n, "the stack's layers are of different kinds (" + n0.op + ", " + n.op + ")");
+    if (n.attrs.get_string("direction", "forward") != "forward") refuse(n, "a " + n.attrs.get_string("direction", "forward") + " recurrent layer is not mapped on the wafer in this build (forward only)");
+    // (the defaults may be written out: PyTorch's RNN exports activations ["Tanh"])
+    const std::vector<std::string> acts = cell == RnnStep::Cell::lstm  ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
+                                          : cell == RnnStep::Cell::gru ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                                                       : std::vector<std::string>{"Tanh"};
+    if ((n.attrs.has("activations") && n.attrs.get_strings("activations") != acts) || n.attrs.has("clip") || n.attrs.get_int("input_forget", 0) || n.attrs.get_int("layout", 0))
+      refuse(n, "activations other than the defaults, clip, input_forget or layout=1 are not mapped on the wafer in this build");
+    if (cell == RnnStep::Cell::gru && n.attrs.get_int("linear_before_reset", 0) != 1)
+      refuse(n, "a GRU with linear_before_reset=0 (the reset gate before the recurrent product, ONNX's default) is not mapped on the wafer in this build; PyTorch exports linear_before_reset=1");
+    const Tensor* W = constant_of(g, n.inputs[1]);
+    const Tensor* R = constant_of(g, n.inputs[2]);
+    const Tensor* Bt = n.inputs.size() > 3 && !n.inputs[3].empty() ? constant_of(g, n.inputs[3]) : nullptr;
+    if (!W || !R || (n.inputs.size() > 3 && !n.inputs[3].empty() && !Bt)) refuse(n, "its weights and biases must be constants");
+    const int64_t H = R->shape()[2], in = W->shape()[2], G = cell == RnnStep::Cell::lstm ? 4 : cell == RnnStep::Cell::gru ? 3 : 1;
+    if (j > 0 && H != proto.H) refuse(n, "the stack's layers have different hidden sizes (" + std::to_string(proto.H) + ", " + std::to_string(H) + ")");
+    if (in != (j ? H : X)) refuse(n, "its input has " + std::to_string(j ? H : X) + " features, its weights " + std::to_string(in));
+    if (n.inputs.size() > 4 && !n.inputs[4].empty()) {
+      const Tensor* sl = constant_of(g, n.inputs[4]);
+      bool full = sl != nullptr;
+      for (int64_t v : sl ? sl->to_i64() : std::vector<int64_t>{}) full = full && v == T;
+      if (!full) refuse(n, "sequence_lens other than the full length of every sequence are not mapped on the wafer in this build");
+    }
+    for (size_t k = 5; k < std::min<size_t>(n.inputs.size(), 7); ++k)
+      if (!n.inputs[k].empty() && !all_zero(constant_of(g, n.inputs[k]))) refuse(n, "initial states other than zeros are not mapped on the wafer in this build");
+    if (n.inputs.size() > 7 && !n.inputs[7].empty()) refuse(n, "LSTM peepholes are not mapped on the wafer in this build");
+    auto w = std::make_shared<RnnWeights>();
+    w->in = in;
+    w->W = W->to_f32(), w->R = R->to_f32();
+    w->Wb.assign(static_cast<size_t>(G * H), 0.0f), w->Rb = w->Wb;
+    if (Bt) {
+      const auto b = Bt->to_f32();
+      std::copy(b.begin(), b.begin() + G * H, w->Wb.begin());
+      std::copy(b.begin() + G * H, b.begin() + 2 * G * H, w->Rb.begin());
+    }
+    ws.push_back(w);
+    proto.cell = cell, proto.H = H;
+    consumed.insert(stack[static_cast<size_t>(j)]);
+  }
+  proto.layers = L, proto.T = T, proto.X = X, proto.B = B, proto.batch_major = batch_major;
+  // The stack's final states (Y_h, Y_c; the last step of the top layer's Y): values that are a list
+  // along axis 0 of state slots of [batch, hidden] each, through Concat, Slice and Reshape.
+  std::map<std::string, std::vector<int64_t>> slots;
+  for (int64_t j = 0; j < L; ++j) {
+    const graph::Node& n = g.nodes[stack[static_cast<size_t>(j)]];
+    if (n.outputs.size() > 1 && !n.outputs[1].empty()) slots[n.outputs[1]] = {proto.h_slot(j)};
+    if (n.outputs.size() > 2 && !n.outputs[2].empty()) slots[n.outputs[2]] = {proto.h_slot(j) + 1};
+  }
+  const graph::Node& top = g.nodes[stack.back()];
+  std::vector<std::string> work;
+  for (const auto& [v, s] : slots) work.push_back(v);
+  // Y [steps, 1, batch, hidden]: only its last step, through its views -- a Squeeze to [steps,
+  // batch, hidden], the Transpose to [batch, steps, hidden] of PyTorch's batch_first (output[:, -1]).
+  std::vector<std::pair<std::string, int64_t>> views;  // (value, its time axis)
+  if (!top.outputs.empty() && !top.outputs[0].empty()) views.push_back({top.outputs[0], 0});
+  for (size_t vi = 0; vi < views.size(); ++vi) {
+    const auto [o, time_axis] = views[vi];
+    for (const size_t r : readers(o)) {
+      const graph::Node& n = g.nodes[r];
+      const Shape& os = g.value(n.outputs[0]).shape;
+      consumed.insert(r);
+      if (n.op == "Reshape" && os == Shape{T, B, proto.H} && time_axis == 0) {
+        views.push_back({n.outputs[0], 0});
+        continue;
+      }
+      if (n.op == "Transpose" && os.size() == 3 && n.attrs.get_ints("perm", {}) == std::vector<int64_t>{1, 0, 2}) {
+        views.push_back({n.outputs[0], 1 - time_axis});
+        continue;
+      }
+      std::optional<std::pair<int64_t, int64_t>> range;
+      if (n.op == "Slice" && ints_of(g, n, 3) == std::vector<int64_t>{time_axis} && (n.inputs.size() < 5 || ints_of(g, n, 4) == std::vector<int64_t>{1})) {
+        graph::Node along0 = n;  // (the range along the time axis, as along axis 0)
+        along0.inputs.resize(3);
+        range = axis0_range(g, along0, T);
+      }
+      if (!range || range->first != T - 1 || range->second != T)
+        refuse(n, "it reads the top recurrent layer's output at every step; the wafer maps a stack read through its final state (the last step) in this build");
+      slots[n.outputs[0]] = {proto.h_slot(L - 1)};
+      work.push_back(n.outputs[0]);
+    }
+  }
+  const int64_t BH = B * proto.H;
+  std::set<std::string> finals;
+  for (size_t w = 0; w < work.size(); ++w) {
+    const std::string v = work[w];
+    const std::vector<int64_t> sv = slots.at(v);
+    if (std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end()) {
+      if (sv.size() != 1 || g.value(v).shape.back() != proto.H)
+        refuse(top, "the graph's output '" + v + "' holds several recurrent states; the wafer maps one final state ([batch, hidden]) as the output in this build");
+      finals.insert(v);
+    }
+    for (const size_t r : readers(v)) {
+      const graph::Node& n = g.nodes[r];
+      if (consumed.count(r) && n.op != "Reshape") continue;  // (a layout-only Reshape is consumed as an alias: followed)
+      std::vector<int64_t> out;
+      if (n.op == "Reshape" && shape_numel(g.value(n.outputs[0]).shape) == static_cast<int64_t>(sv.size()) * BH) {
+        out = sv;
+      } else if (n.op == "Slice") {
+        const auto range = axis0_range(g, n, static_cast<int64_t>(sv.size()));
+        if (!range || g.value(v).shape.size() < 3) refuse(n, "a Slice of the recurrent states other than along the layers' axis");
+        out.assign(sv.begin() + range->first, sv.begin() + std::max(range->first, range->second));
+      } else if (n.op == "Concat" && n.attrs.get_int("axis", 0) == 0) {
+        bool ok = true;
+        for (const auto& in : n.inputs) {
+          ok = ok && slots.count(in);
+          if (ok) out.insert(out.end(), slots.at(in).begin(), slots.at(in).end());
+        }
+        if (!ok) refuse(n, "a Concat of recurrent states with other values");
+      } else {
+        if (sv.size() != 1 || g.value(v).shape.back() != proto.H) refuse(n, "it reads several recurrent states at once; the wafer maps a stack read through one final state ([batch, hidden]) in this build");
+        if (n.op != "MatMul" && n.op != "Gemm") refuse(n, n.op + " of a recurrent state: the wafer maps a dense layer (Linear) reading it in this build");
+        finals.insert(v);
+        continue;
+      }
+      consumed.insert(r);
+      if (!slots.count(n.outputs[0])) work.push_back(n.outputs[0]);
+      slots[n.outputs[0]] = out;
+    }
+  }
+  if (finals.size() != 1) refuse(top, finals.empty() ? "nothing reads the stack's final state" : "several of the stack's final states are read; the wafer maps one in this build");
+  m.value = *finals.begin();
+  m.slot = slots.at(m.value)[0];
+  // The kernels: layer j of step t reads the kernel before it (step 0's layer 0: the graph input's x_0).
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < L; ++j) {
+      const graph::Node& n = g.nodes[stack[static_cast<size_t>(j)]];
+      auto r = std::make_shared<RnnStep>(proto);
+      r->layer = j, r->t = t, r->w = ws[static_cast<size_t>(j)];
+      r->x_next = j == L - 1 && t + 1 < T;
+      DenseKernel k;
+      k.name = (n.name.empty() ? n.outputs[0] : n.name) + "[" + std::to_string(t) + "]";
+      k.op = n.op;
+      k.nodes = {n.name};
+      k.B = k.samples = B;
+      k.src = static_cast<long>(m.kernels.size()) - 1;
+      // (until the rectangle sets the slots: rnn_blocks)
+      k.K = X + r->states() * proto.H;
+      k.N = (r->states() + r->gates()) * proto.H + X;
+      k.kflops = r->w->in + proto.H;
+      k.nflops = (proto.cell == RnnStep::Cell::lstm ? 4 : proto.cell == RnnStep::Cell::gru ? 3 : 1) * proto.H;
+      k.in_value = k.src < 0 ? input : k.name + "/in";
+      k.rnn = std::move(r);
+      m.kernels.push_back(std::move(k));
+    }
+  return m;
+}
+
+void rnn_blocks(std::vector<DenseKernel>& ks, size_t l) {
+  DenseKernel& k = ks[l];
+  if (!k.rnn) {
+    if (k.rnn_slot >= 0 && k.src >= 0 && k.kb != rnn_layout(ks[static_cast<size_t>(k.src)]).hb)
+      throw std::logic_error("rnn_blocks: the reader of a recurrent state takes " + std::to_string(k.kb) + " units per block, not the slot's");
+    return;
+  }
+  const RnnStep& r = *k.rnn;
+  const RnnWeights& w = *r.w;
+  const RnnLayout o = rnn_layout(k);
+  const int64_t Lk = k.k_on_columns ? k.w : k.h, Ln = k.k_on_columns ? k.h : k.w, H = r.H;
+  const bool first = k.src < 0;
+  const RnnLayout p = first ? RnnLayout{} : rnn_layout(ks[static_cast<size_t>(k.src)]);
+  if (!first && r.layer == 0 && p.xs == 0) throw std::logic_error("rnn_blocks: layer 0 reads no x");
+  k.kb = first ? cdiv(r.X, Lk) : p.kw;
+  k.K = first ? r.X : Lk * p.kw;
+  k.nb = o.nb;
+  k.N = Ln * o.nb;
+  k.W.assign(static_cast<size_t>(k.K * k.N), 0.0f);
+  k.bias.assign(static_cast<size_t>(k.N), 0.0f);
+  auto srow = [&](int64_t s, int64_t u) { return (u / p.hb) * p.kw + s * p.hb + u % p.hb; };        // the K row of state s, unit u
+  auto xrow = [&](int64_t f) { return first ? f : (f / p.xs) * p.kw + p.S * p.hb + f % p.xs; };     // of x feature f
+  auto inrow = [&](int64_t f) { return r.layer == 0 ? xrow(f) : srow(r.h_slot(r.layer - 1), f); };  // of the layer input's feature f
+  auto col = [&](int64_t off, int64_t u) { return (u / o.hb) * o.nb + off + u % o.hb; };            // the column of unit u at offset off of a block
+  float* W = k.W.data();
+  for (int64_t u = 0; u < H; ++u) {
+    for (int64_t s = 0; s < o.S && !first; ++s) W[srow(s, u) * k.N + col(s * o.hb, u)] = 1.0f;  // every state passes through
+    for (int64_t gi = 0; gi < o.G; ++gi) {
+      // ONNX's gate rows (iofc, zrh) and the parts they sum: GRU's h~ is two columns, x's and h's.
+      const int64_t og = r.cell == RnnStep::Cell::gru && gi == 3 ? 2 : gi;
+      const bool xpart = !(r.cell == RnnStep::Cell::gru && gi == 3), hpart = !(r.cell == RnnStep::Cell::gru && gi == 2);
+      const int64_t cc = col(o.kw + gi * o.hb, u), gr = og * H + u;
+      if (xpart) {
+        for (int64_t f = 0; f < w.in; ++f) W[inrow(f) * k.N + cc] = w.W[static_cast<size_t>(gr * w.in + f)];
+        k.bias[static_cast<size_t>(cc)] += w.Wb[static_cast<size_t>(gr)];
+      }
+      if (hpart) {
+        for (int64_t v = 0; v < H && !first; ++v) W[srow(r.h_slot(r.layer), v) * k.N + cc] = w.R[static_cast<size_t>(gr * H + v)];
+        k.bias[static_cast<size_t>(cc)] += w.Rb[static_cast<size_t>(gr)];
+      }
+    }
+  }
+}
+
+namespace {
+std::string L_(size_t l) { return std::to_string(l); }
+}  // namespace
+
+// DSDs over y's rows (B rows of nb): a gate region (gates g .. g + n - 1), a state slot, the x slot;
+// temporaries of B n hb values.
+std::string rnn_gate(size_t l, int64_t g, int64_t n) { return "rg" + L_(l) + "_" + std::to_string(g) + "_" + std::to_string(n); }
+std::string rnn_state(size_t l, int64_t s) { return "rs" + L_(l) + "_" + std::to_string(s); }
+std::string rnn_tmp(size_t l, int i, int64_t n) { return "rt" + L_(l) + "_" + std::to_string(i) + "_" + std::to_string(n); }
+
+int64_t rnn_wide(RnnStep::Cell cell) { return cell == RnnStep::Cell::rnn ? 1 : cell == RnnStep::Cell::gru ? 2 : 3; }
+
+namespace {
+// The gate regions (first gate, gates) and temporary widths each cell's operations use.
+std::vector<std::pair<int64_t, int64_t>> gate_regions(RnnStep::Cell cell) {
+  switch (cell) {
+    case RnnStep::Cell::rnn: return {{0, 1}};
+    case RnnStep::Cell::gru: return {{0, 2}, {0, 1}, {1, 1}, {2, 1}, {3, 1}};
+    default: return {{0, 3}, {0, 1}, {1, 1}, {2, 1}, {3, 1}};
+  }
+}
+}  // namespace
+
+void rnn_dsds(const Compiled& c, size_t l, ProgramTemplate& t, const std::string& tmp_array) {
+  const DenseKernel& k = c.kernels[l];
+  const RnnLayout o = rnn_layout(k);
+  const ArrayAt ya = y_array(c, l);
+  const int64_t B = k.B;
+  for (const auto& [g, n] : gate_regions(k.rnn->cell)) t.mem4d(rnn_gate(l, g, n), ya.array, ya.off + o.kw + g * o.hb, {{B, o.nb}, {n * o.hb, 1}});
+  for (int64_t s = 0; s < o.S; ++s) t.mem4d(rnn_state(l, s), ya.array, ya.off + s * o.hb, {{B, o.nb}, {o.hb, 1}});
+  const int64_t wide = rnn_wide(k.rnn->cell);
+  for (int i = 0; i < 3; ++i) {  // (each op's temporaries: the width of its region)
+    t.mem1d(rnn_tmp(l, i, 1), tmp_array + std::to_string(i), 0, B * o.hb);
+    if (wide > 1) t.mem1d(rnn_tmp(l, i, wide), tmp_array + std::to_string(i), 0, B * wide * o.hb);
+  }
+  if (o.xs) {
+    t.mem4d("rx" + L_(l), ya.array, ya.off + o.S * o.hb, {{B, o.nb}, {o.xs, 1}});
+    t.mem1d("rxt" + L_(l), "xt" + L_(l), 0, B * o.xs);
+  }
+}
+
+void rnn_cell_ops(const Compiled& c, size_t l, ProgramTemplate& t) {
+  const DenseKernel& k = c.kernels[l];
+  const RnnStep& r = *k.rnn;
+  const int64_t G2 = rnn_wide(r.cell);
+  auto g1 = [&](int64_t g) { return rnn_gate(l, g, 1); };
+  auto tmp = [&](int i, int64_t n) { return rnn_tmp(l, i, n); };
+  const std::string h = rnn_state(l, r.h_slot(r.layer));
+  switch (r.cell) {
+    case RnnStep::Cell::rnn:  // h = tanh(x W^T + h R^T + b)
+      tanh_ops(t, g1(0), tmp(0, 1), tmp(1, 1), tmp(2, 1));
+      t.op(Op::fmovs, {h, g1(0)}, "h");
+      break;
+    case RnnStep::Cell::gru:  // z, r = sigmoid; n = tanh(x W_h^T + Wb_h + r (h R_h^T + Rb_h)); h = n + z (h - n)
+      sigmoid_ops(t, rnn_gate(l, 0, G2), tmp(0, G2), tmp(1, G2), tmp(2, G2));
+      t.op(Op::fmuls, {g1(3), g1(1), g1(3)}, "r (h R_h^T + Rb_h)");
+      t.op(Op::fadds, {g1(2), g1(2), g1(3)});
+      tanh_ops(t, g1(2), tmp(0, 1), tmp(1, 1), tmp(2, 1));
+      t.op(Op::fsubs, {g1(3), h, g1(2)}, "h - n");
+      t.op(Op::fmuls, {g1(3), g1(0), g1(3)});
+      t.op(Op::fadds, {h, g1(2), g1(3)}, "h = n + z (h - n)");
+      break;
+    case RnnStep::Cell::lstm: {  // i, o, f = sigmoid, g = tanh (ONNX's iofc); c = f c + i g; h = o tanh(c)
+      const std::string cs = rnn_state(l, r.h_slot(r.layer) + 1);
+      sigmoid_ops(t, rnn_gate(l, 0, G2), tmp(0, G2), tmp(1, G2), tmp(2, G2));
+      tanh_ops(t, g1(3), tmp(0, 1), tmp(1, 1), tmp(2, 1));
+      t.op(Op::fmuls, {cs, g1(2), cs}, "f c");
+      t.op(Op::fmuls, {g1(3), g1(0), g1(3)}, "i g");
+      t.op(Op::fadds, {cs, cs, g1(3)}, "c = f c + i g");
+      t.op(Op::fmovs, {g1(3), cs});
+      tanh_ops(t, g1(3), tmp(0, 1), tmp(1, 1), tmp(2, 1));
+      t.op(Op::fmuls, {h, g1(1), g1(3)}, "h = o tanh(c)");
+      break;
+    }
+  }
+  if (r.x_next) t.op(Op::fmovs, {"rx" + L_(l), "rxt" + L_(l)}, "the next step's x (placed by the host)");
+}
+
+int64_t rnn_cell_cycles(const DenseKernel& k, const WaferConfig& cfg) {
+  const RnnStep& r = *k.rnn;
+  const RnnLayout o = rnn_layout(k);
+  const int64_t u = k.B * o.hb;
+  auto d = [&](Op op, int64_t len) { return dsd_cycles(op, len, 1, cfg); };
+  const Unary sig{Unary::Kind::sigmoid, 0, 0, "Sigmoid", {}}, th{Unary::Kind::tanh, 0, 0, "Tanh", {}};
+  int64_t c = r.x_next ? d(Op::fmovs, k.B * o.xs) : 0;
+  switch (r.cell) {
+    case RnnStep::Cell::rnn: return c + unary_cycles(th, u, cfg) + d(Op::fmovs, u);
+    case RnnStep::Cell::gru: return c + unary_cycles(sig, 2 * u, cfg) + unary_cycles(th, u, cfg) + 3 * d(Op::fmuls, u) + 2 * d(Op::fadds, u) + d(Op::fsubs, u);
+    default: return c + unary_cycles(sig, 3 * u, cfg) + 2 * unary_cycles(th, u, cfg) + 3 * d(Op::fmuls, u) + d(Op::fadds, u) + d(Op::fmovs, u);
+  }
+}
+
+int64_t rnn_pe_bytes(const DenseKernel& k) {
+  const RnnLayout o = rnn_layout(k);
+  return (3 * k.B * rnn_wide(k.rnn->cell) * o.hb + k.B * o.xs) * 4;
+}
+
+void rnn_place_input(const Compiled& c, const std::vector<float>& v, std::vector<HostArray>& out) {
+  const DenseKernel& k0 = c.kernels.front();
+  const RnnStep& r0 = *k0.rnn;
+  const int64_t B = r0.B, T = r0.T, X = r0.X;
+  auto x = [&](int64_t b, int64_t t, int64_t f) { return v[static_cast<size_t>((r0.batch_major ? b * T + t : t * B + b) * X + f)]; };
+  // Step 0's x at the first kernel's sources (K block i: features i kb ..; zeros past X).
+  const int64_t lines = k0.k_on_columns ? k0.w : k0.h;
+  for (int64_t i = 0; i < lines; ++i) {
+    const int64_t px = k0.k_on_columns ? i : k0.x_flow == Dir::E ? 0 : k0.w - 1, py = k0.k_on_columns ? (k0.x_flow == Dir::S ? 0 : k0.h - 1) : i;
+    HostArray a{k0.x0 + px, k0.y0 + py, "xs0", std::vector<float>(static_cast<size_t>(B * k0.kb), 0.0f)};
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < k0.kb && i * k0.kb + j < X; ++j) a.values[static_cast<size_t>(b * k0.kb + j)] = x(b, 0, i * k0.kb + j);
+    out.push_back(std::move(a));
+  }
+  // Each later step's x at the chain ends of the kernel before it (xt<l>: [B, xs] per block).
+  for (size_t l = 0; l < c.kernels.size(); ++l) {
+    const DenseKernel& k = c.kernels[l];
+    if (!k.rnn || !k.rnn->x_next) continue;
+    const RnnLayout o = rnn_layout(k);
+    for (int64_t i = 0; i < (k.k_on_columns ? k.h : k.w); ++i) {
+      const int64_t px = k.k_on_columns ? k.w - 1 : i, py = k.k_on_columns ? i : k.h - 1;
+      HostArray a{k.x0 + px, k.y0 + py, "xt" + std::to_string(l), std::vector<float>(static_cast<size_t>(B * o.xs), 0.0f)};
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = 0; j < o.xs && i * o.xs + j < X; ++j) a.values[static_cast<size_t>(b * o.xs + j)] = x(b, k.rnn->t + 1, i * o.xs + j);
+      out.push_back(std::move(a));
+    }
+  }
+}
+
+}  // namespace tessera::wafer::detail
