@@ -373,13 +373,13 @@ CASES = [
          build=lambda: RecurrentClassifier(nn.LSTM, 1),
          source="torch.nn.LSTM(16, 32, batch_first=True), last hidden state -> Linear(32, 5)",
          what="an LSTM sequence classifier",
-         wafer=("weight_streaming",), wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32")}),
+         wafer=("weight_streaming", "pipelined"), wafer_precisions=("fp16", "bf16", "fp32")),
     dict(name="gru_classifier", seed=24, opset=11, inputs={"x": (8, 24, 16)},
          build=lambda: RecurrentClassifier(nn.GRU, 2),
          source="torch.nn.GRU(16, 32, num_layers=2, batch_first=True), last hidden state -> "
                 "Linear(32, 5)",
          what="a 2-layer GRU sequence classifier",
-         wafer=("weight_streaming",), wafer_precisions={"weight_streaming": ("fp16", "bf16", "fp32")}),
+         wafer=("weight_streaming", "pipelined"), wafer_precisions=("fp16", "bf16", "fp32")),
 ]
 
 

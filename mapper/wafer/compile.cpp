@@ -108,9 +108,6 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   }
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     const DenseKernel& k = c.kernels[l];
-    if (opt.mode == MapMode::pipelined && k.rnn)
-      throw InputError("/mapping/mode", "kernel '" + k.name + "' is a step of a recurrent layer: pipelined mode does not map recurrent layers in this build",
-                       "use \"mapping\": {\"mode\": \"weight_streaming\"}, which runs one kernel per layer and step (docs/wafer-compiler.md \"Recurrent layers\")");
     if (opt.mode == MapMode::pipelined && k.reads_input2)
       throw InputError("/mapping/mode", "kernel '" + k.name + "' computes cross-attention's keys or values from the second graph input ('" + c.input2 + "'): pipelined mode maps chains of layers",
                        "use \"mapping\": {\"mode\": \"weight_streaming\"}, which maps cross-attention (docs/wafer-compiler.md \"Cross-attention\")");

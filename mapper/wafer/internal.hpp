@@ -129,6 +129,7 @@ struct RnnMatch {
 std::optional<RnnMatch> match_recurrent(const graph::Graph& g, const std::string& input, const std::function<std::string(const std::string&)>& canon,
                                         const std::function<bool(const std::string&)>& parity, std::set<size_t>& consumed);
 void rnn_blocks(std::vector<DenseKernel>& ks, size_t l);  // after placement: K, N, blocks, W, bias
+void rnn_pipelined(std::vector<DenseKernel>& ks, size_t l, int64_t b);  // pipelined: a step's rectangle (or its reader's), then rnn_blocks
 int64_t col_window(const Compiled& c, size_t reader);      // the column a reader's rows start at in its recurrent holder (-1: whole rows)
 std::string rnn_gate(size_t l, int64_t g, int64_t n);
 std::string rnn_state(size_t l, int64_t s);

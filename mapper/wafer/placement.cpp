@@ -252,6 +252,7 @@ std::pair<int64_t, int64_t> place_pipelined(std::vector<DenseKernel>& ks, int64_
     k.x_flow = k.k_on_columns ? Dir::S : Dir::E;
     k.w = k.k_on_columns ? k.kblocks() : k.nblocks();
     k.h = k.k_on_columns ? k.nblocks() : k.kblocks();
+    if (k.rnn || k.rnn_slot >= 0) rnn_pipelined(ks, l, b);  // (a recurrent step: its slots of about b units per chain end)
     if (l > 0) {
       const DenseKernel& p = ks[l - 1];
       if (p.k_on_columns) {  // p's outputs leave its east column: this layer to the east, same rows

@@ -303,6 +303,28 @@ void rnn_blocks(std::vector<DenseKernel>& ks, size_t l) {
   }
 }
 
+// Pipelined: each step on its own rectangle of E x E PEs (the first one's K side: as many as step 0's
+// x needs), E the chain ends that hold hb ~ b units each -- E = ceil(H / hb) and hb = ceil(H / E) at
+// once, so that no chain end is left without units and a reader's K blocks line up with them; a
+// reader of a final state takes hb units a K block.
+void rnn_pipelined(std::vector<DenseKernel>& ks, size_t l, int64_t b) {
+  DenseKernel& k = ks[l];
+  const DenseKernel* rk = k.rnn ? &k : &ks[static_cast<size_t>(k.src)];
+  const int64_t H = rk->rnn->H;
+  int64_t E = cdiv(H, std::min(b, H));
+  while (cdiv(H, cdiv(H, E)) != E) E = cdiv(H, cdiv(H, E));
+  if (!k.rnn) {  // the reader: its K along the source's chain ends
+    k.kb = cdiv(H, E);
+    k.w = k.k_on_columns ? k.kblocks() : k.nblocks();
+    k.h = k.k_on_columns ? k.nblocks() : k.kblocks();
+    return;
+  }
+  const int64_t X = k.rnn->X, Lk = k.src < 0 ? cdiv(X, cdiv(X, std::min(E, X))) : E;
+  k.w = k.k_on_columns ? Lk : E;
+  k.h = k.k_on_columns ? E : Lk;
+  rnn_blocks(ks, l);
+}
+
 namespace {
 std::string L_(size_t l) { return std::to_string(l); }
 }  // namespace
