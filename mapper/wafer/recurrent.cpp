@@ -106,6 +106,9 @@ std::optional<RnnMatch> match_recurrent(const graph::Graph& g, const std::string
   for (const size_t i : rec)
     if (!std::count(stack.begin(), stack.end(), i)) refuse(g.nodes[i], "this recurrent layer is not in the stack on the graph input (each layer reading the layer below's output, squeezed)");
   const int64_t L = static_cast<int64_t>(stack.size());
+  for (size_t j = 0; j + 1 < stack.size(); ++j)  // (a lower layer's Y: read by the layer above only)
+    if (const auto& o = g.nodes[stack[j]].outputs; !o.empty() && std::find(g.outputs.begin(), g.outputs.end(), o[0]) != g.outputs.end())
+      refuse(g.nodes[stack[j]], "its output at every step is the graph's output '" + o[0] + "'; the wafer maps a stack read through its final state in this build");
   RnnMatch m;
   std::vector<std::shared_ptr<const RnnWeights>> ws;
   RnnStep proto;
@@ -169,6 +172,8 @@ std::optional<RnnMatch> match_recurrent(const graph::Graph& g, const std::string
   if (!top.outputs.empty() && !top.outputs[0].empty()) views.push_back({top.outputs[0], 0});
   for (size_t vi = 0; vi < views.size(); ++vi) {
     const auto [o, time_axis] = views[vi];
+    if (std::find(g.outputs.begin(), g.outputs.end(), o) != g.outputs.end())
+      refuse(top, "its output at every step is the graph's output '" + o + "'; the wafer maps a stack read through its final state in this build");
     for (const size_t r : readers(o)) {
       const graph::Node& n = g.nodes[r];
       const Shape& os = g.value(n.outputs[0]).shape;
