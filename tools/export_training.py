@@ -77,6 +77,17 @@ class SmallCNN(nn.Module):  # [1, 8, 8] -> Conv 3x3 (4 channels, padding 1) -> R
         return self.fc(torch.flatten(nn.functional.max_pool2d(torch.relu(self.conv(x)), 2), 1))
 
 
+class GapCNN(nn.Module):  # [1, 8, 8] -> Conv 3x3 (8 channels, padding 1) -> ReLU -> AdaptiveAvgPool2d(1) -> Flatten -> Linear 8 -> 3
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 8, 3, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(torch.relu(self.conv(x))), 1))
+
+
 def image_data(rng, batch=16):  # 8x8 images: one of three fixed patterns, scaled, plus noise; one-hot labels
     patterns = rng.normal(size=(3, 1, 8, 8)).astype(np.float32)
     labels = rng.integers(0, 3, size=(STEPS, batch))
@@ -191,6 +202,8 @@ def main():
         ("linear", lambda: nn.Linear(8, 4), regression_data, "mse", [("sgd", 0.05)], (16, 8)),  # one layer
         # the small CNN at batch 4 (the wafer keeps every im2col row of a conv on each PE of its line)
         ("cnn_b4", SmallCNN, lambda rng: image_data(rng, 4), "softmax_cross_entropy", [("sgd", 0.05)], (4, 1, 8, 8)),
+        # a global average pool after the Conv (its backward: dy / positions to every position)
+        ("cnn_gap_b4", GapCNN, lambda rng: image_data(rng, 4), "softmax_cross_entropy", [("sgd", 0.5)], (4, 1, 8, 8)),
         ("mlp_nobias", NoBiasRegressor, regression_data, "mse", [("sgd", 0.05)], (16, 8)),
         ("classifier6", Deep6Classifier, classification_data, "softmax_cross_entropy", [("momentum", 0.05)], (24, 10)),
     ]

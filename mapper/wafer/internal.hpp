@@ -98,6 +98,9 @@ void scale_features(DenseKernel& k, const std::vector<float>& sv);
 void layernorm_into(std::vector<DenseKernel>& ks, const graph::Node& n, const std::string& cur, const Shape& cs, bool on_input, const ConstantOf& constant,
                     const Unsupported& unsupported, bool channels = false);
 
+// training.cpp: a Conv's pool is the mean of its whole map (GlobalAveragePool: one window per sample).
+inline bool global_pool(const DenseKernel& k) { return k.pkh && k.pavg && k.ph == 1 && k.pw == 1 && k.pkh == k.oh && k.pkw == k.ow && !k.pool_padded(); }
+
 // recurrent.cpp: a stack of RNN, GRU or LSTM layers as one kernel per layer and step. A step's
 // output row: S state slots of hb units (each layer's h, an LSTM's c after it), the next step's x
 // (xs values, where the next kernel is layer 0's: the host's xt<l>), then G gate columns of hb.

@@ -117,7 +117,10 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     // written back in the holder's ([sample, position, channel]) -- the pool's dy, or y's.
     const DenseKernel& n = c.kernels[l + 1];
     const int64_t rows = k.rows_out();
-    if (k.pkh) {
+    if (global_pool(k)) {  // dy of the mean, to every position of its sample and channel
+      t.data("dyp" + L, Elem::f32, rows * nb, {}, -1, -1, "dy of the pool's output");
+      t.mem4d("dgb" + L, "dyp" + L, 0, {{k.samples, nb}, {k.oh * k.ow, 0}, {nb, 1}}, "dy of the mean again for every position");
+    } else if (k.pkh) {
       t.data("dyp" + L, Elem::f32, rows * nb, {}, -1, -1, "dy of the pool's output");
       t.data("pt" + L, Elem::f32, rows * nb, {}, -1, -1, "1 where y is its window's maximum");
       t.mem1d("dypm" + L, "dyp" + L);
@@ -240,7 +243,9 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     const int64_t B = k.B, nb = k.nb;
     t.if_("last" + L);
     const std::string mk = "mkm" + L, dy = "dym" + L, y = "yall" + L;
-    if (k.spatial() && k.pkh) {  // the max pool: each window's dy to its maximum (exact ties: to each)
+    if (k.spatial() && global_pool(k)) {  // the global average pool: dy / positions to each position
+      t.op(Op::fmuls, {dy, "dgb" + L, fnum(1.0 / static_cast<double>(k.oh * k.ow))});
+    } else if (k.spatial() && k.pkh) {  // the max pool: each window's dy to its maximum (exact ties: to each)
       for (int64_t i = 0; i < k.pkh * k.pkw; ++i) {
         const std::string I = std::to_string(i), pt = "ptm" + L;
         t.op(Op::fsubs, {pt, "pw" + L + "_" + I, "pall" + L});  // y - max <= 0
@@ -389,11 +394,11 @@ void check_training(const Compiled& c, const MappingOptions& opt) {
     if (k.b_value == "*") throw InputError(where, "two biases (Gemm's C and an Add) are not trained on the wafer", hint);
     if (!k.w_derived.empty()) throw InputError(where, k.w_derived + ", which are then not the model's to train on the wafer", hint);
     // A Conv trains as the first kernel (no input gradient), with a max pool of non-overlapping
-    // windows after its function, read by a Flatten into a dense layer.
+    // windows, or a global average pool, after its function, read by a Flatten into a dense layer.
     if (k.spatial() && l != 0)
       throw InputError(where, "a Conv is trained on the wafer as the first kernel only (a later one would need its input gradient: col2im) in this build", hint);
-    if (k.spatial() && k.pkh && (k.pavg || k.pool_padded() || k.psh != k.pkh || k.psw != k.pkw))
-      throw InputError(where, "a pool after a trained Conv must be a max pool of non-overlapping windows (stride = window, no padding) in this build", hint);
+    if (k.spatial() && k.pkh && !global_pool(k) && (k.pavg || k.pool_padded() || k.psh != k.pkh || k.psw != k.pkw))
+      throw InputError(where, "a pool after a trained Conv must be a max pool of non-overlapping windows (stride = window, no padding) or a global average pool in this build", hint);
     if (k.spatial() && (!k.acts_after.empty() || k.gate_of >= 0))
       throw InputError(where, "functions after a trained Conv's pool or a squeeze-excitation gate are not trained on the wafer in this build", hint);
     if (k.xread == DenseKernel::XRead::flatten && !(l == 1 && c.kernels[0].spatial()))
