@@ -197,8 +197,15 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
   const int64_t B = g.inputs.empty() || g.value(g.inputs[0]).shape.empty() ? 1 : g.value(g.inputs[0]).shape[0];
   const json& mbj = m["micro_batch"];
   bool warned = false;
+  // (A recurrent layer reading the input as it is takes it as [steps, batch, features]: its first
+  // axis, which micro-batches would split, is the sequence.)
+  bool seq_first = false;
+  for (const auto& n : g.nodes) seq_first = seq_first || ((n.op == "RNN" || n.op == "GRU" || n.op == "LSTM") && !g.inputs.empty() && !n.inputs.empty() && n.inputs[0] == g.inputs[0]);
   auto compile_for = [&](int64_t b) {
     graph::Graph cg = g;
+    if (b != B && seq_first)
+      throw InputError("/mapping/micro_batch", "micro-batches of " + std::to_string(b) + ": they split the input's first axis, which for this model is the sequence (a recurrent layer reads the input as [steps, batch, features]), not the batch",
+                       "keep the input whole (mapping.micro_batch " + std::to_string(B) + ", its first dimension), or export the model with batch_first=True (the batch first: micro-batches then split it)");
     if (b != B) passes::with_batch(cg, b);
     passes::canonicalize(cg, false);  // (recurrent layers kept whole: one kernel per layer and step)
     if (mode == "weight_streaming" || (b != B && mode == "auto")) {  // (micro-batches stream the weights)

@@ -146,7 +146,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         // a reader after the first of the same data waits for the PE's previous kernel.
         if (ws && l > 0) st = std::max(st, lm.compute_end(l - 1)[i] + 2);
         first_start = std::min(first_start, st);
-        cend[i] = xend[static_cast<size_t>(pn)] = st + compute;
+        cend[i] = st + compute;
         // (The load steps that become ready at this PE meanwhile outrank its x tasks too. Charged,
         // they improve most goldens but worsen the models whose x tasks end spread along a line,
         // which the estimate has too uniform -- docs "The estimate": not charged.)
@@ -155,10 +155,12 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         // load step runs before the reduce -- the sequencer's search and buffer check, then its
         // pre-block op (layer_tasks.cpp ld_body: a one-op async move and ret, or with run-time
         // block lengths past the line's first PE the length set first: mul, two dsd_len).
+        int64_t ldx = 0;  // (the load step after the x tasks)
         if (ld_next >= 0) {
           const DenseKernel& km = c.kernels[static_cast<size_t>(ld_next)];
           const int64_t pos = km.k_on_columns ? px : py;
-          cend[i] += (c.sequenced ? seq_ld + 2 : 0) + (detail::runtime_block_lengths(c.training, km) && pos > 0 ? 5 : 2);
+          ldx = (c.sequenced ? seq_ld + 2 : 0) + (detail::runtime_block_lengths(c.training, km) && pos > 0 ? 5 : 2);
+          cend[i] += ldx;
         }
         // (Own tasks: an earlier kernel's reduce task that holds the PE within this one's x tasks
         // -- at its chain end, a reader of the same data as the kernel before it, whose chain ends
@@ -168,6 +170,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         if (ws && !c.sequenced)
           for (size_t e = 0; e < lm.busy_count(); ++e)
             if (const auto& b = lm.busy(e); b[i].second > st && b[i].first < cend[i]) cend[i] += b[i].second - std::max(b[i].first, st);
+        xend[static_cast<size_t>(pn)] = cend[i] - ldx;  // (its x tasks' end: after a reduce that held the PE)
       }
       // The line's x values are one multicast: it moves on when every PE of the line has room for
       // the next value in its x queue (Q0 values), which a PE whose weights come late (or that is
@@ -182,7 +185,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       for (int64_t pn = 0; pn < Ln; ++pn) last = std::max(last, xend[static_cast<size_t>(pn)] - dist(pn));
       for (int64_t pn = 0; pn < Ln; ++pn) {
         const size_t i = static_cast<size_t>((k.k_on_columns ? pn : pk) * k.w + (k.k_on_columns ? pk : pn));
-        cend[i] += std::max<int64_t>(0, last + dist(pn) - (q0 - 1) * per_x - xend[static_cast<size_t>(pn)]);
+        cend[i] += std::max<int64_t>(0, last + dist(pn) - (q0 - 1) * per_x - xend[static_cast<size_t>(pn)]);  // (the load step after them moves as far)
       }
     }
     k.est.start = first_start == INT64_MAX ? 0 : first_start;

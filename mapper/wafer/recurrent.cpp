@@ -24,7 +24,7 @@ namespace {
 
 const char* const kRnnHint =
     "the wafer maps stacks of forward RNN, GRU (linear_before_reset=1, PyTorch's) and LSTM layers with the default activations, zero initial states and "
-    "full-length sequences, read through a final state ([batch, hidden]: h_n[-1], output[:, -1]) in weight streaming mode; run other recurrent models on "
+    "full-length sequences, read through a final state ([batch, hidden]: h_n[-1], output[:, -1]); run other recurrent models on "
     "target.kind neuroncore or reference";
 
 std::vector<int64_t> ints_of(const graph::Graph& g, const graph::Node& n, size_t i) {
@@ -32,11 +32,19 @@ std::vector<int64_t> ints_of(const graph::Graph& g, const graph::Node& n, size_t
   return t ? t->to_i64() : std::vector<int64_t>{};
 }
 
-// The axis-0 range [b, e) a Slice selects of `dim` (nullopt: another axis, a step, or not constant).
+// The axis a one-axis Slice of a value of rank r selects along (ONNX: axes default to 0 ..; negative
+// from the end), or -1.
+int64_t slice_axis(const graph::Graph& g, const graph::Node& n, size_t rank) {
+  auto a = n.inputs.size() > 3 && !n.inputs[3].empty() ? ints_of(g, n, 3) : std::vector<int64_t>{0};
+  const auto st = n.inputs.size() > 4 && !n.inputs[4].empty() ? ints_of(g, n, 4) : std::vector<int64_t>{1};
+  if (a.size() != 1 || st != std::vector<int64_t>{1} || ints_of(g, n, 1).size() != 1) return -1;
+  return a[0] < 0 ? a[0] + static_cast<int64_t>(rank) : a[0];
+}
+
+// The range [b, e) a one-axis Slice selects of `dim` along its axis (nullopt: not constant).
 std::optional<std::pair<int64_t, int64_t>> axis0_range(const graph::Graph& g, const graph::Node& n, int64_t dim) {
-  const auto s = ints_of(g, n, 1), e = ints_of(g, n, 2), a = n.inputs.size() > 3 ? ints_of(g, n, 3) : std::vector<int64_t>{0};
-  const auto st = n.inputs.size() > 4 ? ints_of(g, n, 4) : std::vector<int64_t>{1};
-  if (s.size() != 1 || e.size() != 1 || a != std::vector<int64_t>{0} || st != std::vector<int64_t>{1}) return std::nullopt;
+  const auto s = ints_of(g, n, 1), e = ints_of(g, n, 2);
+  if (s.size() != 1 || e.size() != 1) return std::nullopt;
   auto clamp = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + dim : v, 0, dim); };
   return std::pair{clamp(s[0]), clamp(e[0])};
 }
@@ -98,6 +106,7 @@ std::optional<RnnMatch> match_recurrent(const graph::Graph& g, const std::string
     if (n.outputs.empty()) break;
     const auto ys = readers(n.outputs[0]);
     if (ys.size() != 1 || g.nodes[ys[0]].op != "Reshape") break;
+    if (g.value(g.nodes[ys[0]].outputs[0]).shape != Shape{T, B, g.value(n.outputs[0]).shape.back()}) break;  // (the Squeeze of [T, 1, B, H])
     const auto zs = readers(g.nodes[ys[0]].outputs[0]);
     if (zs.size() != 1 || !std::count(rec.begin(), rec.end(), zs[0]) || g.nodes[zs[0]].inputs[0] != g.nodes[ys[0]].outputs[0]) break;
     consumed.insert(ys[0]);
@@ -187,11 +196,7 @@ std::optional<RnnMatch> match_recurrent(const graph::Graph& g, const std::string
         continue;
       }
       std::optional<std::pair<int64_t, int64_t>> range;
-      if (n.op == "Slice" && ints_of(g, n, 3) == std::vector<int64_t>{time_axis} && (n.inputs.size() < 5 || ints_of(g, n, 4) == std::vector<int64_t>{1})) {
-        graph::Node along0 = n;  // (the range along the time axis, as along axis 0)
-        along0.inputs.resize(3);
-        range = axis0_range(g, along0, T);
-      }
+      if (n.op == "Slice" && slice_axis(g, n, g.value(o).shape.size()) == time_axis) range = axis0_range(g, n, T);
       if (!range || range->first != T - 1 || range->second != T)
         refuse(n, "it reads the top recurrent layer's output at every step; the wafer maps a stack read through its final state (the last step) in this build");
       slots[n.outputs[0]] = {proto.h_slot(L - 1)};
@@ -210,18 +215,23 @@ std::optional<RnnMatch> match_recurrent(const graph::Graph& g, const std::string
     }
     for (const size_t r : readers(v)) {
       const graph::Node& n = g.nodes[r];
-      if (consumed.count(r) && n.op != "Reshape") continue;  // (a layout-only Reshape is consumed as an alias: followed)
+      if (consumed.count(r) && n.op != "Reshape" && n.op != "Transpose") continue;  // (a layout-only Reshape or Transpose is consumed as an alias: followed)
       std::vector<int64_t> out;
       if (n.op == "Reshape" && shape_numel(g.value(n.outputs[0]).shape) == static_cast<int64_t>(sv.size()) * BH) {
         out = sv;
+      } else if (n.op == "Transpose" && sv.size() == 1) {  // ([1, batch, hidden] to [batch, 1, hidden]: h_n.transpose(0, 1) of one layer)
+        out = sv;
+      } else if (n.op == "Transpose") {
+        refuse(n, "a Transpose of several recurrent states (h_n.transpose(0, 1)); the wafer maps a stack read through one final state ([batch, hidden]) in this build");
       } else if (n.op == "Slice") {
-        const auto range = axis0_range(g, n, static_cast<int64_t>(sv.size()));
-        if (!range || g.value(v).shape.size() < 3) refuse(n, "a Slice of the recurrent states other than along the layers' axis");
+        const Shape& vs = g.value(v).shape;
+        const auto range = slice_axis(g, n, vs.size()) == 0 && vs.size() >= 3 && vs[0] == static_cast<int64_t>(sv.size()) ? axis0_range(g, n, vs[0]) : std::nullopt;
+        if (!range) refuse(n, "a Slice of the recurrent states other than along the layers' axis");
         out.assign(sv.begin() + range->first, sv.begin() + std::max(range->first, range->second));
-      } else if (n.op == "Concat" && n.attrs.get_int("axis", 0) == 0) {
+      } else if (n.op == "Concat" && (n.attrs.get_int("axis", 0) == 0 || n.attrs.get_int("axis", 0) == -static_cast<int64_t>(g.value(v).shape.size()))) {
         bool ok = true;
         for (const auto& in : n.inputs) {
-          ok = ok && slots.count(in);
+          ok = ok && slots.count(in) && g.value(in).shape.size() >= 3 && g.value(in).shape[0] == static_cast<int64_t>(slots.at(in).size());
           if (ok) out.insert(out.end(), slots.at(in).begin(), slots.at(in).end());
         }
         if (!ok) refuse(n, "a Concat of recurrent states with other values");
@@ -417,7 +427,7 @@ int64_t rnn_cell_cycles(const DenseKernel& k, const WaferConfig& cfg) {
   int64_t c = r.x_next ? d(Op::fmovs, k.B * o.xs) : 0;
   switch (r.cell) {
     case RnnStep::Cell::rnn: return c + unary_cycles(th, u, cfg) + d(Op::fmovs, u);
-    case RnnStep::Cell::gru: return c + unary_cycles(sig, 2 * u, cfg) + unary_cycles(th, u, cfg) + 3 * d(Op::fmuls, u) + 2 * d(Op::fadds, u) + d(Op::fsubs, u);
+    case RnnStep::Cell::gru: return c + unary_cycles(sig, 2 * u, cfg) + unary_cycles(th, u, cfg) + 2 * d(Op::fmuls, u) + 2 * d(Op::fadds, u) + d(Op::fsubs, u);
     default: return c + unary_cycles(sig, 3 * u, cfg) + 2 * unary_cycles(th, u, cfg) + 3 * d(Op::fmuls, u) + d(Op::fadds, u) + d(Op::fmovs, u);
   }
 }
