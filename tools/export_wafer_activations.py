@@ -59,7 +59,8 @@ and of a concatenation whose parts other nodes read), and torchvision's DenseNet
 size (mini_densenet: two dense blocks of three layers and a transition); and wafer_layernorm2d_cnn.onnx
 (layernorm2d_cnn: Convs each followed by torchvision's LayerNorm2d, ConvNeXt's channels-last LayerNorm), and
 torchvision's ConvNeXt class at a small size (mini_convnext: two stages of one block), recurrent stacks
-(recurrent: an RNN read at its last step, a 2-layer LSTM read as out[:, -1, :], a bidirectional GRU).
+(recurrent: an RNN read at its last step, a 2-layer LSTM read as out[:, -1, :], bidirectional GRU and LSTM
+read through h_n, and a bidirectional GRU read as out[:, -1, :], which the wafer refuses).
 
 All are checked against PyTorch's output and the reference executor.
 
@@ -420,6 +421,21 @@ class RnnLast(nn.Module):
         return self.head(out[:, -1, :] if self.batch_first else out[-1])
 
 
+class BiLast(nn.Module):
+    """A bidirectional layer read as users of nn.GRU / nn.LSTM classifiers write it: the two
+    directions' final states side by side, torch.cat((h_n[-2], h_n[-1]), 1), into a Linear."""
+
+    def __init__(self, rnn, hidden, classes):
+        super().__init__()
+        self.rnn, self.fc = rnn, nn.Linear(2 * hidden, classes)
+
+    def forward(self, x):
+        _, h = self.rnn(x)
+        if isinstance(h, tuple):  # (h_n, c_n)
+            h = h[0]
+        return self.fc(torch.cat((h[-2], h[-1]), 1))
+
+
 def recurrent(d):
     """Recurrent stacks beside the zoo's (h_n[-1] of a GRU and an LSTM): a 3-layer tanh RNN on a
     sequence-first input read at its last step (out[-1]), a 2-layer LSTM read as out[:, -1, :]
@@ -437,6 +453,14 @@ def recurrent(d):
     model = RnnLast(nn.GRU(8, 16, batch_first=True, bidirectional=True), 32, 3).eval()
     x = np.random.RandomState(33).standard_normal((2, 5, 8)).astype(np.float32)
     write_case(d, "wafer_gru_bidirectional", model, x)
+    torch.manual_seed(34)
+    model = BiLast(nn.GRU(8, 16, batch_first=True, bidirectional=True), 16, 3).eval()
+    x = np.random.RandomState(34).standard_normal((3, 6, 8)).astype(np.float32)
+    write_case(d, "wafer_gru_bidirectional_hn", model, x)
+    torch.manual_seed(35)
+    model = BiLast(nn.LSTM(12, 20, batch_first=True, bidirectional=True), 20, 4).eval()
+    x = np.random.RandomState(35).standard_normal((2, 7, 12)).astype(np.float32)
+    write_case(d, "wafer_lstm_bidirectional_hn", model, x)
 
 
 def main():

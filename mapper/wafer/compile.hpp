@@ -305,7 +305,8 @@ struct DenseKernel {
   // A recurrent layer's step, its cell at the chain ends (recurrent.cpp); a reader of one (or the last
   // one, as the graph output) takes state slot rnn_slot of its rows.
   std::shared_ptr<const detail::RnnStep> rnn;
-  int64_t rnn_slot = -1;
+  int64_t rnn_slot = -1, rnn_nslots = 1;                  // (several adjacent slots: their features concatenated)
+  std::shared_ptr<const std::vector<float>> rnn_w0;      // such a reader's W as the graph has it (rnn_blocks lays it out per block)
   std::vector<float> Wconv;          // conv: the weight as ONNX has it, [N, cin kh kw] (W built once cb is known)
   // A MaxPool, AveragePool or GlobalAveragePool (a window of the whole map) after the activation,
   // at the chain ends: window, strides, output dims (pkh = 0: none); pavg: the mean, not the max.

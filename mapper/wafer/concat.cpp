@@ -254,6 +254,22 @@ bool identity_for_pools(graph::Graph& g, bool functions_only) {
 // reader reads both. The moved functions and pools go right after each part's producer (a pool
 // attaches to the kernel before it); the readers' parts where the reader was. Returns whether it
 // changed g.
+namespace {
+// A value taken from a recurrent layer's outputs by views (a Slice, Reshape or Transpose: h_n[-1]):
+// a Concat of such is recurrent.cpp's (states side by side), not branches to split.
+bool from_recurrent(const graph::Graph& g, const std::map<std::string, size_t>& producer, std::string v) {
+  for (int guard = 0; guard < 16; ++guard) {
+    const auto it = producer.find(v);
+    if (it == producer.end()) return false;
+    const graph::Node& n = g.nodes[it->second];
+    if (n.op == "RNN" || n.op == "GRU" || n.op == "LSTM") return true;
+    if ((n.op != "Slice" && n.op != "Reshape" && n.op != "Transpose" && n.op != "Concat") || n.inputs.empty()) return false;
+    v = n.inputs[0];
+  }
+  return false;
+}
+}  // namespace
+
 bool split_concat_readers(graph::Graph& g) {
   bool changed = false;
   for (bool again = true; again;) {
@@ -263,7 +279,7 @@ bool split_concat_readers(graph::Graph& g) {
     auto is_output = [&](const std::string& v) { return std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end(); };
     for (size_t ci = 0; ci < g.nodes.size() && !again; ++ci) {
       const graph::Node& c = g.nodes[ci];
-      if (c.op != "Concat" || c.inputs.size() < 2 || c.outputs.size() != 1) continue;
+      if (c.op != "Concat" || c.inputs.size() < 2 || c.outputs.size() != 1 || from_recurrent(g, producer, c.inputs[0])) continue;
       std::vector<size_t> moved;
       std::string v;
       int64_t axis = 0;

@@ -111,13 +111,17 @@ struct RnnWeights {  // ONNX's W [G H, in], R [G H, H], Wb and Rb [G H] (the for
 struct RnnStep {
   enum class Cell { rnn, gru, lstm };
   Cell cell = Cell::lstm;
-  int64_t layer = 0, layers = 1, t = 0, T = 1, H = 0, X = 0, B = 0;  // X: the stack input's features
+  // Its layer, direction (0 forward, 1 backward of a bidirectional layer) and the step of the
+  // sequence it takes (a reverse direction's first kernel takes the last).
+  int64_t layer = 0, layers = 1, dir = 0, dirs = 1, t = 0, T = 1, H = 0, X = 0, B = 0;  // X: the stack input's features
   bool batch_major = true;  // the graph input is [batch, steps, X] (PyTorch's batch_first), else [steps, batch, X]
-  bool x_next = false;      // its rows carry the next step's x
+  int64_t x_time = -1;      // its rows carry x of this step for the next kernel (-1: none)
   std::shared_ptr<const RnnWeights> w;
-  int64_t states() const { return cell == Cell::lstm ? 2 * layers : layers; }
+  int64_t v() const { return layer * dirs + dir; }  // the state's index
+  int64_t states() const { return (cell == Cell::lstm ? 2 : 1) * layers * dirs; }
   int64_t gates() const { return cell == Cell::rnn ? 1 : 4; }  // GRU: z, r, and h~'s x and h parts
-  int64_t h_slot(int64_t j) const { return cell == Cell::lstm ? 2 * j : j; }  // (an LSTM's c: h_slot + 1)
+  int64_t h_slot(int64_t v) const { return v; }  // every h first (a bidirectional layer's two adjacent), then an LSTM's c
+  int64_t c_slot(int64_t v) const { return layers * dirs + v; }
 };
 struct RnnLayout {
   int64_t hb = 0, xs = 0, S = 0, G = 0, nb = 0, kw = 0;  // kw: the row's part the next kernel reads
@@ -127,7 +131,7 @@ int64_t rnn_wide(RnnStep::Cell cell);  // the widest gate region a cell's functi
 struct RnnMatch {
   std::vector<DenseKernel> kernels;
   std::string value;  // the final state the rest of the graph reads (or its output)
-  int64_t slot = 0;   // ... its state slot
+  int64_t slot = 0, nslots = 1;  // ... its state slots (several: concatenated features, a bidirectional layer's h_n)
 };
 std::optional<RnnMatch> match_recurrent(const graph::Graph& g, const std::string& input, const std::function<std::string(const std::string&)>& canon,
                                         const std::function<bool(const std::string&)>& parity, std::set<size_t>& consumed);

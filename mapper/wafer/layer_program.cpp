@@ -224,7 +224,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   if (k.rnn) {  // a recurrent cell: its temporaries, the next step's x (placed by the host), the regions of y
     const int64_t tw = k.B * rnn_wide(k.rnn->cell) * rnn_layout(k).hb;
     for (int i = 0; i < 3; ++i) data(t, "rta" + L + "_" + std::to_string(i), f32, tw, live(c, l, 1));
-    if (k.rnn->x_next) data(t, "xt" + L, f32, k.B * rnn_layout(k).xs, {}, "the next step's x [B, xs] (placed by the host)");
+    if (k.rnn->x_time >= 0) data(t, "xt" + L, f32, k.B * rnn_layout(k).xs, {}, "the next kernel's x [B, xs] (placed by the host)");
     rnn_dsds(c, l, t, "rta" + L + "_");
   }
   if (k.residual >= 0) {  // the residual: the input (or output) of kernel r, held here in the same blocks

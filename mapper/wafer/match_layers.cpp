@@ -149,11 +149,11 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
   // A stack of recurrent layers on the graph input (recurrent.cpp): one kernel per layer and step;
   // the rest of the graph reads its final state (rnn_final) from the last one's rows.
   std::string rnn_final;
-  int64_t rnn_slot = -1;
+  int64_t rnn_slot = -1, rnn_nslots = 1;
   if (auto rm = match_recurrent(g, input, canon, parity, consumed)) {
     for (auto& k : rm->kernels) kout.push_back(k.name), ks.push_back(std::move(k));
     cur = kout.back() = rnn_final = canon(rm->value);
-    rnn_slot = rm->slot;
+    rnn_slot = rm->slot, rnn_nslots = rm->nslots;
   }
   for (const size_t i : order) {
     if (consumed.count(i)) continue;
@@ -372,7 +372,7 @@ std::vector<DenseKernel> match_from(const graph::Graph& g0, size_t first, std::s
         trans_b = n.attrs.get_int("transB", 0) != 0;
       }
       k.reads_input2 = reads2;
-      if (n.inputs[0] == rnn_final) k.rnn_slot = rnn_slot;  // (its columns of the last step's rows)
+      if (n.inputs[0] == rnn_final) k.rnn_slot = rnn_slot, k.rnn_nslots = rnn_nslots;  // (its columns of the last step's rows)
       dense_weights(k, *w, trans_b);  // (match_ops.cpp: W as [K, N])
       if (k.K != xs[1]) unsupported("weight " + shape_str(w->shape()) + " does not match the activation " + shape_str(xs));
       k.w_trans = trans_b;

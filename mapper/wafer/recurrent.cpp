@@ -23,9 +23,9 @@ namespace tessera::wafer::detail {
 namespace {
 
 const char* const kRnnHint =
-    "the wafer maps stacks of forward RNN, GRU (linear_before_reset=1, PyTorch's) and LSTM layers with the default activations, zero initial states and "
-    "full-length sequences, read through a final state ([batch, hidden]: h_n[-1], output[:, -1]); run other recurrent models on "
-    "target.kind neuroncore or reference";
+    "the wafer maps stacks of RNN, GRU (linear_before_reset=1, PyTorch's) and LSTM layers -- forward, or one reverse or bidirectional layer -- "
+    "with the default activations, zero initial states and full-length sequences, read through a final state ([batch, hidden]: h_n[-1], "
+    "output[:, -1]; a bidirectional layer's two side by side); run other recurrent models on target.kind neuroncore or reference";
 
 std::vector<int64_t> ints_of(const graph::Graph& g, const graph::Node& n, size_t i) {
   const Tensor* t = i < n.inputs.size() ? constant_of(g, n.inputs[i]) : nullptr;
@@ -63,7 +63,7 @@ RnnLayout rnn_layout(const DenseKernel& k) {
   const int64_t Ln = k.k_on_columns ? k.h : k.w;
   RnnLayout o;
   o.hb = cdiv(r.H, Ln);
-  o.xs = r.x_next ? cdiv(r.X, Ln) : 0;
+  o.xs = r.x_time >= 0 ? cdiv(r.X, Ln) : 0;
   o.S = r.states();
   o.G = r.gates();
   o.kw = o.S * o.hb + o.xs;
@@ -119,13 +119,17 @@ std::optional<RnnMatch> match_recurrent(const graph::Graph& g, const std::string
     if (const auto& o = g.nodes[stack[j]].outputs; !o.empty() && std::find(g.outputs.begin(), g.outputs.end(), o[0]) != g.outputs.end())
       refuse(g.nodes[stack[j]], "its output at every step is the graph's output '" + o[0] + "'; the wafer maps a stack read through its final state in this build");
   RnnMatch m;
-  std::vector<std::shared_ptr<const RnnWeights>> ws;
+  std::vector<std::shared_ptr<const RnnWeights>> ws;  // per layer and direction
   RnnStep proto;
+  bool reverse = false;  // (the one layer of the stack takes the sequence from its end)
   for (int64_t j = 0; j < L; ++j) {
     const graph::Node& n = g.nodes[stack[static_cast<size_t>(j)]];
     const RnnStep::Cell cell = n.op == "LSTM" ? RnnStep::Cell::lstm : n.op == "GRU" ? RnnStep::Cell::gru : RnnStep::Cell::rnn;
     if (j > 0 && (cell != proto.cell || n.op != n0.op)) refuse(n, "the stack's layers are of different kinds (" + n0.op + ", " + n.op + ")");
-    if (n.attrs.get_string("direction", "forward") != "forward") refuse(n, "a " + n.attrs.get_string("direction", "forward") + " recurrent layer is not mapped on the wafer in this build (forward only)");
+    const std::string direction = n.attrs.get_string("direction", "forward");
+    if (direction != "forward" && direction != "reverse" && direction != "bidirectional") refuse(n, "direction '" + direction + "' is not an ONNX direction");
+    if (direction == "bidirectional" && L > 1) refuse(n, "a bidirectional layer in a stack of several is not mapped on the wafer in this build (the layer above reads both directions at every step)");
+    if (j > 0 && direction != "forward") refuse(n, "a " + direction + " layer above another is not mapped on the wafer in this build");
     // (the defaults may be written out: PyTorch's RNN exports activations ["Tanh"])
     const std::vector<std::string> acts = cell == RnnStep::Cell::lstm  ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
                                           : cell == RnnStep::Cell::gru ? std::vector<std::string>{"Sigmoid", "Tanh"}
@@ -150,16 +154,24 @@ std::optional<RnnMatch> match_recurrent(const graph::Graph& g, const std::string
     for (size_t k = 5; k < std::min<size_t>(n.inputs.size(), 7); ++k)
       if (!n.inputs[k].empty() && !all_zero(constant_of(g, n.inputs[k]))) refuse(n, "initial states other than zeros are not mapped on the wafer in this build");
     if (n.inputs.size() > 7 && !n.inputs[7].empty()) refuse(n, "LSTM peepholes are not mapped on the wafer in this build");
-    auto w = std::make_shared<RnnWeights>();
-    w->in = in;
-    w->W = W->to_f32(), w->R = R->to_f32();
-    w->Wb.assign(static_cast<size_t>(G * H), 0.0f), w->Rb = w->Wb;
-    if (Bt) {
-      const auto b = Bt->to_f32();
-      std::copy(b.begin(), b.begin() + G * H, w->Wb.begin());
-      std::copy(b.begin() + G * H, b.begin() + 2 * G * H, w->Rb.begin());
+    const int64_t D = direction == "bidirectional" ? 2 : 1;
+    reverse = direction == "reverse";
+    if (W->shape()[0] != D || R->shape()[0] != D || (Bt && Bt->shape()[0] != D))
+      refuse(n, "its weights are for " + std::to_string(W->shape()[0]) + " direction(s), its direction attribute '" + direction + "' has " + std::to_string(D));
+    const auto Wv = W->to_f32(), Rv = R->to_f32(), Bv = Bt ? Bt->to_f32() : std::vector<float>{};
+    for (int64_t d = 0; d < D; ++d) {  // (ONNX's [directions, ...] tensors: one slice each)
+      auto w = std::make_shared<RnnWeights>();
+      w->in = in;
+      w->W.assign(Wv.begin() + d * G * H * in, Wv.begin() + (d + 1) * G * H * in);
+      w->R.assign(Rv.begin() + d * G * H * H, Rv.begin() + (d + 1) * G * H * H);
+      w->Wb.assign(static_cast<size_t>(G * H), 0.0f), w->Rb = w->Wb;
+      if (Bt) {
+        std::copy(Bv.begin() + 2 * d * G * H, Bv.begin() + (2 * d + 1) * G * H, w->Wb.begin());
+        std::copy(Bv.begin() + (2 * d + 1) * G * H, Bv.begin() + (2 * d + 2) * G * H, w->Rb.begin());
+      }
+      ws.push_back(w);
     }
-    ws.push_back(w);
+    proto.dirs = D;
     proto.cell = cell, proto.H = H;
     consumed.insert(stack[static_cast<size_t>(j)]);
   }
@@ -169,8 +181,10 @@ std::optional<RnnMatch> match_recurrent(const graph::Graph& g, const std::string
   std::map<std::string, std::vector<int64_t>> slots;
   for (int64_t j = 0; j < L; ++j) {
     const graph::Node& n = g.nodes[stack[static_cast<size_t>(j)]];
-    if (n.outputs.size() > 1 && !n.outputs[1].empty()) slots[n.outputs[1]] = {proto.h_slot(j)};
-    if (n.outputs.size() > 2 && !n.outputs[2].empty()) slots[n.outputs[2]] = {proto.h_slot(j) + 1};
+    std::vector<int64_t> hs, cs;  // (Y_h, Y_c: [directions, batch, hidden])
+    for (int64_t d = 0; d < proto.dirs; ++d) hs.push_back(proto.h_slot(j * proto.dirs + d)), cs.push_back(proto.c_slot(j * proto.dirs + d));
+    if (n.outputs.size() > 1 && !n.outputs[1].empty()) slots[n.outputs[1]] = hs;
+    if (n.outputs.size() > 2 && !n.outputs[2].empty()) slots[n.outputs[2]] = cs;
   }
   const graph::Node& top = g.nodes[stack.back()];
   std::vector<std::string> work;
@@ -187,6 +201,8 @@ std::optional<RnnMatch> match_recurrent(const graph::Graph& g, const std::string
       const graph::Node& n = g.nodes[r];
       const Shape& os = g.value(n.outputs[0]).shape;
       consumed.insert(r);
+      if (reverse || proto.dirs > 1)
+        refuse(n, "it reads a reverse or bidirectional layer's output Y, whose last step is not the layer's final state; the wafer maps such a layer read through h_n (torch.cat((h_n[-2], h_n[-1]), 1)) in this build");
       if (n.op == "Reshape" && os == Shape{T, B, proto.H} && time_axis == 0) {
         views.push_back({n.outputs[0], 0});
         continue;
@@ -205,8 +221,31 @@ std::optional<RnnMatch> match_recurrent(const graph::Graph& g, const std::string
   }
   const int64_t BH = B * proto.H;
   std::set<std::string> finals;
+  // Several states side by side as one value's features ([batch, n hidden]: a Concat along the last
+  // axis of [batch, hidden] states, or h_n transposed to [batch, n, hidden] and reshaped --
+  // torch.cat((h_n[-2], h_n[-1]), 1) of a bidirectional layer), and h_n transposed on its way there.
+  std::map<std::string, std::vector<int64_t>> feat, tr;
   for (size_t w = 0; w < work.size(); ++w) {
     const std::string v = work[w];
+    if (feat.count(v) || tr.count(v)) {
+      const bool is_feat = feat.count(v) != 0;
+      const std::vector<int64_t> sv = is_feat ? feat.at(v) : tr.at(v);
+      for (const size_t r : readers(v)) {
+        const graph::Node& n = g.nodes[r];
+        const Shape& os = g.value(n.outputs[0]).shape;
+        if (!is_feat && n.op == "Reshape" && os == Shape{B, static_cast<int64_t>(sv.size()) * proto.H}) {
+          consumed.insert(r), feat[n.outputs[0]] = sv, work.push_back(n.outputs[0]);
+          continue;
+        }
+        if (!is_feat || (n.op != "MatMul" && n.op != "Gemm"))
+          refuse(n, n.op + " of recurrent states side by side: the wafer maps a dense layer (Linear) reading them, or their Reshape to [batch, features], in this build");
+        for (size_t q = 1; q < sv.size(); ++q)
+          if (sv[q] != sv[0] + static_cast<int64_t>(q)) refuse(n, "it reads recurrent states side by side that are not next to each other in the rows (h and c, or two layers' h); the wafer maps h_n of a bidirectional layer so");
+        finals.insert(v);
+      }
+      if (std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end()) refuse(top, "the graph's output '" + v + "' holds several recurrent states; the wafer maps one final state ([batch, hidden]) as the output in this build");
+      continue;
+    }
     const std::vector<int64_t> sv = slots.at(v);
     if (std::find(g.outputs.begin(), g.outputs.end(), v) != g.outputs.end()) {
       if (sv.size() != 1 || g.value(v).shape.back() != proto.H)
@@ -221,13 +260,26 @@ std::optional<RnnMatch> match_recurrent(const graph::Graph& g, const std::string
         out = sv;
       } else if (n.op == "Transpose" && sv.size() == 1) {  // ([1, batch, hidden] to [batch, 1, hidden]: h_n.transpose(0, 1) of one layer)
         out = sv;
+      } else if (n.op == "Transpose" && n.attrs.get_ints("perm", {}) == std::vector<int64_t>{1, 0, 2} && g.value(v).shape.size() == 3) {
+        consumed.insert(r), tr[n.outputs[0]] = sv, work.push_back(n.outputs[0]);  // ([n, batch, hidden] to [batch, n, hidden])
+        continue;
       } else if (n.op == "Transpose") {
-        refuse(n, "a Transpose of several recurrent states (h_n.transpose(0, 1)); the wafer maps a stack read through one final state ([batch, hidden]) in this build");
+        refuse(n, "a Transpose of several recurrent states other than swapping their first two axes");
       } else if (n.op == "Slice") {
         const Shape& vs = g.value(v).shape;
         const auto range = slice_axis(g, n, vs.size()) == 0 && vs.size() >= 3 && vs[0] == static_cast<int64_t>(sv.size()) ? axis0_range(g, n, vs[0]) : std::nullopt;
         if (!range) refuse(n, "a Slice of the recurrent states other than along the layers' axis");
         out.assign(sv.begin() + range->first, sv.begin() + std::max(range->first, range->second));
+      } else if (n.op == "Concat" && g.value(v).shape.size() == 2 && (n.attrs.get_int("axis", 0) == 1 || n.attrs.get_int("axis", 0) == -1)) {
+        std::vector<int64_t> fs;  // (states side by side: each input one [batch, hidden] state)
+        for (const auto& in : n.inputs) {
+          if (!slots.count(in) || slots.at(in).size() != 1 || g.value(in).shape != Shape{B, proto.H}) refuse(n, "a Concat of a recurrent state with other values");
+          fs.push_back(slots.at(in)[0]);
+        }
+        consumed.insert(r);
+        if (!feat.count(n.outputs[0])) work.push_back(n.outputs[0]);
+        feat[n.outputs[0]] = fs;
+        continue;
       } else if (n.op == "Concat" && (n.attrs.get_int("axis", 0) == 0 || n.attrs.get_int("axis", 0) == -static_cast<int64_t>(g.value(v).shape.size()))) {
         bool ok = true;
         for (const auto& in : n.inputs) {
@@ -248,16 +300,19 @@ std::optional<RnnMatch> match_recurrent(const graph::Graph& g, const std::string
   }
   if (finals.size() != 1) refuse(top, finals.empty() ? "nothing reads the stack's final state" : "several of the stack's final states are read; the wafer maps one in this build");
   m.value = *finals.begin();
-  m.slot = slots.at(m.value)[0];
-  // The kernels: layer j of step t reads the kernel before it (step 0's layer 0: the graph input's x_0).
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < L; ++j) {
+  const std::vector<int64_t>& fsl = feat.count(m.value) ? feat.at(m.value) : slots.at(m.value);
+  m.slot = fsl[0], m.nslots = static_cast<int64_t>(fsl.size());
+  // The kernels: layer j (direction d) of step s reads the kernel before it (the first: the graph
+  // input's x at its step); a backward direction takes the steps from the last.
+  for (int64_t s = 0; s < T; ++s)
+    for (int64_t j = 0; j < L; ++j)
+      for (int64_t d = 0; d < proto.dirs; ++d) {
       const graph::Node& n = g.nodes[stack[static_cast<size_t>(j)]];
       auto r = std::make_shared<RnnStep>(proto);
-      r->layer = j, r->t = t, r->w = ws[static_cast<size_t>(j)];
-      r->x_next = j == L - 1 && t + 1 < T;
+      const int64_t t = reverse || d == 1 ? T - 1 - s : s;
+      r->layer = j, r->dir = d, r->t = t, r->w = ws[static_cast<size_t>(j * proto.dirs + d)];
       DenseKernel k;
-      k.name = (n.name.empty() ? n.outputs[0] : n.name) + "[" + std::to_string(t) + "]";
+      k.name = (n.name.empty() ? n.outputs[0] : n.name) + (proto.dirs > 1 ? (d ? "[b" : "[f") : "[") + std::to_string(t) + "]";
       k.op = n.op;
       k.nodes = {n.name};
       k.B = k.samples = B;
@@ -270,15 +325,38 @@ std::optional<RnnMatch> match_recurrent(const graph::Graph& g, const std::string
       k.in_value = k.src < 0 ? input : k.name + "/in";
       k.rnn = std::move(r);
       m.kernels.push_back(std::move(k));
+      }
+  // Each kernel's rows carry the x of the next kernel's step where that one reads x (layer 0).
+  for (size_t l = 0; l + 1 < m.kernels.size(); ++l) {
+    const RnnStep& nx = *m.kernels[l + 1].rnn;
+    if (nx.layer == 0) {
+      auto r = std::make_shared<RnnStep>(*m.kernels[l].rnn);
+      r->x_time = nx.t;
+      m.kernels[l].rnn = std::move(r);
     }
+  }
   return m;
 }
 
 void rnn_blocks(std::vector<DenseKernel>& ks, size_t l) {
   DenseKernel& k = ks[l];
   if (!k.rnn) {
-    if (k.rnn_slot >= 0 && k.src >= 0 && k.kb != rnn_layout(ks[static_cast<size_t>(k.src)]).hb)
-      throw std::logic_error("rnn_blocks: the reader of a recurrent state takes " + std::to_string(k.kb) + " units per block, not the slot's");
+    if (k.rnn_slot < 0 || k.src < 0) return;
+    const int64_t hb = rnn_layout(ks[static_cast<size_t>(k.src)]).hb, ns = k.rnn_nslots, H = ks[static_cast<size_t>(k.src)].rnn->H;
+    if (ns == 1) {
+      if (k.kb != hb) throw std::logic_error("rnn_blocks: the reader of a recurrent state takes " + std::to_string(k.kb) + " units per block, not the slot's");
+      return;
+    }
+    // Several states side by side: K block p holds the block's units of each state in turn (the
+    // slots' columns of the rows), where the graph's features are each state's H in turn.
+    if (!k.rnn_w0) k.rnn_w0 = std::make_shared<const std::vector<float>>(k.W);  // (the graph's [ns H, N])
+    const int64_t Lk = k.k_on_columns ? k.w : k.h;
+    k.kb = ns * hb;
+    k.K = Lk * k.kb;
+    k.W.assign(static_cast<size_t>(k.K * k.N), 0.0f);
+    for (int64_t q = 0; q < ns; ++q)
+      for (int64_t u = 0; u < H; ++u)
+        std::copy_n(k.rnn_w0->begin() + (q * H + u) * k.N, k.N, k.W.begin() + ((u / hb) * k.kb + q * hb + u % hb) * k.N);
     return;
   }
   const RnnStep& r = *k.rnn;
@@ -296,7 +374,7 @@ void rnn_blocks(std::vector<DenseKernel>& ks, size_t l) {
   k.bias.assign(static_cast<size_t>(k.N), 0.0f);
   auto srow = [&](int64_t s, int64_t u) { return (u / p.hb) * p.kw + s * p.hb + u % p.hb; };        // the K row of state s, unit u
   auto xrow = [&](int64_t f) { return first ? f : (f / p.xs) * p.kw + p.S * p.hb + f % p.xs; };     // of x feature f
-  auto inrow = [&](int64_t f) { return r.layer == 0 ? xrow(f) : srow(r.h_slot(r.layer - 1), f); };  // of the layer input's feature f
+  auto inrow = [&](int64_t f) { return r.layer == 0 ? xrow(f) : srow(r.h_slot(r.v() - 1), f); };  // of the layer input's feature f (a layer above: the one below's h, forward only)
   auto col = [&](int64_t off, int64_t u) { return (u / o.hb) * o.nb + off + u % o.hb; };            // the column of unit u at offset off of a block
   float* W = k.W.data();
   for (int64_t u = 0; u < H; ++u) {
@@ -311,7 +389,7 @@ void rnn_blocks(std::vector<DenseKernel>& ks, size_t l) {
         k.bias[static_cast<size_t>(cc)] += w.Wb[static_cast<size_t>(gr)];
       }
       if (hpart) {
-        for (int64_t v = 0; v < H && !first; ++v) W[srow(r.h_slot(r.layer), v) * k.N + cc] = w.R[static_cast<size_t>(gr * H + v)];
+        for (int64_t v = 0; v < H && !first; ++v) W[srow(r.h_slot(r.v()), v) * k.N + cc] = w.R[static_cast<size_t>(gr * H + v)];
         k.bias[static_cast<size_t>(cc)] += w.Rb[static_cast<size_t>(gr)];
       }
     }
@@ -330,8 +408,9 @@ void rnn_pipelined(std::vector<DenseKernel>& ks, size_t l, int64_t b) {
   while (cdiv(H, cdiv(H, E)) != E) E = cdiv(H, cdiv(H, E));
   if (!k.rnn) {  // the reader: its K along the source's chain ends
     k.kb = cdiv(H, E);
-    k.w = k.k_on_columns ? k.kblocks() : k.nblocks();
-    k.h = k.k_on_columns ? k.nblocks() : k.kblocks();
+    k.w = k.k_on_columns ? E : k.nblocks();
+    k.h = k.k_on_columns ? k.nblocks() : E;
+    rnn_blocks(ks, l);  // (states side by side: their units per block)
     return;
   }
   const int64_t X = k.rnn->X, Lk = k.src < 0 ? cdiv(X, cdiv(X, std::min(E, X))) : E;
@@ -387,7 +466,7 @@ void rnn_cell_ops(const Compiled& c, size_t l, ProgramTemplate& t) {
   const int64_t G2 = rnn_wide(r.cell);
   auto g1 = [&](int64_t g) { return rnn_gate(l, g, 1); };
   auto tmp = [&](int i, int64_t n) { return rnn_tmp(l, i, n); };
-  const std::string h = rnn_state(l, r.h_slot(r.layer));
+  const std::string h = rnn_state(l, r.h_slot(r.v()));
   switch (r.cell) {
     case RnnStep::Cell::rnn:  // h = tanh(x W^T + h R^T + b)
       tanh_ops(t, g1(0), tmp(0, 1), tmp(1, 1), tmp(2, 1));
@@ -403,7 +482,7 @@ void rnn_cell_ops(const Compiled& c, size_t l, ProgramTemplate& t) {
       t.op(Op::fadds, {h, g1(2), g1(3)}, "h = n + z (h - n)");
       break;
     case RnnStep::Cell::lstm: {  // i, o, f = sigmoid, g = tanh (ONNX's iofc); c = f c + i g; h = o tanh(c)
-      const std::string cs = rnn_state(l, r.h_slot(r.layer) + 1);
+      const std::string cs = rnn_state(l, r.c_slot(r.v()));
       sigmoid_ops(t, rnn_gate(l, 0, G2), tmp(0, G2), tmp(1, G2), tmp(2, G2));
       tanh_ops(t, g1(3), tmp(0, 1), tmp(1, 1), tmp(2, 1));
       t.op(Op::fmuls, {cs, g1(2), cs}, "f c");
@@ -415,7 +494,7 @@ void rnn_cell_ops(const Compiled& c, size_t l, ProgramTemplate& t) {
       break;
     }
   }
-  if (r.x_next) t.op(Op::fmovs, {"rx" + L_(l), "rxt" + L_(l)}, "the next step's x (placed by the host)");
+  if (r.x_time >= 0) t.op(Op::fmovs, {"rx" + L_(l), "rxt" + L_(l)}, "the next kernel's x (placed by the host)");
 }
 
 int64_t rnn_cell_cycles(const DenseKernel& k, const WaferConfig& cfg) {
@@ -424,7 +503,7 @@ int64_t rnn_cell_cycles(const DenseKernel& k, const WaferConfig& cfg) {
   const int64_t u = k.B * o.hb;
   auto d = [&](Op op, int64_t len) { return dsd_cycles(op, len, 1, cfg); };
   const Unary sig{Unary::Kind::sigmoid, 0, 0, "Sigmoid", {}}, th{Unary::Kind::tanh, 0, 0, "Tanh", {}};
-  int64_t c = r.x_next ? d(Op::fmovs, k.B * o.xs) : 0;
+  int64_t c = r.x_time >= 0 ? d(Op::fmovs, k.B * o.xs) : 0;
   switch (r.cell) {
     case RnnStep::Cell::rnn: return c + unary_cycles(th, u, cfg) + d(Op::fmovs, u);
     case RnnStep::Cell::gru: return c + unary_cycles(sig, 2 * u, cfg) + unary_cycles(th, u, cfg) + 2 * d(Op::fmuls, u) + 2 * d(Op::fadds, u) + d(Op::fsubs, u);
@@ -442,25 +521,25 @@ void rnn_place_input(const Compiled& c, const std::vector<float>& v, std::vector
   const RnnStep& r0 = *k0.rnn;
   const int64_t B = r0.B, T = r0.T, X = r0.X;
   auto x = [&](int64_t b, int64_t t, int64_t f) { return v[static_cast<size_t>((r0.batch_major ? b * T + t : t * B + b) * X + f)]; };
-  // Step 0's x at the first kernel's sources (K block i: features i kb ..; zeros past X).
+  // The first kernel's step's x at its sources (K block i: features i kb ..; zeros past X).
   const int64_t lines = k0.k_on_columns ? k0.w : k0.h;
   for (int64_t i = 0; i < lines; ++i) {
     const int64_t px = k0.k_on_columns ? i : k0.x_flow == Dir::E ? 0 : k0.w - 1, py = k0.k_on_columns ? (k0.x_flow == Dir::S ? 0 : k0.h - 1) : i;
     HostArray a{k0.x0 + px, k0.y0 + py, "xs0", std::vector<float>(static_cast<size_t>(B * k0.kb), 0.0f)};
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t j = 0; j < k0.kb && i * k0.kb + j < X; ++j) a.values[static_cast<size_t>(b * k0.kb + j)] = x(b, 0, i * k0.kb + j);
+      for (int64_t j = 0; j < k0.kb && i * k0.kb + j < X; ++j) a.values[static_cast<size_t>(b * k0.kb + j)] = x(b, r0.t, i * k0.kb + j);
     out.push_back(std::move(a));
   }
   // Each later step's x at the chain ends of the kernel before it (xt<l>: [B, xs] per block).
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     const DenseKernel& k = c.kernels[l];
-    if (!k.rnn || !k.rnn->x_next) continue;
+    if (!k.rnn || k.rnn->x_time < 0) continue;
     const RnnLayout o = rnn_layout(k);
     for (int64_t i = 0; i < (k.k_on_columns ? k.h : k.w); ++i) {
       const int64_t px = k.k_on_columns ? k.w - 1 : i, py = k.k_on_columns ? i : k.h - 1;
       HostArray a{k.x0 + px, k.y0 + py, "xt" + std::to_string(l), std::vector<float>(static_cast<size_t>(B * o.xs), 0.0f)};
       for (int64_t b = 0; b < B; ++b)
-        for (int64_t j = 0; j < o.xs && i * o.xs + j < X; ++j) a.values[static_cast<size_t>(b * o.xs + j)] = x(b, k.rnn->t + 1, i * o.xs + j);
+        for (int64_t j = 0; j < o.xs && i * o.xs + j < X; ++j) a.values[static_cast<size_t>(b * o.xs + j)] = x(b, k.rnn->x_time, i * o.xs + j);
       out.push_back(std::move(a));
     }
   }

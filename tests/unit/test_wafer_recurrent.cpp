@@ -56,7 +56,7 @@ TEST_CASE("wafer-recurrent: the zoo's 2-layer GRU is one kernel per layer and st
     REQUIRE(k.rnn);
     CHECK(k.rnn->layer == static_cast<int64_t>(l % 2));
     CHECK(k.rnn->t == static_cast<int64_t>(l / 2));
-    CHECK(k.rnn->x_next == (l % 2 == 1 && l + 2 < c.kernels.size()));  // the next step's x: in the top layer's rows
+    CHECK(k.rnn->x_time == (l % 2 == 1 && l + 2 < c.kernels.size() ? static_cast<int64_t>(l / 2 + 1) : -1));  // the next step's x: in the top layer's rows
     CHECK(k.src == static_cast<int64_t>(l) - 1);
     const detail::RnnLayout o = detail::rnn_layout(k);
     CHECK(o.S == 2);
@@ -82,11 +82,19 @@ TEST_CASE("wafer-recurrent: the zoo's 2-layer GRU is one kernel per layer and st
 
 TEST_CASE("wafer-recurrent: forms the wafer does not map are refused naming the node", "[wafer-compiler]") {
   {
-    graph::Graph g = zoo("lstm_classifier");
-    node_of(g, "LSTM").attrs.set("direction", std::string("reverse"));
+    graph::Graph g = zoo("lstm_classifier");  // weights for one direction, the attribute for two
+    node_of(g, "LSTM").attrs.set("direction", std::string("bidirectional"));
     const std::string e = refusal(g);
     CHECK(e.find("/rnn/LSTM") != std::string::npos);
-    CHECK(e.find("reverse recurrent layer") != std::string::npos);
+    CHECK(e.find("its weights are for 1 direction(s)") != std::string::npos);
+  }
+  {
+    graph::Graph g = zoo("gru_classifier");  // a reverse layer above another
+    for (auto& n : g.nodes)
+      if (n.op == "GRU" && n.name == "/rnn/GRU_1") n.attrs.set("direction", std::string("reverse"));
+    const std::string e = refusal(g);
+    CHECK(e.find("/rnn/GRU_1") != std::string::npos);
+    CHECK(e.find("a reverse layer above another") != std::string::npos);
   }
   {
     graph::Graph g = zoo("gru_classifier");
