@@ -38,6 +38,16 @@ class LastStep(nn.Module):  # a recurrent classifier as users write one: its out
         return self.fc(out[:, -1, :])
 
 
+class BiFinal(nn.Module):  # a bidirectional classifier: both directions' final states side by side into a Linear
+    def __init__(self, rnn, hidden):
+        super().__init__()
+        self.rnn, self.fc = rnn, nn.Linear(2 * hidden, 4)
+
+    def forward(self, x):
+        _, h = self.rnn(x)
+        return self.fc(torch.cat((h[-2], h[-1]), 1))
+
+
 class MeanHead(nn.Module):  # a CNN whose forward ends in x.mean((2, 3)), as MNASNet's does
     def __init__(self):
         super().__init__()
@@ -91,6 +101,7 @@ def cases():
         ("nn.TransformerEncoderLayer (batch first, pre-norm, GELU)", lambda: nn.TransformerEncoderLayer(32, 2, 64, dropout=0.0, batch_first=True, norm_first=True, activation="gelu"), [2, 8, 32], 17),
         ("nn.GRU classifier input (a GRU alone)", lambda: nn.GRU(8, 16, batch_first=True), [2, 5, 8], 13),
         ("nn.LSTM (2 layers) classifier: out[:, -1, :] -> Linear", lambda: LastStep(nn.LSTM(8, 16, num_layers=2, batch_first=True), 16), [2, 5, 8], 13),
+        ("nn.GRU bidirectional classifier: cat(h_n[-2], h_n[-1]) -> Linear", lambda: BiFinal(nn.GRU(8, 16, batch_first=True, bidirectional=True), 16), [2, 5, 8], 13),
     ]
 
 
