@@ -120,6 +120,7 @@ struct RnnStep {
   int64_t v() const { return layer * dirs + dir; }  // the state's index
   int64_t states() const { return (cell == Cell::lstm ? 2 : 1) * layers * dirs; }
   int64_t gates() const { return cell == Cell::rnn ? 1 : 4; }  // GRU: z, r, and h~'s x and h parts
+  static int64_t onnx_gates(Cell c) { return c == Cell::lstm ? 4 : c == Cell::gru ? 3 : 1; }  // (ONNX's W and R rows per unit)
   int64_t h_slot(int64_t v) const { return v; }  // every h first (a bidirectional layer's two adjacent), then an LSTM's c
   int64_t c_slot(int64_t v) const { return layers * dirs + v; }
 };

@@ -142,7 +142,7 @@ std::optional<RnnMatch> match_recurrent(const graph::Graph& g, const std::string
     const Tensor* R = constant_of(g, n.inputs[2]);
     const Tensor* Bt = n.inputs.size() > 3 && !n.inputs[3].empty() ? constant_of(g, n.inputs[3]) : nullptr;
     if (!W || !R || (n.inputs.size() > 3 && !n.inputs[3].empty() && !Bt)) refuse(n, "its weights and biases must be constants");
-    const int64_t H = R->shape()[2], in = W->shape()[2], G = cell == RnnStep::Cell::lstm ? 4 : cell == RnnStep::Cell::gru ? 3 : 1;
+    const int64_t H = R->shape()[2], in = W->shape()[2], G = RnnStep::onnx_gates(cell);
     if (j > 0 && H != proto.H) refuse(n, "the stack's layers have different hidden sizes (" + std::to_string(proto.H) + ", " + std::to_string(H) + ")");
     if (in != (j ? H : X)) refuse(n, "its input has " + std::to_string(j ? H : X) + " features, its weights " + std::to_string(in));
     if (n.inputs.size() > 4 && !n.inputs[4].empty()) {
@@ -321,7 +321,7 @@ std::optional<RnnMatch> match_recurrent(const graph::Graph& g, const std::string
       k.K = X + r->states() * proto.H;
       k.N = (r->states() + r->gates()) * proto.H + X;
       k.kflops = r->w->in + proto.H;
-      k.nflops = (proto.cell == RnnStep::Cell::lstm ? 4 : proto.cell == RnnStep::Cell::gru ? 3 : 1) * proto.H;
+      k.nflops = RnnStep::onnx_gates(proto.cell) * proto.H;
       k.in_value = k.src < 0 ? input : k.name + "/in";
       k.rnn = std::move(r);
       m.kernels.push_back(std::move(k));
