@@ -88,6 +88,18 @@ class GapCNN(nn.Module):  # [1, 8, 8] -> Conv 3x3 (8 channels, padding 1) -> ReL
         return self.fc(torch.flatten(self.pool(torch.relu(self.conv(x))), 1))
 
 
+class Conv2CNN(nn.Module):  # [1, 8, 8] -> Conv 3x3 (4, padding 1) -> ReLU -> Conv 3x3 stride 2 (8, padding 1) -> ReLU -> AdaptiveAvgPool2d(1) -> Linear 8 -> 3
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3, padding=1)
+        self.conv2 = nn.Conv2d(4, 8, 3, stride=2, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(torch.relu(self.conv2(torch.relu(self.conv1(x))))), 1))
+
+
 def image_data(rng, batch=16):  # 8x8 images: one of three fixed patterns, scaled, plus noise; one-hot labels
     patterns = rng.normal(size=(3, 1, 8, 8)).astype(np.float32)
     labels = rng.integers(0, 3, size=(STEPS, batch))
@@ -204,6 +216,8 @@ def main():
         ("cnn_b4", SmallCNN, lambda rng: image_data(rng, 4), "softmax_cross_entropy", [("sgd", 0.05)], (4, 1, 8, 8)),
         # a global average pool after the Conv (its backward: dy / positions to every position)
         ("cnn_gap_b4", GapCNN, lambda rng: image_data(rng, 4), "softmax_cross_entropy", [("sgd", 0.5)], (4, 1, 8, 8)),
+        # a Conv read by a Conv (its input gradient: col2im at the first Conv's chain ends)
+        ("cnn2_b4", Conv2CNN, lambda rng: image_data(rng, 4), "softmax_cross_entropy", [("sgd", 0.2)], (4, 1, 8, 8)),
         ("mlp_nobias", NoBiasRegressor, regression_data, "mse", [("sgd", 0.05)], (16, 8)),
         ("classifier6", Deep6Classifier, classification_data, "softmax_cross_entropy", [("momentum", 0.05)], (24, 10)),
     ]

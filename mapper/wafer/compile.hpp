@@ -269,6 +269,7 @@ struct DenseKernel {
   int64_t samples = 0;               // the graph's batch (B = samples * oh * ow for a conv)
   int64_t kflops = 0;                // the contraction counted for FLOPs (K without padding)
   int64_t cin = 0, cblk = 0;           // conv / flatten: input channels, channels per holder PE
+  int64_t groups = 1;                // conv: the model's groups (mapped as the dense Conv with zero blocks)
   int64_t ih = 1, iw = 1;            // conv: the holder's spatial dims per sample (with the zero border)
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, oh = 1, ow = 1;  // conv window, strides, output dims
   int64_t khb = 1;                   // conv: kernel rows per line (the first Conv splits them over lines; others take all)

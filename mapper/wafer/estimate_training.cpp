@@ -48,8 +48,8 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     body += dsd(Bl) + 2 * N * dsd(Bl, Op::fmuls, std::max(nb, N));                                   // t (m + ln s - z)
     body += 1 + dsd(1) + 1 + (BN - 1) * (5 + dsd(1)) + 2 + dsd(1);                                 // the sum, the loss
     if (c.loss_scaling) body += dsd(Bl * nb);                                                        // dy *= S
-    for (int64_t q = 0; q < Lq; ++q) {
-      const int64_t sent = fwd_end[static_cast<size_t>(q)] + 2 + body;
+    for (int64_t q = 0; q < Lq; ++q) {  // (the first chain end's; the padding blocks' set dy = 0)
+      const int64_t sent = fwd_end[static_cast<size_t>(q)] + 2 + (q == 0 ? body : dsd(Bl * nb, Op::fmovs) + 1);
       bstart[static_cast<size_t>(q)] = sent + 2;
       loss_end = std::max(loss_end, sent);
     }
@@ -99,10 +99,7 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     int64_t body = dd + (k.activated() ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + (c.loss_scaling || c.adam ? 0 : update) + 1;
     const int64_t after_send = !c.loss_scaling && c.adam ? update : 0;  // (Adam's update after the multicast has started: the chain end's own dy tasks wait)
     if (c.half()) body += dsd(n, Op::fs2h);  // mixed precision: dy to the compute type before it is sent
-    if (k.spatial() && global_pool(k))  // a global average pool: dy / positions to every position, one op
-      body += dsd(k.samples * k.oh * k.ow * nb, Op::fmuls, 1);
-    else if (k.spatial() && k.pkh)  // a Conv's max pool: per window offset the mask (4 ops) and dy at the offset, strided walks
-      body += k.pkh * k.pkw * 5 * dsd(k.rows_out() * nb, Op::fmuls, k.psw * nb);
+    body += pool_backward_cycles(k, cfg);  // a Conv's pool: the global pool's spread, or per window offset the mask (4 ops) and dy there
     // per dy wavelet at every PE (bdy): the weight gradient's fmacs (fmuls for the first sample),
     // from layer 1 on the input gradient's (fmuls for the first column), and the bookkeeping
     // (mixed precision: fmachs, 16-bit factors summed in fp32, for both)
@@ -137,7 +134,7 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
           lead = std::max(lead, bdy_end[i] + 2 + dd + 1 + (c.reloads.empty() ? 0 : 1) + S - q * pass);  // bdone: the search, the count, the load's unblock
           gstart[i] = lead + q * pass + ne + 1;  // this position's part is out (or summed, at the end)
         }
-        next_bstart[static_cast<size_t>(p)] = lead + (Ln - 1) * pass + ne + 3;
+        next_bstart[static_cast<size_t>(p)] = lead + (Ln - 1) * pass + ne + 3 + col2im_cycles(c, li, cfg);  // (a Conv reading a Conv: its col2im there)
       }
     } else {
       for (size_t i = 0; i < gstart.size(); ++i) gstart[i] = bdy_end[i] + 2 + dd + 1 + (c.reloads.empty() ? 0 : 1);

@@ -373,6 +373,17 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t);
 void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t);
 int loss_task_id(const Compiled& c);
 void check_training(const Compiled& c, const MappingOptions& opt);
+// training_conv.cpp: a trained Conv's pool backward and, for a Conv reading a Conv (l - 1), the
+// col2im of its input gradient at the producer's chain ends.
+bool conv_reads_conv(const Compiled& c, size_t l);
+void pool_backward_arrays(const Compiled& c, size_t l, ProgramTemplate& t);
+void pool_backward_ops(const Compiled& c, size_t l, ProgramTemplate& t);
+int64_t pool_backward_cycles(const DenseKernel& k, const WaferConfig& cfg);
+void col2im_arrays(const Compiled& c, size_t l, ProgramTemplate& t);
+void col2im_ops(const Compiled& c, size_t l, ProgramTemplate& t);
+int64_t col2im_cycles(const Compiled& c, size_t l, const WaferConfig& cfg);
+int64_t col2im_bytes(const Compiled& c, size_t l);
+void check_conv_training(const Compiled& c, size_t l, const char* hint);
 // The bias update at kernel l's chain ends (training.cpp: weight decay, SGD, momentum or Adam) and
 // its DSD cycles, from the same generator.
 void bias_update_ops(const Compiled& c, size_t l, double lr, ProgramTemplate& t);

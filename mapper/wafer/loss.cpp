@@ -91,7 +91,8 @@ void loss_program(const Compiled& c, ProgramTemplate& t) {
   t.endif();
 }
 
-// Softmax cross-entropy at the last layer's chain end (every class on this PE; docs/wafer-compiler.md):
+// Softmax cross-entropy at the last layer's first chain end (every class on this PE, in one block;
+// the other chain ends hold padding and send dy = 0; docs/wafer-compiler.md):
 // per sample m = max z, e = exp(z - m), s = sum e, p = e / s; dy = (p - t) / B; the loss
 // sum_c t (m + ln s - z) / B, ln s by Newton's iteration y += s exp(-y) - 1 from 2 (s - 1) / (s + 1).
 void xent_program(const Compiled& c, ProgramTemplate& t) {
@@ -100,8 +101,14 @@ void xent_program(const Compiled& c, ProgramTemplate& t) {
   const std::string L = std::to_string(l);
   const int64_t B = k.B, N = k.N, nb = k.nb;
   const ArrayAt ya = y_array(c, l);
-  t.comment("---- loss (softmax cross-entropy) at the chain end of kernel " + L);
+  t.comment("---- loss (softmax cross-entropy) at the first chain end of kernel " + L);
   t.if_("last" + L);
+  t.if_("lfirst", false);  // (a padding block's chain end: dy 0)
+  t.task("lossk", TaskKind::local, loss_task_id(c));
+  t.op(Op::fmovs, {"dym" + L, fimm(0.0)});
+  t.op(Op::activate, {"bstart"});
+  t.op(Op::ret, {});
+  t.else_();
   t.data("tgt", Elem::f32, B * nb, {}, -1, -1, "the target block (one-hot or soft), placed by the host each step");
   t.data("xe", Elem::f32, B * N);
   t.data("xt", Elem::f32, B * N);
@@ -161,6 +168,7 @@ void xent_program(const Compiled& c, ProgramTemplate& t) {
   t.op(Op::fmuls, {"lossm", "laccm", fnum(1.0 / static_cast<double>(B))});
   t.op(Op::activate, {"bstart"});
   t.op(Op::ret, {});
+  t.endif();
   t.endif();
 }
 

@@ -133,6 +133,7 @@ DenseKernel conv_kernel_in(const graph::Node& n, const Shape& cs, const Tensor& 
   if (k.oh < 1 || k.ow < 1) unsupported("the Conv window is larger than its padded input");
   k.B = k.samples * k.oh * k.ow;
   k.K = k.cin * k.kh * k.kw;
+  k.groups = groups;
   k.kflops = k.cin * kh0 * kw0 / groups;  // the model's FLOPs: a group's inputs only, the kernel's own taps
   if (k.padded() && csrc >= 0) {  // the producer holds its output inside this reader's zero border
     DenseKernel& p = ks[static_cast<size_t>(csrc)];

@@ -152,7 +152,7 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
      // sample: one PE along the last layer's output axis when that side is the compiler's to choose.
     const DenseKernel& k = c.kernels.back();
     const bool given = k.k_on_columns ? opt.rect_height > 0 : opt.rect_width > 0;
-    if (!given && ((k.softmax && k.N > 1) || (opt.training && opt.loss == "softmax_cross_entropy"))) (k.k_on_columns ? h : w) = 1;
+    if (!given && k.softmax && k.N > 1) (k.k_on_columns ? h : w) = 1;
   }
   for (const auto& k : c.kernels)  // attention: whole heads per chain-end PE (nb a multiple of dh)
     if (k.attn) {
@@ -190,6 +190,10 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
     throw InputError("/mapping/wafer_rect", "the rectangle " + std::to_string(w) + " x " + std::to_string(h) + " is larger than the fabric " +
                                                std::to_string(cfg.fabric_width) + " x " + std::to_string(cfg.fabric_height));
   place_streaming(c.kernels, w, h);
+  // Softmax cross-entropy runs where a sample's every class is: the last kernel's N in one block,
+  // on its first line's chain end (the other lines' blocks are padding: zero weights, and the loss
+  // program gives them dy = 0; loss.cpp).
+  if (opt.training && opt.loss == "softmax_cross_entropy") c.kernels.back().nb = c.kernels.back().N;
   for (const auto& k : c.kernels)  // (a square rectangle for a moved residual may have changed it)
     if (k.gn_size > 1 && k.nb % k.gn_size != 0)
       throw InputError("/mapping/wafer_rect", "the GroupNorm of kernel '" + k.name + "' needs whole groups on each chain-end PE: the " + std::to_string(w) + " x " + std::to_string(h) +
@@ -214,13 +218,6 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
     throw InputError("/training/loss", "softmax cross-entropy on the wafer takes up to 16 classes (its Newton reciprocal and logarithm are accurate over sums in [1, 16]); the model has " +
                                            std::to_string(c.kernels.back().N),
                      "run it on target.kind neuroncore or reference");
-  if (opt.training && opt.loss == "softmax_cross_entropy" && (c.kernels.back().k_on_columns ? h : w) != 1) {
-    const DenseKernel& k = c.kernels.back();
-    throw InputError("/mapping/wafer_rect", "softmax cross-entropy runs on one PE per sample row: the last layer's " + std::to_string(k.N) + " classes must lie on one chain-end PE, but the " +
-                                                std::to_string(w) + " x " + std::to_string(h) + " rectangle splits them into " + std::to_string(k.nblocks()) + " blocks",
-                     std::string("give a rectangle one PE ") + (k.k_on_columns ? "high" : "wide") + " along the last layer's output axis, e.g. \"wafer_rect\": [" +
-                         (k.k_on_columns ? std::to_string(w) + ", 1" : "1, " + std::to_string(h)) + "]");
-  }
   int64_t wa = 0, wb = 0, data = streaming_data_bytes(c, wbytes_pe);
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     const DenseKernel& k = c.kernels[l];
@@ -232,6 +229,7 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
       const DenseKernel& k = c.kernels[l];
       data += k.B * k.kb * wbytes_pe + (k.B * k.kb * (l ? 1 : 0) + k.kb * k.nb) * 4;  // saved x (as taken), weight gradient, input gradient
       data += (k.B * k.nb * (k.activated() ? 2 : 1) + k.nb) * 4;  // chain ends: dy, mask, bias gradient
+      data += col2im_bytes(c, l);                                     // a Conv reading a Conv: its input gradient as im2col rows, a bordered copy (the producer's chain ends)
       if (c.half()) data += (k.B * k.nb + k.kb * k.nb) * 2;           // dy and the weight gradient in 16 bits, as they are sent
       if (opt.loss_scaling) data += k.nb * 2 + 4;                     // db's finiteness, the loss scale
       if (opt.momentum != 0) data += k.nb * 4;                       // chain ends: the bias velocity

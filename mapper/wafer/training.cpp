@@ -84,6 +84,7 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     t.fabric("dxto" + L, DsdKind::fabout, Elem::f32, P("cout" + P0), 2, B * kb);
     t.endif();
   }
+  col2im_arrays(c, l, t);  // (a Conv reading a Conv: its input gradient's col2im at the producer's chain ends)
   // The async sends run on the microthread of their output queue: the gradient's on 5, dy's on 4,
   // clear of the weight loads' 2 and 3 (a reload may be under way meanwhile).
   t.fabric("gto" + L, DsdKind::fabout, ge, P("cout" + L), kGradOutQueue, kb * nb);
@@ -112,26 +113,7 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     t.mem1d("dbhm" + L, "dbh" + L);
   }
   t.fabric("dyout" + L, DsdKind::fabout, c.compute, k.cb, kDyOutQueue, B * nb);
-  if (k.spatial() && l + 1 < c.kernels.size()) {
-    // The reader's input gradient arrives in the Flatten's order ([sample, channel, position]):
-    // written back in the holder's ([sample, position, channel]) -- the pool's dy, or y's.
-    const DenseKernel& n = c.kernels[l + 1];
-    const int64_t rows = k.rows_out();
-    if (global_pool(k)) {  // dy of the mean, to every position of its sample and channel
-      t.data("dyp" + L, Elem::f32, rows * nb, {}, -1, -1, "dy of the pool's output");
-      t.mem4d("dgb" + L, "dyp" + L, 0, {{k.samples, nb}, {k.oh * k.ow, 0}, {nb, 1}}, "dy of the mean again for every position");
-    } else if (k.pkh) {
-      t.data("dyp" + L, Elem::f32, rows * nb, {}, -1, -1, "dy of the pool's output");
-      t.data("pt" + L, Elem::f32, rows * nb, {}, -1, -1, "1 where y is its window's maximum");
-      t.mem1d("dypm" + L, "dyp" + L);
-      t.mem1d("ptm" + L, "pt" + L);
-      for (int64_t a = 0; a < k.pkh; ++a)  // dy at window offset (a, b), as pw<l>_i walks y
-        for (int64_t b = 0; b < k.pkw; ++b)
-          t.mem4d("dw" + L + "_" + std::to_string(a * k.pkw + b), "dy" + L, (a * k.ow + b) * nb,
-                  {{k.samples, k.oh * k.ow * nb}, {k.ph, k.psh * k.ow * nb}, {k.pw, k.psw * nb}, {nb, 1}});
-    }
-    t.mem4d("dyT" + L, (k.pkh ? "dyp" : "dy") + L, 0, {{n.samples, n.P * nb}, {nb, 1}, {n.P, nb}}, "the Flatten's order");
-  }
+  pool_backward_arrays(c, l, t);  // (and a Flatten reader's order: training_conv.cpp)
   if (c.momentum != 0) {
     t.data("vb" + L, Elem::f32, nb, {}, -1, -1, "the bias velocity (momentum), kept from step to step");
     t.mem1d("vbm" + L, "vb" + L);
@@ -243,18 +225,7 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     const int64_t B = k.B, nb = k.nb;
     t.if_("last" + L);
     const std::string mk = "mkm" + L, dy = "dym" + L, y = "yall" + L;
-    if (k.spatial() && global_pool(k)) {  // the global average pool: dy / positions to each position
-      t.op(Op::fmuls, {dy, "dgb" + L, fnum(1.0 / static_cast<double>(k.oh * k.ow))});
-    } else if (k.spatial() && k.pkh) {  // the max pool: each window's dy to its maximum (exact ties: to each)
-      for (int64_t i = 0; i < k.pkh * k.pkw; ++i) {
-        const std::string I = std::to_string(i), pt = "ptm" + L;
-        t.op(Op::fsubs, {pt, "pw" + L + "_" + I, "pall" + L});  // y - max <= 0
-        t.op(Op::fmuls, {pt, pt, fimm(1.2676506e30)});
-        t.op(Op::fmaxs, {pt, pt, fimm(-1.0)});
-        t.op(Op::fadds, {pt, pt, fimm(1.0)});               // 1 at the maximum, else 0
-        t.op(Op::fmuls, {"dw" + L + "_" + I, pt, "dypm" + L});
-      }
-    }
+    pool_backward_ops(c, l, t);  // (a Conv's pool: training_conv.cpp)
     if (k.act_is(Unary::Kind::relu)) {  // the ReLU's derivative [y > 0] as -max(-y 2^100, -1): 1 for y >= 2^-100, 0 for y = 0 (y = relu(z) >= 0)
       t.op(Op::fmuls, {mk, y, fimm(-1.2676506e30)});
       t.op(Op::fmaxs, {mk, mk, fimm(-1.0)});
@@ -300,8 +271,10 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     t.op(Op::add, {reg(kRegBdone), reg(kRegBdone), imm(1)});
     if (!c.reloads.empty()) t.op(Op::unblock, {"ld"}, "a reload waiting for this kernel's buffer goes on");
     if (l) {
-      chain_step(t, "first" + P0, "last" + P0, "dxm" + L, "dxto" + L, "dxfrom" + L, (c.kernels[l - 1].spatial() ? "dyT" : "dym") + P0);
+      const bool col2im = conv_reads_conv(c, l);
+      chain_step(t, "first" + P0, "last" + P0, "dxm" + L, "dxto" + L, "dxfrom" + L, col2im ? "dcm" + L : (c.kernels[l - 1].spatial() ? "dyT" : "dym") + P0);
       t.if_("last" + P0);
+      if (col2im) col2im_ops(c, l, t);
       t.op(Op::activate, {"bstart"});
       t.endif();
     }
@@ -393,18 +366,18 @@ void check_training(const Compiled& c, const MappingOptions& opt) {
     if (k.rnn) throw InputError(where, "recurrent layers are not trained on the wafer in this build", hint);
     if (k.b_value == "*") throw InputError(where, "two biases (Gemm's C and an Add) are not trained on the wafer", hint);
     if (!k.w_derived.empty()) throw InputError(where, k.w_derived + ", which are then not the model's to train on the wafer", hint);
-    // A Conv trains as the first kernel (no input gradient), with a max pool of non-overlapping
-    // windows, or a global average pool, after its function, read by a Flatten into a dense layer.
-    if (k.spatial() && l != 0)
-      throw InputError(where, "a Conv is trained on the wafer as the first kernel only (a later one would need its input gradient: col2im) in this build", hint);
+    // A Conv trains as the first kernel or reading a Conv (its input gradient by col2im), with a
+    // max pool of non-overlapping windows, or a global average pool, after its function, read by a
+    // Conv or by a Flatten into a dense layer.
+    if (k.spatial()) check_conv_training(c, l, hint);
     if (k.spatial() && k.pkh && !global_pool(k) && (k.pavg || k.pool_padded() || k.psh != k.pkh || k.psw != k.pkw))
       throw InputError(where, "a pool after a trained Conv must be a max pool of non-overlapping windows (stride = window, no padding) or a global average pool in this build", hint);
     if (k.spatial() && (!k.acts_after.empty() || k.gate_of >= 0))
       throw InputError(where, "functions after a trained Conv's pool or a squeeze-excitation gate are not trained on the wafer in this build", hint);
-    if (k.xread == DenseKernel::XRead::flatten && !(l == 1 && c.kernels[0].spatial()))
-      throw InputError(where, "a Flatten into a trained dense layer is mapped after a first Conv only in this build", hint);
-    if (l + 1 < c.kernels.size() && k.spatial() && c.kernels[l + 1].xread != DenseKernel::XRead::flatten)
-      throw InputError(where, "a trained Conv is read by a Flatten into a dense layer in this build (not by another Conv)", hint);
+    if (k.xread == DenseKernel::XRead::flatten && !(l > 0 && c.kernels[l - 1].spatial()))
+      throw InputError(where, "a Flatten into a trained dense layer is mapped after a Conv only in this build", hint);
+    if (l + 1 < c.kernels.size() && k.spatial() && c.kernels[l + 1].xread != DenseKernel::XRead::flatten && !c.kernels[l + 1].spatial())
+      throw InputError(where, "a trained Conv is read by a Conv or by a Flatten into a dense layer in this build", hint);
     if (k.tokens || k.row_period || k.sel_period)
       throw InputError(where, "tokens (a Conv's positions as rows, constant rows, a Slice of one token) are not trained on the wafer in this build", hint);
     if (k.attn || k.src != static_cast<int64_t>(l) - 1)
@@ -460,8 +433,10 @@ void training_layout(Compiled& c, const MappingOptions& opt, json& routes, json&
   if (c.loss_scaling) verdict_layout(c, routes, params, ports);
   if (opt.loss == "softmax_cross_entropy") xent_program(c, t);
   else loss_program(c, t);
-  c.loss_x = c.fabric_width - 1;
-  c.loss_y = c.fabric_height - 1;
+  // (the loss: summed along the chain ends into the last one; cross-entropy's on the first)
+  const bool first = opt.loss == "softmax_cross_entropy";
+  c.loss_x = first && !c.kernels.back().k_on_columns ? 0 : c.fabric_width - 1;
+  c.loss_y = first && c.kernels.back().k_on_columns ? 0 : c.fabric_height - 1;
 }
 
 }  // namespace tessera::wafer::detail
