@@ -96,7 +96,7 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   t.if_("last" + L);
   t.data("dy" + L, Elem::f32, B * nb);
   t.data("db" + L, Elem::f32, nb);
-  if (k.activated()) {  // one Relu or Tanh (compile refuses others)
+  if (k.activated() && l + 1 == c.kernels.size()) {  // one Relu or Tanh (compile refuses others); before the last kernel the mask overwrites y, which nothing reads after bstart
     t.data("mk" + L, Elem::f32, B * nb);
     t.mem1d("mkm" + L, "mk" + L);
   }
@@ -224,7 +224,7 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     const std::string L = std::to_string(l);
     const int64_t B = k.B, nb = k.nb;
     t.if_("last" + L);
-    const std::string mk = "mkm" + L, dy = "dym" + L, y = "yall" + L;
+    const std::string dy = "dym" + L, y = "yall" + L, mk = l + 1 < n ? y : "mkm" + L;  // (the last kernel's y is the forward output the host reads)
     pool_backward_ops(c, l, t);  // (a Conv's pool: training_conv.cpp)
     if (k.act_is(Unary::Kind::relu)) {  // the ReLU's derivative [y > 0] as -max(-y 2^100, -1): 1 for y >= 2^-100, 0 for y = 0 (y = relu(z) >= 0)
       t.op(Op::fmuls, {mk, y, fimm(-1.2676506e30)});
@@ -272,7 +272,7 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     if (!c.reloads.empty()) t.op(Op::unblock, {"ld"}, "a reload waiting for this kernel's buffer goes on");
     if (l) {
       const bool col2im = conv_reads_conv(c, l);
-      chain_step(t, "first" + P0, "last" + P0, "dxm" + L, "dxto" + L, "dxfrom" + L, col2im ? "dcm" + L : (c.kernels[l - 1].spatial() ? "dyT" : "dym") + P0);
+      chain_step(t, "first" + P0, "last" + P0, "dxm" + L, "dxto" + L, "dxfrom" + L, col2im ? "dxm" + L : (c.kernels[l - 1].spatial() ? "dyT" : "dym") + P0);
       t.if_("last" + P0);
       if (col2im) col2im_ops(c, l, t);
       t.op(Op::activate, {"bstart"});

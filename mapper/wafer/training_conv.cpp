@@ -92,9 +92,9 @@ int64_t pool_backward_cycles(const DenseKernel& k, const WaferConfig& cfg) {
 }
 
 // Kernel l (a Conv reading the Conv l - 1): the arrays and walks of its col2im at the producer's
-// chain ends -- the reduced input gradient `dc<l>` (the reader's B im2col rows of kb), one walk
-// pair per tap (cd<l>_i into the target, cs<l>_i over dc), and a bordered target's array and
-// interior walk.
+// chain ends -- one walk
+// pair per tap (cd<l>_i into the target, cs<l>_i over the reduced input gradient: the reduce ends
+// in place in dx<l> there), and a bordered target's array and interior walk.
 void col2im_arrays(const Compiled& c, size_t l, ProgramTemplate& t) {
   if (!conv_reads_conv(c, l)) return;
   const DenseKernel& n = c.kernels[l];
@@ -105,8 +105,6 @@ void col2im_arrays(const Compiled& c, size_t l, ProgramTemplate& t) {
   const int64_t cb = n.cblk, kb = n.kb, S = n.samples;
   const Col2im g = col2im_target(c, l);
   t.if_("last" + P0);
-  t.data("dc" + L, Elem::f32, n.B * kb, {}, -1, -1, "kernel " + L + "'s input gradient as its im2col rows, reduced along the x lines");
-  t.mem1d("dcm" + L, "dc" + L);
   if (g.border) {
     const auto [h, w] = produced_hw(p);
     t.data(g.arr, Elem::f32, S * g.H * g.W * cb, {}, -1, -1, "the input gradient inside the reader's zero border");
@@ -118,7 +116,7 @@ void col2im_arrays(const Compiled& c, size_t l, ProgramTemplate& t) {
       const int64_t i = a * n.kw + b;
       const std::string I = L + "_" + std::to_string(i);
       t.mem4d("cd" + I, g.arr, g.off + (a * g.W + b) * cb, {{S, g.H * g.W * cb}, {n.oh, n.sh * g.W * cb}, {n.ow, n.sw * cb}, {cb, 1}});
-      t.mem4d("cs" + I, "dc" + L, i * cb, {{S, n.oh * n.ow * kb}, {n.oh, n.ow * kb}, {n.ow, kb}, {cb, 1}});
+      t.mem4d("cs" + I, "dx" + L, i * cb, {{S, n.oh * n.ow * kb}, {n.oh, n.ow * kb}, {n.ow, kb}, {cb, 1}});
     }
   t.endif();
 }
@@ -155,7 +153,7 @@ int64_t col2im_bytes(const Compiled& c, size_t l) {
   if (!conv_reads_conv(c, l)) return 0;
   const DenseKernel& n = c.kernels[l];
   const Col2im g = col2im_target(c, l);
-  return (n.B * n.kb + (g.border ? n.samples * g.H * g.W * n.cblk : 0)) * 4;
+  return (g.border ? n.samples * g.H * g.W * n.cblk : 0) * 4;
 }
 
 // What a trained Conv read by a Conv needs (else an error naming the kernel).
