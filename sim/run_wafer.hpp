@@ -52,6 +52,10 @@ void write_compiled_wafer(const wafer::Compiled& cp, const RunOptions& opt);
 wafer::Elem wafer_compute(const Scenario& s);
 // /mapping/wafer_rect into the compiler's rectangle (an error at the pointer unless [width, height]).
 void wafer_rect_option(const nlohmann::json& mapping, wafer::MappingOptions& mo);
+// Micro-batch i of n of a tensor with the samples along its first dimension, and back
+// (run_wafer_graph.cpp).
+Tensor batch_part(const Tensor& x, int64_t i, int64_t n);
+Tensor batch_concat(const std::vector<Tensor>& parts);
 // The fabric options of a compiled run: run.max_time, run.host_memory, a trace's records, task
 // ends, SIGINT polling, eager memory-only ops unless run.faults are armed.
 // `hb` (optional): ticked by the fabric's progress callback (simulated time, hops).

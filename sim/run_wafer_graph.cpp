@@ -36,8 +36,6 @@ namespace tessera::sim {
 
 using json = nlohmann::json;
 
-namespace {
-
 // Micro-batch i of n of a tensor with the samples along its first dimension, and back.
 Tensor batch_part(const Tensor& x, int64_t i, int64_t n) {
   Shape sh = x.shape();
@@ -55,6 +53,8 @@ Tensor batch_concat(const std::vector<Tensor>& parts) {
   for (const auto& p : parts) std::memcpy(t.data() + at, p.data(), p.nbytes()), at += p.nbytes();
   return t;
 }
+
+namespace {
 
 // Where each kernel's predicted time starts, as the kernel table counts it: the latest predicted
 // output of the kernels before it (0 for the first). A kernel's time is its own output minus

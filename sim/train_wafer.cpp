@@ -18,6 +18,7 @@
 #include "models/common/systemc_env.hpp"
 #include "isa/numeric.hpp"
 #include "isa/wafer/asm.hpp"
+#include "mapper/passes/passes.hpp"
 #include "mapper/wafer/compile.hpp"
 #include "models/common/clock.hpp"
 #include "models/wafer/fabric.hpp"
@@ -52,10 +53,6 @@ class WaferTrainer : public TrainMachine {
     if (m["mode"].get<std::string>() == "pipelined")  // auto means weight streaming here
       throw InputError("/mapping/mode", "training on the wafer runs in weight_streaming mode (the weights and their updates live in MemoryX)",
                        "set mapping.mode to weight_streaming or auto");
-    if (m["micro_batch"].is_number() && !forward.inputs.empty() && !forward.value(forward.inputs[0]).shape.empty() &&
-        m["micro_batch"].get<int64_t>() != forward.value(forward.inputs[0]).shape[0])
-      throw InputError("/mapping/micro_batch", "training on the wafer runs the whole batch at once (micro-batches with gradient accumulation are not built)",
-                       "leave mapping.micro_batch out (\"auto\"), or give a smaller batch");
     wafer::MappingOptions mo;
     mo.mode = wafer::MapMode::weight_streaming;
     mo.training = true;
@@ -75,7 +72,43 @@ class WaferTrainer : public TrainMachine {
     wafer_rect_option(m, mo);
     const auto c0 = std::chrono::steady_clock::now();
     enter_phase("compile");
-    cp_ = wafer::compile(forward, cfg_, mo);
+    // Micro-batches (gradient accumulation; docs/training.md): the program for mb samples runs
+    // B / mb times a step -- `mapping.micro_batch` a divisor of the batch, or auto: the whole batch
+    // when it fits, else the largest divisor that does.
+    const int64_t B = forward.inputs.empty() || forward.value(forward.inputs[0]).shape.empty() ? 1 : forward.value(forward.inputs[0]).shape[0];
+    auto compile_for = [&](int64_t b) {
+      graph::Graph g = forward;
+      if (b != B) passes::with_batch(g, b);
+      mo.micro_batches = B / b;
+      return wafer::compile(g, cfg_, mo);
+    };
+    int64_t mb = B;
+    if (m["micro_batch"].is_number()) {
+      mb = m["micro_batch"].get<int64_t>();
+      if (mb < 1 || B % mb != 0)
+        throw InputError("/mapping/micro_batch", std::to_string(mb) + " does not divide the batch of " + std::to_string(B), "give a divisor of the batch, or \"auto\"");
+      cp_ = compile_for(mb);
+    } else {
+      try {
+        cp_ = compile_for(B);
+      } catch (const wafer::DoesNotFit& whole) {
+        bool found = false;
+        for (int64_t b = B - 1; b >= 1 && !found; --b) {
+          if (B % b != 0) continue;
+          try {
+            cp_ = compile_for(b);
+            mb = b, found = true;
+          } catch (const wafer::DoesNotFit& e) {
+            if (b == 1)
+              throw InputError("/mapping/mode", e.diagnostics()[0].message + ", with one sample at a time (mapping.micro_batch 1; the whole batch of " + std::to_string(B) + " needs more)", e.ways(false));
+          }
+        }
+        if (!found) throw InputError("/mapping/mode", whole.diagnostics()[0].message, whole.ways(false));
+        con.detail("mapping.micro_batch auto: the batch of " + std::to_string(B) + " does not fit a PE's SRAM at once; " + std::to_string(B / mb) + " micro-batches of " + std::to_string(mb) +
+                   ", their gradients summed");
+      }
+    }
+    runs_ = B / mb;
     const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
     for (const auto& k : cp_.kernels)
       for (const auto& v : {k.w_value, k.b_value})
@@ -83,16 +116,17 @@ class WaferTrainer : public TrainMachine {
     if (tg.state.size() != tg.params.size() * (adam_ ? 3 : momentum_ != 0 ? 2 : 1) + (scaling_ ? (adam_ ? 3 : 2) : 0))
       throw std::logic_error("wafer training: unexpected optimizer state");
     con.out(con.bold("compiled") + " " + std::to_string(cp_.kernels.size()) + " layer(s) with their backward pass on " + std::to_string(cp_.fabric_width) + " x " +
-            std::to_string(cp_.fabric_height) + " PEs, weights streamed from MemoryX, gradients to MemoryX (" + format_num(compile_s * 1e3, "%.1f") +
-            " ms)");
-    con.out(con.bold("predicted") + " " + format_num(cp_.predicted_s * 1e6, "%.3f") + " us per training step (forward to cycle " +
+            std::to_string(cp_.fabric_height) + " PEs, weights streamed from MemoryX, gradients to MemoryX" +
+            (runs_ > 1 ? ", " + std::to_string(runs_) + " micro-batches of " + std::to_string(mb) + " a step" : std::string()) + " (" + format_num(compile_s * 1e3, "%.1f") + " ms)");
+    con.out(con.bold("predicted") + " " + format_num(predicted_step() * 1e6, "%.3f") + " us per training step (" +
+            (runs_ > 1 ? std::to_string(runs_) + " runs: " + std::to_string(runs_ - 1) + " of " + format_num(cp_.train_est.skip_s * 1e6, "%.3f") + " us, the last " + format_num(cp_.predicted_s * 1e6, "%.3f") + " us; each " : std::string()) + "forward to cycle " +
             std::to_string(cp_.train_est.forward) + ", loss to " + std::to_string(cp_.train_est.loss) + ", backward to " + std::to_string(cp_.train_est.backward) +
             ", MemoryX updates done at " + format_num(cp_.train_est.update_end_s * 1e6, "%.3f") + " us)");
     L_ = load_compiled_wafer(cp_, cfg_);
     wafer::Fabric::check_host_memory(L_, cfg_, compiled_fabric_options(s, cfg_).host_memory_budget);
     if (trace_wanted(s)) check_wafer_trace_pes(s.resolved["trace"], L_);
     if (opt.check_only) {
-      note_checked(opt, "compiled " + std::to_string(cp_.kernels.size()) + " layer(s), predicted " + format_num(cp_.predicted_s * 1e6, "%.3f") +
+      note_checked(opt, "compiled " + std::to_string(cp_.kernels.size()) + " layer(s), predicted " + format_num(predicted_step() * 1e6, "%.3f") +
                             " us per training step");
       return;  // nothing elaborated: run_training returns before a step
     }
@@ -112,10 +146,12 @@ class WaferTrainer : public TrainMachine {
     sx_->socket.bind(mx_->socket);
     if (adam_) mx_->set_adam(spec.learning_rate, spec.beta1, spec.beta2, spec.eps, spec.weight_decay);
     else mx_->set_sgd(spec.learning_rate, momentum_, spec.weight_decay);
-    if (scaling_) {
+    if (cp_.verdict()) {
       // MemoryX's verdict: once every gradient wavelet has left the fabric, MemoryX takes them
       // (the updates as below, g / S or nothing) and sends each PE of the east column and south row
       // 1 / S, or 0 when a gradient was not finite (the chain ends then update their biases or not).
+      // With micro-batches: 1 after the step's last run (its gradients complete the sums and the
+      // update applies them), 0 before it, sent as the gradients have left.
       wafer::Fabric::PortReply r;
       int64_t count = 0;
       for (const auto& k : cp_.kernels) {
@@ -128,9 +164,10 @@ class WaferTrainer : public TrainMachine {
         grads_out_ = rel;
         grads_done_ = take_gradients();
         const models::ClockDomain& ck = fab_->clock();
-        const sc_core::sc_time at = grads_done_ + sc_core::sc_time(cfg_.swarmx_latency, sc_core::SC_SEC);  // back through SwarmX
+        const sc_core::sc_time from = scaling_ ? grads_done_ : sc_core::sc_time::from_value(static_cast<uint64_t>(ck.time_of(c_start_ + rel)));
+        const sc_core::sc_time at = from + sc_core::sc_time(cfg_.swarmx_latency, sc_core::SC_SEC);  // back through SwarmX
         const int64_t ready = ck.cycle_at_or_after(static_cast<models::Femtos>(at.value())) - c_start_;
-        const uint32_t v = finite_ ? float_bits(1.0f / scale_) : 0u;
+        const uint32_t v = scaling_ ? (finite_ ? float_bits(1.0f / scale_) : 0u) : last_run_ ? float_bits(1.0f) : 0u;
         return std::vector<std::pair<std::vector<uint32_t>, int64_t>>(static_cast<size_t>(fab_->port_lanes("verdict")), {{v}, ready});
       };
       fab_->set_port_reply(std::move(r));
@@ -181,8 +218,6 @@ class WaferTrainer : public TrainMachine {
 
   std::map<std::string, Tensor> step(const std::map<std::string, Tensor>& in) override {
     if (steps_ == 0) faults_ = arm_wafer_faults(*scenario_, *fab_, fault_what_);
-    for (const auto& a : cp_.place_input(in.at(cp_.input))) fab_->write_array(a.x, a.y, a.array, a.values);
-    for (const auto& a : cp_.place_target(in.at(target_))) fab_->write_array(a.x, a.y, a.array, a.values);
     if (scaling_)  // MemoryX's loss scale, at the loss PEs
       for_chain_ends(cp_.kernels.back(), [&](int64_t x, int64_t y, int64_t) { fab_->write_array(x, y, "lsc", std::vector<float>{scale_}); });
     if (spec_.schedule != "constant") {
@@ -208,30 +243,77 @@ class WaferTrainer : public TrainMachine {
       for (const auto& k : cp_.kernels)
         for_chain_ends(k, [&](int64_t x, int64_t y, int64_t) { fab_->write_array(x, y, "abc" + std::to_string(&k - cp_.kernels.data()), abc); });
     }
-    const sc_core::sc_time t_start = sc_core::sc_time_stamp();
+    // The step's runs: one, or one per micro-batch, each with its samples of x and the target
+    // (MemoryX sums the runs' weight gradients and the chain ends their bias gradients; the last
+    // run's verdict applies the sums). The loss is the runs' losses added (each of the whole batch's
+    // mean), the forward output their outputs in sample order.
+    const sc_core::sc_time t_step = sc_core::sc_time_stamp();
     const models::ClockDomain& ck = fab_->clock();
-    const int64_t c_start = ck.cycle_at_or_after(static_cast<models::Femtos>(t_start.value()));
-    c_start_ = c_start;
-    stream_compiled_weights(cp_, *fab_, *mx_, *sx_, t_start);
-    fab_->start();
-    sc_core::sc_start();
-    tessera::models::after_systemc();
-    poll_interrupt();
-    const bool faulted = steps_ == 0 && !faults_.empty();
-    if (faulted) {
-      report_wafer_faults(faults_, fault_what_, *fab_);
-      fab_->clear_faults();
+    const double t_step0 = t_step.to_seconds() - (steps_ ? first_start_s_ : (first_start_s_ = t_step.to_seconds()));
+    const double cyc = 1.0 / cfg_.clock_hz;
+    float loss = 0;
+    std::vector<Tensor> outs;
+    for (int64_t r = 0; r < runs_; ++r) {
+      const Tensor& x = in.at(cp_.input);
+      const Tensor& tg = in.at(target_);
+      for (const auto& a : cp_.place_input(runs_ > 1 ? batch_part(x, r, runs_) : x)) fab_->write_array(a.x, a.y, a.array, a.values);
+      for (const auto& a : cp_.place_target(runs_ > 1 ? batch_part(tg, r, runs_) : tg)) fab_->write_array(a.x, a.y, a.array, a.values);
+      last_run_ = r + 1 == runs_;
+      if (runs_ > 1) mx_->set_accumulate(!last_run_);
+      const sc_core::sc_time t_start = sc_core::sc_time_stamp();
+      const int64_t c_start = ck.cycle_at_or_after(static_cast<models::Femtos>(t_start.value()));
+      c_start_ = c_start;
+      stream_compiled_weights(cp_, *fab_, *mx_, *sx_, t_start);
+      fab_->start();
+      sc_core::sc_start();
+      tessera::models::after_systemc();
+      poll_interrupt();
+      const bool faulted = steps_ == 0 && r == 0 && !faults_.empty();
+      if (faulted) {
+        report_wafer_faults(faults_, fault_what_, *fab_);
+        fab_->clear_faults();
+      }
+      if (fab_->error()) {
+        const std::string where = "compiled training layout, step " + std::to_string(first_step + steps_) + (runs_ > 1 ? ", micro-batch " + std::to_string(r) : std::string());
+        if (faulted) throw InputError(where, *fab_->error(), "the faults injected by run.faults stopped the run");
+        throw std::runtime_error(where + ": " + *fab_->error());
+      }
+      if (!fab_->finished()) throw std::runtime_error("the fabric did not finish a training step (SystemC ran out of events)");
+      const wafer::FabricStats& st = fab_->stats();
+      sc_core::sc_time t_end = sc_core::sc_time::from_value(static_cast<uint64_t>(ck.time_of(c_start + st.cycles)));
+      // (with a verdict MemoryX took the gradients during the run, before it)
+      t_end = std::max(t_end, cp_.verdict() ? grads_done_ : take_gradients());
+      // Advance simulated time to the last update, so the next run starts after it.
+      if (t_end > sc_core::sc_time_stamp()) {
+        sc_core::sc_start(t_end - sc_core::sc_time_stamp());
+        tessera::models::after_systemc();
+      }
+      fabric_cycles_ += st.cycles;
+      loss = loss + fab_->read_array(cp_.loss_x, cp_.loss_y, "loss").at(0);
+      outs.push_back(cp_.gather_output([&](int64_t px, int64_t py, const std::string& a) { return fab_->read_array(px, py, a); }));
+      {  // the run's phases: forward until the last chain end has its output, the loss until the loss
+         // PE has it, the backward pass until the fabric is done, then the MemoryX update
+        const double t0 = t_step0 + (t_start - t_step).to_seconds(), t1 = t_step0 + (t_end - t_step).to_seconds();
+        const auto& kl = cp_.kernels.back();
+        int64_t fwd = 0;
+        for_chain_ends(kl, [&](int64_t px, int64_t py, int64_t) { fwd = std::max(fwd, fab_->task_end(px, py, "red")); });
+        const int64_t lossc = std::max(fwd, fab_->task_end(cp_.loss_x, cp_.loss_y, "lossk"));
+        if (runs_ > 1) spans_.push_back({"micro-batch " + std::to_string(r), t0, t1});
+        phases_.push_back({"forward", t0, t0 + static_cast<double>(fwd) * cyc});
+        phases_.push_back({"loss", t0 + static_cast<double>(fwd) * cyc, t0 + static_cast<double>(lossc) * cyc});
+        // (with a verdict the fabric runs on to it: the update phase is MemoryX's and the chain
+        // ends' bias updates after it)
+        const int64_t bwd = cp_.verdict() ? grads_out_ : st.cycles;
+        phases_.push_back({"backward", t0 + static_cast<double>(lossc) * cyc, t0 + static_cast<double>(bwd) * cyc});
+        phases_.push_back({"weight update (MemoryX)", t0 + static_cast<double>(bwd) * cyc, t1});
+        last_step_t0_ = t0;
+        const auto& e = cp_.train_est;  // the estimate's phases, at the last run's place
+        pred_ = {{"forward", t0, t0 + static_cast<double>(e.forward) * cyc},
+                 {"loss", t0 + static_cast<double>(e.forward) * cyc, t0 + static_cast<double>(e.loss) * cyc},
+                 {"backward", t0 + static_cast<double>(e.loss) * cyc, t0 + static_cast<double>(e.backward) * cyc},
+                 {"weight update (MemoryX)", t0 + static_cast<double>(e.backward) * cyc, t0 + cp_.predicted_s}};
+      }
     }
-    if (fab_->error()) {
-      const std::string where = "compiled training layout, step " + std::to_string(first_step + steps_);
-      if (faulted) throw InputError(where, *fab_->error(), "the faults injected by run.faults stopped the run");
-      throw std::runtime_error(where + ": " + *fab_->error());
-    }
-    if (!fab_->finished()) throw std::runtime_error("the fabric did not finish a training step (SystemC ran out of events)");
-    const wafer::FabricStats& st = fab_->stats();
-    sc_core::sc_time t_end = sc_core::sc_time::from_value(static_cast<uint64_t>(ck.time_of(c_start + st.cycles)));
-    // (with loss scaling MemoryX took the gradients during the run, before its verdict)
-    t_end = std::max(t_end, scaling_ ? grads_done_ : take_gradients());
     bool skipped = false;
     if (scaling_) {  // GradScaler's rules, on MemoryX's scale (fp32, as the reference graph)
       skipped = !finite_;
@@ -249,41 +331,13 @@ class WaferTrainer : public TrainMachine {
         count_ = 0;
       }
     }
-    // Advance simulated time to the last update, so the next step starts after it.
-    if (t_end > sc_core::sc_time_stamp()) {
-      sc_core::sc_start(t_end - sc_core::sc_time_stamp());
-      tessera::models::after_systemc();
-    }
-    last_s_ = (t_end - t_start).to_seconds();
+    last_s_ = (sc_core::sc_time_stamp() - t_step).to_seconds();
     total_s_ += last_s_;
-    {  // the step's phases: forward until the last chain end has its output, the loss until the loss
-       // PE has it, the backward pass until the fabric is done, then the MemoryX update
-      const double t0 = t_start.to_seconds() - (steps_ ? first_start_s_ : (first_start_s_ = t_start.to_seconds()));
-      const double cyc = 1.0 / cfg_.clock_hz;
-      const auto& kl = cp_.kernels.back();
-      int64_t fwd = 0;
-      for_chain_ends(kl, [&](int64_t x, int64_t y, int64_t) { fwd = std::max(fwd, fab_->task_end(x, y, "red")); });
-      const int64_t loss = std::max(fwd, fab_->task_end(cp_.loss_x, cp_.loss_y, "lossk"));
-      spans_.push_back({"step " + std::to_string(first_step + steps_), t0, t0 + last_s_});
-      phases_.push_back({"forward", t0, t0 + static_cast<double>(fwd) * cyc});
-      phases_.push_back({"loss", t0 + static_cast<double>(fwd) * cyc, t0 + static_cast<double>(loss) * cyc});
-      // (with loss scaling the fabric runs on to the verdict: the update phase is MemoryX's and the
-      // chain ends' bias updates after it)
-      const int64_t bwd = scaling_ ? grads_out_ : st.cycles;
-      phases_.push_back({"backward", t0 + static_cast<double>(loss) * cyc, t0 + static_cast<double>(bwd) * cyc});
-      phases_.push_back({"weight update (MemoryX)", t0 + static_cast<double>(bwd) * cyc, t0 + last_s_});
-      last_step_t0_ = t0;
-      const auto& e = cp_.train_est;  // the estimate's phases, at the last step's place
-      pred_ = {{"forward", t0, t0 + static_cast<double>(e.forward) * cyc},
-               {"loss", t0 + static_cast<double>(e.forward) * cyc, t0 + static_cast<double>(e.loss) * cyc},
-               {"backward", t0 + static_cast<double>(e.loss) * cyc, t0 + static_cast<double>(e.backward) * cyc},
-               {"weight update (MemoryX)", t0 + static_cast<double>(e.backward) * cyc, t0 + cp_.predicted_s}};
-    }
-    fabric_cycles_ += st.cycles;
+    spans_.push_back({"step " + std::to_string(first_step + steps_), t_step0, t_step0 + last_s_});
     ++steps_;
     std::map<std::string, Tensor> out;
-    out[cp_.output] = cp_.gather_output([&](int64_t x, int64_t y, const std::string& a) { return fab_->read_array(x, y, a); });
-    out["loss"] = Tensor::from_f32({}, {fab_->read_array(cp_.loss_x, cp_.loss_y, "loss").at(0)});
+    out[cp_.output] = runs_ > 1 ? batch_concat(outs) : outs[0];
+    out["loss"] = Tensor::from_f32({}, {loss});
     // The step's rate MemoryX and the chain ends applied.
     out["learning_rate"] = Tensor::from_f32({}, {lr_});
     if (scaling_) out["skipped"] = Tensor::from_f32({}, {skipped ? 1.0f : 0.0f});
@@ -359,17 +413,18 @@ class WaferTrainer : public TrainMachine {
     report["compile"] = {{"mode", "weight_streaming"}, {"training", true}, {"layers", layers}, {"fabric", {cp_.fabric_width, cp_.fabric_height}},
                          {"colors_used", cp_.colors_used}, {"sram_high_water_bytes", cp_.sram_high_water}};
     const double per_step = total_s_ / static_cast<double>(std::max<int64_t>(1, steps_));
-    const double err = per_step > 0 ? (cp_.predicted_s - per_step) / per_step * 100 : 0.0;
-    report["latency"]["predicted_s"] = cp_.predicted_s;
+    const double err = per_step > 0 ? (predicted_step() - per_step) / per_step * 100 : 0.0;
+    report["latency"]["predicted_s"] = predicted_step();
+    if (runs_ > 1) report["latency"]["micro_batches"] = {{"count", runs_}, {"predicted_s_each", cp_.train_est.skip_s}, {"predicted_s_last", cp_.predicted_s}};
     report["latency"]["error_pct"] = err;
     report["latency"]["predicted_phases_cycles"] = {{"forward", cp_.train_est.forward}, {"loss", cp_.train_est.loss}, {"backward", cp_.train_est.backward}};
     report["latency"]["predicted_update_end_s"] = cp_.train_est.update_end_s;
     report["weight_streaming"] = {{"memoryx", {{"bytes_read", mx_->stats().bytes_read}, {"bytes_written", mx_->stats().bytes_written}, {"updates", mx_->stats().updates}}},
                                   {"swarmx", {{"bytes_broadcast", sx_->stats().bytes_broadcast}, {"bytes_reduced", sx_->stats().bytes_reduced}}}};
     report["stats"] = {{"fabric_cycles", fabric_cycles_}, {"steps", steps_}};
-    con.out(con.bold("training step") + " " + format_num(cp_.predicted_s * 1e6, "%.3f") + " us predicted, " + format_num(per_step * 1e6, "%.3f") + " us simulated (" +
+    con.out(con.bold("training step") + " " + format_num(predicted_step() * 1e6, "%.3f") + " us predicted, " + format_num(per_step * 1e6, "%.3f") + " us simulated (" +
             format_num(err, "%+.1f") + "%; fabric " +
-            format_num(static_cast<double>(fabric_cycles_) / static_cast<double>(std::max<int64_t>(1, steps_)), "%.0f") + " cycles per step, " + (scaling_ ? "MemoryX's update and verdict inside it" : "then the MemoryX update") + "); MemoryX read " +
+            format_num(static_cast<double>(fabric_cycles_) / static_cast<double>(std::max<int64_t>(1, steps_)), "%.0f") + " cycles per step, " + (scaling_ ? "MemoryX's update and verdict inside it" : runs_ > 1 ? "each micro-batch's gradient sum and verdict inside it" : "then the MemoryX update") + "); MemoryX read " +
             std::to_string(mx_->stats().bytes_read) + " B, SwarmX reduced " + std::to_string(sx_->stats().bytes_reduced) + " B of gradients");
   }
 
@@ -468,6 +523,10 @@ class WaferTrainer : public TrainMachine {
   // Dynamic loss scaling (MemoryX's state: the scale and the finite steps in a row, fp32 as the
   // reference graph keeps them); the last step's verdict and when its gradients left and were done.
   bool scaling_ = false, finite_ = true;
+  int64_t runs_ = 1;        // micro-batches a step
+  bool last_run_ = true;    // the run under way is the step's last (the verdict's 1)
+  // (the runs before the last skip the bias updates: their verdict is 0)
+  double predicted_step() const { return cp_.train_est.skip_s * static_cast<double>(runs_ - 1) + cp_.predicted_s; }
   float scale_ = 1, count_ = 0, growth_ = 2, backoff_ = 0.5f;
   // Adam: its update count with loss scaling (MemoryX's state; else the step), the betas.
   bool adam_ = false;

@@ -102,7 +102,7 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
     const RectR r{k.x0, k.y0, k.x0 + k.w - 1, k.y0 + k.h - 1};
     st.push_back({c.kernels.size() - 1, 'L', {r}});
     st.push_back({c.kernels.size() - 1, 'M', {r}});
-    if (c.loss_scaling) st.push_back({c.kernels.size() - 1, 'V', {r}});  // MemoryX's verdict, to the chain ends
+    if (c.verdict()) st.push_back({c.kernels.size() - 1, 'V', {r}});  // MemoryX's verdict, to the chain ends
   }
   using G = boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS>;
   G g(st.size());

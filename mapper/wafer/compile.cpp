@@ -139,6 +139,7 @@ Compiled compile(const graph::Graph& g, const WaferConfig& cfg, const MappingOpt
   c.momentum = opt.momentum;
   c.weight_decay = opt.weight_decay;
   c.loss_scaling = opt.loss_scaling;
+  c.micro_batches = opt.micro_batches;
   c.adam = opt.adam, c.beta1 = opt.beta1, c.beta2 = opt.beta2, c.eps = opt.eps;
   c.lr_scheduled = opt.lr_scheduled;
   if (c.training) check_training(c, opt);

@@ -67,6 +67,11 @@ struct MappingOptions {
   // Dynamic loss scaling (16-bit compute): dy scaled by the loss scale the host places at the loss
   // PEs (`lsc`); the biases wait for MemoryX's verdict on the gradients (port "verdict").
   bool loss_scaling = false;
+  // Micro-batches (gradient accumulation): the program is compiled for one micro-batch and runs
+  // this many times a step; the loss divides by the whole batch, MemoryX sums the weight gradients
+  // of the runs and the chain ends the bias gradients (`dba<l>`), and the updates wait for the
+  // last run, which MemoryX's verdict says (1; 0 before it).
+  int64_t micro_batches = 1;
   // Adam (torch.optim.Adam's): MemoryX updates the weights; the chain ends the biases, with the
   // bias corrections 1 / (1 - b^t) the host places each step (`abc<l>`).
   bool adam = false;
@@ -402,6 +407,7 @@ struct Compiled {
   struct TrainEstimate {
     int64_t forward = 0, loss = 0, backward = 0;  // ends: last chain end's forward, last loss, fabric
     double update_end_s = 0;                       // the last MemoryX update done
+    double skip_s = 0;                             // a run whose verdict is 0 (a micro-batch before the last): no bias updates
   } train_est;
   double clock_hz = 0;
   int64_t sram_high_water = 0;                  // bytes of data per PE, the largest
@@ -412,6 +418,8 @@ struct Compiled {
   double momentum = 0;                          // training: SGD momentum (0: plain SGD)
   double weight_decay = 0;                      // training: the biases' weight decay (MemoryX applies the weights')
   bool loss_scaling = false;                    // training: dynamic loss scaling (MappingOptions)
+  int64_t micro_batches = 1;                    // training: runs per step (MappingOptions)
+  bool verdict() const { return loss_scaling || micro_batches > 1; }  // training: the bias updates wait for MemoryX's verdict
   bool adam = false;                            // training: Adam (MappingOptions)
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   bool lr_scheduled = false;                    // training: the step's rate placed per step (MappingOptions)
@@ -457,15 +465,14 @@ class DoesNotFit : public InputError {
   DoesNotFit(const std::string& where, const std::string& message, bool larger, bool half, bool training)
       : InputError(where, message, ways(larger, half, training, true)), larger(larger), half(half), training(training) {}
   // What may make it fit, as a hint: a larger rectangle (if one could help), 16-bit compute (if fp32),
-  // a smaller batch (training) or micro-batches (inference, unless `micro` is false: tried already),
-  // the NeuronCore.
+  // micro-batches (unless `micro` is false: tried already; training: gradient accumulation), the
+  // NeuronCore.
   static std::string ways(bool larger, bool half, bool training, bool micro) {
     std::string h;
     auto add = [&h](const std::string& w) { h += (h.empty() ? "" : ", or ") + w; };
     if (larger) add("give a larger rectangle (mapping.wafer_rect, or leave it out: the compiler then grows the rectangle as far as the fabric allows) or fabric (target.params fabric.width/height)");
     if (!half) add("compute in 16 bits (precision.compute fp16, bf16 or cbf16: half the bytes of every weight and value)");
-    if (training) add("train on a smaller batch");
-    else if (micro) add("run micro-batches (mapping.micro_batch)");
+    if (micro) add(training ? "train in micro-batches (mapping.micro_batch: gradient accumulation)" : "run micro-batches (mapping.micro_batch)");
     add("run the model on target.kind neuroncore");
     return h;
   }

@@ -96,8 +96,9 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     // bstart at each chain end q: mask (ReLU), bias gradient and update, then the multicast
     // (the bias update: weight decay, momentum, SGD; with loss scaling the verdict task's instead)
     const int64_t update = bias_update_cycles(c, li, cfg);
-    int64_t body = dd + (k.activated() ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + (c.loss_scaling || c.adam ? 0 : update) + 1;
-    const int64_t after_send = !c.loss_scaling && c.adam ? update : 0;  // (Adam's update after the multicast has started: the chain end's own dy tasks wait)
+    int64_t body = dd + (k.activated() ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + (c.verdict() || c.adam ? 0 : update) + 1;
+    if (c.micro_batches > 1 && !k.b_value.empty()) body += dsd(nb);  // db summed over the micro-batches
+    const int64_t after_send = !c.verdict() && c.adam ? update : 0;  // (Adam's update after the multicast has started: the chain end's own dy tasks wait)
     if (c.half()) body += dsd(n, Op::fs2h);  // mixed precision: dy to the compute type before it is sent
     body += pool_backward_cycles(k, cfg);  // a Conv's pool: the global pool's spread, or per window offset the mask (4 ops) and dy there
     // per dy wavelet at every PE (bdy): the weight gradient's fmacs (fmuls for the first sample),
@@ -189,15 +190,23 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     done = std::max(done, store + cfg.memoryx_latency);
   }
   c.train_est.update_end_s = done;
-  if (c.loss_scaling) {
-    // MemoryX's verdict: back through SwarmX once the last update is done, into the east edge; the
+  int64_t skip_end = fabric_end;
+  if (c.verdict()) {
+    // MemoryX's verdict (with micro-batches: whether this run is the step's last, once the
+    // gradients have left: no wait for the update): back through SwarmX once the last update is done, into the east edge; the
     // south row's lane crosses the rectangle (w hops); the verdict task scales db and updates the
     // biases of every kernel whose chain ends are there (the corner PE holds both orientations'),
     // then halts.
-    const int64_t at = static_cast<int64_t>(std::ceil((done + cfg.swarmx_latency) * hz - 1e-9));
+    int64_t left = 0;
+    for (const int64_t e : port_end_of) left = std::max(left, e);
+    const int64_t at = c.loss_scaling ? static_cast<int64_t>(std::ceil((done + cfg.swarmx_latency) * hz - 1e-9))
+                                      : left + static_cast<int64_t>(std::ceil(cfg.swarmx_latency * hz - 1e-9));
     // (per PE the kernels whose chain ends it holds: the east column's rows below an A kernel's
     // blocks, the south row's columns below a B kernel's, both at the corner; the slowest PE)
-    auto cost = [&](size_t l) { return c.kernels[l].b_value.empty() ? int64_t{0} : dsd(c.kernels[l].nb) + bias_update_cycles(c, l, cfg); };  // (db *= 1 / S first)
+    auto cost = [&](size_t l) {  // (db *= 1 / S first; micro-batches: db from the sum, the sum zeroed)
+      const int64_t nb = c.kernels[l].nb, pre = (c.loss_scaling ? dsd(nb) : 0) + (c.micro_batches > 1 ? 2 * dsd(nb, Op::fmovs) : 0);
+      return c.kernels[l].b_value.empty() ? int64_t{0} : pre + bias_update_cycles(c, l, cfg);
+    };
     int64_t worst = 0;
     for (int64_t y = 0; y < kl.h; ++y)
       for (int64_t x = 0; x < kl.w; ++x) {
@@ -210,10 +219,12 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
         worst = std::max(worst, sum);
       }
     const int64_t task = 2 + 1 + worst;  // the branch, the updates, halt
+    skip_end = std::max(fabric_end, at + kl.w * hop + 2 + 2 + 1);  // (verdict 0: the branch, halt)
     fabric_end = std::max(fabric_end, at + kl.w * hop + 2 + task);
   }
   c.predicted_cycles = fabric_end;
   c.predicted_s = std::max(static_cast<double>(fabric_end) / hz, done);
+  c.train_est.skip_s = std::max(static_cast<double>(skip_end) / hz, done);
 }
 
 }  // namespace tessera::wafer::detail

@@ -55,7 +55,7 @@ void loss_program(const Compiled& c, ProgramTemplate& t) {
   const DenseKernel& k = c.kernels.back();
   const std::string L = std::to_string(l);
   const int64_t n = k.B * k.nb;
-  const double inv = 1.0 / static_cast<double>(k.B * k.N);
+  const double inv = 1.0 / static_cast<double>(k.B * k.N * c.micro_batches);  // (the whole batch's mean)
   t.comment("---- loss (mean squared error) at the chain ends of kernel " + L);
   t.if_("last" + L);
   t.data("tgt", Elem::f32, n, {}, -1, -1, "the target block, placed by the host each step");
@@ -141,7 +141,7 @@ void xent_program(const Compiled& c, ProgramTemplate& t) {
     const std::string C = std::to_string(cc);
     t.op(Op::fmuls, {"g" + C, "e" + C, "xrm"});
     t.op(Op::fsubs, {"g" + C, "g" + C, "t" + C});
-    t.op(Op::fmuls, {"g" + C, "g" + C, fnum(1.0 / static_cast<double>(B))});
+    t.op(Op::fmuls, {"g" + C, "g" + C, fnum(1.0 / static_cast<double>(B * c.micro_batches))});  // (the whole batch's)
   }
   scale_dy(c, t, L);
   // ln s: y0 = 2 (s - 1) / (s + 1), then y += s exp(-y) - 1, five times
@@ -165,7 +165,7 @@ void xent_program(const Compiled& c, ProgramTemplate& t) {
     t.op(Op::fmuls, {"e" + C, "e" + C, "t" + C});
   }
   sum_elements(t, "laccm", "de", B * N);
-  t.op(Op::fmuls, {"lossm", "laccm", fnum(1.0 / static_cast<double>(B))});
+  t.op(Op::fmuls, {"lossm", "laccm", fnum(1.0 / static_cast<double>(B * c.micro_batches))});
   t.op(Op::activate, {"bstart"});
   t.op(Op::ret, {});
   t.endif();

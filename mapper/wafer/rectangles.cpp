@@ -232,6 +232,7 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
       data += col2im_bytes(c, l);                                     // a Conv reading a Conv: its input gradient as im2col rows, a bordered copy (the producer's chain ends)
       if (c.half()) data += (k.B * k.nb + k.kb * k.nb) * 2;           // dy and the weight gradient in 16 bits, as they are sent
       if (opt.loss_scaling) data += k.nb * 2 + 4;                     // db's finiteness, the loss scale
+      if (opt.micro_batches > 1) data += k.nb * 4;                    // chain ends: the bias gradient summed over the micro-batches
       if (opt.momentum != 0) data += k.nb * 4;                       // chain ends: the bias velocity
       if (opt.adam) data += (2 + kAdamTemps) * k.nb * 4 + 8;          // chain ends: Adam's moments, temporaries, corrections
       if (opt.lr_scheduled) data += k.nb * 4 + 4;                     // chain ends: the step's learning rate, a temporary

@@ -114,6 +114,10 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   }
   t.fabric("dyout" + L, DsdKind::fabout, c.compute, k.cb, kDyOutQueue, B * nb);
   pool_backward_arrays(c, l, t);  // (and a Flatten reader's order: training_conv.cpp)
+  if (c.micro_batches > 1) {
+    t.data("dba" + L, Elem::f32, nb, {}, -1, -1, "the bias gradient summed over the step's micro-batches");
+    t.mem1d("dbam" + L, "dba" + L);
+  }
   if (c.momentum != 0) {
     t.data("vb" + L, Elem::f32, nb, {}, -1, -1, "the bias velocity (momentum), kept from step to step");
     t.mem1d("vbm" + L, "vb" + L);
@@ -251,15 +255,16 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     t.op(Op::add, {reg(14), reg(14), imm(1)});
     t.op(Op::jmp, {"bl" + L});
     t.label("bd" + L);
-    // (with loss scaling: the verdict task, vdt; Adam's long update after the multicast has started)
-    if (!c.loss_scaling && !c.adam) bias_update(l);
+    // (with loss scaling or micro-batches: the verdict task, vdt; Adam's long update after the multicast has started)
+    if (c.micro_batches > 1 && !k.b_value.empty()) t.op(Op::fadds, {"dbam" + L, "dbam" + L, "dbm" + L});
+    if (!c.verdict() && !c.adam) bias_update(l);
     if (c.half()) {
       t.op(Op::fs2h, {"dyhm" + L, dy});
       t.op_async(Op::fmovh, {"dyout" + L, "dyhm" + L});
     } else {
       t.op_async(Op::fmovs, {"dyout" + L, dy});
     }
-    if (!c.loss_scaling && c.adam) bias_update(l);
+    if (!c.verdict() && c.adam) bias_update(l);
     t.endif();
     t.op(Op::ret, {});
   });
@@ -309,7 +314,7 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
   dispatch(t, kRegGdone, keys, "gc", [&](int64_t key) {
     const size_t l = layer(key);
     if (l == 0) {
-      if (c.loss_scaling) {  // the PEs the verdict reaches wait for it
+      if (c.verdict()) {  // the PEs the verdict reaches wait for it
         t.if_("vrecv");
         t.op(Op::unblock, {"vdt"});
         t.op(Op::ret, {});
@@ -334,10 +339,12 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     t.op(Op::ret, {});
   });
 
-  if (!c.loss_scaling) return;
+  if (!c.verdict()) return;
   // MemoryX's verdict (one wavelet per PE of the east column and the south row, after layer 0's
-  // gradient has left): 1 / S when every gradient was finite -- db / S, then the bias update --,
-  // 0 when one was not: the step is skipped, the biases and their velocities keep their values.
+  // gradient has left): with loss scaling 1 / S when every gradient was finite -- db / S, then the
+  // bias update --, 0 when one was not: the step is skipped, the biases and their velocities keep
+  // their values. With micro-batches 1 after the step's last run -- db is the sum of the runs',
+  // which starts again from 0 --, 0 before it: nothing to update yet.
   t.if_("vrecv");
   t.task("vdt", TaskKind::data, id_after(c, 5), c.cv, kDyInQueue, false, true, "wv = 1 / S, or 0: the step is skipped");
   t.op(Op::bz, {kWv, "vskip"});
@@ -345,7 +352,11 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     const std::string L = std::to_string(l);
     if (c.kernels[l].b_value.empty()) continue;
     t.if_("last" + L);
-    t.op(Op::fmuls, {"dbm" + L, "dbm" + L, kWv});
+    if (c.micro_batches > 1) {
+      t.op(Op::fmovs, {"dbm" + L, "dbam" + L});
+      t.op(Op::fmovs, {"dbam" + L, fimm(0.0)});
+    }
+    if (c.loss_scaling) t.op(Op::fmuls, {"dbm" + L, "dbm" + L, kWv});
     bias_update(l);
     t.endif();
   }
@@ -384,6 +395,9 @@ void check_training(const Compiled& c, const MappingOptions& opt) {
       throw InputError(where, "attention and branching graphs (a layer reading other than the layer before it) are not trained on the wafer in this build", hint);
   }
   if (opt.loss != "mse" && opt.loss != "softmax_cross_entropy") throw InputError("/training/loss", "the wafer computes mse or softmax_cross_entropy", hint);
+  if (opt.loss_scaling && opt.micro_batches > 1)
+    throw InputError("/mapping/micro_batch", "micro-batches (gradient accumulation) with dynamic loss scaling are not trained on the wafer in this build",
+                     "give the whole batch (mapping.micro_batch), or leave training.loss_scaling out");
   if (opt.loss_scaling && !c.half())
     throw InputError("/training/loss_scaling", "loss scaling on the wafer is for 16-bit compute (fp32 gradients do not overflow)", "set precision.compute to fp16, bf16 or cbf16, or leave training.loss_scaling out");
   for (const auto& k : c.kernels)
@@ -430,7 +444,7 @@ void training_layout(Compiled& c, const MappingOptions& opt, json& routes, json&
   backward_tasks(c, opt.learning_rate, t);
   loss_routes(c, routes);
   train_params(c, params);
-  if (c.loss_scaling) verdict_layout(c, routes, params, ports);
+  if (c.verdict()) verdict_layout(c, routes, params, ports);
   if (opt.loss == "softmax_cross_entropy") xent_program(c, t);
   else loss_program(c, t);
   // (the loss: summed along the chain ends into the last one; cross-entropy's on the first)

@@ -81,6 +81,19 @@ void MemoryX::b_transport(tlm::tlm_generic_payload& p, sc_time& delay) {
   } else {
     std::vector<float> g(n / 4);
     std::memcpy(g.data(), p.get_data_ptr(), n);
+    if (accumulate_ || !gsum_.empty()) {  // micro-batches: the sum of the step's gradients so far
+      if (gsum_.empty()) gsum_.assign(mem_.size(), 0.0f);
+      float* s = gsum_.data() + addr / 4;
+      for (size_t i = 0; i < g.size(); ++i) s[i] = s[i] + g[i];
+      if (accumulate_) {
+        stats_.bytes_written += static_cast<int64_t>(n);
+        ++stats_.transactions;
+        log_.push_back({StreamTransfer::update, start, busy_until_, static_cast<int64_t>(n), done});
+        p.set_response_status(tlm::TLM_OK_RESPONSE);
+        return;
+      }
+      for (size_t i = 0; i < g.size(); ++i) g[i] = s[i], s[i] = 0.0f;
+    }
     const float lr = static_cast<float>(lr_), mu = static_cast<float>(mu_), wd = static_cast<float>(wd_);
     if (gscale_ != 1) {  // loss scaling: g / S, as the reference graph divides
       const float s = static_cast<float>(gscale_);

@@ -77,6 +77,10 @@ class MemoryX : public sc_core::sc_module {
     gscale_ = scale;
     apply_ = apply;
   }
+  // Gradient accumulation (micro-batches): while `on`, the gradients that arrive are added to a
+  // sum per weight (fp32, in arrival order) and nothing is updated; the next gradient after it is
+  // added to the sum, which the optimizer then applies (and starts again from 0).
+  void set_accumulate(bool on) { accumulate_ = on; }
   // The optimizer state of a tensor (the momentum's velocity; zeros until the first update).
   std::vector<float> velocity(const std::string& name) const { return slice(vel_, name); }
   void set_velocity(const std::string& name, const std::vector<float>& v) { set_slice(vel_, name, v); }
@@ -96,7 +100,8 @@ class MemoryX : public sc_core::sc_module {
   std::vector<float> slice(const std::vector<float>& a, const std::string& name) const;
   void set_slice(std::vector<float>& a, const std::string& name, const std::vector<float>& v);
   double lr_ = 0, mu_ = 0, wd_ = 0, gscale_ = 1, b1_ = 0.9, b2_ = 0.999, eps_ = 1e-8;
-  bool apply_ = true, adam_ = false;
+  bool apply_ = true, adam_ = false, accumulate_ = false;
+  std::vector<float> gsum_;  // the gradients summed over micro-batches (empty until the first)
   int64_t adam_t_ = 1;
   std::vector<float> vel2_;  // Adam's second moments
   sc_core::sc_time busy_until_ = sc_core::SC_ZERO_TIME;
