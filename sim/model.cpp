@@ -132,11 +132,15 @@ NpyInfo check_input_file(const json& spec, const std::string& where, const std::
                      "convert it: np.save('" + file + "', np.load('" + file + "').astype(np." + numpy_name(want) +
                          ")), or set \"cast\": true under " + where + " to convert as it loads");
   }
-  if (std::find(shapes.begin(), shapes.end(), info.shape) == shapes.end()) {
+  // (shapes[1], when given, is the per-step form [steps, ...]: a longer leading axis is accepted too,
+  // its first run.steps entries used)
+  const bool longer = shapes.size() > 1 && info.shape.size() == shapes[1].size() && !info.shape.empty() && info.shape[0] > shapes[1][0] &&
+                      std::equal(info.shape.begin() + 1, info.shape.end(), shapes[1].begin() + 1);
+  if (!longer && std::find(shapes.begin(), shapes.end(), info.shape) == shapes.end()) {
     std::string want_s;
     for (size_t i = 0; i < shapes.size(); ++i) want_s += (i ? (i + 1 == shapes.size() ? " or " : ", ") : "") + shape_str(shapes[i]);
     throw InputError(where + "/file", "shape " + shape_str(info.shape) + " does not match the model input's " + want_s,
-                     shapes.size() > 1 ? "give the input's shape (the same every step) or a leading axis of run.steps" : "");
+                     shapes.size() > 1 ? "give the input's shape (the same every step) or a leading axis of run.steps (or more: the first run.steps are used)" : "");
   }
   return info;
 }

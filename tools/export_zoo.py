@@ -423,7 +423,10 @@ TRAIN_CASES = [
          data=tone_data, loss="softmax_cross_entropy", opt="sgd", lr=0.2,
          source="nn.Sequential of Conv1d+ReLU x3 (one stride 2), AdaptiveAvgPool1d(1), "
                 "Flatten, Linear(32, 4)",
-         what="the Conv1d audio classifier without BatchNorm, trained with SGD on 4 tones"),
+         what="the Conv1d audio classifier without BatchNorm, trained with SGD on 4 tones",
+         # (the wafer: 8 micro-batches of one sample on 32 x 32 PEs, fp32's saved rows do not fit
+         # a PE; about 55 s a simulated step here, so the scenarios run the first 2 of the 10)
+         wafer=True, wafer_precisions=("fp16", "bf16"), wafer_steps=2, wafer_rect=(32, 32)),
     dict(name="train_encoder_sgd", seed=33, opset=17, batch=2, steps=10, shape=(16, 64),
          build=lambda: nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True),
          data=sequence_data, loss="mse", opt="sgd", lr=0.2,
@@ -660,7 +663,7 @@ def export_train_case(case, root):
     # precision in fp16 and bf16 (16-bit weights, activations and dy; fp32 sums and masters).
     targets = [("reference", None), ("neuroncore", None)]
     if case.get("wafer"):
-        targets += [("wafer", "fp32"), ("wafer", "fp16"), ("wafer", "bf16")]
+        targets += [("wafer", p) for p in case.get("wafer_precisions", ("fp32", "fp16", "bf16"))]
     for target, wprec in targets:
         scenario = {
             "schema": "tessera.scenario/1",
@@ -693,6 +696,19 @@ def export_train_case(case, root):
                                              f"tolerance.")
                 scenario["expect"]["losses"].update(rtol=MIXED_LOSS_TOL[0], atol=MIXED_LOSS_TOL[1])
             scenario["mapping"] = {"mode": "weight_streaming"}
+            if case.get("wafer_rect"):
+                scenario["mapping"]["wafer_rect"] = list(case["wafer_rect"])
+            if case.get("wafer_steps"):  # (the data's first steps: a shorter run of the same training)
+                scenario["run"] = {"steps": case["wafer_steps"], "checkpoint_steps": case["wafer_steps"], "activation_steps": 1}
+                scenario["description"] += (f" The first {case['wafer_steps']} of the {case['steps']} steps (run.steps: the "
+                                             f"simulation takes about a minute a step on a 2-core machine; set run.steps "
+                                             f"to {case['steps']} for all).")
+            if name == "train_conv1d_sgd":
+                scenario["description"] += (" Each step runs as 8 micro-batches of one sample (mapping.micro_batch auto: "
+                                             "the batch's saved im2col rows do not fit a PE at once; MemoryX sums the "
+                                             "runs' weight gradients), the Convs' input gradients by col2im at the "
+                                             "chain ends of the Conv before (docs/wafer-compiler.md \"Training\"); in "
+                                             "fp32 one sample does not fit.")
             scenario["expect"]["latency_error_pct"] = 10
         write_json(os.path.join(d, target + (f"_{wprec}" if target == "wafer" else "") + ".json"), scenario)
 
