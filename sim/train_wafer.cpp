@@ -111,7 +111,7 @@ class WaferTrainer : public TrainMachine {
     runs_ = B / mb;
     const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
     for (const auto& k : cp_.kernels)
-      for (const auto& v : {k.w_value, k.b_value})
+      for (const auto& v : {k.w_value, k.b_value, k.ln_gamma_value, k.ln_beta_value})
         if (!v.empty() && !tg.initial.count(v)) throw std::logic_error("wafer training: '" + v + "' is not a trained parameter");
     if (tg.state.size() != tg.params.size() * (adam_ ? 3 : momentum_ != 0 ? 2 : 1) + (scaling_ ? (adam_ ? 3 : 2) : 0))
       throw std::logic_error("wafer training: unexpected optimizer state");
@@ -141,6 +141,9 @@ class WaferTrainer : public TrainMachine {
     heartbeat_ = std::make_unique<Heartbeat>("simulating", cp_.predicted_s, "hops");  // per step
     fab_ = std::make_unique<wafer::Fabric>("wafer", cfg_, compiled_fabric_options(s, cfg_, heartbeat_.get(), &L_));
     fab_->load(L_);  // the fabric keeps pointers into the layout: it lives as long as the trainer
+    // The compiled constants (a LayerNorm's padding mask, its initial scale and shift -- which the
+    // state then overwrites -- ...), once.
+    for (const auto& a : cp_.constants) fab_->write_array(a.x, a.y, a.array, a.values);
     mx_ = std::make_unique<wafer::MemoryX>("memoryx", cfg_);
     sx_ = std::make_unique<wafer::SwarmX>("swarmx", cfg_);
     sx_->socket.bind(mx_->socket);
@@ -208,6 +211,10 @@ class WaferTrainer : public TrainMachine {
         });
       };
       to_chain_ends(k.b_value, "bias" + l);
+      if (k.layernorm) {  // a LayerNorm's scale and shift (no shift: its zeros)
+        to_chain_ends(k.ln_gamma_value, "lng" + l);
+        to_chain_ends(k.ln_beta_value, "lnb" + l);
+      }
       if (momentum_ != 0) to_chain_ends(k.b_value.empty() ? "" : "momentum:" + k.b_value, "vb" + l);
       if (adam_) {
         to_chain_ends(k.b_value.empty() ? "" : "adam_m:" + k.b_value, "am" + l);
@@ -382,6 +389,10 @@ class WaferTrainer : public TrainMachine {
           from_chain_ends("adam_m:" + k.b_value, "am" + l);
           from_chain_ends("adam_v:" + k.b_value, "av" + l);
         }
+      }
+      if (k.layernorm) {  // (SGD only: no optimizer state)
+        from_chain_ends(k.ln_gamma_value, "lng" + l);
+        if (!k.ln_beta_value.empty()) from_chain_ends(k.ln_beta_value, "lnb" + l);
       }
     }
     return st;

@@ -100,6 +100,25 @@ class Conv2CNN(nn.Module):  # [1, 8, 8] -> Conv 3x3 (4, padding 1) -> ReLU -> Co
         return self.fc(torch.flatten(self.pool(torch.relu(self.conv2(torch.relu(self.conv1(x))))), 1))
 
 
+class FfnLN(nn.Module):  # a post-norm transformer's feed-forward half: LayerNorm(x + Linear(ReLU(Linear(x)))), d 16, hidden 32
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 16)
+        self.norm = nn.LayerNorm(16)
+
+    def forward(self, x):
+        return self.norm(x + self.fc2(torch.relu(self.fc1(x))))
+
+
+def ffn_data(rng):  # [2, 8, 16] token rows; the target a fixed mixing of each token, normalised per token
+    a = rng.normal(scale=0.3, size=(16, 16)).astype(np.float32)
+    x = rng.normal(size=(STEPS, 2, 8, 16)).astype(np.float32)
+    z = x + 0.5 * np.tanh(x @ a)
+    t = (z - z.mean(-1, keepdims=True)) / np.sqrt(z.var(-1, keepdims=True) + 1e-5)
+    return x, t.astype(np.float32)
+
+
 def image_data(rng, batch=16):  # 8x8 images: one of three fixed patterns, scaled, plus noise; one-hot labels
     patterns = rng.normal(size=(3, 1, 8, 8)).astype(np.float32)
     labels = rng.integers(0, 3, size=(STEPS, batch))
@@ -188,9 +207,12 @@ def train(model, x, t, loss_kind, opt_kind, lr):
     return np.array(losses, dtype=np.float32)
 
 
-def export(model, shape, path):
+OPSET17 = {"ffn_ln"}  # (LayerNormalization is an ONNX op from opset 17; earlier exports decompose it)
+
+
+def export(model, shape, path, opset=13):
     buf = io.BytesIO()
-    torch.onnx.export(model, torch.zeros(*shape), buf, opset_version=13, input_names=["x"], output_names=["y"], do_constant_folding=True)
+    torch.onnx.export(model, torch.zeros(*shape), buf, opset_version=opset, input_names=["x"], output_names=["y"], do_constant_folding=True)
     m = onnx.load_from_string(buf.getvalue())
     onnx.checker.check_model(m)
     with open(path, "wb") as f:
@@ -218,6 +240,8 @@ def main():
         ("cnn_gap_b4", GapCNN, lambda rng: image_data(rng, 4), "softmax_cross_entropy", [("sgd", 0.5)], (4, 1, 8, 8)),
         # a Conv read by a Conv (its input gradient: col2im at the first Conv's chain ends)
         ("cnn2_b4", Conv2CNN, lambda rng: image_data(rng, 4), "softmax_cross_entropy", [("sgd", 0.2)], (4, 1, 8, 8)),
+        # a LayerNorm after a residual from the graph input (a post-norm transformer's feed-forward half)
+        ("ffn_ln", FfnLN, ffn_data, "mse", [("sgd", 0.1), ("sgd_exponential", 0.1)], (2, 8, 16)),
         ("mlp_nobias", NoBiasRegressor, regression_data, "mse", [("sgd", 0.05)], (16, 8)),
         ("classifier6", Deep6Classifier, classification_data, "softmax_cross_entropy", [("momentum", 0.05)], (24, 10)),
     ]
@@ -231,7 +255,7 @@ def main():
         np.save(os.path.join(ddir, "x.npy"), x)
         np.save(os.path.join(ddir, "target.npy"), t)
         torch.manual_seed(7)
-        export(cls(), shape, os.path.join(root, "scenarios", "models", "train_" + name + ".onnx"))
+        export(cls(), shape, os.path.join(root, "scenarios", "models", "train_" + name + ".onnx"), 17 if name in OPSET17 else 13)
         for opt_kind, lr in opts:
             torch.manual_seed(7)  # the same initial weights as the exported model
             losses = train(cls(), x, t, loss, opt_kind, lr)

@@ -48,7 +48,7 @@ void softmax_program(ProgramTemplate& t, const DenseKernel& k, const std::string
 // summed along the edge, the mean broadcast back and subtracted; the squared deviations' sums
 // likewise, 1 / sqrt(var + eps) by kRsqrtIters Newton steps from 0.01 at the edge's end, broadcast
 // back; then the scale and bias.
-void ln_program(const DenseKernel& k, size_t l, ProgramTemplate& t) {
+void ln_program(const DenseKernel& k, size_t l, ProgramTemplate& t, bool keep_xh) {
   const std::string L = std::to_string(l);
   const int64_t nb = k.nb;
   const std::string sm = "lnsm" + L, y = "yall" + L;
@@ -79,6 +79,7 @@ void ln_program(const DenseKernel& k, size_t l, ProgramTemplate& t) {
   t.endif();
   t.op(Op::fmovs, {"lnrm" + L, "lnbi" + L});
   t.op(Op::fmuls, {y, y, "lnrb" + L});
+  if (keep_xh) t.op(Op::fmovs, {"lnxm" + L, y}, "xhat, for the backward pass");
   t.op(Op::fmuls, {y, y, "lngb" + L});
   if (!k.rms) t.op(Op::fadds, {y, y, "lnbb" + L});
 }
@@ -220,11 +221,24 @@ void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& 
   }
 }
 
+void ln_edge_pass(const DenseKernel& k, const WaferConfig& cfg, std::vector<int64_t>& T, int64_t at_end) {
+  const int64_t S = cfg.setup_cycles, hop = cfg.hop_latency, pass = 2 + hop, Ln = static_cast<int64_t>(T.size()), B = k.B, nb = k.nb;
+  const int64_t local = dsd_cycles(Op::fmovs, B, nb, cfg) + (nb - 1) * dsd_cycles(Op::fadds, B, nb, cfg);
+  int64_t lead = INT64_MIN;
+  for (int64_t q = 0; q < Ln; ++q) lead = std::max(lead, T[static_cast<size_t>(q)] + local + S - q * pass);
+  const int64_t chain = Ln == 1 ? T[0] + local : lead + (Ln - 1) * pass + B;
+  const int64_t sent = chain + at_end + S + 1;  // the async broadcast's first wavelet leaves
+  for (int64_t q = 0; q < Ln; ++q) {
+    const int64_t own = T[static_cast<size_t>(q)] + local + (q + 1 < Ln ? S + B : 0);  // this position's part of the chain is out
+    T[static_cast<size_t>(q)] = std::max(own, sent + (Ln - 1 - q) * hop + B + 2) + 1;
+  }
+}
+
 // The estimate of the chain-end work that spans a row of outputs, after the bias, functions and
 // residual (estimate.cpp): multi-head attention (attention_program), the copy a pre-norm block
 // keeps, LayerNorm along the edge (ln_program) and the functions after it -- added to each chain-end
 // position's time t_of.
-void row_post_cycles(const DenseKernel& k, const WaferConfig& cfg, std::vector<int64_t>& t_of) {
+void row_post_cycles(const DenseKernel& k, const WaferConfig& cfg, std::vector<int64_t>& t_of, bool training) {
   const int64_t S = cfg.setup_cycles, hop = cfg.hop_latency, pass = 2 + hop, Ln = static_cast<int64_t>(t_of.size()), n_el = k.B * k.nb;
   auto dsd = [&](int64_t len, Op o2 = Op::fadds, int64_t stride = 1) { return dsd_cycles(o2, len, stride, cfg); };
   if (k.attn) {
@@ -270,19 +284,9 @@ void row_post_cycles(const DenseKernel& k, const WaferConfig& cfg, std::vector<i
     // strided ops over B), the pipelined chain of B values to the edge's end (the reduce's
     // formula), its own ops there, then the broadcast back -- hop by hop, B wavelets -- which
     // each position takes before its next ops.
-    const int64_t B = k.B, nb = k.nb;
+    const int64_t B = k.B;
     const bool padded = k.ln_padded();
-    auto pass_ln = [&](std::vector<int64_t>& T, int64_t at_end) {
-      const int64_t local = dsd(B, Op::fmovs, nb) + (nb - 1) * dsd(B, Op::fadds, nb);
-      int64_t lead = INT64_MIN;
-      for (int64_t q = 0; q < Ln; ++q) lead = std::max(lead, T[static_cast<size_t>(q)] + local + S - q * pass);
-      const int64_t chain = Ln == 1 ? T[0] + local : lead + (Ln - 1) * pass + B;
-      const int64_t sent = chain + at_end + S + 1;  // the async broadcast's first wavelet leaves
-      for (int64_t q = 0; q < Ln; ++q) {
-        const int64_t own = T[static_cast<size_t>(q)] + local + (q + 1 < Ln ? S + B : 0);  // this position's part of the chain is out
-        T[static_cast<size_t>(q)] = std::max(own, sent + (Ln - 1 - q) * hop + B + 2) + 1;
-      }
-    };
+    auto pass_ln = [&](std::vector<int64_t>& T, int64_t at_end) { ln_edge_pass(k, cfg, T, at_end); };
     if (k.ln_premask())
       for (auto& tq : t_of) tq += dsd(n_el);  // padded features back to 0 first
     if (!k.rms) {  // (RMSNorm: no mean pass)
@@ -292,7 +296,7 @@ void row_post_cycles(const DenseKernel& k, const WaferConfig& cfg, std::vector<i
       for (auto& tq : t_of) tq += dsd(n_el);  // square
     }
     pass_ln(t_of, 2 * dsd(B) + dsd(B, Op::fmovs) + kRsqrtIters * (3 * dsd(B, Op::fmuls) + dsd(B, Op::fmacs)));  // rsqrt_ops: 3 fmuls and an fmacs per step
-    for (auto& tq : t_of) tq += (k.rms ? 2 : 3) * dsd(n_el);  // times rstd, scale (, bias)
+    for (auto& tq : t_of) tq += (k.rms ? 2 : 3) * dsd(n_el) + (training ? dsd(n_el, Op::fmovs) : 0);  // times rstd, scale (, bias); training keeps xhat
   }
   for (const Unary& u : k.acts_post_ln)  // the functions after the LayerNorm
     for (auto& tq : t_of) tq += unary_cycles(u, n_el, cfg);

@@ -180,6 +180,7 @@ struct DenseKernel {
   // then the variance, each summed along the edge and broadcast back; rsqrt by Newton).
   bool layernorm = false;
   std::vector<float> ln_gamma, ln_beta;
+  std::string ln_gamma_value, ln_beta_value;  // the graph's scale and bias values (training: parameters; no bias: "")
   double ln_eps = 1e-5;
   // GroupNorm (an InstanceNormalization of [batch, groups, rest], between Reshapes; InstanceNorm:
   // groups of one channel) right after a Conv's bias: per sample and group the mean and variance

@@ -268,7 +268,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       tmax_of[static_cast<size_t>(pn)] = tmax;
     }
     // Attention, LayerNorm and what follows it, row by row along the chain ends (chain_end_program.cpp).
-    detail::row_post_cycles(k, cfg, t_of);
+    detail::row_post_cycles(k, cfg, t_of, c.training);
     for (int64_t pn = 0; pn < Ln; ++pn) {
       int64_t t = t_of[static_cast<size_t>(pn)];
       const int64_t tmax = tmax_of[static_cast<size_t>(pn)];

@@ -110,8 +110,10 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     int64_t work = n * (li ? 12 : 8) + (n - nb) * g_mac + nb * g_first + 4 * B + 2;
     if (li) work += (n - B) * x_mac + B * x_first;
     std::vector<int64_t> bdy_end(static_cast<size_t>(k.w * k.h), 0);
+    std::vector<int64_t> bsq = bstart;  // (a LayerNorm's backward first, coupled along the chain ends)
+    ln_backward_cycles(c, li, cfg, bsq);
     for (int64_t q = 0; q < Ln; ++q) {
-      const int64_t send = bstart[static_cast<size_t>(q)] + body;  // fmovs dyout issues
+      const int64_t send = bsq[static_cast<size_t>(q)] + body;  // fmovs dyout issues
       for (int64_t p = 0; p < Lk; ++p) {
         const int64_t px = k.k_on_columns ? p : q, py = k.k_on_columns ? q : p;
         const size_t i = static_cast<size_t>(py * k.w + px);
@@ -205,7 +207,7 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     // blocks, the south row's columns below a B kernel's, both at the corner; the slowest PE)
     auto cost = [&](size_t l) {  // (db *= 1 / S first; micro-batches: db from the sum, the sum zeroed)
       const int64_t nb = c.kernels[l].nb, pre = (c.loss_scaling ? dsd(nb) : 0) + (c.micro_batches > 1 ? 2 * dsd(nb, Op::fmovs) : 0);
-      return c.kernels[l].b_value.empty() ? int64_t{0} : pre + bias_update_cycles(c, l, cfg);
+      return (c.kernels[l].b_value.empty() ? int64_t{0} : pre + bias_update_cycles(c, l, cfg)) + ln_verdict_cycles(c, l, cfg);
     };
     int64_t worst = 0;
     for (int64_t y = 0; y < kl.h; ++y)

@@ -277,12 +277,16 @@ void attn_params(const DenseKernel& k, size_t l, json& params);
 
 // chain_end_program.cpp: post-ops at a kernel's chain ends.
 void softmax_program(ProgramTemplate& t, const DenseKernel& k, const std::string& L);
-void ln_program(const DenseKernel& k, size_t l, ProgramTemplate& t);
+// (keep_xh, training: the normalised value before the scale, xhat, kept in lnx<l> for the backward pass)
+void ln_program(const DenseKernel& k, size_t l, ProgramTemplate& t, bool keep_xh = false);
+// One LayerNorm pass along kernel k's chain ends (the estimate): each position's row sums, the
+// chain of B values to the edge's end, `at_end` cycles there, the broadcast back; T per position.
+void ln_edge_pass(const DenseKernel& k, const WaferConfig& cfg, std::vector<int64_t>& T, int64_t at_end);
 // GroupNorm at a Conv's chain ends (DenseKernel::gn_size; its arrays and DSDs: layer_program.cpp),
 // and its DSD operations' cycles (the estimate).
 void gn_program(const DenseKernel& k, size_t l, ProgramTemplate& t);
 int64_t gn_cycles(const DenseKernel& k, const WaferConfig& cfg);
-void row_post_cycles(const DenseKernel& k, const WaferConfig& cfg, std::vector<int64_t>& t_of);  // attention, LayerNorm: the estimate
+void row_post_cycles(const DenseKernel& k, const WaferConfig& cfg, std::vector<int64_t>& t_of, bool training = false);  // attention, LayerNorm: the estimate
 void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& t);
 
 // layer_program.cpp: kernel l's arrays and DSDs (then its tasks, unless sequenced).
@@ -384,6 +388,14 @@ void col2im_ops(const Compiled& c, size_t l, ProgramTemplate& t);
 int64_t col2im_cycles(const Compiled& c, size_t l, const WaferConfig& cfg);
 int64_t col2im_bytes(const Compiled& c, size_t l);
 void check_conv_training(const Compiled& c, size_t l, const char* hint);
+// training_norm.cpp: a LayerNorm's backward pass at the last kernel's chain ends, its scale's and
+// shift's updates, the estimate's cycles (T per chain-end position, advanced).
+void ln_backward_arrays(const Compiled& c, size_t l, ProgramTemplate& t);
+void ln_backward_ops(const Compiled& c, size_t l, ProgramTemplate& t);
+void ln_update_ops(const Compiled& c, size_t l, double lr, ProgramTemplate& t);
+void ln_sum_take_ops(const Compiled& c, size_t l, ProgramTemplate& t);
+int64_t ln_verdict_cycles(const Compiled& c, size_t l, const WaferConfig& cfg);
+void ln_backward_cycles(const Compiled& c, size_t l, const WaferConfig& cfg, std::vector<int64_t>& T);
 // The bias update at kernel l's chain ends (training.cpp: weight decay, SGD, momentum or Adam) and
 // its DSD cycles, from the same generator.
 void bias_update_ops(const Compiled& c, size_t l, double lr, ProgramTemplate& t);

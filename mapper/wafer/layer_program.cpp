@@ -255,6 +255,12 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     data(t, "lnq" + L, f32, B * nb, post);
     data(t, "lng" + L, f32, nb);
     data(t, "lnb" + L, f32, nb);
+    if (c.training) {  // xhat for the backward pass; the scale and bias as vectors (their updates)
+      data(t, "lnx" + L, f32, B * nb, {}, "xhat: the normalised value before the scale (the backward pass)");
+      t.mem1d("lnxm" + L, "lnx" + L);
+      t.mem1d("lngm" + L, "lng" + L);
+      t.mem1d("lnbm" + L, "lnb" + L);
+    }
     for (const char* n : {"lns", "lnc", "lnr", "lnq"}) t.mem1d(n + std::string("m") + L, n + L);
     t.mem4d("lnrb" + L, "lnr" + L, 0, {{B, 1}, {nb, 0}});
     t.mem4d("lngb" + L, "lng" + L, 0, {{B, 0}, {nb, 1}});

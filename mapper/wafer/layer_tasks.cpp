@@ -91,7 +91,7 @@ void red_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& 
   }
   for (const Unary& u : k.acts_after) unary_ops(t, u, y, tmp);
   if (k.keeps_preln) t.op(Op::fmovs, {"yhm" + L, y}, "the value before the LayerNorm: a later residual adds it");
-  if (k.layernorm) ln_program(k, l, t);
+  if (k.layernorm) ln_program(k, l, t, c.training);
   for (const Unary& u : k.acts_post_ln) unary_ops(t, u, y, tmp);
   if (k.ln_postmask()) t.op(Op::fmuls, {y, y, "lnkb" + L}, "padded features back to 0 (f(0) != 0)");
   if (k.pkh) {  // the pool: the first window's values, then the max with (the sum of) every other window

@@ -414,6 +414,8 @@ void layernorm_into(std::vector<DenseKernel>& ks, const graph::Node& n, const st
   k.ln_eps = n.attrs.get_float("epsilon", 1e-5);
   k.layernorm = true;
   k.ln_gamma = gam->to_f32();
+  k.ln_gamma_value = n.inputs[1];
+  k.ln_beta_value = bet ? n.inputs[2] : "";
   k.ln_beta = bet ? bet->to_f32() : std::vector<float>(static_cast<size_t>(k.N), 0.0f);
 }
 

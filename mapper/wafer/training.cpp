@@ -102,6 +102,7 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   }
   t.mem1d("dym" + L, "dy" + L);
   t.mem1d("dyrow" + L, "dy" + L, 0, nb);
+  ln_backward_arrays(c, l, t);  // (a LayerNorm: training_norm.cpp)
   t.mem1d("dbm" + L, "db" + L);
   t.mem1d("biasm" + L, "bias" + L);
   if (c.half()) {  // mixed precision: dy leaves in the compute type (the products take 16-bit factors)
@@ -229,6 +230,7 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     const int64_t B = k.B, nb = k.nb;
     t.if_("last" + L);
     const std::string dy = "dym" + L, y = "yall" + L, mk = l + 1 < n ? y : "mkm" + L;  // (the last kernel's y is the forward output the host reads)
+    if (k.layernorm) ln_backward_ops(c, l, t);  // (the last kernel's: dy of the LayerNorm's input)
     pool_backward_ops(c, l, t);  // (a Conv's pool: training_conv.cpp)
     if (k.act_is(Unary::Kind::relu)) {  // the ReLU's derivative [y > 0] as -max(-y 2^100, -1): 1 for y >= 2^-100, 0 for y = 0 (y = relu(z) >= 0)
       t.op(Op::fmuls, {mk, y, fimm(-1.2676506e30)});
@@ -258,6 +260,7 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     // (with loss scaling or micro-batches: the verdict task, vdt; Adam's long update after the multicast has started)
     if (c.micro_batches > 1 && !k.b_value.empty()) t.op(Op::fadds, {"dbam" + L, "dbam" + L, "dbm" + L});
     if (!c.verdict() && !c.adam) bias_update(l);
+    if (!c.verdict()) ln_update_ops(c, l, lr, t);  // (the LayerNorm's scale and shift: SGD)
     if (c.half()) {
       t.op(Op::fs2h, {"dyhm" + L, dy});
       t.op_async(Op::fmovh, {"dyout" + L, "dyhm" + L});
@@ -350,14 +353,21 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
   t.op(Op::bz, {kWv, "vskip"});
   for (size_t l = 0; l < n; ++l) {
     const std::string L = std::to_string(l);
-    if (c.kernels[l].b_value.empty()) continue;
+    const bool has_b = !c.kernels[l].b_value.empty(), has_ln = c.kernels[l].layernorm;
+    if (!has_b && !has_ln) continue;
     t.if_("last" + L);
-    if (c.micro_batches > 1) {
-      t.op(Op::fmovs, {"dbm" + L, "dbam" + L});
-      t.op(Op::fmovs, {"dbam" + L, fimm(0.0)});
+    if (has_b) {
+      if (c.micro_batches > 1) {
+        t.op(Op::fmovs, {"dbm" + L, "dbam" + L});
+        t.op(Op::fmovs, {"dbam" + L, fimm(0.0)});
+      }
+      if (c.loss_scaling) t.op(Op::fmuls, {"dbm" + L, "dbm" + L, kWv});
+      bias_update(l);
     }
-    if (c.loss_scaling) t.op(Op::fmuls, {"dbm" + L, "dbm" + L, kWv});
-    bias_update(l);
+    if (has_ln) {  // (micro-batches: the LayerNorm's gradients summed over the runs; training_norm.cpp)
+      ln_sum_take_ops(c, l, t);
+      ln_update_ops(c, l, lr, t);
+    }
     t.endif();
   }
   t.label("vskip");
@@ -400,10 +410,26 @@ void check_training(const Compiled& c, const MappingOptions& opt) {
                      "give the whole batch (mapping.micro_batch), or leave training.loss_scaling out");
   if (opt.loss_scaling && !c.half())
     throw InputError("/training/loss_scaling", "loss scaling on the wafer is for 16-bit compute (fp32 gradients do not overflow)", "set precision.compute to fp16, bf16 or cbf16, or leave training.loss_scaling out");
-  for (const auto& k : c.kernels)
-    if ((k.activated() && !k.act_is(Unary::Kind::relu) && !k.act_is(Unary::Kind::tanh)) || k.layernorm || k.residual >= 0)
-      throw InputError("kernel '" + k.name + "'", "activations other than one Relu or Tanh, LayerNorm and residuals are not trained on the wafer in this build",
+  for (const auto& k : c.kernels) {
+    const size_t l = static_cast<size_t>(&k - c.kernels.data());
+    const std::string where = "kernel '" + k.name + "'";
+    if ((k.activated() && !k.act_is(Unary::Kind::relu) && !k.act_is(Unary::Kind::tanh)) || !k.acts_after.empty())
+      throw InputError(where, "activations other than one Relu or Tanh are not trained on the wafer in this build", "train it on target.kind neuroncore or reference");
+    // A residual of the graph input (the first kernel's input, on the same PEs): its gradient is not needed.
+    const bool input_residual = k.residual >= 0 && !k.res_mul && !k.res_out && !k.res_preln && c.kernels[static_cast<size_t>(k.residual)].input_layer;
+    if ((k.residual >= 0 && !input_residual) || k.keeps_preln)
+      throw InputError(where, "residuals other than of the graph input (a gradient to another kernel's output) are not trained on the wafer in this build", "train it on target.kind neuroncore or reference");
+    if (!k.layernorm) continue;
+    if (l + 1 != c.kernels.size())
+      throw InputError(where, "a LayerNorm is trained on the wafer at the last kernel's chain ends only in this build (one before it would share its edge's queues with the gradients' gathers)",
                        "train it on target.kind neuroncore or reference");
+    if (k.activated() || !k.acts_post_ln.empty() || k.ln_premask() || k.ln_postmask())
+      throw InputError(where, "functions around a trained LayerNorm are not trained on the wafer in this build", "train it on target.kind neuroncore or reference");
+    if (opt.momentum != 0 || opt.adam || opt.loss_scaling)
+      throw InputError(opt.adam || opt.momentum != 0 ? "/training/optimizer" : "/training/loss_scaling",
+                       "kernel '" + k.name + "': a LayerNorm's scale and shift are trained on the wafer with SGD (weight decay, schedules and micro-batches too), without loss scaling, in this build",
+                       "use sgd, or train it on target.kind neuroncore or reference");
+  }
 }
 
 // Dynamic loss scaling: MemoryX's verdict enters at the east edge, one lane per row, to the east
