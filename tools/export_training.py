@@ -111,6 +111,16 @@ class FfnLN(nn.Module):  # a post-norm transformer's feed-forward half: LayerNor
         return self.norm(x + self.fc2(torch.relu(self.fc1(x))))
 
 
+class Ffn2LN(nn.Module):  # two post-norm feed-forward blocks: the second's residual adds the first's output
+    def __init__(self):
+        super().__init__()
+        self.a = FfnLN()
+        self.b = FfnLN()
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
 def ffn_data(rng):  # [2, 8, 16] token rows; the target a fixed mixing of each token, normalised per token
     a = rng.normal(scale=0.3, size=(16, 16)).astype(np.float32)
     x = rng.normal(size=(STEPS, 2, 8, 16)).astype(np.float32)
@@ -207,7 +217,7 @@ def train(model, x, t, loss_kind, opt_kind, lr):
     return np.array(losses, dtype=np.float32)
 
 
-OPSET17 = {"ffn_ln"}  # (LayerNormalization is an ONNX op from opset 17; earlier exports decompose it)
+OPSET17 = {"ffn_ln", "ffn2_ln"}  # (LayerNormalization is an ONNX op from opset 17; earlier exports decompose it)
 
 
 def export(model, shape, path, opset=13):
@@ -242,6 +252,8 @@ def main():
         ("cnn2_b4", Conv2CNN, lambda rng: image_data(rng, 4), "softmax_cross_entropy", [("sgd", 0.2)], (4, 1, 8, 8)),
         # a LayerNorm after a residual from the graph input (a post-norm transformer's feed-forward half)
         ("ffn_ln", FfnLN, ffn_data, "mse", [("sgd", 0.1), ("sgd_exponential", 0.1)], (2, 8, 16)),
+        # two of them: the second block's residual carries its gradient back to the first block's LayerNorm
+        ("ffn2_ln", Ffn2LN, ffn_data, "mse", [("sgd", 0.1)], (2, 8, 16)),
         ("mlp_nobias", NoBiasRegressor, regression_data, "mse", [("sgd", 0.05)], (16, 8)),
         ("classifier6", Deep6Classifier, classification_data, "softmax_cross_entropy", [("momentum", 0.05)], (24, 10)),
     ]

@@ -137,7 +137,8 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
           lead = std::max(lead, bdy_end[i] + 2 + dd + 1 + (c.reloads.empty() ? 0 : 1) + S - q * pass);  // bdone: the search, the count, the load's unblock
           gstart[i] = lead + q * pass + ne + 1;  // this position's part is out (or summed, at the end)
         }
-        next_bstart[static_cast<size_t>(p)] = lead + (Ln - 1) * pass + ne + 3 + col2im_cycles(c, li, cfg);  // (a Conv reading a Conv: its col2im there)
+        next_bstart[static_cast<size_t>(p)] = lead + (Ln - 1) * pass + ne + 3 + col2im_cycles(c, li, cfg) +  // (a Conv reading a Conv: its col2im there;
+                                              (residual_reader(c, li - 1) >= 0 ? dsd(c.kernels[li - 1].B * c.kernels[li - 1].nb) : 0);  // a later residual's gradient added)
       }
     } else {
       for (size_t i = 0; i < gstart.size(); ++i) gstart[i] = bdy_end[i] + 2 + dd + 1 + (c.reloads.empty() ? 0 : 1);

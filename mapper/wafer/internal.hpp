@@ -392,6 +392,9 @@ void check_conv_training(const Compiled& c, size_t l, const char* hint);
 // shift's updates, the estimate's cycles (T per chain-end position, advanced).
 void ln_backward_arrays(const Compiled& c, size_t l, ProgramTemplate& t);
 void ln_backward_ops(const Compiled& c, size_t l, ProgramTemplate& t);
+int64_t residual_producer(const Compiled& c, size_t l);  // the kernel whose output kernel l's residual adds (-1: none, or the graph input)
+int64_t residual_reader(const Compiled& c, size_t p);    // the kernel whose residual adds kernel p's output (-1: none)
+void residual_grad_ops(const Compiled& c, size_t p, ProgramTemplate& t);
 void ln_update_ops(const Compiled& c, size_t l, double lr, ProgramTemplate& t);
 void ln_sum_take_ops(const Compiled& c, size_t l, ProgramTemplate& t);
 int64_t ln_verdict_cycles(const Compiled& c, size_t l, const WaferConfig& cfg);

@@ -165,7 +165,8 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   const Elem f32 = Elem::f32;
   const ArrayAt ya = y_array(c, l);
   // The post-ops' scratch (post_scratch_bytes): sequenced, live in this kernel's phase only.
-  const Live post = c.sequenced ? Live{static_cast<int32_t>(l), static_cast<int32_t>(l)} : Live{};
+  // (training: live throughout -- the backward pass reads a LayerNorm's rstd and reuses its temporaries)
+  const Live post = c.sequenced && !c.training ? Live{static_cast<int32_t>(l), static_cast<int32_t>(l)} : Live{};
   t.comment("---- kernel " + L + ": " + k.name + " (" + k.op + "), X[" + std::to_string(B) + "," + std::to_string(k.K) + "] x W[" + std::to_string(k.K) + "," +
             std::to_string(k.N) + "], block " + std::to_string(kb) + " x " + std::to_string(nb) + (k.k_on_columns ? ", K along columns" : ", K along rows"));
   if (!ws) data(t, wbuf, we, kb * nb, {}, "W block, column j = the weights of x_j");
@@ -284,7 +285,9 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     data(t, "lnt" + L, f32, B, post);
     t.mem1d("lntm" + L, "lnt" + L);
     t.endif();
-    t.fabric("lnbi" + L, DsdKind::fabin, f32, k.cnb, 5, B);
+    // (training: the broadcast arrives in queue 6 -- in the backward pass the other orientation's
+    // gradient blocks are relayed through these PEs on queue 5)
+    t.fabric("lnbi" + L, DsdKind::fabin, f32, k.cnb, c.training ? 6 : 5, B);
   }
   if (k.attn) {  // attention: scores [S, S] and their work array, the output [S, fb], per-row temporaries
     // S keys; Sq query rows per block (all S when the scores fit); dh here: the head's features on this PE.

@@ -114,7 +114,7 @@ int64_t streaming_data_bytes(const Compiled& c, int64_t wbytes) {
     std::array<int64_t, 3> s{};
     const DenseKernel& k = c.kernels[l];
     int64_t all = pe_bytes(k, false, wbytes, &s);
-    if (c.sequenced) {  // the post-ops' scratch: in kernel l's phase only
+    if (c.sequenced && !c.training) {  // the post-ops' scratch: in kernel l's phase only (training: throughout, layer_program)
       all -= post_scratch_bytes(k);
       phase[l] += post_scratch_bytes(k);
     }

@@ -230,7 +230,7 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     const int64_t B = k.B, nb = k.nb;
     t.if_("last" + L);
     const std::string dy = "dym" + L, y = "yall" + L, mk = l + 1 < n ? y : "mkm" + L;  // (the last kernel's y is the forward output the host reads)
-    if (k.layernorm) ln_backward_ops(c, l, t);  // (the last kernel's: dy of the LayerNorm's input)
+    ln_backward_ops(c, l, t);  // (a LayerNorm: dy of its input; a residual's gradient kept)
     pool_backward_ops(c, l, t);  // (a Conv's pool: training_conv.cpp)
     if (k.act_is(Unary::Kind::relu)) {  // the ReLU's derivative [y > 0] as -max(-y 2^100, -1): 1 for y >= 2^-100, 0 for y = 0 (y = relu(z) >= 0)
       t.op(Op::fmuls, {mk, y, fimm(-1.2676506e30)});
@@ -283,6 +283,7 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
       chain_step(t, "first" + P0, "last" + P0, "dxm" + L, "dxto" + L, "dxfrom" + L, col2im ? "dxm" + L : (c.kernels[l - 1].spatial() ? "dyT" : "dym") + P0);
       t.if_("last" + P0);
       if (col2im) col2im_ops(c, l, t);
+      residual_grad_ops(c, l - 1, t);
       t.op(Op::activate, {"bstart"});
       t.endif();
     }
@@ -415,14 +416,20 @@ void check_training(const Compiled& c, const MappingOptions& opt) {
     const std::string where = "kernel '" + k.name + "'";
     if ((k.activated() && !k.act_is(Unary::Kind::relu) && !k.act_is(Unary::Kind::tanh)) || !k.acts_after.empty())
       throw InputError(where, "activations other than one Relu or Tanh are not trained on the wafer in this build", "train it on target.kind neuroncore or reference");
-    // A residual of the graph input (the first kernel's input, on the same PEs): its gradient is not needed.
-    const bool input_residual = k.residual >= 0 && !k.res_mul && !k.res_out && !k.res_preln && c.kernels[static_cast<size_t>(k.residual)].input_layer;
-    if ((k.residual >= 0 && !input_residual) || k.keeps_preln)
-      throw InputError(where, "residuals other than of the graph input (a gradient to another kernel's output) are not trained on the wafer in this build", "train it on target.kind neuroncore or reference");
-    if (!k.layernorm) continue;
-    if (l + 1 != c.kernels.size())
-      throw InputError(where, "a LayerNorm is trained on the wafer at the last kernel's chain ends only in this build (one before it would share its edge's queues with the gradients' gathers)",
+    // A residual adds the input of kernel `residual`, on the same PEs: the graph input (no gradient
+    // needed) or an earlier kernel's output (its gradient there gets this one's: residual_grad).
+    if (k.residual >= 0 && (k.res_mul || k.res_out || k.res_preln || k.res_move || k.res_host))
+      throw InputError(where, "residuals other than a sum of the graph input or an earlier kernel's output on the same PEs (a gate, a shortcut's output, a pre-norm value, one moved across the edges) are not trained on the wafer in this build",
                        "train it on target.kind neuroncore or reference");
+    if (k.keeps_preln)
+      throw InputError(where, "a pre-norm residual (the value before a LayerNorm) is not trained on the wafer in this build", "train it on target.kind neuroncore or reference");
+    if (k.residual >= 0 && (k.spatial() || (residual_producer(c, l) >= 0 && c.kernels[static_cast<size_t>(residual_producer(c, l))].spatial())))
+      throw InputError(where, "a residual of convolutions is not trained on the wafer in this build", "train it on target.kind neuroncore or reference");
+    if (k.residual >= 0 && k.activated())
+      throw InputError(where, "a function before a trained residual is not trained on the wafer in this build", "train it on target.kind neuroncore or reference");
+    if (!k.layernorm) continue;
+    if (k.rms)
+      throw InputError(where, "an RMSNorm is not trained on the wafer in this build (LayerNorm is)", "train it on target.kind neuroncore or reference");
     if (k.activated() || !k.acts_post_ln.empty() || k.ln_premask() || k.ln_postmask())
       throw InputError(where, "functions around a trained LayerNorm are not trained on the wafer in this build", "train it on target.kind neuroncore or reference");
     if (opt.momentum != 0 || opt.adam || opt.loss_scaling)

@@ -1,4 +1,4 @@
-// A LayerNorm's (or RMSNorm's) backward pass at the last kernel's chain ends (training.cpp;
+// A LayerNorm's backward pass at a kernel's chain ends, and a residual's gradient (training.cpp;
 // docs/wafer-compiler.md "Training"). The forward pass kept xhat (lnx<l>: the normalised value
 // before the scale) and 1 / sqrt(var + eps) per row (lnr<l>). With dy the gradient of the
 // LayerNorm's output, per chain end (its block of nb features, B rows):
@@ -10,6 +10,9 @@
 //   dz     = rstd (dxhat - m1 - xhat m2)
 // then the scale and shift are updated in place (SGD, with weight decay or a schedule as the bias).
 // Padded features have xhat 0 (masked in the forward pass), gamma 0 and dy 0: they add nothing.
+// A residual (kernel l adds the output of kernel p, held on the same PEs in the same blocks): the
+// gradient of the sum, dz, is kept at bstart (drs<l>) and added to p's output gradient when the
+// reduce of p + 1's input gradient has ended there.
 #include <string>
 
 #include "mapper/wafer/internal.hpp"
@@ -55,8 +58,23 @@ void edge_mean(const DenseKernel& k, const std::string& L, ProgramTemplate& t, c
 
 }  // namespace
 
+int64_t residual_producer(const Compiled& c, size_t l) {
+  const DenseKernel& k = c.kernels[l];
+  return k.residual >= 0 ? c.kernels[static_cast<size_t>(k.residual)].src : -1;
+}
+
+int64_t residual_reader(const Compiled& c, size_t p) {
+  for (size_t l = p + 1; l < c.kernels.size(); ++l)
+    if (residual_producer(c, l) == static_cast<int64_t>(p)) return static_cast<int64_t>(l);
+  return -1;
+}
+
 void ln_backward_arrays(const Compiled& c, size_t l, ProgramTemplate& t) {
   const DenseKernel& k = c.kernels[l];
+  if (residual_producer(c, l) >= 0) {
+    t.data("drs" + std::to_string(l), Elem::f32, k.B * k.nb, {}, -1, -1, "the residual's gradient, for its producer's output");
+    t.mem1d("drsm" + std::to_string(l), "drs" + std::to_string(l));
+  }
   if (!k.layernorm) return;
   const std::string L = std::to_string(l);
   const int64_t B = k.B, nb = k.nb;
@@ -81,6 +99,10 @@ void ln_backward_arrays(const Compiled& c, size_t l, ProgramTemplate& t) {
 void ln_backward_ops(const Compiled& c, size_t l, ProgramTemplate& t) {
   const DenseKernel& k = c.kernels[l];
   const std::string L = std::to_string(l), dy = "dym" + L, q = "lnqm" + L, xh = "lnxm" + L;
+  if (!k.layernorm) {
+    if (residual_producer(c, l) >= 0) t.op(Op::fmovs, {"drsm" + L, dy}, "the residual's gradient");
+    return;
+  }
   t.op(Op::fmuls, {q, dy, xh}, "LayerNorm backward: dy xhat");
   sum_rows(t, "lndgm" + L, "lnqr" + L, k.B, k.nb, "lg" + L);
   if (!k.rms) sum_rows(t, "lndbm" + L, "dyrow" + L, k.B, k.nb, "lb" + L);
@@ -97,6 +119,13 @@ void ln_backward_ops(const Compiled& c, size_t l, ProgramTemplate& t) {
   t.op(Op::fsubs, {dy, dy, q});
   t.op(Op::fmuls, {dy, dy, "lnrb" + L}, "dz = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat))");
   if (k.ln_padded()) t.op(Op::fmuls, {dy, dy, "lnkb" + L}, "padded features' dz 0 (their -rstd m1 would move their zero weights)");
+  if (residual_producer(c, l) >= 0) t.op(Op::fmovs, {"drsm" + L, dy}, "the residual's gradient");
+}
+
+// At kernel p's chain ends once its output gradient has arrived: a later residual's part added.
+void residual_grad_ops(const Compiled& c, size_t p, ProgramTemplate& t) {
+  const int64_t r = residual_reader(c, p);
+  if (r >= 0) t.op(Op::fadds, {"dym" + std::to_string(p), "dym" + std::to_string(p), "drsm" + std::to_string(r)}, "plus the residual's gradient");
 }
 
 // Micro-batches, in the verdict task after the step's last run: the sums as the gradients, the sums
@@ -144,9 +173,11 @@ int64_t ln_verdict_cycles(const Compiled& c, size_t l, const WaferConfig& cfg) {
 // and the updates, per chain-end position (T: when each starts; advanced to its end).
 void ln_backward_cycles(const Compiled& c, size_t l, const WaferConfig& cfg, std::vector<int64_t>& T) {
   const DenseKernel& k = c.kernels[l];
-  if (!k.layernorm) return;
   const int64_t n = k.B * k.nb, B = k.B, nb = k.nb;
   auto d = [&](Op op, int64_t len) { return dsd_cycles(op, len, 1, cfg); };
+  if (residual_producer(c, l) >= 0)
+    for (auto& x : T) x += d(Op::fmovs, n);  // the residual's gradient kept
+  if (!k.layernorm) return;
   const int64_t pre = d(Op::fmuls, n) + sum_rows_cycles(B, nb, cfg) * (k.rms ? 1 : 2) + d(Op::fmuls, n) + (c.micro_batches > 1 ? (k.rms ? 1 : 2) * d(Op::fadds, nb) : 0);
   for (auto& x : T) x += pre;
   if (!k.rms) ln_edge_pass(k, cfg, T, d(Op::fmuls, B));
