@@ -112,7 +112,7 @@ class WaferTrainer : public TrainMachine {
     const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
     for (const auto& k : cp_.kernels)
       for (const auto& v : {k.w_value, k.b_value, k.ln_gamma_value, k.ln_beta_value})
-        if (!v.empty() && !tg.initial.count(v)) throw std::logic_error("wafer training: '" + v + "' is not a trained parameter");
+        if (!v.empty() && !tg.initial.count(param_of(v))) throw std::logic_error("wafer training: '" + v + "' is not a trained parameter");
     if (tg.state.size() != tg.params.size() * (adam_ ? 3 : momentum_ != 0 ? 2 : 1) + (scaling_ ? (adam_ ? 3 : 2) : 0))
       throw std::logic_error("wafer training: unexpected optimizer state");
     con.out(con.bold("compiled") + " " + std::to_string(cp_.kernels.size()) + " layer(s) with their backward pass on " + std::to_string(cp_.fabric_width) + " x " +
@@ -178,6 +178,63 @@ class WaferTrainer : public TrainMachine {
     install_interrupt_handlers();
   }
 
+  // A kernel's value as a training-graph parameter: itself, or the parameter a fused projection's
+  // slice was cut from (wafer::param_slice; prefixed state names keep their prefix).
+  static std::string param_of(const std::string& v) {
+    const auto s = wafer::param_slice(v);
+    return s ? s->param : v;
+  }
+  // The kernel's value from the state: the tensor, or its slice's columns of the parameter's.
+  static Tensor state_of(const std::map<std::string, Tensor>& state, const std::string& v) {
+    const auto s = wafer::param_slice(v);
+    if (!s) return state.at(v);
+    const Tensor& p = state.at(s->param);
+    const auto pv = p.to_f32();
+    const int64_t N = p.shape().back(), rows = static_cast<int64_t>(pv.size()) / N, n = s->hi - s->lo;
+    std::vector<float> o(static_cast<size_t>(rows * n));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < n; ++j) o[static_cast<size_t>(r * n + j)] = pv[static_cast<size_t>(r * N + s->lo + j)];
+    Shape sh = p.shape();
+    sh.back() = n;
+    return Tensor::from_f32(sh, std::move(o));
+  }
+  // The slices in `st` put back into their parameters' columns (the parameter's shape from the
+  // initial state; each slice's entry removed).
+  void merge_slices(std::map<std::string, Tensor>& st) const {
+    std::map<std::string, std::vector<float>> whole;
+    for (auto it = st.begin(); it != st.end();) {
+      const auto s = wafer::param_slice(it->first);
+      if (!s) {
+        ++it;
+        continue;
+      }
+      const std::string base = s->param;
+      const Tensor& init = tg_.initial.at(unprefixed(base));
+      auto& w = whole[base];
+      if (w.empty()) w.assign(static_cast<size_t>(init.numel()), 0.0f);
+      const auto v = it->second.to_f32();
+      const int64_t N = init.shape().back(), n = s->hi - s->lo, rows = static_cast<int64_t>(v.size()) / n;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < n; ++j) w[static_cast<size_t>(r * N + s->lo + j)] = v[static_cast<size_t>(r * n + j)];
+      it = st.erase(it);
+    }
+    for (auto& [base, w] : whole) st[base] = Tensor::from_f32(tg_.initial.at(unprefixed(base)).shape(), std::move(w));
+  }
+  // A state name without its optimizer prefix (momentum:, adam_m:, adam_v:).
+  static std::string unprefixed(std::string v) {
+    for (const char* pre : {"momentum:", "adam_m:", "adam_v:"})
+      if (v.rfind(pre, 0) == 0) return v.substr(std::string(pre).size());
+    return v;
+  }
+  // A kernel value's shape as a parameter (a slice: its columns).
+  Shape shape_of(const wafer::DenseKernel&, const std::string& v) const {
+    const auto s = wafer::param_slice(v);
+    if (!s) return tg_.initial.at(unprefixed(v)).shape();
+    Shape sh = tg_.initial.at(unprefixed(s->param)).shape();
+    sh.back() = s->hi - s->lo;
+    return sh;
+  }
+
   void set_state(const std::map<std::string, Tensor>& state) override {
     if (scaling_) {
       scale_ = state.at("loss_scale").to_f32().at(0);
@@ -185,25 +242,25 @@ class WaferTrainer : public TrainMachine {
       if (adam_) updates_ = state.at("adam_updates").to_f32().at(0);
     }
     for (auto& k : cp_.kernels) {
-      k.W = kn_of(k, state.at(k.w_value));
+      k.W = kn_of(k, state_of(state, k.w_value));
       if (mx_->has(k.mx_tensor)) throw std::logic_error("wafer training: the state is put into MemoryX once");
       mx_->add_tensor(k.mx_tensor, cp_.memoryx_layout(k));
       const std::string l = std::to_string(&k - cp_.kernels.data());
       if (momentum_ != 0) {  // the weights' velocity in MemoryX, in the weights' order
         wafer::DenseKernel kv = k;
-        kv.W = kn_of(k, state.at("momentum:" + k.w_value));
+        kv.W = kn_of(k, state_of(state, "momentum:" + k.w_value));
         mx_->set_velocity(k.mx_tensor, cp_.memoryx_layout(kv));
       }
       if (adam_) {  // the weights' moments in MemoryX, in the weights' order
         wafer::DenseKernel kv = k;
-        kv.W = kn_of(k, state.at("adam_m:" + k.w_value));
+        kv.W = kn_of(k, state_of(state, "adam_m:" + k.w_value));
         mx_->set_velocity(k.mx_tensor, cp_.memoryx_layout(kv));
-        kv.W = kn_of(k, state.at("adam_v:" + k.w_value));
+        kv.W = kn_of(k, state_of(state, "adam_v:" + k.w_value));
         mx_->set_second_moment(k.mx_tensor, cp_.memoryx_layout(kv));
       }
       auto to_chain_ends = [&](const std::string& value, const std::string& array) {
         std::vector<float> b(static_cast<size_t>(k.N), 0.0f);
-        if (!value.empty()) b = state.at(value).to_f32();
+        if (!value.empty()) b = state_of(state, value).to_f32();
         for_chain_ends(k, [&](int64_t x, int64_t y, int64_t i) {
           std::vector<float> v(static_cast<size_t>(k.nb), 0.0f);
           for (int64_t n = 0; n < k.nb && i * k.nb + n < k.N; ++n) v[static_cast<size_t>(n)] = b[static_cast<size_t>(i * k.nb + n)];
@@ -359,7 +416,7 @@ class WaferTrainer : public TrainMachine {
       if (adam_) st["adam_updates"] = Tensor::from_f32({}, {updates_});
     }
     for (const auto& k : cp_.kernels) {
-      const Shape& ws = tg_.initial.at(k.w_value).shape();
+      const Shape ws = shape_of(k, k.w_value);
       auto as_param = [&](const std::vector<float>& w) {  // [K, N] -> the parameter's shape
         if (k.spatial()) return Tensor::from_f32(ws, wafer::conv_tensor(k, w));
         std::vector<float> g(w.size());
@@ -380,7 +437,7 @@ class WaferTrainer : public TrainMachine {
           const auto v = fab_->read_array(x, y, array);
           for (int64_t n = 0; n < k.nb && i * k.nb + n < k.N; ++n) b[static_cast<size_t>(i * k.nb + n)] = v[static_cast<size_t>(n)];
         });
-        st[value] = Tensor::from_f32(tg_.initial.at(value).shape(), std::move(b));
+        st[value] = Tensor::from_f32(shape_of(k, value), std::move(b));
       };
       if (!k.b_value.empty()) {
         from_chain_ends(k.b_value, "bias" + l);
@@ -395,6 +452,7 @@ class WaferTrainer : public TrainMachine {
         if (!k.ln_beta_value.empty()) from_chain_ends(k.ln_beta_value, "lnb" + l);
       }
     }
+    merge_slices(st);
     return st;
   }
 

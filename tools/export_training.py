@@ -121,6 +121,15 @@ class Ffn2LN(nn.Module):  # two post-norm feed-forward blocks: the second's resi
         return self.b(self.a(x))
 
 
+class Mha(nn.Module):  # torch's multi-head self-attention (d 16, 2 heads, batch_first): in_proj, attention, out_proj
+    def __init__(self):
+        super().__init__()
+        self.a = nn.MultiheadAttention(16, 2, batch_first=True)
+
+    def forward(self, x):
+        return self.a(x, x, x, need_weights=False)[0]
+
+
 def ffn_data(rng):  # [2, 8, 16] token rows; the target a fixed mixing of each token, normalised per token
     a = rng.normal(scale=0.3, size=(16, 16)).astype(np.float32)
     x = rng.normal(size=(STEPS, 2, 8, 16)).astype(np.float32)
@@ -217,7 +226,7 @@ def train(model, x, t, loss_kind, opt_kind, lr):
     return np.array(losses, dtype=np.float32)
 
 
-OPSET17 = {"ffn_ln", "ffn2_ln"}  # (LayerNormalization is an ONNX op from opset 17; earlier exports decompose it)
+OPSET17 = {"ffn_ln", "ffn2_ln", "mha"}  # (LayerNormalization is an ONNX op from opset 17; earlier exports decompose it)
 
 
 def export(model, shape, path, opset=13):
@@ -254,6 +263,8 @@ def main():
         ("ffn_ln", FfnLN, ffn_data, "mse", [("sgd", 0.1), ("sgd_exponential", 0.1)], (2, 8, 16)),
         # two of them: the second block's residual carries its gradient back to the first block's LayerNorm
         ("ffn2_ln", Ffn2LN, ffn_data, "mse", [("sgd", 0.1)], (2, 8, 16)),
+        # multi-head self-attention: its backward at the V kernel's chain ends (dV, dP, the softmax's, dQ, dK)
+        ("mha", Mha, ffn_data, "mse", [("sgd", 0.1)], (2, 8, 16)),
         ("mlp_nobias", NoBiasRegressor, regression_data, "mse", [("sgd", 0.05)], (16, 8)),
         ("classifier6", Deep6Classifier, classification_data, "softmax_cross_entropy", [("momentum", 0.05)], (24, 10)),
     ]

@@ -432,7 +432,8 @@ TRAIN_CASES = [
          data=sequence_data, loss="mse", opt="sgd", lr=0.2,
          source="torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, "
                 "dropout=0.0, batch_first=True)",
-         what="a post-norm transformer encoder layer trained with SGD on a sequence regression"),
+         what="a post-norm transformer encoder layer trained with SGD on a sequence regression",
+         wafer=True),
 ]
 
 
@@ -703,6 +704,12 @@ def export_train_case(case, root):
                 scenario["description"] += (f" The first {case['wafer_steps']} of the {case['steps']} steps (run.steps: the "
                                              f"simulation takes about a minute a step on a 2-core machine; set run.steps "
                                              f"to {case['steps']} for all).")
+            if name == "train_encoder_sgd":
+                scenario["description"] += (" Q, K and V are the in-projection's column slices, the attention runs at "
+                                             "V's chain ends with each head split over PEs; its backward there (dV, dP "
+                                             "summed along each head's PEs, the softmax's dS, dQ, dK), both LayerNorms' "
+                                             "backward along the chain ends, the residuals' gradients, the scales and "
+                                             "shifts trained at the chain ends (docs/wafer-compiler.md \"Training\").")
             if name == "train_conv1d_sgd":
                 scenario["description"] += (" Each step runs as 8 micro-batches of one sample (mapping.micro_batch auto: "
                                              "the batch's saved im2col rows do not fit a PE at once; MemoryX sums the "

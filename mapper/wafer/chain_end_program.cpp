@@ -139,7 +139,7 @@ int64_t gn_cycles(const DenseKernel& k, const WaferConfig& cfg) {
 // = sum_j Q[s, j] K[t, j] (per j one product of two broadcast walks, S x S), times the scale, plus
 // the mask; softmax over t (row max, exp_ops, row sum, recip_ops
 // over [1, S]); out[s, j] = sum_t P[s, t] V[t, j] (per t one product of broadcast walks, S x dh).
-void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& t) {
+void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& t, bool keep_p) {
   const std::string L = std::to_string(l);
   const int64_t fb = k.feat_nb(), S = k.attn_keys(), Sq = k.attn_rows(), nq = k.attn_queries() / Sq, g = k.attn_group(), w = g > 1 ? fb : k.dh, hp = g > 1 ? 1 : fb / k.dh;
   const int64_t rs = k.attn_rstep();  // (a batch: rows between a sample's consecutive rows)
@@ -199,10 +199,12 @@ void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& 
     for (int64_t c = 1; c < S; ++c) t.op(Op::fadds, {"asm" + L, "asm" + L, acol(c)});
     recip_ops(t, "arm" + L, "asm" + L, "aum" + L, 1.0, static_cast<double>(S));
     t.op(Op::fmuls, {sc, sc, "arb" + L});
+    if (keep_p && g == 1) t.op(Op::fmovs, {"aPh" + H, sc}, "P, for the backward pass");
     if (g > 1) {  // P back to the group (the last PE's own copy through its ramp) into atm
       t.op_async(Op::fmovs, {"abo" + L, sc});
       t.endif();
       t.op(Op::fmovs, {tm, "abi" + L});
+      if (keep_p) t.op(Op::fmovs, {"aPh" + H, tm}, "P, for the backward pass");
     }
     auto ap = [&](int64_t c) { return "ap" + L + "_" + std::to_string(c); };
     auto av = [&](int64_t c) { return "av" + H + "_" + std::to_string(c); };
@@ -258,6 +260,8 @@ void row_post_cycles(const DenseKernel& k, const WaferConfig& cfg, std::vector<i
       if (!(isq ? k.attn_q_cos : k.attn_k_cos).empty())
         for (auto& tq : t_of) tq += 3 * op(k.B * fb / 2, 2) + op(k.B * fb, 2) + op(k.B * fb, 1);
     if (g == 1) {
+      if (training)  // (P kept for the backward pass)
+        for (auto& tq : t_of) tq += nq * hp * op(SS, 1);
       for (auto& tq : t_of) tq += nq * (hp * (scores + softmax + pv) + (nq > 1 ? 4 + (fb != k.nb ? 1 : 0) + (k.attn_mask.empty() ? 0 : 2) : 0));
     } else {
       for (int64_t qb = 0; qb < nq * hp; ++qb) {

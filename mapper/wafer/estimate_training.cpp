@@ -100,15 +100,16 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     if (c.micro_batches > 1 && !k.b_value.empty()) body += dsd(nb);  // db summed over the micro-batches
     const int64_t after_send = !c.verdict() && c.adam ? update : 0;  // (Adam's update after the multicast has started: the chain end's own dy tasks wait)
     if (c.half()) body += dsd(n, Op::fs2h);  // mixed precision: dy to the compute type before it is sent
-    body += pool_backward_cycles(k, cfg);  // a Conv's pool: the global pool's spread, or per window offset the mask (4 ops) and dy there
+    body += pool_backward_cycles(k, cfg) + attention_backward_cycles(c, li, cfg);  // (a Conv's pool; attention: dV, dQ, dK)  // a Conv's pool: the global pool's spread, or per window offset the mask (4 ops) and dy there
     // per dy wavelet at every PE (bdy): the weight gradient's fmacs (fmuls for the first sample),
     // from layer 1 on the input gradient's (fmuls for the first column), and the bookkeeping
     // (mixed precision: fmachs, 16-bit factors summed in fp32, for both)
     const Op mac = c.half() ? Op::fmachs : Op::fmacs, mac0 = c.half() ? Op::fmachs : Op::fmuls;
     const int64_t g_mac = dsd(kb, mac, nb), g_first = dsd(kb, mac0, nb) + 1;
     const int64_t x_mac = dsd(kb, mac, nb), x_first = dsd(kb, mac0, nb) + 1;
-    int64_t work = n * (li ? 12 : 8) + (n - nb) * g_mac + nb * g_first + 4 * B + 2;
-    if (li) work += (n - B) * x_mac + B * x_first;
+    const bool dx = has_input_grad(c, li);  // (the graph input's readers compute no input gradient)
+    int64_t work = n * (dx ? 12 : 8) + (n - nb) * g_mac + nb * g_first + 4 * B + 2;
+    if (dx) work += (n - B) * x_mac + B * x_first;
     std::vector<int64_t> bdy_end(static_cast<size_t>(k.w * k.h), 0);
     std::vector<int64_t> bsq = bstart;  // (a LayerNorm's backward first, coupled along the chain ends)
     ln_backward_cycles(c, li, cfg, bsq);
@@ -126,7 +127,7 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     // gather; the reduce's end starts the previous layer's bstart.
     std::vector<int64_t> gstart(static_cast<size_t>(k.w * k.h), 0);
     std::vector<int64_t> next_bstart;
-    if (li) {
+    if (dx) {
       const int64_t ne = B * kb;
       next_bstart.assign(static_cast<size_t>(Lk), 0);
       for (int64_t p = 0; p < Lk; ++p) {  // an x line: fixed K position p, N positions 0..Ln-1
@@ -177,6 +178,10 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
         freed[static_cast<size_t>(py * k.w + px)] = line_end[static_cast<size_t>(q)] + 2 + dd + 2;  // g3: the search, the count (and, before a reload, its check)
         fabric_end = std::max(fabric_end, line_end[static_cast<size_t>(q)] + 3);
       }
+    if (!dx && li > 0) {  // attention's K or V: the kernel before starts at each chain end once its gradient blocks have left (g3)
+      next_bstart.assign(static_cast<size_t>(Ln), 0);
+      for (int64_t q = 0; q < Ln; ++q) next_bstart[static_cast<size_t>(q)] = line_end[static_cast<size_t>(q)] + 2 + dd + 2 + 1;
+    }
     bstart = next_bstart;
   }
   c.train_est.backward = fabric_end;

@@ -53,6 +53,7 @@ std::vector<DenseKernel> match_layers(const graph::Graph& g, std::string& input,
 // match_ops.cpp: single nodes' kernels for match_layers (`unsupported` throws the node's error).
 using Unsupported = std::function<void(const std::string&)>;
 bool split_sliced_projections(graph::Graph& g);
+std::string slice_tag(int64_t lo, int64_t hi);  // "/cols<lo>_<hi>": a parameter's columns (param_slice)
 // concat.cpp: a Concat of branches read by Convs or dense layers, the readers split per branch.
 // (And the graph rewrites' helpers: a value name from `base` the graph does not use yet; the data
 // of a constant value, or null.)
@@ -287,7 +288,7 @@ void ln_edge_pass(const DenseKernel& k, const WaferConfig& cfg, std::vector<int6
 void gn_program(const DenseKernel& k, size_t l, ProgramTemplate& t);
 int64_t gn_cycles(const DenseKernel& k, const WaferConfig& cfg);
 void row_post_cycles(const DenseKernel& k, const WaferConfig& cfg, std::vector<int64_t>& t_of, bool training = false);  // attention, LayerNorm: the estimate
-void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& t);
+void attention_program(const DenseKernel& k, size_t l, int rc, ProgramTemplate& t, bool keep_p = false);  // (keep_p, training: P per (sample, head) in aP<l>)
 
 // layer_program.cpp: kernel l's arrays and DSDs (then its tasks, unless sequenced).
 void layer_program(const Compiled& c, size_t l, ProgramTemplate& t);
@@ -392,6 +393,16 @@ void check_conv_training(const Compiled& c, size_t l, const char* hint);
 // shift's updates, the estimate's cycles (T per chain-end position, advanced).
 void ln_backward_arrays(const Compiled& c, size_t l, ProgramTemplate& t);
 void ln_backward_ops(const Compiled& c, size_t l, ProgramTemplate& t);
+// training_attn.cpp: self-attention's backward pass at the V kernel's chain ends.
+bool has_input_grad(const Compiled& c, size_t l);   // kernel l computes an input gradient (it reads a kernel's output)
+bool attn_input_kernel(const Compiled& c, size_t l);  // kernel l is an attention's Q or K
+void check_attention_training(const Compiled& c, size_t l, const char* hint);
+void check_attention_placed(const Compiled& c, size_t l);
+void attention_keep_arrays(const Compiled& c, size_t l, ProgramTemplate& t);
+void attention_backward_arrays(const Compiled& c, size_t l, ProgramTemplate& t);
+void attention_backward_ops(const Compiled& c, size_t l, ProgramTemplate& t);
+int64_t attention_backward_cycles(const Compiled& c, size_t l, const WaferConfig& cfg);
+int64_t attention_training_bytes(const Compiled& c, size_t l);
 int64_t residual_producer(const Compiled& c, size_t l);  // the kernel whose output kernel l's residual adds (-1: none, or the graph input)
 int64_t residual_reader(const Compiled& c, size_t p);    // the kernel whose residual adds kernel p's output (-1: none)
 void residual_grad_ops(const Compiled& c, size_t p, ProgramTemplate& t);

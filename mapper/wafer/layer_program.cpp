@@ -353,6 +353,7 @@ void layer_program(const Compiled& c, size_t l, ProgramTemplate& t) {
       t.mem1d(n + std::string("m") + L, n + L);
     }
     t.mem1d("aall" + L, "att" + L);
+    if (c.training) attention_keep_arrays(c, l, t);
     t.mem1d("ascm" + L, "asc" + L);
     t.mem1d("atmm" + L, "atm" + L);
     t.mem1d("atom" + L, "ato" + L);

@@ -81,7 +81,7 @@ void red_body(const Compiled& c, size_t l, ProgramTemplate& t, const TaskNames& 
   if (k.gate_of >= 0) t.op(Op::fmuls, {"gall" + L, "gy" + L, "gg" + L}, "squeeze-excitation: the feature map times the gate");
   // (sequenced: r12-r14, which inference's shared tasks leave free -- the x tasks' r0-r2 may be
   // counting the next kernel's x values meanwhile)
-  if (k.attn) attention_program(k, l, c.sequenced ? kSeqAttnRegs : x_regs(c, l), t);
+  if (k.attn) attention_program(k, l, c.sequenced ? kSeqAttnRegs : x_regs(c, l), t, c.training);
   if (k.softmax) softmax_program(t, k, L);
   if (k.residual >= 0 && k.res_mul) {  // a gated unit: times the other kernel's output (16-bit compute: widened first)
     if (h) t.op(Op::fh2s, {"rmul" + L, res_dsd(c, l)});

@@ -18,6 +18,8 @@ namespace tessera::wafer::detail {
 // Q, K and V -- becomes one MatMul (and Add) per Slice of the weight's (and bias') columns, each
 // producing its Slice's value: a dense layer per slice, its outputs on chain ends of their own, as
 // the attention expects Q, K and V. Returns whether it changed g.
+std::string slice_tag(int64_t lo, int64_t hi) { return "/cols" + std::to_string(lo) + "_" + std::to_string(hi); }
+
 bool split_sliced_projections(graph::Graph& g) {
   passes::Rewriter rw(g);
   for (size_t mi = 0; mi < g.nodes.size(); ++mi) {
@@ -28,8 +30,10 @@ bool split_sliced_projections(graph::Graph& g) {
     std::string out = mm.outputs[0];
     size_t ai = SIZE_MAX;  // the bias Add, if it is the MatMul's one reader
     const Tensor* bias = nullptr;
+    std::string bias_name;
     if (const graph::Node* a = rw.only_consumer(out, &ai); a && a->op == "Add") {
-      bias = rw.constant(a->inputs[0] == out ? a->inputs[1] : a->inputs[0]);
+      bias_name = a->inputs[0] == out ? a->inputs[1] : a->inputs[0];
+      bias = rw.constant(bias_name);
       if (bias && bias->numel() == N) out = a->outputs[0];
       else bias = nullptr;
     }
@@ -57,7 +61,7 @@ bool split_sliced_projections(graph::Graph& g) {
     const std::vector<float> bv = bias ? bias->to_f32() : std::vector<float>{};
     for (const Piece& p : pieces) {
       const int64_t n = p.hi - p.lo;
-      const std::string tag = "/cols" + std::to_string(p.lo) + "_" + std::to_string(p.hi);
+      const std::string tag = slice_tag(p.lo, p.hi);  // (param_slice reads it back: training maps the slices to the parameter)
       std::vector<float> wp(static_cast<size_t>(K * n));
       for (int64_t k = 0; k < K; ++k)
         for (int64_t j = 0; j < n; ++j) wp[static_cast<size_t>(k * n + j)] = wv[static_cast<size_t>(k * N + p.lo + j)];
@@ -69,7 +73,7 @@ bool split_sliced_projections(graph::Graph& g) {
       }
       const std::string mout = rw.add_value(sout + "/matmul", DType::f32, g.value(sout).shape);
       rw.add_node({mm.name + tag, "MatMul", {}, {mm.inputs[0], wname}, {mout}});
-      const std::string bname = rw.add_constant(wname + "/bias", Tensor::from_f32({n}, std::vector<float>(bv.begin() + p.lo, bv.begin() + p.hi)));
+      const std::string bname = rw.add_constant(bias_name + tag, Tensor::from_f32({n}, std::vector<float>(bv.begin() + p.lo, bv.begin() + p.hi)));
       rw.add_node({mm.name + tag + "/bias", "Add", {}, {mout, bname}, {sout}});  // the kernel keeps the MatMul's name
     }
     rw.remove_node(mi);
@@ -495,3 +499,18 @@ void append_kernel(std::vector<DenseKernel>& ks, DenseKernel& k, const graph::Gr
 }
 
 }  // namespace tessera::wafer::detail
+
+namespace tessera::wafer {
+
+std::optional<ParamSlice> param_slice(const std::string& value) {
+  const size_t at = value.rfind("/cols");
+  if (at == std::string::npos) return std::nullopt;
+  const std::string r = value.substr(at + 5);
+  const size_t us = r.find('_');
+  if (us == std::string::npos || us == 0 || us + 1 >= r.size() || r.find_first_not_of("0123456789_") != std::string::npos) return std::nullopt;
+  ParamSlice p{value.substr(0, at), std::stoll(r.substr(0, us)), std::stoll(r.substr(us + 1))};
+  if (p.hi <= p.lo || detail::slice_tag(p.lo, p.hi) != value.substr(at)) return std::nullopt;
+  return p;
+}
+
+}  // namespace tessera::wafer

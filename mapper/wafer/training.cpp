@@ -63,7 +63,8 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   const Operand rI = reg(0), rB = reg(1), rT = reg(kSeqScratch);
   t.comment("---- backward of kernel " + L + ": " + k.name);
   t.data("gW" + L, Elem::f32, kb * nb, {}, -1, -1, "the weight gradient block (as W's block)");
-  if (l) t.data("dx" + L, Elem::f32, B * kb, {}, -1, -1, "the input gradient (partial over this PE's columns)");
+  const bool dx = has_input_grad(c, l);  // (the graph input's readers -- the first kernel, attention's Q, K and V -- need none)
+  if (dx) t.data("dx" + L, Elem::f32, B * kb, {}, -1, -1, "the input gradient (partial over this PE's columns)");
   t.mem1d("gcol" + L, "gW" + L, 0, kb, nb);
   t.mem1d("xrow" + L, "Xsv", c.xs_off[l], kb);
   t.mem1d("gWm" + L, "gW" + L);
@@ -73,7 +74,7 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     t.mem1d("gWhm" + L, "gWh" + L);
     if (c.loss_scaling) t.mem1d("gWr0" + L, "gWh" + L, 0, nb);
   }
-  if (l) {
+  if (dx) {
     t.mem1d("wcolT" + L, wbuf, 0, kb, nb);
     t.mem1d("dxrow" + L, "dx" + L, 0, kb);
     t.mem1d("dxm" + L, "dx" + L);
@@ -103,6 +104,7 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   t.mem1d("dym" + L, "dy" + L);
   t.mem1d("dyrow" + L, "dy" + L, 0, nb);
   ln_backward_arrays(c, l, t);  // (a LayerNorm: training_norm.cpp)
+  attention_backward_arrays(c, l, t);  // (attention: training_attn.cpp)
   t.mem1d("dbm" + L, "db" + L);
   t.mem1d("biasm" + L, "bias" + L);
   if (c.half()) {  // mixed precision: dy leaves in the compute type (the products take 16-bit factors)
@@ -155,7 +157,7 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
     first_sets(t, rB, "ga" + L, "gb" + L, Op::fmachs, {"gcol" + L, fimm(0.0), "xrow" + L, kWv}, Op::fmachs, {"gcol" + L, "gcol" + L, "xrow" + L, kWv});
   else
     first_sets(t, rB, "ga" + L, "gb" + L, Op::fmuls, {"gcol" + L, "xrow" + L, kWv}, Op::fmacs, {"gcol" + L, "gcol" + L, "xrow" + L, kWv});
-  if (l) {
+  if (dx) {
     t.op(Op::dsd_off, {"dxrow" + L, rT});
     t.op(Op::dsd_off, {"wcolT" + L, rI});
     if (c.half())
@@ -230,6 +232,7 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     const int64_t B = k.B, nb = k.nb;
     t.if_("last" + L);
     const std::string dy = "dym" + L, y = "yall" + L, mk = l + 1 < n ? y : "mkm" + L;  // (the last kernel's y is the forward output the host reads)
+    attention_backward_ops(c, l, t);  // (attention: dV, dQ, dK from dO)
     ln_backward_ops(c, l, t);  // (a LayerNorm: dy of its input; a residual's gradient kept)
     pool_backward_ops(c, l, t);  // (a Conv's pool: training_conv.cpp)
     if (k.act_is(Unary::Kind::relu)) {  // the ReLU's derivative [y > 0] as -max(-y 2^100, -1): 1 for y >= 2^-100, 0 for y = 0 (y = relu(z) >= 0)
@@ -278,9 +281,9 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     const std::string L = std::to_string(l), P0 = l ? std::to_string(l - 1) : "";
     t.op(Op::add, {reg(kRegBdone), reg(kRegBdone), imm(1)});
     if (!c.reloads.empty()) t.op(Op::unblock, {"ld"}, "a reload waiting for this kernel's buffer goes on");
-    if (l) {
+    if (has_input_grad(c, l)) {
       const bool col2im = conv_reads_conv(c, l);
-      chain_step(t, "first" + P0, "last" + P0, "dxm" + L, "dxto" + L, "dxfrom" + L, col2im ? "dxm" + L : (c.kernels[l - 1].spatial() ? "dyT" : "dym") + P0);
+      chain_step(t, "first" + P0, "last" + P0, "dxm" + L, "dxto" + L, "dxfrom" + L, col2im ? "dxm" + L : (c.kernels[l - 1].spatial() ? "dyT" : c.kernels[l - 1].attn ? "datm" : "dym") + P0);
       t.if_("last" + P0);
       if (col2im) col2im_ops(c, l, t);
       residual_grad_ops(c, l - 1, t);
@@ -333,6 +336,11 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     t.op(Op::add, {reg(kRegGdone), reg(kRegGdone), imm(1)});
     const auto it = std::find(c.reloads.begin(), c.reloads.end(), static_cast<int64_t>(l - 1));
     const std::string P0 = std::to_string(l - 1);
+    if (!has_input_grad(c, l)) {  // (attention's K or V: the kernel before's dy is ready -- the attention's backward made it --
+      t.if_("last" + P0);         // and every PE of this chain has ended its dy tasks: the gradient blocks have left)
+      t.op(Op::activate, {"bstart"});
+      t.endif();
+    }
     if (it != c.reloads.end()) {  // (else its load's end unblocks it)
       const int64_t loaded = static_cast<int64_t>(n) + (it - c.reloads.begin()) + 1;  // r9 once the reload is in
       t.op(Op::sub, {reg(kSeqScratch), reg(kRegLoaded), imm(loaded)});
@@ -402,7 +410,8 @@ void check_training(const Compiled& c, const MappingOptions& opt) {
       throw InputError(where, "a trained Conv is read by a Conv or by a Flatten into a dense layer in this build", hint);
     if (k.tokens || k.row_period || k.sel_period)
       throw InputError(where, "tokens (a Conv's positions as rows, constant rows, a Slice of one token) are not trained on the wafer in this build", hint);
-    if (k.attn || k.src != static_cast<int64_t>(l) - 1)
+    if (k.attn) check_attention_training(c, l, hint);
+    else if (k.src != static_cast<int64_t>(l) - 1 && !(k.src < 0 && attn_input_kernel(c, l)))
       throw InputError(where, "attention and branching graphs (a layer reading other than the layer before it) are not trained on the wafer in this build", hint);
   }
   if (opt.loss != "mse" && opt.loss != "softmax_cross_entropy") throw InputError("/training/loss", "the wafer computes mse or softmax_cross_entropy", hint);
@@ -463,6 +472,7 @@ void training_layout(Compiled& c, const MappingOptions& opt, json& routes, json&
       throw InputError("/mapping/wafer_rect", "kernel '" + k.name + "': the Conv's " + std::to_string(k.cin * k.kh * k.kw) + " weights per output channel split into " +
                                                   std::to_string(k.kblocks()) + " blocks of " + std::to_string(k.kb) + " with padding, which training does not map",
                        "give a rectangle whose K axis divides the Conv's channels x kernel rows (e.g. 1 PE)");
+  for (size_t l = 0; l < c.kernels.size(); ++l) check_attention_placed(c, l);
   for (size_t l = 0; l < c.kernels.size(); ++l) {
     DenseKernel& k = c.kernels[l];
     dy_routes(k, routes);
