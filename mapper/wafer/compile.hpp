@@ -28,7 +28,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +36,7 @@
 #include "isa/wafer/builder.hpp"
 #include "isa/wafer/isa.hpp"
 #include "mapper/graph/graph.hpp"
+#include "mapper/wafer/param_slice.hpp"
 
 namespace tessera::wafer {
 
@@ -456,15 +456,6 @@ struct Compiled {
 // A conv kernel's weights [N, cin, kh, kw] as its im2col matrix [K, N] (the rows its lines take;
 // rows past kh or cin are 0), and back (training: MemoryX holds the matrix).
 std::vector<float> conv_matrix(const DenseKernel& k, const std::vector<float>& wconv);
-// A constant the compiler cut from a parameter's columns (a fused projection's Q, K and V: the
-// kernels' weights and biases "<param>/cols<lo>_<hi>", match_ops.cpp): the parameter and the
-// columns (of a [K, N] weight, or of a bias); none for any other value. Training maps the slices'
-// state to and from the parameter.
-struct ParamSlice {
-  std::string param;
-  int64_t lo = 0, hi = 0;
-};
-std::optional<ParamSlice> param_slice(const std::string& value);
 std::vector<float> conv_tensor(const DenseKernel& k, const std::vector<float>& kn);
 
 // Weight streaming: a PE's data (the layers' activations at the batch given) does not fit its SRAM
