@@ -100,8 +100,10 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
   if (c.training) {  // the loss chain along the last layer's chain ends
     const DenseKernel& k = c.kernels.back();
     const RectR r{k.x0, k.y0, k.x0 + k.w - 1, k.y0 + k.h - 1};
-    st.push_back({c.kernels.size() - 1, 'L', {r}});
-    st.push_back({c.kernels.size() - 1, 'M', {r}});
+    if (!loss_on_ln_chain(c)) {  // (else the LayerNorm's edge chain carries it: the same routes)
+      st.push_back({c.kernels.size() - 1, 'L', {r}});
+      st.push_back({c.kernels.size() - 1, 'M', {r}});
+    }
     if (c.verdict()) st.push_back({c.kernels.size() - 1, 'V', {r}});  // MemoryX's verdict, to the chain ends
   }
   using G = boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS>;
@@ -161,6 +163,10 @@ void allocate_colors(Compiled& c, const WaferConfig& cfg, const MappingOptions& 
       k.ca0 = c.kernels[q].ca0, k.ca1 = c.kernels[q].ca1, k.cab = c.kernels[q].cab;
       for (const int col : {k.ca0, k.ca1, k.cab}) by_color[col].push_back("kernel '" + k.name + "' attention chain (shared)");
     }
+  }
+  if (loss_on_ln_chain(c)) {
+    c.cl0 = c.kernels.back().cn0, c.cl1 = c.kernels.back().cn1;
+    for (const int col : {c.cl0, c.cl1}) by_color[col].push_back("the loss chain (the last LayerNorm's edge chain)");
   }
   if (share)  // the shared colors: from the first kernel of the same orientation
     for (size_t l = 0; l < c.kernels.size(); ++l) {

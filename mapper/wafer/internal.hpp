@@ -371,6 +371,8 @@ void dy_routes(const DenseKernel& k, json& routes);
 int chain_color(const DenseKernel& k, int64_t p);
 void grad_port_routes(const DenseKernel& k, json& routes);
 void loss_routes(const Compiled& c, json& routes);
+// The loss chain runs on the last kernel's LayerNorm edge chain (its colors and routes) when it has one.
+bool loss_on_ln_chain(const Compiled& c);
 void train_params(const Compiled& c, json& params);
 void loss_program(const Compiled& c, ProgramTemplate& t);
 void xent_program(const Compiled& c, ProgramTemplate& t);

@@ -8,7 +8,10 @@
 namespace tessera::wafer::detail {
 
 // The loss chain along the last layer's chain ends (its N axis), towards S or E, colors cl0/cl1.
+bool loss_on_ln_chain(const Compiled& c) { return c.training && c.kernels.back().layernorm; }
+
 void loss_routes(const Compiled& c, json& routes) {
+  if (loss_on_ln_chain(c)) return;  // (the LayerNorm's edge chain, routed already)
   const DenseKernel& k = c.kernels.back();
   const int64_t len = k.k_on_columns ? k.h : k.w;  // chain ends along the N axis
   const DirSet fwd = dir_bit(k.k_on_columns ? Dir::S : Dir::E), back = dir_bit(k.k_on_columns ? Dir::N : Dir::W);
@@ -74,7 +77,7 @@ void loss_program(const Compiled& c, ProgramTemplate& t) {
   t.fabric("lto", DsdKind::fabout, Elem::f32, P("lcout"), 1, 1);
   t.endif();
   t.if_("lfirst", false);
-  t.fabric("lfrom", DsdKind::fabin, Elem::f32, P("lcin"), 7, 1);
+  t.fabric("lfrom", DsdKind::fabin, Elem::f32, P("lcin"), loss_on_ln_chain(c) ? 4 : 7, 1);  // (on the LayerNorm's chain colors: its queue)
   t.endif();
   t.task("lossk", TaskKind::local, loss_task_id(c));
   t.op(Op::fsubs, {"ddm", "yall" + L, "tgtm"});
