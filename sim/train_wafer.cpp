@@ -101,6 +101,9 @@ class WaferTrainer : public TrainMachine {
           } catch (const wafer::DoesNotFit& e) {
             if (b == 1)
               throw InputError("/mapping/mode", e.diagnostics()[0].message + ", with one sample at a time (mapping.micro_batch 1; the whole batch of " + std::to_string(B) + " needs more)", e.ways(false));
+          } catch (const InputError& e) {  // (micro-batches the model cannot take: the whole batch's error, and why)
+            throw InputError("/mapping/micro_batch", whole.diagnostics()[0].message + "; and the batch does not split into micro-batches: " + e.diagnostics()[0].message,
+                             whole.ways(false));
           }
         }
         if (!found) throw InputError("/mapping/mode", whole.diagnostics()[0].message, whole.ways(false));
@@ -110,9 +113,28 @@ class WaferTrainer : public TrainMachine {
     }
     runs_ = B / mb;
     const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-    for (const auto& k : cp_.kernels)
-      for (const auto& v : {k.w_value, k.b_value, k.ln_gamma_value, k.ln_beta_value})
+    for (const auto& k : cp_.kernels) {
+      for (const auto& v : {k.w_value, k.b_value})
         if (!v.empty() && !tg.initial.count(param_of(v))) throw std::logic_error("wafer training: '" + v + "' is not a trained parameter");
+      for (const auto& v : {k.ln_gamma_value, k.ln_beta_value})  // (a LayerNorm's scale or shift that is a constant, not a parameter: it would be trained)
+        if (!v.empty() && !tg.initial.count(param_of(v)))
+          throw InputError("kernel '" + k.name + "'", "its LayerNorm's scale or shift ('" + v + "') is not a parameter of the model (a constant, or computed), which the wafer would train", "train it on target.kind neuroncore or reference");
+    }
+    {  // A fused projection's slices (param_slice) must cover their parameter's columns exactly once: the state is put together from them.
+      std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> cols;
+      for (const auto& k : cp_.kernels)
+        for (const auto& v : {k.w_value, k.b_value})
+          if (const auto s = wafer::param_slice(v)) cols[s->param].push_back({s->lo, s->hi});
+      for (auto& [param, r] : cols) {
+        std::sort(r.begin(), r.end());
+        r.erase(std::unique(r.begin(), r.end()), r.end());  // (a weight and its bias: the same columns)
+        int64_t at = 0;
+        for (const auto& [lo, hi] : r) at = lo == at ? hi : -1;
+        if (at != tg.initial.at(param).shape().back())
+          throw InputError("parameter '" + param + "'", "its slices (" + std::to_string(r.size()) + " Slice nodes of its projection) do not cover its columns exactly once, which training on the wafer needs",
+                           "train it on target.kind neuroncore or reference");
+      }
+    }
     if (tg.state.size() != tg.params.size() * (adam_ ? 3 : momentum_ != 0 ? 2 : 1) + (scaling_ ? (adam_ ? 3 : 2) : 0))
       throw std::logic_error("wafer training: unexpected optimizer state");
     con.out(con.bold("compiled") + " " + std::to_string(cp_.kernels.size()) + " layer(s) with their backward pass on " + std::to_string(cp_.fabric_width) + " x " +
@@ -332,8 +354,8 @@ class WaferTrainer : public TrainMachine {
       sc_core::sc_start();
       tessera::models::after_systemc();
       poll_interrupt();
-      const bool faulted = steps_ == 0 && r == 0 && !faults_.empty();
-      if (faulted) {
+      const bool faulted = steps_ == 0 && !faults_.empty();  // (armed for the first step: any of its runs)
+      if (faulted && (fab_->error() || r + 1 == runs_)) {
         report_wafer_faults(faults_, fault_what_, *fab_);
         fab_->clear_faults();
       }

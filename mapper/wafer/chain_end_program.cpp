@@ -265,6 +265,8 @@ void row_post_cycles(const DenseKernel& k, const WaferConfig& cfg, std::vector<i
       for (auto& tq : t_of) tq += nq * (hp * (scores + softmax + pv) + (nq > 1 ? 4 + (fb != k.nb ? 1 : 0) + (k.attn_mask.empty() ? 0 : 2) : 0));
     } else {
       for (int64_t qb = 0; qb < nq * hp; ++qb) {
+      if (training)  // (P kept for the backward pass, after its broadcast)
+        for (auto& tq : t_of) tq += op(SS, 1);
       if (nq > 1 && qb % hp == 0)  // a query block's start: its offsets (and the mask's rows)
         for (auto& tq : t_of) tq += 4 + (fb != k.nb ? 1 : 0) + (k.attn_mask.empty() ? 0 : 2);
       for (int64_t g0 = 0; g0 < Ln; g0 += g) {

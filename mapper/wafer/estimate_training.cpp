@@ -100,7 +100,7 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     if (c.micro_batches > 1 && !k.b_value.empty()) body += dsd(nb);  // db summed over the micro-batches
     const int64_t after_send = !c.verdict() && c.adam ? update : 0;  // (Adam's update after the multicast has started: the chain end's own dy tasks wait)
     if (c.half()) body += dsd(n, Op::fs2h);  // mixed precision: dy to the compute type before it is sent
-    body += pool_backward_cycles(k, cfg) + attention_backward_cycles(c, li, cfg);  // (a Conv's pool; attention: dV, dQ, dK)  // a Conv's pool: the global pool's spread, or per window offset the mask (4 ops) and dy there
+    body += pool_backward_cycles(k, cfg) + attention_backward_cycles(c, li, cfg);  // (a Conv's pool: the global pool's spread or the max pool's masks; attention: dV, dQ, dK)
     // per dy wavelet at every PE (bdy): the weight gradient's fmacs (fmuls for the first sample),
     // from layer 1 on the input gradient's (fmuls for the first column), and the bookkeeping
     // (mixed precision: fmachs, 16-bit factors summed in fp32, for both)

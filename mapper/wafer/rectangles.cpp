@@ -229,9 +229,9 @@ void place_streaming_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
       const DenseKernel& k = c.kernels[l];
       data += k.B * k.kb * wbytes_pe + (k.B * k.kb * (l ? 1 : 0) + k.kb * k.nb) * 4;  // saved x (as taken), weight gradient, input gradient
       data += (k.B * k.nb * (k.activated() && l + 1 == c.kernels.size() ? 2 : 1) + k.nb) * 4;  // chain ends: dy, the last kernel's mask (others' in y), bias gradient
-      data += col2im_bytes(c, l) + attention_training_bytes(c, l);
+      data += col2im_bytes(c, l) + attention_training_bytes(c, l);     // a Conv reading a Conv: a bordered copy of dy; attention: P, dO
       if (residual_producer(c, l) >= 0) data += k.B * k.nb * 4;       // chain ends: the residual's gradient (drs)
-      if (k.layernorm) data += (k.B * k.nb + 2 * k.B + 2 * k.nb) * 4;  // chain ends: xhat, the two row means, the scale's and shift's gradients                                     // a Conv reading a Conv: its input gradient as im2col rows, a bordered copy (the producer's chain ends)
+      if (k.layernorm) data += (k.B * k.nb + 2 * k.B + 2 * k.nb) * 4;  // chain ends: xhat, the two row means, the scale's and shift's gradients
       if (c.half()) data += (k.B * k.nb + k.kb * k.nb) * 2;           // dy and the weight gradient in 16 bits, as they are sent
       if (opt.loss_scaling) data += k.nb * 2 + 4;                     // db's finiteness, the loss scale
       if (opt.micro_batches > 1) data += k.nb * 4;                    // chain ends: the bias gradient summed over the micro-batches

@@ -395,6 +395,10 @@ void check_training(const Compiled& c, const MappingOptions& opt) {
     const std::string where = "kernel '" + k.name + "'";
     if (k.rnn) throw InputError(where, "recurrent layers are not trained on the wafer in this build", hint);
     if (k.b_value == "*") throw InputError(where, "two biases (Gemm's C and an Add) are not trained on the wafer", hint);
+    if (k.w_value.empty())
+      throw InputError(where, "a kernel the compiler added (an identity layer for a LayerNorm or pool of the graph input) has no weights to train: such a model is not trained on the wafer in this build", hint);
+    if (k.gn_size || (k.spatial() && k.layernorm))
+      throw InputError(where, "a GroupNorm, InstanceNorm or LayerNorm over a Conv's channels is not trained on the wafer in this build", hint);
     if (!k.w_derived.empty()) throw InputError(where, k.w_derived + ", which are then not the model's to train on the wafer", hint);
     // A Conv trains as the first kernel or reading a Conv (its input gradient by col2im), with a
     // max pool of non-overlapping windows, or a global average pool, after its function, read by a
@@ -432,6 +436,8 @@ void check_training(const Compiled& c, const MappingOptions& opt) {
                        "train it on target.kind neuroncore or reference");
     if (k.keeps_preln)
       throw InputError(where, "a pre-norm residual (the value before a LayerNorm) is not trained on the wafer in this build", "train it on target.kind neuroncore or reference");
+    if (k.residual >= 0 && residual_producer(c, l) >= 0 && c.kernels[static_cast<size_t>(residual_producer(c, l))].attn)
+      throw InputError(where, "a residual of an attention's output is not trained on the wafer in this build", "train it on target.kind neuroncore or reference");
     if (k.residual >= 0 && (k.spatial() || (residual_producer(c, l) >= 0 && c.kernels[static_cast<size_t>(residual_producer(c, l))].spatial())))
       throw InputError(where, "a residual of convolutions is not trained on the wafer in this build", "train it on target.kind neuroncore or reference");
     if (k.residual >= 0 && k.activated())

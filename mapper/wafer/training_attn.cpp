@@ -49,8 +49,8 @@ void check_attention_placed(const Compiled& c, size_t l) {
     throw InputError("/mapping/wafer_rect", where + ": the chain-end PEs hold " + std::to_string(k.feat_nb()) + " features each, heads have " + std::to_string(k.dh) + " (neither whole heads nor whole parts of one)",
                      "give a rectangle whose side along the features makes the features per PE a multiple or a divisor of the head's");
   if (k.attn_queries() / k.attn_rows() > 1)
-    throw InputError("/mapping/wafer_rect", where + ": scores in query blocks (more than fit a PE at once) are not trained on the wafer in this build",
-                     "give a larger rectangle (fewer heads per chain-end PE)");
+    throw InputError(where, "scores in query blocks (more keys per sample than one block of scores holds: " + std::to_string(k.attn_keys()) + ") are not trained on the wafer in this build",
+                     "train it on target.kind neuroncore or reference");
 }
 
 namespace {

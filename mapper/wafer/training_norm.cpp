@@ -185,7 +185,7 @@ void ln_backward_cycles(const Compiled& c, size_t l, const WaferConfig& cfg, std
   ln_edge_pass(k, cfg, T, d(Op::fmuls, B));
   ProgramTemplate u;
   if (!c.verdict()) ln_update_ops(c, l, 0.01, u);  // (with micro-batches in the verdict task)
-  const int64_t post = d(Op::fmuls, n) * (k.ln_padded() ? 2 : 1) + (k.rms ? 1 : 2) * d(Op::fsubs, n) + u.dsd_cycles(nb, cfg);
+  const int64_t post = d(Op::fmuls, n) * (k.ln_padded() ? 3 : 2) + (k.rms ? 1 : 2) * d(Op::fsubs, n) + u.dsd_cycles(nb, cfg);  // xhat m2, rstd (, the mask)
   for (auto& x : T) x += post;
 }
 
