@@ -441,27 +441,18 @@ def recurrent(d):
     sequence-first input read at its last step (out[-1]), a 2-layer LSTM read as out[:, -1, :]
     (batch_first) into a two-layer head, hidden sizes that do not divide a rectangle's side; and a
     bidirectional GRU, which the wafer refuses."""
-    torch.manual_seed(31)
-    model = RnnLast(nn.RNN(12, 20, num_layers=3), 20, 4).eval()
-    x = np.random.RandomState(31).standard_normal((6, 3, 12)).astype(np.float32)
-    write_case(d, "wafer_rnn_stack", model, x)
-    torch.manual_seed(32)
-    model = RnnLast(nn.LSTM(10, 24, num_layers=2, batch_first=True), 24, 3, head_relu=True).eval()
-    x = np.random.RandomState(32).standard_normal((4, 7, 10)).astype(np.float32)
-    write_case(d, "wafer_lstm_last_step", model, x)
-    torch.manual_seed(33)
-    model = RnnLast(nn.GRU(8, 16, batch_first=True, bidirectional=True), 32, 3).eval()
-    x = np.random.RandomState(33).standard_normal((2, 5, 8)).astype(np.float32)
-    write_case(d, "wafer_gru_bidirectional", model, x)
-    torch.manual_seed(34)
-    model = BiLast(nn.GRU(8, 16, batch_first=True, bidirectional=True), 16, 3).eval()
-    x = np.random.RandomState(34).standard_normal((3, 6, 8)).astype(np.float32)
-    write_case(d, "wafer_gru_bidirectional_hn", model, x)
-    torch.manual_seed(35)
-    model = BiLast(nn.LSTM(12, 20, batch_first=True, bidirectional=True), 20, 4).eval()
-    x = np.random.RandomState(35).standard_normal((2, 7, 12)).astype(np.float32)
-    write_case(d, "wafer_lstm_bidirectional_hn", model, x)
-
+    cases = [  # (seed, name, model, input shape)
+        (31, "wafer_rnn_stack", lambda: RnnLast(nn.RNN(12, 20, num_layers=3), 20, 4), (6, 3, 12)),
+        (32, "wafer_lstm_last_step", lambda: RnnLast(nn.LSTM(10, 24, num_layers=2, batch_first=True), 24, 3, head_relu=True), (4, 7, 10)),
+        (33, "wafer_gru_bidirectional", lambda: RnnLast(nn.GRU(8, 16, batch_first=True, bidirectional=True), 32, 3), (2, 5, 8)),
+        (34, "wafer_gru_bidirectional_hn", lambda: BiLast(nn.GRU(8, 16, batch_first=True, bidirectional=True), 16, 3), (3, 6, 8)),
+        (35, "wafer_lstm_bidirectional_hn", lambda: BiLast(nn.LSTM(12, 20, batch_first=True, bidirectional=True), 20, 4), (2, 7, 12)),
+    ]
+    for seed, name, build, shape in cases:
+        torch.manual_seed(seed)
+        model = build().eval()
+        x = np.random.RandomState(seed).standard_normal(shape).astype(np.float32)
+        write_case(d, name, model, x)
 
 def main():
     torch.set_num_threads(1)
