@@ -2,6 +2,7 @@
 // Wafer runs (run_wafer.cpp: hand-written layouts; run_wafer_graph.cpp: compiled models) and what
 // they share.
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -56,6 +57,11 @@ void wafer_rect_option(const nlohmann::json& mapping, wafer::MappingOptions& mo)
 // (run_wafer_graph.cpp).
 Tensor batch_part(const Tensor& x, int64_t i, int64_t n);
 Tensor batch_concat(const std::vector<Tensor>& parts);
+// mapping.micro_batch auto: the whole batch B, or -- when a PE's data does not fit -- the largest
+// divisor of B that does. `compile(b)` keeps its result and throws wafer::DoesNotFit when b samples
+// do not fit. Returns the samples per run; the errors say what the whole batch needs and, when
+// smaller runs do not help or the model cannot take them, why (run_wafer_graph.cpp).
+int64_t fit_micro_batch(int64_t B, const std::function<void(int64_t)>& compile);
 // The fabric options of a compiled run: run.max_time, run.host_memory, a trace's records, task
 // ends, SIGINT polling, eager memory-only ops unless run.faults are armed.
 // `hb` (optional): ticked by the fabric's progress callback (simulated time, hops).

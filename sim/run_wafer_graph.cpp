@@ -54,6 +54,29 @@ Tensor batch_concat(const std::vector<Tensor>& parts) {
   return t;
 }
 
+int64_t fit_micro_batch(int64_t B, const std::function<void(int64_t)>& compile) {
+  try {
+    compile(B);
+    return B;
+  } catch (const wafer::DoesNotFit& whole) {
+    for (int64_t b = B - 1; b >= 1; --b) {
+      if (B % b != 0) continue;
+      try {
+        compile(b);
+        return b;
+      } catch (const wafer::DoesNotFit& e) {
+        if (b == 1)
+          throw InputError("/mapping/mode", e.diagnostics()[0].message + ", with one sample at a time (mapping.micro_batch 1; the whole batch of " + std::to_string(B) + " needs more)",
+                           e.ways(false));
+      } catch (const InputError& e) {  // (micro-batches the model cannot take: the whole batch's error, and why)
+        throw InputError("/mapping/micro_batch", whole.diagnostics()[0].message + "; and the batch does not split into micro-batches: " + e.diagnostics()[0].message,
+                         whole.ways(false));
+      }
+    }
+    throw InputError("/mapping/mode", whole.diagnostics()[0].message, whole.ways(false));  // (a batch of one sample: nothing smaller to try)
+  }
+}
+
 namespace {
 
 // Where each kernel's predicted time starts, as the kernel table counts it: the latest predicted
@@ -237,29 +260,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
                        "set mapping.mode to weight_streaming or auto, or micro_batch to the whole batch (" + std::to_string(B) + ")");
     cp = compile_for(mb);
   } else {
-    try {
-      cp = compile_for(B);
-    } catch (const wafer::DoesNotFit& whole) {
-      // auto: the largest divisor of the batch whose micro-batch fits.
-      bool found = false;
-      for (int64_t b = B - 1; b >= 1 && !found; --b) {
-        if (B % b != 0) continue;
-        try {
-          cp = compile_for(b);
-          mb = b;
-          found = true;
-        } catch (const wafer::DoesNotFit& e) {
-          if (b == 1)
-            throw InputError("/mapping/mode", e.diagnostics()[0].message + ", with one sample at a time (mapping.micro_batch 1; the whole batch of " + std::to_string(B) + " needs more)",
-                             e.ways(false));
-        } catch (const InputError& e) {
-          throw InputError("/mapping/micro_batch", whole.diagnostics()[0].message + "; and the batch does not split into micro-batches: " + e.diagnostics()[0].message,
-                           whole.ways(false));
-        }
-      }
-      if (!found)  // a batch of one sample: nothing smaller to try
-        throw InputError("/mapping/mode", whole.diagnostics()[0].message, whole.ways(false));
-    }
+    mb = fit_micro_batch(B, [&](int64_t b) { cp = compile_for(b); });
     if (mb != B)
       con.detail("mapping.micro_batch auto: the batch of " + std::to_string(B) + " does not fit a PE's SRAM at once; " + std::to_string(B / mb) +
                  " micro-batches of " + std::to_string(mb));

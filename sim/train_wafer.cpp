@@ -89,27 +89,10 @@ class WaferTrainer : public TrainMachine {
         throw InputError("/mapping/micro_batch", std::to_string(mb) + " does not divide the batch of " + std::to_string(B), "give a divisor of the batch, or \"auto\"");
       cp_ = compile_for(mb);
     } else {
-      try {
-        cp_ = compile_for(B);
-      } catch (const wafer::DoesNotFit& whole) {
-        bool found = false;
-        for (int64_t b = B - 1; b >= 1 && !found; --b) {
-          if (B % b != 0) continue;
-          try {
-            cp_ = compile_for(b);
-            mb = b, found = true;
-          } catch (const wafer::DoesNotFit& e) {
-            if (b == 1)
-              throw InputError("/mapping/mode", e.diagnostics()[0].message + ", with one sample at a time (mapping.micro_batch 1; the whole batch of " + std::to_string(B) + " needs more)", e.ways(false));
-          } catch (const InputError& e) {  // (micro-batches the model cannot take: the whole batch's error, and why)
-            throw InputError("/mapping/micro_batch", whole.diagnostics()[0].message + "; and the batch does not split into micro-batches: " + e.diagnostics()[0].message,
-                             whole.ways(false));
-          }
-        }
-        if (!found) throw InputError("/mapping/mode", whole.diagnostics()[0].message, whole.ways(false));
+      mb = fit_micro_batch(B, [&](int64_t b) { cp_ = compile_for(b); });
+      if (mb != B)
         con.detail("mapping.micro_batch auto: the batch of " + std::to_string(B) + " does not fit a PE's SRAM at once; " + std::to_string(B / mb) + " micro-batches of " + std::to_string(mb) +
                    ", their gradients summed");
-      }
     }
     runs_ = B / mb;
     const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
@@ -124,7 +107,7 @@ class WaferTrainer : public TrainMachine {
       std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> cols;
       for (const auto& k : cp_.kernels)
         for (const auto& v : {k.w_value, k.b_value})
-          if (const auto s = wafer::param_slice(v)) cols[s->param].push_back({s->lo, s->hi});
+          if (const auto sl = wafer::param_slice(v)) cols[sl->param].push_back({sl->lo, sl->hi});
       for (auto& [param, r] : cols) {
         std::sort(r.begin(), r.end());
         r.erase(std::unique(r.begin(), r.end()), r.end());  // (a weight and its bias: the same columns)
@@ -249,7 +232,7 @@ class WaferTrainer : public TrainMachine {
     return v;
   }
   // A kernel value's shape as a parameter (a slice: its columns).
-  Shape shape_of(const wafer::DenseKernel&, const std::string& v) const {
+  Shape shape_of(const std::string& v) const {
     const auto s = wafer::param_slice(v);
     if (!s) return tg_.initial.at(unprefixed(v)).shape();
     Shape sh = tg_.initial.at(unprefixed(s->param)).shape();
@@ -438,7 +421,7 @@ class WaferTrainer : public TrainMachine {
       if (adam_) st["adam_updates"] = Tensor::from_f32({}, {updates_});
     }
     for (const auto& k : cp_.kernels) {
-      const Shape ws = shape_of(k, k.w_value);
+      const Shape ws = shape_of(k.w_value);
       auto as_param = [&](const std::vector<float>& w) {  // [K, N] -> the parameter's shape
         if (k.spatial()) return Tensor::from_f32(ws, wafer::conv_tensor(k, w));
         std::vector<float> g(w.size());
@@ -459,7 +442,7 @@ class WaferTrainer : public TrainMachine {
           const auto v = fab_->read_array(x, y, array);
           for (int64_t n = 0; n < k.nb && i * k.nb + n < k.N; ++n) b[static_cast<size_t>(i * k.nb + n)] = v[static_cast<size_t>(n)];
         });
-        st[value] = Tensor::from_f32(shape_of(k, value), std::move(b));
+        st[value] = Tensor::from_f32(shape_of(value), std::move(b));
       };
       if (!k.b_value.empty()) {
         from_chain_ends(k.b_value, "bias" + l);

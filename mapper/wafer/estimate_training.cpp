@@ -96,7 +96,7 @@ void estimate_training(Compiled& c, const WaferConfig& cfg, const std::vector<in
     // bstart at each chain end q: mask (ReLU), bias gradient and update, then the multicast
     // (the bias update: weight decay, momentum, SGD; with loss scaling the verdict task's instead)
     const int64_t update = bias_update_cycles(c, li, cfg);
-    int64_t body = dd + (k.activated() ? 4 * dsd(n) : 0) + 1 + dsd(nb) + 1 + (B - 1) * (6 + dsd(nb)) + 2 + (c.verdict() || c.adam ? 0 : update) + 1;
+    int64_t body = dd + (k.activated() ? 4 * dsd(n) : 0) + sum_rows_cycles(B, nb, cfg) + (c.verdict() || c.adam ? 0 : update) + 1;  // (the mask, db, the bias update)
     if (c.micro_batches > 1 && !k.b_value.empty()) body += dsd(nb);  // db summed over the micro-batches
     const int64_t after_send = !c.verdict() && c.adam ? update : 0;  // (Adam's update after the multicast has started: the chain end's own dy tasks wait)
     if (c.half()) body += dsd(n, Op::fs2h);  // mixed precision: dy to the compute type before it is sent

@@ -240,6 +240,26 @@ void chain_step(ProgramTemplate& t, const std::string& first, const std::string&
   t.endif();
 }
 
+void sum_rows(ProgramTemplate& t, const std::string& acc, const std::string& row, int64_t B, int64_t nb, const std::string& tag) {
+  t.op(Op::dsd_off, {row, imm(0)});
+  t.op(Op::fmovs, {acc, row});
+  t.op(Op::mov, {reg(14), imm(1)});
+  t.label(tag + "l");
+  t.op(Op::sub, {reg(15), reg(14), imm(B)});
+  t.op(Op::bz, {reg(15), tag + "d"});
+  t.op(Op::mul, {reg(15), reg(14), imm(nb)});
+  t.op(Op::dsd_off, {row, reg(15)});
+  t.op(Op::fadds, {acc, acc, row});
+  t.op(Op::add, {reg(14), reg(14), imm(1)});
+  t.op(Op::jmp, {tag + "l"});
+  t.label(tag + "d");
+}
+
+int64_t sum_rows_cycles(int64_t B, int64_t nb, const WaferConfig& cfg) {
+  const int64_t row = dsd_cycles(Op::fadds, nb, 1, cfg);
+  return 1 + row + 1 + (B - 1) * (6 + row) + 2;
+}
+
 void sum_elements(ProgramTemplate& t, const std::string& acc, const std::string& one, int64_t n) {
   t.op(Op::dsd_off, {one, imm(0)});
   t.op(Op::fmovs, {acc, one});

@@ -34,6 +34,10 @@ void chain_step(ProgramTemplate& t, const std::string& first, const std::string&
 // acc = the sum of the n elements `one` (a 1-element DSD) walks (dsd_off 0..n-1): a loop on r14/r15
 // (labels lp, le).
 void sum_elements(ProgramTemplate& t, const std::string& acc, const std::string& one, int64_t n);
+// acc = the sum of the B rows (nb values each) that `row` (a row DSD moved by dsd_off) walks (r14,
+// r15; labels <tag>l, <tag>d), and its cycles: a bias's or a LayerNorm parameter's gradient.
+void sum_rows(ProgramTemplate& t, const std::string& acc, const std::string& row, int64_t B, int64_t nb, const std::string& tag);
+int64_t sum_rows_cycles(int64_t B, int64_t nb, const WaferConfig& cfg);
 // `bnz r, la; op1 a1; jmp lb; la: op2 a2; lb:` -- the first of a run sets, the others accumulate.
 void first_sets(ProgramTemplate& t, Operand r, const std::string& la, const std::string& lb, Op op1, const std::vector<Arg>& a1, Op op2,
                 const std::vector<Arg>& a2);
@@ -391,10 +395,11 @@ void col2im_ops(const Compiled& c, size_t l, ProgramTemplate& t);
 int64_t col2im_cycles(const Compiled& c, size_t l, const WaferConfig& cfg);
 int64_t col2im_bytes(const Compiled& c, size_t l);
 void check_conv_training(const Compiled& c, size_t l, const char* hint);
-// training_norm.cpp: a LayerNorm's backward pass at the last kernel's chain ends, its scale's and
-// shift's updates, the estimate's cycles (T per chain-end position, advanced).
-void ln_backward_arrays(const Compiled& c, size_t l, ProgramTemplate& t);
-void ln_backward_ops(const Compiled& c, size_t l, ProgramTemplate& t);
+// training_norm.cpp: at a kernel's chain ends, a LayerNorm's backward pass and a residual's kept
+// gradient (norm_backward_*), the scale's and shift's updates, the estimate's cycles (T per
+// chain-end position, advanced).
+void norm_backward_arrays(const Compiled& c, size_t l, ProgramTemplate& t);
+void norm_backward_ops(const Compiled& c, size_t l, ProgramTemplate& t);
 // training_attn.cpp: self-attention's backward pass at the V kernel's chain ends.
 bool has_input_grad(const Compiled& c, size_t l);   // kernel l computes an input gradient (it reads a kernel's output)
 bool attn_input_kernel(const Compiled& c, size_t l);  // kernel l is an attention's Q or K

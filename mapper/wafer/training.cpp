@@ -103,7 +103,7 @@ void backward_program(const Compiled& c, size_t l, ProgramTemplate& t) {
   }
   t.mem1d("dym" + L, "dy" + L);
   t.mem1d("dyrow" + L, "dy" + L, 0, nb);
-  ln_backward_arrays(c, l, t);  // (a LayerNorm: training_norm.cpp)
+  norm_backward_arrays(c, l, t);  // (a LayerNorm: training_norm.cpp)
   attention_backward_arrays(c, l, t);  // (attention: training_attn.cpp)
   t.mem1d("dbm" + L, "db" + L);
   t.mem1d("biasm" + L, "bias" + L);
@@ -233,7 +233,7 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
     t.if_("last" + L);
     const std::string dy = "dym" + L, y = "yall" + L, mk = l + 1 < n ? y : "mkm" + L;  // (the last kernel's y is the forward output the host reads)
     attention_backward_ops(c, l, t);  // (attention: dV, dQ, dK from dO)
-    ln_backward_ops(c, l, t);  // (a LayerNorm: dy of its input; a residual's gradient kept)
+    norm_backward_ops(c, l, t);  // (a LayerNorm: dy of its input; a residual's gradient kept)
     pool_backward_ops(c, l, t);  // (a Conv's pool: training_conv.cpp)
     if (k.act_is(Unary::Kind::relu)) {  // the ReLU's derivative [y > 0] as -max(-y 2^100, -1): 1 for y >= 2^-100, 0 for y = 0 (y = relu(z) >= 0)
       t.op(Op::fmuls, {mk, y, fimm(-1.2676506e30)});
@@ -247,19 +247,7 @@ void backward_tasks(const Compiled& c, double lr, ProgramTemplate& t) {
       t.op(Op::fadds, {mk, mk, fimm(1.0)});
       t.op(Op::fmuls, {dy, dy, mk});
     }
-    // db = the sum of dy's rows
-    t.op(Op::dsd_off, {"dyrow" + L, imm(0)});
-    t.op(Op::fmovs, {"dbm" + L, "dyrow" + L});
-    t.op(Op::mov, {reg(14), imm(1)});
-    t.label("bl" + L);
-    t.op(Op::sub, {reg(15), reg(14), imm(B)});
-    t.op(Op::bz, {reg(15), "bd" + L});
-    t.op(Op::mul, {reg(15), reg(14), imm(nb)});
-    t.op(Op::dsd_off, {"dyrow" + L, reg(15)});
-    t.op(Op::fadds, {"dbm" + L, "dbm" + L, "dyrow" + L});
-    t.op(Op::add, {reg(14), reg(14), imm(1)});
-    t.op(Op::jmp, {"bl" + L});
-    t.label("bd" + L);
+    sum_rows(t, "dbm" + L, "dyrow" + L, B, nb, "b" + L);  // db = the sum of dy's rows
     // (with loss scaling or micro-batches: the verdict task, vdt; Adam's long update after the multicast has started)
     if (c.micro_batches > 1 && !k.b_value.empty()) t.op(Op::fadds, {"dbam" + L, "dbam" + L, "dbm" + L});
     if (!c.verdict() && !c.adam) bias_update(l);

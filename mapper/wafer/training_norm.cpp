@@ -1,5 +1,5 @@
-// A LayerNorm's backward pass at a kernel's chain ends, and a residual's gradient (training.cpp;
-// docs/wafer-compiler.md "Training"). The forward pass kept xhat (lnx<l>: the normalised value
+// A LayerNorm's backward pass at a kernel's chain ends (not RMSNorm's: check_training refuses it),
+// and a residual's gradient (training.cpp; docs/wafer-compiler.md "Training"). The forward pass kept xhat (lnx<l>: the normalised value
 // before the scale) and 1 / sqrt(var + eps) per row (lnr<l>). With dy the gradient of the
 // LayerNorm's output, per chain end (its block of nb features, B rows):
 //   dgamma = sum over rows of dy xhat, dbeta = sum over rows of dy     (local: each feature's own)
@@ -20,27 +20,6 @@
 namespace tessera::wafer::detail {
 
 namespace {
-
-// acc = the sum of the B rows (nb values each) of the array `row` walks (a row DSD moved by dsd_off).
-void sum_rows(ProgramTemplate& t, const std::string& acc, const std::string& row, int64_t B, int64_t nb, const std::string& tag) {
-  t.op(Op::dsd_off, {row, imm(0)});
-  t.op(Op::fmovs, {acc, row});
-  t.op(Op::mov, {reg(14), imm(1)});
-  t.label(tag + "l");
-  t.op(Op::sub, {reg(15), reg(14), imm(B)});
-  t.op(Op::bz, {reg(15), tag + "d"});
-  t.op(Op::mul, {reg(15), reg(14), imm(nb)});
-  t.op(Op::dsd_off, {row, reg(15)});
-  t.op(Op::fadds, {acc, acc, row});
-  t.op(Op::add, {reg(14), reg(14), imm(1)});
-  t.op(Op::jmp, {tag + "l"});
-  t.label(tag + "d");
-}
-
-int64_t sum_rows_cycles(int64_t B, int64_t nb, const WaferConfig& cfg) {
-  const int64_t row = dsd_cycles(Op::fadds, nb, 1, cfg);
-  return 1 + row + 1 + (B - 1) * (6 + row) + 2;
-}
 
 // One pass along the edge: sums over the features of the columns `col`<n> (B rows each), chained
 // to the last position, times 1 / N there, broadcast back into `into` (B values per position).
@@ -69,7 +48,7 @@ int64_t residual_reader(const Compiled& c, size_t p) {
   return -1;
 }
 
-void ln_backward_arrays(const Compiled& c, size_t l, ProgramTemplate& t) {
+void norm_backward_arrays(const Compiled& c, size_t l, ProgramTemplate& t) {
   const DenseKernel& k = c.kernels[l];
   if (residual_producer(c, l) >= 0) {
     t.data("drs" + std::to_string(l), Elem::f32, k.B * k.nb, {}, -1, -1, "the residual's gradient, for its producer's output");
@@ -96,7 +75,7 @@ void ln_backward_arrays(const Compiled& c, size_t l, ProgramTemplate& t) {
   for (int64_t n = 0; n < nb; ++n) t.mem1d("lbd" + L + "_" + std::to_string(n), "dy" + L, n, B, nb);  // dy's columns
 }
 
-void ln_backward_ops(const Compiled& c, size_t l, ProgramTemplate& t) {
+void norm_backward_ops(const Compiled& c, size_t l, ProgramTemplate& t) {
   const DenseKernel& k = c.kernels[l];
   const std::string L = std::to_string(l), dy = "dym" + L, q = "lnqm" + L, xh = "lnxm" + L;
   if (!k.layernorm) {
@@ -105,17 +84,17 @@ void ln_backward_ops(const Compiled& c, size_t l, ProgramTemplate& t) {
   }
   t.op(Op::fmuls, {q, dy, xh}, "LayerNorm backward: dy xhat");
   sum_rows(t, "lndgm" + L, "lnqr" + L, k.B, k.nb, "lg" + L);
-  if (!k.rms) sum_rows(t, "lndbm" + L, "dyrow" + L, k.B, k.nb, "lb" + L);
+  sum_rows(t, "lndbm" + L, "dyrow" + L, k.B, k.nb, "lb" + L);
   if (c.micro_batches > 1) {  // (the update waits for the step's last run: the verdict)
     t.op(Op::fadds, {"lngam" + L, "lngam" + L, "lndgm" + L});
-    if (!k.rms) t.op(Op::fadds, {"lnbam" + L, "lnbam" + L, "lndbm" + L});
+    t.op(Op::fadds, {"lnbam" + L, "lnbam" + L, "lndbm" + L});
   }
   t.op(Op::fmuls, {dy, dy, "lngb" + L}, "dxhat = dy gamma");
-  if (!k.rms) edge_mean(k, L, t, "lbd" + L, "lnm1m" + L);
+  edge_mean(k, L, t, "lbd" + L, "lnm1m" + L);
   t.op(Op::fmuls, {q, dy, xh});
   edge_mean(k, L, t, "lqc" + L, "lnm2m" + L);
   t.op(Op::fmuls, {q, xh, "lnm2b" + L});
-  if (!k.rms) t.op(Op::fsubs, {dy, dy, "lnm1b" + L});
+  t.op(Op::fsubs, {dy, dy, "lnm1b" + L});
   t.op(Op::fsubs, {dy, dy, q});
   t.op(Op::fmuls, {dy, dy, "lnrb" + L}, "dz = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat))");
   if (k.ln_padded()) t.op(Op::fmuls, {dy, dy, "lnkb" + L}, "padded features' dz 0 (their -rstd m1 would move their zero weights)");
@@ -131,11 +110,9 @@ void residual_grad_ops(const Compiled& c, size_t p, ProgramTemplate& t) {
 // Micro-batches, in the verdict task after the step's last run: the sums as the gradients, the sums
 // back to 0.
 void ln_sum_take_ops(const Compiled& c, size_t l, ProgramTemplate& t) {
-  const DenseKernel& k = c.kernels[l];
   if (c.micro_batches <= 1) return;
   const std::string L = std::to_string(l);
   for (const bool gamma : {true, false}) {
-    if (!gamma && k.rms) continue;
     const std::string g = (gamma ? "lndgm" : "lndbm") + L, s = (gamma ? "lngam" : "lnbam") + L;
     t.op(Op::fmovs, {g, s});
     t.op(Op::fmovs, {s, fimm(0.0)});
@@ -149,7 +126,7 @@ void ln_update_ops(const Compiled& c, size_t l, double lr, ProgramTemplate& t) {
   if (!k.layernorm) return;
   const std::string L = std::to_string(l);
   for (const bool gamma : {true, false}) {
-    if (!gamma && (k.rms || k.ln_beta_value.empty())) continue;  // (no bias: its zeros stay)
+    if (!gamma && k.ln_beta_value.empty()) continue;  // (no bias: its zeros stay)
     const std::string g = (gamma ? "lndgm" : "lndbm") + L, p = (gamma ? "lngm" : "lnbm") + L;
     if (c.weight_decay != 0) t.op(Op::fmacs, {g, g, p, fnum(c.weight_decay)});
     if (c.lr_scheduled) {
@@ -178,14 +155,14 @@ void ln_backward_cycles(const Compiled& c, size_t l, const WaferConfig& cfg, std
   if (residual_producer(c, l) >= 0)
     for (auto& x : T) x += d(Op::fmovs, n);  // the residual's gradient kept
   if (!k.layernorm) return;
-  const int64_t pre = d(Op::fmuls, n) + sum_rows_cycles(B, nb, cfg) * (k.rms ? 1 : 2) + d(Op::fmuls, n) + (c.micro_batches > 1 ? (k.rms ? 1 : 2) * d(Op::fadds, nb) : 0);
+  const int64_t pre = d(Op::fmuls, n) + sum_rows_cycles(B, nb, cfg) * 2 + d(Op::fmuls, n) + (c.micro_batches > 1 ? 2 * d(Op::fadds, nb) : 0);
   for (auto& x : T) x += pre;
-  if (!k.rms) ln_edge_pass(k, cfg, T, d(Op::fmuls, B));
+  ln_edge_pass(k, cfg, T, d(Op::fmuls, B));
   for (auto& x : T) x += d(Op::fmuls, n);
   ln_edge_pass(k, cfg, T, d(Op::fmuls, B));
   ProgramTemplate u;
   if (!c.verdict()) ln_update_ops(c, l, 0.01, u);  // (with micro-batches in the verdict task)
-  const int64_t post = d(Op::fmuls, n) * (k.ln_padded() ? 3 : 2) + (k.rms ? 1 : 2) * d(Op::fsubs, n) + u.dsd_cycles(nb, cfg);  // xhat m2, rstd (, the mask)
+  const int64_t post = d(Op::fmuls, n) * (k.ln_padded() ? 3 : 2) + 2 * d(Op::fsubs, n) + u.dsd_cycles(nb, cfg);  // xhat m2, rstd (, the mask)
   for (auto& x : T) x += post;
 }
 
