@@ -67,14 +67,15 @@ int cmd_compare(const Options&);
 int cmd_sweep(const Options&);
 
 const Verb kVerbs[] = {
-    {"run", "tessera run [SCENARIO] [--out DIR] [--set key.path=value]... [--no-numerics] [--emit-program] [--resume CHECKPOINT]",
+    {"run", "tessera run [SCENARIO] [--out DIR] [--set key.path=value]... [--no-numerics] [--emit-program] [--resume CHECKPOINT] [--threads N]",
      "compile and run a scenario, check its outputs, write report.json",
      "SCENARIO is a scenario JSON file (or a report.json, to re-run the scenario it records).\n"
      "Without SCENARIO, runs scenarios/quickstart.json. Results go to --out DIR\n"
      "(default out/<scenario name>/). --emit-program also writes the compiled NeuronCore\n"
      "program as assembler text (program.s, one bundle per line; docs/neuroncore-asm.md).\n"
      "--resume CHECKPOINT continues a training run from a checkpoint directory it wrote\n"
-     "(OUT/checkpoints/step_K: the state at the end of step K; docs/training.md).",
+     "(OUT/checkpoints/step_K: the state at the end of step K; docs/training.md).\n"
+     "--threads N simulates a wafer on N host threads (run.threads; the same results).",
      cmd_run},
     {"validate", "tessera validate SCENARIO [--set key.path=value]... [--no-numerics] [--out DIR]",
      "check a scenario without running it: every check run makes before it simulates",
@@ -216,6 +217,7 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--canonical") o.verb_opts["canonical"] = "1";
     else if (a == "--out" || a.rfind("--out=", 0) == 0) o.out_dir = value("--out");
     else if (a == "--set" || a.rfind("--set=", 0) == 0) o.sets.push_back(value("--set"));
+    else if (a == "--threads" || a.rfind("--threads=", 0) == 0) o.sets.push_back("run.threads=" + value("--threads"));
     else if (a == "--grid" || a.rfind("--grid=", 0) == 0) o.grids.push_back(value("--grid"));
     else if (a == "--resume" || a.rfind("--resume=", 0) == 0) o.resume = value("--resume");
     else if (a == "--exclusions" || a == "--pass-list" || a == "--write-pass-list" || a == "--format" ||
@@ -227,7 +229,7 @@ Options parse_args(int argc, char** argv) {
     } else if (a.size() > 1 && a[0] == '-') {
       std::vector<std::string> known = {"--help", "--quiet", "--verbose", "--out", "--set", "--no-numerics",
                                         "--exclusions", "--pass-list", "--write-pass-list", "--format",
-                                        "--jobs", "--plot", "--scatter", "--grid", "--points", "--rerun", "--emit-program", "--resume", "--canonical", "--version"};
+                                        "--jobs", "--plot", "--scatter", "--grid", "--points", "--rerun", "--emit-program", "--resume", "--canonical", "--version", "--threads"};
       std::string hint = did_you_mean(a, known);
       throw InputError("command line", "unknown option '" + a + "'",
                        hint.empty() ? "see tessera --help" : "did you mean '" + hint + "'?");

@@ -255,7 +255,7 @@ std::optional<json> reusable_report(const Job& job, const std::string& exe, std:
     why_not = "the report is not a " + std::string(kReportSchema) + " document";
     return std::nullopt;
   }
-  if (r.value("scenario_file", "") != job.scenario_file || !r.contains("scenario") || r["scenario"] != job.resolved) {
+  if (r.value("scenario_file", "") != job.scenario_file || !r.contains("scenario") || r["scenario"] != report_scenario(job.resolved)) {
     why_not = "the report records another scenario";
     return std::nullopt;
   }

@@ -25,12 +25,18 @@ json number_or_string(double v) {
 }
 }  // namespace
 
+json report_scenario(json resolved) {
+  // How many host threads ran it is the host's business (host.json): the report is the same.
+  if (resolved.contains("run") && resolved["run"].is_object()) resolved["run"].erase("threads");
+  return resolved;
+}
+
 json new_report(const Scenario& s) {
   json r;
   r["schema"] = kReportSchema;
   r["tessera"] = {{"version", version_string()}, {"commit", version_commit()}};
   r["scenario_file"] = s.file;
-  r["scenario"] = s.resolved;
+  r["scenario"] = report_scenario(s.resolved);
   json target = {{"kind", s.kind}};
   if (!s.preset.empty()) target["preset"] = s.preset;
   r["target"] = target;

@@ -21,6 +21,9 @@ nlohmann::json output_record(const std::string& name, const std::string& file, c
 // A host measurement of this run for host.json (e.g. "reference_cache": "hit"), beside the
 // host_extra of write_report.
 void host_note(const std::string& key, nlohmann::json value);
+// The resolved scenario as report.json records it: without the host's settings (run.threads), so
+// a report is the same however it was run.
+nlohmann::json report_scenario(nlohmann::json resolved);
 
 // Writes report.json atomically. Host measurements (wall time, peak RSS) go to host.json so that
 // report.json is byte-identical for the same scenario and seed.

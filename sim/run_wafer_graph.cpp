@@ -116,6 +116,7 @@ wafer::FabricOptions compiled_fabric_options(const Scenario& s, const wafer::Waf
   fo.record = trace_records(s);
   if (fo.record && L) fo.record_only = wafer_trace_pes(s.resolved["trace"], *L);
   fo.summary = trace_wanted(s);
+  fo.threads = s.resolved["run"]["threads"].get<int>();
   fo.stop = [] { return interrupt_requested(); };  // SIGINT stops a long fabric run (tessera exits 130, nothing written)
   fo.task_ends = true;
   fo.task_logs = {"red", "ldd"};  // the sequencer's shared tasks: their n-th end on a PE is kernel n's
@@ -371,6 +372,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     return 2;
   }
   if (!fab.finished()) throw std::runtime_error("the fabric did not finish (SystemC ran out of events)");
+  host_note("threads", {{"requested", s.resolved["run"]["threads"]}, {"used", fab.threads_used()}});
   const wafer::FabricStats st = fab.stats();  // the first run's (the kernel table is the first run's; the latency the first step's)
   json report = new_report(s);
   const json& expect = s.resolved["expect"];

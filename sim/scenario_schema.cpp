@@ -170,6 +170,9 @@ NodePtr build() {
       opt("activation_steps", with_default(integer(1, 1e9, "closures run every n steps ((step + 1) % n == 0) and on the last; reduced to its gcd with the checkpoint steps + 1"), 1)),
       opt("numerics", with_default(boolean("false = timing only (no tensor values computed)"), true)),
       opt("max_time", with_default(quantity(UnitKind::time, 1e-9, 1e6, "watchdog: stop a machine run that has not finished after this much simulated time"), "10s")),
+      opt("threads", with_default(integer(1, 256, "wafer: host threads simulating the fabric, each a stripe of PE rows; every result is the same as on one "
+                                              "thread (docs/wafer-model.md, \"Threads\"); runs with per-PE trace records, faults or a port reply use one. "
+                                              "Not part of the report's scenario (host.json has it)"), 1)),
       opt("host_memory", with_default(quantity(UnitKind::bytes, 1048576, 1e15, "host memory the run may take (inputs, the reference executor's values, the machine's memory: HBM, the wafer fabric's state); a run that needs more stops before it allocates, naming what it needs"), "16GiB")),
       opt("faults", with_default(array_of(object({
           req("kind", enumeration({"sram_bit_flip", "sram_bit_force", "drop_wavelets"},

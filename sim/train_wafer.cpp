@@ -24,6 +24,7 @@
 #include "models/wafer/fabric.hpp"
 #include "models/wafer/weight_stream.hpp"
 #include "sim/console.hpp"
+#include "sim/report.hpp"
 #include "sim/run_wafer.hpp"
 #include "sim/train.hpp"
 #include "sim/trace_wafer.hpp"
@@ -143,6 +144,7 @@ class WaferTrainer : public TrainMachine {
     out_dir_ = opt.out_dir;
     name_ = s.name;
     scenario_ = &s;  // run.faults are armed for the first step
+    threads_requested_ = s.resolved["run"]["threads"];
     heartbeat_ = std::make_unique<Heartbeat>("simulating", cp_.predicted_s, "hops");  // per step
     fab_ = std::make_unique<wafer::Fabric>("wafer", cfg_, compiled_fabric_options(s, cfg_, heartbeat_.get(), &L_));
     fab_->load(L_);  // the fabric keeps pointers into the layout: it lives as long as the trainer
@@ -336,6 +338,7 @@ class WaferTrainer : public TrainMachine {
       fab_->start();
       sc_core::sc_start();
       tessera::models::after_systemc();
+      host_note("threads", {{"requested", threads_requested_}, {"used", fab_->threads_used()}});
       poll_interrupt();
       const bool faulted = steps_ == 0 && !faults_.empty();  // (armed for the first step: any of its runs)
       if (faulted && (fab_->error() || r + 1 == runs_)) {
@@ -609,6 +612,7 @@ class WaferTrainer : public TrainMachine {
   int64_t interval_ = 2000, c_start_ = 0, grads_out_ = 0;
   sc_core::sc_time grads_done_;
   const Scenario* scenario_ = nullptr;
+  json threads_requested_ = 1;  // run.threads (host.json)
   json faults_ = json::array();
   std::vector<std::string> fault_what_;
   double last_s_ = 0, total_s_ = 0, first_start_s_ = 0, last_step_t0_ = 0;

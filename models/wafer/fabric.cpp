@@ -14,21 +14,23 @@
 
 namespace tessera::wafer {
 
+void BinSeries::widen() {
+  const size_t n = (count.size() + 1) / 2;
+  for (size_t k = 0; k < n; ++k) {
+    const size_t a = 2 * k, b = a + 1;
+    const int64_t c = count[a] + (b < count.size() ? count[b] : 0);
+    const int64_t w = weight[a] + width * count[a] + (b < count.size() ? weight[b] : 0);
+    count[k] = c;
+    weight[k] = w;
+  }
+  count.resize(n);
+  weight.resize(n);
+  width *= 2;
+}
+
 void BinSeries::add(int64_t cycle, int64_t v) {
   cycle = std::max<int64_t>(0, cycle);
-  while (static_cast<size_t>(cycle / width) >= kMaxBins) {  // merge neighbours: bins twice as wide
-    const size_t n = (count.size() + 1) / 2;
-    for (size_t k = 0; k < n; ++k) {
-      const size_t a = 2 * k, b = a + 1;
-      const int64_t c = count[a] + (b < count.size() ? count[b] : 0);
-      const int64_t w = weight[a] + width * count[a] + (b < count.size() ? weight[b] : 0);
-      count[k] = c;
-      weight[k] = w;
-    }
-    count.resize(n);
-    weight.resize(n);
-    width *= 2;
-  }
+  while (static_cast<size_t>(cycle / width) >= kMaxBins) widen();  // merge neighbours: bins twice as wide
   const size_t b = static_cast<size_t>(cycle / width);
   if (b >= count.size()) {
     count.resize(b + 1, 0);
@@ -36,6 +38,22 @@ void BinSeries::add(int64_t cycle, int64_t v) {
   }
   count[b] += v;
   weight[b] += v * ((static_cast<int64_t>(b) + 1) * width - cycle);
+}
+
+void BinSeries::merge(const BinSeries& o) {
+  // Both at the wider width (each bin's sums are linear in the amounts, so widening before or
+  // after adding gives the same figures), then bin by bin.
+  BinSeries t = o;
+  while (width < t.width) widen();
+  while (t.width < width) t.widen();
+  if (t.count.size() > count.size()) {
+    count.resize(t.count.size(), 0);
+    weight.resize(t.count.size(), 0);
+  }
+  for (size_t b = 0; b < t.count.size(); ++b) {
+    count[b] += t.count[b];
+    weight[b] += t.weight[b];
+  }
 }
 
 std::vector<double> BinSeries::integrals() const {
@@ -106,40 +124,50 @@ void Fabric::run() {
   op_records_.clear();
   task_records_.clear();
   for (auto& a : active_runs_) a.runs.clear();
-  int64_t synced = c0;
   std::optional<std::string> stop;
-  // Cycle by cycle: the checks hold for every event of a cycle or for none (last_progress only grows).
-  int64_t polled = 0;
-  while (!m.cal.empty()) {
-    const int64_t cycle = m.cal.top().cycle;
-    if (++polled % 1024 == 0 && opt_.progress) opt_.progress(cycle - c0, stats_.wavelet_hops);
-    if (opt_.stop && polled % 1024 == 0 && opt_.stop()) {
-      stop = "interrupted at cycle " + std::to_string(cycle - c0);
-      break;
+  int64_t next_left = INT64_MAX;  // the earliest event not handled (a stopped run)
+  if (m.workers.size() > 1) {  // stripes on threads (stripes.cpp): the same results
+    Impl::StripedEnd se = m.run_striped(c0);
+    stop = se.stop;
+    next_left = se.next_cycle;
+  } else {
+    Impl::Worker& w = m.w0();
+    int64_t synced = c0;
+    // Cycle by cycle: the checks hold for every event of a cycle or for none (last_progress only grows).
+    int64_t polled = 0;
+    while (!w.cal.empty()) {
+      const int64_t cycle = w.cal.top().cycle;
+      if (++polled % 1024 == 0 && opt_.progress) opt_.progress(cycle - c0, stats_.wavelet_hops);
+      if (opt_.stop && polled % 1024 == 0 && opt_.stop()) {
+        stop = "interrupted at cycle " + std::to_string(cycle - c0);
+        break;
+      }
+      if (cycle > w.last_progress + opt_.deadlock_window) break;  // nothing moved for the window
+      if (opt_.max_cycles > 0 && cycle - c0 > opt_.max_cycles) {
+        stop = "watchdog: the run passed " + std::to_string(opt_.max_cycles) + " cycles (fabric option max_cycles)";
+        break;
+      }
+      if (cycle - synced > opt_.quantum_cycles) {
+        sync_to(cycle);
+        synced = cycle;
+      }
+      if (m.next_flip < m.flips.size()) m.apply_flips(cycle);
+      uint32_t key;
+      while (w.cal.next_key(key)) m.handle(w, cycle, key);
+      if (opt_.summary) m.bin_hops(w, cycle);  // the cycle's router -> router hops, for traces
     }
-    if (cycle > m.last_progress + opt_.deadlock_window) break;  // nothing moved for the window
-    if (opt_.max_cycles > 0 && cycle - c0 > opt_.max_cycles) {
-      stop = "watchdog: the run passed " + std::to_string(opt_.max_cycles) + " cycles (fabric option max_cycles)";
-      break;
-    }
-    if (cycle - synced > opt_.quantum_cycles) {
-      sync_to(cycle);
-      synced = cycle;
-    }
-    if (m.next_flip < m.flips.size()) m.apply_flips(cycle);
-    uint32_t key;
-    while (m.cal.next_key(key)) m.handle(cycle, key);
-    if (opt_.summary) m.bin_hops(cycle);  // the cycle's router -> router hops, for traces
+    stats_.events = static_cast<int64_t>(w.cal.consumed());
+    if (!w.cal.empty()) next_left = w.cal.top().cycle;
   }
-  stats_.events = static_cast<int64_t>(m.cal.consumed());
   const bool work = m.work_remains();
-  int64_t end = m.last_progress;
+  const int64_t lp = m.last_progress();
+  int64_t end = lp;
   if (!stop && work) {
-    end = std::max(end, m.last_progress + opt_.deadlock_window);
+    end = std::max(end, lp + opt_.deadlock_window);
     stop = "deadlock: nothing moved for " + std::to_string(opt_.deadlock_window) + " cycles (from cycle " +
-           std::to_string(m.last_progress - c0) + ") while work remains";
+           std::to_string(lp - c0) + ") while work remains";
   }
-  if (stop && !m.cal.empty()) end = std::max(end, m.cal.top().cycle);
+  if (stop && next_left != INT64_MAX) end = std::max(end, next_left);
   m.finish_stats(end);
   sync_to(end);
   if (stop) {
@@ -202,7 +230,7 @@ void Fabric::Impl::apply_flips(int64_t cycle) {
     const Flip& fl = flips[next_flip++];
     const uint32_t v = load_elem(fl.slot, fl.f.addr, 1);
     const uint32_t bit = 1u << fl.f.bit;
-    store(fl.slot, fl.f.addr, 1, fl.f.force < 0 ? v ^ bit : fl.f.force ? v | bit : v & ~bit);
+    store(w0(), fl.slot, fl.f.addr, 1, fl.f.force < 0 ? v ^ bit : fl.f.force ? v | bit : v & ~bit);
     Fabric::FaultFired& r = f.fired_[fl.idx];
     r.count = 1;
     r.first_cycle = r.last_cycle = fl.f.cycle;
@@ -262,7 +290,7 @@ void Fabric::set_port_reply(PortReply reply) {
 }
 
 // The reply's streams into its input port, once the wavelets it answers have left (cycle t).
-void Fabric::Impl::fire_reply(int64_t t) {
+void Fabric::Impl::fire_reply(Worker& w, int64_t t) {
   std::vector<std::pair<std::vector<uint32_t>, int64_t>> streams;
   try {
     streams = reply.fn(t - start);
@@ -279,8 +307,8 @@ void Fabric::Impl::fire_reply(int64_t t) {
     ln.next = 0;
     ln.last = -1;
     if (ln.in.empty()) continue;
-    wake_router(ln.router, start + at);
-    last_progress = std::max(last_progress, start + at);  // due: not a deadlock while it travels
+    wake_router(w, ln.router, start + at);
+    w.last_progress = std::max(w.last_progress, start + at);  // due: not a deadlock while it travels
   }
 }
 
@@ -346,7 +374,7 @@ void Fabric::write_array(int64_t x, int64_t y, const std::string& array, std::sp
   const int eb = elem_bytes(d.elem);
   for (size_t i = 0; i < values.size(); ++i) {
     const uint32_t a = d.addr + static_cast<uint32_t>((offset + static_cast<int64_t>(i)) * eb);
-    impl_->store(s, a, eb, Impl::encode(values[i], d.elem));
+    impl_->store(impl_->w0(), s, a, eb, Impl::encode(values[i], d.elem));
   }
 }
 
@@ -364,7 +392,7 @@ void Fabric::write_bytes(int64_t x, int64_t y, uint32_t addr, std::span<const ui
   const uint32_t s = impl_->slot_of(x, y);
   if (s == kNone) throw InputError(pe_label(x, y), "no program runs there");
   if (int64_t{addr} + static_cast<int64_t>(bytes.size()) > cfg_.data_area_bytes()) throw InputError(pe_label(x, y), "write past the data area");
-  for (size_t i = 0; i < bytes.size(); ++i) impl_->store(s, addr + static_cast<uint32_t>(i), 1, bytes[i]);
+  for (size_t i = 0; i < bytes.size(); ++i) impl_->store(impl_->w0(), s, addr + static_cast<uint32_t>(i), 1, bytes[i]);
 }
 
 std::vector<uint8_t> Fabric::read_bytes(int64_t x, int64_t y, uint32_t addr, uint32_t n) const {
@@ -651,7 +679,22 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
   pwake_push.assign(pes.size(), -1);
   rwake_last.assign(npe, -1);
   rwake_push.assign(npe, -1);
-  cal.init(static_cast<uint32_t>(pes.size()), static_cast<uint32_t>(npe));
+  // One worker (a run on more threads makes more: plan_workers); SRAM slabs for every page the
+  // PEs could write, so the slab table never moves.
+  workers.clear();
+  workers.push_back(std::make_unique<Worker>());
+  w0().cal.init(static_cast<uint32_t>(pes.size()), static_cast<uint32_t>(npe));
+  w0().st = &f.stats_;
+  w0().sum = &f.summary_;
+  w0().log = &task_log;
+  w0().r_lo = 0;
+  w0().r_n = static_cast<uint32_t>(npe);
+  w0().first_end = static_cast<uint32_t>(npe);
+  const size_t max_pages = pes.size() * static_cast<size_t>((cfg.data_area_bytes() + FabricStats::kPageBytes - 1) / FabricStats::kPageBytes);
+  slabs.clear();
+  slabs.resize(max_pages / kSlabPages + 1 + 64);  // + a partly used slab per worker
+  slab_count = 0;
+  sram_pages = 0;
   // SRAM: fill values.
   for (uint32_t s = 0; s < pes.size(); ++s)
     for (const auto& d : prog(s).data) {
@@ -659,7 +702,7 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
       const uint32_t bits = encode(d.fill, d.elem);
       if (bits == 0) continue;
       const int eb = elem_bytes(d.elem);
-      for (int32_t i = 0; i < d.count; ++i) store(s, d.addr + static_cast<uint32_t>(i * eb), eb, bits);
+      for (int32_t i = 0; i < d.count; ++i) store(w0(), s, d.addr + static_cast<uint32_t>(i * eb), eb, bits);
     }
 }
 
@@ -740,7 +783,39 @@ uint32_t Fabric::Impl::find_slot(uint32_t pe, int color) const {
 
 void Fabric::Impl::reset(int64_t c0) {
   start = c0;
-  hops_binned = 0;
+  plan_workers(f.opt_.threads);
+  for (auto& wp : workers) {
+    Worker& w = *wp;
+    w.hops_binned = 0;
+    w.last_progress = c0;
+    w.cal.clear(c0);
+    w.pages = 0;
+    w.out_prev.clear();
+    w.out_next.clear();
+    w.in_prev.box.clear();
+    w.in_next.box.clear();
+    w.lb_all = c0;
+    w.lb_first = c0;
+    w.lp_pub = c0;
+    w.hops_pub = 0;
+    w.t_wait_above = w.t_wait_below = 0;
+    if (w.id > 0) {
+      w.own_st = FabricStats{};
+      w.own_st.color_hops.assign(kMaxColors, 0);
+      w.own_log.clear();
+      if (f.opt_.summary) {
+        w.own_sum = FabricSummary{};
+        w.own_sum.rects = f.summary_.rects;
+        w.own_sum.phases = f.summary_.phases;
+        for (auto& ph : w.own_sum.phases) ph.span = Span{};
+        const size_t groups = static_cast<size_t>(f.summary_.rects) + ports.size();
+        w.own_sum.sent.assign(groups * kMaxColors, Span{});
+        w.own_sum.received.assign(groups * kMaxColors, Span{});
+      }
+    }
+  }
+  halt_all = false;
+  stop_at = INT64_MAX;
   if (f.opt_.task_ends) task_end.assign(pes.size() * 64, -1);
   task_log.clear();
   // Faults: flips in cycle order; routers that drop wavelets leave the relay fast path.
@@ -754,8 +829,6 @@ void Fabric::Impl::reset(int64_t c0) {
       relay_saved.emplace_back(d.router, relay[d.router]);
       relay[d.router].bi = kNone;
     }
-  last_progress = c0;
-  cal.clear(c0);
   std::fill(bhead.begin(), bhead.end(), 0);
   std::fill(bcount.begin(), bcount.end(), 0);
   std::fill(occ.begin(), occ.end(), 0);
@@ -773,7 +846,7 @@ void Fabric::Impl::reset(int64_t c0) {
       ln.next = 0;
       ln.last = -1;
       ln.out.clear();
-      if (p.spec->input && !ln.in.empty()) wake_router(ln.router, c0);
+      if (p.spec->input && !ln.in.empty()) wake_router(worker_of_row(ln.router / W), ln.router, c0);
     }
   FabricStats& st = f.stats_;
   st = FabricStats{};
@@ -812,7 +885,7 @@ void Fabric::Impl::reset(int64_t c0) {
     p.qhead.fill(0);
     p.qcount.fill(0);
     p.qhw.fill(0);
-    wake_pe(s, c0);
+    wake_pe(worker_of_row(p.y), s, c0);
   }
 }
 
@@ -831,18 +904,38 @@ bool Fabric::Impl::work_remains() const {
   return false;
 }
 
-void Fabric::Impl::handle(int64_t cycle, uint32_t key) {
+void Fabric::Impl::handle(Worker& w, int64_t cycle, uint32_t key) {
   if (key & kRouterBit) {
     const uint32_t r = key & ~kRouterBit;
     if (rwake_last[r] == cycle) return;
     rwake_last[r] = cycle;
-    if (const Relay& rl = relay[r]; rl.bi != kNone) relay_step(rl, r, cycle);
-    else router_step(r, cycle);
+    if (const Relay& rl = relay[r]; rl.bi != kNone) relay_step(w, rl, r, cycle);
+    else router_step(w, r, cycle);
   } else {
     if (pwake_last[key] == cycle) return;
     pwake_last[key] = cycle;
-    pe_step(key, cycle);
+    pe_step(w, key, cycle);
   }
+}
+
+int64_t Fabric::Impl::Calendar::peek() const {
+  if (loaded_ && (now_i_ < now_.size() || !late_.empty())) return cur_;
+  if (loaded_ && bentries_) return cur_ + 1;
+  int64_t c = INT64_MAX;
+  if (wheel_count_) {
+    const size_t nw = nonempty_.size();
+    const size_t b0 = static_cast<size_t>(cur_ & (kWheel - 1));
+    size_t w = b0 >> 6;
+    uint64_t word = nonempty_[w] & (~uint64_t{0} << (b0 & 63));
+    for (size_t k = 0; !word && k <= nw; ++k) {
+      w = (w + 1) % nw;
+      word = nonempty_[w];
+    }
+    const size_t b = (w << 6) + static_cast<size_t>(std::countr_zero(word));
+    c = cur_ + static_cast<int64_t>((b - b0) & static_cast<size_t>(kWheel - 1));
+  }
+  if (!far_.empty()) c = std::min(c, far_.front().cycle);
+  return c;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -958,7 +1051,7 @@ void Fabric::Impl::Calendar::advance() {
 }
 
 // A plain relay (Impl::Relay): what router_step does for its single candidate and tx direction.
-void Fabric::Impl::relay_step(const Relay& rl, uint32_t r, int64_t t) {
+void Fabric::Impl::relay_step(Worker& wk, const Relay& rl, uint32_t r, int64_t t) {
   // Data pointers in locals: the uint8_t stores below may alias anything in memory.
   uint8_t* const bc = bcount.data();
   uint8_t* const bh = bhead.data();
@@ -970,7 +1063,7 @@ void Fabric::Impl::relay_step(const Relay& rl, uint32_t r, int64_t t) {
   const int head = bh[bi];
   const Wv w = bf[ring[bi] + static_cast<size_t>(head)];
   if (w.ready > t) {
-    wake_router(r, w.ready);
+    wake_router(wk, r, w.ready);
     return;
   }
   if (dbi == kNone) return;
@@ -981,19 +1074,18 @@ void Fabric::Impl::relay_step(const Relay& rl, uint32_t r, int64_t t) {
   if (k2 >= D_) k2 -= D_;
   bf[ring[dbi] + static_cast<size_t>(k2)] = {w.payload, w.color, w.control, t + hop};
   bc[dbi] = static_cast<uint8_t>(dcnt + 1);
-  if (!dcnt) occupied(static_cast<uint32_t>(dbi / 4));
   bh[bi] = static_cast<uint8_t>(head + 1 == D_ ? 0 : head + 1);
   bc[bi] = static_cast<uint8_t>(cnt - 1);
   if (cnt == 1) maybe_empty(static_cast<uint32_t>(bi / 4));
-  FabricStats& st = f.stats_;
+  FabricStats& st = *wk.st;
   ++link[static_cast<size_t>(r) * kDirs + rl.tx];
   ++st.color_hops[w.color];
   if (dcnt + 1 > st.router_buffer_high_water) st.router_buffer_high_water = dcnt + 1;
   ++st.wavelet_hops;
-  last_progress = std::max(last_progress, t + 1);
-  wake_router(rl.dr, t + hop);
-  wake_router(static_cast<uint32_t>(static_cast<int64_t>(r) + nb_delta[bi & 3]), t + 1);
-  if (cnt > 1) wake_router(r, t + 1);
+  wk.last_progress = std::max(wk.last_progress, t + 1);
+  pushed_down(wk, static_cast<uint32_t>(dbi / 4), !dcnt, t + hop);
+  wake_router(wk, static_cast<uint32_t>(static_cast<int64_t>(r) + nb_delta[bi & 3]), t + 1);
+  if (cnt > 1) wake_router(wk, r, t + 1);
 }
 
 // One router at cycle t: every input (per color: a buffer per rx direction; the PE's output
@@ -1001,7 +1093,7 @@ void Fabric::Impl::relay_step(const Relay& rl, uint32_t r, int64_t t) {
 // all its tx directions at once if each of those links is still free this cycle and each
 // receiving buffer (or the PE's input queue) has room. Each link serves the inputs that want it
 // round-robin (`turns`).
-void Fabric::Impl::router_step(uint32_t r, int64_t t) {
+void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
   struct Cand {
     uint32_t slot;
     int8_t dir;    // 0..3 buffer direction, -1: output queue `q`
@@ -1010,7 +1102,7 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
   static constexpr int kOpp[4] = {1, 0, 3, 2};  // opposite(N, S, E, W)
   Cand cand[4 * kMaxColors + 8];
   int n = 0;
-  if (has_port[r]) inject(r, t);
+  if (has_port[r]) inject(wk, r, t);
   for (uint32_t om = occ[r]; om; om &= om - 1) {  // slots holding wavelets, ascending
     const uint32_t s = slot_begin[r] + static_cast<uint32_t>(std::countr_zero(om));
     const uint8_t* bc = &bcount[static_cast<size_t>(s) * 4];
@@ -1026,7 +1118,7 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
       if (P.qcount[static_cast<size_t>(8 + q)]) cand[n++] = {kNone, -1, static_cast<int8_t>(q)};
   }
   if (n == 0) return;
-  FabricStats& st = f.stats_;
+  FabricStats& st = *wk.st;
   int64_t next = INT64_MAX;
   bool moved = false;
   // Per-link round-robin (a separable allocator): every input whose head is ready, allowed by its
@@ -1121,29 +1213,29 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
       if (d == static_cast<int>(Dir::RAMP)) {
         const int q = pinfo[pes[ps].prog].color_q[slot_color[c.slot]];
         const Wv in{wv.payload, wv.color, wv.control, t + 1};
-        if (!drain(ps, q, in, t + 1)) {
+        if (!drain(wk, ps, q, in, t + 1)) {
           push_queue(ps, q, in);
-          wake_pe(ps, t + 1);
+          wake_pe(wk, ps, t + 1);
         }
         ++st.ramp_deliveries;
-        if (f.opt_.summary) summary_received(pes[ps].rect, wv.color, t + 1);
+        if (f.opt_.summary) summary_received(wk, pes[ps].rect, wv.color, t + 1);
         if (pes[ps].rec)
           f.deliveries_.push_back({pes[ps].x, pes[ps].y, wv.color, static_cast<uint8_t>(q), wv.payload, t + 1 - start});
       } else if (const uint32_t ds = slot_down[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(d)]; ds == kNone) {
         PortLane* ol = out_lane(r, d, wv.color);
         ol->out.push_back({wv.payload, t + hop - start});
         ++st.port_out_wavelets;
-        if (reply.fn && reply_from[ol->port] && ++reply_seen == reply.count) fire_reply(t + hop);
-        if (f.opt_.summary) summary_received(f.summary_.rects + static_cast<int32_t>(ol->port), wv.color, t + hop);
+        if (reply.fn && reply_from[ol->port] && ++reply_seen == reply.count) fire_reply(wk, t + hop);
+        if (f.opt_.summary) summary_received(wk, wk.sum->rects + static_cast<int32_t>(ol->port), wv.color, t + hop);
       } else {
         const size_t bi = static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d]);
         int k2 = bhead[bi] + bcount[bi];
         if (k2 >= D) k2 -= D;
         bufs[slot_ring[bi] + static_cast<size_t>(k2)] = {wv.payload, wv.color, wv.control, t + hop};
-        if (!bcount[bi]++) occupied(ds);
+        const bool was_empty = !bcount[bi]++;
         if (bcount[bi] > st.router_buffer_high_water) st.router_buffer_high_water = bcount[bi];
         ++st.wavelet_hops;
-        wake_router(slot_pe[ds], t + hop);
+        pushed_down(wk, ds, was_empty, t + hop);
       }
     }
     if (wv.control) slot_pos[c.slot] = slot_route[c.slot].next(slot_pos[c.slot]);
@@ -1156,31 +1248,31 @@ void Fabric::Impl::router_step(uint32_t r, int64_t t) {
       if (!more) maybe_empty(c.slot);
       // Room again: wake the upstream neighbour, or this router if an input port feeds the buffer.
       const int64_t ux = static_cast<int64_t>(r % W) + dir_dx(static_cast<Dir>(c.dir)), uy = static_cast<int64_t>(r / W) + dir_dy(static_cast<Dir>(c.dir));
-      if (ux < 0 || uy < 0 || ux >= W || uy >= H) wake_router(r, t + 1);
-      else wake_router(static_cast<uint32_t>(static_cast<int64_t>(r) + nb_delta[static_cast<size_t>(c.dir)]), t + 1);
+      if (ux < 0 || uy < 0 || ux >= W || uy >= H) wake_router(wk, r, t + 1);
+      else wake_router(wk, static_cast<uint32_t>(static_cast<int64_t>(r) + nb_delta[static_cast<size_t>(c.dir)]), t + 1);
     } else {
       pop_queue(ps, 8 + c.q);
       more = pes[ps].qcount[static_cast<size_t>(8 + c.q)] > 0;
       ++st.ramp_injections;
-      if (f.opt_.summary) summary_sent(pes[ps].rect, wv.color, t);
-      wake_pe(ps, t + 1);
+      if (f.opt_.summary) summary_sent(wk, pes[ps].rect, wv.color, t);
+      wake_pe(wk, ps, t + 1);
     }
     if (more) next = std::min(next, t + 1);
   }
-  if (moved) last_progress = std::max(last_progress, t + 1);
-  if (next != INT64_MAX) wake_router(r, next);
+  if (moved) wk.last_progress = std::max(wk.last_progress, t + 1);
+  if (next != INT64_MAX) wake_router(wk, r, next);
 }
 
 // Input port lanes at router r: one wavelet per lane and cycle into the buffer of the port's
 // side, when it has room; it arrives after a hop, like one from a neighbour.
-void Fabric::Impl::inject(uint32_t r, int64_t t) {
-  FabricStats& st = f.stats_;
+void Fabric::Impl::inject(Worker& w, uint32_t r, int64_t t) {
+  FabricStats& st = *w.st;
   auto it = std::lower_bound(in_lanes.begin(), in_lanes.end(), std::array<uint32_t, 3>{r, 0, 0});
   for (; it != in_lanes.end() && (*it)[0] == r; ++it) {
     PortLane& ln = ports[(*it)[1]].lanes[(*it)[2]];
     if (ln.next >= ln.in.size() || ln.last >= t) continue;
     if (!ln.ready.empty() && start + ln.ready[ln.next] > t) {  // not at the port yet
-      wake_router(r, start + ln.ready[ln.next]);
+      wake_router(w, r, start + ln.ready[ln.next]);
       continue;
     }
     const size_t bi = static_cast<size_t>(ln.slot) * 4 + ln.dir;
@@ -1192,10 +1284,10 @@ void Fabric::Impl::inject(uint32_t r, int64_t t) {
     if (bcount[bi] > st.router_buffer_high_water) st.router_buffer_high_water = bcount[bi];
     ln.last = t;
     ++st.port_in_wavelets;
-    if (f.opt_.summary) summary_sent(f.summary_.rects + static_cast<int32_t>(ln.port), ln.color, t);
-    last_progress = std::max(last_progress, t + 1);
-    wake_router(r, t + hop);
-    if (ln.next < ln.in.size()) wake_router(r, t + 1);
+    if (f.opt_.summary) summary_sent(w, w.sum->rects + static_cast<int32_t>(ln.port), ln.color, t);
+    w.last_progress = std::max(w.last_progress, t + 1);
+    wake_router(w, r, t + hop);
+    if (ln.next < ln.in.size()) wake_router(w, r, t + 1);
   }
 }
 
@@ -1235,7 +1327,7 @@ void Fabric::Impl::finish_stats(int64_t end) {
     }
   }
   st.idle_cycles = st.program_pes * st.cycles - st.busy_cycles;
-  st.sram_pages = static_cast<int64_t>(sram.size()) / FabricStats::kPageBytes;
+  st.sram_pages = sram_pages.load();
 }
 
 }  // namespace tessera::wafer

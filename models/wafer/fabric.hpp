@@ -55,6 +55,10 @@ struct FabricOptions {
   std::function<void(int64_t cycle, int64_t hops)> progress;  // called every 1024 calendar cycles (relative cycle, hops so far)
   int64_t host_memory_budget = 0;     // bytes of host memory the fabric may take (0 = no limit): load()
                                       // throws InputError naming what it needs; SRAM writes past it fail the run
+  // Host threads for a run: the fabric in stripes of PE rows, one per thread, synchronised cycle
+  // by cycle so that every result is the sequential model's (docs/wafer-model.md, "Threads").
+  // Runs that record per-PE events (`record`), inject faults or arm a port reply run on one thread.
+  int threads = 1;
 };
 
 // A wavelet handed from a router to its PE (RAMP), into an input queue. Cycles are relative to
@@ -120,8 +124,12 @@ struct BinSeries {
   int64_t width = 64;
   std::vector<int64_t> count, weight;  // weight[b]: the sum of v * (end of bin b - c)
   void add(int64_t cycle, int64_t v);
+  void merge(const BinSeries& o);  // as if o's amounts had been added to this series
   std::vector<double> integrals() const;
   void clear() { *this = BinSeries{}; }
+
+ private:
+  void widen();  // bins twice as wide, neighbours merged
 };
 // First and last relative cycle of something and how many times it happened (first = -1: never).
 struct Span {
@@ -272,7 +280,9 @@ class Fabric : public sc_core::sc_module {
     std::vector<std::pair<int64_t, int64_t>> runs;
   };
   const std::vector<ActiveRuns>& active_runs() const { return active_runs_; }
-  const FabricSummary& summary() const { return summary_; }     // FabricOptions::summary
+  const FabricSummary& summary() const { return summary_; }
+  int threads_used() const;
+  void set_threads(int n) { opt_.threads = n; }  // from the next start() on  // host threads of the last run (FabricOptions::threads, or 1: see there)     // FabricOptions::summary
   // The route of `color` at router (x,y) as loaded (nullptr: the router does not route it).
   const Route* route(int64_t x, int64_t y, int color) const;
   const LoadedLayout* layout() const;

@@ -3,11 +3,14 @@
 // pe.cpp: PE tasks, instructions and DSD operations).
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -97,6 +100,20 @@ struct Fabric::Impl {
       return true;
     }
     uint64_t consumed() const { return consumed_; }
+    // The key next_key would give, without taking it (false: the current cycle is exhausted).
+    bool peek_key(uint32_t& key) const {
+      if (late_.empty()) {
+        if (now_i_ == now_.size()) return false;
+        key = now_[now_i_];
+      } else {
+        key = now_i_ < now_.size() && now_[now_i_] < late_.front() ? now_[now_i_] : late_.front();
+      }
+      return true;
+    }
+    // The cycle top() would make current, without making it so (INT64_MAX: empty). The striped
+    // run (stripes.cpp) peeks, waits until its neighbours cannot send it anything earlier, then
+    // takes the cycle.
+    int64_t peek() const;
 
    private:
     void set_bit(uint32_t key) {
@@ -189,11 +206,60 @@ struct Fabric::Impl {
     int64_t halt_cycle = -1;
   };
 
+  // One thread's share of a run (FabricOptions::threads, stripes.cpp): a stripe of PE rows, its
+  // calendar, counters and SRAM page allocation. A sequential run has one worker owning every row,
+  // whose counters are the fabric's own. A handler is passed the worker that runs it; a wake of a
+  // router another worker owns becomes a message to that worker (`post`).
+  struct Msg {
+    int64_t cycle;
+    uint32_t router;
+    uint32_t occ_slot;  // a slot of that router that just received its first wavelet (kNone: none)
+  };
+  struct Inbox {
+    std::mutex mu;
+    std::vector<Msg> box;
+    std::atomic<uint32_t> n{0};  // box.size(), read without the lock
+    bool done = false;           // its worker has left the run: messages no longer count as work
+  };
+  struct alignas(64) Worker {
+    int id = 0;
+    Calendar cal;
+    FabricStats* st = nullptr;        // the fabric's own (worker 0) or own_st, merged after the run
+    FabricSummary* sum = nullptr;
+    std::map<uint64_t, std::vector<int64_t>>* log = nullptr;
+    FabricStats own_st;
+    FabricSummary own_sum;
+    std::map<uint64_t, std::vector<int64_t>> own_log;
+    int64_t last_progress = 0;
+    int64_t hops_binned = 0;
+    uint32_t r_lo = 0, r_n = 0;       // the routers (PE index y * W + x) of its rows
+    uint32_t first_end = 0;           // past its first row's routers
+    uint32_t last_begin = 0;          // its last row's first router
+    uint32_t page_next = 0, page_end = 0;  // SRAM pages: the rest of its current slab
+    int64_t pages = 0;                // pages it allocated this run
+    std::vector<Msg> out_prev, out_next;   // posted this cycle, not yet flushed
+    std::vector<Msg> scratch;
+    bool live = false;                     // counted in Impl::live (has events)
+    double t_wait_above = 0, t_wait_below = 0;  // seconds waited in cycles (TESSERA_STRIPE_STATS)
+    Inbox in_prev, in_next;                // from the worker above, from the one below
+    Worker* prev = nullptr;
+    Worker* next = nullptr;
+    // What the neighbours read: no event of this worker at a cycle below lb_all is still to come,
+    // nor one of its first row's routers below lb_first; its last progress and hops.
+    alignas(64) std::atomic<int64_t> lb_all{0};
+    std::atomic<int64_t> lb_first{0};
+    std::atomic<int64_t> lp_pub{0};
+    std::atomic<int64_t> hops_pub{0};
+    bool owns(uint32_t r) const { return r - r_lo < r_n; }
+  };
+  std::vector<std::unique_ptr<Worker>> workers;  // [0] always exists
+  Worker& w0() { return *workers[0]; }
+
   explicit Impl(Fabric& fab);
   Fabric& f;
   const WaferConfig& cfg;
   const LoadedLayout* L = nullptr;
-  int64_t W = 0, H = 0, hop = 1, start = 0, last_progress = 0;
+  int64_t W = 0, H = 0, hop = 1, start = 0;
   int D = 1, QD = 1;
   std::array<int, 8> in_depth{}, out_depth{};
 
@@ -204,6 +270,18 @@ struct Fabric::Impl {
   // has at most one slot per color, kMaxColors = 32); router_step looks only at those.
   std::vector<uint32_t> occ;
   void occupied(uint32_t slot) { occ[slot_pe[slot]] |= 1u << (slot - slot_begin[slot_pe[slot]]); }
+  // A wavelet went into slot ds's buffer (was_empty: its first), readable at c: the slot's router
+  // is woken then; a router of another worker's stripe through a message.
+  void pushed_down(Worker& w, uint32_t ds, bool was_empty, int64_t c) {
+    const uint32_t r = slot_pe[ds];
+    if (w.owns(r)) {
+      if (was_empty) occupied(ds);
+      wake_router(w, r, c);
+    } else {
+      post(w, {c, r, was_empty ? ds : kNone});
+    }
+  }
+  void post(Worker& w, const Msg& m) { (m.router < w.r_lo ? w.out_prev : w.out_next).push_back(m); }
   void maybe_empty(uint32_t slot) {  // after a pop from one of its buffers
     uint32_t four;
     std::memcpy(&four, &bcount[static_cast<size_t>(slot) * 4], 4);
@@ -264,22 +342,28 @@ struct Fabric::Impl {
   std::vector<uint8_t> has_port;   // per router
   // Input lanes by router (router, port, lane), sorted: inject looks up its router's.
   std::vector<std::array<uint32_t, 3>> in_lanes;
-  void inject(uint32_t r, int64_t t);
+  void inject(Worker& w, uint32_t r, int64_t t);
   PortLane* out_lane(uint32_t r, int dir, int color);
   // Fabric::set_port_reply: the armed reply, its ports (indices), the wavelets seen this run.
   Fabric::PortReply reply;
   std::vector<uint8_t> reply_from;  // per port
   uint32_t reply_to = 0;
   int64_t reply_seen = 0;
-  void fire_reply(int64_t t);
+  void fire_reply(Worker& w, int64_t t);
   // PEs.
   std::vector<uint32_t> pe_slot;
   std::vector<Pe> pes;
   std::vector<ProgInfo> pinfo;
   std::vector<Wv> qbuf;
-  std::vector<uint8_t> sram;  // pages of FabricStats::kPageBytes
-  // Calendar.
-  Calendar cal;
+  // SRAM: pages of FabricStats::kPageBytes in slabs of kSlabPages that never move (a page's index:
+  // slab << kSlabShift | page); each worker takes whole slabs (slab_count) and pages from them.
+  static constexpr uint32_t kSlabShift = 8, kSlabPages = 1u << kSlabShift;
+  std::vector<std::unique_ptr<uint8_t[]>> slabs;
+  std::atomic<uint32_t> slab_count{0};
+  std::atomic<int64_t> sram_pages{0};  // allocated, all workers (the budget's count)
+  uint8_t* page_ptr(uint32_t page) const { return slabs[page >> kSlabShift].get() + static_cast<size_t>(page & (kSlabPages - 1)) * FabricStats::kPageBytes; }
+  uint32_t new_page(Worker& w, uint32_t s);
+  // Wakes (per PE slot, per router): the last cycle handled and the last pushed.
   std::vector<int64_t> pwake_last, pwake_push, rwake_last, rwake_push;
 
   // FabricOptions::summary: per program, the FabricSummary::phases index of each of its tasks
@@ -287,19 +371,43 @@ struct Fabric::Impl {
   std::vector<uint32_t> phase_base;
   std::vector<int32_t> phase_of;
   // Groups: rectangles, then ports (FabricSummary). A delivery into a PE also counts in `delivered`.
-  void summary_sent(int32_t group, int color, int64_t t) { f.summary_.sent[static_cast<size_t>(group) * kMaxColors + static_cast<size_t>(color)].add(t - start, t - start); }
-  void summary_received(int32_t group, int color, int64_t t) {
-    f.summary_.received[static_cast<size_t>(group) * kMaxColors + static_cast<size_t>(color)].add(t - start, t - start);
-    if (group < f.summary_.rects) f.summary_.delivered.add(t - start, 1);
+  void summary_sent(Worker& w, int32_t group, int color, int64_t t) { w.sum->sent[static_cast<size_t>(group) * kMaxColors + static_cast<size_t>(color)].add(t - start, t - start); }
+  void summary_received(Worker& w, int32_t group, int color, int64_t t) {
+    w.sum->received[static_cast<size_t>(group) * kMaxColors + static_cast<size_t>(color)].add(t - start, t - start);
+    if (group < w.sum->rects) w.sum->delivered.add(t - start, 1);
   }
   std::vector<int64_t> task_end;             // FabricOptions::task_ends: per PE slot x 64 tasks (relative cycle, -1)
-  std::map<uint64_t, std::vector<int64_t>> task_log;  // FabricOptions::task_logs: slot x 64 + task -> every end
+  std::map<uint64_t, std::vector<int64_t>> task_log;  // FabricOptions::task_logs: slot x 64 + task -> every end (worker 0's; the others' merged in)
   void load(const LoadedLayout& layout);
   static int64_t estimate_bytes(const LoadedLayout& layout, const WaferConfig& cfg, int64_t& fill_bytes);  // fill_bytes: the SRAM part
   void check_host_memory(const LoadedLayout& layout);  // throws InputError past FabricOptions::host_memory_budget
   int64_t sram_budget = -1;                              // bytes SRAM pages may take (-1: no budget)
   void reset(int64_t c0);
-  void handle(int64_t cycle, uint32_t key);
+  // Workers for a run on `threads` threads (stripes.cpp): stripes of rows balanced by route slots
+  // and program PEs; 1 when the run needs the sequential model (records, faults, a port reply) or
+  // the layout has too few rows. Returns the count made.
+  int plan_workers(int threads);
+  Worker& worker_of_row(int64_t y);
+  // The striped run (stripes.cpp): every worker's loop; fills the stop reason, if any, and the
+  // cycle the run ends at. Workers' counters are merged into the fabric's.
+  struct StripedEnd {
+    std::optional<std::string> stop;
+    int64_t stop_cycle = INT64_MAX;
+    bool deadlock = false;
+    int64_t next_cycle = INT64_MAX;  // the earliest event left over all workers
+  };
+  StripedEnd run_striped(int64_t c0);
+  void worker_loop(Worker& w, int64_t c0, StripedEnd& end, std::mutex& end_mu);
+  void merge_workers();
+  int64_t last_progress() const;  // over all workers
+  bool apply_inbox(Worker& w);     // the messages for w: its routers woken (true: there were some)
+  void flush(std::vector<Msg>& out, Inbox& to);
+  void retire(Worker& w);          // w leaves the run (done, stopped or failed)
+  std::atomic<int64_t> live{0};    // workers with events + messages in flight (0: the run is over)
+  std::optional<std::string> failure;  // a worker's Failure, thrown again after the threads join
+  std::atomic<bool> halt_all{false};   // a worker failed or the run was stopped: every worker ends
+  std::atomic<int64_t> stop_at{INT64_MAX};  // a stop (deadlock, watchdog) decided at this cycle: no worker goes past it
+  void handle(Worker& w, int64_t cycle, uint32_t key);
   bool work_remains() const;
   void finish_stats(int64_t end);
   void report(std::vector<StuckPe>& pes_out, std::vector<StuckRouter>& routers_out) const;
@@ -309,27 +417,30 @@ struct Fabric::Impl {
   }
   const Program& prog(uint32_t s) const { return L->programs[pes[s].prog]; }
   uint32_t find_slot(uint32_t pe, int color) const;
-  void wake_router(uint32_t r, int64_t c) {
+  void wake_router(Worker& w, uint32_t r, int64_t c) {
+    if (!w.owns(r)) {
+      post(w, {c, r, kNone});
+      return;
+    }
     if (rwake_push[r] == c) return;
     rwake_push[r] = c;
-    cal.push(c, r | kRouterBit);
+    w.cal.push(c, r | kRouterBit);
   }
-  void wake_pe(uint32_t s, int64_t c) {
+  void wake_pe(Worker& w, uint32_t s, int64_t c) {  // (a PE is only ever woken by its own stripe)
     if (pwake_push[s] == c) return;
     pwake_push[s] = c;
-    cal.push(c, s);
+    w.cal.push(c, s);
   }
-  void router_step(uint32_t r, int64_t t);
+  void router_step(Worker& w, uint32_t r, int64_t t);
   // FabricOptions::summary: the hops of the cycle just handled go to FabricSummary::hops (the run
   // loop calls it after each cycle; the hot paths only count wavelet_hops).
-  int64_t hops_binned = 0;
-  void bin_hops(int64_t t) {
-    const int64_t n = f.stats_.wavelet_hops - hops_binned;
+  void bin_hops(Worker& w, int64_t t) {
+    const int64_t n = w.st->wavelet_hops - w.hops_binned;
     if (!n) return;
-    hops_binned = f.stats_.wavelet_hops;
-    f.summary_.hops.add(t - start, n);
+    w.hops_binned = w.st->wavelet_hops;
+    w.sum->hops.add(t - start, n);
   }
-  void relay_step(const Relay& rl, uint32_t r, int64_t t);
+  void relay_step(Worker& w, const Relay& rl, uint32_t r, int64_t t);
   Wv& qentry(uint32_t s, int q, int k) { return qbuf[(static_cast<size_t>(s) * 16 + static_cast<size_t>(q)) * static_cast<size_t>(QD) + static_cast<size_t>(k)]; }
   const Wv& qentry(uint32_t s, int q, int k) const { return qbuf[(static_cast<size_t>(s) * 16 + static_cast<size_t>(q)) * static_cast<size_t>(QD) + static_cast<size_t>(k)]; }
   void push_queue(uint32_t s, int q, const Wv& w);
@@ -337,7 +448,7 @@ struct Fabric::Impl {
   uint32_t pe_index(uint32_t s) const { return static_cast<uint32_t>(pes[s].y * W + pes[s].x); }
 
   // SRAM (pe.cpp).
-  void store(uint32_t s, uint32_t addr, int bytes, uint32_t bits);
+  void store(Worker& w, uint32_t s, uint32_t addr, int bytes, uint32_t bits);
   uint32_t load_elem(uint32_t s, uint32_t addr, int bytes) const;
   static uint32_t encode(float v, Elem e);
   static float decode(uint32_t bits, Elem e);
@@ -346,12 +457,12 @@ struct Fabric::Impl {
   // A wavelet the router hands to PE s's empty input queue q, readable at t1, that a running async
   // move from that queue into memory would take at t1 anyway: taken now (stored, counted; the PE
   // woken only when the op ends), as a weight load's blocks stream past. false: queue it.
-  bool drain(uint32_t s, int q, const Wv& w, int64_t t1);
-  void pe_step(uint32_t s, int64_t t);
-  bool pick_task(uint32_t s, int64_t t);
-  void exec(uint32_t s, int64_t t);
+  bool drain(Worker& w, uint32_t s, int q, const Wv& wv, int64_t t1);
+  void pe_step(Worker& w, uint32_t s, int64_t t);
+  bool pick_task(Worker& w, uint32_t s, int64_t t);
+  void exec(Worker& w, uint32_t s, int64_t t);
   // Runs up to `width` elements of `op` at cycle t; 0: none could go, 1: some, more remain, 2: done.
-  int run_group(uint32_t s, OpRun& op, int64_t t);
+  int run_group(Worker& w, uint32_t s, OpRun& op, int64_t t);
   bool memory_only(uint32_t s, const Instr& in) const;  // every DSD operand walks SRAM (no fabric, no fifo)
   const Dsd& dsd(uint32_t s, int k) const {
     const Pe& P = pes[s];

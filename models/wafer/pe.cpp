@@ -33,7 +33,27 @@ bool has_half(Op op) {
 // ---------------------------------------------------------------------------------------------
 // SRAM: pages allocated on first write; never-written memory reads as zero.
 
-void Fabric::Impl::store(uint32_t s, uint32_t addr, int bytes, uint32_t bits) {
+// A new SRAM page for PE s, from worker w's slab (a new slab when it is used up).
+uint32_t Fabric::Impl::new_page(Worker& w, uint32_t s) {
+  const int64_t total = sram_pages.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (sram_budget >= 0 && total * kPage > sram_budget) {
+    const Pe& P = pes[s];
+    throw Failure{pe_label(P.x, P.y) + ": SRAM pages written so far need " + std::to_string(total * kPage) +
+                  " bytes of host memory, past what the host-memory budget leaves for SRAM (" + std::to_string(sram_budget) +
+                  " bytes); raise run.host_memory"};
+  }
+  if (w.page_next == w.page_end) {
+    const uint32_t k = slab_count.fetch_add(1, std::memory_order_relaxed);
+    if (k >= slabs.size()) throw std::logic_error("wafer fabric: SRAM slab table full");
+    slabs[k] = std::make_unique<uint8_t[]>(static_cast<size_t>(kSlabPages) * kPage);  // zeroed
+    w.page_next = k << kSlabShift;
+    w.page_end = w.page_next + kSlabPages;
+  }
+  ++w.pages;
+  return w.page_next++;
+}
+
+void Fabric::Impl::store(Worker& wk, uint32_t s, uint32_t addr, int bytes, uint32_t bits) {
   Pe& P = pes[s];
   if (int64_t{addr} + bytes > cfg.data_area_bytes())
     throw Failure{pe_label(P.x, P.y) + ": SRAM write at byte " + std::to_string(addr) + " outside the data area (" + std::to_string(cfg.data_area_bytes()) + " bytes)"};
@@ -48,18 +68,13 @@ void Fabric::Impl::store(uint32_t s, uint32_t addr, int bytes, uint32_t bits) {
     uint32_t& entry = P.pages[pg];
     if (entry == kNone) {
       if (bits == 0) return;  // writing zero to a never-written page changes nothing
-      if (sram_budget >= 0 && static_cast<int64_t>(sram.size() + kPage) > sram_budget)
-        throw Failure{pe_label(P.x, P.y) + ": SRAM pages written so far need " + std::to_string(sram.size() + kPage) +
-                      " bytes of host memory, past what the host-memory budget leaves for SRAM (" + std::to_string(sram_budget) +
-                      " bytes); raise run.host_memory"};
-      entry = static_cast<uint32_t>(sram.size() / kPage);
-      sram.resize(sram.size() + kPage, 0);
+      entry = new_page(wk, s);
     }
     base = entry;
     P.pg_last = pg;
     P.pg_base = base;
   }
-  uint8_t* p = &sram[static_cast<size_t>(base) * kPage + addr % kPage];
+  uint8_t* p = page_ptr(base) + addr % kPage;
   constexpr bool le = std::endian::native == std::endian::little;  // words copied whole (constant sizes: no library call)
   if (le && bytes == 4) std::memcpy(p, &bits, 4);
   else if (le && bytes == 2) std::memcpy(p, &bits, 2);
@@ -79,7 +94,7 @@ uint32_t Fabric::Impl::load_elem(uint32_t s, uint32_t addr, int bytes) const {
     P.pg_last = pg;
     P.pg_base = base;
   }
-  const uint8_t* p = &sram[static_cast<size_t>(base) * kPage + addr % kPage];
+  const uint8_t* p = page_ptr(base) + addr % kPage;
   uint32_t v = 0;
   constexpr bool le = std::endian::native == std::endian::little;
   if (le && bytes == 4) std::memcpy(&v, p, 4);
@@ -141,7 +156,7 @@ bool Fabric::Impl::memory_only(uint32_t s, const Instr& in) const {
   return true;
 }
 
-int Fabric::Impl::run_group(uint32_t s, OpRun& op, int64_t t) {
+int Fabric::Impl::run_group(Worker& wk, uint32_t s, OpRun& op, int64_t t) {
   // An op slower than one group per cycle (simd.fmacs_interval) idles the cycles after a group.
   if (op.pause > 0) return --op.pause == 0 && op.i >= op.len ? 2 : 1;
   if (op.len > 0 && op.i >= op.len) return op.drained_at > t ? 0 : 2;  // computed at issue (eager_memory_ops), or taken ahead (drain)
@@ -162,7 +177,7 @@ int Fabric::Impl::run_group(uint32_t s, OpRun& op, int64_t t) {
     const int64_t banks = std::max<int64_t>(1, cfg.sram_banks);
     if (nm == 2 && (static_cast<int64_t>(addr[0] / 2) % banks) % 4 == (static_cast<int64_t>(addr[1] / 2) % banks) % 4) {
       op.conflict_paid = true;
-      ++f.stats_.bank_conflict_cycles;
+      ++wk.st->bank_conflict_cycles;
       return 1;
     }
   }
@@ -205,7 +220,7 @@ int Fabric::Impl::run_group(uint32_t s, OpRun& op, int64_t t) {
             const Wv& w = qentry(s, d.queue, P.qhead[d.queue]);
             v[k] = eb == 2 ? (w.payload & 0xffffu) : w.payload;
             pop_queue(s, d.queue);
-            wake_router(pe_index(s), t + 1);
+            wake_router(wk, pe_index(s), t + 1);
           } else {  // fifo pop
             if (P.fifo.empty()) P.fifo.assign(p.dsds.size() * 2, 0);
             uint32_t& head = P.fifo[static_cast<size_t>(o.v) * 2];
@@ -252,22 +267,22 @@ int Fabric::Impl::run_group(uint32_t s, OpRun& op, int64_t t) {
     const Dsd& d = dsd(s, in.a[0].v);
     const int eb = elem_bytes(d.elem);
     if (d.is_mem()) {
-      store(s, mem_addr(s, d, i), eb, r);
+      store(wk, s, mem_addr(s, d, i), eb, r);
     } else if (d.kind == DsdKind::fabout) {
       uint32_t payload = r;
       if (eb == 2) payload = (r & 0xffffu) | (d.index ? static_cast<uint32_t>(i & 0xffff) << 16 : 0u);
       push_queue(s, 8 + d.queue, {payload, d.color, d.control, t + 1});
-      wake_router(pe_index(s), t + 1);
+      wake_router(wk, pe_index(s), t + 1);
     } else if (d.kind == DsdKind::fifo) {
       if (P.fifo.empty()) P.fifo.assign(p.dsds.size() * 2, 0);
       const uint32_t head = P.fifo[static_cast<size_t>(in.a[0].v) * 2];
       uint32_t& cnt = P.fifo[static_cast<size_t>(in.a[0].v) * 2 + 1];
-      store(s, d.base + ((head + cnt) % d.length) * static_cast<uint32_t>(eb), eb, r);
+      store(wk, s, d.base + ((head + cnt) % d.length) * static_cast<uint32_t>(eb), eb, r);
       ++cnt;
     }
     ++op.i;
   }
-  f.stats_.dsd_elements += done;
+  wk.st->dsd_elements += done;
   if (done > 0) op.conflict_paid = false;
   if (done == 0 && op.len > 0) return 0;
   if (op.interval > 1 && done > 0) {
@@ -292,7 +307,7 @@ static std::pair<int64_t, int64_t> mem_span(const Dsd& d) {
 // at t1 (run_group): the queue is empty, so the op takes this wavelet at its ready cycle; a move
 // has one fabric source and no memory source (no bank conflict); the op's end is still found by
 // pe_step at t1 (run_group returns 2 at once), so completion, activation and records are as before.
-bool Fabric::Impl::drain(uint32_t s, int q, const Wv& w, int64_t t1) {
+bool Fabric::Impl::drain(Worker& wk, uint32_t s, int q, const Wv& w, int64_t t1) {
   Pe& P = pes[s];
   if (P.qcount[static_cast<size_t>(q)] || w.control || P.mts.empty()) return false;
   // Not when something due at t1 would see the store early: an SRAM fault, or the watchdog's stop.
@@ -325,15 +340,15 @@ bool Fabric::Impl::drain(uint32_t s, int q, const Wv& w, int64_t t1) {
     }
     const uint32_t v = elem_bytes(src.elem) == 2 ? (w.payload & 0xffffu) : w.payload;
     const uint32_t r = in.op == Op::fmovh || in.op == Op::mov16 ? v & 0xffffu : v;
-    store(s, mem_addr(s, dst, m.op.i), elem_bytes(dst.elem), r);
+    store(wk, s, mem_addr(s, dst, m.op.i), elem_bytes(dst.elem), r);
     ++m.op.i;
     m.op.drained_at = t1;
     P.qhw[static_cast<size_t>(q)] = std::max<uint8_t>(P.qhw[static_cast<size_t>(q)], 1);  // (it passed through the queue)
-    wake_router(pe_index(s), t1 + 1);  // as the microthread's pop at t1 would (the router may use that cycle)
-    ++f.stats_.dsd_elements;
+    wake_router(wk, pe_index(s), t1 + 1);  // as the microthread's pop at t1 would (the router may use that cycle)
+    ++wk.st->dsd_elements;
     m.op.conflict_paid = false;
-    if (m.op.i >= m.op.len) wake_pe(s, t1);
-    last_progress = std::max(last_progress, t1 + 1);
+    if (m.op.i >= m.op.len) wake_pe(wk, s, t1);
+    wk.last_progress = std::max(wk.last_progress, t1 + 1);
     return true;
   }
   return false;
@@ -342,7 +357,7 @@ bool Fabric::Impl::drain(uint32_t s, int q, const Wv& w, int64_t t1) {
 // ---------------------------------------------------------------------------------------------
 // Tasks and instructions.
 
-bool Fabric::Impl::pick_task(uint32_t s, int64_t t) {
+bool Fabric::Impl::pick_task(Worker& wk, uint32_t s, int64_t t) {
   Pe& P = pes[s];
   const Program& p = prog(s);
   const ProgInfo& pi = pinfo[P.prog];
@@ -362,7 +377,7 @@ bool Fabric::Impl::pick_task(uint32_t s, int64_t t) {
       if (for_ctrl_task(pi, w)) continue;  // the head fires a control task, not this one
       P.wv = w.payload;
       pop_queue(s, q);
-      wake_router(pe_index(s), t + 1);
+      wake_router(wk, pe_index(s), t + 1);
     } else if (tk.kind == TaskKind::control) {
       // Fires on a control wavelet naming its id (index half) at the head of an input queue; its
       // data half is wv.
@@ -375,7 +390,7 @@ bool Fabric::Impl::pick_task(uint32_t s, int64_t t) {
       if (q < 8) {
         P.wv = qentry(s, q, P.qhead[static_cast<size_t>(q)]).payload & 0xffffu;
         pop_queue(s, q);
-        wake_router(pe_index(s), t + 1);
+        wake_router(wk, pe_index(s), t + 1);
       } else {  // `activate` works on any task
         if (!(P.active & bit)) continue;
         P.active &= ~bit;
@@ -388,24 +403,24 @@ bool Fabric::Impl::pick_task(uint32_t s, int64_t t) {
     P.task = k;
     P.pc = tk.entry;
     P.task_start = t;
-    ++f.stats_.tasks_run;
+    ++wk.st->tasks_run;
     return true;
   }
   return false;
 }
 
-void Fabric::Impl::pe_step(uint32_t s, int64_t t) {
+void Fabric::Impl::pe_step(Worker& wk, uint32_t s, int64_t t) {
   Pe& P = pes[s];
   bool progress = false;
   // Microthreads.
   for (size_t k = 0; k < P.mts.size();) {
     Mt& m = P.mts[k];
     if (m.op.next > t) {
-      wake_pe(s, m.op.next);
+      wake_pe(wk, s, m.op.next);
       ++k;
       continue;
     }
-    const int r = run_group(s, m.op, t);
+    const int r = run_group(wk, s, m.op, t);
     if (r) progress = true;
     if (r == 2) {
       const int64_t end = m.op.len == 0 ? t : t + 1;
@@ -416,25 +431,25 @@ void Fabric::Impl::pe_step(uint32_t s, int64_t t) {
         if (P.rec) f.op_records_.push_back({P.x, P.y, m.op.instr, true, m.id, m.op.start - start, end - start, m.op.len});
       }
       P.mts.erase(P.mts.begin() + static_cast<std::ptrdiff_t>(k));
-      wake_pe(s, end);
+      wake_pe(wk, s, end);
       continue;
     }
-    if (r == 1) wake_pe(s, t + 1);
+    if (r == 1) wake_pe(wk, s, t + 1);
     ++k;
   }
   // Main thread.
   for (int guard = 0; !P.halted; ++guard) {
     if (guard == 8) {
-      wake_pe(s, t + 1);
+      wake_pe(wk, s, t + 1);
       break;
     }
     if (P.main.instr >= 0) {
       OpRun& op = P.main;
       if (op.next > t) {
-        wake_pe(s, op.next);
+        wake_pe(wk, s, op.next);
         break;
       }
-      const int r = run_group(s, op, t);
+      const int r = run_group(wk, s, op, t);
       if (r) progress = true;
       if (r == 2) {
         const int64_t end = op.len == 0 ? t : t + 1;
@@ -442,44 +457,44 @@ void Fabric::Impl::pe_step(uint32_t s, int64_t t) {
           f.note_active(s, op.start - start, end - start);
           if (P.rec) f.op_records_.push_back({P.x, P.y, op.instr, false, 0, op.start - start, end - start, op.len});
         }
-        f.stats_.stall_cycles += std::max<int64_t>(0, end - op.start - dsd_op_cycles(op.len, op.width, cfg, op.interval));
+        wk.st->stall_cycles += std::max<int64_t>(0, end - op.start - dsd_op_cycles(op.len, op.width, cfg, op.interval));
         op.instr = -1;
         ++P.pc;
         P.ready_at = end;
         if (end > t) {
-          wake_pe(s, end);
+          wake_pe(wk, s, end);
           break;
         }
         continue;
       }
-      if (r == 1) wake_pe(s, t + 1);
+      if (r == 1) wake_pe(wk, s, t + 1);
       break;  // stalled: woken by a queue or fifo change
     }
     if (P.ready_at > t) {
-      wake_pe(s, P.ready_at);
+      wake_pe(wk, s, P.ready_at);
       break;
     }
     if (P.task < 0) {
-      if (!pick_task(s, t)) break;
+      if (!pick_task(wk, s, t)) break;
       progress = true;
     }
     const int32_t pc0 = P.pc;
     const bool waited = P.mt_wait;
-    exec(s, t);
+    exec(wk, s, t);
     if (P.pc != pc0 || P.main.instr >= 0 || P.task < 0 || P.halted) progress = true;
     if (P.mt_wait && waited && P.pc == pc0) break;
   }
   if (progress) {
-    last_progress = std::max(last_progress, t + 1);
+    wk.last_progress = std::max(wk.last_progress, t + 1);
     // Another thread of this PE may wait for what just happened (fifo, a free microthread).
-    if (P.mt_wait || (P.main.instr >= 0 && P.main.next <= t) || !P.mts.empty()) wake_pe(s, t + 1);
+    if (P.mt_wait || (P.main.instr >= 0 && P.main.next <= t) || !P.mts.empty()) wake_pe(wk, s, t + 1);
   }
 }
 
 // Runs instructions of the current task from cycle t: scalar and control instructions take one
 // cycle each (executed ahead in local time, at most kBatch per call); a DSD instruction starts at
 // its issue cycle (the handler returns if that is later than t).
-void Fabric::Impl::exec(uint32_t s, int64_t t) {
+void Fabric::Impl::exec(Worker& wk, uint32_t s, int64_t t) {
   Pe& P = pes[s];
   const Program& p = prog(s);
   constexpr int kBatch = 256;
@@ -497,14 +512,14 @@ void Fabric::Impl::exec(uint32_t s, int64_t t) {
   auto end_task = [&](int64_t at, bool halt) {
     P.busy += at - P.task_start;
     if (f.opt_.summary) {
-      FabricSummary& sm = f.summary_;
+      FabricSummary& sm = *wk.sum;
       sm.busy.add(P.task_start - start, 1);
       sm.busy.add(at - start, -1);
       sm.phases[static_cast<size_t>(phase_of[phase_base[P.prog] + static_cast<uint32_t>(P.task)])].span.add(P.task_start - start, at - start);
     }
     if (P.rec) f.task_records_.push_back({P.x, P.y, P.task, P.task_start - start, at - start});
     if (!task_end.empty()) task_end[static_cast<size_t>(s) * 64 + static_cast<size_t>(P.task)] = at - start;
-    if (pinfo[P.prog].logged >> P.task & 1) task_log[uint64_t{s} * 64 + static_cast<uint64_t>(P.task)].push_back(at - start);
+    if (pinfo[P.prog].logged >> P.task & 1) (*wk.log)[uint64_t{s} * 64 + static_cast<uint64_t>(P.task)].push_back(at - start);
     P.task = -1;
     P.ready_at = at;
     if (halt) {
@@ -512,8 +527,8 @@ void Fabric::Impl::exec(uint32_t s, int64_t t) {
       P.halt_cycle = at;
       P.mts.clear();
     }
-    last_progress = std::max(last_progress, at);
-    if (!halt) wake_pe(s, at);
+    wk.last_progress = std::max(wk.last_progress, at);
+    if (!halt) wake_pe(wk, s, at);
   };
   for (int n = 0; n < kBatch; ++n) {
     const Task& tk = p.tasks[static_cast<size_t>(P.task)];
@@ -526,7 +541,7 @@ void Fabric::Impl::exec(uint32_t s, int64_t t) {
     if (info.cls == OpClass::dsd) {
       if (lt > t) {
         P.ready_at = lt;
-        wake_pe(s, lt);
+        wake_pe(wk, s, lt);
         return;
       }
       OpRun op;
@@ -538,14 +553,14 @@ void Fabric::Impl::exec(uint32_t s, int64_t t) {
         if (in.a[k].kind == OpndKind::dsd && dsd(s, in.a[k].v).kind == DsdKind::fabin) op.inq |= static_cast<uint16_t>(1u << dsd(s, in.a[k].v).queue);
       op.start = lt;
       op.next = lt + cfg.setup_cycles;
-      ++f.stats_.instructions;
+      ++wk.st->instructions;
       if (in.async) {
         int id = -1;
         for (size_t k = 0; k < info.roles.size() && id < 0; ++k)
           if (in.a[k].kind == OpndKind::dsd && dsd(s, in.a[k].v).is_fabric()) id = dsd(s, in.a[k].v).queue;
         const bool busy = std::any_of(P.mts.begin(), P.mts.end(), [&](const Mt& m) { return m.id == id; });
         if (busy) {
-          --f.stats_.instructions;
+          --wk.st->instructions;
           P.mt_wait = true;  // retried when a microthread finishes
           return;
         }
@@ -556,7 +571,7 @@ void Fabric::Impl::exec(uint32_t s, int64_t t) {
         m.on_unblock = in.on_unblock;
         m.id = static_cast<uint8_t>(id);
         P.mts.push_back(m);
-        wake_pe(s, op.next);
+        wake_pe(wk, s, op.next);
         ++P.pc;
         lt += 1;  // issuing an async op takes one cycle of the main thread
         continue;
@@ -567,16 +582,16 @@ void Fabric::Impl::exec(uint32_t s, int64_t t) {
         // (nothing can stall an op without fabric or fifo operands).
         const int32_t width = op.width;
         op.width = static_cast<int32_t>(std::min<int64_t>(op.len, INT32_MAX));
-        run_group(s, op, lt);
+        run_group(wk, s, op, lt);
         op.width = width;
         op.pause = 0;
         op.next = op.start + dsd_op_cycles(op.len, width, cfg, op.interval) - 1;  // run_group then reports it done at next + 1
       }
       P.main = op;
-      wake_pe(s, op.next);
+      wake_pe(wk, s, op.next);
       return;
     }
-    ++f.stats_.instructions;
+    ++wk.st->instructions;
     const auto& a = in.a;
     int32_t next = P.pc + 1;
     switch (in.op) {
@@ -618,7 +633,7 @@ void Fabric::Impl::exec(uint32_t s, int64_t t) {
     lt += 1;
   }
   P.ready_at = lt;
-  wake_pe(s, lt);
+  wake_pe(wk, s, lt);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -11,9 +11,11 @@
 // Full size by hand: TESSERA_BENCH_SCENARIO=path/to/scenario.json adds that scenario (any compiled
 // wafer scenario, e.g. scenarios/wafer/large/bert_layer_streaming.json) as a third case (/2):
 //   TESSERA_BENCH_SCENARIO=scenarios/wafer/large/bert_layer_pipelined.json (then)
-//     build/release/tests/bench/bench_wafer_layer --benchmark_filter='/2'
+//     build/release/tests/bench/bench_wafer_layer --benchmark_filter='/2/'
 // TESSERA_BENCH_CASES=weight_streaming (or pipelined) builds and runs that case alone: CI runs the
 // weight-streaming case once (ctest bench.wafer_layer_streaming: it must finish and match the reference).
+// Each case runs on 1 and on 2 host threads (FabricOptions::threads, the second argument): the
+// two must give the same output bit for bit and the same cycles, hops and instructions.
 // SystemC elaborates once per process: every case's fabric is built before the first run.
 #include <benchmark/benchmark.h>
 
@@ -53,6 +55,7 @@ struct Case {
   std::unique_ptr<wafer::SwarmX> sx;
   Tensor x, want;            // the input; the reference executor's output
   std::vector<float> first;  // the first run's output
+  int64_t first_cycles = -1, first_hops = 0, first_instructions = 0;
 };
 
 std::unique_ptr<Case> make_case(const std::string& path, const std::string& mode) {
@@ -102,6 +105,7 @@ std::vector<std::unique_ptr<Case>>& cases() {
 
 void BM_CompiledLayer(benchmark::State& state) {
   Case& c = *cases()[static_cast<size_t>(state.range(0))];
+  c.fab->set_threads(static_cast<int>(state.range(1)));
   int64_t hops = 0, events = 0, instructions = 0, cycles = 0;
   for (auto _ : state) {
     // What a step does (sim/run_wafer_graph.cpp): the input placed, the weights streamed from now.
@@ -118,7 +122,14 @@ void BM_CompiledLayer(benchmark::State& state) {
       return;
     }
     const wafer::FabricStats& st = c.fab->stats();
-    hops += st.wavelet_hops + st.ramp_deliveries + st.ramp_injections + st.port_in_wavelets + st.port_out_wavelets;
+    const int64_t h = st.wavelet_hops + st.ramp_deliveries + st.ramp_injections + st.port_in_wavelets + st.port_out_wavelets;
+    if (c.first_cycles < 0) {
+      c.first_cycles = st.cycles, c.first_hops = h, c.first_instructions = st.instructions;
+    } else if (st.cycles != c.first_cycles || h != c.first_hops || st.instructions != c.first_instructions) {
+      state.SkipWithError("a run's cycles, hops or instructions differ from the first run's");
+      return;
+    }
+    hops += h;
     events += st.events;
     instructions += st.instructions;
     cycles = st.cycles;
@@ -141,7 +152,7 @@ void BM_CompiledLayer(benchmark::State& state) {
       return;
     }
   }
-  state.SetLabel(c.label);
+  state.SetLabel(c.label + ", " + std::to_string(c.fab->threads_used()) + " thread(s)");
   state.counters["hops/s"] = benchmark::Counter(static_cast<double>(hops), benchmark::Counter::kIsRate);
   state.counters["events/s"] = benchmark::Counter(static_cast<double>(events), benchmark::Counter::kIsRate);
   state.counters["instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
@@ -156,7 +167,8 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   for (size_t i = 0; i < cases().size(); ++i)
-    benchmark::RegisterBenchmark("BM_CompiledLayer", BM_CompiledLayer)->Arg(static_cast<int64_t>(i))->UseManualTime()->Unit(benchmark::kSecond)->Iterations(1);
+    for (int64_t threads : {1, 2})
+      benchmark::RegisterBenchmark("BM_CompiledLayer", BM_CompiledLayer)->Args({static_cast<int64_t>(i), threads})->UseManualTime()->Unit(benchmark::kSecond)->Iterations(1);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -1,0 +1,409 @@
+// The fabric on several host threads (FabricOptions::threads; docs/wafer-model.md, "Threads"): the
+// PE rows in stripes, one worker per stripe with its own calendar, synchronised so that every
+// event that depends on another stripe happens in the order the sequential model gives it.
+//
+// The sequential model handles a cycle's events PEs first, then routers, each by ascending key
+// (row-major). A PE's handler touches its own PE and router; a router's, its PE and its
+// neighbours' receiving buffers (room, wavelets) and wakes; every wake of another router or PE is
+// for a later cycle (a hop takes at least one). So across a boundary between stripe A (above) and
+// B (below) the only order that matters is that of the two boundary rows' routers:
+//   A's last row at cycle c  <  B's first row at c  <  A's last row at c + 1,
+// and every wake one of them gives the other must be on the receiver's calendar before it handles
+// that cycle. Everything else of the two stripes commutes. A worker
+//   - publishes two bounds: no event of its own below lb_all is still to come, and none of its
+//     first row's routers below lb_first; wakes (and "first wavelet in this buffer" marks) for
+//     another stripe's routers go as messages, flushed before the bound that lets the receiver on;
+//   - takes its next cycle c once no message for an earlier cycle can come (c <= the worker
+//     above's lb_all + 1 and the one below's lb_first + 1: a message is for a cycle after the
+//     sender's), handles its PEs, then before its first row's routers waits until the worker above
+//     has finished c (lb_all > c) and takes its messages, publishes lb_first = c + 1 after that
+//     row, and before its last row's routers waits until the worker below has handled its first
+//     row up to c - 1 (lb_first >= c); the cycle ends after both waits (messages for c may come
+//     until then).
+// Stripes then run about a cycle apart in a pipeline: while B finishes cycle c, A runs c + 1 up to
+// its last row. A worker with nothing to do publishes what its neighbours allow (their bound + 1);
+// `live` counts workers with events plus messages in flight, and the run ends when it reaches 0.
+//
+// Stops: a worker stops at its first cycle past the watchdog; a possible deadlock (no progress
+// for the window before c, as far as the published progress shows) is confirmed once every worker
+// has handled every cycle before c, and then every worker stops before c. Counters, the summary
+// and task logs are per worker and merged afterwards (sums, maxima, spans and bins, which do not
+// depend on the order). Runs that need the exact interleaving of all PEs -- per-PE records,
+// faults, a port reply -- run sequentially (plan_workers).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "models/wafer/fabric_impl.hpp"
+
+namespace tessera::wafer {
+
+namespace {
+constexpr int64_t kInf = INT64_MAX / 4;
+int64_t add1(int64_t v) { return v >= kInf ? kInf : v + 1; }
+// Spin briefly, then give the core away (more workers than cores, or a neighbour far behind).
+struct Backoff {
+  int n = 0;
+  void pause() {
+    if (++n > 2048) std::this_thread::yield();
+  }
+};
+}  // namespace
+
+int Fabric::threads_used() const { return static_cast<int>(impl_->workers.size()); }
+
+Fabric::Impl::Worker& Fabric::Impl::worker_of_row(int64_t y) {
+  const uint32_t r = static_cast<uint32_t>(y * W);
+  for (auto& w : workers)
+    if (w->owns(r)) return *w;
+  return w0();
+}
+
+int Fabric::Impl::plan_workers(int threads) {
+  const size_t npe = static_cast<size_t>(W * H);
+  int n = std::max(1, threads);
+  if (f.opt_.record || faults > 0 || !flips.empty() || !drops.empty() || reply.fn) n = 1;
+  // Work per row: route slots (a router's events) and program PEs (weighed as four).
+  std::vector<int64_t> row(static_cast<size_t>(H), 0);
+  for (size_t r = 0; r < npe; ++r) row[r / static_cast<size_t>(W)] += slot_begin[r + 1] - slot_begin[r];
+  for (const Pe& p : pes) row[static_cast<size_t>(p.y)] += 4;
+  int64_t total = 0, busy_rows = 0;
+  for (int64_t v : row) total += v, busy_rows += v > 0;
+  n = static_cast<int>(std::min<int64_t>(n, std::max<int64_t>(1, busy_rows)));
+  std::vector<int64_t> cut{0};  // first row of each stripe
+  if (n > 1) {
+    int64_t acc = 0;
+    for (int64_t y = 0; y < H && static_cast<int>(cut.size()) < n; ++y) {
+      acc += row[static_cast<size_t>(y)];
+      if (acc * n >= total * static_cast<int64_t>(cut.size()) && y + 1 < H && y + 1 > cut.back()) cut.push_back(y + 1);
+    }
+    n = static_cast<int>(cut.size());
+  }
+  while (workers.size() > static_cast<size_t>(n)) workers.pop_back();
+  while (workers.size() < static_cast<size_t>(n)) {
+    auto w = std::make_unique<Worker>();
+    w->id = static_cast<int>(workers.size());
+    w->cal.init(static_cast<uint32_t>(pes.size()), static_cast<uint32_t>(npe));
+    w->st = &w->own_st;
+    w->sum = &w->own_sum;
+    w->log = &w->own_log;
+    workers.push_back(std::move(w));
+  }
+  for (int i = 0; i < n; ++i) {
+    Worker& w = *workers[static_cast<size_t>(i)];
+    const int64_t y0 = cut[static_cast<size_t>(i)], y1 = i + 1 < n ? cut[static_cast<size_t>(i) + 1] : H;
+    w.r_lo = static_cast<uint32_t>(y0 * W);
+    w.r_n = static_cast<uint32_t>((y1 - y0) * W);
+    w.first_end = static_cast<uint32_t>((y0 + 1) * W);
+    w.last_begin = static_cast<uint32_t>((y1 - 1) * W);
+    w.prev = i > 0 ? workers[static_cast<size_t>(i) - 1].get() : nullptr;
+    w.next = i + 1 < n ? workers[static_cast<size_t>(i) + 1].get() : nullptr;
+  }
+  return n;
+}
+
+int64_t Fabric::Impl::last_progress() const {
+  int64_t lp = 0;
+  for (const auto& w : workers) lp = std::max(lp, w->last_progress);
+  return lp;
+}
+
+Fabric::Impl::StripedEnd Fabric::Impl::run_striped(int64_t c0) {
+  StripedEnd out;
+  std::mutex mu;
+  failure.reset();
+  live = 0;
+  for (auto& w : workers) {
+    w->live = !w->cal.empty();
+    live += w->live ? 1 : 0;
+    for (Inbox* in : {&w->in_prev, &w->in_next}) in->done = false, in->n = 0, in->box.clear();
+  }
+  std::vector<std::thread> th;
+  for (size_t i = 1; i < workers.size(); ++i) th.emplace_back([this, i, c0, &out, &mu] { worker_loop(*workers[i], c0, out, mu); });
+  worker_loop(w0(), c0, out, mu);
+  for (auto& t : th) t.join();
+  if (std::getenv("TESSERA_STRIPE_STATS"))  // (for tuning the split: each worker's share and its waits)
+    for (auto& w : workers)
+      std::fprintf(stderr, "stripe worker %d: rows %u..%u, %llu events, waited %.3f s for the worker above, %.3f s for the one below\n", w->id,
+                   w->r_lo / static_cast<uint32_t>(W), (w->r_lo + w->r_n) / static_cast<uint32_t>(W) - 1, static_cast<unsigned long long>(w->cal.consumed()),
+                   w->t_wait_above, w->t_wait_below);
+  if (failure) {
+    Failure fl{*failure};
+    failure.reset();
+    throw fl;
+  }
+  if (out.deadlock) out.stop.reset();  // (Fabric::run words it, as for a run that ends with work left)
+  // The earliest event left: calendars and messages not taken (a stopped run's end).
+  for (auto& w : workers) {
+    const int64_t c = w->cal.peek();
+    if (c != INT64_MAX) out.next_cycle = std::min(out.next_cycle, c);
+    for (Inbox* in : {&w->in_prev, &w->in_next}) {
+      for (const Msg& m : in->box) out.next_cycle = std::min(out.next_cycle, m.cycle);
+      in->box.clear();
+      in->n = 0;
+    }
+  }
+  merge_workers();
+  return out;
+}
+
+void Fabric::Impl::merge_workers() {
+  FabricStats& st = f.stats_;
+  st.events = 0;
+  for (auto& wp : workers) {
+    Worker& w = *wp;
+    st.events += static_cast<int64_t>(w.cal.consumed());
+    if (w.id == 0) continue;
+    const FabricStats& o = w.own_st;
+    st.stall_cycles += o.stall_cycles;
+    st.instructions += o.instructions;
+    st.dsd_elements += o.dsd_elements;
+    st.tasks_run += o.tasks_run;
+    st.wavelet_hops += o.wavelet_hops;
+    st.ramp_deliveries += o.ramp_deliveries;
+    st.ramp_injections += o.ramp_injections;
+    for (size_t c = 0; c < st.color_hops.size() && c < o.color_hops.size(); ++c) st.color_hops[c] += o.color_hops[c];
+    st.router_buffer_high_water = std::max(st.router_buffer_high_water, o.router_buffer_high_water);
+    st.port_in_wavelets += o.port_in_wavelets;
+    st.port_out_wavelets += o.port_out_wavelets;
+    st.bank_conflict_cycles += o.bank_conflict_cycles;
+    st.dropped_wavelets += o.dropped_wavelets;
+    for (auto& [k, v] : w.own_log) task_log[k] = std::move(v);
+    w.own_log.clear();
+    if (f.opt_.summary) {
+      FabricSummary& sm = f.summary_;
+      const FabricSummary& os = w.own_sum;
+      sm.busy.merge(os.busy);
+      sm.delivered.merge(os.delivered);
+      sm.hops.merge(os.hops);
+      for (size_t i = 0; i < sm.phases.size(); ++i)
+        if (os.phases[i].span.count) sm.phases[i].span.add(os.phases[i].span.first, os.phases[i].span.last, os.phases[i].span.count);
+      auto spans = [](std::vector<Span>& a, const std::vector<Span>& b) {
+        for (size_t i = 0; i < a.size(); ++i)
+          if (b[i].count) a[i].add(b[i].first, b[i].last, b[i].count);
+      };
+      spans(sm.sent, os.sent);
+      spans(sm.received, os.received);
+    }
+  }
+}
+
+bool Fabric::Impl::apply_inbox(Worker& w) {
+  bool any = false;
+  for (Inbox* in : {&w.in_prev, &w.in_next}) {
+    if (in->n.load(std::memory_order_acquire) == 0) continue;
+    {
+      std::lock_guard<std::mutex> g(in->mu);
+      w.scratch.swap(in->box);
+      in->n.store(0, std::memory_order_relaxed);
+    }
+    if (w.scratch.empty()) continue;
+    if (!w.live) {  // counted before the messages stop counting: `live` never passes 0 with work left
+      w.live = true;
+      live.fetch_add(1);
+    }
+    for (const Msg& m : w.scratch) {
+      if (m.occ_slot != kNone) occupied(m.occ_slot);
+      wake_router(w, m.router, m.cycle);
+    }
+    live.fetch_sub(static_cast<int64_t>(w.scratch.size()));
+    w.scratch.clear();
+    any = true;
+  }
+  return any;
+}
+
+void Fabric::Impl::flush(std::vector<Msg>& out, Inbox& to) {
+  if (out.empty()) return;
+  std::lock_guard<std::mutex> g(to.mu);
+  if (!to.done) live.fetch_add(static_cast<int64_t>(out.size()));
+  to.box.insert(to.box.end(), out.begin(), out.end());
+  to.n.store(static_cast<uint32_t>(to.box.size()), std::memory_order_release);
+  out.clear();
+}
+
+void Fabric::Impl::retire(Worker& w) {
+  for (Inbox* in : {&w.in_prev, &w.in_next}) {
+    std::lock_guard<std::mutex> g(in->mu);
+    if (!in->done) live.fetch_sub(static_cast<int64_t>(in->box.size()));
+    in->done = true;
+  }
+  if (w.live) {
+    w.live = false;
+    live.fetch_sub(1);
+  }
+  w.lb_first.store(kInf, std::memory_order_release);
+  w.lb_all.store(kInf, std::memory_order_release);
+}
+
+void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mutex& out_mu) {
+  const FabricOptions& o = f.opt_;
+  Worker* const P = w.prev;
+  Worker* const N = w.next;
+  int64_t pub = INT64_MIN;  // the bound published last (bounds only grow)
+  auto publish = [&](int64_t lb) {
+    w.lp_pub.store(w.last_progress, std::memory_order_relaxed);
+    w.hops_pub.store(w.st->wavelet_hops, std::memory_order_relaxed);
+    w.lb_first.store(lb, std::memory_order_release);
+    w.lb_all.store(lb, std::memory_order_release);
+    pub = lb;
+  };
+  auto stop_run = [&](int64_t c, bool deadlock, std::string why) {
+    std::lock_guard<std::mutex> g(out_mu);
+    // The earliest stop wins (at one cycle the deadlock, which the sequential loop checks first).
+    if (c < out.stop_cycle || (c == out.stop_cycle && deadlock && !out.deadlock)) {
+      out.stop_cycle = c;
+      out.deadlock = deadlock;
+      out.stop = std::move(why);
+    }
+    if (deadlock) {
+      int64_t s = stop_at.load();
+      while (c < s && !stop_at.compare_exchange_weak(s, c)) {
+      }
+    }
+  };
+  auto halted = [&] { return halt_all.load(std::memory_order_relaxed); };
+  int64_t polled = 0;
+  try {
+    for (;;) {
+      // Wait until no wake for the next cycle c or earlier can still come. The neighbours' bounds
+      // are read before their messages are taken (they flush before they publish), so no message
+      // taken later is for a cycle below the bound published here.
+      int64_t c = kInf;
+      Backoff bo;
+      for (;;) {
+        if (halted()) {
+          retire(w);
+          return;
+        }
+        const int64_t pa = P ? P->lb_all.load(std::memory_order_acquire) : kInf;
+        const int64_t nf = N ? N->lb_first.load(std::memory_order_acquire) : kInf;
+        apply_inbox(w);
+        c = std::min(w.cal.peek(), kInf);
+        const int64_t lb = std::min({c, add1(pa), add1(nf)});
+        if (lb > pub) publish(lb);
+        if (c >= stop_at.load()) {  // a deadlock decided at or before c
+          retire(w);
+          return;
+        }
+        if (c < kInf && c <= add1(pa) && c <= add1(nf)) break;
+        if (c >= kInf) {
+          if (w.live) {
+            w.live = false;
+            live.fetch_sub(1);
+          }
+          if (live.load() == 0) {  // nothing left anywhere
+            retire(w);
+            return;
+          }
+        }
+        bo.pause();
+      }
+      // The watchdog; a deadlock (confirmed on every worker's progress before c).
+      if (o.max_cycles > 0 && c - c0 > o.max_cycles) {
+        stop_run(c, false, "watchdog: the run passed " + std::to_string(o.max_cycles) + " cycles (fabric option max_cycles)");
+        retire(w);
+        return;
+      }
+      auto progress_view = [&] {
+        int64_t lp = w.last_progress;
+        for (const auto& x : workers)
+          if (x.get() != &w) lp = std::max(lp, x->lp_pub.load(std::memory_order_acquire));
+        return lp;
+      };
+      if (c > progress_view() + o.deadlock_window) {
+        Backoff wb;
+        for (const auto& x : workers)
+          while (x.get() != &w && x->lb_all.load(std::memory_order_acquire) < c && c < stop_at.load()) {
+            if (halted()) {
+              retire(w);
+              return;
+            }
+            wb.pause();
+          }
+        if (c < stop_at.load() && c > progress_view() + o.deadlock_window) stop_run(c, true, {});
+        if (c >= stop_at.load()) {
+          retire(w);
+          return;
+        }
+      }
+      if (w.id == 0 && ++polled % 1024 == 0) {
+        if (o.progress) {
+          int64_t hops = w.st->wavelet_hops;
+          for (const auto& x : workers)
+            if (x.get() != &w) hops += x->hops_pub.load(std::memory_order_relaxed);
+          o.progress(c - c0, hops);
+        }
+        if (o.stop && o.stop()) {
+          stop_run(c, false, "interrupted at cycle " + std::to_string(c - c0));
+          halt_all = true;
+          retire(w);
+          return;
+        }
+      }
+      // The cycle: PEs, then routers. The first row's routers once the worker above has finished
+      // c (its wakes for them taken), the last row's once the one below has handled its first row
+      // up to c - 1; the cycle ends after both (wakes for c may come until then).
+      w.cal.top();
+      bool above = P == nullptr, below = N == nullptr, first_done = false;
+      auto wait_for = [&](std::atomic<int64_t>& bound, int64_t v, double& t) {
+        if (bound.load(std::memory_order_acquire) < v) {
+          Backoff b;
+          const auto t0 = std::chrono::steady_clock::now();
+          while (bound.load(std::memory_order_acquire) < v) {
+            if (halted()) return false;
+            b.pause();
+          }
+          t += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }
+        apply_inbox(w);
+        return true;
+      };
+      auto finish_first = [&] {
+        first_done = true;
+        if (P) flush(w.out_prev, P->in_next);
+        w.lb_first.store(c + 1, std::memory_order_release);
+      };
+      for (;;) {
+        uint32_t key;
+        const bool any = w.cal.peek_key(key);
+        const uint32_t r = any && (key & kRouterBit) ? key & ~kRouterBit : kNone;
+        if (!above && (!any || r != kNone)) {
+          if (!wait_for(P->lb_all, c + 1, w.t_wait_above)) {
+            retire(w);
+            return;
+          }
+          above = true;
+          continue;
+        }
+        if (!first_done && (!any || (r != kNone && r >= w.first_end))) finish_first();
+        if (!below && (!any || (r != kNone && r >= w.last_begin))) {
+          if (!wait_for(N->lb_first, c, w.t_wait_below)) {
+            retire(w);
+            return;
+          }
+          below = true;
+          continue;
+        }
+        if (!any) break;
+        w.cal.next_key(key);
+        handle(w, c, key);
+      }
+      if (N) flush(w.out_next, N->in_prev);
+      if (o.summary) bin_hops(w, c);
+    }
+  } catch (const Failure& e) {
+    std::lock_guard<std::mutex> g(out_mu);
+    if (!failure) failure = e.msg;
+    halt_all = true;
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> g(out_mu);
+    if (!failure) failure = std::string("internal error in the wafer fabric model: ") + e.what();
+    halt_all = true;
+  }
+  retire(w);
+}
+
+}  // namespace tessera::wafer

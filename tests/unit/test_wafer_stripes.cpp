@@ -1,0 +1,234 @@
+// The fabric on several host threads (FabricOptions::threads, models/wafer/stripes.cpp): a run in
+// stripes of PE rows must give what the sequential run gives -- outputs bit for bit, every
+// counter, the summary the default trace draws, task ends, and the same words for a deadlock,
+// the watchdog or a failure. Each case runs the same layout on fabrics of 1 and N threads in one
+// elaboration and compares them.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <systemc>
+
+#include "isa/wafer/asm.hpp"
+#include "models/common/clock.hpp"
+#include "models/common/systemc_env.hpp"
+#include "models/wafer/fabric.hpp"
+
+using namespace tessera;
+using namespace tessera::wafer;
+using Catch::Matchers::Contains;
+
+namespace {
+
+const std::string kRoot = TESSERA_SOURCE_DIR;
+
+LoadedLayout load_text(const std::map<std::string, std::string>& files, const std::string& layout, const WaferConfig& c) {
+  const auto d = std::filesystem::temp_directory_path() / ("tessera_wafer_stripes_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(d);
+  for (const auto& [name, text] : files) std::ofstream(d / name) << text;
+  LoadedLayout l = load_layout_text(layout, (d / "layout.json").string(), d.string(), c);
+  std::filesystem::remove_all(d);
+  return l;
+}
+
+// Fabrics of the same layout on 1 and on each of `threads` host threads, run together.
+struct Runs {
+  WaferConfig cfg;
+  LoadedLayout layout;
+  std::vector<std::unique_ptr<Fabric>> fabs;
+  Runs(WaferConfig c, LoadedLayout l, const std::vector<int>& threads, FabricOptions opt = {}) : cfg(std::move(c)), layout(std::move(l)) {
+    models::set_fs_resolution();
+    opt.summary = true;
+    opt.task_ends = true;
+    std::vector<int> all{1};
+    all.insert(all.end(), threads.begin(), threads.end());
+    for (int n : all) {
+      opt.threads = n;
+      fabs.push_back(std::make_unique<Fabric>(("fabric_t" + std::to_string(n)).c_str(), cfg, opt));
+      fabs.back()->load(layout);
+    }
+  }
+  void go() {
+    for (auto& f : fabs) f->start();
+    sc_core::sc_start();
+    models::after_systemc();
+    for (auto& f : fabs) REQUIRE(f->finished());
+  }
+};
+
+void same_series(const BinSeries& a, const BinSeries& b) {
+  CHECK(a.width == b.width);
+  CHECK(a.count == b.count);
+  CHECK(a.weight == b.weight);
+}
+
+void same_span(const Span& a, const Span& b) {
+  CHECK(a.first == b.first);
+  CHECK(a.last == b.last);
+  CHECK(a.count == b.count);
+}
+
+// Everything a report, trace or test reads from a run, run `k` against the sequential run.
+void same_run(const Runs& r, size_t k, const std::vector<std::string>& arrays) {
+  const Fabric& a = *r.fabs[0];
+  const Fabric& b = *r.fabs[k];
+  INFO("threads used " << b.threads_used());
+  CHECK(a.error().value_or("") == b.error().value_or(""));
+  const FabricStats& x = a.stats();
+  const FabricStats& y = b.stats();
+  CHECK(x.cycles == y.cycles);
+  CHECK(x.busy_cycles == y.busy_cycles);
+  CHECK(x.stall_cycles == y.stall_cycles);
+  CHECK(x.instructions == y.instructions);
+  CHECK(x.dsd_elements == y.dsd_elements);
+  CHECK(x.tasks_run == y.tasks_run);
+  CHECK(x.wavelet_hops == y.wavelet_hops);
+  CHECK(x.ramp_deliveries == y.ramp_deliveries);
+  CHECK(x.ramp_injections == y.ramp_injections);
+  CHECK(x.color_hops == y.color_hops);
+  CHECK(x.in_queue_high_water == y.in_queue_high_water);
+  CHECK(x.out_queue_high_water == y.out_queue_high_water);
+  CHECK(x.router_buffer_high_water == y.router_buffer_high_water);
+  CHECK(x.sram_pages == y.sram_pages);
+  const FabricSummary& s = a.summary();
+  const FabricSummary& t = b.summary();
+  same_series(s.busy, t.busy);
+  same_series(s.delivered, t.delivered);
+  same_series(s.hops, t.hops);
+  REQUIRE(s.phases.size() == t.phases.size());
+  for (size_t i = 0; i < s.phases.size(); ++i) same_span(s.phases[i].span, t.phases[i].span);
+  REQUIRE(s.sent.size() == t.sent.size());
+  for (size_t i = 0; i < s.sent.size(); ++i) same_span(s.sent[i], t.sent[i]), same_span(s.received[i], t.received[i]);
+  REQUIRE(a.stuck_pes().size() == b.stuck_pes().size());
+  for (size_t i = 0; i < a.stuck_pes().size(); ++i) CHECK(a.stuck_pes()[i].what == b.stuck_pes()[i].what);
+  REQUIRE(a.stuck_routers().size() == b.stuck_routers().size());
+  const LoadedLayout& L = r.layout;
+  for (int64_t py = 0; py < L.layout.height; ++py)
+    for (int64_t px = 0; px < L.layout.width; ++px) {
+      if (!a.program(px, py)) continue;
+      CHECK(a.halted(px, py) == b.halted(px, py));
+      CHECK(a.halt_cycle(px, py) == b.halt_cycle(px, py));
+      CHECK(a.busy_cycles(px, py) == b.busy_cycles(px, py));
+      for (const auto& name : arrays)
+        for (const auto& d : a.program(px, py)->data)
+          if (d.name == name) CHECK(a.read_array(px, py, name) == b.read_array(px, py, name));
+      for (const auto& tk : a.program(px, py)->tasks) CHECK(a.task_end(px, py, tk.name) == b.task_end(px, py, tk.name));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("wafer-stripes: the gemv_8x8 example on 2, 3 and 8 threads (one row each) equals the sequential run, twice", "[wafer-stripes]") {
+  const WaferConfig c = preset_config("wse2");
+  Runs r(c, load_layout(kRoot + "/scenarios/wafer/micro/gemv_8x8.json", c), {2, 3, 8});
+  for (int run = 0; run < 2; ++run) {  // a second run starts from the SRAM the first left
+    r.go();
+    REQUIRE_FALSE(r.fabs[0]->error());
+    for (int py = 0; py < 8; ++py)
+      for (float v : r.fabs[0]->read_array(7, py, "y")) CHECK((run == 0 ? v == 72.0f : v > 72.0f));
+    CHECK(r.fabs[1]->threads_used() == 2);
+    CHECK(r.fabs[2]->threads_used() == 3);
+    CHECK(r.fabs[3]->threads_used() == 8);
+    for (size_t k = 1; k < r.fabs.size(); ++k) same_run(r, k, {"y"});
+  }
+}
+
+TEST_CASE("wafer-stripes: a cyclic route over two stripes deadlocks at the same cycle with the same words on 2 threads", "[wafer-stripes]") {
+  // The 2x2 ring of test_wafer_fabric.cpp: color 1 E, S, W, N, never delivered; it crosses the
+  // stripes' boundary both ways.
+  const char* send = R"(
+.data x f32 64 fill=2.0
+.dsd xm mem1d x
+.dsd out fabout f32 color=1 queue=2 len=64
+.task main local id=8 active
+  fmovs out, xm
+  halt
+)";
+  const std::string layout = R"({"fabric": {"width": 2, "height": 2}, "rects": [
+    {"name": "s", "x": 0, "y": 0, "width": 1, "height": 1, "program": "send.pe",
+     "routes": [{"color": 1, "rx": ["RAMP", "S"], "tx": ["E"]}]},
+    {"name": "ne", "x": 1, "y": 0, "width": 1, "height": 1, "routes": [{"color": 1, "rx": ["W"], "tx": ["S"]}]},
+    {"name": "bottom", "x": 0, "y": 1, "width": 2, "height": 1, "routes": [
+      {"color": 1, "x": 1, "width": 1, "rx": ["N"], "tx": ["W"]},
+      {"color": 1, "x": 0, "width": 1, "rx": ["E"], "tx": ["N"]}]}]})";
+  const WaferConfig c = preset_config("wse2");
+  FabricOptions opt;
+  opt.deadlock_window = 1000;
+  Runs r(c, load_text({{"send.pe", send}}, layout, c), {2}, opt);
+  r.go();
+  REQUIRE(r.fabs[0]->error());
+  CHECK_THAT(*r.fabs[0]->error(), Contains("deadlock"));
+  CHECK(r.fabs[1]->threads_used() == 2);
+  same_run(r, 1, {"x"});
+}
+
+TEST_CASE("wafer-stripes: spinning tasks on two stripes stop at the watchdog's cycle on 2 threads as on one", "[wafer-stripes]") {
+  const char* spin = R"(
+.task main local id=8 active
+top:
+  jmp top
+)";
+  const char* send = R"(
+.data x f32 300 fill=1.0
+.dsd xm mem1d x
+.dsd out fabout f32 color=1 queue=2 len=300
+.task main local id=8 active
+  fmovs out, xm
+  halt
+)";
+  const char* recv = R"(
+.data y f32 300
+.dsd ym mem1d y
+.dsd in fabin f32 color=1 queue=1 len=300
+.task main local id=8 active
+  fmovs ym, in
+  halt
+)";
+  // Row 0: a spinning PE and a sender whose wavelets go south to a receiver in row 3 (the watchdog
+  // stops the run while they travel); rows 1-2 relay; row 3 spins too.
+  const std::string layout = R"({"fabric": {"width": 2, "height": 4}, "rects": [
+    {"name": "spin0", "x": 0, "y": 0, "width": 1, "height": 1, "program": "spin.pe"},
+    {"name": "snd", "x": 1, "y": 0, "width": 1, "height": 1, "program": "send.pe", "routes": [{"color": 1, "rx": ["RAMP"], "tx": ["S"]}]},
+    {"name": "mid", "x": 1, "y": 1, "width": 1, "height": 2, "routes": [{"color": 1, "rx": ["N"], "tx": ["S"]}]},
+    {"name": "rcv", "x": 1, "y": 3, "width": 1, "height": 1, "program": "recv.pe", "routes": [{"color": 1, "rx": ["N"], "tx": ["RAMP"]}]},
+    {"name": "spin3", "x": 0, "y": 3, "width": 1, "height": 1, "program": "spin.pe"}]})";
+  const WaferConfig c = preset_config("wse2");
+  FabricOptions opt;
+  opt.max_cycles = 150;
+  Runs r(c, load_text({{"spin.pe", spin}, {"send.pe", send}, {"recv.pe", recv}}, layout, c), {2, 4}, opt);
+  r.go();
+  REQUIRE(r.fabs[0]->error());
+  CHECK_THAT(*r.fabs[0]->error(), Contains("watchdog"));
+  CHECK(r.fabs[1]->threads_used() == 2);
+  same_run(r, 1, {"y"});
+  same_run(r, 2, {"y"});
+}
+
+TEST_CASE("wafer-stripes: a failure on one stripe ends a run on 2 threads with its message", "[wafer-stripes]") {
+  // Row 1's PE writes past its data area: the model's Failure, raised on the second worker.
+  const char* ok = ".data x f32 4096 fill=1\n.data y f32 4096\n.dsd xm mem1d x\n.dsd ym mem1d y\n.task main local id=8 active\n  fmovs ym, xm\n  halt\n";
+  const std::string layout = R"({"fabric": {"width": 1, "height": 2}, "rects": [
+    {"name": "a", "x": 0, "y": 0, "width": 1, "height": 1, "program": "ok.pe"},
+    {"name": "b", "x": 0, "y": 1, "width": 1, "height": 1, "program": "ok.pe"}]})";
+  const WaferConfig c = preset_config("wse2");
+  models::set_fs_resolution();
+  LoadedLayout l = load_text({{"ok.pe", ok}}, layout, c);
+  Fabric free_fab("free", c, FabricOptions{});
+  free_fab.load(l);
+  FabricOptions o;
+  o.threads = 2;
+  o.host_memory_budget = free_fab.estimated_host_bytes() + 4 * FabricStats::kPageBytes;  // y needs 32 pages a PE
+  Fabric tight("tight", c, o);
+  tight.load(l);
+  tight.start();
+  sc_core::sc_start();
+  models::after_systemc();
+  REQUIRE(tight.finished());
+  CHECK(tight.threads_used() == 2);
+  REQUIRE(tight.error());
+  CHECK_THAT(*tight.error(), Contains("SRAM pages written so far need") && Contains("raise run.host_memory"));
+}
