@@ -75,7 +75,8 @@ const Verb kVerbs[] = {
      "program as assembler text (program.s, one bundle per line; docs/neuroncore-asm.md).\n"
      "--resume CHECKPOINT continues a training run from a checkpoint directory it wrote\n"
      "(OUT/checkpoints/step_K: the state at the end of step K; docs/training.md).\n"
-     "--threads N simulates a wafer on N host threads (run.threads; the same results).",
+     "--threads N simulates a wafer on N host threads (run.threads, default auto: the host's\n"
+     "cores; the same results on any number).",
      cmd_run},
     {"validate", "tessera validate SCENARIO [--set key.path=value]... [--no-numerics] [--out DIR]",
      "check a scenario without running it: every check run makes before it simulates",

@@ -394,7 +394,7 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   fo.record = trace_records(s);  // the op and task records the trace renders at detail kernel and above: its PEs' only
   if (fo.record) fo.record_only = wafer_trace_pes(s.resolved["trace"], L);
   fo.summary = trace_wanted(s);
-  fo.threads = s.resolved["run"]["threads"].get<int>();
+  fo.threads = wafer_threads(s);
   fo.stop = [] { return interrupt_requested(); };  // SIGINT stops a long fabric run (tessera exits 130, nothing written)
   fo.host_memory_budget = static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>());
   wafer::Fabric fab("wafer", cfg, fo);

@@ -51,6 +51,9 @@ void write_compiled_wafer(const wafer::Compiled& cp, const RunOptions& opt);
 // /precision/compute as the compiler's element type (an error at the pointer for a type the wafer
 // compiler does not map).
 wafer::Elem wafer_compute(const Scenario& s);
+// /run/threads as a count: "auto" is the host's threads (isa/host_threads.hpp: the cores, or
+// TESSERA_HOST_THREADS, which compare and sweep set for their children).
+int wafer_threads(const Scenario& s);
 // /mapping/wafer_rect into the compiler's rectangle (an error at the pointer unless [width, height]).
 void wafer_rect_option(const nlohmann::json& mapping, wafer::MappingOptions& mo);
 // Micro-batch i of n of a tensor with the samples along its first dimension, and back

@@ -10,6 +10,7 @@
 #include <systemc>
 
 #include "isa/fileio.hpp"
+#include "isa/host_threads.hpp"
 #include "models/common/systemc_env.hpp"
 #include "isa/npy.hpp"
 #include "isa/numeric.hpp"
@@ -90,6 +91,11 @@ std::vector<int64_t> predicted_starts(const wafer::Compiled& cp) {
 
 }  // namespace
 
+int wafer_threads(const Scenario& s) {
+  const nlohmann::json& t = s.resolved["run"]["threads"];
+  return t.is_number_integer() ? t.get<int>() : static_cast<int>(std::min(256u, host_threads()));
+}
+
 wafer::Elem wafer_compute(const Scenario& s) {
   const std::string compute = s.resolved["precision"]["compute"].get<std::string>();
   if (compute == "fp32") return wafer::Elem::f32;
@@ -116,7 +122,7 @@ wafer::FabricOptions compiled_fabric_options(const Scenario& s, const wafer::Waf
   fo.record = trace_records(s);
   if (fo.record && L) fo.record_only = wafer_trace_pes(s.resolved["trace"], *L);
   fo.summary = trace_wanted(s);
-  fo.threads = s.resolved["run"]["threads"].get<int>();
+  fo.threads = wafer_threads(s);
   fo.stop = [] { return interrupt_requested(); };  // SIGINT stops a long fabric run (tessera exits 130, nothing written)
   fo.task_ends = true;
   fo.task_logs = {"red", "ldd"};  // the sequencer's shared tasks: their n-th end on a PE is kernel n's

@@ -164,15 +164,20 @@ NodePtr build() {
           "engines idle (planned from the estimate, kept when it predicts a faster program); false: each matmul streams its own weights"), true)),
   }, "compiler choices"), json::object());
 
+  auto threads = any("wafer: host threads simulating the fabric, each a stripe of PE rows: \"auto\" (the host's cores, or TESSERA_HOST_THREADS) "
+      "or a number from 1 to 256; every result is the same as on one thread (docs/wafer-model.md, \"Threads\"); runs with per-PE trace records, "
+      "faults or a port reply use one. Not part of the report's scenario (host.json has it)");
+  threads->check = [](const json& v, const std::string& p, DiagnosticList& d) {
+    if (!(v == "auto" || (v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= 256)))
+      d.add(p, "is " + v.dump() + "; give \"auto\" or a whole number of threads from 1 to 256", "e.g. \"threads\": 2 (or --threads 2)");
+  };
   auto run = with_default(object({
       opt("steps", with_default(integer(1, 1e9, "number of steps to run (the program is compiled once; inputs per step: docs/session.md)"), 1)),
       opt("checkpoint_steps", with_default(integer(0, 1e9, "checkpoint every k steps: 0-indexed steps k-1, 2k-1, ... and the last (0: none)"), 0)),
       opt("activation_steps", with_default(integer(1, 1e9, "closures run every n steps ((step + 1) % n == 0) and on the last; reduced to its gcd with the checkpoint steps + 1"), 1)),
       opt("numerics", with_default(boolean("false = timing only (no tensor values computed)"), true)),
       opt("max_time", with_default(quantity(UnitKind::time, 1e-9, 1e6, "watchdog: stop a machine run that has not finished after this much simulated time"), "10s")),
-      opt("threads", with_default(integer(1, 256, "wafer: host threads simulating the fabric, each a stripe of PE rows; every result is the same as on one "
-                                              "thread (docs/wafer-model.md, \"Threads\"); runs with per-PE trace records, faults or a port reply use one. "
-                                              "Not part of the report's scenario (host.json has it)"), 1)),
+      opt("threads", with_default(threads, "auto")),
       opt("host_memory", with_default(quantity(UnitKind::bytes, 1048576, 1e15, "host memory the run may take (inputs, the reference executor's values, the machine's memory: HBM, the wafer fabric's state); a run that needs more stops before it allocates, naming what it needs"), "16GiB")),
       opt("faults", with_default(array_of(object({
           req("kind", enumeration({"sram_bit_flip", "sram_bit_force", "drop_wavelets"},

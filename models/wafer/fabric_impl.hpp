@@ -250,6 +250,8 @@ struct Fabric::Impl {
     std::atomic<int64_t> lb_first{0};
     std::atomic<int64_t> lp_pub{0};
     std::atomic<int64_t> hops_pub{0};
+    std::atomic<bool> sleeping{false};     // blocked on `bell` (after spinning a while)
+    alignas(64) std::atomic<uint32_t> bell{0};  // rung (and notified) when a bound it may wait for moves
     bool owns(uint32_t r) const { return r - r_lo < r_n; }
   };
   std::vector<std::unique_ptr<Worker>> workers;  // [0] always exists
@@ -404,6 +406,21 @@ struct Fabric::Impl {
   void flush(std::vector<Msg>& out, Inbox& to);
   void retire(Worker& w);          // w leaves the run (done, stopped or failed)
   std::atomic<int64_t> live{0};    // workers with events + messages in flight (0: the run is over)
+  void live_sub(int64_t k) {
+    if (live.fetch_sub(k) == k) ring_all();  // the run is over: wake everyone to leave
+  }
+  static void ring(Worker& x) {  // after a bound x may wait for moved (seq_cst on both sides)
+    if (x.sleeping.load()) {
+      x.bell.fetch_add(1);
+      x.bell.notify_all();
+    }
+  }
+  void ring_all() {
+    for (auto& x : workers) {
+      x->bell.fetch_add(1);
+      x->bell.notify_all();
+    }
+  }
   std::optional<std::string> failure;  // a worker's Failure, thrown again after the threads join
   std::atomic<bool> halt_all{false};   // a worker failed or the run was stopped: every worker ends
   std::atomic<int64_t> stop_at{INT64_MAX};  // a stop (deadlock, watchdog) decided at this cycle: no worker goes past it

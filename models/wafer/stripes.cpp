@@ -208,7 +208,7 @@ bool Fabric::Impl::apply_inbox(Worker& w) {
       if (m.occ_slot != kNone) occupied(m.occ_slot);
       wake_router(w, m.router, m.cycle);
     }
-    live.fetch_sub(static_cast<int64_t>(w.scratch.size()));
+    live_sub(static_cast<int64_t>(w.scratch.size()));
     w.scratch.clear();
     any = true;
   }
@@ -227,15 +227,17 @@ void Fabric::Impl::flush(std::vector<Msg>& out, Inbox& to) {
 void Fabric::Impl::retire(Worker& w) {
   for (Inbox* in : {&w.in_prev, &w.in_next}) {
     std::lock_guard<std::mutex> g(in->mu);
-    if (!in->done) live.fetch_sub(static_cast<int64_t>(in->box.size()));
+    if (!in->done && !in->box.empty()) live_sub(static_cast<int64_t>(in->box.size()));
     in->done = true;
   }
   if (w.live) {
     w.live = false;
-    live.fetch_sub(1);
+    live_sub(1);
   }
-  w.lb_first.store(kInf, std::memory_order_release);
-  w.lb_all.store(kInf, std::memory_order_release);
+  w.lb_first.store(kInf);
+  w.lb_all.store(kInf);
+  if (w.prev) ring(*w.prev);
+  if (w.next) ring(*w.next);
 }
 
 void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mutex& out_mu) {
@@ -246,9 +248,27 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
   auto publish = [&](int64_t lb) {
     w.lp_pub.store(w.last_progress, std::memory_order_relaxed);
     w.hops_pub.store(w.st->wavelet_hops, std::memory_order_relaxed);
-    w.lb_first.store(lb, std::memory_order_release);
-    w.lb_all.store(lb, std::memory_order_release);
+    w.lb_first.store(lb);
+    w.lb_all.store(lb);
     pub = lb;
+    if (P) ring(*P);
+    if (N) ring(*N);
+  };
+  // Blocked: spin, then yield the core for up to 2 ms (a neighbour a little behind), then sleep
+  // on the bell until a neighbour rings it (a bound it may wait for moved, messages, the end of the
+  // run) -- so a worker waiting for one that has lost its core gives its own away. `changed` says
+  // whether what it waits for has moved meanwhile. `n` counts the calls of one wait (0 first).
+  auto doze = [&](int64_t& n, std::chrono::steady_clock::time_point& since, const auto& changed) {
+    if (++n < 2048) return;
+    if (n == 2048) since = std::chrono::steady_clock::now();
+    if (n % 16 != 0 || std::chrono::steady_clock::now() - since < std::chrono::milliseconds(2)) {
+      std::this_thread::yield();
+      return;
+    }
+    const uint32_t d = w.bell.load();
+    w.sleeping.store(true);
+    if (!changed()) w.bell.wait(d);
+    w.sleeping.store(false);
   };
   auto stop_run = [&](int64_t c, bool deadlock, std::string why) {
     std::lock_guard<std::mutex> g(out_mu);
@@ -262,6 +282,7 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
       int64_t s = stop_at.load();
       while (c < s && !stop_at.compare_exchange_weak(s, c)) {
       }
+      ring_all();
     }
   };
   auto halted = [&] { return halt_all.load(std::memory_order_relaxed); };
@@ -272,7 +293,8 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
       // are read before their messages are taken (they flush before they publish), so no message
       // taken later is for a cycle below the bound published here.
       int64_t c = kInf;
-      Backoff bo;
+      int64_t spun = 0;
+      std::chrono::steady_clock::time_point since;
       for (;;) {
         if (halted()) {
           retire(w);
@@ -292,14 +314,18 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
         if (c >= kInf) {
           if (w.live) {
             w.live = false;
-            live.fetch_sub(1);
+            live_sub(1);
           }
           if (live.load() == 0) {  // nothing left anywhere
             retire(w);
             return;
           }
         }
-        bo.pause();
+        const int64_t sa = stop_at.load();
+        doze(spun, since, [&] {
+          return (P && P->lb_all.load() != pa) || (N && N->lb_first.load() != nf) || w.in_prev.n.load() || w.in_next.n.load() || halted() ||
+                 stop_at.load() != sa || (c >= kInf && live.load() == 0);
+        });
       }
       // The watchdog; a deadlock (confirmed on every worker's progress before c).
       if (o.max_cycles > 0 && c - c0 > o.max_cycles) {
@@ -339,6 +365,7 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
         if (o.stop && o.stop()) {
           stop_run(c, false, "interrupted at cycle " + std::to_string(c - c0));
           halt_all = true;
+          ring_all();
           retire(w);
           return;
         }
@@ -350,11 +377,12 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
       bool above = P == nullptr, below = N == nullptr, first_done = false;
       auto wait_for = [&](std::atomic<int64_t>& bound, int64_t v, double& t) {
         if (bound.load(std::memory_order_acquire) < v) {
-          Backoff b;
+          int64_t spun = 0;
+          std::chrono::steady_clock::time_point since;
           const auto t0 = std::chrono::steady_clock::now();
           while (bound.load(std::memory_order_acquire) < v) {
             if (halted()) return false;
-            b.pause();
+            doze(spun, since, [&] { return bound.load() >= v || halted(); });
           }
           t += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         }
@@ -364,7 +392,8 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
       auto finish_first = [&] {
         first_done = true;
         if (P) flush(w.out_prev, P->in_next);
-        w.lb_first.store(c + 1, std::memory_order_release);
+        w.lb_first.store(c + 1);
+        if (P) ring(*P);
       };
       for (;;) {
         uint32_t key;
@@ -395,13 +424,19 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
       if (o.summary) bin_hops(w, c);
     }
   } catch (const Failure& e) {
-    std::lock_guard<std::mutex> g(out_mu);
-    if (!failure) failure = e.msg;
+    {
+      std::lock_guard<std::mutex> g(out_mu);
+      if (!failure) failure = e.msg;
+    }
     halt_all = true;
+    ring_all();
   } catch (const std::exception& e) {
-    std::lock_guard<std::mutex> g(out_mu);
-    if (!failure) failure = std::string("internal error in the wafer fabric model: ") + e.what();
+    {
+      std::lock_guard<std::mutex> g(out_mu);
+      if (!failure) failure = std::string("internal error in the wafer fabric model: ") + e.what();
+    }
     halt_all = true;
+    ring_all();
   }
   retire(w);
 }
