@@ -692,7 +692,7 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
   w0().first_end = static_cast<uint32_t>(npe);
   const size_t max_pages = pes.size() * static_cast<size_t>((cfg.data_area_bytes() + FabricStats::kPageBytes - 1) / FabricStats::kPageBytes);
   slabs.clear();
-  slabs.resize(max_pages / kSlabPages + 1 + 64);  // + a partly used slab per worker
+  slabs.resize(max_pages / kSlabPages + 1 + 2 * 256);  // + partly used slabs: one per worker (up to 256), and those of workers a later run with fewer threads dropped
   slab_count = 0;
   sram_pages = 0;
   // SRAM: fill values.
@@ -787,9 +787,9 @@ void Fabric::Impl::reset(int64_t c0) {
   for (auto& wp : workers) {
     Worker& w = *wp;
     w.hops_binned = 0;
+    w.done_through = -1;
     w.last_progress = c0;
     w.cal.clear(c0);
-    w.pages = 0;
     w.out_prev.clear();
     w.out_next.clear();
     w.in_prev.box.clear();
@@ -1083,7 +1083,7 @@ void Fabric::Impl::relay_step(Worker& wk, const Relay& rl, uint32_t r, int64_t t
   if (dcnt + 1 > st.router_buffer_high_water) st.router_buffer_high_water = dcnt + 1;
   ++st.wavelet_hops;
   wk.last_progress = std::max(wk.last_progress, t + 1);
-  pushed_down(wk, static_cast<uint32_t>(dbi / 4), !dcnt, t + hop);
+  pushed_down(wk, static_cast<uint32_t>(dbi / 4), rl.dr, !dcnt, t + hop);
   wake_router(wk, static_cast<uint32_t>(static_cast<int64_t>(r) + nb_delta[bi & 3]), t + 1);
   if (cnt > 1) wake_router(wk, r, t + 1);
 }

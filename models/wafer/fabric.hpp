@@ -6,7 +6,9 @@
 // "route slot" (one per PE and routed color) or by "PE slot" (one per PE that runs a program).
 // A single SC_THREAD runs the fabric's own event calendar -- events ordered by (cycle, kind, id),
 // ties broken by kind then id, so runs are deterministic (a timing wheel, fabric_impl.hpp) -- and
-// synchronises with SystemC time every `quantum_cycles` (temporal decoupling) and at the end.
+// synchronises with SystemC time every `quantum_cycles` (temporal decoupling) and at the end. On
+// several host threads (FabricOptions::threads, stripes.cpp) each stripe of rows has a calendar,
+// the same events happen in an order with the same effects, and SystemC time syncs at the end only.
 // Nothing polls: a router or PE is on the calendar only when it has something to do at that
 // cycle, or was woken because a neighbour freed space or delivered a wavelet, so idle PEs cost
 // nothing.
@@ -280,9 +282,9 @@ class Fabric : public sc_core::sc_module {
     std::vector<std::pair<int64_t, int64_t>> runs;
   };
   const std::vector<ActiveRuns>& active_runs() const { return active_runs_; }
-  const FabricSummary& summary() const { return summary_; }
-  int threads_used() const;
-  void set_threads(int n) { opt_.threads = n; }  // from the next start() on  // host threads of the last run (FabricOptions::threads, or 1: see there)     // FabricOptions::summary
+  const FabricSummary& summary() const { return summary_; }     // FabricOptions::summary
+  int threads_used() const;  // host threads of the last run (FabricOptions::threads, or 1: see there)
+  void set_threads(int n) { opt_.threads = n; }  // from the next start() on
   // The route of `color` at router (x,y) as loaded (nullptr: the router does not route it).
   const Route* route(int64_t x, int64_t y, int color) const;
   const LoadedLayout* layout() const;

@@ -236,7 +236,7 @@ struct Fabric::Impl {
     uint32_t first_end = 0;           // past its first row's routers
     uint32_t last_begin = 0;          // its last row's first router
     uint32_t page_next = 0, page_end = 0;  // SRAM pages: the rest of its current slab
-    int64_t pages = 0;                // pages it allocated this run
+    int64_t done_through = -1;        // the last cycle it finished (a message for it would be a protocol slip)
     std::vector<Msg> out_prev, out_next;   // posted this cycle, not yet flushed
     std::vector<Msg> scratch;
     bool live = false;                     // counted in Impl::live (has events)
@@ -274,8 +274,8 @@ struct Fabric::Impl {
   void occupied(uint32_t slot) { occ[slot_pe[slot]] |= 1u << (slot - slot_begin[slot_pe[slot]]); }
   // A wavelet went into slot ds's buffer (was_empty: its first), readable at c: the slot's router
   // is woken then; a router of another worker's stripe through a message.
-  void pushed_down(Worker& w, uint32_t ds, bool was_empty, int64_t c) {
-    const uint32_t r = slot_pe[ds];
+  void pushed_down(Worker& w, uint32_t ds, bool was_empty, int64_t c) { pushed_down(w, ds, slot_pe[ds], was_empty, c); }
+  void pushed_down(Worker& w, uint32_t ds, uint32_t r, bool was_empty, int64_t c) {  // r = slot_pe[ds]
     if (w.owns(r)) {
       if (was_empty) occupied(ds);
       wake_router(w, r, c);
@@ -421,7 +421,9 @@ struct Fabric::Impl {
       x->bell.notify_all();
     }
   }
-  std::optional<std::string> failure;  // a worker's Failure, thrown again after the threads join
+  std::optional<std::string> failure;  // the first Failure in the sequential order, thrown again after the threads join
+  std::atomic<int64_t> fail_cycle{INT64_MAX};  // its cycle and key (the key under the run's mutex)
+  uint32_t fail_key = 0;
   std::atomic<bool> halt_all{false};   // a worker failed or the run was stopped: every worker ends
   std::atomic<int64_t> stop_at{INT64_MAX};  // a stop (deadlock, watchdog) decided at this cycle: no worker goes past it
   void handle(Worker& w, int64_t cycle, uint32_t key);

@@ -35,7 +35,7 @@ bool has_half(Op op) {
 
 // A new SRAM page for PE s, from worker w's slab (a new slab when it is used up).
 uint32_t Fabric::Impl::new_page(Worker& w, uint32_t s) {
-  const int64_t total = sram_pages.fetch_add(1, std::memory_order_relaxed) + 1;
+  const int64_t total = sram_pages.load(std::memory_order_relaxed) + 1;  // (with threads: racy, as the budget is)
   if (sram_budget >= 0 && total * kPage > sram_budget) {
     const Pe& P = pes[s];
     throw Failure{pe_label(P.x, P.y) + ": SRAM pages written so far need " + std::to_string(total * kPage) +
@@ -44,12 +44,12 @@ uint32_t Fabric::Impl::new_page(Worker& w, uint32_t s) {
   }
   if (w.page_next == w.page_end) {
     const uint32_t k = slab_count.fetch_add(1, std::memory_order_relaxed);
-    if (k >= slabs.size()) throw std::logic_error("wafer fabric: SRAM slab table full");
+    if (k >= slabs.size()) throw Failure{"the SRAM slab table is full (" + std::to_string(slabs.size()) + " slabs of " + std::to_string(kSlabPages) + " pages): run with fewer threads"};
     slabs[k] = std::make_unique<uint8_t[]>(static_cast<size_t>(kSlabPages) * kPage);  // zeroed
     w.page_next = k << kSlabShift;
     w.page_end = w.page_next + kSlabPages;
   }
-  ++w.pages;
+  sram_pages.fetch_add(1, std::memory_order_relaxed);
   return w.page_next++;
 }
 

@@ -114,6 +114,8 @@ Fabric::Impl::StripedEnd Fabric::Impl::run_striped(int64_t c0) {
   StripedEnd out;
   std::mutex mu;
   failure.reset();
+  fail_cycle = INT64_MAX;
+  fail_key = 0;
   live = 0;
   for (auto& w : workers) {
     w->live = !w->cal.empty();
@@ -130,6 +132,7 @@ Fabric::Impl::StripedEnd Fabric::Impl::run_striped(int64_t c0) {
                    w->r_lo / static_cast<uint32_t>(W), (w->r_lo + w->r_n) / static_cast<uint32_t>(W) - 1, static_cast<unsigned long long>(w->cal.consumed()),
                    w->t_wait_above, w->t_wait_below);
   if (failure) {
+    merge_workers();  // (the counters so far, as a sequential run's)
     Failure fl{*failure};
     failure.reset();
     throw fl;
@@ -205,6 +208,9 @@ bool Fabric::Impl::apply_inbox(Worker& w) {
       live.fetch_add(1);
     }
     for (const Msg& m : w.scratch) {
+      if (m.cycle <= w.done_through)
+        throw std::logic_error("wafer fabric threads: a wake for cycle " + std::to_string(m.cycle) + " reached worker " + std::to_string(w.id) + ", which finished cycle " +
+                               std::to_string(w.done_through));
       if (m.occ_slot != kNone) occupied(m.occ_slot);
       wake_router(w, m.router, m.cycle);
     }
@@ -286,6 +292,47 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
     }
   };
   auto halted = [&] { return halt_all.load(std::memory_order_relaxed); };
+  // A Failure (an SRAM write outside the data area, a route missing, ...) ends the run with the
+  // message of the failure that comes first in the sequential order (cycle, then key): the other
+  // workers go on up to that point -- one of them may fail before it -- and stop there.
+  int64_t cur_c = -1;
+  uint32_t cur_key = 0;
+  auto fail = [&](std::string msg) {
+    {
+      std::lock_guard<std::mutex> g(out_mu);
+      const int64_t fc = fail_cycle.load();
+      if (!failure || cur_c < fc || (cur_c == fc && cur_key < fail_key)) {
+        failure = std::move(msg);
+        fail_key = cur_key;
+        fail_cycle.store(cur_c);
+      }
+    }
+    ring_all();
+  };
+  auto past_failure = [&](int64_t c, uint32_t key) {  // the sequential run stops before (c, key)
+    const int64_t fc = fail_cycle.load(std::memory_order_relaxed);
+    if (c < fc) return false;
+    if (c > fc) return true;
+    std::lock_guard<std::mutex> g(out_mu);
+    return key > fail_key;
+  };
+  // Worker 0 reports progress and asks whether to stop (Ctrl-C), as the sequential loop does every
+  // 1024 cycles -- also while it waits, so a run whose top stripe has gone idle still stops.
+  auto poll = [&](int64_t c) {
+    if (o.progress) {
+      int64_t hops = w.st->wavelet_hops;
+      for (const auto& x : workers)
+        if (x.get() != &w) hops += x->hops_pub.load(std::memory_order_relaxed);
+      o.progress(std::max<int64_t>(0, std::min(c, kInf) - c0), hops);
+    }
+    if (o.stop && o.stop()) {
+      stop_run(c, false, "interrupted at cycle " + std::to_string(std::max<int64_t>(0, std::min(c, kInf) - c0)));
+      halt_all = true;
+      ring_all();
+      return false;
+    }
+    return true;
+  };
   int64_t polled = 0;
   try {
     for (;;) {
@@ -306,7 +353,7 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
         c = std::min(w.cal.peek(), kInf);
         const int64_t lb = std::min({c, add1(pa), add1(nf)});
         if (lb > pub) publish(lb);
-        if (c >= stop_at.load()) {  // a deadlock decided at or before c
+        if (c >= stop_at.load() || (c < kInf && c > fail_cycle.load())) {  // a deadlock decided at or before c; a failure before c
           retire(w);
           return;
         }
@@ -321,17 +368,15 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
             return;
           }
         }
+        if (w.id == 0 && spun % 4096 == 4095 && !poll(pub)) {
+          retire(w);
+          return;
+        }
         const int64_t sa = stop_at.load();
         doze(spun, since, [&] {
           return (P && P->lb_all.load() != pa) || (N && N->lb_first.load() != nf) || w.in_prev.n.load() || w.in_next.n.load() || halted() ||
                  stop_at.load() != sa || (c >= kInf && live.load() == 0);
         });
-      }
-      // The watchdog; a deadlock (confirmed on every worker's progress before c).
-      if (o.max_cycles > 0 && c - c0 > o.max_cycles) {
-        stop_run(c, false, "watchdog: the run passed " + std::to_string(o.max_cycles) + " cycles (fabric option max_cycles)");
-        retire(w);
-        return;
       }
       auto progress_view = [&] {
         int64_t lp = w.last_progress;
@@ -355,20 +400,15 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
           return;
         }
       }
-      if (w.id == 0 && ++polled % 1024 == 0) {
-        if (o.progress) {
-          int64_t hops = w.st->wavelet_hops;
-          for (const auto& x : workers)
-            if (x.get() != &w) hops += x->hops_pub.load(std::memory_order_relaxed);
-          o.progress(c - c0, hops);
-        }
-        if (o.stop && o.stop()) {
-          stop_run(c, false, "interrupted at cycle " + std::to_string(c - c0));
-          halt_all = true;
-          ring_all();
-          retire(w);
-          return;
-        }
+      // The watchdog (after the deadlock check, as in the sequential loop).
+      if (o.max_cycles > 0 && c - c0 > o.max_cycles) {
+        stop_run(c, false, "watchdog: the run passed " + std::to_string(o.max_cycles) + " cycles (fabric option max_cycles)");
+        retire(w);
+        return;
+      }
+      if (w.id == 0 && ++polled % 1024 == 0 && !poll(c)) {
+        retire(w);
+        return;
       }
       // The cycle: PEs, then routers. The first row's routers once the worker above has finished
       // c (its wakes for them taken), the last row's once the one below has handled its first row
@@ -417,26 +457,22 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
           continue;
         }
         if (!any) break;
+        if (past_failure(c, key)) {
+          retire(w);
+          return;
+        }
         w.cal.next_key(key);
+        cur_c = c, cur_key = key;
         handle(w, c, key);
       }
       if (N) flush(w.out_next, N->in_prev);
+      w.done_through = c;
       if (o.summary) bin_hops(w, c);
     }
   } catch (const Failure& e) {
-    {
-      std::lock_guard<std::mutex> g(out_mu);
-      if (!failure) failure = e.msg;
-    }
-    halt_all = true;
-    ring_all();
+    fail(e.msg);
   } catch (const std::exception& e) {
-    {
-      std::lock_guard<std::mutex> g(out_mu);
-      if (!failure) failure = std::string("internal error in the wafer fabric model: ") + e.what();
-    }
-    halt_all = true;
-    ring_all();
+    fail(std::string("internal error in the wafer fabric model: ") + e.what());
   }
   retire(w);
 }
