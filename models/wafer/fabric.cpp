@@ -687,6 +687,9 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
   w0().st = &f.stats_;
   w0().sum = &f.summary_;
   w0().log = &task_log;
+  w0().deliveries = &f.deliveries_;
+  w0().ops = &f.op_records_;
+  w0().tasks = &f.task_records_;
   w0().r_lo = 0;
   w0().r_n = static_cast<uint32_t>(npe);
   w0().first_end = static_cast<uint32_t>(npe);
@@ -792,6 +795,12 @@ void Fabric::Impl::reset(int64_t c0) {
     w.cal.clear(c0);
     w.out_prev.clear();
     w.out_next.clear();
+    w.own_deliveries.clear();
+    w.own_ops.clear();
+    w.own_tasks.clear();
+    w.tag_d.clear();
+    w.tag_o.clear();
+    w.tag_t.clear();
     w.in_prev.box.clear();
     w.in_next.box.clear();
     w.lb_all = c0;
@@ -1220,7 +1229,7 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
         ++st.ramp_deliveries;
         if (f.opt_.summary) summary_received(wk, pes[ps].rect, wv.color, t + 1);
         if (pes[ps].rec)
-          f.deliveries_.push_back({pes[ps].x, pes[ps].y, wv.color, static_cast<uint8_t>(q), wv.payload, t + 1 - start});
+          record(wk, *wk.deliveries, wk.tag_d, t, r | kRouterBit, DeliveryRecord{pes[ps].x, pes[ps].y, wv.color, static_cast<uint8_t>(q), wv.payload, t + 1 - start});
       } else if (const uint32_t ds = slot_down[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(d)]; ds == kNone) {
         PortLane* ol = out_lane(r, d, wv.color);
         ol->out.push_back({wv.payload, t + hop - start});

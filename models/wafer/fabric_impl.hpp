@@ -230,6 +230,16 @@ struct Fabric::Impl {
     FabricStats own_st;
     FabricSummary own_sum;
     std::map<uint64_t, std::vector<int64_t>> own_log;
+    // FabricOptions::record: the fabric's lists (one worker), or its own, each record tagged with
+    // the event (cycle, key) that made it, merged into the sequential order after the run.
+    std::vector<DeliveryRecord>* deliveries = nullptr;
+    std::vector<OpRecord>* ops = nullptr;
+    std::vector<TaskRecord>* tasks = nullptr;
+    std::vector<DeliveryRecord> own_deliveries;
+    std::vector<OpRecord> own_ops;
+    std::vector<TaskRecord> own_tasks;
+    bool tagged = false;
+    std::vector<std::pair<int64_t, uint32_t>> tag_d, tag_o, tag_t;
     int64_t last_progress = 0;
     int64_t hops_binned = 0;
     uint32_t r_lo = 0, r_n = 0;       // the routers (PE index y * W + x) of its rows
@@ -274,6 +284,11 @@ struct Fabric::Impl {
   void occupied(uint32_t slot) { occ[slot_pe[slot]] |= 1u << (slot - slot_begin[slot_pe[slot]]); }
   // A wavelet went into slot ds's buffer (was_empty: its first), readable at c: the slot's router
   // is woken then; a router of another worker's stripe through a message.
+  template <class R>
+  static void record(Worker& w, std::vector<R>& v, std::vector<std::pair<int64_t, uint32_t>>& tags, int64_t t, uint32_t key, const R& r) {
+    v.push_back(r);
+    if (w.tagged) tags.emplace_back(t, key);
+  }
   void pushed_down(Worker& w, uint32_t ds, bool was_empty, int64_t c) { pushed_down(w, ds, slot_pe[ds], was_empty, c); }
   void pushed_down(Worker& w, uint32_t ds, uint32_t r, bool was_empty, int64_t c) {  // r = slot_pe[ds]
     if (w.owns(r)) {
@@ -386,7 +401,7 @@ struct Fabric::Impl {
   int64_t sram_budget = -1;                              // bytes SRAM pages may take (-1: no budget)
   void reset(int64_t c0);
   // Workers for a run on `threads` threads (stripes.cpp): stripes of rows balanced by route slots
-  // and program PEs; 1 when the run needs the sequential model (records, faults, a port reply) or
+  // and program PEs; 1 when the run needs the sequential model (faults, a port reply) or
   // the layout has too few rows. Returns the count made.
   int plan_workers(int threads);
   Worker& worker_of_row(int64_t y);

@@ -428,7 +428,7 @@ void Fabric::Impl::pe_step(Worker& wk, uint32_t s, int64_t t) {
       if (m.on_unblock >= 0) P.blocked &= ~(uint64_t{1} << m.on_unblock);
       if (f.opt_.record) {
         f.note_active(s, m.op.start - start, end - start);
-        if (P.rec) f.op_records_.push_back({P.x, P.y, m.op.instr, true, m.id, m.op.start - start, end - start, m.op.len});
+        if (P.rec) record(wk, *wk.ops, wk.tag_o, t, s, OpRecord{P.x, P.y, m.op.instr, true, m.id, m.op.start - start, end - start, m.op.len});
       }
       P.mts.erase(P.mts.begin() + static_cast<std::ptrdiff_t>(k));
       wake_pe(wk, s, end);
@@ -455,7 +455,7 @@ void Fabric::Impl::pe_step(Worker& wk, uint32_t s, int64_t t) {
         const int64_t end = op.len == 0 ? t : t + 1;
         if (f.opt_.record) {
           f.note_active(s, op.start - start, end - start);
-          if (P.rec) f.op_records_.push_back({P.x, P.y, op.instr, false, 0, op.start - start, end - start, op.len});
+          if (P.rec) record(wk, *wk.ops, wk.tag_o, t, s, OpRecord{P.x, P.y, op.instr, false, 0, op.start - start, end - start, op.len});
         }
         wk.st->stall_cycles += std::max<int64_t>(0, end - op.start - dsd_op_cycles(op.len, op.width, cfg, op.interval));
         op.instr = -1;
@@ -517,7 +517,7 @@ void Fabric::Impl::exec(Worker& wk, uint32_t s, int64_t t) {
       sm.busy.add(at - start, -1);
       sm.phases[static_cast<size_t>(phase_of[phase_base[P.prog] + static_cast<uint32_t>(P.task)])].span.add(P.task_start - start, at - start);
     }
-    if (P.rec) f.task_records_.push_back({P.x, P.y, P.task, P.task_start - start, at - start});
+    if (P.rec) record(wk, *wk.tasks, wk.tag_t, t, s, TaskRecord{P.x, P.y, P.task, P.task_start - start, at - start});
     if (!task_end.empty()) task_end[static_cast<size_t>(s) * 64 + static_cast<size_t>(P.task)] = at - start;
     if (pinfo[P.prog].logged >> P.task & 1) (*wk.log)[uint64_t{s} * 64 + static_cast<uint64_t>(P.task)].push_back(at - start);
     P.task = -1;

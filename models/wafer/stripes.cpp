@@ -28,8 +28,9 @@
 // for the window before c, as far as the published progress shows) is confirmed once every worker
 // has handled every cycle before c, and then every worker stops before c. Counters, the summary
 // and task logs are per worker and merged afterwards (sums, maxima, spans and bins, which do not
-// depend on the order). Runs that need the exact interleaving of all PEs -- per-PE records,
-// faults, a port reply -- run sequentially (plan_workers).
+// depend on the order); per-PE records (traces at detail kernel and above) are tagged with the
+// event (cycle, key) that made them and merged in that order, the sequential loop's. Runs with
+// faults or a port reply run sequentially (plan_workers).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -64,7 +65,7 @@ Fabric::Impl::Worker& Fabric::Impl::worker_of_row(int64_t y) {
 int Fabric::Impl::plan_workers(int threads) {
   const size_t npe = static_cast<size_t>(W * H);
   int n = std::max(1, threads);
-  if (f.opt_.record || faults > 0 || !flips.empty() || !drops.empty() || reply.fn) n = 1;
+  if (faults > 0 || !flips.empty() || !drops.empty() || reply.fn) n = 1;
   // Work per row: route slots (a router's events) and program PEs (weighed as four).
   std::vector<int64_t> row(static_cast<size_t>(H), 0);
   for (size_t r = 0; r < npe; ++r) row[r / static_cast<size_t>(W)] += slot_begin[r + 1] - slot_begin[r];
@@ -89,8 +90,17 @@ int Fabric::Impl::plan_workers(int threads) {
     w->st = &w->own_st;
     w->sum = &w->own_sum;
     w->log = &w->own_log;
+    w->deliveries = &w->own_deliveries;
+    w->ops = &w->own_ops;
+    w->tasks = &w->own_tasks;
+    w->tagged = true;
     workers.push_back(std::move(w));
   }
+  // Records: the fabric's lists on one thread; per worker, tagged, on more (merge_records).
+  w0().tagged = n > 1;
+  w0().deliveries = n > 1 ? &w0().own_deliveries : &f.deliveries_;
+  w0().ops = n > 1 ? &w0().own_ops : &f.op_records_;
+  w0().tasks = n > 1 ? &w0().own_tasks : &f.task_records_;
   for (int i = 0; i < n; ++i) {
     Worker& w = *workers[static_cast<size_t>(i)];
     const int64_t y0 = cut[static_cast<size_t>(i)], y1 = i + 1 < n ? cut[static_cast<size_t>(i) + 1] : H;
@@ -152,7 +162,36 @@ Fabric::Impl::StripedEnd Fabric::Impl::run_striped(int64_t c0) {
   return out;
 }
 
+namespace {
+// Every worker's records of one kind in the sequential order: by the event (cycle, key) that made
+// them -- the order the sequential loop handles events in -- and within an event as made.
+template <class R, class Workers, class Get>
+void merge_records(std::vector<R>& out, Workers& workers, Get get) {
+  struct At {
+    int64_t cycle;
+    uint32_t key, w;
+    size_t i;
+  };
+  std::vector<At> all;
+  for (size_t k = 0; k < workers.size(); ++k) {
+    auto [v, tags] = get(*workers[k]);
+    for (size_t i = 0; i < v->size(); ++i) all.push_back({(*tags)[i].first, (*tags)[i].second, static_cast<uint32_t>(k), i});
+  }
+  std::sort(all.begin(), all.end(), [](const At& a, const At& b) {
+    return a.cycle != b.cycle ? a.cycle < b.cycle : a.key != b.key ? a.key < b.key : a.w != b.w ? a.w < b.w : a.i < b.i;
+  });
+  out.clear();
+  out.reserve(all.size());
+  for (const At& a : all) out.push_back((*get(*workers[a.w]).first)[a.i]);
+}
+}  // namespace
+
 void Fabric::Impl::merge_workers() {
+  if (f.opt_.record) {
+    merge_records(f.deliveries_, workers, [](Worker& w) { return std::make_pair(w.deliveries, &w.tag_d); });
+    merge_records(f.op_records_, workers, [](Worker& w) { return std::make_pair(w.ops, &w.tag_o); });
+    merge_records(f.task_records_, workers, [](Worker& w) { return std::make_pair(w.tasks, &w.tag_t); });
+  }
   FabricStats& st = f.stats_;
   st.events = 0;
   for (auto& wp : workers) {

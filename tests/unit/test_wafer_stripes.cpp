@@ -106,6 +106,22 @@ void same_run(const Runs& r, size_t k, const std::vector<std::string>& arrays) {
   REQUIRE(a.stuck_pes().size() == b.stuck_pes().size());
   for (size_t i = 0; i < a.stuck_pes().size(); ++i) CHECK(a.stuck_pes()[i].what == b.stuck_pes()[i].what);
   REQUIRE(a.stuck_routers().size() == b.stuck_routers().size());
+  // Per-PE records (trace detail kernel and above), in the sequential order.
+  REQUIRE(a.deliveries().size() == b.deliveries().size());
+  for (size_t i = 0; i < a.deliveries().size(); ++i) {
+    const DeliveryRecord &p = a.deliveries()[i], &q = b.deliveries()[i];
+    CHECK((p.x == q.x && p.y == q.y && p.color == q.color && p.queue == q.queue && p.payload == q.payload && p.cycle == q.cycle));
+  }
+  REQUIRE(a.op_records().size() == b.op_records().size());
+  for (size_t i = 0; i < a.op_records().size(); ++i) {
+    const OpRecord &p = a.op_records()[i], &q = b.op_records()[i];
+    CHECK((p.x == q.x && p.y == q.y && p.instr == q.instr && p.async == q.async && p.thread == q.thread && p.start == q.start && p.end == q.end && p.elements == q.elements));
+  }
+  REQUIRE(a.task_records().size() == b.task_records().size());
+  for (size_t i = 0; i < a.task_records().size(); ++i) {
+    const TaskRecord &p = a.task_records()[i], &q = b.task_records()[i];
+    CHECK((p.x == q.x && p.y == q.y && p.task == q.task && p.start == q.start && p.end == q.end));
+  }
   const LoadedLayout& L = r.layout;
   for (int64_t py = 0; py < L.layout.height; ++py)
     for (int64_t px = 0; px < L.layout.width; ++px) {
@@ -122,9 +138,11 @@ void same_run(const Runs& r, size_t k, const std::vector<std::string>& arrays) {
 
 }  // namespace
 
-TEST_CASE("wafer-stripes: the gemv_8x8 example on 2, 3 and 8 threads (one row each) equals the sequential run, twice", "[wafer-stripes]") {
+TEST_CASE("wafer-stripes: the gemv_8x8 example on 2, 3 and 8 threads (one row each) equals the sequential run, records too, twice", "[wafer-stripes]") {
   const WaferConfig c = preset_config("wse2");
-  Runs r(c, load_layout(kRoot + "/scenarios/wafer/micro/gemv_8x8.json", c), {2, 3, 8});
+  FabricOptions opt;
+  opt.record = true;  // every PE's deliveries, ops and tasks, in the sequential order
+  Runs r(c, load_layout(kRoot + "/scenarios/wafer/micro/gemv_8x8.json", c), {2, 3, 8}, opt);
   for (int run = 0; run < 2; ++run) {  // a second run starts from the SRAM the first left
     r.go();
     REQUIRE_FALSE(r.fabs[0]->error());
