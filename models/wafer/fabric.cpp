@@ -151,7 +151,7 @@ void Fabric::run() {
         sync_to(cycle);
         synced = cycle;
       }
-      if (m.next_flip < m.flips.size()) m.apply_flips(cycle);
+      if (w.next_flip < m.flips.size()) m.apply_flips(w, cycle);
       uint32_t key;
       while (w.cal.next_key(key)) m.handle(w, cycle, key);
       if (opt_.summary) m.bin_hops(w, cycle);  // the cycle's router -> router hops, for traces
@@ -225,12 +225,13 @@ void Fabric::clear_faults() {
   fired_.clear();
 }
 
-void Fabric::Impl::apply_flips(int64_t cycle) {
-  while (next_flip < flips.size() && start + flips[next_flip].f.cycle <= cycle) {
-    const Flip& fl = flips[next_flip++];
+void Fabric::Impl::apply_flips(Worker& w, int64_t cycle) {
+  while (w.next_flip < flips.size() && start + flips[w.next_flip].f.cycle <= cycle) {
+    const Flip& fl = flips[w.next_flip++];
+    if (!w.owns(pe_index(fl.slot))) continue;  // (another stripe's PE: its worker flips it)
     const uint32_t v = load_elem(fl.slot, fl.f.addr, 1);
     const uint32_t bit = 1u << fl.f.bit;
-    store(w0(), fl.slot, fl.f.addr, 1, fl.f.force < 0 ? v ^ bit : fl.f.force ? v | bit : v & ~bit);
+    store(w, fl.slot, fl.f.addr, 1, fl.f.force < 0 ? v ^ bit : fl.f.force ? v | bit : v & ~bit);
     Fabric::FaultFired& r = f.fired_[fl.idx];
     r.count = 1;
     r.first_cycle = r.last_cycle = fl.f.cycle;
@@ -791,6 +792,7 @@ void Fabric::Impl::reset(int64_t c0) {
     Worker& w = *wp;
     w.hops_binned = 0;
     w.done_through = -1;
+    w.next_flip = 0;
     w.last_progress = c0;
     w.cal.clear(c0);
     w.out_prev.clear();
@@ -830,7 +832,6 @@ void Fabric::Impl::reset(int64_t c0) {
   // Faults: flips in cycle order; routers that drop wavelets leave the relay fast path.
   f.fired_.assign(faults, Fabric::FaultFired{});
   std::stable_sort(flips.begin(), flips.end(), [](const Flip& a, const Flip& b) { return a.f.cycle < b.f.cycle; });
-  next_flip = 0;
   for (const auto& [r, rl] : relay_saved) relay[r] = rl;
   relay_saved.clear();
   for (const Drop& d : drops)

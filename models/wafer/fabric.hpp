@@ -59,7 +59,7 @@ struct FabricOptions {
                                       // throws InputError naming what it needs; SRAM writes past it fail the run
   // Host threads for a run: the fabric in stripes of PE rows, one per thread, synchronised cycle
   // by cycle so that every result is the sequential model's (docs/wafer-model.md, "Threads").
-  // Runs that inject faults or arm a port reply run on one thread.
+  // Runs that arm a port reply run on one thread.
   int threads = 1;
 };
 

@@ -247,6 +247,7 @@ struct Fabric::Impl {
     uint32_t last_begin = 0;          // its last row's first router
     uint32_t page_next = 0, page_end = 0;  // SRAM pages: the rest of its current slab
     int64_t done_through = -1;        // the last cycle it finished (a message for it would be a protocol slip)
+    size_t next_flip = 0;             // the first SRAM fault (Impl::flips, by cycle) due after its current cycle
     std::vector<Msg> out_prev, out_next;   // posted this cycle, not yet flushed
     std::vector<Msg> scratch;
     bool live = false;                     // counted in Impl::live (has events)
@@ -329,12 +330,11 @@ struct Fabric::Impl {
     size_t idx = 0;
   };
   std::vector<Flip> flips;                 // sorted by cycle (stable) at each start
-  size_t next_flip = 0;
   std::vector<Drop> drops;
   std::vector<uint8_t> has_drop;           // per router while drops exist (else empty)
   std::vector<std::pair<uint32_t, Relay>> relay_saved;  // relays disabled for drops, restored at reset
   size_t faults = 0;
-  void apply_flips(int64_t cycle);         // every flip due at or before `cycle`
+  void apply_flips(Worker& w, int64_t cycle);  // every flip of w's PEs due at or before `cycle` (w.next_flip: past every flip due by then)
   int drop_at(uint32_t r, int d, int color, int64_t t);  // index into drops of a rule taking this wavelet, -1: none
   std::vector<Route> slot_route;
   std::vector<Wv> bufs;
@@ -401,7 +401,7 @@ struct Fabric::Impl {
   int64_t sram_budget = -1;                              // bytes SRAM pages may take (-1: no budget)
   void reset(int64_t c0);
   // Workers for a run on `threads` threads (stripes.cpp): stripes of rows balanced by route slots
-  // and program PEs; 1 when the run needs the sequential model (faults, a port reply) or
+  // and program PEs; 1 when the run needs the sequential model (a port reply) or
   // the layout has too few rows. Returns the count made.
   int plan_workers(int threads);
   Worker& worker_of_row(int64_t y);

@@ -311,7 +311,7 @@ bool Fabric::Impl::drain(Worker& wk, uint32_t s, int q, const Wv& w, int64_t t1)
   Pe& P = pes[s];
   if (P.qcount[static_cast<size_t>(q)] || w.control || P.mts.empty()) return false;
   // Not when something due at t1 would see the store early: an SRAM fault, or the watchdog's stop.
-  if (next_flip < flips.size() && start + flips[next_flip].f.cycle <= t1) return false;
+  if (wk.next_flip < flips.size() && start + flips[wk.next_flip].f.cycle <= t1) return false;
   if (f.opt_.max_cycles > 0 && t1 - start > f.opt_.max_cycles) return false;
   const Program& p = prog(s);
   // Which ops read queue q: their fabin queues, noted at issue (a fabin DSD's queue never changes).

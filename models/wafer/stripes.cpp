@@ -29,8 +29,10 @@
 // has handled every cycle before c, and then every worker stops before c. Counters, the summary
 // and task logs are per worker and merged afterwards (sums, maxima, spans and bins, which do not
 // depend on the order); per-PE records (traces at detail kernel and above) are tagged with the
-// event (cycle, key) that made them and merged in that order, the sequential loop's. Runs with
-// faults or a port reply run sequentially (plan_workers).
+// event (cycle, key) that made them and merged in that order, the sequential loop's. SRAM faults
+// are applied by the worker of their PE before its first cycle at or after theirs (no other
+// stripe reads that PE's memory), wavelet drops by the router's. Runs with a port reply run
+// sequentially (plan_workers).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -65,7 +67,7 @@ Fabric::Impl::Worker& Fabric::Impl::worker_of_row(int64_t y) {
 int Fabric::Impl::plan_workers(int threads) {
   const size_t npe = static_cast<size_t>(W * H);
   int n = std::max(1, threads);
-  if (faults > 0 || !flips.empty() || !drops.empty() || reply.fn) n = 1;
+  if (reply.fn) n = 1;
   // Work per row: route slots (a router's events) and program PEs (weighed as four).
   std::vector<int64_t> row(static_cast<size_t>(H), 0);
   for (size_t r = 0; r < npe; ++r) row[r / static_cast<size_t>(W)] += slot_begin[r + 1] - slot_begin[r];
@@ -452,6 +454,7 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
       // The cycle: PEs, then routers. The first row's routers once the worker above has finished
       // c (its wakes for them taken), the last row's once the one below has handled its first row
       // up to c - 1; the cycle ends after both (wakes for c may come until then).
+      if (w.next_flip < flips.size()) apply_flips(w, c);
       w.cal.top();
       bool above = P == nullptr, below = N == nullptr, first_done = false;
       auto wait_for = [&](std::atomic<int64_t>& bound, int64_t v, double& t) {

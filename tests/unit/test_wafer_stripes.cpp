@@ -275,3 +275,32 @@ TEST_CASE("wafer-stripes: a failure on one stripe ends a run on 2 threads with i
   REQUIRE(tight.error());
   CHECK_THAT(*tight.error(), Contains("SRAM pages written so far need") && Contains("raise run.host_memory"));
 }
+
+TEST_CASE("wafer-stripes: SRAM flips and wavelet drops across a stripe boundary give the sequential run on 2 and 3 threads", "[wafer-stripes]") {
+  // The 8 x 8 GEMV's column multicast (color 1, south) loses two wavelets leaving row 3 -- into
+  // the second stripe on 2 threads -- so PEs below wait for ever (a deadlock report); bits of
+  // PE (2,5)'s and PE (6,1)'s memory flip mid-run.
+  const WaferConfig c = preset_config("wse2");
+  FabricOptions opt;
+  opt.record = true;
+  opt.deadlock_window = 2000;
+  Runs r(c, load_layout(kRoot + "/scenarios/wafer/micro/gemv_8x8.json", c), {2, 3}, opt);
+  for (auto& f : r.fabs) {
+    f->add_fault(Fabric::WaveletDrop{0, 3, Dir::S, 1, 0, 2});
+    f->add_fault(Fabric::SramFlip{2, 5, 3, 6, 40, -1});
+    f->add_fault(Fabric::SramFlip{6, 1, 7, 5, 25, -1});
+  }
+  r.go();
+  REQUIRE(r.fabs[0]->error());
+  CHECK_THAT(*r.fabs[0]->error(), Contains("deadlock"));
+  for (size_t k = 1; k < r.fabs.size(); ++k) {
+    CHECK(r.fabs[k]->threads_used() == static_cast<int>(k) + 1);
+    same_run(r, k, {"y"});
+    const auto& a = r.fabs[0]->faults_fired();
+    const auto& b = r.fabs[k]->faults_fired();
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) CHECK((a[i].count == b[i].count && a[i].first_cycle == b[i].first_cycle && a[i].last_cycle == b[i].last_cycle));
+    CHECK(r.fabs[0]->stats().dropped_wavelets == r.fabs[k]->stats().dropped_wavelets);
+  }
+  CHECK(r.fabs[0]->faults_fired()[0].count == 2);
+}
