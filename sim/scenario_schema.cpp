@@ -165,8 +165,8 @@ NodePtr build() {
   }, "compiler choices"), json::object());
 
   auto threads = any("wafer: host threads simulating the fabric, each a stripe of PE rows: \"auto\" (the host's cores, or TESSERA_HOST_THREADS) "
-      "or a number from 1 to 256; every result is the same as on one thread (docs/wafer-model.md, \"Threads\"); runs with a port "
-      "reply (micro-batched or loss-scaled training) use one. Not part of the report's scenario (host.json has it)");
+      "or a number from 1 to 256; every result is the same as on one thread (docs/wafer-model.md, \"Threads\"). "
+      "Not part of the report's scenario (host.json has it)");
   threads->check = [](const json& v, const std::string& p, DiagnosticList& d) {
     if (!(v == "auto" || (v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= 256)))
       d.add(p, "is " + v.dump() + "; give \"auto\" or a whole number of threads from 1 to 256", "e.g. \"threads\": 2 (or --threads 2)");

@@ -303,6 +303,13 @@ void Fabric::Impl::fire_reply(Worker& w, int64_t t) {
   for (size_t i = 0; i < streams.size(); ++i) {
     PortLane& ln = p.lanes[i];
     const int64_t at = std::max(streams[i].second, t + 1 - start);
+    if (workers.size() > 1) {  // the lane's router's worker installs it (stripes.cpp, apply_inbox)
+      ln.staged = std::move(streams[i].first);
+      ln.staged_at = at;
+      if (!ln.staged.empty()) w.last_progress = std::max(w.last_progress, start + at);
+      send_any(worker_of_row(ln.router / W), {start + at, ln.router, kInstall | static_cast<uint32_t>(i)});
+      continue;
+    }
     ln.in = std::move(streams[i].first);
     ln.ready.assign(ln.in.size(), at);
     ln.next = 0;
@@ -792,7 +799,10 @@ void Fabric::Impl::reset(int64_t c0) {
     Worker& w = *wp;
     w.hops_binned = 0;
     w.done_through = -1;
+    w.cur_cycle = -1;
     w.next_flip = 0;
+    w.reply_t = -1;
+    w.reply_key = 0;
     w.last_progress = c0;
     w.cal.clear(c0);
     w.out_prev.clear();
@@ -849,6 +859,7 @@ void Fabric::Impl::reset(int64_t c0) {
   std::fill(rwake_last.begin(), rwake_last.end(), -1);
   std::fill(rwake_push.begin(), rwake_push.end(), -1);
   reply_seen = 0;
+  reply_count = 0;
   if (reply.fn)  // (the last run's reply is not this run's)
     for (auto& ln : ports[reply_to].lanes) ln.in.clear(), ln.ready.clear();
   for (auto& p : ports)
@@ -1235,7 +1246,7 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
         PortLane* ol = out_lane(r, d, wv.color);
         ol->out.push_back({wv.payload, t + hop - start});
         ++st.port_out_wavelets;
-        if (reply.fn && reply_from[ol->port] && ++reply_seen == reply.count) fire_reply(wk, t + hop);
+        if (int64_t fire = t; reply.fn && reply_from[ol->port] && reply_counted(wk, t, r, fire)) fire_reply(wk, fire + hop);
         if (f.opt_.summary) summary_received(wk, wk.sum->rects + static_cast<int32_t>(ol->port), wv.color, t + hop);
       } else {
         const size_t bi = static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d]);

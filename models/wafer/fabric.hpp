@@ -59,7 +59,8 @@ struct FabricOptions {
                                       // throws InputError naming what it needs; SRAM writes past it fail the run
   // Host threads for a run: the fabric in stripes of PE rows, one per thread, synchronised cycle
   // by cycle so that every result is the sequential model's (docs/wafer-model.md, "Threads").
-  // Runs that arm a port reply run on one thread.
+  // (A port reply whose streams could be due within a few cycles -- SwarmX latency below ~4 cycles a
+  // thread -- runs on one.)
   int threads = 1;
 };
 

@@ -247,12 +247,16 @@ struct Fabric::Impl {
     uint32_t last_begin = 0;          // its last row's first router
     uint32_t page_next = 0, page_end = 0;  // SRAM pages: the rest of its current slab
     int64_t done_through = -1;        // the last cycle it finished (a message for it would be a protocol slip)
+    int64_t cur_cycle = -1;           // the cycle it is in (or was last in)
     size_t next_flip = 0;             // the first SRAM fault (Impl::flips, by cycle) due after its current cycle
     std::vector<Msg> out_prev, out_next;   // posted this cycle, not yet flushed
     std::vector<Msg> scratch;
     bool live = false;                     // counted in Impl::live (has events)
     double t_wait_above = 0, t_wait_below = 0;  // seconds waited in cycles (TESSERA_STRIPE_STATS)
     Inbox in_prev, in_next;                // from the worker above, from the one below
+    Inbox in_any;                          // from any worker (a port reply's streams: Msg::occ_slot = kInstall | lane)
+    int64_t reply_t = -1;                  // the last event (cycle, key) of its wavelets a port reply counts
+    uint32_t reply_key = 0;
     Worker* prev = nullptr;
     Worker* next = nullptr;
     // What the neighbours read: no event of this worker at a cycle below lb_all is still to come,
@@ -300,6 +304,11 @@ struct Fabric::Impl {
     }
   }
   void post(Worker& w, const Msg& m) { (m.router < w.r_lo ? w.out_prev : w.out_next).push_back(m); }
+  static constexpr uint32_t kInstall = 0x40000000u;  // Msg::occ_slot: install lane (occ_slot & 0xffff) of the reply's port
+  std::atomic<int64_t> reply_count{0};  // (threads) wavelets the reply has seen, all workers
+  // A wavelet of the reply's from-ports left at cycle t in router r's event: true when it is the
+  // last; then `fire` is the cycle the sequential loop fires the reply at (the latest such event).
+  bool reply_counted(Worker& w, int64_t t, uint32_t r, int64_t& fire);
   void maybe_empty(uint32_t slot) {  // after a pop from one of its buffers
     uint32_t four;
     std::memcpy(&four, &bcount[static_cast<size_t>(slot) * 4], 4);
@@ -350,6 +359,8 @@ struct Fabric::Impl {
     int64_t last = -1;                              // input: cycle of the last injection
     std::vector<std::pair<uint32_t, int64_t>> out;  // output: (payload, relative cycle)
     uint32_t port = 0;                              // index in Layout::ports
+    std::vector<uint32_t> staged;                   // a reply's stream on several threads, until its router's worker installs it
+    int64_t staged_at = 0;
   };
   struct PortRt {
     const PortSpec* spec = nullptr;
@@ -401,7 +412,7 @@ struct Fabric::Impl {
   int64_t sram_budget = -1;                              // bytes SRAM pages may take (-1: no budget)
   void reset(int64_t c0);
   // Workers for a run on `threads` threads (stripes.cpp): stripes of rows balanced by route slots
-  // and program PEs; 1 when the run needs the sequential model (a port reply) or
+  // and program PEs; 1 when a port reply could come too soon for them (SwarmX latency) or
   // the layout has too few rows. Returns the count made.
   int plan_workers(int threads);
   Worker& worker_of_row(int64_t y);
@@ -419,6 +430,7 @@ struct Fabric::Impl {
   int64_t last_progress() const;  // over all workers
   bool apply_inbox(Worker& w);     // the messages for w: its routers woken (true: there were some)
   void flush(std::vector<Msg>& out, Inbox& to);
+  void send_any(Worker& to, const Msg& m);  // into to.in_any, and ring it
   void retire(Worker& w);          // w leaves the run (done, stopped or failed)
   std::atomic<int64_t> live{0};    // workers with events + messages in flight (0: the run is over)
   void live_sub(int64_t k) {

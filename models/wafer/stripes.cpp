@@ -31,8 +31,9 @@
 // depend on the order); per-PE records (traces at detail kernel and above) are tagged with the
 // event (cycle, key) that made them and merged in that order, the sequential loop's. SRAM faults
 // are applied by the worker of their PE before its first cycle at or after theirs (no other
-// stripe reads that PE's memory), wavelet drops by the router's. Runs with a port reply run
-// sequentially (plan_workers).
+// stripe reads that PE's memory), wavelet drops by the router's. A port reply (training's
+// verdict) fires from the worker that counts its last wavelet, at the latest such event, and its
+// streams reach each lane's worker as a message (`in_any`), due a SwarmX latency later.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -67,7 +68,10 @@ Fabric::Impl::Worker& Fabric::Impl::worker_of_row(int64_t y) {
 int Fabric::Impl::plan_workers(int threads) {
   const size_t npe = static_cast<size_t>(W * H);
   int n = std::max(1, threads);
-  if (reply.fn) n = 1;
+  // A port reply fires from whichever worker counts its last wavelet, and its streams reach the
+  // lane's worker as a message: their first wavelet must be due after every worker's cycle then
+  // (workers run at most about two cycles apart a boundary): SwarmX's latency, in practice.
+  if (reply.fn && cfg.swarmx_latency * cfg.clock_hz < 4.0 * n + 2 * hop + 8) n = 1;
   // Work per row: route slots (a router's events) and program PEs (weighed as four).
   std::vector<int64_t> row(static_cast<size_t>(H), 0);
   for (size_t r = 0; r < npe; ++r) row[r / static_cast<size_t>(W)] += slot_begin[r + 1] - slot_begin[r];
@@ -132,7 +136,7 @@ Fabric::Impl::StripedEnd Fabric::Impl::run_striped(int64_t c0) {
   for (auto& w : workers) {
     w->live = !w->cal.empty();
     live += w->live ? 1 : 0;
-    for (Inbox* in : {&w->in_prev, &w->in_next}) in->done = false, in->n = 0, in->box.clear();
+    for (Inbox* in : {&w->in_prev, &w->in_next, &w->in_any}) in->done = false, in->n = 0, in->box.clear();
   }
   std::vector<std::thread> th;
   for (size_t i = 1; i < workers.size(); ++i) th.emplace_back([this, i, c0, &out, &mu] { worker_loop(*workers[i], c0, out, mu); });
@@ -154,7 +158,7 @@ Fabric::Impl::StripedEnd Fabric::Impl::run_striped(int64_t c0) {
   for (auto& w : workers) {
     const int64_t c = w->cal.peek();
     if (c != INT64_MAX) out.next_cycle = std::min(out.next_cycle, c);
-    for (Inbox* in : {&w->in_prev, &w->in_next}) {
+    for (Inbox* in : {&w->in_prev, &w->in_next, &w->in_any}) {
       for (const Msg& m : in->box) out.next_cycle = std::min(out.next_cycle, m.cycle);
       in->box.clear();
       in->n = 0;
@@ -236,7 +240,7 @@ void Fabric::Impl::merge_workers() {
 
 bool Fabric::Impl::apply_inbox(Worker& w) {
   bool any = false;
-  for (Inbox* in : {&w.in_prev, &w.in_next}) {
+  for (Inbox* in : {&w.in_prev, &w.in_next, &w.in_any}) {
     if (in->n.load(std::memory_order_acquire) == 0) continue;
     {
       std::lock_guard<std::mutex> g(in->mu);
@@ -250,8 +254,23 @@ bool Fabric::Impl::apply_inbox(Worker& w) {
     }
     for (const Msg& m : w.scratch) {
       if (m.cycle <= w.done_through)
-        throw std::logic_error("wafer fabric threads: a wake for cycle " + std::to_string(m.cycle) + " reached worker " + std::to_string(w.id) + ", which finished cycle " +
-                               std::to_string(w.done_through));
+        throw std::logic_error("wafer fabric threads: a wake for cycle " + std::to_string(m.cycle) + " of router " + std::to_string(m.router) + " (slot " +
+                               std::to_string(m.occ_slot) + ", from " + (in == &w.in_prev ? "above" : in == &w.in_next ? "below" : "a reply") + ") reached worker " +
+                               std::to_string(w.id) + " (routers " + std::to_string(w.r_lo) + ".." + std::to_string(w.r_lo + w.r_n - 1) + ", W " + std::to_string(W) +
+                               "), which finished cycle " + std::to_string(w.done_through));
+      if (m.occ_slot != kNone && (m.occ_slot & kInstall)) {  // a port reply's stream for one of its lanes
+        PortLane& ln = ports[reply_to].lanes[m.occ_slot & 0xffffu];
+        if (m.cycle <= w.cur_cycle)  // (plan_workers keeps threads only when SwarmX's latency makes this impossible)
+          throw std::logic_error("wafer fabric threads: a port reply's stream for cycle " + std::to_string(m.cycle) + " reached worker " + std::to_string(w.id) +
+                                 " at cycle " + std::to_string(w.cur_cycle));
+        ln.in = std::move(ln.staged);
+        ln.staged.clear();
+        ln.ready.assign(ln.in.size(), ln.staged_at);
+        ln.next = 0;
+        ln.last = -1;
+        if (!ln.in.empty()) wake_router(w, m.router, m.cycle);
+        continue;
+      }
       if (m.occ_slot != kNone) occupied(m.occ_slot);
       wake_router(w, m.router, m.cycle);
     }
@@ -271,8 +290,36 @@ void Fabric::Impl::flush(std::vector<Msg>& out, Inbox& to) {
   out.clear();
 }
 
+void Fabric::Impl::send_any(Worker& to, const Msg& m) {
+  {
+    std::lock_guard<std::mutex> g(to.in_any.mu);
+    if (!to.in_any.done) live.fetch_add(1);
+    to.in_any.box.push_back(m);
+    to.in_any.n.store(static_cast<uint32_t>(to.in_any.box.size()));
+  }
+  ring(to);
+}
+
+bool Fabric::Impl::reply_counted(Worker& w, int64_t t, uint32_t r, int64_t& fire) {
+  if (workers.size() == 1) {
+    fire = t;
+    return ++reply_seen == reply.count;
+  }
+  const uint32_t key = r | kRouterBit;
+  if (t > w.reply_t || (t == w.reply_t && key > w.reply_key)) w.reply_t = t, w.reply_key = key;
+  if (reply_count.fetch_add(1, std::memory_order_acq_rel) + 1 != reply.count) return false;
+  // The last one counted here; the latest event of them all is when the sequential loop fires.
+  // (Every worker's reply_t was written before its count, which this count follows.)
+  int64_t ft = -1;
+  uint32_t fk = 0;
+  for (const auto& x : workers)
+    if (x->reply_t > ft || (x->reply_t == ft && x->reply_key > fk)) ft = x->reply_t, fk = x->reply_key;
+  fire = ft;
+  return true;
+}
+
 void Fabric::Impl::retire(Worker& w) {
-  for (Inbox* in : {&w.in_prev, &w.in_next}) {
+  for (Inbox* in : {&w.in_prev, &w.in_next, &w.in_any}) {
     std::lock_guard<std::mutex> g(in->mu);
     if (!in->done && !in->box.empty()) live_sub(static_cast<int64_t>(in->box.size()));
     in->done = true;
@@ -415,7 +462,7 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
         }
         const int64_t sa = stop_at.load();
         doze(spun, since, [&] {
-          return (P && P->lb_all.load() != pa) || (N && N->lb_first.load() != nf) || w.in_prev.n.load() || w.in_next.n.load() || halted() ||
+          return (P && P->lb_all.load() != pa) || (N && N->lb_first.load() != nf) || w.in_prev.n.load() || w.in_next.n.load() || w.in_any.n.load() || halted() ||
                  stop_at.load() != sa || (c >= kInf && live.load() == 0);
         });
       }
@@ -455,6 +502,7 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
       // c (its wakes for them taken), the last row's once the one below has handled its first row
       // up to c - 1; the cycle ends after both (wakes for c may come until then).
       if (w.next_flip < flips.size()) apply_flips(w, c);
+      w.cur_cycle = c;
       w.cal.top();
       bool above = P == nullptr, below = N == nullptr, first_done = false;
       auto wait_for = [&](std::atomic<int64_t>& bound, int64_t v, double& t) {
@@ -489,7 +537,9 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
           above = true;
           continue;
         }
-        if (!first_done && (!any || (r != kNone && r >= w.first_end))) finish_first();
+        // The first row is done at the second row's first router -- or, when the stripe is one row
+        // (its first row is its last, which the worker below may still wake), at the end.
+        if (!first_done && any && r != kNone && r >= w.first_end && w.first_end <= w.last_begin) finish_first();
         if (!below && (!any || (r != kNone && r >= w.last_begin))) {
           if (!wait_for(N->lb_first, c, w.t_wait_below)) {
             retire(w);
@@ -498,7 +548,10 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
           below = true;
           continue;
         }
-        if (!any) break;
+        if (!any) {
+          if (!first_done) finish_first();
+          break;
+        }
         if (past_failure(c, key)) {
           retire(w);
           return;
