@@ -858,7 +858,6 @@ void Fabric::Impl::reset(int64_t c0) {
   std::fill(pwake_push.begin(), pwake_push.end(), -1);
   std::fill(rwake_last.begin(), rwake_last.end(), -1);
   std::fill(rwake_push.begin(), rwake_push.end(), -1);
-  reply_seen = 0;
   reply_count = 0;
   if (reply.fn)  // (the last run's reply is not this run's)
     for (auto& ln : ports[reply_to].lanes) ln.in.clear(), ln.ready.clear();
@@ -948,9 +947,10 @@ int64_t Fabric::Impl::Calendar::peek() const {
     const size_t b0 = static_cast<size_t>(cur_ & (kWheel - 1));
     size_t w = b0 >> 6;
     uint64_t word = nonempty_[w] & (~uint64_t{0} << (b0 & 63));
-    for (size_t k = 0; !word && k <= nw; ++k) {
+    for (size_t k = 0; !word; ++k) {  // at most one wrap; wheel_count_ > 0 guarantees a hit
       w = (w + 1) % nw;
       word = nonempty_[w];
+      if (k > nw) throw std::logic_error("wafer fabric calendar: lost bucket");
     }
     const size_t b = (w << 6) + static_cast<size_t>(std::countr_zero(word));
     c = cur_ + static_cast<int64_t>((b - b0) & static_cast<size_t>(kWheel - 1));
@@ -1005,27 +1005,10 @@ void Fabric::Impl::Calendar::push_slow(int64_t c, uint32_t key) {
 }
 
 void Fabric::Impl::Calendar::advance() {
-  // The next cycle with entries: cur_ + 1 if the bitmap holds some, else the first non-empty
-  // bucket from the current cycle on, or the far heap.
-  int64_t c = INT64_MAX;
-  if (loaded_ && bentries_) {
-    c = cur_ + 1;
-  } else {
-    if (wheel_count_) {
-      const size_t nw = nonempty_.size();
-      const size_t b0 = static_cast<size_t>(cur_ & (kWheel - 1));
-      size_t w = b0 >> 6;
-      uint64_t word = nonempty_[w] & (~uint64_t{0} << (b0 & 63));
-      for (size_t k = 0; !word; ++k) {  // at most one wrap; wheel_count_ > 0 guarantees a hit
-        w = (w + 1) % nw;
-        word = nonempty_[w];
-        if (k > nw) throw std::logic_error("wafer fabric calendar: lost bucket");
-      }
-      const size_t b = (w << 6) + static_cast<size_t>(std::countr_zero(word));
-      c = cur_ + static_cast<int64_t>((b - b0) & static_cast<size_t>(kWheel - 1));
-    }
-    if (!far_.empty()) c = std::min(c, far_.front().cycle);
-  }
+  // The next cycle with entries (the current one is exhausted): cur_ + 1 if the bitmap holds some,
+  // else the first non-empty bucket from the current cycle on, or the far heap.
+  const int64_t c = peek();
+  if (c == INT64_MAX) throw std::logic_error("wafer fabric calendar: advanced while empty");
   cur_ = c;
   loaded_ = true;
   now_.clear();

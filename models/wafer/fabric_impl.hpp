@@ -213,7 +213,7 @@ struct Fabric::Impl {
   struct Msg {
     int64_t cycle;
     uint32_t router;
-    uint32_t occ_slot;  // a slot of that router that just received its first wavelet (kNone: none)
+    uint32_t occ_slot;  // a slot of that router that just received its first wavelet (kNone: none); kInstall | lane: a port reply's stream
   };
   struct Inbox {
     std::mutex mu;
@@ -287,13 +287,14 @@ struct Fabric::Impl {
   // has at most one slot per color, kMaxColors = 32); router_step looks only at those.
   std::vector<uint32_t> occ;
   void occupied(uint32_t slot) { occ[slot_pe[slot]] |= 1u << (slot - slot_begin[slot_pe[slot]]); }
-  // A wavelet went into slot ds's buffer (was_empty: its first), readable at c: the slot's router
-  // is woken then; a router of another worker's stripe through a message.
+  // A per-PE record (FabricOptions::record) made in the event (t, key).
   template <class R>
   static void record(Worker& w, std::vector<R>& v, std::vector<std::pair<int64_t, uint32_t>>& tags, int64_t t, uint32_t key, const R& r) {
     v.push_back(r);
     if (w.tagged) tags.emplace_back(t, key);
   }
+  // A wavelet went into slot ds's buffer (was_empty: its first), readable at c: the slot's router
+  // is woken then; a router of another worker's stripe through a message.
   void pushed_down(Worker& w, uint32_t ds, bool was_empty, int64_t c) { pushed_down(w, ds, slot_pe[ds], was_empty, c); }
   void pushed_down(Worker& w, uint32_t ds, uint32_t r, bool was_empty, int64_t c) {  // r = slot_pe[ds]
     if (w.owns(r)) {
@@ -305,7 +306,7 @@ struct Fabric::Impl {
   }
   void post(Worker& w, const Msg& m) { (m.router < w.r_lo ? w.out_prev : w.out_next).push_back(m); }
   static constexpr uint32_t kInstall = 0x40000000u;  // Msg::occ_slot: install lane (occ_slot & 0xffff) of the reply's port
-  std::atomic<int64_t> reply_count{0};  // (threads) wavelets the reply has seen, all workers
+  std::atomic<int64_t> reply_count{0};  // wavelets the reply has seen this run, all workers
   // A wavelet of the reply's from-ports left at cycle t in router r's event: true when it is the
   // last; then `fire` is the cycle the sequential loop fires the reply at (the latest such event).
   bool reply_counted(Worker& w, int64_t t, uint32_t r, int64_t& fire);
@@ -372,11 +373,11 @@ struct Fabric::Impl {
   std::vector<std::array<uint32_t, 3>> in_lanes;
   void inject(Worker& w, uint32_t r, int64_t t);
   PortLane* out_lane(uint32_t r, int dir, int color);
-  // Fabric::set_port_reply: the armed reply, its ports (indices), the wavelets seen this run.
+  // Fabric::set_port_reply: the armed reply, its ports (indices); the wavelets seen this run are
+  // `reply_count` (below).
   Fabric::PortReply reply;
   std::vector<uint8_t> reply_from;  // per port
   uint32_t reply_to = 0;
-  int64_t reply_seen = 0;
   void fire_reply(Worker& w, int64_t t);
   // PEs.
   std::vector<uint32_t> pe_slot;
@@ -451,8 +452,8 @@ struct Fabric::Impl {
   std::optional<std::string> failure;  // the first Failure in the sequential order, thrown again after the threads join
   std::atomic<int64_t> fail_cycle{INT64_MAX};  // its cycle and key (the key under the run's mutex)
   uint32_t fail_key = 0;
-  std::atomic<bool> halt_all{false};   // a worker failed or the run was stopped: every worker ends
-  std::atomic<int64_t> stop_at{INT64_MAX};  // a stop (deadlock, watchdog) decided at this cycle: no worker goes past it
+  std::atomic<bool> halt_all{false};   // the run was interrupted (Ctrl-C): every worker ends
+  std::atomic<int64_t> stop_at{INT64_MAX};  // a deadlock decided at this cycle: no worker goes past it
   void handle(Worker& w, int64_t cycle, uint32_t key);
   bool work_remains() const;
   void finish_stats(int64_t end);

@@ -303,7 +303,7 @@ void Fabric::Impl::send_any(Worker& to, const Msg& m) {
 bool Fabric::Impl::reply_counted(Worker& w, int64_t t, uint32_t r, int64_t& fire) {
   if (workers.size() == 1) {
     fire = t;
-    return ++reply_seen == reply.count;
+    return reply_count.fetch_add(1, std::memory_order_relaxed) + 1 == reply.count;
   }
   const uint32_t key = r | kRouterBit;
   if (t > w.reply_t || (t == w.reply_t && key > w.reply_key)) w.reply_t = t, w.reply_key = key;

@@ -31,6 +31,7 @@
 #include "mapper/wafer/compile.hpp"
 #include "mapper/wafer/functions.hpp"
 #include "models/wafer/fabric.hpp"
+#include "tests/unit/wafer_fixtures.hpp"
 
 using namespace tessera;
 using namespace tessera::wafer;
@@ -77,28 +78,8 @@ std::vector<DeliveryRecord> deliveries_at(const Fabric& f, int x, int y) {
   return out;
 }
 
-const char* kSend = R"(
-.param n = 16
-.param color = 1
-.data x f32 $n fill=1.5
-.dsd xm mem1d x
-.dsd out fabout f32 color=$color queue=2 len=$n
-.task main local id=8 active
-  fmovs out, xm
-  halt
-)";
-
-const char* kRecv = R"(
-.param n = 16
-.data y f32 $n fill=0
-.dsd ym mem1d y
-.dsd in fabin f32 color=1 queue=1 len=$n
-.task main local id=8 active
-  fmovs ym, in async activate=done
-  ret
-.task done local id=9
-  halt
-)";
+using fixtures::kRecv;
+using fixtures::kSend;
 
 // A row: sender at x = 0, receivers at `receivers` (x), routing-only PEs between; color 1 east.
 std::string row_layout(int width, int n, const std::vector<int>& receivers) {
@@ -519,25 +500,10 @@ TEST_CASE("wafer-fabric: row_reduce micro example sums to 10", "[wafer-fabric]")
 
 TEST_CASE("wafer-fabric: a cyclic route fills up and is reported as a deadlock", "[wafer-fabric]") {
   // PE (0,0) injects color 1 into a 2x2 ring (E, S, W, N) whose routers never deliver to a PE.
-  const char* send = R"(
-.data x f32 64 fill=2.0
-.dsd xm mem1d x
-.dsd out fabout f32 color=1 queue=2 len=64
-.task main local id=8 active
-  fmovs out, xm
-  halt
-)";
-  const std::string layout = R"({"fabric": {"width": 2, "height": 2}, "rects": [
-    {"name": "s", "x": 0, "y": 0, "width": 1, "height": 1, "program": "send.pe",
-     "routes": [{"color": 1, "rx": ["RAMP", "S"], "tx": ["E"]}]},
-    {"name": "ne", "x": 1, "y": 0, "width": 1, "height": 1, "routes": [{"color": 1, "rx": ["W"], "tx": ["S"]}]},
-    {"name": "bottom", "x": 0, "y": 1, "width": 2, "height": 1, "routes": [
-      {"color": 1, "x": 1, "width": 1, "rx": ["N"], "tx": ["W"]},
-      {"color": 1, "x": 0, "width": 1, "rx": ["E"], "tx": ["N"]}]}]})";
   const WaferConfig c = preset_config("wse2");
   FabricOptions opt;
   opt.deadlock_window = 1000;
-  Run r(c, load({{"send.pe", send}}, layout, c), opt);
+  Run r(c, load({{"send.pe", kSend}}, fixtures::kRingLayout, c), opt);
   r.go();
   REQUIRE(r.fab->error());
   INFO(*r.fab->error());

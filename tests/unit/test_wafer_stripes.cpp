@@ -17,6 +17,7 @@
 #include "models/common/clock.hpp"
 #include "models/common/systemc_env.hpp"
 #include "models/wafer/fabric.hpp"
+#include "tests/unit/wafer_fixtures.hpp"
 
 using namespace tessera;
 using namespace tessera::wafer;
@@ -156,27 +157,12 @@ TEST_CASE("wafer-stripes: the gemv_8x8 example on 2, 3 and 8 threads (one row ea
 }
 
 TEST_CASE("wafer-stripes: a cyclic route over two stripes deadlocks at the same cycle with the same words on 2 threads", "[wafer-stripes]") {
-  // The 2x2 ring of test_wafer_fabric.cpp: color 1 E, S, W, N, never delivered; it crosses the
-  // stripes' boundary both ways.
-  const char* send = R"(
-.data x f32 64 fill=2.0
-.dsd xm mem1d x
-.dsd out fabout f32 color=1 queue=2 len=64
-.task main local id=8 active
-  fmovs out, xm
-  halt
-)";
-  const std::string layout = R"({"fabric": {"width": 2, "height": 2}, "rects": [
-    {"name": "s", "x": 0, "y": 0, "width": 1, "height": 1, "program": "send.pe",
-     "routes": [{"color": 1, "rx": ["RAMP", "S"], "tx": ["E"]}]},
-    {"name": "ne", "x": 1, "y": 0, "width": 1, "height": 1, "routes": [{"color": 1, "rx": ["W"], "tx": ["S"]}]},
-    {"name": "bottom", "x": 0, "y": 1, "width": 2, "height": 1, "routes": [
-      {"color": 1, "x": 1, "width": 1, "rx": ["N"], "tx": ["W"]},
-      {"color": 1, "x": 0, "width": 1, "rx": ["E"], "tx": ["N"]}]}]})";
+  // The 2x2 ring of test_wafer_fabric.cpp (wafer_fixtures.hpp): color 1 E, S, W, N, never
+  // delivered; it crosses the stripes' boundary both ways.
   const WaferConfig c = preset_config("wse2");
   FabricOptions opt;
   opt.deadlock_window = 1000;
-  Runs r(c, load_text({{"send.pe", send}}, layout, c), {2}, opt);
+  Runs r(c, load_text({{"send.pe", fixtures::kSend}}, fixtures::kRingLayout, c), {2}, opt);
   r.go();
   REQUIRE(r.fabs[0]->error());
   CHECK_THAT(*r.fabs[0]->error(), Contains("deadlock"));
@@ -190,34 +176,18 @@ TEST_CASE("wafer-stripes: spinning tasks on two stripes stop at the watchdog's c
 top:
   jmp top
 )";
-  const char* send = R"(
-.data x f32 300 fill=1.0
-.dsd xm mem1d x
-.dsd out fabout f32 color=1 queue=2 len=300
-.task main local id=8 active
-  fmovs out, xm
-  halt
-)";
-  const char* recv = R"(
-.data y f32 300
-.dsd ym mem1d y
-.dsd in fabin f32 color=1 queue=1 len=300
-.task main local id=8 active
-  fmovs ym, in
-  halt
-)";
   // Row 0: a spinning PE and a sender whose wavelets go south to a receiver in row 3 (the watchdog
   // stops the run while they travel); rows 1-2 relay; row 3 spins too.
   const std::string layout = R"({"fabric": {"width": 2, "height": 4}, "rects": [
     {"name": "spin0", "x": 0, "y": 0, "width": 1, "height": 1, "program": "spin.pe"},
-    {"name": "snd", "x": 1, "y": 0, "width": 1, "height": 1, "program": "send.pe", "routes": [{"color": 1, "rx": ["RAMP"], "tx": ["S"]}]},
+    {"name": "snd", "x": 1, "y": 0, "width": 1, "height": 1, "program": "send.pe", "params": {"n": 300}, "routes": [{"color": 1, "rx": ["RAMP"], "tx": ["S"]}]},
     {"name": "mid", "x": 1, "y": 1, "width": 1, "height": 2, "routes": [{"color": 1, "rx": ["N"], "tx": ["S"]}]},
-    {"name": "rcv", "x": 1, "y": 3, "width": 1, "height": 1, "program": "recv.pe", "routes": [{"color": 1, "rx": ["N"], "tx": ["RAMP"]}]},
+    {"name": "rcv", "x": 1, "y": 3, "width": 1, "height": 1, "program": "recv.pe", "params": {"n": 300}, "routes": [{"color": 1, "rx": ["N"], "tx": ["RAMP"]}]},
     {"name": "spin3", "x": 0, "y": 3, "width": 1, "height": 1, "program": "spin.pe"}]})";
   const WaferConfig c = preset_config("wse2");
   FabricOptions opt;
   opt.max_cycles = 150;
-  Runs r(c, load_text({{"spin.pe", spin}, {"send.pe", send}, {"recv.pe", recv}}, layout, c), {2, 4}, opt);
+  Runs r(c, load_text({{"spin.pe", spin}, {"send.pe", fixtures::kSend}, {"recv.pe", fixtures::kRecv}}, layout, c), {2, 4}, opt);
   r.go();
   REQUIRE(r.fabs[0]->error());
   CHECK_THAT(*r.fabs[0]->error(), Contains("watchdog"));
