@@ -507,6 +507,7 @@ struct Fabric::Impl {
   bool drain(Worker& w, uint32_t s, int q, const Wv& wv, int64_t t1);
   void pe_step(Worker& w, uint32_t s, int64_t t);
   bool pick_task(Worker& w, uint32_t s, int64_t t);
+  bool may_pick(uint32_t s) const;
   void exec(Worker& w, uint32_t s, int64_t t);
   // Runs up to `width` elements of `op` at cycle t; 0: none could go, 1: some, more remain, 2: done.
   int run_group(Worker& w, uint32_t s, OpRun& op, int64_t t);

@@ -357,14 +357,21 @@ bool Fabric::Impl::drain(Worker& wk, uint32_t s, int q, const Wv& w, int64_t t1)
 // ---------------------------------------------------------------------------------------------
 // Tasks and instructions.
 
+// Whether a task could fire on the PE's state now: an active task, a wavelet for a data task, or
+// one for a control task.
+bool Fabric::Impl::may_pick(uint32_t s) const {
+  const Pe& P = pes[s];
+  const ProgInfo& pi = pinfo[P.prog];
+  uint8_t nonempty = 0;
+  for (int q = 0; q < 8; ++q) nonempty = static_cast<uint8_t>(nonempty | (P.qcount[static_cast<size_t>(q)] ? 1u << q : 0u));
+  return (P.active & ~P.blocked) || (nonempty & pi.data_q) || (pi.has_ctrl && nonempty);
+}
+
 bool Fabric::Impl::pick_task(Worker& wk, uint32_t s, int64_t t) {
   Pe& P = pes[s];
   const Program& p = prog(s);
   const ProgInfo& pi = pinfo[P.prog];
-  // Nothing can fire without an active task, a wavelet for a data task, or one for a control task.
-  uint8_t nonempty = 0;
-  for (int q = 0; q < 8; ++q) nonempty = static_cast<uint8_t>(nonempty | (P.qcount[static_cast<size_t>(q)] ? 1u << q : 0u));
-  if (!(P.active & ~P.blocked) && !(nonempty & pi.data_q) && !(pi.has_ctrl && nonempty)) return false;
+  if (!may_pick(s)) return false;  // nothing can fire
   for (const int8_t k : pi.by_id) {
     const uint64_t bit = uint64_t{1} << k;
     if (P.blocked & bit) continue;
@@ -528,7 +535,11 @@ void Fabric::Impl::exec(Worker& wk, uint32_t s, int64_t t) {
       P.mts.clear();
     }
     wk.last_progress = std::max(wk.last_progress, at);
-    if (!halt) wake_pe(wk, s, at);
+    // The next task is picked at `at` -- if one can fire on what the PE holds now. A wavelet
+    // delivered, or a microthread ending, before then wakes the PE, which then waits for `at`
+    // (ready_at); one after it wakes the PE when it comes. So a PE that would find nothing at
+    // `at` is not woken for it (an x task's end, the next x value not in yet).
+    if (!halt && may_pick(s)) wake_pe(wk, s, at);
   };
   for (int n = 0; n < kBatch; ++n) {
     const Task& tk = p.tasks[static_cast<size_t>(P.task)];
@@ -539,16 +550,28 @@ void Fabric::Impl::exec(Worker& wk, uint32_t s, int64_t t) {
     const Instr& in = p.instrs[static_cast<size_t>(P.pc)];
     const OpInfo& info = op_info(in.op);
     if (info.cls == OpClass::dsd) {
-      if (lt > t) {
+      const int64_t len = op_length(s, in);
+      const int32_t width = static_cast<int32_t>(instr_width(p, in, cfg));
+      const int16_t interval = static_cast<int16_t>(op_interval(in.op, cfg));
+      // A main-thread op of memory operands only, computed at issue (eager_memory_ops), whose
+      // end is known then: the thread runs on past it in local time, as it does over scalar
+      // instructions, instead of waking at its issue and again at its end. Nothing outside the
+      // PE can change what it does meanwhile (no fabric or fifo operand, no fault armed: eager
+      // ops are off with faults); a PE whose operations are recorded (traces, tests) keeps the
+      // event per op so that its records come in the same order; not past the watchdog.
+      const bool eager = f.opt_.eager_memory_ops && !cfg.bank_conflicts && len > 0 && !in.async && memory_only(s, in);
+      const bool ahead = eager && !P.rec &&
+                         (f.opt_.max_cycles <= 0 || lt + dsd_op_cycles(len, width, cfg, interval) - start <= f.opt_.max_cycles);
+      if (lt > t && !ahead) {
         P.ready_at = lt;
         wake_pe(wk, s, lt);
         return;
       }
       OpRun op;
       op.instr = P.pc;
-      op.len = op_length(s, in);
-      op.width = static_cast<int32_t>(instr_width(p, in, cfg));
-      op.interval = static_cast<int16_t>(op_interval(in.op, cfg));
+      op.len = len;
+      op.width = width;
+      op.interval = interval;
       for (size_t k = 0; k < info.roles.size(); ++k)
         if (in.a[k].kind == OpndKind::dsd && dsd(s, in.a[k].v).kind == DsdKind::fabin) op.inq |= static_cast<uint16_t>(1u << dsd(s, in.a[k].v).queue);
       op.start = lt;
@@ -576,16 +599,23 @@ void Fabric::Impl::exec(Worker& wk, uint32_t s, int64_t t) {
         lt += 1;  // issuing an async op takes one cycle of the main thread
         continue;
       }
-      if (f.opt_.eager_memory_ops && !cfg.bank_conflicts && op.len > 0 && memory_only(s, in)) {
+      if (eager) {
         // Every element now, in one pass over the PE's SRAM (FabricOptions::eager_memory_ops);
         // the op still completes at issue + setup + ceil(len / width), as the formula says
         // (nothing can stall an op without fabric or fifo operands).
-        const int32_t width = op.width;
         op.width = static_cast<int32_t>(std::min<int64_t>(op.len, INT32_MAX));
         run_group(wk, s, op, lt);
         op.width = width;
         op.pause = 0;
         op.next = op.start + dsd_op_cycles(op.len, width, cfg, op.interval) - 1;  // run_group then reports it done at next + 1
+        if (ahead) {  // done at next + 1, as pe_step would find it (no stall: stall_cycles unchanged)
+          const int64_t end = op.next + 1;
+          if (f.opt_.record) f.note_active(s, op.start - start, end - start);
+          wk.last_progress = std::max(wk.last_progress, end);
+          ++P.pc;
+          lt = end;
+          continue;
+        }
       }
       P.main = op;
       wake_pe(wk, s, op.next);

@@ -144,11 +144,15 @@ void op_contract(const WaferConfig& c, const std::string& decls, const std::stri
 struct SlowAndEager {
   LoadedLayout layout;
   std::unique_ptr<Fabric> slow, fast;
-  SlowAndEager(const WaferConfig& c, LoadedLayout l) : layout(std::move(l)) {
+  // (corner_only: the eager run records PE (0, 0) only, so the others run on past their
+  // memory-only ops in local time; a recorded PE keeps an event per op.)
+  SlowAndEager(const WaferConfig& c, LoadedLayout l, bool corner_only = false) : layout(std::move(l)) {
     models::set_fs_resolution();
     FabricOptions so, fo;
     so.record = fo.record = true;
+    so.task_ends = fo.task_ends = true;
     fo.eager_memory_ops = true;
+    if (corner_only) fo.record_only = std::vector<std::pair<int32_t, int32_t>>{{0, 0}};
     slow = std::make_unique<Fabric>("slow", c, so);
     fast = std::make_unique<Fabric>("fast", c, fo);
     slow->load(layout);
@@ -997,6 +1001,39 @@ TEST_CASE("wafer-fabric: eager memory-only ops give the same run as element by e
   for (int y = 0; y < 8; ++y)
     for (int x = 0; x < 8; ++x) {
       CHECK(a.halt_cycle(x, y) == b.halt_cycle(x, y));
+      CHECK(a.read_array(x, y, "y") == b.read_array(x, y, "y"));
+    }
+}
+
+// A PE whose ops are not recorded runs on past its memory-only ops (computed at issue) in local
+// time, and is not woken at a task's end when nothing could fire then: the same cycles, counters,
+// task ends and values as element by element, with fewer events than eager ops alone.
+TEST_CASE("wafer-fabric: PEs running on past memory-only ops give the same run", "[wafer-fabric]") {
+  const WaferConfig c = preset_config("wse2");
+  const SlowAndEager r(c, load_layout(kRoot + "/scenarios/wafer/micro/gemv_8x8.json", c), true);
+  const Fabric &a = *r.slow, &b = *r.fast;
+  REQUIRE_FALSE(a.error());
+  REQUIRE_FALSE(b.error());
+  CHECK(a.stats().cycles == b.stats().cycles);
+  CHECK(a.stats().busy_cycles == b.stats().busy_cycles);
+  CHECK(a.stats().dsd_elements == b.stats().dsd_elements);
+  CHECK(a.stats().instructions == b.stats().instructions);
+  CHECK(a.stats().tasks_run == b.stats().tasks_run);
+  CHECK(b.stats().events < a.stats().events);
+  // The corner's records are the element-by-element run's for that PE, in the same order.
+  std::vector<OpRecord> corner;
+  for (const auto& o : a.op_records())
+    if (o.x == 0 && o.y == 0) corner.push_back(o);
+  REQUIRE(corner.size() == b.op_records().size());
+  for (size_t i = 0; i < corner.size(); ++i) {
+    CHECK(corner[i].instr == b.op_records()[i].instr);
+    CHECK(corner[i].start == b.op_records()[i].start);
+    CHECK(corner[i].end == b.op_records()[i].end);
+  }
+  for (int y = 0; y < 8; ++y)
+    for (int x = 0; x < 8; ++x) {
+      CHECK(a.halt_cycle(x, y) == b.halt_cycle(x, y));
+      for (const char* task : {"main", "on_x", "reduce"}) CHECK(a.task_end(x, y, task) == b.task_end(x, y, task));
       CHECK(a.read_array(x, y, "y") == b.read_array(x, y, "y"));
     }
 }
