@@ -1219,7 +1219,13 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
         const Wv in{wv.payload, wv.color, wv.control, t + 1};
         if (!drain(wk, ps, q, in, t + 1)) {
           push_queue(ps, q, in);
-          wake_pe(wk, ps, t + 1);
+          // The PE takes it at t + 1 -- unless its main thread runs on to a later cycle and no
+          // microthread reads this queue: then nothing can take it before that cycle, when the
+          // PE is woken for it.
+          const Pe& P = pes[ps];
+          bool later = P.ready_at > t + 1 && P.main.instr < 0 && !P.mt_wait;
+          for (const Mt& m : P.mts) later = later && !(m.op.inq & (1u << q));
+          wake_pe(wk, ps, later ? P.ready_at : t + 1);
         }
         ++st.ramp_deliveries;
         if (f.opt_.summary) summary_received(wk, pes[ps].rect, wv.color, t + 1);

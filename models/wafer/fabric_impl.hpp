@@ -157,6 +157,7 @@ struct Fabric::Impl {
     OpRun op;
     int16_t on_activate = -1, on_unblock = -1;
     uint8_t id = 0;
+    bool fifo = false;  // it has a fifo operand (it may wait for the main thread's fifo pushes and pops)
   };
   struct ProgInfo {
     std::array<int8_t, kMaxColors> color_q{};    // input queue a color is delivered to (-1: none)

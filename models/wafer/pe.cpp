@@ -493,8 +493,11 @@ void Fabric::Impl::pe_step(Worker& wk, uint32_t s, int64_t t) {
   }
   if (progress) {
     wk.last_progress = std::max(wk.last_progress, t + 1);
-    // Another thread of this PE may wait for what just happened (fifo, a free microthread).
-    if (P.mt_wait || (P.main.instr >= 0 && P.main.next <= t) || !P.mts.empty()) wake_pe(wk, s, t + 1);
+    // Another thread of this PE may wait for what just happened: the main thread for a free
+    // microthread or a fifo, a microthread for a fifo. (A microthread waiting for a wavelet, for
+    // room in an output queue or for its start is woken by those.)
+    if (P.mt_wait || (P.main.instr >= 0 && P.main.next <= t) || std::any_of(P.mts.begin(), P.mts.end(), [](const Mt& m) { return m.fifo; }))
+      wake_pe(wk, s, t + 1);
   }
 }
 
@@ -593,6 +596,8 @@ void Fabric::Impl::exec(Worker& wk, uint32_t s, int64_t t) {
         m.on_activate = in.on_activate;
         m.on_unblock = in.on_unblock;
         m.id = static_cast<uint8_t>(id);
+        for (size_t k = 0; k < info.roles.size(); ++k)
+          if (in.a[k].kind == OpndKind::dsd && dsd(s, in.a[k].v).kind == DsdKind::fifo) m.fifo = true;
         P.mts.push_back(m);
         wake_pe(wk, s, op.next);
         ++P.pc;
