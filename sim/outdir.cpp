@@ -124,7 +124,9 @@ OutputDir::OutputDir(std::string out) {
   std::error_code ec;
   // Another run failing beside this one removes the parents it created when they are empty, and
   // they may be the ones this run just found: create what is missing and the temporary directory
-  // again when it vanished in between (ENOENT).
+  // again when it vanished in between (ENOENT; or EEXIST, when it was made by another run and
+  // removed again between this run's mkdir and its check that the directory is there).
+  auto raced = [&](int attempt) { return (ec == std::errc::no_such_file_or_directory || ec == std::errc::file_exists) && attempt < 8; };
   for (int attempt = 0;; ++attempt) {
     std::vector<fs::path> missing;
     for (fs::path a = parent; !a.empty() && !fs::exists(a, ec); a = a.parent_path()) {
@@ -133,12 +135,12 @@ OutputDir::OutputDir(std::string out) {
     }
     for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
       if (!fs::create_directory(*it, ec) && ec) {
-        if (ec == std::errc::no_such_file_or_directory && attempt < 8) break;
+        if (raced(attempt)) break;
         throw InputError("--out", "cannot create " + it->string() + ": " + ec.message(), "choose a writable place with --out");
       }
       created_parents_.push_back(it->string());
     }
-    if (ec == std::errc::no_such_file_or_directory && attempt < 8) continue;
+    if (raced(attempt)) continue;
     remove_stale(parent, name);
     fs::remove_all(tmp, ec);
     if (fs::create_directory(tmp, ec) && !ec) break;
