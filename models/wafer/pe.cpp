@@ -553,30 +553,37 @@ void Fabric::Impl::exec(Worker& wk, uint32_t s, int64_t t) {
     const Instr& in = p.instrs[static_cast<size_t>(P.pc)];
     const OpInfo& info = op_info(in.op);
     if (info.cls == OpClass::dsd) {
-      const int64_t len = op_length(s, in);
-      const int32_t width = static_cast<int32_t>(instr_width(p, in, cfg));
-      const int16_t interval = static_cast<int16_t>(op_interval(in.op, cfg));
       // A main-thread op of memory operands only, computed at issue (eager_memory_ops), whose
       // end is known then: the thread runs on past it in local time, as it does over scalar
       // instructions, instead of waking at its issue and again at its end. Nothing outside the
       // PE can change what it does meanwhile (no fabric or fifo operand, no fault armed: eager
       // ops are off with faults); a PE whose operations are recorded (traces, tests) keeps the
       // event per op so that its records come in the same order; not past the watchdog.
-      const bool eager = f.opt_.eager_memory_ops && !cfg.bank_conflicts && len > 0 && !in.async && memory_only(s, in);
-      const bool ahead = eager && !P.rec &&
-                         (f.opt_.max_cycles <= 0 || lt + dsd_op_cycles(len, width, cfg, interval) - start <= f.opt_.max_cycles);
-      if (lt > t && !ahead) {
+      const bool mem_only = f.opt_.eager_memory_ops && !cfg.bank_conflicts && !in.async && memory_only(s, in);
+      auto defer = [&] {
         P.ready_at = lt;
         wake_pe(wk, s, lt);
-        return;
-      }
+      };
+      if (lt > t && (!mem_only || P.rec)) return defer();
+      const int64_t len = op_length(s, in);
+      const int32_t width = static_cast<int32_t>(instr_width(p, in, cfg));
+      const int16_t interval = static_cast<int16_t>(op_interval(in.op, cfg));
+      const bool eager = mem_only && len > 0;
+      const bool ahead = eager && !P.rec &&
+                         (f.opt_.max_cycles <= 0 || lt + dsd_op_cycles(len, width, cfg, interval) - start <= f.opt_.max_cycles);
+      if (lt > t && !ahead) return defer();
       OpRun op;
       op.instr = P.pc;
       op.len = len;
       op.width = width;
       op.interval = interval;
-      for (size_t k = 0; k < info.roles.size(); ++k)
-        if (in.a[k].kind == OpndKind::dsd && dsd(s, in.a[k].v).kind == DsdKind::fabin) op.inq |= static_cast<uint16_t>(1u << dsd(s, in.a[k].v).queue);
+      bool fifo = false;  // (a microthread's: see Mt::fifo)
+      for (size_t k = 0; k < info.roles.size(); ++k) {
+        if (in.a[k].kind != OpndKind::dsd) continue;
+        const Dsd& d = dsd(s, in.a[k].v);
+        if (d.kind == DsdKind::fabin) op.inq |= static_cast<uint16_t>(1u << d.queue);
+        fifo = fifo || d.kind == DsdKind::fifo;
+      }
       op.start = lt;
       op.next = lt + cfg.setup_cycles;
       ++wk.st->instructions;
@@ -596,8 +603,7 @@ void Fabric::Impl::exec(Worker& wk, uint32_t s, int64_t t) {
         m.on_activate = in.on_activate;
         m.on_unblock = in.on_unblock;
         m.id = static_cast<uint8_t>(id);
-        for (size_t k = 0; k < info.roles.size(); ++k)
-          if (in.a[k].kind == OpndKind::dsd && dsd(s, in.a[k].v).kind == DsdKind::fifo) m.fifo = true;
+        m.fifo = fifo;
         P.mts.push_back(m);
         wake_pe(wk, s, op.next);
         ++P.pc;

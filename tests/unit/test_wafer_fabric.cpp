@@ -982,36 +982,10 @@ TEST_CASE("wafer-fabric: point-to-point latency over 1..128 hops is 2 cycles per
 
 // eager_memory_ops: memory-only DSD ops computed at issue give the same cycles, counters and values
 // as element by element (the 8x8 GEMV micro kernel: fmacs over SRAM per x wavelet).
-TEST_CASE("wafer-fabric: eager memory-only ops give the same run as element by element", "[wafer-fabric]") {
-  const WaferConfig c = preset_config("wse2");
-  const SlowAndEager r(c, load_layout(kRoot + "/scenarios/wafer/micro/gemv_8x8.json", c));
-  const Fabric &a = *r.slow, &b = *r.fast;
-  REQUIRE_FALSE(a.error());
-  REQUIRE_FALSE(b.error());
-  CHECK(a.stats().cycles == b.stats().cycles);
-  CHECK(a.stats().busy_cycles == b.stats().busy_cycles);
-  CHECK(a.stats().dsd_elements == b.stats().dsd_elements);
-  CHECK(a.stats().instructions == b.stats().instructions);
-  CHECK(b.stats().events < a.stats().events);  // fewer wake-ups: the point of it
-  REQUIRE(a.op_records().size() == b.op_records().size());
-  for (size_t i = 0; i < a.op_records().size(); ++i) {
-    CHECK(a.op_records()[i].start == b.op_records()[i].start);
-    CHECK(a.op_records()[i].end == b.op_records()[i].end);
-  }
-  for (int y = 0; y < 8; ++y)
-    for (int x = 0; x < 8; ++x) {
-      CHECK(a.halt_cycle(x, y) == b.halt_cycle(x, y));
-      CHECK(a.read_array(x, y, "y") == b.read_array(x, y, "y"));
-    }
-}
-
-// A PE whose ops are not recorded runs on past its memory-only ops (computed at issue) in local
-// time, and is not woken at a task's end when nothing could fire then: the same cycles, counters,
-// task ends and values as element by element, with fewer events than eager ops alone.
-TEST_CASE("wafer-fabric: PEs running on past memory-only ops give the same run", "[wafer-fabric]") {
-  const WaferConfig c = preset_config("wse2");
-  const SlowAndEager r(c, load_layout(kRoot + "/scenarios/wafer/micro/gemv_8x8.json", c), true);
-  const Fabric &a = *r.slow, &b = *r.fast;
+namespace {
+// The run `b` of the 8x8 GEMV is `a`'s: cycles, counters, every PE's halt cycle, task ends and y,
+// with fewer events (the point of both fast paths).
+void check_same_gemv_run(const Fabric& a, const Fabric& b) {
   REQUIRE_FALSE(a.error());
   REQUIRE_FALSE(b.error());
   CHECK(a.stats().cycles == b.stats().cycles);
@@ -1020,7 +994,35 @@ TEST_CASE("wafer-fabric: PEs running on past memory-only ops give the same run",
   CHECK(a.stats().instructions == b.stats().instructions);
   CHECK(a.stats().tasks_run == b.stats().tasks_run);
   CHECK(b.stats().events < a.stats().events);
-  // The corner's records are the element-by-element run's for that PE, in the same order.
+  for (int y = 0; y < 8; ++y)
+    for (int x = 0; x < 8; ++x) {
+      CHECK(a.halt_cycle(x, y) == b.halt_cycle(x, y));
+      for (const char* task : {"main", "on_x", "reduce"}) CHECK(a.task_end(x, y, task) == b.task_end(x, y, task));
+      CHECK(a.read_array(x, y, "y") == b.read_array(x, y, "y"));
+    }
+}
+}  // namespace
+
+TEST_CASE("wafer-fabric: eager memory-only ops give the same run as element by element", "[wafer-fabric]") {
+  const WaferConfig c = preset_config("wse2");
+  const SlowAndEager r(c, load_layout(kRoot + "/scenarios/wafer/micro/gemv_8x8.json", c));
+  const Fabric &a = *r.slow, &b = *r.fast;
+  check_same_gemv_run(a, b);
+  REQUIRE(a.op_records().size() == b.op_records().size());
+  for (size_t i = 0; i < a.op_records().size(); ++i) {
+    CHECK(a.op_records()[i].start == b.op_records()[i].start);
+    CHECK(a.op_records()[i].end == b.op_records()[i].end);
+  }
+}
+
+// A PE whose ops are not recorded runs on past its memory-only ops (computed at issue) in local
+// time, and is not woken at a task's end when nothing could fire then: the same run as element by
+// element; the one recorded PE keeps its ops' records, in the same order.
+TEST_CASE("wafer-fabric: PEs running on past memory-only ops give the same run", "[wafer-fabric]") {
+  const WaferConfig c = preset_config("wse2");
+  const SlowAndEager r(c, load_layout(kRoot + "/scenarios/wafer/micro/gemv_8x8.json", c), true);
+  const Fabric &a = *r.slow, &b = *r.fast;
+  check_same_gemv_run(a, b);
   std::vector<OpRecord> corner;
   for (const auto& o : a.op_records())
     if (o.x == 0 && o.y == 0) corner.push_back(o);
@@ -1030,12 +1032,6 @@ TEST_CASE("wafer-fabric: PEs running on past memory-only ops give the same run",
     CHECK(corner[i].start == b.op_records()[i].start);
     CHECK(corner[i].end == b.op_records()[i].end);
   }
-  for (int y = 0; y < 8; ++y)
-    for (int x = 0; x < 8; ++x) {
-      CHECK(a.halt_cycle(x, y) == b.halt_cycle(x, y));
-      for (const char* task : {"main", "on_x", "reduce"}) CHECK(a.task_end(x, y, task) == b.task_end(x, y, task));
-      CHECK(a.read_array(x, y, "y") == b.read_array(x, y, "y"));
-    }
 }
 
 // The PE functions (mapper/wafer functions.cpp: the PEs have no exp, divide, tanh, erf or sqrt
