@@ -65,6 +65,13 @@ NOTES = """
   1 + 2 + 1 = 4 cycles, where the model's 2 T_R + 1 = 5 counts T_R on the PE-router path too.
   Which of the two the silicon does is not in the public sources. The paper's own CS-2
   measurements are not in the fact sheet, so these rows check against its model only.
+- Chain AllReduce (the paper's code_chain_allreduce.csl: the chain reduce, then a broadcast of the
+  sum back from the chain's end on one multicast color): the same model applied to each phase, the
+  broadcast read as C = setup + B, E/N + L = B + setup + (P - 1) T_R, D = 1 (this project's
+  reading: the fact sheet gives the model, not the paper's per-algorithm parameters). At T_R = 1
+  every row is within 0.1%. In the `-tr2` rows the broadcast phase is within 3 cycles of its part
+  (400 of 403 at 64 PEs, 784 of 787 at 256); the whole gap, 6.6% and 11.0%, is the reduce phase's,
+  for the reason above.
 - `fmach` over 4096 fp16 and `add16` over 2048 values on one WSE-3 PE: the preset uses the SDK
   Appendix's SIMD width of 8 for fp16 ops on WSE-3. The 3P characterisation measured 1,040 and 514
   cycles on Cerebras' WSE-3 simulator: 4 elements per cycle (1040 = 16 + 4096 / 4;
@@ -114,7 +121,8 @@ NOTES = """
   under the published figure. Not done: the full-size run (8.2 x 10^11 data-task firings and
   ~1.6 x 10^12 wavelet hops: beyond per-wavelet simulation on this machine). The paper's own kernel is not in the public sources; SUMMA is the
   SDK's GEMM example's algorithm.
-- Not yet here (issue 25): the 512^3 FFT and the allreduce series.
+- Not yet here (issue 25): the 512^3 FFT, and the 2-D reduce and AllReduce (row chains, then a
+  column chain) and the paper's other algorithms (tree, two-phase).
 """
 
 # Published slopes: (what, scenario at x0, scenario at x1, x0, x1, unit, published, source)

@@ -10,6 +10,15 @@ published figure (expect.reference_latency, with its source in ../shared/referen
   1 on the wse2 preset (SDK), 2 in the _tr2 rows (router.hop_latency = 2: the paper's T_R ~ 2 and
   the 3P silicon measurement). The paper's CS-2 measurements themselves are not in the fact sheet,
   so these rows check the fabric against the model only.
+- allreduce_chain_p<P>[_tr2].json: the chain AllReduce of the same paper's code (spcl/spatial-collectives,
+  code_chain_allreduce.csl: a chain reduce, then a broadcast back from the chain's end on one
+  multicast color whose routers deliver to their PE and pass on): chain_allreduce.pe, the reduce
+  above followed by the eastmost PE streaming the sum west to every PE. Against the same model
+  applied to each phase, T = T_reduce + T_bcast, the broadcast read as C = dsd.setup_cycles + B
+  (each PE takes B wavelets at one a cycle), E/N + L = B + dsd.setup_cycles + (P - 1) * T_R (B
+  wavelets over each of the P - 1 links, the root's stream op, the distance to the far end), D = 1
+  (one dependent step). This reading is this project's (the fact sheet gives the model, not the
+  paper's per-algorithm parameters).
 - fmach_4096_wse3.json, add16_2048_wse3.json: one DSD op on one WSE-3 PE against the cycle counts
   the 3P characterisation measured on Cerebras' WSE-3 simulator (wafer.md "Published measurements").
 - relay_n<N>_b<B>_wse3.json: a store-and-forward chain of N stages (N + 1 PEs in a row; every PE
@@ -107,6 +116,102 @@ def reduce_chain(P, B=256, tr=1):
     if tr != 1:
         scen["target"]["params"] = {"router.hop_latency": tr}
     write("reduce_chain_p%d%s.json" % (P, sfx), scen)
+
+
+CHAIN_ALLREDUCE_PE = """# Chain AllReduce (tools/make_wafer_validation.py): the pipelined chain reduce of row_reduce_pipe.pe
+# to the eastmost PE, then that PE streams the sum back west on a multicast color (every router
+# delivers it to its PE and passes it on) and every PE keeps it in `sum` -- the chain AllReduce of
+# Luczynski et al. (spcl/spatial-collectives code_chain_allreduce.csl: a chain reduce, then a
+# broadcast from the chain's end).
+.param n = 256
+.param first = 1
+.param last = 1
+.param in_color = 2
+.param out_color = 1
+.param bc_color = 3
+.param val = 1
+.param middle = 0                # 1 on PEs that are neither first nor last
+.data a f32 $n fill=$val
+.data sum f32 $n fill=0
+.dsd am mem1d a
+.dsd sm mem1d sum
+.if !$first
+.dsd from_west fabin f32 color=$in_color queue=1 len=$n
+.endif
+.if !$last
+.dsd to_east fabout f32 color=$out_color queue=2 len=$n
+.dsd from_east fabin f32 color=$bc_color queue=3 len=$n
+.endif
+.if $last
+.dsd to_west fabout f32 color=$bc_color queue=4 len=$n
+.endif
+
+.task main local id=10 active
+.if $first
+  fmovs to_east, am              # start the reduce's stream
+.endif
+.if $middle
+  fadds to_east, am, from_west   # add and pass on, element by element
+.endif
+.if $last
+  fadds sm, am, from_west        # the row's sum
+  fmovs to_west, sm              # the broadcast
+.endif
+.if !$last
+  fmovs sm, from_east            # take the broadcast sum
+.endif
+  halt
+"""
+
+
+def allreduce_chain(P, B=256, tr=1):
+    routes = chain_routes(P)
+    # The broadcast (color 3): from the eastmost PE's ramp west; each router on the way delivers it
+    # to its PE and passes it on, the westmost one only delivers.
+    routes.append({"color": 3, "x": P - 1, "width": 1, "rx": ["RAMP"], "tx": ["W"]})
+    routes.append({"color": 3, "x": 1, "width": P - 2, "rx": ["E"], "tx": ["RAMP", "W"]})
+    routes.append({"color": 3, "x": 0, "width": 1, "rx": ["E"], "tx": ["RAMP"]})
+    lname = "allreduce_chain_p%d_layout.json" % P
+    write(lname, {
+        "schema": "tessera.wafer-layout/1",
+        "fabric": {"width": P, "height": 1},
+        "rects": [{"name": "row", "x": 0, "y": 0, "width": P, "height": 1, "program": "chain_allreduce.pe",
+                   "params": {"n": B, "first": "px == 0", "last": "px == width - 1",
+                              "middle": "(px > 0) * (px < width - 1)",
+                              "out_color": "1 + px % 2", "in_color": "2 - px % 2", "val": "px + 1"},
+                   "routes": routes}],
+    })
+    write_npy("allreduce_p%d_sum.npy" % P, (1, P, B), [P * (P + 1) / 2.0] * (P * B))
+    C = SETUP + math.ceil(B / SIMD_FP32)
+    EN_L = B + SETUP
+    Tr = max(C, EN_L) + (2 * tr + 1) * (P - 1)
+    Cb = SETUP + B
+    ENb_L = B + SETUP + (P - 1) * tr
+    Tb = max(Cb, ENb_L) + (2 * tr + 1) * 1
+    T = Tr + Tb
+    sfx = "" if tr == 1 else "_tr2"
+    nsfx = sfx.replace("_", "-")
+    scen = {
+        "schema": "tessera.scenario/1",
+        "name": "wafer-validation-allreduce-chain-p%d%s" % (P, nsfx),
+        "description": ("Chain AllReduce of %d fp32 values over a row of %d PEs (chain_allreduce.pe: the chain reduce of "
+                        "row_reduce_pipe.pe to the eastmost PE, then its broadcast of the sum west to every PE, as in "
+                        "Luczynski et al.'s code_chain_allreduce.csl) at hop latency %d, against their model applied to "
+                        "each phase: reduce max(%d, %d) + %d*%d = %d, broadcast max(%d, %d) + %d*1 = %d: T = %d cycles. "
+                        "Written by tools/make_wafer_validation.py." % (B, P, tr, C, EN_L, 2 * tr + 1, P - 1, Tr, Cb, ENb_L,
+                                                                         2 * tr + 1, Tb, T)),
+        "target": {"kind": "wafer", "preset": "wse2"},
+        "model": {"layout": lname},
+        "expect": {"outputs": {"sum": {"file": "data/allreduce_p%d_sum.npy" % P, "rtol": 0, "atol": 0}},
+                   "reference_latency": {
+            "value": ns(T),
+            "source": "wafer.md: Luczynski et al. (arXiv 2404.15888) model T = max(C, E/N + L) + (2*T_R+1)*D per phase "
+                      "(this project's reading for the chain AllReduce): reduce max(%d, %d) + %d*%d, broadcast "
+                      "max(%d, %d) + %d*1 = %d cycles at 850 MHz" % (C, EN_L, 2 * tr + 1, P - 1, Cb, ENb_L, 2 * tr + 1, T)}},
+    }
+    if tr != 1:
+        scen["target"]["params"] = {"router.hop_latency": tr}
+    write("allreduce_chain_p%d%s.json" % (P, sfx), scen)
 
 
 def single_op(name, op, n, cycles, what, result):
@@ -399,6 +504,11 @@ def main():
         reduce_chain(P)
     for P in (64, 256):
         reduce_chain(P, tr=2)
+    write_text("chain_allreduce.pe", CHAIN_ALLREDUCE_PE)
+    for P in (4, 16, 64, 256):
+        allreduce_chain(P)
+    for P in (64, 256):
+        allreduce_chain(P, tr=2)
     # c = a + b * 2 = 1.5 + 0.25 * 2; add16 adds the bit patterns: 0x3e00 + 0x3400 = 0x7200 = 12288 in fp16.
     single_op("fmach_4096_wse3", "fmach cm, am, bm, 2.0", 4096, 1040, "fmach DSD op over 4096 fp16", 2.0)
     single_op("add16_2048_wse3", "add16 cm, am, bm", 2048, 514, "add16 DSD op over 2048 16-bit values", 12288.0)
