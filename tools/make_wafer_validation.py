@@ -19,6 +19,11 @@ published figure (expect.reference_latency, with its source in ../shared/referen
   wavelets over each of the P - 1 links, the root's stream op, the distance to the far end), D = 1
   (one dependent step). This reading is this project's (the fact sheet gives the model, not the
   paper's per-algorithm parameters).
+- reduce_2d_q<Q>[_tr2].json, allreduce_2d_q<Q>[_tr2].json: the same over a Q x Q square (Q = 2, 4,
+  8, 16: 4 to 256 PEs): every row's chain reduce east, then the last column's chain reduce of the row
+  sums south (reduce_2d.pe); the AllReduce then broadcasts the total from the south-east PE over one
+  multicast tree (north along the last column, west along every row). Against the model per phase:
+  T = 2 T_chain(Q) (+ the broadcast, read as above with the distance 2 (Q - 1) T_R).
 - fmach_4096_wse3.json, add16_2048_wse3.json: one DSD op on one WSE-3 PE against the cycle counts
   the 3P characterisation measured on Cerebras' WSE-3 simulator (wafer.md "Published measurements").
 - relay_n<N>_b<B>_wse3.json: a store-and-forward chain of N stages (N + 1 PEs in a row; every PE
@@ -212,6 +217,166 @@ def allreduce_chain(P, B=256, tr=1):
     if tr != 1:
         scen["target"]["params"] = {"router.hop_latency": tr}
     write("allreduce_chain_p%d%s.json" % (P, sfx), scen)
+
+
+REDUCE_2D_PE = """# 2-D chain reduce and AllReduce (tools/make_wafer_validation.py): over a Q x Q rectangle every row
+# reduces east with row_reduce_pipe.pe's pipelined chain (colors 1/2), then the last column reduces
+# the row sums south the same way (colors 3/4), so the south-east PE holds the sum of all. With
+# `bc_send` (the AllReduce), that PE then broadcasts it on color 5 over one multicast tree (north along the last
+# column, west along every row: each router delivers it to its PE and passes it on) and every PE
+# keeps it in `sum`.
+.param n = 256
+.param first = 1                 # px == 0
+.param middle = 0                # a row's PEs between its first and last
+.param last = 1                  # px == width - 1: the last column
+.param in_color = 2
+.param out_color = 1
+.param cfirst = 0                # the last column's PEs: its first (py == 0), middle and last
+.param cmiddle = 0
+.param clast = 0
+.param cin = 4
+.param cout = 3
+.param crecv = 0                 # cmiddle or clast
+.param csend = 0                 # cfirst or cmiddle
+.param bc_send = 0               # all, the south-east PE
+.param bc_recv = 0               # all, and not the south-east PE
+.param val = 1
+.data a f32 $n fill=$val
+.data sum f32 $n fill=0
+.dsd am mem1d a
+.dsd sm mem1d sum
+.if !$first
+.dsd from_west fabin f32 color=$in_color queue=1 len=$n
+.endif
+.if !$last
+.dsd to_east fabout f32 color=$out_color queue=2 len=$n
+.endif
+.if $crecv
+.dsd from_north fabin f32 color=$cin queue=3 len=$n
+.endif
+.if $csend
+.dsd to_south fabout f32 color=$cout queue=4 len=$n
+.endif
+.if $bc_recv
+.dsd from_bc fabin f32 color=5 queue=5 len=$n
+.endif
+.if $bc_send
+.dsd to_bc fabout f32 color=5 queue=5 len=$n
+.endif
+
+.task main local id=10 active
+.if $first
+  fmovs to_east, am              # the row's stream
+.endif
+.if $middle
+  fadds to_east, am, from_west   # add and pass on, element by element
+.endif
+.if $last
+  fadds sm, am, from_west        # the row's sum
+.endif
+.if $cfirst
+  fmovs to_south, sm             # the last column's stream
+.endif
+.if $cmiddle
+  fadds to_south, sm, from_north
+.endif
+.if $clast
+  fadds sm, sm, from_north       # the sum of all
+.endif
+.if $bc_send
+  fmovs to_bc, sm                # the broadcast
+.endif
+.if $bc_recv
+  fmovs sm, from_bc
+.endif
+  halt
+"""
+
+
+def reduce_2d(Q, B=256, tr=1, allreduce=False):
+    """The 2-D chain reduce (or AllReduce) of B fp32 values over Q x Q PEs (reduce_2d.pe)."""
+    routes = chain_routes(Q)  # the rows (each region spans every row)
+    for py in range(Q):  # the last column: a chain south, colors 3/4
+        if py < Q - 1:
+            routes.append({"color": 3 + py % 2, "x": Q - 1, "y": py, "width": 1, "height": 1, "rx": ["RAMP"], "tx": ["S"]})
+        if py > 0:
+            routes.append({"color": 4 - py % 2, "x": Q - 1, "y": py, "width": 1, "height": 1, "rx": ["N"], "tx": ["RAMP"]})
+    if allreduce:  # the broadcast tree (color 5) from the south-east PE
+        for py in range(Q):
+            last_row = py == Q - 1
+            tx = (["N"] if py > 0 else []) + ["W"]
+            routes.append({"color": 5, "x": Q - 1, "y": py, "width": 1, "height": 1,
+                           "rx": ["RAMP"] if last_row else ["S"], "tx": tx + ([] if last_row else ["RAMP"])})
+        if Q > 2:
+            routes.append({"color": 5, "x": 1, "y": 0, "width": Q - 2, "height": Q, "rx": ["E"], "tx": ["RAMP", "W"]})
+        routes.append({"color": 5, "x": 0, "y": 0, "width": 1, "height": Q, "rx": ["E"], "tx": ["RAMP"]})
+    kind = "allreduce" if allreduce else "reduce"
+    lname = "%s_2d_q%d_layout.json" % (kind, Q)
+    write(lname, {
+        "schema": "tessera.wafer-layout/1",
+        "fabric": {"width": Q, "height": Q},
+        "rects": [{"name": "square", "x": 0, "y": 0, "width": Q, "height": Q, "program": "reduce_2d.pe",
+                   "params": {"n": B, "first": "px == 0", "last": "px == width - 1",
+                              "middle": "(px > 0) * (px < width - 1)",
+                              "out_color": "1 + px % 2", "in_color": "2 - px % 2",
+                              "cfirst": "(px == width - 1) * (py == 0)",
+                              "cmiddle": "(px == width - 1) * (py > 0) * (py < height - 1)",
+                              "clast": "(px == width - 1) * (py == height - 1)",
+                              "cout": "3 + py % 2", "cin": "4 - py % 2",
+                              "crecv": "(px == width - 1) * (py > 0)",
+                              "csend": "(px == width - 1) * (py < height - 1)",
+                              "bc_send": "(px == width - 1) * (py == height - 1)" if allreduce else 0,
+                              "bc_recv": "1 - (px == width - 1) * (py == height - 1)" if allreduce else 0,
+                              "val": "py * width + px + 1"},
+                   "routes": routes}],
+    })
+    total = Q * Q * (Q * Q + 1) / 2.0
+    if allreduce:
+        expect = [total] * (Q * Q * B)
+    else:  # the last column holds its row sums below the total; the rest their zeros
+        expect = []
+        for py in range(Q):
+            for px in range(Q):
+                if px < Q - 1:
+                    v = 0.0
+                elif py < Q - 1:
+                    v = float(sum(py * Q + x + 1 for x in range(Q)))
+                else:
+                    v = total
+                expect += [v] * B
+    write_npy("%s_2d_q%d_sum.npy" % (kind, Q), (Q, Q, B), expect)
+    C = SETUP + math.ceil(B / SIMD_FP32)
+    EN_L = B + SETUP
+    Tc = max(C, EN_L) + (2 * tr + 1) * (Q - 1)
+    T = 2 * Tc
+    parts = "rows max(%d, %d) + %d*%d, last column the same" % (C, EN_L, 2 * tr + 1, Q - 1)
+    if allreduce:
+        Cb, ENb_L = SETUP + B, B + SETUP + 2 * (Q - 1) * tr
+        Tb = max(Cb, ENb_L) + (2 * tr + 1) * 1
+        T += Tb
+        parts += ", broadcast max(%d, %d) + %d*1" % (Cb, ENb_L, 2 * tr + 1)
+    sfx = "" if tr == 1 else "_tr2"
+    nsfx = sfx.replace("_", "-")
+    what = "AllReduce" if allreduce else "reduce"
+    scen = {
+        "schema": "tessera.scenario/1",
+        "name": "wafer-validation-%s-2d-q%d%s" % (kind, Q, nsfx),
+        "description": ("2-D chain %s of %d fp32 values over %d x %d PEs (reduce_2d.pe: every row's chain reduce east, "
+                        "then the last column's south%s) at hop latency %d, against Luczynski et al.'s model per phase: "
+                        "%s: T = %d cycles. Written by tools/make_wafer_validation.py."
+                        % (what, B, Q, Q, ", then a broadcast of the total over one multicast tree" if allreduce else "",
+                           tr, parts, T)),
+        "target": {"kind": "wafer", "preset": "wse2"},
+        "model": {"layout": lname},
+        "expect": {"outputs": {"sum": {"file": "data/%s_2d_q%d_sum.npy" % (kind, Q), "rtol": 0, "atol": 0}},
+                   "reference_latency": {
+            "value": ns(T),
+            "source": "wafer.md: Luczynski et al. (arXiv 2404.15888) model T = max(C, E/N + L) + (2*T_R+1)*D per phase "
+                      "(this project's reading for the 2-D chain %s): %s = %d cycles at 850 MHz" % (what, parts, T)}},
+    }
+    if tr != 1:
+        scen["target"]["params"] = {"router.hop_latency": tr}
+    write("%s_2d_q%d%s.json" % (kind, Q, sfx), scen)
 
 
 def single_op(name, op, n, cycles, what, result):
@@ -509,6 +674,11 @@ def main():
         allreduce_chain(P)
     for P in (64, 256):
         allreduce_chain(P, tr=2)
+    write_text("reduce_2d.pe", REDUCE_2D_PE)
+    for allreduce in (False, True):
+        for Q in (2, 4, 8, 16):
+            reduce_2d(Q, allreduce=allreduce)
+        reduce_2d(16, tr=2, allreduce=allreduce)
     # c = a + b * 2 = 1.5 + 0.25 * 2; add16 adds the bit patterns: 0x3e00 + 0x3400 = 0x7200 = 12288 in fp16.
     single_op("fmach_4096_wse3", "fmach cm, am, bm, 2.0", 4096, 1040, "fmach DSD op over 4096 fp16", 2.0)
     single_op("add16_2048_wse3", "add16 cm, am, bm", 2048, 514, "add16 DSD op over 2048 16-bit values", 12288.0)
