@@ -91,51 +91,65 @@ def reduce_layout(P, B):
     }
 
 
+def chain_model(P, B, tr):
+    """Luczynski et al.'s model T = max(C, E/N + L) + (2*T_R + 1)*D read for the pipelined chain of
+    P PEs: C = one PE's adds, E/N + L = B wavelets at one a cycle + the first PE's stream op,
+    D = P - 1. Returns (C, E/N + L, T)."""
+    C = SETUP + math.ceil(B / SIMD_FP32)
+    EN_L = B + SETUP
+    return C, EN_L, max(C, EN_L) + (2 * tr + 1) * (P - 1)
+
+
+def bcast_model(B, dist, tr):
+    """The same model read for a broadcast of B wavelets from one PE over `dist` hops to the
+    farthest: C = setup + B (each PE takes one a cycle), E/N + L = B + setup + dist * T_R, D = 1.
+    Returns (C, E/N + L, T)."""
+    C, EN_L = SETUP + B, B + SETUP + dist * tr
+    return C, EN_L, max(C, EN_L) + (2 * tr + 1)
+
+
+def model_row(name, what, program, lname, out_file, T, parts, tr):
+    """A scenario (`name`.json / its -tr2 form) running layout `lname` against the model's T."""
+    sfx = "" if tr == 1 else "_tr2"
+    scen = {
+        "schema": "tessera.scenario/1",
+        "name": "wafer-validation-%s%s" % (name.replace("_", "-"), sfx.replace("_", "-")),
+        "description": ("%s; program %s, hop latency %d; against the model of Luczynski et al.: %s: T = %d cycles. "
+                        "Written by tools/make_wafer_validation.py." % (what, program, tr, parts, T)),
+        "target": {"kind": "wafer", "preset": "wse2"},
+        "model": {"layout": lname},
+        "expect": {"outputs": {"sum": {"file": "data/" + out_file, "rtol": 0, "atol": 0}},
+                   "reference_latency": {
+            "value": ns(T),
+            "source": "wafer.md: Luczynski et al. (arXiv 2404.15888) model T = max(C, E/N + L) + (2*T_R+1)*D (this "
+                      "project's reading for %s): %s = %d cycles at 850 MHz" % (program, parts, T)}},
+    }
+    if tr != 1:
+        scen["target"]["params"] = {"router.hop_latency": tr}
+    write(name + sfx + ".json", scen)
+
+
 def reduce_chain(P, B=256, tr=1):
     layout = reduce_layout(P, B)
     lname = "reduce_chain_p%d_layout.json" % P
     write(lname, layout)
     # Every PE declares `sum` ([1, P, B]); the eastmost one holds 1 + 2 + ... + P, the others zeros.
     write_npy("reduce_p%d_sum.npy" % P, (1, P, B), [0.0] * ((P - 1) * B) + [P * (P + 1) / 2.0] * B)
-    C = SETUP + math.ceil(B / SIMD_FP32)
-    EN_L = B + SETUP
-    D = P - 1
-    T = max(C, EN_L) + (2 * tr + 1) * D
-    sfx = "" if tr == 1 else "_tr2"
-    nsfx = sfx.replace("_", "-")
-    scen = {
-        "schema": "tessera.scenario/1",
-        "name": "wafer-validation-reduce-chain-p%d%s" % (P, nsfx),
-        "description": ("Chain reduce of %d fp32 values over a row of %d PEs (row_reduce_pipe.pe: each PE adds its vector to "
-                        "the stream from the west and passes it east) at hop latency %d, against the reduce model of "
-                        "Luczynski et al.: C = %d, E/N + L = %d, D = %d, T_R = %d: T = %d cycles. Written by "
-                        "tools/make_wafer_validation.py." % (B, P, tr, C, EN_L, D, tr, T)),
-        "target": {"kind": "wafer", "preset": "wse2"},
-        "model": {"layout": lname},
-        "expect": {"outputs": {"sum": {"file": "data/reduce_p%d_sum.npy" % P, "rtol": 0, "atol": 0}},
-                   "reference_latency": {
-            "value": ns(T),
-            "source": "wafer.md: Luczynski et al. (arXiv 2404.15888) reduce model T = max(C, E/N + L) + (2*T_R+1)*D = "
-                      "max(%d, %d) + %d*%d = %d cycles at 850 MHz" % (C, EN_L, 2 * tr + 1, D, T)}},
-    }
-    if tr != 1:
-        scen["target"]["params"] = {"router.hop_latency": tr}
-    write("reduce_chain_p%d%s.json" % (P, sfx), scen)
+    C, EN_L, T = chain_model(P, B, tr)
+    model_row("reduce_chain_p%d" % P, "Chain reduce of %d fp32 values over a row of %d PEs (each PE adds its vector "
+              "to the stream from the west and passes it east)" % (B, P), "row_reduce_pipe.pe", lname,
+              "reduce_p%d_sum.npy" % P, T, "C = %d, E/N + L = %d, D = %d: max(%d, %d) + %d*%d" % (C, EN_L, P - 1, C, EN_L, 2 * tr + 1, P - 1), tr)
 
 
-CHAIN_ALLREDUCE_PE = """# Chain AllReduce (tools/make_wafer_validation.py): the pipelined chain reduce of row_reduce_pipe.pe
-# to the eastmost PE, then that PE streams the sum back west on a multicast color (every router
-# delivers it to its PE and passes it on) and every PE keeps it in `sum` -- the chain AllReduce of
-# Luczynski et al. (spcl/spatial-collectives code_chain_allreduce.csl: a chain reduce, then a
-# broadcast from the chain's end).
-.param n = 256
-.param first = 1
-.param last = 1
+# The pipelined chain reduce of row_reduce_pipe.pe (each PE adds its vector `a` to the stream from
+# the west and passes it east; the last one keeps the sum), shared by the AllReduce programs below.
+CHAIN_DECLS = """.param n = 256
+.param first = 1                 # px == 0
+.param middle = 0                # the PEs between a row's first and last
+.param last = 1                  # px == width - 1
 .param in_color = 2
 .param out_color = 1
-.param bc_color = 3
 .param val = 1
-.param middle = 0                # 1 on PEs that are neither first nor last
 .data a f32 $n fill=$val
 .data sum f32 $n fill=0
 .dsd am mem1d a
@@ -145,21 +159,33 @@ CHAIN_ALLREDUCE_PE = """# Chain AllReduce (tools/make_wafer_validation.py): the 
 .endif
 .if !$last
 .dsd to_east fabout f32 color=$out_color queue=2 len=$n
-.dsd from_east fabin f32 color=$bc_color queue=3 len=$n
 .endif
-.if $last
-.dsd to_west fabout f32 color=$bc_color queue=4 len=$n
-.endif
-
-.task main local id=10 active
-.if $first
-  fmovs to_east, am              # start the reduce's stream
+"""
+CHAIN_STEPS = """.if $first
+  fmovs to_east, am              # the row's stream
 .endif
 .if $middle
   fadds to_east, am, from_west   # add and pass on, element by element
 .endif
 .if $last
   fadds sm, am, from_west        # the row's sum
+.endif
+"""
+
+CHAIN_ALLREDUCE_PE = """# Chain AllReduce (tools/make_wafer_validation.py): the pipelined chain reduce of row_reduce_pipe.pe
+# to the eastmost PE, then that PE streams the sum back west on a multicast color (every router
+# delivers it to its PE and passes it on) and every PE keeps it in `sum` -- the chain AllReduce of
+# Luczynski et al. (spcl/spatial-collectives code_chain_allreduce.csl: a chain reduce, then a
+# broadcast from the chain's end).
+""" + CHAIN_DECLS + """.if !$last
+.dsd from_east fabin f32 color=3 queue=3 len=$n
+.endif
+.if $last
+.dsd to_west fabout f32 color=3 queue=4 len=$n
+.endif
+
+.task main local id=10 active
+""" + CHAIN_STEPS + """.if $last
   fmovs to_west, sm              # the broadcast
 .endif
 .if !$last
@@ -176,81 +202,35 @@ def allreduce_chain(P, B=256, tr=1):
     routes.append({"color": 3, "x": P - 1, "width": 1, "rx": ["RAMP"], "tx": ["W"]})
     routes.append({"color": 3, "x": 1, "width": P - 2, "rx": ["E"], "tx": ["RAMP", "W"]})
     routes.append({"color": 3, "x": 0, "width": 1, "rx": ["E"], "tx": ["RAMP"]})
+    layout = reduce_layout(P, B)
+    layout["rects"][0]["program"] = "chain_allreduce.pe"
+    layout["rects"][0]["routes"] = routes
     lname = "allreduce_chain_p%d_layout.json" % P
-    write(lname, {
-        "schema": "tessera.wafer-layout/1",
-        "fabric": {"width": P, "height": 1},
-        "rects": [{"name": "row", "x": 0, "y": 0, "width": P, "height": 1, "program": "chain_allreduce.pe",
-                   "params": {"n": B, "first": "px == 0", "last": "px == width - 1",
-                              "middle": "(px > 0) * (px < width - 1)",
-                              "out_color": "1 + px % 2", "in_color": "2 - px % 2", "val": "px + 1"},
-                   "routes": routes}],
-    })
+    write(lname, layout)
     write_npy("allreduce_p%d_sum.npy" % P, (1, P, B), [P * (P + 1) / 2.0] * (P * B))
-    C = SETUP + math.ceil(B / SIMD_FP32)
-    EN_L = B + SETUP
-    Tr = max(C, EN_L) + (2 * tr + 1) * (P - 1)
-    Cb = SETUP + B
-    ENb_L = B + SETUP + (P - 1) * tr
-    Tb = max(Cb, ENb_L) + (2 * tr + 1) * 1
-    T = Tr + Tb
-    sfx = "" if tr == 1 else "_tr2"
-    nsfx = sfx.replace("_", "-")
-    scen = {
-        "schema": "tessera.scenario/1",
-        "name": "wafer-validation-allreduce-chain-p%d%s" % (P, nsfx),
-        "description": ("Chain AllReduce of %d fp32 values over a row of %d PEs (chain_allreduce.pe: the chain reduce of "
-                        "row_reduce_pipe.pe to the eastmost PE, then its broadcast of the sum west to every PE, as in "
-                        "Luczynski et al.'s code_chain_allreduce.csl) at hop latency %d, against their model applied to "
-                        "each phase: reduce max(%d, %d) + %d*%d = %d, broadcast max(%d, %d) + %d*1 = %d: T = %d cycles. "
-                        "Written by tools/make_wafer_validation.py." % (B, P, tr, C, EN_L, 2 * tr + 1, P - 1, Tr, Cb, ENb_L,
-                                                                         2 * tr + 1, Tb, T)),
-        "target": {"kind": "wafer", "preset": "wse2"},
-        "model": {"layout": lname},
-        "expect": {"outputs": {"sum": {"file": "data/allreduce_p%d_sum.npy" % P, "rtol": 0, "atol": 0}},
-                   "reference_latency": {
-            "value": ns(T),
-            "source": "wafer.md: Luczynski et al. (arXiv 2404.15888) model T = max(C, E/N + L) + (2*T_R+1)*D per phase "
-                      "(this project's reading for the chain AllReduce): reduce max(%d, %d) + %d*%d, broadcast "
-                      "max(%d, %d) + %d*1 = %d cycles at 850 MHz" % (C, EN_L, 2 * tr + 1, P - 1, Cb, ENb_L, 2 * tr + 1, T)}},
-    }
-    if tr != 1:
-        scen["target"]["params"] = {"router.hop_latency": tr}
-    write("allreduce_chain_p%d%s.json" % (P, sfx), scen)
+    C, EN_L, Tr = chain_model(P, B, tr)
+    Cb, ENb_L, Tb = bcast_model(B, P - 1, tr)
+    model_row("allreduce_chain_p%d" % P, "Chain AllReduce of %d fp32 values over a row of %d PEs (the chain reduce "
+              "to the eastmost PE, then its broadcast of the sum west to every PE, as in Luczynski et al.'s "
+              "code_chain_allreduce.csl)" % (B, P), "chain_allreduce.pe", lname, "allreduce_p%d_sum.npy" % P, Tr + Tb,
+              "reduce max(%d, %d) + %d*%d, broadcast max(%d, %d) + %d*1" % (C, EN_L, 2 * tr + 1, P - 1, Cb, ENb_L, 2 * tr + 1), tr)
 
 
 REDUCE_2D_PE = """# 2-D chain reduce and AllReduce (tools/make_wafer_validation.py): over a Q x Q rectangle every row
 # reduces east with row_reduce_pipe.pe's pipelined chain (colors 1/2), then the last column reduces
 # the row sums south the same way (colors 3/4), so the south-east PE holds the sum of all. With
-# `bc_send` (the AllReduce), that PE then broadcasts it on color 5 over one multicast tree (north along the last
-# column, west along every row: each router delivers it to its PE and passes it on) and every PE
-# keeps it in `sum`.
-.param n = 256
-.param first = 1                 # px == 0
-.param middle = 0                # a row's PEs between its first and last
-.param last = 1                  # px == width - 1: the last column
-.param in_color = 2
-.param out_color = 1
-.param cfirst = 0                # the last column's PEs: its first (py == 0), middle and last
+# `bc_send` (the AllReduce), that PE then broadcasts it on color 5 over one multicast tree (north
+# along the last column, west along every row: each router delivers it to its PE and passes it on)
+# and every PE keeps it in `sum`.
+""" + CHAIN_DECLS + """.param cfirst = 0                # the last column's PEs: its first (py == 0), middle and last
 .param cmiddle = 0
 .param clast = 0
-.param cin = 4
-.param cout = 3
 .param crecv = 0                 # cmiddle or clast
 .param csend = 0                 # cfirst or cmiddle
-.param bc_send = 0               # all, the south-east PE
-.param bc_recv = 0               # all, and not the south-east PE
-.param val = 1
-.data a f32 $n fill=$val
-.data sum f32 $n fill=0
-.dsd am mem1d a
-.dsd sm mem1d sum
-.if !$first
-.dsd from_west fabin f32 color=$in_color queue=1 len=$n
-.endif
-.if !$last
-.dsd to_east fabout f32 color=$out_color queue=2 len=$n
-.endif
+.param cin = 4
+.param cout = 3
+.param bc_send = 0               # the AllReduce's south-east PE
+.param bc_recv = 0               # the AllReduce's other PEs
 .if $crecv
 .dsd from_north fabin f32 color=$cin queue=3 len=$n
 .endif
@@ -265,16 +245,7 @@ REDUCE_2D_PE = """# 2-D chain reduce and AllReduce (tools/make_wafer_validation.
 .endif
 
 .task main local id=10 active
-.if $first
-  fmovs to_east, am              # the row's stream
-.endif
-.if $middle
-  fadds to_east, am, from_west   # add and pass on, element by element
-.endif
-.if $last
-  fadds sm, am, from_west        # the row's sum
-.endif
-.if $cfirst
+""" + CHAIN_STEPS + """.if $cfirst
   fmovs to_south, sm             # the last column's stream
 .endif
 .if $cmiddle
@@ -311,29 +282,25 @@ def reduce_2d(Q, B=256, tr=1, allreduce=False):
             routes.append({"color": 5, "x": 1, "y": 0, "width": Q - 2, "height": Q, "rx": ["E"], "tx": ["RAMP", "W"]})
         routes.append({"color": 5, "x": 0, "y": 0, "width": 1, "height": Q, "rx": ["E"], "tx": ["RAMP"]})
     kind = "allreduce" if allreduce else "reduce"
+    layout = reduce_layout(Q, B)
+    layout["fabric"]["height"] = Q
+    rect = layout["rects"][0]
+    rect.update({"name": "square", "height": Q, "program": "reduce_2d.pe", "routes": routes})
+    rect["params"].update({"cfirst": "(px == width - 1) * (py == 0)",
+                           "cmiddle": "(px == width - 1) * (py > 0) * (py < height - 1)",
+                           "clast": "(px == width - 1) * (py == height - 1)",
+                           "crecv": "(px == width - 1) * (py > 0)",
+                           "csend": "(px == width - 1) * (py < height - 1)",
+                           "cout": "3 + py % 2", "cin": "4 - py % 2",
+                           "bc_send": "(px == width - 1) * (py == height - 1)" if allreduce else 0,
+                           "bc_recv": "1 - (px == width - 1) * (py == height - 1)" if allreduce else 0,
+                           "val": "py * width + px + 1"})
     lname = "%s_2d_q%d_layout.json" % (kind, Q)
-    write(lname, {
-        "schema": "tessera.wafer-layout/1",
-        "fabric": {"width": Q, "height": Q},
-        "rects": [{"name": "square", "x": 0, "y": 0, "width": Q, "height": Q, "program": "reduce_2d.pe",
-                   "params": {"n": B, "first": "px == 0", "last": "px == width - 1",
-                              "middle": "(px > 0) * (px < width - 1)",
-                              "out_color": "1 + px % 2", "in_color": "2 - px % 2",
-                              "cfirst": "(px == width - 1) * (py == 0)",
-                              "cmiddle": "(px == width - 1) * (py > 0) * (py < height - 1)",
-                              "clast": "(px == width - 1) * (py == height - 1)",
-                              "cout": "3 + py % 2", "cin": "4 - py % 2",
-                              "crecv": "(px == width - 1) * (py > 0)",
-                              "csend": "(px == width - 1) * (py < height - 1)",
-                              "bc_send": "(px == width - 1) * (py == height - 1)" if allreduce else 0,
-                              "bc_recv": "1 - (px == width - 1) * (py == height - 1)" if allreduce else 0,
-                              "val": "py * width + px + 1"},
-                   "routes": routes}],
-    })
+    write(lname, layout)
     total = Q * Q * (Q * Q + 1) / 2.0
     if allreduce:
         expect = [total] * (Q * Q * B)
-    else:  # the last column holds its row sums below the total; the rest their zeros
+    else:  # the last column holds its row sums above the total; the rest their zeros
         expect = []
         for py in range(Q):
             for px in range(Q):
@@ -345,38 +312,18 @@ def reduce_2d(Q, B=256, tr=1, allreduce=False):
                     v = total
                 expect += [v] * B
     write_npy("%s_2d_q%d_sum.npy" % (kind, Q), (Q, Q, B), expect)
-    C = SETUP + math.ceil(B / SIMD_FP32)
-    EN_L = B + SETUP
-    Tc = max(C, EN_L) + (2 * tr + 1) * (Q - 1)
+    C, EN_L, Tc = chain_model(Q, B, tr)
     T = 2 * Tc
     parts = "rows max(%d, %d) + %d*%d, last column the same" % (C, EN_L, 2 * tr + 1, Q - 1)
     if allreduce:
-        Cb, ENb_L = SETUP + B, B + SETUP + 2 * (Q - 1) * tr
-        Tb = max(Cb, ENb_L) + (2 * tr + 1) * 1
+        Cb, ENb_L, Tb = bcast_model(B, 2 * (Q - 1), tr)
         T += Tb
         parts += ", broadcast max(%d, %d) + %d*1" % (Cb, ENb_L, 2 * tr + 1)
-    sfx = "" if tr == 1 else "_tr2"
-    nsfx = sfx.replace("_", "-")
     what = "AllReduce" if allreduce else "reduce"
-    scen = {
-        "schema": "tessera.scenario/1",
-        "name": "wafer-validation-%s-2d-q%d%s" % (kind, Q, nsfx),
-        "description": ("2-D chain %s of %d fp32 values over %d x %d PEs (reduce_2d.pe: every row's chain reduce east, "
-                        "then the last column's south%s) at hop latency %d, against Luczynski et al.'s model per phase: "
-                        "%s: T = %d cycles. Written by tools/make_wafer_validation.py."
-                        % (what, B, Q, Q, ", then a broadcast of the total over one multicast tree" if allreduce else "",
-                           tr, parts, T)),
-        "target": {"kind": "wafer", "preset": "wse2"},
-        "model": {"layout": lname},
-        "expect": {"outputs": {"sum": {"file": "data/%s_2d_q%d_sum.npy" % (kind, Q), "rtol": 0, "atol": 0}},
-                   "reference_latency": {
-            "value": ns(T),
-            "source": "wafer.md: Luczynski et al. (arXiv 2404.15888) model T = max(C, E/N + L) + (2*T_R+1)*D per phase "
-                      "(this project's reading for the 2-D chain %s): %s = %d cycles at 850 MHz" % (what, parts, T)}},
-    }
-    if tr != 1:
-        scen["target"]["params"] = {"router.hop_latency": tr}
-    write("%s_2d_q%d%s.json" % (kind, Q, sfx), scen)
+    model_row("%s_2d_q%d" % (kind, Q), "2-D chain %s of %d fp32 values over %d x %d PEs (every row's chain reduce east, "
+              "then the last column's south%s)" % (what, B, Q, Q, ", then a broadcast of the total over one multicast "
+                                                   "tree" if allreduce else ""),
+              "reduce_2d.pe", lname, "%s_2d_q%d_sum.npy" % (kind, Q), T, parts, tr)
 
 
 def single_op(name, op, n, cycles, what, result):
