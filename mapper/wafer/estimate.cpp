@@ -5,6 +5,7 @@
 // The formulas follow the generated programs (layer_program.cpp); docs/wafer-compiler.md
 // derives them.
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "mapper/wafer/compile.hpp"
@@ -132,6 +133,10 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
     // Per PE: x lines run along the N axis from the source end; compute ends B kb per-x costs
     // after the first x (or the weights) are there.
     std::vector<int64_t> cend(static_cast<size_t>(k.w * k.h), 0);
+    // Per PE: its x tasks' runs for the next loads' switches (LoadModel::record_x): {first start,
+    // end of the first run, start of the second, end}; the middle two are set where the x line
+    // holds the PE back, else they are the end.
+    std::vector<std::array<int64_t, 4>> xruns(static_cast<size_t>(k.w * k.h), {0, -1, -1, 0});
     int64_t first_start = INT64_MAX;
     std::vector<int64_t> xend(static_cast<size_t>(Ln), 0);  // the line's x tasks' ends
     const int64_t q0 = cfg.input_depth.empty() ? 1 : std::max<int64_t>(1, cfg.input_depth[0]);  // (the x tasks' queue)
@@ -146,6 +151,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         // a reader after the first of the same data waits for the PE's previous kernel.
         if (ws && l > 0) st = std::max(st, lm.compute_end(l - 1)[i] + 2);
         first_start = std::min(first_start, st);
+        xruns[i][0] = st;
         cend[i] = st + compute;
         // (The load steps that become ready at this PE meanwhile outrank its x tasks too. Charged,
         // they improve most goldens but worsen the models whose x tasks end spread along a line,
@@ -185,10 +191,18 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       for (int64_t pn = 0; pn < Ln; ++pn) last = std::max(last, xend[static_cast<size_t>(pn)] - dist(pn));
       for (int64_t pn = 0; pn < Ln; ++pn) {
         const size_t i = static_cast<size_t>((k.k_on_columns ? pn : pk) * k.w + (k.k_on_columns ? pk : pn));
-        cend[i] += std::max<int64_t>(0, last + dist(pn) - (q0 - 1) * per_x - xend[static_cast<size_t>(pn)]);  // (the load step after them moves as far)
+        const int64_t held = std::max<int64_t>(0, last + dist(pn) - (q0 - 1) * per_x - xend[static_cast<size_t>(pn)]);
+        cend[i] += held;  // (the load step after them moves as far)
+        if (held > 0) xruns[i][1] = xruns[i][0] + (q0 - 1) * per_x, xruns[i][2] = xruns[i][1] + held;  // (the values it runs ahead; then it waits)
       }
     }
     k.est.start = first_start == INT64_MAX ? 0 : first_start;
+    for (size_t i = 0; i < cend.size(); ++i) {
+      auto& r = xruns[i];
+      r[3] = cend[i];
+      if (r[1] < 0 || r[1] > r[3]) r[1] = r[2] = r[3];
+    }
+    lm.record_x(std::move(xruns), per_x);
     lm.record_compute_end(cend);
     // The next kernel's stream (sequenced: its load runs during this kernel's reduce), without
     // this kernel's reduce spans, which it may wait for: they are what this estimates.

@@ -40,6 +40,22 @@ int64_t LoadModel::after_busy(size_t i, int64_t t) const {
   return t;
 }
 
+// A load step that becomes ready at PE i at cycle t while the PE runs the x tasks of the last
+// kernel recorded waits for the task in progress (a task is not preempted; PE traces: every `ldb`
+// and `ldc` of MobileNetV2's features.16 load starts as an x task ends). The tasks run back to back
+// from the kernel's first x value at the PE, per_x cycles each -- or, at a PE the x line holds back
+// (estimate.cpp: it runs at most Q0 - 1 values ahead of the line's slowest PE), for Q0 - 1 tasks,
+// then after the wait back to back again up to their end.
+int64_t LoadModel::x_wait(size_t i, int64_t t) const {
+  if (xs_of_.empty()) return t;
+  const auto& [xs, split, resume, xe] = xs_of_.back()[i];
+  const int64_t px = per_x_of_.back();
+  const int64_t from = t > xs && t < split ? xs : t > resume && t < xe ? resume : -1;
+  if (from < 0 || px <= 0) return t;
+  const int64_t into = (t - from) % px;
+  return into == 0 ? t : std::min(t < split ? split : xe, t + px - into);
+}
+
 void LoadModel::record_busy(std::vector<std::pair<int64_t, int64_t>> busy) {
   std::vector<int64_t> bmax(busy.size(), 0);
   for (size_t i = 0; i < busy.size(); ++i) bmax[i] = std::max(busy[i].second, busy_max_.empty() ? INT64_MIN : busy_max_.back()[i]);
@@ -210,10 +226,33 @@ void LoadModel::load(size_t l, const std::vector<int64_t>& wprev, bool final, Lo
         const int64_t px = k.k_on_columns ? p : ln, py = k.k_on_columns ? ln : p;
         m = after_busy(static_cast<size_t>(py * k.w + px), m + p * hop) - p * hop;
       }
+      // Each of the two switches waits for the x task in progress at its PE (x_wait); the two
+      // PEs switch at once, so the later of them holds the line -- not the sum (charged in turn,
+      // the second PE's wait began where the first one's task ended, one hop out of phase: nearly a
+      // whole task more at every boundary).
+      int64_t mx = m;
+      for (const int64_t p : {q - 1, q}) {
+        const int64_t px = k.k_on_columns ? p : ln, py = k.k_on_columns ? ln : p;
+        mx = std::max(mx, x_wait(static_cast<size_t>(py * k.w + px), m + p * hop) - p * hop);
+      }
+      m = mx;
       T = held(q, m + gap);
       Tq[static_cast<size_t>(q)] = T;
     }
     const int64_t t_last = std::max(T + blk - 1, supply_end);
+    // The last wavelet reaches PE p (p + 1) hops after it entered -- unless the stream is paced by
+    // the line's block switches, not by SwarmX: then it is backed up in the line's router buffers,
+    // and a PE before the far end takes the last wavelet once the PEs after it have drained what
+    // the buffers between hold, D - 1 wavelets a hop at one a cycle, plus a switch (`gap`) each
+    // time that crosses a block boundary (PE traces of MobileNetV3-small's column streams, 18-value
+    // blocks at D = 4: the last wavelet reaches rows 3 cycles apart, ~30 more every 5-6 rows).
+    const bool backed = T + blk - 1 >= supply_end && D > 1;
+    auto last_at = [&](int64_t p) {
+      const int64_t far = t_last + along * hop;
+      if (!backed) return t_last + (p + 1) * hop;
+      const int64_t w = (along - 1 - p) * (D - 1);
+      return std::min(t_last + (p + 1) * hop, far - w - (w > 0 ? (w - 1) / blk * gap : 0));
+    };
     window.first = std::min(window.first, t0);
     window.second = std::max(window.second, t_last + along * hop);
     if (steps) {  // this load's steps at each PE of the line (sequencer.cpp; each after the loads' search)
@@ -229,14 +268,14 @@ void LoadModel::load(size_t l, const std::vector<int64_t>& wprev, bool final, Lo
         const int64_t at = Tq[static_cast<size_t>(p)] + p * hop + 1;  // block p reaches PE p
         if (p > 0) add(st, at, seq_ld + 2);                                        // ldb: the own block's op
         add(st, at + blk, seq_ld + (p + 1 < along ? (rt ? 6 : 2) : 2));            // ldc: the blocks after it (or nothing)
-        add(st, t_last + (p + 1) * hop + 2, seq_ld + 6);                            // ldd
+        add(st, last_at(p) + 2, seq_ld + 6);                                         // ldd
       }
     }
     for (int64_t p = 0; p < along; ++p) {
       const int64_t px = k.k_on_columns ? p : ln, py = k.k_on_columns ? ln : p;
       // Readable at PE p (hops, ramp), taken, the op done, ldd picked and run (unblock,
       // activate the next load, ret).
-      const int64_t t = after_busy(static_cast<size_t>(py * k.w + px), t_last + (p + 1) * hop + 1 + 1) + 3 + (c.sequenced ? seq_ld + 4 : 0);
+      const int64_t t = after_busy(static_cast<size_t>(py * k.w + px), last_at(p) + 1 + 1) + 3 + (c.sequenced ? seq_ld + 4 : 0);
       wready[static_cast<size_t>(py * k.w + px)] = t;
       worst = std::max(worst, t);
     }

@@ -3,6 +3,7 @@
 // for. estimate.cpp drives it kernel by kernel (docs/wafer-compiler.md "The estimate").
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -36,6 +37,11 @@ class LoadModel {
             std::pair<int64_t, int64_t>& window);
   // Kernel l's x tasks' ends (per PE) and reduce spans, once known.
   void record_compute_end(std::vector<int64_t> cend) { compute_end_of_.push_back(std::move(cend)); }
+  // Kernel l's x tasks per PE -- {first start, end of the first run, start of the second, end}
+  // (one run: the middle two equal the end) -- and their period; x_wait reads the last recorded.
+  void record_x(std::vector<std::array<int64_t, 4>> xs, int64_t per_x) { xs_of_.push_back(std::move(xs)), per_x_of_.push_back(per_x); }
+  // When a load step ready at PE i at cycle t starts, past the x task in progress there.
+  int64_t x_wait(size_t i, int64_t t) const;
   void record_busy(std::vector<std::pair<int64_t, int64_t>> busy);
   // After kernel l's reduce spans: load l + 1, final (its steps kept), then provisionally each
   // later load whose buffer kernel l or an earlier one holds (at most 8). `wready` gets load l + 1's.
@@ -53,6 +59,8 @@ class LoadModel {
   std::vector<double> mx_before_;  // MemoryX serves the streams in kernel order: the bytes before each
   std::vector<std::vector<std::pair<int64_t, int64_t>>> busy_of_;  // per kernel: per PE, its reduce task's span
   std::vector<std::vector<int64_t>> busy_max_, compute_end_of_;   // per kernel: per PE
+  std::vector<std::vector<std::array<int64_t, 4>>> xs_of_;  // per kernel: per PE, its x tasks' runs (record_x)
+  std::vector<int64_t> per_x_of_;
   LoadSteps fin_, prov_;  // the loads' final steps, the provisional ones
   bool provisional_ = false;
   std::vector<std::pair<int64_t, int64_t>> delayed_;  // (load, cycles) within one steps_within
