@@ -193,7 +193,9 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
         const size_t i = static_cast<size_t>((k.k_on_columns ? pn : pk) * k.w + (k.k_on_columns ? pk : pn));
         const int64_t held = std::max<int64_t>(0, last + dist(pn) - (q0 - 1) * per_x - xend[static_cast<size_t>(pn)]);
         cend[i] += held;  // (the load step after them moves as far)
-        if (held > 0) xruns[i][1] = xruns[i][0] + (q0 - 1) * per_x, xruns[i][2] = xruns[i][1] + held;  // (the values it runs ahead; then it waits)
+        // (The values it runs ahead, then it waits -- a PE with no more than Q0 - 1 values has them
+        // all queued and never waits: its tasks one run.)
+        if (held > 0 && xruns[i][0] + (q0 - 1) * per_x < xend[static_cast<size_t>(pn)]) xruns[i][1] = xruns[i][0] + (q0 - 1) * per_x, xruns[i][2] = xruns[i][1] + held;
       }
     }
     k.est.start = first_start == INT64_MAX ? 0 : first_start;

@@ -246,12 +246,15 @@ void LoadModel::load(size_t l, const std::vector<int64_t>& wprev, bool final, Lo
     // the buffers between hold, D - 1 wavelets a hop at one a cycle, plus a switch (`gap`) each
     // time that crosses a block boundary (PE traces of MobileNetV3-small's column streams, 18-value
     // blocks at D = 4: the last wavelet reaches rows 3 cycles apart, ~30 more every 5-6 rows).
+    // The buffers after PE p hold no more than the blocks of the PEs after it (blocks smaller
+    // than D - 1: vit_tiny's one-value K blocks), and no PE has the last wavelet before SwarmX
+    // has sent it and it has come the hops to that PE.
     const bool backed = T + blk - 1 >= supply_end && D > 1;
     auto last_at = [&](int64_t p) {
       const int64_t far = t_last + along * hop;
       if (!backed) return t_last + (p + 1) * hop;
-      const int64_t w = (along - 1 - p) * (D - 1);
-      return std::min(t_last + (p + 1) * hop, far - w - (w > 0 ? (w - 1) / blk * gap : 0));
+      const int64_t w = (along - 1 - p) * std::min(D - 1, blk);
+      return std::max(supply_end + (p + 1) * hop, std::min(t_last + (p + 1) * hop, far - w - (w > 0 ? (w - 1) / blk * gap : 0)));
     };
     window.first = std::min(window.first, t0);
     window.second = std::max(window.second, t_last + along * hop);
