@@ -47,9 +47,9 @@ int64_t LoadModel::after_busy(size_t i, int64_t t) const {
 // (estimate.cpp: it runs at most Q0 - 1 values ahead of the line's slowest PE), for Q0 - 1 tasks,
 // then after the wait back to back again up to their end.
 int64_t LoadModel::x_wait(size_t i, int64_t t) const {
-  if (xs_of_.empty()) return t;
-  const auto& [xs, split, resume, xe] = xs_of_.back()[i];
-  const int64_t px = per_x_of_.back();
+  if (x_runs_.empty()) return t;
+  const auto& [xs, split, resume, xe] = x_runs_[i];
+  const int64_t px = per_x_;
   const int64_t from = t > xs && t < split ? xs : t > resume && t < xe ? resume : -1;
   if (from < 0 || px <= 0) return t;
   const int64_t into = (t - from) % px;

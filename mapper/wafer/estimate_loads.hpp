@@ -38,8 +38,9 @@ class LoadModel {
   // Kernel l's x tasks' ends (per PE) and reduce spans, once known.
   void record_compute_end(std::vector<int64_t> cend) { compute_end_of_.push_back(std::move(cend)); }
   // Kernel l's x tasks per PE -- {first start, end of the first run, start of the second, end}
-  // (one run: the middle two equal the end) -- and their period; x_wait reads the last recorded.
-  void record_x(std::vector<std::array<int64_t, 4>> xs, int64_t per_x) { xs_of_.push_back(std::move(xs)), per_x_of_.push_back(per_x); }
+  // (one run: the middle two equal the end) -- and their period; x_wait reads the last recorded
+  // (the loads it models follow that kernel), so only the last is kept.
+  void record_x(std::vector<std::array<int64_t, 4>> xs, int64_t per_x) { x_runs_ = std::move(xs), per_x_ = per_x; }
   // When a load step ready at PE i at cycle t starts, past the x task in progress there.
   int64_t x_wait(size_t i, int64_t t) const;
   void record_busy(std::vector<std::pair<int64_t, int64_t>> busy);
@@ -59,8 +60,8 @@ class LoadModel {
   std::vector<double> mx_before_;  // MemoryX serves the streams in kernel order: the bytes before each
   std::vector<std::vector<std::pair<int64_t, int64_t>>> busy_of_;  // per kernel: per PE, its reduce task's span
   std::vector<std::vector<int64_t>> busy_max_, compute_end_of_;   // per kernel: per PE
-  std::vector<std::vector<std::array<int64_t, 4>>> xs_of_;  // per kernel: per PE, its x tasks' runs (record_x)
-  std::vector<int64_t> per_x_of_;
+  std::vector<std::array<int64_t, 4>> x_runs_;  // the last kernel recorded: per PE, its x tasks' runs (record_x)
+  int64_t per_x_ = 0;
   LoadSteps fin_, prov_;  // the loads' final steps, the provisional ones
   bool provisional_ = false;
   std::vector<std::pair<int64_t, int64_t>> delayed_;  // (load, cycles) within one steps_within
