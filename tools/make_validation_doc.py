@@ -129,8 +129,45 @@ NOTES = """
   under the published figure. Not done: the full-size run (8.2 x 10^11 data-task firings and
   ~1.6 x 10^12 wavelet hops: beyond per-wavelet simulation on this machine). The paper's own kernel is not in the public sources; SUMMA is the
   SDK's GEMM example's algorithm.
-- Not yet here (issue 25): the 512^3 FFT, and the paper's other reduce algorithms (star, tree,
-  two-phase, its generated ones).
+- Tree and two-phase reduces and AllReduces (`reduce-tree-p<P>`, `reduce-two-phase-p<P>`,
+  `allreduce-...`: the paper's spcl/spatial-collectives modules/tree.csl and two_phase.csl over a
+  row of P = 4 .. 256 PEs, written by tools/make_wafer_validation.py; the AllReduces add the
+  chain AllReduce's broadcast of the sum). The tree is binomial, rooted at the eastmost PE: at
+  level k a PE whose distance r from the root has bit k as its lowest set bit sends its partial
+  sum 2^k PEs east; a PE adds its children's vectors in place and fuses the last add with its own
+  send, as tree.csl does. The two-phase reduce chain-reduces groups of S = sqrt(P) PEs to each
+  group's eastmost PE, then chains over those heads, S hops a link. The CSL code runs each on two
+  colors whose routes advance by control wavelets; here each tree level, and the heads' chain,
+  have colors of their own, so the same wavelets cross the same links without switches. Every
+  PE's sum is checked exactly. The model, read for these programs (the fact sheet gives the model,
+  not the paper's parameters per algorithm):
+  - tree: C = the root's log2 P adds, each fed by the fabric at one wavelet a cycle,
+    log2 P (setup + B); E = B log2 P P / 2 hops over N = P - 1 links; L = P - 1; D = log2 P;
+  - two-phase: the group chains' T_chain(S), then the heads' chain as a chain of P / S stages with
+    (S - 1) T_R more distance a stage: max(C, B + setup + (P / S - 1)(S - 1) T_R) + (2 T_R + 1)(P / S - 1).
+
+  Up to 64 PEs every row is within 3.6% of its reading; at 256 PEs and 256 values the tree is
+  7.3% over and the two-phase reduce 5.5% over (0.1% at T_R = 2). Two mechanisms, seen in the
+  runs' per-PE traces (trace detail `instruction`):
+  - the tree's levels: the stream of level k comes from 2^k PEs away and starts when its sender
+    begins its own last add, i.e. when the root begins level k - 1; meanwhile it fills the router
+    buffers on its way and stalls. The root's adds take 285, 276, 282, 288, 306, 336, 314 and 272
+    cycles at 256 PEs and values (272 with nothing to wait for): the distance of the upper levels
+    is partly hidden behind the previous add, not wholly as max(C, E/N + L) has it. With 16 values
+    (`reduce-tree-p256-b16`, +17.4%) a level's add takes 32 cycles, so the 64 and 128 hops of the
+    last two levels are not hidden at all (66 and 130 cycles): the reading's max() is the gap;
+  - the two-phase reduce's phases share links: the stream of the first group's head to the second
+    passes the 15 links of the second group while that group still reduces, round-robin gives each
+    stream every other cycle on them, and the second head has its group's sum at cycle 381 where
+    the others have theirs at 317. The heads' chain then runs 18 cycles a stage (16 hops and the
+    add), as the reading has it: 64 cycles of contention the reading leaves out.
+
+  Between the algorithms, on the simulated fabric: with 256 values over 256 PEs the chain (1,038
+  cycles) beats the tree (2,360), whose root takes log2 P vectors one after the other; with 16
+  values (`-b16`) the tree (404) beats the chain (798, its 255 stages); the two-phase reduce is the
+  fastest of the three at both sizes (906 and 362) -- the trade-off between contention and depth
+  that the paper's model describes.
+- Not yet here (issue 25): the 512^3 FFT, the paper's star reduce and its generated algorithms.
 """
 
 # Published slopes: (what, scenario at x0, scenario at x1, x0, x1, unit, published, source)

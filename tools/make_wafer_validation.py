@@ -24,6 +24,13 @@ published figure (expect.reference_latency, with its source in ../shared/referen
   sums south (reduce_2d.pe); the AllReduce then broadcasts the total from the south-east PE over one
   multicast tree (north along the last column, west along every row). Against the model per phase:
   T = 2 T_chain(Q) (+ the broadcast, read as above with the distance 2 (Q - 1) T_R).
+- reduce_tree_p<P>[_tr2|_b16].json, reduce_two_phase_p<P>[...].json and their allreduce_ forms: the
+  paper's tree (spcl/spatial-collectives modules/tree.csl, binomial, rooted at the eastmost PE) and
+  two-phase reduce (two_phase.csl: chains within groups of sqrt(P) PEs, then a chain over the groups'
+  heads) over P = 4 .. 256 PEs, one color per tree level or phase instead of the CSL's switched
+  colors (tree_reduce.pe, two_phase_reduce.pe); the AllReduces add the chain AllReduce's broadcast.
+  Against the model read per algorithm (tree_model, two_phase_model); _b16 rows take 16 values, where
+  the tree overtakes the chain (reduce_chain_p256_b16.json beside them).
 - fmach_4096_wse3.json, add16_2048_wse3.json: one DSD op on one WSE-3 PE against the cycle counts
   the 3P characterisation measured on Cerebras' WSE-3 simulator (wafer.md "Published measurements").
 - relay_n<N>_b<B>_wse3.json: a store-and-forward chain of N stages (N + 1 PEs in a row; every PE
@@ -130,15 +137,16 @@ def model_row(name, what, program, lname, out_file, T, parts, tr):
 
 
 def reduce_chain(P, B=256, tr=1):
+    sfx = "" if B == 256 else "_b%d" % B
     layout = reduce_layout(P, B)
-    lname = "reduce_chain_p%d_layout.json" % P
+    lname = "reduce_chain_p%d%s_layout.json" % (P, sfx)
     write(lname, layout)
     # Every PE declares `sum` ([1, P, B]); the eastmost one holds 1 + 2 + ... + P, the others zeros.
-    write_npy("reduce_p%d_sum.npy" % P, (1, P, B), [0.0] * ((P - 1) * B) + [P * (P + 1) / 2.0] * B)
+    write_npy("reduce_p%d%s_sum.npy" % (P, sfx), (1, P, B), [0.0] * ((P - 1) * B) + [P * (P + 1) / 2.0] * B)
     C, EN_L, T = chain_model(P, B, tr)
-    model_row("reduce_chain_p%d" % P, "Chain reduce of %d fp32 values over a row of %d PEs (each PE adds its vector "
-              "to the stream from the west and passes it east)" % (B, P), "row_reduce_pipe.pe", lname,
-              "reduce_p%d_sum.npy" % P, T, "C = %d, E/N + L = %d, D = %d: max(%d, %d) + %d*%d" % (C, EN_L, P - 1, C, EN_L, 2 * tr + 1, P - 1), tr)
+    model_row("reduce_chain_p%d%s" % (P, sfx), "Chain reduce of %d fp32 values over a row of %d PEs (each PE adds its "
+              "vector to the stream from the west and passes it east)" % (B, P), "row_reduce_pipe.pe", lname,
+              "reduce_p%d%s_sum.npy" % (P, sfx), T, "C = %d, E/N + L = %d, D = %d: max(%d, %d) + %d*%d" % (C, EN_L, P - 1, C, EN_L, 2 * tr + 1, P - 1), tr)
 
 
 # The pipelined chain reduce of row_reduce_pipe.pe (each PE adds its vector `a` to the stream from
@@ -325,6 +333,219 @@ def reduce_2d(Q, B=256, tr=1, allreduce=False):
                                                    "tree" if allreduce else ""),
               "reduce_2d.pe", lname, "%s_2d_q%d_sum.npy" % (kind, Q), T, parts, tr)
 
+
+# The binomial-tree reduce of spcl/spatial-collectives modules/tree.csl, rooted at the row's eastmost
+# PE. With r = width - 1 - px (the distance from the root), at level k (k = 0 .. L - 1, L = log2 P)
+# every PE whose r has bit k as its lowest set bit sends its partial sum 2^k PEs east, to the PE
+# whose r is a multiple of 2^(k+1). A PE that receives at several levels adds each child's vector
+# into its own in place, as tree.csl does (`fadds mem, mem, fabin`), the last one fused with its own
+# send (`fadds fabout, mem, fabin`); a leaf sends its vector as it is (`mov32`). tree.csl runs on two
+# colors whose routes advance by control wavelets; here each level has its own color (1 + k) and
+# queue (k), routed only over its pairs' spans (which at one level do not overlap), so no switch
+# is needed: the wavelets, the links they share and the order each PE takes them are the same.
+def tree_program(L):
+    lines = ["# Tree reduce and AllReduce (tools/make_wafer_validation.py): the binomial tree of Luczynski",
+             "# et al.'s spcl/spatial-collectives modules/tree.csl over a row, rooted at its eastmost PE; one",
+             "# color and input queue per level (make_wafer_validation.py's reduce_tree); the AllReduce then",
+             "# broadcasts the sum west on one multicast color, as chain_allreduce.pe does.",
+             ".param n = 256", ".param val = 1", ".param leaf = 0          # sends its vector as it is",
+             ".param out_color = 1      # 1 + the level it sends at", ".param send = 0",
+             ".param bc_send = 0        # the AllReduce: the root broadcasts the sum on color 1 + L,",
+             ".param bc_recv = 0        # every other PE keeps it in sum"]
+    for k in range(L):
+        lines += [".param recv%d = 0" % k, ".param ip%d = 0           # level %d: add into a, in place" % (k, k),
+                  ".param fu%d = 0           # level %d: add and send to the parent" % (k, k),
+                  ".param rl%d = 0           # level %d: the root's last add, into sum" % (k, k)]
+    lines += [".data a f32 $n fill=$val", ".data sum f32 $n fill=0", ".dsd am mem1d a", ".dsd sm mem1d sum"]
+    for k in range(L):
+        lines += [".if $recv%d" % k, ".dsd from_l%d fabin f32 color=%d queue=%d len=$n" % (k, 1 + k, k), ".endif"]
+    lines += [".if $send", ".dsd to_parent fabout f32 color=$out_color queue=0 len=$n", ".endif",
+              ".if $bc_send", ".dsd to_bc fabout f32 color=%d queue=1 len=$n" % (1 + L), ".endif",
+              ".if $bc_recv", ".dsd from_bc fabin f32 color=%d queue=%d len=$n" % (1 + L, L - 1), ".endif", "",
+              ".task main local id=10 active", ".if $leaf", "  fmovs to_parent, am", ".endif"]
+    for k in range(L):
+        lines += [".if $ip%d" % k, "  fadds am, am, from_l%d" % k, ".endif",
+                  ".if $fu%d" % k, "  fadds to_parent, am, from_l%d" % k, ".endif",
+                  ".if $rl%d" % k, "  fadds sm, am, from_l%d" % k, ".endif"]
+    lines += [".if $bc_send", "  fmovs to_bc, sm                # the AllReduce's broadcast", ".endif",
+              ".if $bc_recv", "  fmovs sm, from_bc", ".endif", "  halt", ""]
+    return "\n".join(lines)
+
+
+TREE_LEVELS = 8  # P up to 256, the paper's largest 1-D size
+
+
+def tree_model(P, B, tr):
+    """The model read for the tree: C = the root's L adds, each fed by the fabric at one wavelet a
+    cycle (L (setup + B)); E = B L P / 2 hops (each level moves P / 2^(k+1) vectors 2^k hops) over
+    N = P - 1 links, L = P - 1 the farthest distance; D = L = log2 P. Returns (C, E/N + L, D, T)."""
+    L = int(math.log2(P))
+    C = L * (SETUP + B)
+    EN_L = math.ceil(B * L * P / (2.0 * (P - 1))) + P - 1
+    return C, EN_L, L, max(C, EN_L) + (2 * tr + 1) * L
+
+
+def bcast_routes(P, color):
+    """A broadcast west from the eastmost PE of a row on `color`: each router on the way delivers it
+    to its PE and passes it on, the westmost one only delivers (as allreduce_chain's)."""
+    return [{"color": color, "x": P - 1, "width": 1, "rx": ["RAMP"], "tx": ["W"]},
+            {"color": color, "x": 1, "width": P - 2, "rx": ["E"], "tx": ["RAMP", "W"]},
+            {"color": color, "x": 0, "width": 1, "rx": ["E"], "tx": ["RAMP"]}]
+
+
+def reduce_or_allreduce(kind, algo, P, B, tr, routes, params, program, T, parts, what):
+    """Writes the layout, expected sums and scenario of a 1-D `algo` reduce (or, with kind
+    "allreduce", the reduce then the sum's broadcast west from the root on color `bc`)."""
+    sfx = "" if B == 256 else "_b%d" % B
+    name = "%s_%s_p%d%s" % (kind, algo, P, sfx)
+    layout = {"schema": "tessera.wafer-layout/1", "fabric": {"width": P, "height": 1},
+              "rects": [{"name": "row", "x": 0, "y": 0, "width": P, "height": 1, "program": program,
+                         "params": params, "routes": routes}]}
+    write(name + "_layout.json", layout)
+    total = P * (P + 1) / 2.0
+    write_npy(name + "_sum.npy", (1, P, B),
+              [total] * (P * B) if kind == "allreduce" else [0.0] * ((P - 1) * B) + [total] * B)
+    if kind == "allreduce":
+        Cb, ENb_L, Tb = bcast_model(B, P - 1, tr)
+        T += Tb
+        parts = "reduce %s, broadcast max(%d, %d) + %d*1" % (parts, Cb, ENb_L, 2 * tr + 1)
+        what = what.replace(" reduce of", " AllReduce of", 1) + ", then the sum's broadcast west to every PE"
+    model_row(name, what, program, name + "_layout.json", name + "_sum.npy", T, parts, tr)
+
+
+def reduce_tree(P, B=256, tr=1, allreduce=False):
+    L = int(math.log2(P))
+    assert 2 ** L == P and L <= TREE_LEVELS
+    r = "(width - 1 - px)"
+    routes = []
+    for k in range(L):  # level k: from r = j 2^(k+1) + 2^k to r = j 2^(k+1), 2^k PEs east
+        for j in range(P // 2 ** (k + 1)):
+            xs = P - 1 - (j * 2 ** (k + 1) + 2 ** k)
+            xr = xs + 2 ** k
+            routes.append({"color": 1 + k, "x": xs, "width": 1, "rx": ["RAMP"], "tx": ["E"]})
+            if xr - xs > 1:
+                routes.append({"color": 1 + k, "x": xs + 1, "width": xr - xs - 1, "rx": ["W"], "tx": ["E"]})
+            routes.append({"color": 1 + k, "x": xr, "width": 1, "rx": ["W"], "tx": ["RAMP"]})
+    params = {"n": B, "val": "px + 1", "leaf": "%s %% 2 == 1" % r, "send": "%s != 0" % r,
+              "out_color": "1" + "".join(" + %d * (%s %% %d == %d)" % (k, r, 2 ** (k + 1), 2 ** k) for k in range(1, L))}
+    for k in range(L):
+        params["recv%d" % k] = "%s %% %d == 0" % (r, 2 ** (k + 1))
+        if k < L - 1:
+            params["ip%d" % k] = "%s %% %d == 0" % (r, 2 ** (k + 2))
+            params["fu%d" % k] = "%s %% %d == %d" % (r, 2 ** (k + 2), 2 ** (k + 1))
+        else:
+            params["rl%d" % k] = "%s == 0" % r
+    if allreduce:
+        routes += bcast_routes(P, 1 + TREE_LEVELS)
+        params.update({"bc_send": "%s == 0" % r, "bc_recv": "%s != 0" % r})
+    C, EN_L, D, T = tree_model(P, B, tr)
+    reduce_or_allreduce("allreduce" if allreduce else "reduce", "tree", P, B, tr, routes, params, "tree_reduce.pe", T,
+                        "C = %d*(%d + %d), E/N + L = %d, D = %d: max(%d, %d) + %d*%d"
+                        % (D, SETUP, B, EN_L, D, C, EN_L, 2 * tr + 1, D),
+                        "Tree reduce of %d fp32 values over a row of %d PEs (the binomial tree of Luczynski et al.'s "
+                        "tree.csl, rooted at the eastmost PE: at level k a PE sends its partial sum 2^k PEs east)"
+                        % (B, P))
+
+
+# The two-phase reduce of spcl/spatial-collectives modules/two_phase.csl: the row is cut into groups
+# of S PEs; each group chain-reduces to its eastmost PE (its head), colors 1/2 as chain_routes; then
+# the heads form a chain east, S hops a link, colors 3/4 by group (the PEs between two heads relay
+# it). A head adds its group's chain into its vector in place, then adds the chain from the head
+# before it and sends the sum on (the first head fuses the two: it has no head before it); the last
+# head, the root, adds into `sum`. two_phase.csl has the heads' streams arrive on the group chain's
+# color behind a switch; here they have their own colors, so no switch is needed.
+TWO_PHASE_PE = """# Two-phase reduce and AllReduce (tools/make_wafer_validation.py): Luczynski et al.'s
+# spcl/spatial-collectives modules/two_phase.csl over a row -- chain reduces within groups of S PEs
+# to each group's eastmost PE (its head), then a chain over the heads to the row's eastmost PE; the
+# AllReduce then broadcasts the sum west on one multicast color, as chain_allreduce.pe does.
+""" + CHAIN_DECLS + """.param head_first = 0            # the first group's head: its group's chain on to the next head
+.param head_mid = 0              # a head between: its group's chain in place, then the heads' chain on
+.param root = 0                  # the last head
+.param h_recv = 0                # head_mid or root
+.param h_send = 0                # head_first or head_mid
+.param h_in = 4
+.param h_out = 3
+.param bc_send = 0               # the AllReduce: the root broadcasts the sum on color 5,
+.param bc_recv = 0               # every other PE keeps it in sum
+.if $h_recv
+.dsd from_head fabin f32 color=$h_in queue=3 len=$n
+.endif
+.if $h_send
+.dsd to_head fabout f32 color=$h_out queue=4 len=$n
+.endif
+.if $bc_send
+.dsd to_bc fabout f32 color=5 queue=5 len=$n
+.endif
+.if $bc_recv
+.dsd from_bc fabin f32 color=5 queue=5 len=$n
+.endif
+
+.task main local id=10 active
+""" + CHAIN_STEPS[:CHAIN_STEPS.index(".if $last")] + """.if $head_first
+  fadds to_head, am, from_west   # the group's sum, on to the next head
+.endif
+.if $h_recv
+  fadds am, am, from_west        # the group's sum, in place
+.endif
+.if $head_mid
+  fadds to_head, am, from_head   # add the heads' chain and pass it on
+.endif
+.if $root
+  fadds sm, am, from_head        # the row's sum
+.endif
+.if $bc_send
+  fmovs to_bc, sm                # the AllReduce's broadcast
+.endif
+.if $bc_recv
+  fmovs sm, from_bc
+.endif
+  halt
+"""
+
+
+def two_phase_model(P, S, B, tr):
+    """The model read per phase: the group chains T_chain(S), then the heads' chain of G = P / S
+    with S - 1 more hops a link: max(C, B + setup + (G - 1)(S - 1) T_R) + (2 T_R + 1)(G - 1).
+    Returns (T_groups, C, E/N + L of the heads' chain, G, T)."""
+    G = P // S
+    C, EN_L, T1 = chain_model(S, B, tr)
+    EN_L2 = B + SETUP + (G - 1) * (S - 1) * tr
+    return T1, C, EN_L2, G, T1 + max(C, EN_L2) + (2 * tr + 1) * (G - 1)
+
+
+def reduce_two_phase(P, S, B=256, tr=1, allreduce=False):
+    G = P // S
+    assert G * S == P and S >= 2 and G >= 2
+    routes = []
+    for px in range(P):
+        q, g = px % S, px // S
+        if q < S - 1:  # the group chain
+            routes.append({"color": 1 + px % 2, "x": px, "width": 1, "rx": ["RAMP"], "tx": ["E"]})
+        if q > 0:
+            routes.append({"color": 2 - px % 2, "x": px, "width": 1, "rx": ["W"], "tx": ["RAMP"]})
+    for g in range(G - 1):  # the heads' chain: head g -> head g + 1 on color 3 + g % 2
+        xs, xr = g * S + S - 1, (g + 1) * S + S - 1
+        routes.append({"color": 3 + g % 2, "x": xs, "width": 1, "rx": ["RAMP"], "tx": ["E"]})
+        routes.append({"color": 3 + g % 2, "x": xs + 1, "width": S - 1, "rx": ["W"], "tx": ["E"]})
+        routes.append({"color": 3 + g % 2, "x": xr, "width": 1, "rx": ["W"], "tx": ["RAMP"]})
+    q, g = "px %% %d" % S, "px / %d" % S
+    params = {"n": B, "val": "px + 1", "first": "%s == 0" % q, "last": "%s == %d" % (q, S - 1),
+              "middle": "(%s > 0) * (%s < %d)" % (q, q, S - 1),
+              "out_color": "1 + px % 2", "in_color": "2 - px % 2",
+              "head_first": "(%s == %d) * (%s == 0)" % (q, S - 1, g),
+              "head_mid": "(%s == %d) * (%s > 0) * (%s < %d)" % (q, S - 1, g, g, G - 1),
+              "root": "px == width - 1", "h_recv": "(%s == %d) * (%s > 0)" % (q, S - 1, g),
+              "h_send": "(%s == %d) * (%s < %d)" % (q, S - 1, g, G - 1), "h_out": "3 + (%s) %% 2" % g, "h_in": "4 - (%s) %% 2" % g}
+    if allreduce:
+        routes += bcast_routes(P, 5)
+        params.update({"bc_send": "px == width - 1", "bc_recv": "px != width - 1"})
+    T1, C, EN_L2, G, T = two_phase_model(P, S, B, tr)
+    reduce_or_allreduce("allreduce" if allreduce else "reduce", "two_phase", P, B, tr, routes, params,
+                        "two_phase_reduce.pe", T,
+                        "groups T_chain(%d) = %d, heads max(%d, %d) + %d*%d" % (S, T1, C, EN_L2, 2 * tr + 1, G - 1),
+                        "Two-phase reduce of %d fp32 values over a row of %d PEs (Luczynski et al.'s two_phase.csl: "
+                        "chain reduces within %d groups of %d PEs, then a chain over the groups' heads, %d hops a link)"
+                        % (B, P, G, S, S))
 
 def single_op(name, op, n, cycles, what, result):
     prog = ("# One %s over %d fp16 elements on one PE (tools/make_wafer_validation.py).\n"
@@ -626,6 +847,23 @@ def main():
         for Q in (2, 4, 8, 16):
             reduce_2d(Q, allreduce=allreduce)
         reduce_2d(16, tr=2, allreduce=allreduce)
+    write_text("tree_reduce.pe", tree_program(TREE_LEVELS))
+    for P in (4, 16, 64, 256):
+        reduce_tree(P)
+    reduce_tree(256, tr=2)
+    write_text("two_phase_reduce.pe", TWO_PHASE_PE)
+    for P, S in ((4, 2), (16, 4), (64, 8), (256, 16)):
+        reduce_two_phase(P, S)
+    reduce_two_phase(256, 16, tr=2)
+    # Short vectors, where the paper finds the tree ahead of the chain (16 values over 256 PEs).
+    reduce_chain(256, B=16)
+    reduce_tree(256, B=16)
+    reduce_two_phase(256, 16, B=16)
+    for P, S in ((16, 4), (256, 16)):  # the AllReduces: the reduce, then the sum's broadcast
+        reduce_tree(P, allreduce=True)
+        reduce_two_phase(P, S, allreduce=True)
+    reduce_tree(256, tr=2, allreduce=True)
+    reduce_two_phase(256, 16, tr=2, allreduce=True)
     # c = a + b * 2 = 1.5 + 0.25 * 2; add16 adds the bit patterns: 0x3e00 + 0x3400 = 0x7200 = 12288 in fp16.
     single_op("fmach_4096_wse3", "fmach cm, am, bm, 2.0", 4096, 1040, "fmach DSD op over 4096 fp16", 2.0)
     single_op("add16_2048_wse3", "add16 cm, am, bm", 2048, 514, "add16 DSD op over 2048 16-bit values", 12288.0)
