@@ -105,11 +105,18 @@ NOTES = """
 - Single-PE rates on WSE-3 silicon (3P: copy fp16 4.82, fp32 2.44, FMA fp16 2.92, fp32 0.50
   elements per cycle; each row adds the 16-cycle setup): the model is 39-63% fast. It runs the
   SDK Appendix's widths (8, 4, 8, and 1 for the non-SIMD fmacs), which match the rates 3P measured
-  on Cerebras' own simulator for copies (8 and 4); silicon is slower than that simulator by a
-  mechanism no public source names. (Both copies move about 9.7 bytes per cycle on silicon, which
-  suggests a memory-bandwidth limit, but no source gives the WSE-3 SRAM ports.) For fmacs, 3P's
+  on Cerebras' own simulator for copies (8 and 4). On silicon both copies move about 19.4 bytes a
+  cycle (read and write: 4.82 x 4, 2.44 x 8), which points at memory bandwidth: the published
+  figure, 21 PB/s over 900,000 WSE-3 cores (wafer.md Whole wafer), is 21.2 bytes per PE per cycle
+  at 1.1 GHz (WaferLLM's clock; 27.5 at the presets' 850 MHz). `pe.sram_bytes_per_cycle` (off in
+  the presets, which keep the SDK widths) caps the bytes a DSD op's memory operands move: by its
+  k-th cycle an op has done at most floor(k x limit / bytes per element) elements. The `-sram`
+  rows run the three SIMD rows at 21.2: the copies come to -8.9% and -7.8% (from -39%), the fp16
+  FMA (6 bytes an element: two reads and a write) to -17.1% (from -62.7%); what is left of that
+  one is not in a public source. The limit is not in the compiler's estimate. For fmacs, 3P's
   pipeline notes give a dependent FP op every 2 cycles, and its simulator and silicon both measure
-  0.5 per cycle against the SDK's width 1 (`simd.fmacs_interval` 2 runs fmacs at that rate).
+  0.5 per cycle against the SDK's width 1: `rate-fma32-wse3-fmacs2` runs fmacs at that rate with
+  `simd.fmacs_interval` 2 and is within 0.1%.
 - Hop and wavelet costs (the slope table): at `router.hop_latency` 2 the fabric's cost per hop is
   the 3P silicon figure, 2.000 cycles. The cost per wavelet is 1.000 cycle (one wavelet per cycle
   per link, the SDK figure) against 1.125 measured on silicon (12.5% more, 9 cycles per 8

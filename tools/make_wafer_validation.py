@@ -39,7 +39,9 @@ published figure (expect.reference_latency, with its source in ../shared/referen
   Fabric). message_8w_1hop_wse3.json is its smallest case against the 3P measurement of one
   8-wavelet message over one hop (dispatch to receiving task done: 19 cycles, WSE-3 simulator).
 - rate_<op>_wse3.json: one long DSD op (copy fp16 / fp32, FMA fp16 / fp32) on one WSE-3 PE against
-  the 3P silicon rates (elements per cycle) plus the 3P silicon DSD setup (~16 cycles).
+  the 3P silicon rates (elements per cycle) plus the 3P silicon DSD setup (~16 cycles); the _sram
+  forms of the SIMD ones again with pe.sram_bytes_per_cycle 21.2 (wafer.md Whole wafer: the memory
+  bandwidth per WSE-3 core at 1.1 GHz), rate_fma32_wse3_fmacs2 with simd.fmacs_interval 2.
 - gemm_summa_p<P>.json: C = A B in fp32 over P x P PEs with 44 x 44 blocks per PE (the block of
   the 33,000 x 33,000 GEMM on 750 x 750 PEs of Matsuzaki, Miyajima et al.: wafer.md "More rows"),
   by SUMMA (summa.pe, written here): in step k the PEs of column k multicast their A blocks along
@@ -670,6 +672,19 @@ def rate(name, op, dtype, n, arrays, per_cycle, what, result):
     })
 
 
+SRAM_BPC = 21.2  # wafer.md Whole wafer: WSE-3 21 PB/s over 900,000 cores, at 1.1 GHz (WaferLLM's clock): bytes per cycle
+
+
+def rate_variant(name, sfx, params, note):
+    """`name`.json again as `name``sfx`.json, with target params: the same program, data and published row."""
+    with open(os.path.join(HERE, name + ".json")) as f:
+        scen = json.load(f)
+    scen["name"] += sfx.replace("_", "-")
+    scen["description"] = scen["description"].replace(" Written by", " " + note + " Written by")
+    scen["target"]["params"] = params
+    write(name + sfx + ".json", scen)
+
+
 GEMM_FLOPS, GEMM_N, GEMM_SIDE = 349.0e12, 33000, 750  # wafer.md "More rows": Matsuzaki, Miyajima et al.
 
 
@@ -884,6 +899,14 @@ def main():
          "FMA fp16 (fmach)", 2.0)
     rate("rate_fma32_wse3", "fmacs cm, am, bm, 2.0", "f32", 2048, (("a", "1.5"), ("b", "0.25"), ("c", "0")), 0.50,
          "FMA fp32 (fmacs)", 2.0)
+    # The same rows under the published memory bandwidth per PE (pe.sram_bytes_per_cycle), and the fmacs one at 3P's
+    # measured 0.5 per cycle (simd.fmacs_interval 2): mechanisms from public figures, off in the presets.
+    bw_note = ("Here with pe.sram_bytes_per_cycle %.1f: the memory bandwidth per PE of wafer.md Whole wafer (WSE-3: 21 PB/s "
+               "over 900,000 cores) at 1.1 GHz, a cap on the bytes the op's memory operands move per cycle." % SRAM_BPC)
+    for n in ("rate_copy16_wse3", "rate_copy32_wse3", "rate_fma16_wse3"):
+        rate_variant(n, "_sram", {"pe.sram_bytes_per_cycle": SRAM_BPC}, bw_note)
+    rate_variant("rate_fma32_wse3", "_fmacs2", {"simd.fmacs_interval": 2},
+                 "Here with simd.fmacs_interval 2: fmacs at 3P's measured 0.5 per cycle instead of the SDK width of 1.")
     # The GEMM at reduced sizes (the full 750 x 750 run needs the simulation-speed issue).
     for P in (4, 8):
         gemm_summa(P)

@@ -3,6 +3,7 @@
 #include "isa/wafer/isa.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "isa/error.hpp"
 #include "isa/numeric.hpp"
@@ -177,6 +178,7 @@ WaferConfig WaferConfig::from(const ParamSet& p) {
   c.simd_convert = p.integer("simd.convert");
   c.simd_fmacs = p.integer("simd.fmacs");
   c.fmacs_interval = p.integer("simd.fmacs_interval");
+  c.sram_bw_q = std::llround(p.num("pe.sram_bytes_per_cycle") * 1024.0);
   c.setup_cycles = p.integer("dsd.setup_cycles");
   c.task_count = p.integer("task.count");
   c.colors = p.integer("router.colors");
@@ -268,6 +270,8 @@ const std::vector<CostRow>& cost_rows() {
       {"fh2s fs2h", "dsd.setup_cycles + ceil(len / width(simd.convert, stride))", "wafer.md PE SIMD widths: conversions 1 / 4 (SDK Appendix)"},
       {"fmacs", "dsd.setup_cycles + ceil(len / width(simd.fmacs, stride)) * simd.fmacs_interval",
        "wafer.md PE: fmacs is not SIMD, width 1 (SDK Appendix); 3P measured 0.5 elements/cycle (simd.fmacs_interval 2; default 1)"},
+      {"SRAM limit", "with pe.sram_bytes_per_cycle > 0, by the k-th processing cycle at most floor(k * pe.sram_bytes_per_cycle / memory bytes per element) elements",
+       "wafer.md Whole wafer: memory bandwidth 20 / 21 PB/s over 850,000 / 900,000 cores (21.4 / 21.2 bytes per cycle at 1.1 GHz); off by default"},
       {"stride rule", "width = min(class width, cap(stride)); cap: stride 0,1 none; stride%8 in {2,3,5,6} none; {1,7} 2; {0,4} 1",
        "wafer.md PE: \"stride 0/1 full width; stride%8 in {2,3,5,6} full; {1,7} width 2; 0 width 1\"; %8==4 assumption (read-port rule b1%4 != b2%4)"},
       {"mov add sub mul dsd_off dsd_len jmp bz bnz blz loop activate block unblock ret halt nop", "1",
@@ -287,9 +291,38 @@ int64_t dsd_cycles(Op op, int64_t len, int64_t stride, const WaferConfig& c) {
   return dsd_op_cycles(len, std::max<int64_t>(1, simd_width(op, stride, c)), c, op_interval(op, c));
 }
 
+int64_t instr_mem_bytes(const Program& p, const Instr& in) {
+  if (op_info(in.op).cls != OpClass::dsd) return 0;
+  int64_t b = 0;
+  for (const auto& o : in.a)
+    if (o.kind == OpndKind::dsd && p.dsds[static_cast<size_t>(o.v)].is_mem()) b += elem_bytes(p.dsds[static_cast<size_t>(o.v)].elem);
+  return b;
+}
+
+int64_t sram_limited_bytes(int64_t width, int64_t mem_bytes, const WaferConfig& c) {
+  return c.sram_bw_q > 0 && mem_bytes > 0 && width * mem_bytes * 1024 > c.sram_bw_q ? mem_bytes : 0;
+}
+
+int64_t sram_cap(int64_t k, int64_t bpe, const WaferConfig& c) { return k * c.sram_bw_q / (bpe * 1024); }
+
+int64_t dsd_op_cycles_bw(int64_t len, int64_t width, int64_t interval, int64_t bpe, const WaferConfig& c) {
+  if (bpe <= 0 || len <= 0) return dsd_op_cycles(len, width, c, interval);
+  const int64_t w = std::max<int64_t>(width, 1), iv = std::max<int64_t>(interval, 1);
+  int64_t i = 0, k = 0;  // elements done; cycles since the first processing cycle
+  for (;;) {
+    const int64_t n = std::min({w, len - i, sram_cap(k + 1, bpe, c) - i});
+    ++k;
+    if (n <= 0) continue;
+    i += n;
+    if (iv > 1) k += iv - 1;  // the group's idle cycles (run_group's pause)
+    if (i >= len) return c.setup_cycles + k;
+  }
+}
+
 int64_t instr_cycles(const Program& p, const Instr& in, const WaferConfig& c) {
   if (op_info(in.op).cls != OpClass::dsd) return 1;
-  return dsd_op_cycles(instr_length(p, in), instr_width(p, in, c), c, op_interval(in.op, c));
+  const int64_t width = instr_width(p, in, c);
+  return dsd_op_cycles_bw(instr_length(p, in), width, op_interval(in.op, c), sram_limited_bytes(width, instr_mem_bytes(p, in), c), c);
 }
 
 }  // namespace tessera::wafer

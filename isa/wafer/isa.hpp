@@ -238,6 +238,7 @@ struct WaferConfig {
   bool bank_conflicts = false;  // pe.bank_conflicts: the model charges read-port conflicts (docs/wafer-model.md)
   int64_t simd_fp16 = 0, simd_fp32 = 0, simd_convert = 0, simd_fmacs = 0, setup_cycles = 0;
   int64_t fmacs_interval = 1;  // simd.fmacs_interval: cycles per fmacs element group
+  int64_t sram_bw_q = 0;       // pe.sram_bytes_per_cycle in 1/1024 bytes (0: no limit)
   int64_t task_count = 0, colors = 0, hop_latency = 0, buffer_depth = 0;
   std::vector<int64_t> input_depth, output_depth;
   double memoryx_bandwidth = 0, memoryx_latency = 0, memoryx_capacity = 0, swarmx_bandwidth = 0, swarmx_latency = 0;
@@ -279,6 +280,20 @@ const std::vector<CostRow>& cost_rows();
 int64_t op_interval(Op op, const WaferConfig& c);
 // DSD op: dsd.setup_cycles + ceil(len / width) * interval; scalar and control ops: 1 cycle.
 int64_t dsd_op_cycles(int64_t len, int64_t width, const WaferConfig& c, int64_t interval = 1);
+// Bytes one element of `in` moves through SRAM: the element sizes of its memory DSD operands
+// (the destination's write and the sources' reads); 0 for non-DSD ops.
+int64_t instr_mem_bytes(const Program& p, const Instr& in);
+// The memory bytes per element an op is limited by under pe.sram_bytes_per_cycle: `mem_bytes` when
+// `width` elements a cycle would move more than the limit, else 0 (the limit never binds).
+int64_t sram_limited_bytes(int64_t width, int64_t mem_bytes, const WaferConfig& c);
+// Elements an op limited to `bpe` bytes per element may have processed by its k-th processing
+// cycle (k from 1): floor(k * pe.sram_bytes_per_cycle / bpe), the limit taken over the op's whole
+// run so far.
+int64_t sram_cap(int64_t k, int64_t bpe, const WaferConfig& c);
+// dsd_op_cycles under the SRAM limit (bpe from sram_limited_bytes; 0 = dsd_op_cycles): the model's
+// element groups cycle by cycle -- up to width elements, no more than sram_cap allows, then the
+// interval's idle cycles.
+int64_t dsd_op_cycles_bw(int64_t len, int64_t width, int64_t interval, int64_t bpe, const WaferConfig& c);
 // One DSD op of `op` over `len` elements whose memory operands walk with innermost `stride`.
 int64_t dsd_cycles(Op op, int64_t len, int64_t stride, const WaferConfig& c);
 int64_t instr_cycles(const Program& p, const Instr& in, const WaferConfig& c);

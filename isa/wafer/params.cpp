@@ -26,6 +26,7 @@ const TargetDesc& target_desc() {
         integer("simd.convert", U::count, 1, 1, 64, "elements/cycle of conversions (fh2s fs2h)", "wafer.md PE SIMD widths: WSE-2 1 (SDK Appendix)"),
         integer("simd.fmacs", U::count, 1, 1, 64, "elements/cycle of fmacs (fp32 FMA, not SIMD)", "wafer.md PE SIMD widths: fmacs width 1 (SDK Appendix)"),
         integer("simd.fmacs_interval", U::cycles, 1, 1, 16, "cycles per element group of fmacs (rate = simd.fmacs / this)", "wafer.md PE: SDK width 1 (1 per cycle); 3P measured 0.5 fmacs per cycle on WSE-3 silicon and simulator (2) and notes a dependent FP op every 2 cycles"),
+        number("pe.sram_bytes_per_cycle", U::count, 0, 0, 4096, "bytes a DSD op's memory operands may move per cycle, reads and writes together (0 = no limit but the SIMD width)", "wafer.md Whole wafer: memory bandwidth 20 PB/s over 850,000 cores (WSE-2), 21 PB/s over 900,000 (WSE-3): 21.4 / 21.2 bytes per cycle at 1.1 GHz (the clock of Hot Chips 34 and WaferLLM); off by default (the presets keep the SDK widths)"),
         integer("dsd.setup_cycles", U::cycles, 16, 0, 1000, "fixed cycles to start one DSD operation", "wafer.md PE: 3P ~15-17 cycles on silicon (WSE-3)"),
         integer("task.count", U::count, 64, 1, 256, "task IDs per PE", "wafer.md PE: task IDs 0-63 (SDK Task IDs)"),
         int_list("queue.input_depth", U::count, {6, 6, 4, 4, 2, 2, 2, 2}, 0, 64, "input queue depths (wavelets), queues 0..7", "wafer.md PE: WSE-2 in 6,6,4,4,2,2,2,2 (SDK DSDs)"),

@@ -152,6 +152,7 @@ struct Fabric::Impl {
     int16_t interval = 1, pause = 0;  // cycles per element group (simd.fmacs_interval); idle cycles left of this group
     uint16_t inq = 0;                 // input queues its fabin operands read (bit per queue; fixed at issue)
     bool conflict_paid = false;       // pe.bank_conflicts: the extra cycle of this element group is spent
+    uint8_t bpe = 0;                  // pe.sram_bytes_per_cycle: memory bytes per element when the limit binds (sram_limited_bytes), else 0
   };
   struct Mt {
     OpRun op;

@@ -165,7 +165,13 @@ int Fabric::Impl::run_group(Worker& wk, uint32_t s, OpRun& op, int64_t t) {
   const Instr& in = p.instrs[static_cast<size_t>(op.instr)];
   const OpInfo& info = op_info(in.op);
   const size_t nr = info.roles.size();
-  const int64_t n = std::min<int64_t>(op.width, op.len - op.i);
+  int64_t n = std::min<int64_t>(op.width, op.len - op.i);
+  // pe.sram_bytes_per_cycle: no more elements than the memory bandwidth has carried since the op's
+  // first processing cycle (a cycle without room idles, like a pause).
+  if (op.bpe) {
+    n = std::min(n, sram_cap(t - (op.start + cfg.setup_cycles) + 1, op.bpe, cfg) - op.i);
+    if (n <= 0) return 1;
+  }
   // pe.bank_conflicts (wafer.md PE SRAM: "the two reads must hit banks with b1 % 4 != b2 % 4"): when
   // the first elements of this cycle's group of two memory sources sit in banks (16-bit words
   // interleaved over pe.sram_banks) with equal bank % 4, the group costs one extra cycle.
@@ -326,6 +332,7 @@ bool Fabric::Impl::drain(Worker& wk, uint32_t s, int q, const Wv& w, int64_t t1)
     const Dsd& dst = dsd(s, in.a[0].v);
     const Dsd& src = dsd(s, in.a[1].v);
     if (!dst.is_mem() || src.kind != DsdKind::fabin) return false;
+    if (m.op.bpe && sram_cap(t1 - (m.op.start + cfg.setup_cycles) + 1, m.op.bpe, cfg) <= m.op.i) return false;  // pe.sram_bytes_per_cycle
     // Microthreads before this one run before it at t1: none of their memory operands may overlap
     // the destination (the store is early for them).
     const auto [dlo, dhi] = mem_span(dst);
@@ -464,7 +471,7 @@ void Fabric::Impl::pe_step(Worker& wk, uint32_t s, int64_t t) {
           f.note_active(s, op.start - start, end - start);
           if (P.rec) record(wk, *wk.ops, wk.tag_o, t, s, OpRecord{P.x, P.y, op.instr, false, 0, op.start - start, end - start, op.len});
         }
-        wk.st->stall_cycles += std::max<int64_t>(0, end - op.start - dsd_op_cycles(op.len, op.width, cfg, op.interval));
+        wk.st->stall_cycles += std::max<int64_t>(0, end - op.start - dsd_op_cycles_bw(op.len, op.width, op.interval, op.bpe, cfg));
         op.instr = -1;
         ++P.pc;
         P.ready_at = end;
@@ -568,15 +575,17 @@ void Fabric::Impl::exec(Worker& wk, uint32_t s, int64_t t) {
       const int64_t len = op_length(s, in);
       const int32_t width = static_cast<int32_t>(instr_width(p, in, cfg));
       const int16_t interval = static_cast<int16_t>(op_interval(in.op, cfg));
+      const uint8_t bpe = cfg.sram_bw_q > 0 ? static_cast<uint8_t>(sram_limited_bytes(width, instr_mem_bytes(p, in), cfg)) : 0;
       const bool eager = mem_only && len > 0;
       const bool ahead = eager && !P.rec &&
-                         (f.opt_.max_cycles <= 0 || lt + dsd_op_cycles(len, width, cfg, interval) - start <= f.opt_.max_cycles);
+                         (f.opt_.max_cycles <= 0 || lt + dsd_op_cycles_bw(len, width, interval, bpe, cfg) - start <= f.opt_.max_cycles);
       if (lt > t && !ahead) return defer();
       OpRun op;
       op.instr = P.pc;
       op.len = len;
       op.width = width;
       op.interval = interval;
+      op.bpe = bpe;
       bool fifo = false;  // (a microthread's: see Mt::fifo)
       for (size_t k = 0; k < info.roles.size(); ++k) {
         if (in.a[k].kind != OpndKind::dsd) continue;
@@ -615,10 +624,12 @@ void Fabric::Impl::exec(Worker& wk, uint32_t s, int64_t t) {
         // the op still completes at issue + setup + ceil(len / width), as the formula says
         // (nothing can stall an op without fabric or fifo operands).
         op.width = static_cast<int32_t>(std::min<int64_t>(op.len, INT32_MAX));
+        op.bpe = 0;
         run_group(wk, s, op, lt);
         op.width = width;
+        op.bpe = bpe;
         op.pause = 0;
-        op.next = op.start + dsd_op_cycles(op.len, width, cfg, op.interval) - 1;  // run_group then reports it done at next + 1
+        op.next = op.start + dsd_op_cycles_bw(op.len, width, op.interval, bpe, cfg) - 1;  // run_group then reports it done at next + 1
         if (ahead) {  // done at next + 1, as pe_step would find it (no stall: stall_cycles unchanged)
           const int64_t end = op.next + 1;
           if (f.opt_.record) f.note_active(s, op.start - start, end - start);

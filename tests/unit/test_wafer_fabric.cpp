@@ -250,6 +250,89 @@ TEST_CASE("wafer-fabric: an async fmacs from the fabric at simd.fmacs_interval 2
   for (float v : r.fab->read_array(1, 0, "y")) CHECK(v == 4.0f);  // 1 + 1.5 * 2
 }
 
+TEST_CASE("wafer-fabric: at pe.sram_bytes_per_cycle 21.2 an fmovh over 64 fp16 and an fadds over 64 fp32 on wse3 move no more bytes a cycle, eager and element-by-element alike", "[wafer-fabric]") {
+  WaferConfig c = preset_config("wse3");
+  c.sram_bw_q = std::llround(21.2 * 1024);
+  // fmovh: 4 bytes an element (read + write), 8 a cycle would be 32 bytes: by the k-th cycle floor(21.2 k / 4).
+  CHECK(sram_limited_bytes(8, 4, c) == 4);
+  CHECK(dsd_op_cycles_bw(64, 8, 1, 4, c) == 16 + 13);   // ceil(64 x 4 / 21.2)
+  CHECK(dsd_op_cycles_bw(64, 4, 1, 12, c) == 16 + 37);  // fadds: 12 bytes an element, ceil(64 x 12 / 21.2)
+  CHECK(sram_limited_bytes(4, 4, c) == 0);              // an fmovs (16 bytes a cycle) is not limited
+  CHECK(sram_limited_bytes(8, 4, preset_config("wse3")) == 0);  // off in the presets
+  const std::string prog =
+      ".data a f16 64 fill=1.5\n.data b f16 64\n.data d f32 64 fill=1\n.dsd am mem1d a\n.dsd bm mem1d b\n.dsd dm mem1d d\n"
+      ".task main local id=8 active\n  fmovh bm, am\n  fadds dm, dm, dm\n  halt\n";
+  const std::string layout =
+      R"({"fabric": {"width": 1, "height": 1}, "rects": [{"name": "pe", "x": 0, "y": 0, "width": 1, "height": 1, "program": "op.pe"}]})";
+  const SlowAndEager r(c, load({{"op.pe", prog}}, layout, c));
+  const Fabric &a = *r.slow, &b = *r.fast;
+  for (const Fabric* f : {&a, &b}) {
+    REQUIRE(f->op_records().size() == 2);
+    CHECK(f->op_records()[0].end == 16 + 13);
+    CHECK(f->op_records()[1].end == 16 + 13 + 16 + 37);
+    CHECK(f->stats().stall_cycles == 0);  // the limit's idle cycles are the formula's, not stalls
+    for (float v : f->read_array(0, 0, "b")) CHECK(v == 1.5f);
+    for (float v : f->read_array(0, 0, "d")) CHECK(v == 2.0f);
+  }
+  CHECK(a.halt_cycle(0, 0) == b.halt_cycle(0, 0));
+}
+
+TEST_CASE("wafer-fabric: pe.sram_bytes_per_cycle below an element's bytes with simd.fmacs_interval 2: eager and element-by-element fmacs end together", "[wafer-fabric]") {
+  WaferConfig c = preset_config("wse2");
+  c.fmacs_interval = 2;
+  c.sram_bw_q = 5 * 1024;  // 5 bytes a cycle: an fmacs element (12 bytes) every 2.4 cycles, slower than the interval
+  const int64_t cyc = dsd_op_cycles_bw(10, 1, 2, 12, c);
+  CHECK(cyc > 16 + 20);
+  CHECK(cyc == 16 + 25);  // the 10th element in the op's 24th cycle (floor(5 x 24 / 12) = 10), then its group's idle cycle
+  const std::string prog =
+      ".data a f32 10 fill=1.5\n.data b f32 10 fill=0.25\n.dsd am mem1d a\n.dsd bm mem1d b\n"
+      ".task main local id=8 active\n  fmacs am, am, bm, 2.0\n  halt\n";
+  const std::string layout =
+      R"({"fabric": {"width": 1, "height": 1}, "rects": [{"name": "pe", "x": 0, "y": 0, "width": 1, "height": 1, "program": "op.pe"}]})";
+  const SlowAndEager r(c, load({{"op.pe", prog}}, layout, c));
+  for (const Fabric* f : {r.slow.get(), r.fast.get()}) {
+    REQUIRE(f->op_records().size() == 1);
+    CHECK(f->op_records()[0].end == cyc);
+    for (float v : f->read_array(0, 0, "a")) CHECK(v == 2.0f);
+  }
+}
+
+TEST_CASE("wafer-fabric: an async fmovs from the fabric at pe.sram_bytes_per_cycle 2 stores a wavelet every 2 cycles (not taken ahead at delivery)", "[wafer-fabric]") {
+  WaferConfig c = preset_config("wse2");
+  c.sram_bw_q = 2 * 1024;  // a 4-byte store every 2 cycles; the wavelets come one a cycle
+  const char* recv = R"(
+.param n = 16
+.data y f32 $n
+.dsd ym mem1d y
+.dsd in fabin f32 color=1 queue=1 len=$n
+.task main local id=8 active
+  fmovs ym, in async activate=done
+  ret
+.task done local id=9
+  halt
+)";
+  // The sender's source is a scalar (no memory operand, so not limited): a wavelet a cycle.
+  const char* send = R"(
+.param n = 16
+.dsd out fabout f32 color=1 queue=2 len=$n
+.task main local id=8 active
+  fmovs out, 1.5
+  halt
+)";
+  Run r(c, load({{"send.pe", send}, {"recv.pe", recv}}, row_layout(2, 16, {1}), c));
+  r.go();
+  REQUIRE_FALSE(r.fab->error());
+  const auto d = deliveries_at(*r.fab, 1, 0);
+  REQUIRE(d.size() == 16);
+  CHECK(d[1].cycle == d[0].cycle + 1);  // the wavelets come one a cycle
+  const OpRecord* o = nullptr;
+  for (const auto& rec : r.fab->op_records())
+    if (rec.x == 1) o = &rec;
+  REQUIRE(o);
+  CHECK(o->end == o->start + 16 + 2 * 16);  // the 16th element in the 32nd cycle of the op
+  for (float v : r.fab->read_array(1, 0, "y")) CHECK(v == 1.5f);
+}
+
 TEST_CASE("wafer-fabric: fh2s len 9 on wse2 (width 1) takes 16 + 9 cycles", "[wafer-fabric]") {
   op_contract("wse2", ".data a f32 9\n.data b f16 9\n.dsd am mem1d a\n.dsd bm mem1d b", "fh2s am, bm", 16 + 9);
 }
