@@ -63,8 +63,16 @@ NOTES = """
   model: the fabric model applies the hop latency to router-to-router links only, while a PE's
   transfer to and from its own router (RAMP) takes one cycle. A stage of the chain therefore costs
   1 + 2 + 1 = 4 cycles, where the model's 2 T_R + 1 = 5 counts T_R on the PE-router path too.
-  Which of the two the silicon does is not in the public sources. The paper's own CS-2
-  measurements are not in the fact sheet, so these rows check against its model only.
+  The paper's T_R is that PE-router path ("the latency incurred when data travels from the
+  processor to its router and back", as a published summary of the paper puts it:
+  themoonlight.io's review of arXiv 2404.15888; the fact sheet gives only T_R ~ 2), hops costing
+  one cycle, and `router.ramp_latency` sets it: the `-ramp2` rows run every `-tr2` row
+  again at a ramp latency of 2 and a hop of 1 cycle, and the chain, chain AllReduce and 2-D rows
+  come within 0.2% of the model (the broadcast's distance read at one cycle a hop). So the gap is
+  where the T_R cycles sit, not their count. 3P's 2.000 cycles a hop on WSE-3 silicon is a
+  different figure (the slope table below); which chip has which is not in the public sources.
+  The paper's own CS-2 measurements are not in the fact sheet, so these rows check against its
+  model only.
 - Chain AllReduce (the paper's code_chain_allreduce.csl: the chain reduce, then a broadcast of the
   sum back from the chain's end on one multicast color): the same model applied to each phase, the
   broadcast read as C = setup + B, E/N + L = B + setup + (P - 1) T_R, D = 1 (this project's

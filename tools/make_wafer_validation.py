@@ -109,22 +109,26 @@ def chain_model(P, B, tr):
     return C, EN_L, max(C, EN_L) + (2 * tr + 1) * (P - 1)
 
 
-def bcast_model(B, dist, tr):
+def bcast_model(B, dist, tr, hop=None):
     """The same model read for a broadcast of B wavelets from one PE over `dist` hops to the
     farthest: C = setup + B (each PE takes one a cycle), E/N + L = B + setup + dist * T_R, D = 1.
     Returns (C, E/N + L, T)."""
-    C, EN_L = SETUP + B, B + SETUP + dist * tr
+    C, EN_L = SETUP + B, B + SETUP + dist * (tr if hop is None else hop)
     return C, EN_L, max(C, EN_L) + (2 * tr + 1)
 
 
-def model_row(name, what, program, lname, out_file, T, parts, tr):
-    """A scenario (`name`.json / its -tr2 form) running layout `lname` against the model's T."""
-    sfx = "" if tr == 1 else "_tr2"
+def model_row(name, what, program, lname, out_file, T, parts, tr, ramp=False):
+    """A scenario (`name`.json, its _tr2 form: router.hop_latency 2, or its _ramp2 form:
+    router.ramp_latency 2 -- the paper's T_R as the PE-router latency) running layout `lname`
+    against the model's T."""
+    sfx = "" if tr == 1 else ("_ramp%d" if ramp else "_tr%d") % tr
     scen = {
         "schema": "tessera.scenario/1",
         "name": "wafer-validation-%s%s" % (name.replace("_", "-"), sfx.replace("_", "-")),
-        "description": ("%s; program %s, hop latency %d; against the model of Luczynski et al.: %s: T = %d cycles. "
-                        "Written by tools/make_wafer_validation.py." % (what, program, tr, parts, T)),
+        "description": ("%s; program %s, %s; against the model of Luczynski et al.: %s: T = %d cycles. "
+                        "Written by tools/make_wafer_validation.py."
+                        % (what, program, "hop latency 1, PE-router (ramp) latency %d" % tr if ramp else "hop latency %d" % tr,
+                           parts, T)),
         "target": {"kind": "wafer", "preset": "wse2"},
         "model": {"layout": lname},
         "expect": {"outputs": {"sum": {"file": "data/" + out_file, "rtol": 0, "atol": 0}},
@@ -134,11 +138,11 @@ def model_row(name, what, program, lname, out_file, T, parts, tr):
                       "project's reading for %s): %s = %d cycles at 850 MHz" % (program, parts, T)}},
     }
     if tr != 1:
-        scen["target"]["params"] = {"router.hop_latency": tr}
+        scen["target"]["params"] = {"router.ramp_latency" if ramp else "router.hop_latency": tr}
     write(name + sfx + ".json", scen)
 
 
-def reduce_chain(P, B=256, tr=1):
+def reduce_chain(P, B=256, tr=1, ramp=False):
     sfx = "" if B == 256 else "_b%d" % B
     layout = reduce_layout(P, B)
     lname = "reduce_chain_p%d%s_layout.json" % (P, sfx)
@@ -148,7 +152,8 @@ def reduce_chain(P, B=256, tr=1):
     C, EN_L, T = chain_model(P, B, tr)
     model_row("reduce_chain_p%d%s" % (P, sfx), "Chain reduce of %d fp32 values over a row of %d PEs (each PE adds its "
               "vector to the stream from the west and passes it east)" % (B, P), "row_reduce_pipe.pe", lname,
-              "reduce_p%d%s_sum.npy" % (P, sfx), T, "C = %d, E/N + L = %d, D = %d: max(%d, %d) + %d*%d" % (C, EN_L, P - 1, C, EN_L, 2 * tr + 1, P - 1), tr)
+              "reduce_p%d%s_sum.npy" % (P, sfx), T, "C = %d, E/N + L = %d, D = %d: max(%d, %d) + %d*%d" % (C, EN_L, P - 1, C, EN_L, 2 * tr + 1, P - 1), tr,
+              ramp)
 
 
 # The pipelined chain reduce of row_reduce_pipe.pe (each PE adds its vector `a` to the stream from
@@ -205,7 +210,7 @@ CHAIN_ALLREDUCE_PE = """# Chain AllReduce (tools/make_wafer_validation.py): the 
 """
 
 
-def allreduce_chain(P, B=256, tr=1):
+def allreduce_chain(P, B=256, tr=1, ramp=False):
     routes = chain_routes(P)
     # The broadcast (color 3): from the eastmost PE's ramp west; each router on the way delivers it
     # to its PE and passes it on, the westmost one only delivers.
@@ -219,11 +224,12 @@ def allreduce_chain(P, B=256, tr=1):
     write(lname, layout)
     write_npy("allreduce_p%d_sum.npy" % P, (1, P, B), [P * (P + 1) / 2.0] * (P * B))
     C, EN_L, Tr = chain_model(P, B, tr)
-    Cb, ENb_L, Tb = bcast_model(B, P - 1, tr)
+    Cb, ENb_L, Tb = bcast_model(B, P - 1, tr, 1 if ramp else tr)
     model_row("allreduce_chain_p%d" % P, "Chain AllReduce of %d fp32 values over a row of %d PEs (the chain reduce "
               "to the eastmost PE, then its broadcast of the sum west to every PE, as in Luczynski et al.'s "
               "code_chain_allreduce.csl)" % (B, P), "chain_allreduce.pe", lname, "allreduce_p%d_sum.npy" % P, Tr + Tb,
-              "reduce max(%d, %d) + %d*%d, broadcast max(%d, %d) + %d*1" % (C, EN_L, 2 * tr + 1, P - 1, Cb, ENb_L, 2 * tr + 1), tr)
+              "reduce max(%d, %d) + %d*%d, broadcast max(%d, %d) + %d*1" % (C, EN_L, 2 * tr + 1, P - 1, Cb, ENb_L, 2 * tr + 1), tr,
+              ramp)
 
 
 REDUCE_2D_PE = """# 2-D chain reduce and AllReduce (tools/make_wafer_validation.py): over a Q x Q rectangle every row
@@ -274,7 +280,7 @@ REDUCE_2D_PE = """# 2-D chain reduce and AllReduce (tools/make_wafer_validation.
 """
 
 
-def reduce_2d(Q, B=256, tr=1, allreduce=False):
+def reduce_2d(Q, B=256, tr=1, allreduce=False, ramp=False):
     """The 2-D chain reduce (or AllReduce) of B fp32 values over Q x Q PEs (reduce_2d.pe)."""
     routes = chain_routes(Q)  # the rows (each region spans every row)
     for py in range(Q):  # the last column: a chain south, colors 3/4
@@ -326,14 +332,14 @@ def reduce_2d(Q, B=256, tr=1, allreduce=False):
     T = 2 * Tc
     parts = "rows max(%d, %d) + %d*%d, last column the same" % (C, EN_L, 2 * tr + 1, Q - 1)
     if allreduce:
-        Cb, ENb_L, Tb = bcast_model(B, 2 * (Q - 1), tr)
+        Cb, ENb_L, Tb = bcast_model(B, 2 * (Q - 1), tr, 1 if ramp else tr)
         T += Tb
         parts += ", broadcast max(%d, %d) + %d*1" % (Cb, ENb_L, 2 * tr + 1)
     what = "AllReduce" if allreduce else "reduce"
     model_row("%s_2d_q%d" % (kind, Q), "2-D chain %s of %d fp32 values over %d x %d PEs (every row's chain reduce east, "
               "then the last column's south%s)" % (what, B, Q, Q, ", then a broadcast of the total over one multicast "
                                                    "tree" if allreduce else ""),
-              "reduce_2d.pe", lname, "%s_2d_q%d_sum.npy" % (kind, Q), T, parts, tr)
+              "reduce_2d.pe", lname, "%s_2d_q%d_sum.npy" % (kind, Q), T, parts, tr, ramp)
 
 
 # The binomial-tree reduce of spcl/spatial-collectives modules/tree.csl, rooted at the row's eastmost
@@ -395,7 +401,7 @@ def bcast_routes(P, color):
             {"color": color, "x": 0, "width": 1, "rx": ["E"], "tx": ["RAMP"]}]
 
 
-def reduce_or_allreduce(kind, algo, P, B, tr, routes, params, program, T, parts, what):
+def reduce_or_allreduce(kind, algo, P, B, tr, routes, params, program, T, parts, what, ramp=False):
     """Writes the layout, expected sums and scenario of a 1-D `algo` reduce (or, with kind
     "allreduce", the reduce then the sum's broadcast west from the root on color `bc`)."""
     sfx = "" if B == 256 else "_b%d" % B
@@ -408,14 +414,14 @@ def reduce_or_allreduce(kind, algo, P, B, tr, routes, params, program, T, parts,
     write_npy(name + "_sum.npy", (1, P, B),
               [total] * (P * B) if kind == "allreduce" else [0.0] * ((P - 1) * B) + [total] * B)
     if kind == "allreduce":
-        Cb, ENb_L, Tb = bcast_model(B, P - 1, tr)
+        Cb, ENb_L, Tb = bcast_model(B, P - 1, tr, 1 if ramp else tr)
         T += Tb
         parts = "reduce %s, broadcast max(%d, %d) + %d*1" % (parts, Cb, ENb_L, 2 * tr + 1)
         what = what.replace(" reduce of", " AllReduce of", 1) + ", then the sum's broadcast west to every PE"
-    model_row(name, what, program, name + "_layout.json", name + "_sum.npy", T, parts, tr)
+    model_row(name, what, program, name + "_layout.json", name + "_sum.npy", T, parts, tr, ramp)
 
 
-def reduce_tree(P, B=256, tr=1, allreduce=False):
+def reduce_tree(P, B=256, tr=1, allreduce=False, ramp=False):
     L = int(math.log2(P))
     assert 2 ** L == P and L <= TREE_LEVELS
     r = "(width - 1 - px)"
@@ -446,7 +452,7 @@ def reduce_tree(P, B=256, tr=1, allreduce=False):
                         % (D, SETUP, B, EN_L, D, C, EN_L, 2 * tr + 1, D),
                         "Tree reduce of %d fp32 values over a row of %d PEs (the binomial tree of Luczynski et al.'s "
                         "tree.csl, rooted at the eastmost PE: at level k a PE sends its partial sum 2^k PEs east)"
-                        % (B, P))
+                        % (B, P), ramp)
 
 
 # The two-phase reduce of spcl/spatial-collectives modules/two_phase.csl: the row is cut into groups
@@ -505,17 +511,17 @@ TWO_PHASE_PE = """# Two-phase reduce and AllReduce (tools/make_wafer_validation.
 """
 
 
-def two_phase_model(P, S, B, tr):
+def two_phase_model(P, S, B, tr, hop=None):
     """The model read per phase: the group chains T_chain(S), then the heads' chain of G = P / S
     with S - 1 more hops a link: max(C, B + setup + (G - 1)(S - 1) T_R) + (2 T_R + 1)(G - 1).
     Returns (T_groups, C, E/N + L of the heads' chain, G, T)."""
     G = P // S
     C, EN_L, T1 = chain_model(S, B, tr)
-    EN_L2 = B + SETUP + (G - 1) * (S - 1) * tr
+    EN_L2 = B + SETUP + (G - 1) * (S - 1) * (tr if hop is None else hop)
     return T1, C, EN_L2, G, T1 + max(C, EN_L2) + (2 * tr + 1) * (G - 1)
 
 
-def reduce_two_phase(P, S, B=256, tr=1, allreduce=False):
+def reduce_two_phase(P, S, B=256, tr=1, allreduce=False, ramp=False):
     G = P // S
     assert G * S == P and S >= 2 and G >= 2
     routes = []
@@ -541,13 +547,13 @@ def reduce_two_phase(P, S, B=256, tr=1, allreduce=False):
     if allreduce:
         routes += bcast_routes(P, 5)
         params.update({"bc_send": "px == width - 1", "bc_recv": "px != width - 1"})
-    T1, C, EN_L2, G, T = two_phase_model(P, S, B, tr)
+    T1, C, EN_L2, G, T = two_phase_model(P, S, B, tr, 1 if ramp else tr)
     reduce_or_allreduce("allreduce" if allreduce else "reduce", "two_phase", P, B, tr, routes, params,
                         "two_phase_reduce.pe", T,
                         "groups T_chain(%d) = %d, heads max(%d, %d) + %d*%d" % (S, T1, C, EN_L2, 2 * tr + 1, G - 1),
                         "Two-phase reduce of %d fp32 values over a row of %d PEs (Luczynski et al.'s two_phase.csl: "
                         "chain reduces within %d groups of %d PEs, then a chain over the groups' heads, %d hops a link)"
-                        % (B, P, G, S, S))
+                        % (B, P, G, S, S), ramp)
 
 def single_op(name, op, n, cycles, what, result):
     prog = ("# One %s over %d fp16 elements on one PE (tools/make_wafer_validation.py).\n"
@@ -899,6 +905,14 @@ def main():
          "FMA fp16 (fmach)", 2.0)
     rate("rate_fma32_wse3", "fmacs cm, am, bm, 2.0", "f32", 2048, (("a", "1.5"), ("b", "0.25"), ("c", "0")), 0.50,
          "FMA fp32 (fmacs)", 2.0)
+    # The T_R = 2 rows again with the paper's T_R as the PE-router latency (router.ramp_latency 2, hops of 1 cycle).
+    for P in (64, 256):
+        reduce_chain(P, tr=2, ramp=True)
+        allreduce_chain(P, tr=2, ramp=True)
+    for allreduce in (False, True):
+        reduce_2d(16, tr=2, allreduce=allreduce, ramp=True)
+        reduce_tree(256, tr=2, allreduce=allreduce, ramp=True)
+        reduce_two_phase(256, 16, tr=2, allreduce=allreduce, ramp=True)
     # The same rows under the published memory bandwidth per PE (pe.sram_bytes_per_cycle), and the fmacs one at 3P's
     # measured 0.5 per cycle (simd.fmacs_interval 2): mechanisms from public figures, off in the presets.
     bw_note = ("Here with pe.sram_bytes_per_cycle %.1f: the memory bandwidth per PE of wafer.md Whole wafer (WSE-3: 21 PB/s "

@@ -183,6 +183,7 @@ WaferConfig WaferConfig::from(const ParamSet& p) {
   c.task_count = p.integer("task.count");
   c.colors = p.integer("router.colors");
   c.hop_latency = p.integer("router.hop_latency");
+  c.ramp_latency = p.integer("router.ramp_latency");
   c.buffer_depth = p.integer("router.buffer_depth");
   c.input_depth = p.list("queue.input_depth");
   c.output_depth = p.list("queue.output_depth");

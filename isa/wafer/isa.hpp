@@ -240,6 +240,7 @@ struct WaferConfig {
   int64_t fmacs_interval = 1;  // simd.fmacs_interval: cycles per fmacs element group
   int64_t sram_bw_q = 0;       // pe.sram_bytes_per_cycle in 1/1024 bytes (0: no limit)
   int64_t task_count = 0, colors = 0, hop_latency = 0, buffer_depth = 0;
+  int64_t ramp_latency = 1;  // router.ramp_latency: cycles between a PE and its router, each way
   std::vector<int64_t> input_depth, output_depth;
   double memoryx_bandwidth = 0, memoryx_latency = 0, memoryx_capacity = 0, swarmx_bandwidth = 0, swarmx_latency = 0;
   int64_t memoryx_burst = 0;

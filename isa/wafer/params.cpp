@@ -33,6 +33,7 @@ const TargetDesc& target_desc() {
         int_list("queue.output_depth", U::count, {2, 2, 6, 6, 2, 2, 0, 0}, 0, 64, "output queue depths (wavelets), queues 0..7 (0 = none)", "wafer.md PE: WSE-2 out 2,2,6,6,2,2,-,- (SDK DSDs)"),
         integer("router.colors", U::count, 24, 1, 32, "routable colors", "wafer.md Fabric: 24 routable colors (SDK)"),
         integer("router.hop_latency", U::cycles, 1, 1, 2, "cycles for a wavelet to move one hop", "wafer.md Fabric: SDK says 1 cycle; 3P measured 2.000 on silicon"),
+        integer("router.ramp_latency", U::cycles, 1, 1, 4, "cycles between a PE and its own router, each way (RAMP)", "wafer.md Published measurements: Luczynski et al.'s reduce model counts (2*T_R + 1) cycles a dependent step, T_R ~ 2, T_R the latency from the PE to its router and back (per a published summary of the paper, themoonlight.io); SDK: one cycle (default)"),
         integer("router.buffer_depth", U::count, 4, 1, 64, "wavelets buffered per color per router input", "assumption: not published (wafer.md Fabric: backpressure exists)"),
         number("memoryx.bandwidth", U::bandwidth, 150 * GBs, 1e6, 1e15, "weight stream bandwidth MemoryX -> wafer", "wafer.md Whole wafer: CS-2 host I/O 1.2 Tb/s over 100 GbE links"),
         number("memoryx.latency", U::time, 2 * us, 0, 1, "latency from a MemoryX read request to the first wavelet at the edge", "assumption: not published"),

@@ -473,6 +473,7 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
   H = layout.layout.height;
   D = static_cast<int>(cfg.buffer_depth);
   hop = cfg.hop_latency;
+  ramp = std::max<int64_t>(1, cfg.ramp_latency);
   QD = 1;
   for (int q = 0; q < 8; ++q) {
     in_depth[q] = q < static_cast<int>(cfg.input_depth.size()) ? static_cast<int>(cfg.input_depth[static_cast<size_t>(q)]) : 0;
@@ -1203,6 +1204,9 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
     // Forward to every tx direction in this cycle.
     const Wv wv = *w;
     moved = true;
+    // router.ramp_latency: a wavelet from the PE's output queue still has ramp - 1 cycles to the crossbar.
+    const int64_t up = c.dir < 0 ? ramp - 1 : 0;
+    const int64_t at_pe = t + ramp + up, at_link = t + hop + up;
     for (unsigned m = tx; m; m &= m - 1) {
       const int d = std::countr_zero(m);
       if (const int di = drop_at(r, d, slot_color[c.slot], t); di >= 0) {  // an injected fault takes it
@@ -1216,36 +1220,36 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
       ++st.color_hops[wv.color];
       if (d == static_cast<int>(Dir::RAMP)) {
         const int q = pinfo[pes[ps].prog].color_q[slot_color[c.slot]];
-        const Wv in{wv.payload, wv.color, wv.control, t + 1};
-        if (!drain(wk, ps, q, in, t + 1)) {
+        const Wv in{wv.payload, wv.color, wv.control, at_pe};
+        if (!drain(wk, ps, q, in, at_pe)) {
           push_queue(ps, q, in);
-          // The PE takes it at t + 1 -- unless its main thread runs on to a later cycle and no
+          // The PE takes it at at_pe (t + 1 at ramp latency 1) -- unless its main thread runs on to a later cycle and no
           // microthread reads this queue: then nothing can take it before that cycle, when the
           // PE is woken for it.
           const Pe& P = pes[ps];
-          bool later = P.ready_at > t + 1 && P.main.instr < 0 && !P.mt_wait;
+          bool later = P.ready_at > at_pe && P.main.instr < 0 && !P.mt_wait;
           for (const Mt& m : P.mts) later = later && !(m.op.inq & (1u << q));
-          wake_pe(wk, ps, later ? P.ready_at : t + 1);
+          wake_pe(wk, ps, later ? P.ready_at : at_pe);
         }
         ++st.ramp_deliveries;
-        if (f.opt_.summary) summary_received(wk, pes[ps].rect, wv.color, t + 1);
+        if (f.opt_.summary) summary_received(wk, pes[ps].rect, wv.color, at_pe);
         if (pes[ps].rec)
-          record(wk, *wk.deliveries, wk.tag_d, t, r | kRouterBit, DeliveryRecord{pes[ps].x, pes[ps].y, wv.color, static_cast<uint8_t>(q), wv.payload, t + 1 - start});
+          record(wk, *wk.deliveries, wk.tag_d, t, r | kRouterBit, DeliveryRecord{pes[ps].x, pes[ps].y, wv.color, static_cast<uint8_t>(q), wv.payload, at_pe - start});
       } else if (const uint32_t ds = slot_down[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(d)]; ds == kNone) {
         PortLane* ol = out_lane(r, d, wv.color);
-        ol->out.push_back({wv.payload, t + hop - start});
+        ol->out.push_back({wv.payload, at_link - start});
         ++st.port_out_wavelets;
-        if (int64_t fire = t; reply.fn && reply_from[ol->port] && reply_counted(wk, t, r, fire)) fire_reply(wk, fire + hop);
-        if (f.opt_.summary) summary_received(wk, wk.sum->rects + static_cast<int32_t>(ol->port), wv.color, t + hop);
+        if (int64_t fire = t; reply.fn && reply_from[ol->port] && reply_counted(wk, t, r, fire)) fire_reply(wk, fire + hop + up);
+        if (f.opt_.summary) summary_received(wk, wk.sum->rects + static_cast<int32_t>(ol->port), wv.color, at_link);
       } else {
         const size_t bi = static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d]);
         int k2 = bhead[bi] + bcount[bi];
         if (k2 >= D) k2 -= D;
-        bufs[slot_ring[bi] + static_cast<size_t>(k2)] = {wv.payload, wv.color, wv.control, t + hop};
+        bufs[slot_ring[bi] + static_cast<size_t>(k2)] = {wv.payload, wv.color, wv.control, at_link};
         const bool was_empty = !bcount[bi]++;
         if (bcount[bi] > st.router_buffer_high_water) st.router_buffer_high_water = bcount[bi];
         ++st.wavelet_hops;
-        pushed_down(wk, ds, was_empty, t + hop);
+        pushed_down(wk, ds, was_empty, at_link);
       }
     }
     if (wv.control) slot_pos[c.slot] = slot_route[c.slot].next(slot_pos[c.slot]);

@@ -279,6 +279,7 @@ struct Fabric::Impl {
   const WaferConfig& cfg;
   const LoadedLayout* L = nullptr;
   int64_t W = 0, H = 0, hop = 1, start = 0;
+  int64_t ramp = 1;  // router.ramp_latency: a wavelet from the PE reaches the crossbar ramp - 1 cycles after its queue, one to the PE arrives ramp cycles after the router sends it
   int D = 1, QD = 1;
   std::array<int, 8> in_depth{}, out_depth{};
 

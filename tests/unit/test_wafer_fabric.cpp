@@ -97,17 +97,19 @@ std::string row_layout(int width, int n, const std::vector<int>& receivers) {
   return s + "]}";
 }
 
-// B wavelets over N links: first readable at setup + 1 + N * hop + 1, then one per cycle.
-void hop_contract(int N, int B, int64_t hop) {
+// B wavelets over N links: first readable at setup + 1 + N * hop + 1, then one per cycle (with
+// router.ramp_latency R: setup + R + N * hop + R -- R - 1 more each way between a PE and its router).
+void hop_contract(int N, int B, int64_t hop, int64_t ramp = 1) {
   WaferConfig c = preset_config("wse2");
   c.hop_latency = hop;
+  c.ramp_latency = ramp;
   Run r(c, load({{"send.pe", kSend}, {"recv.pe", kRecv}}, row_layout(N + 1, B, {N}), c));
   r.go();
   INFO(r.fab->error().value_or(""));
   REQUIRE_FALSE(r.fab->error());
   const auto d = deliveries_at(*r.fab, N, 0);
   REQUIRE(d.size() == static_cast<size_t>(B));
-  const int64_t first = c.setup_cycles + 1 + N * hop + 1;
+  const int64_t first = c.setup_cycles + ramp + N * hop + ramp;
   for (int i = 0; i < B; ++i) CHECK(d[static_cast<size_t>(i)].cycle == first + i);
   CHECK(d.back().cycle == first + B - 1);
   for (int x = 0; x < N; ++x) CHECK(r.fab->link_wavelets(x, 0, Dir::E) == B);
@@ -174,6 +176,14 @@ TEST_CASE("wafer-fabric: 16 wavelets over 6 hops arrive from setup + 6 + 2 one p
 
 TEST_CASE("wafer-fabric: 24 wavelets over 9 hops arrive from setup + 9 x 2 + 2 one per cycle (hop latency 2)", "[wafer-fabric]") {
   hop_contract(9, 24, 2);
+}
+
+TEST_CASE("wafer-fabric: at router.ramp_latency 2, 16 wavelets over 6 hops arrive from setup + 2 + 6 + 2 one per cycle", "[wafer-fabric]") {
+  hop_contract(6, 16, 1, 2);
+}
+
+TEST_CASE("wafer-fabric: at router.ramp_latency 2 and hop latency 2, 24 wavelets over 9 hops arrive from setup + 2 + 9 x 2 + 2 one per cycle", "[wafer-fabric]") {
+  hop_contract(9, 24, 2, 2);
 }
 
 TEST_CASE("wafer-fabric: fadds len 64 fp32 stride 1 on wse2 takes 16 + 64/2 cycles", "[wafer-fabric]") {
