@@ -120,7 +120,7 @@ NOTES = """
   the presets, which keep the SDK widths) caps the bytes a DSD op's memory operands move: by its
   k-th cycle an op has done at most floor(k x limit / bytes per element) elements. The `-sram`
   rows run the three SIMD rows at 21.2: the copies come to -8.9% and -7.8% (from -39%), the fp16
-  FMA (6 bytes an element: two reads and a write) to -17.1% (from -62.7%); what is left of that
+  FMA (6 bytes an element: two reads and a write) to -17.0% (from -62.7%); what is left of that
   one is not in a public source. The limit is not in the compiler's estimate. For fmacs, 3P's
   pipeline notes give a dependent FP op every 2 cycles, and its simulator and silicon both measure
   0.5 per cycle against the SDK's width 1: `rate-fma32-wse3-fmacs2` runs fmacs at that rate with
@@ -157,7 +157,7 @@ NOTES = """
   PE's sum is checked exactly. The model, read for these programs (the fact sheet gives the model,
   not the paper's parameters per algorithm):
   - tree: C = the root's log2 P adds, each fed by the fabric at one wavelet a cycle,
-    log2 P (setup + B); E = B log2 P P / 2 hops over N = P - 1 links; L = P - 1; D = log2 P;
+    log2 P (setup + B); E = B log2 P P / 2 hops over N = P - 1 links; L = P - 1 hops; D = log2 P;
   - two-phase: the group chains' T_chain(S), then the heads' chain as a chain of P / S stages with
     (S - 1) T_R more distance a stage: max(C, B + setup + (P / S - 1)(S - 1) T_R) + (2 T_R + 1)(P / S - 1).
 

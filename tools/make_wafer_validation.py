@@ -383,13 +383,13 @@ def tree_program(L):
 TREE_LEVELS = 8  # P up to 256, the paper's largest 1-D size
 
 
-def tree_model(P, B, tr):
+def tree_model(P, B, tr, hop=None):
     """The model read for the tree: C = the root's L adds, each fed by the fabric at one wavelet a
     cycle (L (setup + B)); E = B L P / 2 hops (each level moves P / 2^(k+1) vectors 2^k hops) over
-    N = P - 1 links, L = P - 1 the farthest distance; D = L = log2 P. Returns (C, E/N + L, D, T)."""
+    N = P - 1 links, L = (P - 1) hops the farthest distance; D = log2 P. Returns (C, E/N + L, D, T)."""
     L = int(math.log2(P))
     C = L * (SETUP + B)
-    EN_L = math.ceil(B * L * P / (2.0 * (P - 1))) + P - 1
+    EN_L = math.ceil(B * L * P / (2.0 * (P - 1))) + (P - 1) * (tr if hop is None else hop)
     return C, EN_L, L, max(C, EN_L) + (2 * tr + 1) * L
 
 
@@ -446,7 +446,7 @@ def reduce_tree(P, B=256, tr=1, allreduce=False, ramp=False):
     if allreduce:
         routes += bcast_routes(P, 1 + TREE_LEVELS)
         params.update({"bc_send": "%s == 0" % r, "bc_recv": "%s != 0" % r})
-    C, EN_L, D, T = tree_model(P, B, tr)
+    C, EN_L, D, T = tree_model(P, B, tr, 1 if ramp else tr)
     reduce_or_allreduce("allreduce" if allreduce else "reduce", "tree", P, B, tr, routes, params, "tree_reduce.pe", T,
                         "C = %d*(%d + %d), E/N + L = %d, D = %d: max(%d, %d) + %d*%d"
                         % (D, SETUP, B, EN_L, D, C, EN_L, 2 * tr + 1, D),

@@ -1221,7 +1221,8 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
       if (d == static_cast<int>(Dir::RAMP)) {
         const int q = pinfo[pes[ps].prog].color_q[slot_color[c.slot]];
         const Wv in{wv.payload, wv.color, wv.control, at_pe};
-        if (!drain(wk, ps, q, in, at_pe)) {
+        // (drain only at ramp latency 1: a later store would be seen early by the PE's events between)
+        if (at_pe != t + 1 || !drain(wk, ps, q, in, at_pe)) {
           push_queue(ps, q, in);
           // The PE takes it at at_pe (t + 1 at ramp latency 1) -- unless its main thread runs on to a later cycle and no
           // microthread reads this queue: then nothing can take it before that cycle, when the
@@ -1239,7 +1240,7 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
         PortLane* ol = out_lane(r, d, wv.color);
         ol->out.push_back({wv.payload, at_link - start});
         ++st.port_out_wavelets;
-        if (int64_t fire = t; reply.fn && reply_from[ol->port] && reply_counted(wk, t, r, fire)) fire_reply(wk, fire + hop + up);
+        if (int64_t fire = t; reply.fn && reply_from[ol->port] && reply_counted(wk, t, r, fire)) fire_reply(wk, fire + hop + ramp - 1);  // every counted wavelet has arrived by then, on any thread count
         if (f.opt_.summary) summary_received(wk, wk.sum->rects + static_cast<int32_t>(ol->port), wv.color, at_link);
       } else {
         const size_t bi = static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d]);

@@ -168,7 +168,7 @@ int Fabric::Impl::run_group(Worker& wk, uint32_t s, OpRun& op, int64_t t) {
   int64_t n = std::min<int64_t>(op.width, op.len - op.i);
   // pe.sram_bytes_per_cycle: no more elements than the memory bandwidth has carried since the op's
   // first processing cycle (a cycle without room idles, like a pause).
-  if (op.bpe) {
+  if (op.bpe && n > 0) {  // (an op of no elements ends as before)
     n = std::min(n, sram_cap(t - (op.start + cfg.setup_cycles) + 1, op.bpe, cfg) - op.i);
     if (n <= 0) return 1;
   }

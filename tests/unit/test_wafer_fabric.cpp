@@ -287,6 +287,29 @@ TEST_CASE("wafer-fabric: at pe.sram_bytes_per_cycle 21.2 an fmovh over 64 fp16 a
   CHECK(a.halt_cycle(0, 0) == b.halt_cycle(0, 0));
 }
 
+TEST_CASE("wafer-fabric: at pe.sram_bytes_per_cycle 2 an op of no elements (a fabout of dsd_len 0) ends as it does without the limit", "[wafer-fabric]") {
+  // fadds out, am, am: 8 memory bytes an element, limited at 2 a cycle; its length is its fabout's, 0.
+  const char* send = R"(
+.param n = 8
+.data a f32 $n fill=1
+.dsd am mem1d a
+.dsd out fabout f32 color=1 queue=2 len=$n
+.task main local id=8 active
+  dsd_len out, 0
+  fadds out, am, am
+  halt
+)";
+  const char* recv = ".param n = 8\n.task main local id=8 active\n  halt\n";
+  WaferConfig c = preset_config("wse2");
+  c.sram_bw_q = 2 * 1024;
+  Run r(c, load({{"send.pe", send}, {"recv.pe", recv}}, row_layout(2, 8, {1}), c));
+  r.go();
+  INFO(r.fab->error().value_or(""));
+  REQUIRE_FALSE(r.fab->error());
+  // dsd_len in cycle 0, the op issued in cycle 1 and done (no elements) after its setup, then halt.
+  CHECK(r.fab->halt_cycle(0, 0) == 1 + 16 + 1);
+}
+
 TEST_CASE("wafer-fabric: pe.sram_bytes_per_cycle below an element's bytes with simd.fmacs_interval 2: eager and element-by-element fmacs end together", "[wafer-fabric]") {
   WaferConfig c = preset_config("wse2");
   c.fmacs_interval = 2;
