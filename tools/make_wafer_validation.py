@@ -187,6 +187,26 @@ CHAIN_STEPS = """.if $first
 .endif
 """
 
+# The AllReduce's broadcast on color 5 (queue 5), shared by reduce_2d.pe and two_phase_reduce.pe: the root
+# sends the sum (bc_send), every other PE keeps it in `sum` (bc_recv); routes from bcast_routes or reduce_2d.
+BCAST_DECLS = """.param bc_send = 0               # the AllReduce's root: it broadcasts the sum on color 5
+.param bc_recv = 0               # the AllReduce's other PEs: they keep it in sum
+"""
+BCAST_DSDS = """.if $bc_recv
+.dsd from_bc fabin f32 color=5 queue=5 len=$n
+.endif
+.if $bc_send
+.dsd to_bc fabout f32 color=5 queue=5 len=$n
+.endif
+"""
+BCAST_STEPS = """.if $bc_send
+  fmovs to_bc, sm                # the broadcast
+.endif
+.if $bc_recv
+  fmovs sm, from_bc
+.endif
+"""
+
 CHAIN_ALLREDUCE_PE = """# Chain AllReduce (tools/make_wafer_validation.py): the pipelined chain reduce of row_reduce_pipe.pe
 # to the eastmost PE, then that PE streams the sum back west on a multicast color (every router
 # delivers it to its PE and passes it on) and every PE keeps it in `sum` -- the chain AllReduce of
@@ -245,21 +265,13 @@ REDUCE_2D_PE = """# 2-D chain reduce and AllReduce (tools/make_wafer_validation.
 .param csend = 0                 # cfirst or cmiddle
 .param cin = 4
 .param cout = 3
-.param bc_send = 0               # the AllReduce's south-east PE
-.param bc_recv = 0               # the AllReduce's other PEs
-.if $crecv
+""" + BCAST_DECLS + """.if $crecv
 .dsd from_north fabin f32 color=$cin queue=3 len=$n
 .endif
 .if $csend
 .dsd to_south fabout f32 color=$cout queue=4 len=$n
 .endif
-.if $bc_recv
-.dsd from_bc fabin f32 color=5 queue=5 len=$n
-.endif
-.if $bc_send
-.dsd to_bc fabout f32 color=5 queue=5 len=$n
-.endif
-
+""" + BCAST_DSDS + """
 .task main local id=10 active
 """ + CHAIN_STEPS + """.if $cfirst
   fmovs to_south, sm             # the last column's stream
@@ -270,13 +282,7 @@ REDUCE_2D_PE = """# 2-D chain reduce and AllReduce (tools/make_wafer_validation.
 .if $clast
   fadds sm, sm, from_north       # the sum of all
 .endif
-.if $bc_send
-  fmovs to_bc, sm                # the broadcast
-.endif
-.if $bc_recv
-  fmovs sm, from_bc
-.endif
-  halt
+""" + BCAST_STEPS + """  halt
 """
 
 
@@ -473,21 +479,13 @@ TWO_PHASE_PE = """# Two-phase reduce and AllReduce (tools/make_wafer_validation.
 .param h_send = 0                # head_first or head_mid
 .param h_in = 4
 .param h_out = 3
-.param bc_send = 0               # the AllReduce: the root broadcasts the sum on color 5,
-.param bc_recv = 0               # every other PE keeps it in sum
-.if $h_recv
+""" + BCAST_DECLS + """.if $h_recv
 .dsd from_head fabin f32 color=$h_in queue=3 len=$n
 .endif
 .if $h_send
 .dsd to_head fabout f32 color=$h_out queue=4 len=$n
 .endif
-.if $bc_send
-.dsd to_bc fabout f32 color=5 queue=5 len=$n
-.endif
-.if $bc_recv
-.dsd from_bc fabin f32 color=5 queue=5 len=$n
-.endif
-
+""" + BCAST_DSDS + """
 .task main local id=10 active
 """ + CHAIN_STEPS[:CHAIN_STEPS.index(".if $last")] + """.if $head_first
   fadds to_head, am, from_west   # the group's sum, on to the next head
@@ -501,13 +499,7 @@ TWO_PHASE_PE = """# Two-phase reduce and AllReduce (tools/make_wafer_validation.
 .if $root
   fadds sm, am, from_head        # the row's sum
 .endif
-.if $bc_send
-  fmovs to_bc, sm                # the AllReduce's broadcast
-.endif
-.if $bc_recv
-  fmovs sm, from_bc
-.endif
-  halt
+""" + BCAST_STEPS + """  halt
 """
 
 

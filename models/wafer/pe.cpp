@@ -577,8 +577,8 @@ void Fabric::Impl::exec(Worker& wk, uint32_t s, int64_t t) {
       const int16_t interval = static_cast<int16_t>(op_interval(in.op, cfg));
       const uint8_t bpe = cfg.sram_bw_q > 0 ? static_cast<uint8_t>(sram_limited_bytes(width, instr_mem_bytes(p, in), cfg)) : 0;
       const bool eager = mem_only && len > 0;
-      const bool ahead = eager && !P.rec &&
-                         (f.opt_.max_cycles <= 0 || lt + dsd_op_cycles_bw(len, width, interval, bpe, cfg) - start <= f.opt_.max_cycles);
+      const int64_t cycles = eager ? dsd_op_cycles_bw(len, width, interval, bpe, cfg) : 0;  // an eager op's whole span
+      const bool ahead = eager && !P.rec && (f.opt_.max_cycles <= 0 || lt + cycles - start <= f.opt_.max_cycles);
       if (lt > t && !ahead) return defer();
       OpRun op;
       op.instr = P.pc;
@@ -629,7 +629,7 @@ void Fabric::Impl::exec(Worker& wk, uint32_t s, int64_t t) {
         op.width = width;
         op.bpe = bpe;
         op.pause = 0;
-        op.next = op.start + dsd_op_cycles_bw(op.len, width, op.interval, bpe, cfg) - 1;  // run_group then reports it done at next + 1
+        op.next = op.start + cycles - 1;  // run_group then reports it done at next + 1
         if (ahead) {  // done at next + 1, as pe_step would find it (no stall: stall_cycles unchanged)
           const int64_t end = op.next + 1;
           if (f.opt_.record) f.note_active(s, op.start - start, end - start);

@@ -119,6 +119,10 @@ void hop_contract(int N, int B, int64_t hop, int64_t ramp = 1) {
   CHECK(r.fab->stats().wavelet_hops == int64_t{N} * B);
 }
 
+// One PE running op.pe.
+const std::string kOpLayout =
+    R"({"fabric": {"width": 1, "height": 1}, "rects": [{"name": "pe", "x": 0, "y": 0, "width": 1, "height": 1, "program": "op.pe"}]})";
+
 // One DSD instruction on one PE: done exactly setup + ceil(len / width) cycles after it issues
 // at cycle 0; the following halt ends the PE one cycle later.
 void op_contract(const WaferConfig& c, const std::string& decls, const std::string& instr, int64_t expect_cycles);
@@ -127,9 +131,7 @@ void op_contract(const std::string& preset, const std::string& decls, const std:
 }
 void op_contract(const WaferConfig& c, const std::string& decls, const std::string& instr, int64_t expect_cycles) {
   const std::string prog = decls + "\n.task main local id=8 active\n  " + instr + "\n  halt\n";
-  const std::string layout =
-      R"({"fabric": {"width": 1, "height": 1}, "rects": [{"name": "pe", "x": 0, "y": 0, "width": 1, "height": 1, "program": "op.pe"}]})";
-  Run r(c, load({{"op.pe", prog}}, layout, c));
+  Run r(c, load({{"op.pe", prog}}, kOpLayout, c));
   r.go();
   INFO(instr);
   REQUIRE_FALSE(r.fab->error());
@@ -218,9 +220,7 @@ TEST_CASE("wafer-fabric: at simd.fmacs_interval 3 eager and element-by-element f
   const std::string prog =
       ".data a f32 10 fill=1.5\n.data b f32 10 fill=0.25\n.data d f32 64 fill=1\n.dsd am mem1d a\n.dsd bm mem1d b\n.dsd dm mem1d d\n"
       ".task main local id=8 active\n  fmacs am, am, bm, 2.0\n  fadds dm, dm, dm\n  halt\n";
-  const std::string layout =
-      R"({"fabric": {"width": 1, "height": 1}, "rects": [{"name": "pe", "x": 0, "y": 0, "width": 1, "height": 1, "program": "op.pe"}]})";
-  const SlowAndEager r(c, load({{"op.pe", prog}}, layout, c));
+  const SlowAndEager r(c, load({{"op.pe", prog}}, kOpLayout, c));
   const Fabric &a = *r.slow, &b = *r.fast;
   for (const Fabric* f : {&a, &b}) {
     REQUIRE(f->op_records().size() == 2);
@@ -272,9 +272,7 @@ TEST_CASE("wafer-fabric: at pe.sram_bytes_per_cycle 21.2 an fmovh over 64 fp16 a
   const std::string prog =
       ".data a f16 64 fill=1.5\n.data b f16 64\n.data d f32 64 fill=1\n.dsd am mem1d a\n.dsd bm mem1d b\n.dsd dm mem1d d\n"
       ".task main local id=8 active\n  fmovh bm, am\n  fadds dm, dm, dm\n  halt\n";
-  const std::string layout =
-      R"({"fabric": {"width": 1, "height": 1}, "rects": [{"name": "pe", "x": 0, "y": 0, "width": 1, "height": 1, "program": "op.pe"}]})";
-  const SlowAndEager r(c, load({{"op.pe", prog}}, layout, c));
+  const SlowAndEager r(c, load({{"op.pe", prog}}, kOpLayout, c));
   const Fabric &a = *r.slow, &b = *r.fast;
   for (const Fabric* f : {&a, &b}) {
     REQUIRE(f->op_records().size() == 2);
@@ -320,9 +318,7 @@ TEST_CASE("wafer-fabric: pe.sram_bytes_per_cycle below an element's bytes with s
   const std::string prog =
       ".data a f32 10 fill=1.5\n.data b f32 10 fill=0.25\n.dsd am mem1d a\n.dsd bm mem1d b\n"
       ".task main local id=8 active\n  fmacs am, am, bm, 2.0\n  halt\n";
-  const std::string layout =
-      R"({"fabric": {"width": 1, "height": 1}, "rects": [{"name": "pe", "x": 0, "y": 0, "width": 1, "height": 1, "program": "op.pe"}]})";
-  const SlowAndEager r(c, load({{"op.pe", prog}}, layout, c));
+  const SlowAndEager r(c, load({{"op.pe", prog}}, kOpLayout, c));
   for (const Fabric* f : {r.slow.get(), r.fast.get()}) {
     REQUIRE(f->op_records().size() == 1);
     CHECK(f->op_records()[0].end == cyc);
@@ -332,18 +328,7 @@ TEST_CASE("wafer-fabric: pe.sram_bytes_per_cycle below an element's bytes with s
 
 TEST_CASE("wafer-fabric: an async fmovs from the fabric at pe.sram_bytes_per_cycle 2 stores a wavelet every 2 cycles (not taken ahead at delivery)", "[wafer-fabric]") {
   WaferConfig c = preset_config("wse2");
-  c.sram_bw_q = 2 * 1024;  // a 4-byte store every 2 cycles; the wavelets come one a cycle
-  const char* recv = R"(
-.param n = 16
-.data y f32 $n
-.dsd ym mem1d y
-.dsd in fabin f32 color=1 queue=1 len=$n
-.task main local id=8 active
-  fmovs ym, in async activate=done
-  ret
-.task done local id=9
-  halt
-)";
+  c.sram_bw_q = 2 * 1024;  // kRecv's async fmovs: a 4-byte store every 2 cycles; the wavelets come one a cycle
   // The sender's source is a scalar (no memory operand, so not limited): a wavelet a cycle.
   const char* send = R"(
 .param n = 16
@@ -352,7 +337,7 @@ TEST_CASE("wafer-fabric: an async fmovs from the fabric at pe.sram_bytes_per_cyc
   fmovs out, 1.5
   halt
 )";
-  Run r(c, load({{"send.pe", send}, {"recv.pe", recv}}, row_layout(2, 16, {1}), c));
+  Run r(c, load({{"send.pe", send}, {"recv.pe", kRecv}}, row_layout(2, 16, {1}), c));
   r.go();
   REQUIRE_FALSE(r.fab->error());
   const auto d = deliveries_at(*r.fab, 1, 0);
