@@ -284,7 +284,7 @@ class Assembler {
   void dsd(const std::vector<std::string_view>& w) {
     const std::string usage =
         "`.dsd NAME mem1d ARRAY [off=N] [len=N] [stride=N]`, `.dsd NAME mem4d ARRAY [off=N] dims=L:S,...`, "
-        "`.dsd NAME fabin|fabout TYPE color=C queue=Q len=N [control] [index]`, `.dsd NAME fifo ARRAY`";
+        "`.dsd NAME fabin|fabout TYPE color=C queue=Q len=N [control] [index] [advance]`, `.dsd NAME fifo ARRAY`";
     if (w.size() < 4) return error("malformed .dsd", usage);
     if (!b_.dsd_name_ok(w[1])) return;
     auto kind = lookup<DsdKind>(w[2], 5, dsd_kind_name);
@@ -294,7 +294,7 @@ class Assembler {
     if (*kind == DsdKind::fabin || *kind == DsdKind::fabout) {
       auto e = lookup<Elem>(w[3], kElems, elem_name);
       if (!e) return error("unknown type '" + std::string(w[3]) + "'", suggest(w[3], names_of<Elem>(kElems, elem_name), "types"));
-      const std::vector<std::string_view> flags = *kind == DsdKind::fabout ? std::vector<std::string_view>{"control", "index"}
+      const std::vector<std::string_view> flags = *kind == DsdKind::fabout ? std::vector<std::string_view>{"control", "index", "advance"}
                                                                             : std::vector<std::string_view>{};
       if (!options(w, 4, {"color", "queue", "len"}, flags, o, usage)) return;
       int64_t color = 0, queue = 0, len = 0;
@@ -302,7 +302,8 @@ class Assembler {
       ok &= int_opt(o, "queue", 0, 7, std::nullopt, queue);
       ok &= int_opt(o, "len", 1, 1 << 24, std::nullopt, len);
       if (!ok) return;
-      return b_.fabric(name, *kind, *e, color, queue, len, has_flag(o, "control"), has_flag(o, "index"));
+      return b_.fabric(name, *kind, *e, color, queue, len, has_flag(o, "control"), has_flag(o, "index"),
+                        has_flag(o, "advance"));
     }
     const std::string array(w[3]);
     const int a = b_.find_array(array);
@@ -511,6 +512,7 @@ std::string disassemble(const Program& p) {
       s += std::string(elem_name(d.elem)) + " color=" + std::to_string(d.color) + " queue=" + std::to_string(d.queue) + " len=" + std::to_string(d.length);
       if (d.control) s += " control";
       if (d.index) s += " index";
+      if (d.advance) s += " advance";
     } else {
       const DataDecl& a = p.data[static_cast<size_t>(d.array)];
       s += a.name;

@@ -218,12 +218,13 @@ void ProgramBuilder::add_dsd(const std::string& name, const Dsd& d) {
   prog_.dsd_lines.push_back(line_);
 }
 
-void ProgramBuilder::fabric(const std::string& name, DsdKind kind, Elem e, int64_t color, int64_t queue, int64_t len, bool control, bool index) {
+void ProgramBuilder::fabric(const std::string& name, DsdKind kind, Elem e, int64_t color, int64_t queue, int64_t len, bool control, bool index, bool advance) {
   if (!dsd_name_ok(name)) return;
   if (color < 0 || color >= kMaxColors) return error("bad color=" + std::to_string(color), "an integer in 0.." + std::to_string(kMaxColors - 1));
   if (queue < 0 || queue > 7) return error("bad queue=" + std::to_string(queue), "an integer in 0..7");
   if (len < 1 || len > (1 << 24)) return error("bad len=" + std::to_string(len), "an integer in 1..16777216");
   if (index && elem_bytes(e) != 2) return error("'index' needs a 16-bit type", "the index half exists only for 16-bit data");
+  if (advance && kind != DsdKind::fabout) return error("'advance' is a fabout flag", "a fabout's last wavelet advances the switches it passes");
   Dsd d;
   d.kind = kind;
   d.elem = e;
@@ -232,6 +233,7 @@ void ProgramBuilder::fabric(const std::string& name, DsdKind kind, Elem e, int64
   d.length = static_cast<uint32_t>(len);
   d.control = control;
   d.index = index;
+  d.advance = advance;
   add_dsd(name, d);
 }
 

@@ -58,7 +58,8 @@ class ProgramBuilder {
 
   // DSDs (a mem walk must stay inside its array).
   bool dsd_name_ok(std::string_view name);  // a valid, new DSD name (else reported)
-  void fabric(const std::string& name, DsdKind kind, Elem e, int64_t color, int64_t queue, int64_t len, bool control = false, bool index = false);
+  void fabric(const std::string& name, DsdKind kind, Elem e, int64_t color, int64_t queue, int64_t len, bool control = false, bool index = false,
+              bool advance = false);
   void mem1d(const std::string& name, const std::string& array, int64_t off = 0, std::optional<int64_t> len = {}, int64_t stride = 1);
   void mem4d(const std::string& name, const std::string& array, int64_t off, const std::vector<std::pair<int64_t, int64_t>>& dims);
   void fifo(const std::string& name, const std::string& array);
@@ -136,7 +137,8 @@ class ProgramTemplate {
   // `note` is a comment after the line.
   void data(const std::string& name, Elem e, int64_t count, std::optional<float> fill = {}, int32_t live_lo = -1, int32_t live_hi = -1,
             const std::string& note = {});
-  void fabric(const std::string& name, DsdKind kind, Elem e, Num color, int64_t queue, Num len, bool control = false, bool index = false);
+  void fabric(const std::string& name, DsdKind kind, Elem e, Num color, int64_t queue, Num len, bool control = false, bool index = false,
+              bool advance = false);
   void mem1d(const std::string& name, const std::string& array, Num off = 0, std::optional<int64_t> len = {}, int64_t stride = 1,
              const std::string& note = {});
   void mem4d(const std::string& name, const std::string& array, Num off, const std::vector<std::pair<Num, int64_t>>& dims,
@@ -175,7 +177,7 @@ class ProgramTemplate {
     Num color = 0, len = 0, off = 0;
     int64_t queue = 0, stride = 1;
     std::optional<int64_t> len1;
-    bool control = false, index = false;
+    bool control = false, index = false, advance = false;
     std::vector<std::pair<Num, int64_t>> dims;
     // task
     TaskKind tkind = TaskKind::local;

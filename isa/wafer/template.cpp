@@ -44,7 +44,7 @@ void ProgramTemplate::data(const std::string& name, Elem e, int64_t count, std::
   it.live_hi = live_hi;
 }
 
-void ProgramTemplate::fabric(const std::string& name, DsdKind kind, Elem e, Num color, int64_t queue, Num len, bool control, bool index) {
+void ProgramTemplate::fabric(const std::string& name, DsdKind kind, Elem e, Num color, int64_t queue, Num len, bool control, bool index, bool advance) {
   Item& it = add(Kind::dsd, name);
   it.dkind = kind;
   it.elem = e;
@@ -53,6 +53,7 @@ void ProgramTemplate::fabric(const std::string& name, DsdKind kind, Elem e, Num 
   it.len = std::move(len);
   it.control = control;
   it.index = index;
+  it.advance = advance;
 }
 
 void ProgramTemplate::mem1d(const std::string& name, const std::string& array, Num off, std::optional<int64_t> len, int64_t stride,
@@ -125,6 +126,7 @@ std::string ProgramTemplate::line_text(const Item& it) const {
         s += std::string(elem_name(it.elem)) + " color=" + num_text(it.color) + " queue=" + std::to_string(it.queue) + " len=" + num_text(it.len);
         if (it.control) s += " control";
         if (it.index) s += " index";
+        if (it.advance) s += " advance";
       } else {
         s += it.array;
         if (!it.off.param.empty() || it.off.value != 0) s += " off=" + num_text(it.off);
@@ -215,7 +217,7 @@ Program ProgramTemplate::instantiate(const Bindings& b, const std::string& pe, D
         } else if (it.kind == Kind::dsd) {
           if (it.dkind == DsdKind::fabin || it.dkind == DsdKind::fabout) {
             const int64_t color = num(it.color), len = num(it.len);
-            if (ok) pb.fabric(it.name, it.dkind, it.elem, color, it.queue, len, it.control, it.index);
+            if (ok) pb.fabric(it.name, it.dkind, it.elem, color, it.queue, len, it.control, it.index, it.advance);
           } else if (it.dkind == DsdKind::mem1d) {
             const int64_t off = num(it.off);
             if (ok) pb.mem1d(it.name, it.array, off, it.len1, it.stride);

@@ -1253,7 +1253,13 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
         pushed_down(wk, ds, was_empty, at_link);
       }
     }
-    if (wv.control) slot_pos[c.slot] = slot_route[c.slot].next(slot_pos[c.slot]);
+    if (wv.control) {
+      const uint8_t to = slot_route[c.slot].next(slot_pos[c.slot]);
+      // A new position may take an input the old one held back (a star's farther stream, waiting in
+      // a buffer): it moves in the next cycle, so look again then.
+      if (to != slot_pos[c.slot]) next = std::min(next, t + 1);
+      slot_pos[c.slot] = to;
+    }
     // Pop the input; wake whoever feeds it (room again).
     bool more;
     if (c.dir >= 0) {

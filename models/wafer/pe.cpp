@@ -277,7 +277,7 @@ int Fabric::Impl::run_group(Worker& wk, uint32_t s, OpRun& op, int64_t t) {
     } else if (d.kind == DsdKind::fabout) {
       uint32_t payload = r;
       if (eb == 2) payload = (r & 0xffffu) | (d.index ? static_cast<uint32_t>(i & 0xffff) << 16 : 0u);
-      push_queue(s, 8 + d.queue, {payload, d.color, d.control, t + 1});
+      push_queue(s, 8 + d.queue, {payload, d.color, d.control || (d.advance && op.i + 1 == op.len), t + 1});  // (advance: the last one)
       wake_router(wk, pe_index(s), t + 1);
     } else if (d.kind == DsdKind::fifo) {
       if (P.fifo.empty()) P.fifo.assign(p.dsds.size() * 2, 0);

@@ -89,6 +89,7 @@ const char* kAll = R"(# every op and DSD kind
 .dsd out fabout f32 color=5 queue=2 len=8 control
 .dsd hout fabout f16 color=6 queue=3 len=8 index
 .dsd fq fifo a
+.dsd adv fabout f32 color=7 queue=4 len=8 advance
 .task main local id=0 active
   fmacs am, am, bm, 2.0
   fmacs am, am, in, r3
@@ -202,6 +203,9 @@ TEST_CASE("wafer-asm: decoded fields") {
   CHECK(in.length == 8);
   CHECK(p.dsds[10].control);
   CHECK(p.dsds[11].index);
+  CHECK(!p.dsds[10].advance);
+  CHECK(p.dsds[13].advance);
+  CHECK(!p.dsds[13].control);
   CHECK(p.dsds[12].kind == DsdKind::fifo);
   CHECK(p.dsds[12].length == 8);
   REQUIRE(p.tasks.size() == 3);
@@ -301,6 +305,7 @@ TEST_CASE("wafer-asm: syntax errors name file and line") {
   one_error(".dsd x fabin f32 color=1 queue=8 len=4\n", 1, "bad queue=8");
   one_error(".dsd x fabin f32 color=1 len=4\n", 1, "missing queue=");
   one_error(".dsd x fabout f32 color=1 queue=1 len=4 index\n", 1, "'index' needs a 16-bit type");
+  one_error(".dsd x fabin f32 color=1 queue=1 len=4 advance\n", 1, "unexpected 'advance'");
   one_error(".dsd x fabin f32 color=1 queue=1 len=4\n.task t local id=0\n  fmovs x, x\n", 3, "cannot be a destination");
   one_error(".dsd x fabout f32 color=1 queue=1 len=4\n.task t local id=0\n  fmovs x, x\n", 3, "cannot be a source");
   one_error(".data a f32 8\n.data a f32 8\n", 2, "declared twice");

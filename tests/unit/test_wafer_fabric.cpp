@@ -949,6 +949,70 @@ TEST_CASE("wafer-fabric: a control wavelet fires the control task it names, afte
   CHECK(r.fab->stats().tasks_run == 1 + 3 + 1);
 }
 
+namespace {
+void star_advance(int hop, int interval = 1) {
+  // spcl/spatial-collectives modules/star.csl: every sender's route takes its own PE (RAMP) first,
+  // then, once its `.advance_switch` fabout has sent its last wavelet, the senders beyond it (W).
+  const char* send = R"(
+.param val = 1
+.data x f32 16 fill=$val
+.data z f32 16 fill=0
+.dsd xm mem1d x
+.dsd zm mem1d z
+.dsd out fabout f32 color=1 queue=2 len=16 advance
+.task main local id=8 active
+  fmacs out, zm, xm, 1.0
+  halt
+)";
+  const char* root = R"(
+.data y f32 48 fill=0
+.dsd ym mem1d y
+.dsd in fabin f32 color=1 queue=1 len=48
+.task main local id=8 active
+  fmovs ym, in
+  halt
+)";
+  WaferConfig c = preset_config("wse2");
+  c.hop_latency = hop;
+  c.fmacs_interval = interval;  // (2: a sender makes a wavelet every other cycle)
+  const std::string layout = R"({"fabric": {"width": 4, "height": 1}, "rects": [
+    {"name": "s", "x": 0, "y": 0, "width": 3, "height": 1, "program": "send.pe", "params": {"val": "px + 1"},
+     "routes": [{"color": 1, "rx": ["RAMP"], "tx": ["E"], "switch": [{"rx": ["W"]}], "ring": false}]},
+    {"name": "r", "x": 3, "y": 0, "width": 1, "height": 1, "program": "root.pe", "routes": [{"color": 1, "rx": ["W"], "tx": ["RAMP"]}]}]})";
+  Run r(c, load({{"send.pe", send}, {"root.pe", root}}, layout, c));
+  r.go();
+  INFO(r.fab->error().value_or(""));
+  REQUIRE_FALSE(r.fab->error());
+  // The nearest sender's values first, then the next one's: each switch opens after its PE's last.
+  std::vector<float> want;
+  for (float v : {3.0f, 2.0f, 1.0f}) want.insert(want.end(), 16, v);
+  CHECK(r.fab->read_array(3, 0, "y") == want);
+  const auto d = deliveries_at(*r.fab, 3, 0);
+  REQUIRE(d.size() == 48);
+  // The farther streams wait in the routers' buffers (16 values: more than a buffer holds), so the root
+  // takes one wavelet a cycle throughout.
+  if (interval == 1) {
+    for (size_t i = 1; i < d.size(); ++i) CHECK(d[i].cycle == d[0].cycle + static_cast<int64_t>(i));
+    // The first leaves PE 2 at setup + 1 and crosses one link: readable at setup + 1 + hop + 1.
+    CHECK(d[0].cycle == c.setup_cycles + 2 + hop);
+  }
+  // The switch opens in the cycle after the last wavelet passes: the next stream's head, waiting in
+  // the buffer, follows it at once (also when the sender was slower than the links).
+  CHECK(d[16].cycle == d[15].cycle + 1);
+  CHECK(d[32].cycle == d[31].cycle + 1);
+}
+}  // namespace
+
+TEST_CASE("wafer-fabric: a fabout with advance switches its router after its last wavelet: the star reduce's streams reach the root one after another without a gap (hop latency 1)", "[wafer-fabric]") {
+  star_advance(1);
+}
+TEST_CASE("wafer-fabric: a fabout with advance switches its router after its last wavelet: the star reduce's streams reach the root one after another without a gap (hop latency 2)", "[wafer-fabric]") {
+  star_advance(2);
+}
+TEST_CASE("wafer-fabric: a fabout with advance from a sender at half rate (simd.fmacs_interval 2): the stream behind it follows its last wavelet in the next cycle", "[wafer-fabric]") {
+  star_advance(1, 2);
+}
+
 TEST_CASE("wafer-fabric: a PE whose control task never gets its wavelet is reported waiting for it", "[wafer-fabric]") {
   const char* prog = ".data y i32 1\n.dsd ym mem1d y\n.task on_ctl control id=41\n  mov32 ym, wv\n  halt\n";
   const WaferConfig c = preset_config("wse2");
