@@ -31,6 +31,14 @@ published figure (expect.reference_latency, with its source in ../shared/referen
   colors (tree_reduce.pe, two_phase_reduce.pe); the AllReduces add the chain AllReduce's broadcast.
   Against the model read per algorithm (tree_model, two_phase_model); _b16 rows take 16 values, where
   the tree overtakes the chain (reduce_chain_p256_b16.json beside them).
+- reduce_star_p<P>[_b16].json, allreduce_star_p<P>.json: the paper's star (star.csl: every PE sends
+  straight to the root, each sender's switch passing its own stream first and, after its last
+  wavelet -- fabout `advance`, CSL's `.advance_switch` -- the farther PEs'), P = 4 .. 256
+  (star_reduce.pe). Against the model read as C = the root's P - 1 adds, D = 1 (star_model).
+- reduce_auto_p<P>[_b16|_ramp2].json, allreduce_auto_p<P>.json: the paper's generated algorithm (generate_pre_order_2d.py:
+  the tree its dynamic program picks for P, B and T_R, in pre-order along the row; auto_reduce.pe),
+  against the model read with that tree's energy and depth (auto_model); the AllReduces add the
+  chain AllReduce's broadcast, on a color beside the tree's.
 - fmach_4096_wse3.json, add16_2048_wse3.json: one DSD op on one WSE-3 PE against the cycle counts
   the 3P characterisation measured on Cerebras' WSE-3 simulator (wafer.md "Published measurements").
 - relay_n<N>_b<B>_wse3.json: a store-and-forward chain of N stages (N + 1 PEs in a row; every PE
@@ -547,6 +555,243 @@ def reduce_two_phase(P, S, B=256, tr=1, allreduce=False, ramp=False):
                         "chain reduces within %d groups of %d PEs, then a chain over the groups' heads, %d hops a link)"
                         % (B, P, G, S, S), ramp)
 
+# The star reduce of spcl/spatial-collectives modules/star.csl: every PE sends its vector straight to
+# the root on one color, and the root adds them one after another (`fadds mem, mem, fabin`, P - 1
+# times, in a loop). Each sender's route takes its own PE first (base position: rx RAMP, tx east) and
+# then the senders behind it (position 1: rx west): its fabout has `advance` (CSL's
+# `.advance_switch`), so its last wavelet moves the switch on and the farther stream, which waited in
+# the router's buffer, follows. star.csl roots the row at its westmost PE; here the root is the
+# eastmost one, as for the other reduces, so `sum` is in the same place.
+STAR_PE = """# Star reduce and AllReduce (tools/make_wafer_validation.py): Luczynski et al.'s
+# spcl/spatial-collectives modules/star.csl over a row, rooted at its eastmost PE -- every other PE
+# sends its vector east on color 1 through a switch that passes its own PE's stream first, then the
+# farther PEs' (fabout `advance`); the root adds the P - 1 vectors in arrival order. The AllReduce
+# then broadcasts the sum west on one multicast color, as chain_allreduce.pe does.
+.param n = 256
+.param val = 1
+.param root = 0                  # the eastmost PE
+.param adds = 2                  # the root: vectors after the first (P - 2)
+""" + BCAST_DECLS + """.data a f32 $n fill=$val
+.data sum f32 $n fill=0
+.dsd am mem1d a
+.dsd sm mem1d sum
+.if $root
+.dsd from_west fabin f32 color=1 queue=1 len=$n
+.else
+.dsd to_root fabout f32 color=1 queue=0 len=$n advance
+.endif
+""" + BCAST_DSDS + """
+.task main local id=10 active
+.if $root
+  fadds sm, am, from_west        # the nearest PE's vector
+  mov r1, $adds
+next:
+  fadds sm, sm, from_west        # then each farther one's, as it arrives
+  loop r1, next
+.else
+  fmovs to_root, am
+.endif
+""" + BCAST_STEPS + """  halt
+"""
+
+
+def star_model(P, B, tr, hop=None):
+    """The model read for the star: C = the root's P - 1 adds, each fed by the fabric at one wavelet a
+    cycle ((P - 1)(setup + B)); E = B P (P - 1) / 2 hops over N = P - 1 links, L = (P - 1) hops the
+    farthest distance; D = 1 (every PE sends in one step). Returns (C, E/N + L, T)."""
+    C = (P - 1) * (SETUP + B)
+    EN_L = math.ceil(B * P / 2.0) + (P - 1) * (tr if hop is None else hop)
+    return C, EN_L, max(C, EN_L) + (2 * tr + 1)
+
+
+def reduce_star(P, B=256, tr=1, allreduce=False):
+    assert P >= 4
+    routes = [{"color": 1, "x": 0, "width": P - 1, "rx": ["RAMP"], "tx": ["E"], "switch": [{"rx": ["W"]}], "ring": False},
+              {"color": 1, "x": P - 1, "width": 1, "rx": ["W"], "tx": ["RAMP"]}]
+    params = {"n": B, "val": "px + 1", "root": "px == width - 1", "adds": P - 2}
+    if allreduce:
+        routes += bcast_routes(P, 5)
+        params.update({"bc_send": "px == width - 1", "bc_recv": "px != width - 1"})
+    C, EN_L, T = star_model(P, B, tr)
+    reduce_or_allreduce("allreduce" if allreduce else "reduce", "star", P, B, tr, routes, params, "star_reduce.pe", T,
+                        "C = %d*(%d + %d), E/N + L = %d, D = 1: max(%d, %d) + %d" % (P - 1, SETUP, B, EN_L, C, EN_L, 2 * tr + 1),
+                        "Star reduce of %d fp32 values over a row of %d PEs (Luczynski et al.'s star.csl: every PE "
+                        "sends straight to the eastmost PE, whose switch-ordered streams it adds one after another)" % (B, P))
+
+
+# The paper's generated algorithm (spcl/spatial-collectives generate_pre_order_2d.py): a dynamic
+# program over (PEs, depth) finds the reduce tree of least energy for each depth budget d, with
+# dp[r][d] = min(dp[r][d - 1], min over s of dp[s][d - 1] + dp[r - s][d] + r - s) (a subtree of r
+# PEs sends a child subtree of s PEs, r - s hops away, one round deeper), and picks the d that
+# minimises the model B dp[P][d] / (P - 1) + P - 1 + d (2 T_R + 1). The tree is laid out in
+# pre-order along the row (a PE's subtree is the run of PEs after it), built as the generator does
+# it: children carved from the far end of the subtree, then taken nearest first. The generator's CSL
+# (pre_order_runtime_base.csl) uses two colors, alternating by level, reconfigured at run time;
+# here each parent's children send on a color of their own group, the groups' spans (parent to its
+# farthest child) colored greedily so no two that share a router share a color, and -- as in the
+# CSL -- a child's route takes its own PE first and, after its fabout's last wavelet (`advance`),
+# the siblings behind it. Rooted at the eastmost PE (pre-order id 0), as the other reduces.
+AUTO_PE = """# The generated reduce of Luczynski et al. (tools/make_wafer_validation.py, reduce_auto): a tree
+# found by the paper's dynamic program (spcl/spatial-collectives generate_pre_order_2d.py), laid out
+# in pre-order along a row and rooted at its eastmost PE. A PE adds its children's vectors in
+# arrival order (nearest child first) into its own, the last add fused with its send to its parent.
+# The AllReduce then broadcasts the sum west on one multicast color, as chain_allreduce.pe does.
+.param n = 256
+.param val = 1
+.param kids = 0                  # children: the vectors it adds
+.param more = 0                  # kids - 1: the adds before the last
+.param send = 1                  # 0: the root
+.param in_color = 1              # its children's group color
+.param out_color = 1             # its own group's color (towards its parent)
+.param bc_send = 0               # the AllReduce's root: it broadcasts the sum on bc_color
+.param bc_recv = 0               # the AllReduce's other PEs: they keep it in sum
+.param bc_color = 1
+.data a f32 $n fill=$val
+.data sum f32 $n fill=0
+.dsd am mem1d a
+.dsd sm mem1d sum
+.if $kids
+.dsd from_kids fabin f32 color=$in_color queue=1 len=$n
+.endif
+.if $send
+.dsd to_parent fabout f32 color=$out_color queue=0 len=$n advance
+.endif
+.if $bc_recv
+.dsd from_bc fabin f32 color=$bc_color queue=5 len=$n
+.endif
+.if $bc_send
+.dsd to_bc fabout f32 color=$bc_color queue=5 len=$n
+.endif
+
+.task main local id=10 active
+.if $more
+  mov r1, $more
+next:
+  fadds am, am, from_kids        # a child's vector, in place
+  loop r1, next
+.endif
+.if $kids
+.if $send
+  fadds to_parent, am, from_kids # the last child's: add and send on
+.else
+  fadds sm, am, from_kids        # the root: the row's sum
+.endif
+.else
+  fmovs to_parent, am            # a leaf
+.endif
+""" + BCAST_STEPS + """  halt
+"""
+
+
+def auto_tree(P, B, tr):
+    """The generator's tree: (depth d, energy dp[P][d] in vector hops, children per pre-order id)."""
+    INF = float("inf")
+    dp = [[0.0] * (P + 1) for _ in range(2)] + [[INF] * (P + 1) for _ in range(P - 1)]
+    for r in range(2, P + 1):
+        for d in range(1, P + 1):
+            v = dp[r][d - 1]
+            for sz in range(1, r):
+                c = dp[sz][d - 1] + dp[r - sz][d] + r - sz
+                if c < v:
+                    v = c
+            dp[r][d] = v
+            if d >= r - 1:  # (a chain fits: no deeper budget does better)
+                for d2 in range(d + 1, P + 1):
+                    dp[r][d2] = v
+                break
+    obj = [B * dp[P][d] / max(1, P - 1) + P - 1 + d * (2 * tr + 1) for d in range(P + 1)]
+    d0 = min(range(P + 1), key=lambda d: (obj[d], d))
+    children = [[] for _ in range(P)]
+    queue = [(0, P, d0)]  # (id, subtree size, depth budget), breadth first as the generator
+    while queue:
+        pid, size, depth = queue.pop(0)
+        kids = []
+        while size > 1:
+            for sz in range(1, size):
+                if dp[size][depth] == dp[sz][depth - 1] + dp[size - sz][depth] + size - sz:
+                    kids.append(pid + size - sz)
+                    queue.append((pid + size - sz, sz, depth - 1))
+                    size -= sz
+                    break
+        children[pid] = sorted(kids)
+    return d0, int(dp[P][d0]), children
+
+
+def auto_model(P, B, tr, d, energy, children, hop=None):
+    """The model read for the generated tree: C = the most children a PE adds, each fed by the fabric
+    at one wavelet a cycle; E = B x the tree's hops over N = P - 1 links; L = (P - 1) hops; D = the
+    depth d. Returns (C, E/N + L, T)."""
+    C = max(len(k) for k in children) * (SETUP + B)
+    EN_L = math.ceil(B * energy / (P - 1.0)) + (P - 1) * (tr if hop is None else hop)
+    return C, EN_L, max(C, EN_L) + (2 * tr + 1) * d
+
+
+def reduce_auto(P, B=256, tr=1, ramp=False, allreduce=False):
+    d, energy, children = auto_tree(P, B, tr)
+    parent = {c: p for p in range(P) for c in children[p]}
+    # Groups: a parent and its children, over the span [parent, farthest child]; greedy colors.
+    spans = sorted((p, max(children[p])) for p in range(P) if children[p])
+    color, last_end = {}, []
+    for lo, hi in spans:
+        for k, end in enumerate(last_end):
+            if end < lo:
+                last_end[k] = hi
+                color[lo] = 1 + k
+                break
+        else:
+            last_end.append(hi)
+            color[lo] = len(last_end)
+    assert len(last_end) <= 24, "the generated tree needs %d colors" % len(last_end)
+    routes = {i: [] for i in range(P)}  # by pre-order id; px = P - 1 - id (POS = west, NEG = east)
+    for p, hi in spans:
+        c, kids = color[p], children[p]
+        routes[p].append({"color": c, "rx": ["W"], "tx": ["RAMP"]})
+        for i in range(p + 1, hi + 1):
+            if i in kids:
+                r = {"color": c, "rx": ["RAMP"], "tx": ["E"]}
+                if i != kids[-1]:  # then the siblings behind it
+                    r.update({"switch": [{"rx": ["W"]}], "ring": False})
+                routes[i].append(r)
+            else:
+                routes[i].append({"color": c, "rx": ["W"], "tx": ["E"]})
+    bc = len(last_end) + 1  # the AllReduce's broadcast color, beside the groups'
+    if allreduce:
+        for i, r in enumerate(bcast_routes(P, bc)):  # (by px: the eastmost, the middle, the westmost)
+            for px in range(r["x"], r["x"] + r["width"]):
+                routes[P - 1 - px].append({k: v for k, v in r.items() if k not in ("x", "width")})
+    rects = []
+    for i in range(P):
+        k = len(children[i])
+        params = {"n": B, "val": P - i, "kids": k, "more": max(0, k - 1), "send": int(i != 0)}
+        if allreduce:
+            params.update({"bc_send": int(i == 0), "bc_recv": int(i != 0), "bc_color": bc})
+        if k:
+            params["in_color"] = color[i]
+        if i != 0:
+            params["out_color"] = color[parent[i]]
+        rects.append({"name": "pe%d" % i, "x": P - 1 - i, "y": 0, "width": 1, "height": 1, "program": "auto_reduce.pe",
+                      "params": params, "routes": routes[i]})
+    sfx = "" if B == 256 else "_b%d" % B
+    name = "%s_auto_p%d%s" % ("allreduce" if allreduce else "reduce", P, sfx)
+    lname = name + ("" if tr == 1 else "_%s%d" % ("ramp" if ramp else "tr", tr)) + "_layout.json"  # (its own tree)
+    write(lname, {"schema": "tessera.wafer-layout/1", "fabric": {"width": P, "height": 1},
+                                  "rects": sorted(rects, key=lambda r: r["x"])})
+    total = P * (P + 1) / 2.0
+    write_npy(name + "_sum.npy", (1, P, B), [total] * (P * B) if allreduce else [0.0] * ((P - 1) * B) + [total] * B)
+    C, EN_L, T = auto_model(P, B, tr, d, energy, children, 1 if ramp else tr)
+    kmax = max(len(k) for k in children)
+    parts = "C = %d*(%d + %d), E/N + L = %d, D = %d: max(%d, %d) + %d*%d" % (kmax, SETUP, B, EN_L, d, C, EN_L, 2 * tr + 1, d)
+    what = ("Generated reduce of %d fp32 values over a row of %d PEs (the tree the paper's dynamic program picks for "
+            "T_R = %d: depth %d, %d vector hops, at most %d children a PE, %d colors; laid out in pre-order, rooted at the "
+            "eastmost PE)" % (B, P, tr, d, energy, kmax, len(last_end)))
+    if allreduce:
+        Cb, ENb_L, Tb = bcast_model(B, P - 1, tr, 1 if ramp else tr)
+        T += Tb
+        parts = "reduce %s, broadcast max(%d, %d) + %d*1" % (parts, Cb, ENb_L, 2 * tr + 1)
+        what = what.replace(" reduce of", " AllReduce of", 1) + ", then the sum's broadcast west to every PE"
+    model_row(name, what, "auto_reduce.pe", lname, name + "_sum.npy", T, parts, tr, ramp)
+
+
 def single_op(name, op, n, cycles, what, result):
     prog = ("# One %s over %d fp16 elements on one PE (tools/make_wafer_validation.py).\n"
             ".data a f16 %d fill=1.5\n.data b f16 %d fill=0.25\n.data c f16 %d fill=0\n"
@@ -877,6 +1122,21 @@ def main():
         reduce_two_phase(P, S, allreduce=True)
     reduce_tree(256, tr=2, allreduce=True)
     reduce_two_phase(256, 16, tr=2, allreduce=True)
+    # The star (star.csl), whose senders' switches advance on their last wavelet (fabout `advance`).
+    write_text("star_reduce.pe", STAR_PE)
+    for allreduce in (False, True):
+        for P in (4, 16, 64, 256):
+            reduce_star(P, allreduce=allreduce)
+    reduce_star(256, B=16)
+    # The paper's generated algorithm: the tree its dynamic program picks per (P, B, T_R).
+    write_text("auto_reduce.pe", AUTO_PE)
+    for P in (4, 16, 64, 256):
+        reduce_auto(P)
+    reduce_auto(256, B=16)
+    for P in (64, 256):
+        reduce_auto(P, tr=2, ramp=True)
+    for P in (16, 256):
+        reduce_auto(P, allreduce=True)
     # c = a + b * 2 = 1.5 + 0.25 * 2; add16 adds the bit patterns: 0x3e00 + 0x3400 = 0x7200 = 12288 in fp16.
     single_op("fmach_4096_wse3", "fmach cm, am, bm, 2.0", 4096, 1040, "fmach DSD op over 4096 fp16", 2.0)
     single_op("add16_2048_wse3", "add16 cm, am, bm", 2048, 514, "add16 DSD op over 2048 16-bit values", 12288.0)
