@@ -197,8 +197,10 @@ NOTES = """
   takes setup + B - 3 cycles (29 at 16 values, 269 at 256), where the reading feeds it one a
   cycle. The star is the slowest of the four algorithms at both sizes (68,603 cycles at 256
   values over 256 PEs, 7,403 at 16): its root takes every vector over one link.
-- The paper's generated algorithm (`reduce-auto-p<P>`, `-b16`, `-ramp2`, and `allreduce-auto-p<P>` with
-  the chain AllReduce's broadcast: spcl/spatial-collectives generate_pre_order_2d.py). Its dynamic program finds, for each depth budget d, the reduce tree of
+- The paper's generated algorithm (`reduce-auto-p<P>`, `-b16`, `-ramp2`, `allreduce-auto-p<P>` with
+  the chain AllReduce's broadcast, and `reduce-auto-2d-q<Q>` over Q x Q PEs -- every row's tree east,
+  then the east column's south, as the paper's code_2d_pre_order_test.csl runs the 1-D runtime along
+  x and then y: spcl/spatial-collectives generate_pre_order_2d.py). Its dynamic program finds, for each depth budget d, the reduce tree of
   least energy -- dp[r][d] = min(dp[r][d - 1], min over s of dp[s][d - 1] + dp[r - s][d] + r - s) --
   and picks the d minimising B dp[P][d] / (P - 1) + P - 1 + d (2 T_R + 1), the paper's model with
   E = B dp[P][d], N = P - 1, L = P - 1 and D = d. tools/make_wafer_validation.py runs the same
@@ -212,7 +214,8 @@ NOTES = """
   T_R and C = the most children a PE adds times (setup + B). What the program picks: a chain for
   up to 64 PEs at T_R = 1 (256 values), and at 256 PEs a tree of depth 22 (488 vector hops, at most
   2 children a PE); with 16 values depth 10 (690 hops); at T_R = 2, depth 10 over 64 PEs and 21 over
-  256. Every row is within 9.1%; it is the fastest of the five algorithms here at 256 PEs (837
+  256; for the 2-D rows (up to 16 x 16, 256 values) a chain per row and column, within 0.2% of
+  the model per phase (T = 2 T(Q)). Every row is within 9.1%; it is the fastest of the five algorithms here at 256 PEs (837
   cycles at 256 values against the two-phase reduce's 906 and the chain's 1,038; 357 at 16 values
   against 362 and 798; the AllReduce 1,366 against 1,435 and 1,567), as the paper reports. The 64-PE row at T_R = 1 (-9.1%) is the chain: it
   runs exactly as `reduce-chain-p64` (462 cycles), and the gap is the reading's: its L, the

@@ -38,7 +38,8 @@ published figure (expect.reference_latency, with its source in ../shared/referen
 - reduce_auto_p<P>[_b16|_ramp2].json, allreduce_auto_p<P>.json: the paper's generated algorithm (generate_pre_order_2d.py:
   the tree its dynamic program picks for P, B and T_R, in pre-order along the row; auto_reduce.pe),
   against the model read with that tree's energy and depth (auto_model); the AllReduces add the
-  chain AllReduce's broadcast, on a color beside the tree's.
+  chain AllReduce's broadcast, on a color beside the tree's; reduce_auto_2d_q<Q>: over Q x Q PEs, every
+  row's tree, then the east column's (T = 2 T_auto(Q)).
 - fmach_4096_wse3.json, add16_2048_wse3.json: one DSD op on one WSE-3 PE against the cycle counts
   the 3P characterisation measured on Cerebras' WSE-3 simulator (wafer.md "Published measurements").
 - relay_n<N>_b<B>_wse3.json: a store-and-forward chain of N stages (N + 1 PEs in a row; every PE
@@ -635,6 +636,7 @@ AUTO_PE = """# The generated reduce of Luczynski et al. (tools/make_wafer_valida
 # found by the paper's dynamic program (spcl/spatial-collectives generate_pre_order_2d.py), laid out
 # in pre-order along a row and rooted at its eastmost PE. A PE adds its children's vectors in
 # arrival order (nearest child first) into its own, the last add fused with its send to its parent.
+# In 2-D (col) the root column's PEs then reduce their rows' sums south over the same kind of tree.
 # The AllReduce then broadcasts the sum west on one multicast color, as chain_allreduce.pe does.
 .param n = 256
 .param val = 1
@@ -643,6 +645,12 @@ AUTO_PE = """# The generated reduce of Luczynski et al. (tools/make_wafer_valida
 .param send = 1                  # 0: the root
 .param in_color = 1              # its children's group color
 .param out_color = 1             # its own group's color (towards its parent)
+.param col = 0                   # 2-D: the root column, whose PEs then reduce the row sums south
+.param ckids = 0                 # ... their place in the column's tree, as above
+.param cmore = 0
+.param csend = 1
+.param cin_color = 1
+.param cout_color = 1
 .param bc_send = 0               # the AllReduce's root: it broadcasts the sum on bc_color
 .param bc_recv = 0               # the AllReduce's other PEs: they keep it in sum
 .param bc_color = 1
@@ -655,6 +663,14 @@ AUTO_PE = """# The generated reduce of Luczynski et al. (tools/make_wafer_valida
 .endif
 .if $send
 .dsd to_parent fabout f32 color=$out_color queue=0 len=$n advance
+.endif
+.if $col
+.if $ckids
+.dsd from_ckids fabin f32 color=$cin_color queue=2 len=$n
+.endif
+.if $csend
+.dsd to_cparent fabout f32 color=$cout_color queue=1 len=$n advance
+.endif
 .endif
 .if $bc_recv
 .dsd from_bc fabin f32 color=$bc_color queue=5 len=$n
@@ -674,10 +690,31 @@ next:
 .if $send
   fadds to_parent, am, from_kids # the last child's: add and send on
 .else
+.if $col
+  fadds am, am, from_kids        # the row's sum, in place: on to the column's tree
+.else
   fadds sm, am, from_kids        # the root: the row's sum
+.endif
 .endif
 .else
   fmovs to_parent, am            # a leaf
+.endif
+.if $col
+.if $cmore
+  mov r2, $cmore
+cnext:
+  fadds am, am, from_ckids
+  loop r2, cnext
+.endif
+.if $ckids
+.if $csend
+  fadds to_cparent, am, from_ckids
+.else
+  fadds sm, am, from_ckids       # the root of all
+.endif
+.else
+  fmovs to_cparent, am
+.endif
 .endif
 """ + BCAST_STEPS + """  halt
 """
@@ -726,34 +763,55 @@ def auto_model(P, B, tr, d, energy, children, hop=None):
     return C, EN_L, max(C, EN_L) + (2 * tr + 1) * d
 
 
-def reduce_auto(P, B=256, tr=1, ramp=False, allreduce=False):
-    d, energy, children = auto_tree(P, B, tr)
-    parent = {c: p for p in range(P) for c in children[p]}
-    # Groups: a parent and its children, over the span [parent, farthest child]; greedy colors.
+def auto_groups(P, children, pos, neg, base=0):
+    """A generated tree's groups (a parent and its children, over the span [parent, farthest child])
+    colored greedily from base + 1, so no two groups that share a router share a color, and every PE's
+    routes by pre-order id (the tree grows towards `pos`, its streams flow towards `neg`). Returns
+    (the group color by parent id, the colors used, routes by id)."""
     spans = sorted((p, max(children[p])) for p in range(P) if children[p])
     color, last_end = {}, []
     for lo, hi in spans:
         for k, end in enumerate(last_end):
             if end < lo:
                 last_end[k] = hi
-                color[lo] = 1 + k
+                color[lo] = base + 1 + k
                 break
         else:
             last_end.append(hi)
-            color[lo] = len(last_end)
-    assert len(last_end) <= 24, "the generated tree needs %d colors" % len(last_end)
-    routes = {i: [] for i in range(P)}  # by pre-order id; px = P - 1 - id (POS = west, NEG = east)
+            color[lo] = base + len(last_end)
+    routes = {i: [] for i in range(P)}
     for p, hi in spans:
         c, kids = color[p], children[p]
-        routes[p].append({"color": c, "rx": ["W"], "tx": ["RAMP"]})
+        routes[p].append({"color": c, "rx": [pos], "tx": ["RAMP"]})
         for i in range(p + 1, hi + 1):
             if i in kids:
-                r = {"color": c, "rx": ["RAMP"], "tx": ["E"]}
+                r = {"color": c, "rx": ["RAMP"], "tx": [neg]}
                 if i != kids[-1]:  # then the siblings behind it
-                    r.update({"switch": [{"rx": ["W"]}], "ring": False})
+                    r.update({"switch": [{"rx": [pos]}], "ring": False})
                 routes[i].append(r)
             else:
-                routes[i].append({"color": c, "rx": ["W"], "tx": ["E"]})
+                routes[i].append({"color": c, "rx": [pos], "tx": [neg]})
+    return color, len(last_end), routes
+
+
+def auto_params(i, children, parent, color, prefix=""):
+    """A PE's parameters for its place in a generated tree (`prefix` c: the 2-D column stage's)."""
+    k = len(children[i])
+    params = {prefix + "kids": k, prefix + "more": max(0, k - 1), prefix + "send": int(i != 0)}
+    if k:
+        params[prefix + "in_color"] = color[i]
+    if i != 0:
+        params[prefix + "out_color"] = color[parent[i]]
+    return params
+
+
+def reduce_auto(P, B=256, tr=1, ramp=False, allreduce=False):
+    d, energy, children = auto_tree(P, B, tr)
+    parent = {c: p for p in range(P) for c in children[p]}
+    # by pre-order id; px = P - 1 - id (the tree grows west, its streams flow east)
+    color, ncolors, routes = auto_groups(P, children, "W", "E")
+    assert ncolors <= 23, "the generated tree needs %d colors" % ncolors
+    last_end = range(ncolors)
     bc = len(last_end) + 1  # the AllReduce's broadcast color, beside the groups'
     if allreduce:
         for i, r in enumerate(bcast_routes(P, bc)):  # (by px: the eastmost, the middle, the westmost)
@@ -761,14 +819,10 @@ def reduce_auto(P, B=256, tr=1, ramp=False, allreduce=False):
                 routes[P - 1 - px].append({k: v for k, v in r.items() if k not in ("x", "width")})
     rects = []
     for i in range(P):
-        k = len(children[i])
-        params = {"n": B, "val": P - i, "kids": k, "more": max(0, k - 1), "send": int(i != 0)}
+        params = {"n": B, "val": P - i}
+        params.update(auto_params(i, children, parent, color))
         if allreduce:
             params.update({"bc_send": int(i == 0), "bc_recv": int(i != 0), "bc_color": bc})
-        if k:
-            params["in_color"] = color[i]
-        if i != 0:
-            params["out_color"] = color[parent[i]]
         rects.append({"name": "pe%d" % i, "x": P - 1 - i, "y": 0, "width": 1, "height": 1, "program": "auto_reduce.pe",
                       "params": params, "routes": routes[i]})
     sfx = "" if B == 256 else "_b%d" % B
@@ -790,6 +844,44 @@ def reduce_auto(P, B=256, tr=1, ramp=False, allreduce=False):
         parts = "reduce %s, broadcast max(%d, %d) + %d*1" % (parts, Cb, ENb_L, 2 * tr + 1)
         what = what.replace(" reduce of", " AllReduce of", 1) + ", then the sum's broadcast west to every PE"
     model_row(name, what, "auto_reduce.pe", lname, name + "_sum.npy", T, parts, tr, ramp)
+
+
+def reduce_auto_2d(Q, B=256, tr=1):
+    """The generated reduce over Q x Q PEs: every row reduces east over the tree the dynamic program
+    picks for Q PEs, then the root (east) column reduces the row sums south over the same tree, as
+    the paper's 2-D generated reduce runs it (code_2d_pre_order_test.csl: the 1-D runtime along x,
+    then along y). Against the model per phase: T = 2 T_auto(Q)."""
+    d, energy, children = auto_tree(Q, B, tr)
+    parent = {c: p for p in range(Q) for c in children[p]}
+    color, nrow, rroutes = auto_groups(Q, children, "W", "E")
+    ccolor, ncol, croutes = auto_groups(Q, children, "N", "S", base=nrow)
+    rects = []
+    for x in range(Q - 1):  # every row's non-root PEs of one column share a rectangle
+        i = Q - 1 - x
+        params = {"n": B, "val": "py * %d + %d" % (Q, x + 1)}
+        params.update(auto_params(i, children, parent, color))
+        rects.append({"name": "col%d" % x, "x": x, "y": 0, "width": 1, "height": Q, "program": "auto_reduce.pe",
+                      "params": params, "routes": rroutes[i]})
+    for y in range(Q):  # the root column, PE by PE: the row trees' roots, then the column's tree
+        j = Q - 1 - y
+        params = {"n": B, "val": y * Q + Q, "col": 1}
+        params.update(auto_params(0, children, parent, color))
+        params.update(auto_params(j, children, parent, ccolor, "c"))
+        rects.append({"name": "root%d" % y, "x": Q - 1, "y": y, "width": 1, "height": 1, "program": "auto_reduce.pe",
+                      "params": params, "routes": rroutes[0] + croutes[j]})
+    name = "reduce_auto_2d_q%d%s" % (Q, "" if B == 256 else "_b%d" % B)
+    write(name + "_layout.json", {"schema": "tessera.wafer-layout/1", "fabric": {"width": Q, "height": Q},
+                                  "rects": rects})
+    total = Q * Q * (Q * Q + 1) / 2.0
+    write_npy(name + "_sum.npy", (Q, Q, B), [0.0] * ((Q * Q - 1) * B) + [total] * B)
+    C, EN_L, T1 = auto_model(Q, B, tr, d, energy, children)
+    kmax = max(len(k) for k in children)
+    model_row(name, "2-D generated reduce of %d fp32 values over %d x %d PEs (every row's tree east, then the east "
+                    "column's south: the tree the paper's dynamic program picks for %d PEs, depth %d, %d vector hops, "
+                    "%d + %d colors)" % (B, Q, Q, Q, d, energy, nrow, ncol),
+              "auto_reduce.pe", name + "_layout.json", name + "_sum.npy", 2 * T1,
+              "rows C = %d*(%d + %d), E/N + L = %d, D = %d: max(%d, %d) + %d*%d, east column the same"
+              % (kmax, SETUP, B, EN_L, d, C, EN_L, 2 * tr + 1, d), tr)
 
 
 def single_op(name, op, n, cycles, what, result):
@@ -1137,6 +1229,8 @@ def main():
         reduce_auto(P, tr=2, ramp=True)
     for P in (16, 256):
         reduce_auto(P, allreduce=True)
+    for Q in (4, 8, 16):
+        reduce_auto_2d(Q)
     # c = a + b * 2 = 1.5 + 0.25 * 2; add16 adds the bit patterns: 0x3e00 + 0x3400 = 0x7200 = 12288 in fp16.
     single_op("fmach_4096_wse3", "fmach cm, am, bm, 2.0", 4096, 1040, "fmach DSD op over 4096 fp16", 2.0)
     single_op("add16_2048_wse3", "add16 cm, am, bm", 2048, 514, "add16 DSD op over 2048 16-bit values", 12288.0)
