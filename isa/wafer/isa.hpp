@@ -109,9 +109,9 @@ struct Dsd {
   uint8_t queue = 0;      // fabin, fabout (the async microthread)
   bool control : 1 = false;  // fabout: send control wavelets
   bool index : 1 = false;    // fabout, 16-bit: put the element index in the upper half
-  bool advance : 1 = false;  // fabout: its last wavelet is a control wavelet (CSL's .advance_switch): it advances
-                             // the switch of every router it passes -- the sender's first, so the route can
-                             // take what waits behind it -- and a fabin that reads it takes its payload as data
+  bool advance : 1 = false;  // fabout: its last wavelet advances the switch of every router it passes, as a
+                             // control wavelet does (CSL's .advance_switch) -- the sender's first, so the route
+                             // can take what waits behind it -- but stays data: it fires no control task
   int16_t array = -1;     // mem1d, mem4d, fifo: Program::data index
   uint32_t base = 0;      // mem, fifo: byte address in the data area
   uint32_t length = 0;    // fabin/fabout: wavelets; fifo: capacity in elements

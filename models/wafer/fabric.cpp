@@ -1253,7 +1253,7 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
         pushed_down(wk, ds, was_empty, at_link);
       }
     }
-    if (wv.control) {
+    if (wv.control) {  // (kControl or kAdvance)
       const uint8_t to = slot_route[c.slot].next(slot_pos[c.slot]);
       // A new position may take an input the old one held back (a star's farther stream, waiting in
       // a buffer): it moves in the next cycle, so look again then.
@@ -1300,7 +1300,7 @@ void Fabric::Impl::inject(Worker& w, uint32_t r, int64_t t) {
     if (bcount[bi] >= D) continue;  // woken when the router pops this buffer
     int k2 = bhead[bi] + bcount[bi];
     if (k2 >= D) k2 -= D;
-    bufs[slot_ring[bi] + static_cast<size_t>(k2)] = {ln.in[ln.next++], ln.color, false, t + hop};
+    bufs[slot_ring[bi] + static_cast<size_t>(k2)] = {ln.in[ln.next++], ln.color, kData, t + hop};
     if (!bcount[bi]++) occupied(ln.slot);
     if (bcount[bi] > st.router_buffer_high_water) st.router_buffer_high_water = bcount[bi];
     ln.last = t;

@@ -31,7 +31,7 @@ struct Fabric::Impl {
   struct Wv {
     uint32_t payload = 0;
     uint8_t color = 0;
-    bool control = false;
+    uint8_t control = 0;  // kData, kControl, or kAdvance: data that advances the switches it passes (fabout advance)
     int64_t ready = 0;
   };
   struct Ev {
@@ -40,6 +40,7 @@ struct Fabric::Impl {
     bool operator>(const Ev& o) const { return cycle != o.cycle ? cycle > o.cycle : key > o.key; }
   };
   static constexpr uint32_t kRouterBit = 0x80000000u;
+  static constexpr uint8_t kData = 0, kControl = 1, kAdvance = 2;  // Wv::control
 
   // The event calendar. Entries (cycle, key) come out in the order of a binary min-heap on
   // (cycle, key) -- all of a cycle's entries by ascending key, PEs before routers -- but it is a
@@ -174,7 +175,7 @@ struct Fabric::Impl {
   // A control wavelet that names a control task of the PE's program (its index half = task id):
   // it fires that task and is neither data for a data task nor for a fabin DSD.
   static bool for_ctrl_task(const ProgInfo& pi, const Wv& w) {
-    return w.control && pi.has_ctrl && (w.payload >> 16) < 64 && pi.ctrl_task[w.payload >> 16] >= 0;
+    return w.control == kControl && pi.has_ctrl && (w.payload >> 16) < 64 && pi.ctrl_task[w.payload >> 16] >= 0;
   }
   // A PE's state in 64-byte lines by use (large layouts are bound by the cache misses of their
   // PEs' state): line 0 what every PE event reads (pe_step, pick_task, the router's output queues),

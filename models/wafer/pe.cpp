@@ -277,7 +277,8 @@ int Fabric::Impl::run_group(Worker& wk, uint32_t s, OpRun& op, int64_t t) {
     } else if (d.kind == DsdKind::fabout) {
       uint32_t payload = r;
       if (eb == 2) payload = (r & 0xffffu) | (d.index ? static_cast<uint32_t>(i & 0xffff) << 16 : 0u);
-      push_queue(s, 8 + d.queue, {payload, d.color, d.control || (d.advance && op.i + 1 == op.len), t + 1});  // (advance: the last one)
+      const uint8_t kind = d.control ? kControl : d.advance && op.i + 1 == op.len ? kAdvance : kData;  // (advance: the last one)
+      push_queue(s, 8 + d.queue, {payload, d.color, kind, t + 1});
       wake_router(wk, pe_index(s), t + 1);
     } else if (d.kind == DsdKind::fifo) {
       if (P.fifo.empty()) P.fifo.assign(p.dsds.size() * 2, 0);
@@ -399,7 +400,7 @@ bool Fabric::Impl::pick_task(Worker& wk, uint32_t s, int64_t t) {
       for (; q < 8; ++q) {
         if (!P.qcount[static_cast<size_t>(q)]) continue;
         const Wv& w = qentry(s, q, P.qhead[static_cast<size_t>(q)]);
-        if (w.ready <= t && w.control && (w.payload >> 16) == tk.id) break;
+        if (w.ready <= t && w.control == kControl && (w.payload >> 16) == tk.id) break;
       }
       if (q < 8) {
         P.wv = qentry(s, q, P.qhead[static_cast<size_t>(q)]).payload & 0xffffu;

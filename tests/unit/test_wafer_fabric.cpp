@@ -1013,6 +1013,41 @@ TEST_CASE("wafer-fabric: a fabout with advance from a sender at half rate (simd.
   star_advance(1, 2);
 }
 
+TEST_CASE("wafer-fabric: the last wavelet of a fabout with advance stays data: a receiver with control task 0 reads a payload of 0 into its fabin", "[wafer-fabric]") {
+  const char* send = R"(
+.data x f32 4 fill=0           # fp32 0.0: an index half of 0, control task 0's id
+.dsd xm mem1d x
+.dsd out fabout f32 color=1 queue=2 len=4 advance
+.task main local id=8 active
+  fmovs out, xm
+  halt
+)";
+  const char* recv = R"(
+.data y f32 4 fill=7
+.data f i32 1 fill=0
+.dsd ym mem1d y
+.dsd fm mem1d f
+.dsd in fabin f32 color=1 queue=1 len=4
+.task main local id=8 active
+  fmovs ym, in
+  halt
+.task ctl control id=0
+  mov32 fm, 1
+  ret
+)";
+  const WaferConfig c = preset_config("wse2");
+  const std::string layout = R"({"fabric": {"width": 2, "height": 1}, "rects": [
+    {"name": "s", "x": 0, "y": 0, "width": 1, "height": 1, "program": "send.pe", "routes": [{"color": 1, "rx": ["RAMP"], "tx": ["E"]}]},
+    {"name": "r", "x": 1, "y": 0, "width": 1, "height": 1, "program": "recv.pe", "routes": [{"color": 1, "rx": ["W"], "tx": ["RAMP"]}]}]})";
+  Run r(c, load({{"send.pe", send}, {"recv.pe", recv}}, layout, c));
+  r.go();
+  INFO(r.fab->error().value_or(""));
+  REQUIRE_FALSE(r.fab->error());
+  CHECK(r.fab->read_array(1, 0, "y") == std::vector<float>{0, 0, 0, 0});
+  CHECK(r.fab->read_array(1, 0, "f")[0] == 0.0f);  // (i32 0 reads as 0.0f) ctl never ran
+  CHECK(r.fab->stats().tasks_run == 2);
+}
+
 TEST_CASE("wafer-fabric: a PE whose control task never gets its wavelet is reported waiting for it", "[wafer-fabric]") {
   const char* prog = ".data y i32 1\n.dsd ym mem1d y\n.task on_ctl control id=41\n  mov32 ym, wv\n  halt\n";
   const WaferConfig c = preset_config("wse2");
