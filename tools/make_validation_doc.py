@@ -186,8 +186,8 @@ NOTES = """
   paper's spcl/spatial-collectives modules/star.csl over rows of P = 4 .. 256 PEs). Every PE sends
   its vector straight to the root (here the eastmost PE; star.csl's is the westmost) on one color;
   each sender's route takes its own PE first (rx RAMP) and, once its fabout's last wavelet has
-  passed -- the fabout's `advance` flag, CSL's `.advance_switch`: that wavelet is a control
-  wavelet, which the root's fabin reads as data -- the senders behind it (switch position 1, rx
+  passed -- the fabout's `advance` flag, CSL's `.advance_switch`: that wavelet advances the
+  switches it passes as a control wavelet does, and stays data -- the senders behind it (switch position 1, rx
   W). So the streams reach the root nearest first, each waiting in the routers' buffers for the one
   ahead, and the root adds them in a loop (`fadds sum, sum, fabin`, P - 1 times). Read as C = the
   root's P - 1 adds, each fed by the fabric at one wavelet a cycle, (P - 1)(setup + B); E = B P (P
@@ -203,31 +203,36 @@ NOTES = """
   x and then y: spcl/spatial-collectives generate_pre_order_2d.py). Its dynamic program finds, for each depth budget d, the reduce tree of
   least energy -- dp[r][d] = min(dp[r][d - 1], min over s of dp[s][d - 1] + dp[r - s][d] + r - s) --
   and picks the d minimising B dp[P][d] / (P - 1) + P - 1 + d (2 T_R + 1), the paper's model with
-  E = B dp[P][d], N = P - 1, L = P - 1 and D = d. tools/make_wafer_validation.py runs the same
-  program and builds the tree as the generator does, laid out in pre-order along the row (rooted
-  at the eastmost PE here). The generator's CSL runs every level on two colors reconfigured at run
-  time; here each parent's children send on a color of their own group (the groups' spans colored
-  greedily, so no two groups that share a router share a color), and, as in the CSL, a child's
-  route takes its own PE first and, after its fabout's last wavelet (`advance`), the siblings
-  behind it. Each PE adds its children's vectors nearest first, the last add fused with its send.
-  Read as max(C, E/N + L) + (2 T_R + 1) d with the generator's E/N + L = B dp[P][d] / (P - 1) + (P - 1)
-  T_R and C = the most children a PE adds times (setup + B). What the program picks: a chain for
-  up to 64 PEs at T_R = 1 (256 values), and at 256 PEs a tree of depth 22 (488 vector hops, at most
-  2 children a PE); with 16 values depth 10 (690 hops); at T_R = 2, depth 10 over 64 PEs and 21 over
-  256; for the 2-D rows (up to 16 x 16, 256 values) a chain per row and column, within 0.2% of
-  the model per phase (T = 2 T(Q)). Every row is within 9.1%; it is the fastest of the five algorithms here at 256 PEs (837
-  cycles at 256 values against the two-phase reduce's 906 and the chain's 1,038; 357 at 16 values
-  against 362 and 798; the AllReduce 1,366 against 1,435 and 1,567), as the paper reports. The 64-PE row at T_R = 1 (-9.1%) is the chain: it
-  runs exactly as `reduce-chain-p64` (462 cycles), and the gap is the reading's: its L, the
-  farthest PE's 63 hops, comes on top of the depth's 63 stages of 2 T_R + 1 cycles, which already
-  hold those hops (the chain row reads L as the first stream op's setup and is within 0.2%). The
-  16-value row (+8.5%) has the tree's mechanism, seen in its per-PE trace (detail `instruction`):
-  the root's last add ends at cycle 356; along the path of last children (the PEs at x = 189, 134,
-  89, ..., 66, 55 and 45 hops apart) each fused add streams on as its last child's stream
-  arrives, but starts only after that PE's in-place adds of its earlier
-  children (at x = 89 they end at cycle 113). The reading's max(C, E/N + L) takes the adds and the
-  distance as alternatives; on this path they add up. The 64-PE T_R = 2 row (+8.6%, depth 10 with
-  up to 2 children a PE) is of the same shape (not traced).
+  E = B dp[P][d], N = P - 1, L = P - 1 and D = d, at the T_R = 2 the script fixes (its `tr = 2`).
+  tools/make_wafer_validation.py runs the same program at that T_R for every row (a row's own T_R
+  enters only its reading) and builds the tree as the generator does, laid out in pre-order along
+  the row (rooted at the eastmost PE here). The generator's CSL runs every level on two colors
+  reconfigured at run time; here each parent's children send on a color of their own group (the
+  groups' spans colored greedily, so no two groups that share a router share a color), and, as in
+  the CSL, a child's route takes its own PE first and, after its fabout's last wavelet (`advance`),
+  the siblings behind it. Each PE adds its children's vectors nearest first, the last add fused
+  with its send. Read as max(C, E/N + L) + (2 T_R + 1) d with the generator's E/N + L = B dp[P][d] /
+  (P - 1) + (P - 1) hops at the row's hop latency, and C = the most children a PE adds times (setup
+  + B). What the program picks: a chain up to 16 PEs (256 values); depth 10 (116 vector hops, up to
+  2 children a PE) over 64 PEs; depth 21 (492 hops, up to 3 children) over 256; with 16 values over
+  256 PEs depth 7 (859 hops, up to 4 children); for the 2-D rows (up to 16 x 16, 256 values) a
+  chain per row and column, within 0.2% of the model per phase (T = 2 T(Q)). Every row is within
+  10.0%. At 256 PEs it is the fastest of the five algorithms here with 256 values (842 cycles,
+  against the two-phase reduce's 906 and the chain's 1,038; the AllReduce 1,371 against 1,435 and
+  1,567) and level with the two-phase reduce at 16 values (363 against 362; the chain 798), as the
+  paper reports it near the best. Over 64 PEs it is slower than the chain on this fabric (625
+  cycles against 462 at T_R = 1, 645 against 588 at T_R = 2 as the PE-router latency): the
+  generator's objective charges the chain its L = P - 1 hops on top of the depth's P - 1 stages of
+  2 T_R + 1 cycles, which already hold those hops, so it rates the chain at 634 cycles where the
+  chain's own reading (L the first stream op's setup) gives 587 and the fabric 588, and picks the
+  tree (584 by its objective). The rows above the reading (+8.9% over 64 PEs, +10.0% with 16
+  values) have the tree's mechanism, seen in the 16-value row's per-PE trace (detail
+  `instruction`): along the path of last children (x = 0, 3, 9, 19, 34, 55, 135, then the root
+  at 255) each fused add streams on as its last child's stream arrives, but starts only after that
+  PE's in-place adds of its earlier children: at x = 135 those three take cycles 1 to 190, its
+  fused add starts at 191, and its stream then crosses 120 hops to the root, whose last add ends at
+  cycle 362. The reading's max(C, E/N + L) takes the adds and the distance as alternatives; on this
+  path they add up.
 - Not yet here (issue 25): the 512^3 FFT.
 """
 

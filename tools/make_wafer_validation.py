@@ -624,7 +624,8 @@ def reduce_star(P, B=256, tr=1, allreduce=False):
 # program over (PEs, depth) finds the reduce tree of least energy for each depth budget d, with
 # dp[r][d] = min(dp[r][d - 1], min over s of dp[s][d - 1] + dp[r - s][d] + r - s) (a subtree of r
 # PEs sends a child subtree of s PEs, r - s hops away, one round deeper), and picks the d that
-# minimises the model B dp[P][d] / (P - 1) + P - 1 + d (2 T_R + 1). The tree is laid out in
+# minimises the model B dp[P][d] / (P - 1) + P - 1 + d (2 T_R + 1), with the generator's T_R = 2 on
+# every row (GEN_TR; a row's own T_R enters only its reading). The tree is laid out in
 # pre-order along the row (a PE's subtree is the run of PEs after it), built as the generator does
 # it: children carved from the far end of the subtree, then taken nearest first. The generator's CSL
 # (pre_order_runtime_base.csl) uses two colors, alternating by level, reconfigured at run time;
@@ -720,7 +721,10 @@ cnext:
 """
 
 
-def auto_tree(P, B, tr):
+GEN_TR = 2  # generate_pre_order_2d.py's `tr = 2`: the T_R its model picks the tree with, on every row
+
+
+def auto_tree(P, B, tr=GEN_TR):
     """The generator's tree: (depth d, energy dp[P][d] in vector hops, children per pre-order id)."""
     INF = float("inf")
     dp = [[0.0] * (P + 1) for _ in range(2)] + [[INF] * (P + 1) for _ in range(P - 1)]
@@ -806,13 +810,12 @@ def auto_params(i, children, parent, color, prefix=""):
 
 
 def reduce_auto(P, B=256, tr=1, ramp=False, allreduce=False):
-    d, energy, children = auto_tree(P, B, tr)
+    d, energy, children = auto_tree(P, B)
     parent = {c: p for p in range(P) for c in children[p]}
     # by pre-order id; px = P - 1 - id (the tree grows west, its streams flow east)
     color, ncolors, routes = auto_groups(P, children, "W", "E")
-    assert ncolors <= 23, "the generated tree needs %d colors" % ncolors
-    last_end = range(ncolors)
-    bc = len(last_end) + 1  # the AllReduce's broadcast color, beside the groups'
+    assert ncolors + allreduce <= 24, "the generated tree needs %d colors" % (ncolors + allreduce)
+    bc = ncolors + 1  # the AllReduce's broadcast color, beside the groups'
     if allreduce:
         for i, r in enumerate(bcast_routes(P, bc)):  # (by px: the eastmost, the middle, the westmost)
             for px in range(r["x"], r["x"] + r["width"]):
@@ -835,9 +838,9 @@ def reduce_auto(P, B=256, tr=1, ramp=False, allreduce=False):
     C, EN_L, T = auto_model(P, B, tr, d, energy, children, 1 if ramp else tr)
     kmax = max(len(k) for k in children)
     parts = "C = %d*(%d + %d), E/N + L = %d, D = %d: max(%d, %d) + %d*%d" % (kmax, SETUP, B, EN_L, d, C, EN_L, 2 * tr + 1, d)
-    what = ("Generated reduce of %d fp32 values over a row of %d PEs (the tree the paper's dynamic program picks for "
-            "T_R = %d: depth %d, %d vector hops, at most %d children a PE, %d colors; laid out in pre-order, rooted at the "
-            "eastmost PE)" % (B, P, tr, d, energy, kmax, len(last_end)))
+    what = ("Generated reduce of %d fp32 values over a row of %d PEs (the tree the paper's dynamic program picks "
+            "with its T_R = %d: depth %d, %d vector hops, at most %d children a PE, %d colors; laid out in pre-order, rooted at the "
+            "eastmost PE)" % (B, P, GEN_TR, d, energy, kmax, ncolors))
     if allreduce:
         Cb, ENb_L, Tb = bcast_model(B, P - 1, tr, 1 if ramp else tr)
         T += Tb
@@ -851,7 +854,7 @@ def reduce_auto_2d(Q, B=256, tr=1):
     picks for Q PEs, then the root (east) column reduces the row sums south over the same tree, as
     the paper's 2-D generated reduce runs it (code_2d_pre_order_test.csl: the 1-D runtime along x,
     then along y). Against the model per phase: T = 2 T_auto(Q)."""
-    d, energy, children = auto_tree(Q, B, tr)
+    d, energy, children = auto_tree(Q, B)
     parent = {c: p for p in range(Q) for c in children[p]}
     color, nrow, rroutes = auto_groups(Q, children, "W", "E")
     ccolor, ncol, croutes = auto_groups(Q, children, "N", "S", base=nrow)
@@ -877,7 +880,7 @@ def reduce_auto_2d(Q, B=256, tr=1):
     C, EN_L, T1 = auto_model(Q, B, tr, d, energy, children)
     kmax = max(len(k) for k in children)
     model_row(name, "2-D generated reduce of %d fp32 values over %d x %d PEs (every row's tree east, then the east "
-                    "column's south: the tree the paper's dynamic program picks for %d PEs, depth %d, %d vector hops, "
+                    "column's south: the tree the paper's dynamic program picks for %d PEs with its T_R = 2, depth %d, %d vector hops, "
                     "%d + %d colors)" % (B, Q, Q, Q, d, energy, nrow, ncol),
               "auto_reduce.pe", name + "_layout.json", name + "_sum.npy", 2 * T1,
               "rows C = %d*(%d + %d), E/N + L = %d, D = %d: max(%d, %d) + %d*%d, east column the same"
