@@ -274,3 +274,44 @@ TEST_CASE("wafer-stripes: SRAM flips and wavelet drops across a stripe boundary 
   }
   CHECK(r.fabs[0]->faults_fired()[0].count == 2);
 }
+
+TEST_CASE("wafer-stripes: a star up a column whose switches advance on each sender's last wavelet (fabout advance) gives the sequential run on 2, 4 and 8 threads", "[wafer-stripes]") {
+  // spcl/spatial-collectives modules/star.csl along a column of 8 PEs, rooted at the top: each
+  // sender's route takes its own PE first, then (position 1) the senders below it. On 8 threads
+  // every row is its own stripe, so each switch is advanced by a wavelet from the stripe below
+  // the one holding the streams it then lets through.
+  const char* send = R"(
+.param val = 1
+.data x f32 16 fill=$val
+.dsd xm mem1d x
+.dsd out fabout f32 color=1 queue=2 len=16 advance
+.task main local id=8 active
+  fmovs out, xm
+  halt
+)";
+  const char* root = R"(
+.data y f32 112 fill=0
+.dsd ym mem1d y
+.dsd in fabin f32 color=1 queue=1 len=112
+.task main local id=8 active
+  fmovs ym, in
+  halt
+)";
+  const WaferConfig c = preset_config("wse2");
+  const std::string layout = R"({"fabric": {"width": 1, "height": 8}, "rects": [
+    {"name": "r", "x": 0, "y": 0, "width": 1, "height": 1, "program": "root.pe", "routes": [{"color": 1, "rx": ["S"], "tx": ["RAMP"]}]},
+    {"name": "s", "x": 0, "y": 1, "width": 1, "height": 7, "program": "send.pe", "params": {"val": "py + 2"},
+     "routes": [{"color": 1, "rx": ["RAMP"], "tx": ["N"], "switch": [{"rx": ["S"]}], "ring": false}]}]})";
+  FabricOptions opt;
+  opt.record = true;
+  Runs r(c, load_text({{"send.pe", send}, {"root.pe", root}}, layout, c), {2, 4, 8}, opt);
+  r.go();
+  REQUIRE_FALSE(r.fabs[0]->error());
+  std::vector<float> want;
+  for (int row = 1; row < 8; ++row) want.insert(want.end(), 16, static_cast<float>(row + 1));  // nearest first
+  CHECK(r.fabs[0]->read_array(0, 0, "y") == want);
+  for (size_t k = 1; k < r.fabs.size(); ++k) {
+    CHECK(r.fabs[k]->threads_used() == (k == 1 ? 2 : k == 2 ? 4 : 8));
+    same_run(r, k, {"y"});
+  }
+}
