@@ -196,16 +196,18 @@ CHAIN_STEPS = """.if $first
 .endif
 """
 
-# The AllReduce's broadcast on color 5 (queue 5), shared by reduce_2d.pe and two_phase_reduce.pe: the root
-# sends the sum (bc_send), every other PE keeps it in `sum` (bc_recv); routes from bcast_routes or reduce_2d.
-BCAST_DECLS = """.param bc_send = 0               # the AllReduce's root: it broadcasts the sum on color 5
+# The AllReduce's broadcast on color bc_color (5 unless a program's colors need it; queue 5), shared by the
+# reduce programs: the root sends the sum (bc_send), every other PE keeps it in `sum` (bc_recv); routes from
+# bcast_routes or reduce_2d.
+BCAST_DECLS = """.param bc_send = 0               # the AllReduce's root: it broadcasts the sum on bc_color
 .param bc_recv = 0               # the AllReduce's other PEs: they keep it in sum
+.param bc_color = 5
 """
 BCAST_DSDS = """.if $bc_recv
-.dsd from_bc fabin f32 color=5 queue=5 len=$n
+.dsd from_bc fabin f32 color=$bc_color queue=5 len=$n
 .endif
 .if $bc_send
-.dsd to_bc fabout f32 color=5 queue=5 len=$n
+.dsd to_bc fabout f32 color=$bc_color queue=5 len=$n
 .endif
 """
 BCAST_STEPS = """.if $bc_send
@@ -652,10 +654,7 @@ AUTO_PE = """# The generated reduce of Luczynski et al. (tools/make_wafer_valida
 .param csend = 1
 .param cin_color = 1
 .param cout_color = 1
-.param bc_send = 0               # the AllReduce's root: it broadcasts the sum on bc_color
-.param bc_recv = 0               # the AllReduce's other PEs: they keep it in sum
-.param bc_color = 1
-.data a f32 $n fill=$val
+""" + BCAST_DECLS + """.data a f32 $n fill=$val
 .data sum f32 $n fill=0
 .dsd am mem1d a
 .dsd sm mem1d sum
@@ -673,13 +672,7 @@ AUTO_PE = """# The generated reduce of Luczynski et al. (tools/make_wafer_valida
 .dsd to_cparent fabout f32 color=$cout_color queue=1 len=$n advance
 .endif
 .endif
-.if $bc_recv
-.dsd from_bc fabin f32 color=$bc_color queue=5 len=$n
-.endif
-.if $bc_send
-.dsd to_bc fabout f32 color=$bc_color queue=5 len=$n
-.endif
-
+""" + BCAST_DSDS + """
 .task main local id=10 active
 .if $more
   mov r1, $more

@@ -953,33 +953,15 @@ namespace {
 void star_advance(int hop, int interval = 1) {
   // spcl/spatial-collectives modules/star.csl: every sender's route takes its own PE (RAMP) first,
   // then, once its `.advance_switch` fabout has sent its last wavelet, the senders beyond it (W).
-  const char* send = R"(
-.param val = 1
-.data x f32 16 fill=$val
-.data z f32 16 fill=0
-.dsd xm mem1d x
-.dsd zm mem1d z
-.dsd out fabout f32 color=1 queue=2 len=16 advance
-.task main local id=8 active
-  fmacs out, zm, xm, 1.0
-  halt
-)";
-  const char* root = R"(
-.data y f32 48 fill=0
-.dsd ym mem1d y
-.dsd in fabin f32 color=1 queue=1 len=48
-.task main local id=8 active
-  fmovs ym, in
-  halt
-)";
   WaferConfig c = preset_config("wse2");
   c.hop_latency = hop;
   c.fmacs_interval = interval;  // (2: a sender makes a wavelet every other cycle)
   const std::string layout = R"({"fabric": {"width": 4, "height": 1}, "rects": [
     {"name": "s", "x": 0, "y": 0, "width": 3, "height": 1, "program": "send.pe", "params": {"val": "px + 1"},
      "routes": [{"color": 1, "rx": ["RAMP"], "tx": ["E"], "switch": [{"rx": ["W"]}], "ring": false}]},
-    {"name": "r", "x": 3, "y": 0, "width": 1, "height": 1, "program": "root.pe", "routes": [{"color": 1, "rx": ["W"], "tx": ["RAMP"]}]}]})";
-  Run r(c, load({{"send.pe", send}, {"root.pe", root}}, layout, c));
+    {"name": "r", "x": 3, "y": 0, "width": 1, "height": 1, "program": "root.pe", "params": {"n": 48},
+     "routes": [{"color": 1, "rx": ["W"], "tx": ["RAMP"]}]}]})";
+  Run r(c, load({{"send.pe", fixtures::kStarSend}, {"root.pe", fixtures::kStarRoot}}, layout, c));
   r.go();
   INFO(r.fab->error().value_or(""));
   REQUIRE_FALSE(r.fab->error());

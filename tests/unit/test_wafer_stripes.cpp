@@ -280,31 +280,15 @@ TEST_CASE("wafer-stripes: a star up a column whose switches advance on each send
   // sender's route takes its own PE first, then (position 1) the senders below it. On 8 threads
   // every row is its own stripe, so each switch is advanced by a wavelet from the stripe below
   // the one holding the streams it then lets through.
-  const char* send = R"(
-.param val = 1
-.data x f32 16 fill=$val
-.dsd xm mem1d x
-.dsd out fabout f32 color=1 queue=2 len=16 advance
-.task main local id=8 active
-  fmovs out, xm
-  halt
-)";
-  const char* root = R"(
-.data y f32 112 fill=0
-.dsd ym mem1d y
-.dsd in fabin f32 color=1 queue=1 len=112
-.task main local id=8 active
-  fmovs ym, in
-  halt
-)";
   const WaferConfig c = preset_config("wse2");
   const std::string layout = R"({"fabric": {"width": 1, "height": 8}, "rects": [
-    {"name": "r", "x": 0, "y": 0, "width": 1, "height": 1, "program": "root.pe", "routes": [{"color": 1, "rx": ["S"], "tx": ["RAMP"]}]},
+    {"name": "r", "x": 0, "y": 0, "width": 1, "height": 1, "program": "root.pe", "params": {"n": 112},
+     "routes": [{"color": 1, "rx": ["S"], "tx": ["RAMP"]}]},
     {"name": "s", "x": 0, "y": 1, "width": 1, "height": 7, "program": "send.pe", "params": {"val": "py + 2"},
      "routes": [{"color": 1, "rx": ["RAMP"], "tx": ["N"], "switch": [{"rx": ["S"]}], "ring": false}]}]})";
   FabricOptions opt;
   opt.record = true;
-  Runs r(c, load_text({{"send.pe", send}, {"root.pe", root}}, layout, c), {2, 4, 8}, opt);
+  Runs r(c, load_text({{"send.pe", fixtures::kStarSend}, {"root.pe", fixtures::kStarRoot}}, layout, c), {2, 4, 8}, opt);
   r.go();
   REQUIRE_FALSE(r.fabs[0]->error());
   std::vector<float> want;
