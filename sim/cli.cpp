@@ -1,6 +1,7 @@
 #include "sim/cli.hpp"
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -11,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "isa/error.hpp"
 #include "isa/params.hpp"
@@ -294,7 +297,30 @@ int cmd_run(const Options& o) {
   ro.out_dir = o.out_dir.empty() ? (std::filesystem::path("out") / s.name).string() : o.out_dir;
   ro.emit_program = o.emit_program;
   ro.resume = o.resume;
-  return run_scenario(s, ro);
+  // Under mpirun (more than one rank) a wafer run is one partitioned fabric (sim/fabric_ranks.hpp):
+  // every rank runs the same driver; rank 0 prints and writes --out, the others write into a
+  // directory of their own that goes away afterwards.
+  if (s.kind == "wafer" && distributed() && rank() != 0) {
+    // (its messages, errors too, are rank 0's: the same driver on the same results)
+    Console::get().set_verbosity(Verbosity::quiet);
+    if (!std::getenv("TESSERA_RANK_STDERR")) {
+      std::fflush(stderr);
+      if (FILE* nul = std::fopen("/dev/null", "w")) dup2(fileno(nul), STDERR_FILENO), std::fclose(nul);
+    }
+    ro.out_dir = (std::filesystem::temp_directory_path() / ("tessera-rank" + std::to_string(rank()) + "-" + std::to_string(::getpid()))).string();
+    const int rc = run_scenario(s, ro);
+    std::error_code ec;
+    std::filesystem::remove_all(ro.out_dir, ec);
+    finish_distributed();
+    return rc;
+  }
+  if (distributed() && rank() != 0) {  // (another machine's scenario: rank 0 runs it alone)
+    finish_distributed();
+    return kExitOk;
+  }
+  const int rc = run_scenario(s, ro);
+  finish_distributed();
+  return rc;
 }
 
 int cmd_params(const Options& o) {

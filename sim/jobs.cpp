@@ -95,7 +95,10 @@ pid_t spawn(const Job& job, const JobsOptions& opt) {
   // N runs at once share the host's threads: each child's numerics get hardware_concurrency / N
   // (TESSERA_HOST_THREADS, isa/host_threads.hpp), unless the user set it.
   std::vector<std::string> env_s;
-  for (char** e = environ; *e; ++e) env_s.emplace_back(*e);
+  // (not the MPI launcher's variables: a child run under a distributed sweep is one process, not
+  // a rank of a partitioned fabric -- sim/fabric_ranks.hpp)
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, "OMPI_", 5) != 0 && std::strncmp(*e, "PMIX_", 5) != 0 && std::strncmp(*e, "PMI_", 4) != 0) env_s.emplace_back(*e);
   if (opt.jobs > 1 && !std::getenv("TESSERA_HOST_THREADS"))
     env_s.push_back("TESSERA_HOST_THREADS=" + std::to_string(std::max(1u, host_threads() / static_cast<unsigned>(opt.jobs))));
   std::vector<char*> envp;

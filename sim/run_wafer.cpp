@@ -26,6 +26,7 @@
 #include "sim/heatmap_wafer.hpp"
 #include "sim/outdir.hpp"
 #include "sim/console.hpp"
+#include "sim/fabric_ranks.hpp"
 #include "sim/model.hpp"
 #include "sim/report.hpp"
 #include "sim/run.hpp"
@@ -397,6 +398,7 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
   fo.threads = wafer_threads(s);
   fo.stop = [] { return interrupt_requested(); };  // SIGINT stops a long fabric run (tessera exits 130, nothing written)
   fo.host_memory_budget = static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>());
+  fo.comm = fabric_comm();  // under mpirun: a stripe of rows per rank
   wafer::Fabric fab("wafer", cfg, fo);
   fab.load(L);
   wafer::MemoryX mx("memoryx", cfg);
@@ -461,7 +463,7 @@ int run_wafer(const Scenario& s, const RunOptions& opt) {
     return 2;
   }
   if (!fab.finished()) throw std::runtime_error("the fabric did not finish (SystemC ran out of events)");
-  host_note("threads", {{"requested", s.resolved["run"]["threads"]}, {"used", fab.threads_used()}});
+  host_note("threads", {{"requested", s.resolved["run"]["threads"]}, {"used", fab.threads_used()}, {"ranks", fab.ranks_used()}});
 
   const wafer::FabricStats& st = fab.stats();
   // Gradient streams: each reduce sums every lane of its ports (each the tensor's length); MemoryX

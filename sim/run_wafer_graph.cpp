@@ -22,6 +22,7 @@
 #include "models/common/clock.hpp"
 #include "models/wafer/fabric.hpp"
 #include "models/wafer/weight_stream.hpp"
+#include "sim/fabric_ranks.hpp"
 #include "sim/check.hpp"
 #include "sim/console.hpp"
 #include "sim/reference_cache.hpp"
@@ -130,6 +131,7 @@ wafer::FabricOptions compiled_fabric_options(const Scenario& s, const wafer::Waf
   // compute at issue -- unless faults are armed: a bit flipped mid-op must be seen element by element.
   fo.eager_memory_ops = s.resolved["run"]["faults"].empty();
   fo.host_memory_budget = static_cast<int64_t>(s.resolved["run"]["host_memory"].get<double>());
+  fo.comm = fabric_comm();  // under mpirun: a stripe of rows per rank
   return fo;
 }
 
@@ -378,7 +380,7 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     return 2;
   }
   if (!fab.finished()) throw std::runtime_error("the fabric did not finish (SystemC ran out of events)");
-  host_note("threads", {{"requested", s.resolved["run"]["threads"]}, {"used", fab.threads_used()}});
+  host_note("threads", {{"requested", s.resolved["run"]["threads"]}, {"used", fab.threads_used()}, {"ranks", fab.ranks_used()}});
   const wafer::FabricStats st = fab.stats();  // the first run's (the kernel table is the first run's; the latency the first step's)
   json report = new_report(s);
   const json& expect = s.resolved["expect"];

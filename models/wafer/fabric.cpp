@@ -126,7 +126,11 @@ void Fabric::run() {
   for (auto& a : active_runs_) a.runs.clear();
   std::optional<std::string> stop;
   int64_t next_left = INT64_MAX;  // the earliest event not handled (a stopped run)
-  if (m.workers.size() > 1) {  // stripes on threads (stripes.cpp): the same results
+  if (m.comm) {  // stripes on ranks (ranks.cpp): the same results
+    Impl::StripedEnd se = m.run_parts(c0);
+    stop = se.stop;
+    next_left = se.next_cycle;
+  } else if (m.workers.size() > 1) {  // stripes on threads (stripes.cpp): the same results
     Impl::StripedEnd se = m.run_striped(c0);
     stop = se.stop;
     next_left = se.next_cycle;
@@ -159,7 +163,7 @@ void Fabric::run() {
     stats_.events = static_cast<int64_t>(w.cal.consumed());
     if (!w.cal.empty()) next_left = w.cal.top().cycle;
   }
-  const bool work = m.work_remains();
+  const bool work = m.comm ? m.work_all : m.work_remains();
   const int64_t lp = m.last_progress();
   int64_t end = lp;
   if (!stop && work) {
@@ -171,7 +175,8 @@ void Fabric::run() {
   m.finish_stats(end);
   sync_to(end);
   if (stop) {
-    m.report(stuck_pes_, stuck_routers_);
+    if (m.comm) m.report_parts(stuck_pes_, stuck_routers_);
+    else m.report(stuck_pes_, stuck_routers_);
     std::ostringstream s;
     s << *stop;
     const size_t kShow = std::getenv("TESSERA_DEADLOCK_ALL") ? SIZE_MAX : 12;  // everything, for debugging
@@ -189,9 +194,16 @@ void Fabric::run() {
 // ---------------------------------------------------------------------------------------------
 // Faults.
 
+namespace {
+void no_faults_on_ranks(bool partitioned) {
+  if (partitioned) throw InputError("faults", "a partitioned fabric (several MPI ranks) does not inject faults yet", "run fault studies without mpirun");
+}
+}  // namespace
+
 void Fabric::add_fault(const SramFlip& f) {
   Impl& m = *impl_;
   if (!m.L) throw std::logic_error("Fabric::add_fault: no layout loaded");
+  no_faults_on_ranks(m.comm != nullptr);
   const uint32_t s = m.slot_of(f.x, f.y);
   if (s == kNone) throw InputError(pe_label(f.x, f.y), "an SRAM fault needs a PE that runs a program (outside the fabric or routing only)");
   if (int64_t{f.addr} >= cfg_.data_area_bytes() || f.bit < 0 || f.bit > 7)
@@ -204,6 +216,7 @@ void Fabric::add_fault(const SramFlip& f) {
 void Fabric::add_fault(const WaveletDrop& f) {
   Impl& m = *impl_;
   if (!m.L) throw std::logic_error("Fabric::add_fault: no layout loaded");
+  no_faults_on_ranks(m.comm != nullptr);
   if (f.x < 0 || f.y < 0 || f.x >= W_ || f.y >= H_) throw InputError(pe_label(f.x, f.y), "a wavelet drop needs a router inside the fabric");
   const uint32_t r = static_cast<uint32_t>(f.y * W_ + f.x);
   const uint32_t sl = m.find_slot(r, f.color);
@@ -274,6 +287,9 @@ void Fabric::set_port_stream(const std::string& port, int64_t lane, std::vector<
 
 void Fabric::set_port_reply(PortReply reply) {
   Impl& m = *impl_;
+  if (m.comm)
+    throw InputError("port reply", "a partitioned fabric (several MPI ranks) does not answer output ports yet (training with loss scaling)",
+                     "run this scenario without mpirun");
   auto index = [&](const std::string& name, bool input) {
     for (size_t i = 0; i < m.ports.size(); ++i)
       if (m.ports[i].spec->name == name) {
@@ -393,6 +409,12 @@ std::vector<float> Fabric::read_array(int64_t x, int64_t y, const std::string& a
   const int eb = elem_bytes(d.elem);
   std::vector<float> out(static_cast<size_t>(d.count));
   for (int32_t i = 0; i < d.count; ++i) out[static_cast<size_t>(i)] = Impl::decode(impl_->load_elem(s, d.addr + static_cast<uint32_t>(i * eb), eb), d.elem);
+  if (impl_->comm) {  // (collective: the PE's rank holds its SRAM)
+    std::vector<uint8_t> b(out.size() * sizeof(float));
+    std::memcpy(b.data(), out.data(), b.size());
+    impl_->comm->bcast(impl_->rank_of_row(y), b);
+    std::memcpy(out.data(), b.data(), b.size());
+  }
   return out;
 }
 
@@ -409,6 +431,7 @@ std::vector<uint8_t> Fabric::read_bytes(int64_t x, int64_t y, uint32_t addr, uin
   if (int64_t{addr} + n > cfg_.data_area_bytes()) throw InputError(pe_label(x, y), "read past the data area");
   std::vector<uint8_t> out(n);
   for (uint32_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(impl_->load_elem(s, addr + i, 1));
+  if (impl_->comm) impl_->comm->bcast(impl_->rank_of_row(y), out);  // (collective, as read_array)
   return out;
 }
 
@@ -707,6 +730,12 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
   slabs.resize(max_pages / kSlabPages + 1 + 2 * 256);  // + partly used slabs: one per worker (up to 256), and those of workers a later run with fewer threads dropped
   slab_count = 0;
   sram_pages = 0;
+  // A partitioned fabric: the ranks' stripes, fixed for every run (SRAM lives with its PE's rank).
+  if (f.opt_.comm && f.opt_.comm->size() > 1) {
+    comm = f.opt_.comm.get();
+    me = comm->rank();
+    plan_ranks();
+  }
   // SRAM: fill values.
   for (uint32_t s = 0; s < pes.size(); ++s)
     for (const auto& d : prog(s).data) {
@@ -799,6 +828,7 @@ void Fabric::Impl::reset(int64_t c0) {
   for (auto& wp : workers) {
     Worker& w = *wp;
     w.hops_binned = 0;
+    w.events_remote = -1;
     w.done_through = -1;
     w.cur_cycle = -1;
     w.next_flip = 0;
@@ -1348,7 +1378,7 @@ void Fabric::Impl::finish_stats(int64_t end) {
     }
   }
   st.idle_cycles = st.program_pes * st.cycles - st.busy_cycles;
-  st.sram_pages = sram_pages.load();
+  st.sram_pages = comm ? sram_pages_all : sram_pages.load();
 }
 
 }  // namespace tessera::wafer

@@ -18,6 +18,7 @@
 // registers, DSDs and queues restart from the program's initial state).
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -33,6 +34,23 @@ namespace tessera::wafer {
 
 using models::ClockDomain;
 using models::Femtos;
+
+// The ranks of a partitioned fabric (FabricOptions::comm; docs/wafer-model.md, "Ranks"): one
+// process per stripe of PE rows, each running the same driver. tessera's is MPI (sim/fabric_ranks.cpp);
+// the model only needs ordered point-to-point messages and two collectives.
+class RankComm {
+ public:
+  virtual ~RankComm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Queues `msg` for rank `to` and returns; messages between two ranks arrive in the order sent.
+  virtual void send(int to, std::vector<uint8_t> msg) = 0;
+  // A message that has arrived (its sender in `from`), if any; never blocks.
+  virtual bool poll(int& from, std::vector<uint8_t>& msg) = 0;
+  // Collectives: every rank calls them in the same order.
+  virtual void bcast(int root, std::vector<uint8_t>& bytes) = 0;
+  virtual std::vector<std::vector<uint8_t>> allgather(const std::vector<uint8_t>& mine) = 0;
+};
 
 struct FabricOptions {
   int64_t quantum_cycles = 100'000;   // run-ahead before syncing with SystemC time
@@ -62,6 +80,12 @@ struct FabricOptions {
   // (A port reply whose streams could be due within a few cycles -- SwarmX latency below ~4 cycles a
   // thread -- runs on one.)
   int threads = 1;
+  // A partitioned fabric: with more than one rank, each rank simulates the PE rows of its stripe
+  // (and holds only their SRAM); boundary state crosses as messages under the same ordering
+  // protocol as threads, so every result is the sequential model's. Every rank must make the same
+  // calls on the fabric (load, writes, start, reads: reads of SRAM are collective). Not with port
+  // replies or faults (InputError); `threads` is ignored (one stripe a rank).
+  std::shared_ptr<RankComm> comm;
 };
 
 // A wavelet handed from a router to its PE (RAMP), into an input queue. Cycles are relative to
@@ -285,6 +309,7 @@ class Fabric : public sc_core::sc_module {
   const std::vector<ActiveRuns>& active_runs() const { return active_runs_; }
   const FabricSummary& summary() const { return summary_; }     // FabricOptions::summary
   int threads_used() const;  // host threads of the last run (FabricOptions::threads, or 1: see there)
+  int ranks_used() const;    // ranks with a stripe (FabricOptions::comm; 1 without)
   void set_threads(int n) { opt_.threads = n; }  // from the next start() on
   // The route of `color` at router (x,y) as loaded (nullptr: the router does not route it).
   const Route* route(int64_t x, int64_t y, int color) const;

@@ -14,6 +14,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "models/wafer/fabric.hpp"
@@ -21,6 +22,59 @@
 namespace tessera::wafer {
 
 inline constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+
+// Messages between the ranks of a partitioned fabric (ranks.cpp): a type byte, the run's epoch,
+// then fields in host byte order (the ranks run one build of tessera).
+enum : uint8_t { kMsgBound = 1, kMsgShip, kMsgStop, kMsgFail, kMsgHalt, kMsgProbe, kMsgAck, kMsgEnd };
+template <class T>
+void put(std::vector<uint8_t>& m, const T& v) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  const size_t n = m.size();
+  m.resize(n + sizeof(T));
+  std::memcpy(m.data() + n, &v, sizeof(T));
+}
+inline void put_str(std::vector<uint8_t>& m, const std::string& v) {
+  put(m, static_cast<uint64_t>(v.size()));
+  m.insert(m.end(), v.begin(), v.end());
+}
+template <class T>
+void put_vec(std::vector<uint8_t>& m, const std::vector<T>& v) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  put(m, static_cast<uint64_t>(v.size()));
+  const size_t n = m.size();
+  m.resize(n + v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(m.data() + n, v.data(), v.size() * sizeof(T));
+}
+// Reads what put/put_str/put_vec wrote.
+struct MsgReader {
+  const std::vector<uint8_t>& m;
+  size_t at = 0;
+  template <class T>
+  T get() {
+    static_assert(std::is_trivially_copyable_v<T>);
+    if (at + sizeof(T) > m.size()) throw std::logic_error("wafer fabric ranks: a message ends early");
+    T v;
+    std::memcpy(&v, m.data() + at, sizeof(T));
+    at += sizeof(T);
+    return v;
+  }
+  std::string str() {
+    const auto n = get<uint64_t>();
+    if (at + n > m.size()) throw std::logic_error("wafer fabric ranks: a message ends early");
+    std::string v(m.begin() + static_cast<std::ptrdiff_t>(at), m.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+    return v;
+  }
+  template <class T>
+  std::vector<T> vec() {
+    const auto n = get<uint64_t>();
+    if (at + n * sizeof(T) > m.size()) throw std::logic_error("wafer fabric ranks: a message ends early");
+    std::vector<T> v(n);
+    if (n) std::memcpy(v.data(), m.data() + at, n * sizeof(T));
+    at += n * sizeof(T);
+    return v;
+  }
+};
 std::string pe_label(int64_t x, int64_t y);
 
 struct Fabric::Impl {
@@ -258,6 +312,8 @@ struct Fabric::Impl {
     double t_wait_above = 0, t_wait_below = 0;  // seconds waited in cycles (TESSERA_STRIPE_STATS)
     Inbox in_prev, in_next;                // from the worker above, from the one below
     Inbox in_any;                          // from any worker (a port reply's streams: Msg::occ_slot = kInstall | lane)
+    int64_t events_remote = -1;
+    bool idle_now = false;                 // a partitioned run: waiting with no event of its own (termination waves)            // a partitioned run: the events another rank's worker handled (else its calendar counts)
     int64_t reply_t = -1;                  // the last event (cycle, key) of its wavelets a port reply counts
     uint32_t reply_key = 0;
     Worker* prev = nullptr;
@@ -458,10 +514,57 @@ struct Fabric::Impl {
   uint32_t fail_key = 0;
   std::atomic<bool> halt_all{false};   // the run was interrupted (Ctrl-C): every worker ends
   std::atomic<int64_t> stop_at{INT64_MAX};  // a deadlock decided at this cycle: no worker goes past it
+  // Stops and failures of a striped or partitioned run (worker_loop, and messages from other ranks):
+  // the earliest in the sequential order wins.
+  StripedEnd* run_end = nullptr;
+  std::mutex* run_end_mu = nullptr;
+  void note_stop(int64_t c, bool deadlock, std::string why);
+  void note_fail(int64_t c, uint32_t key, std::string msg);
+
+  // A partitioned fabric (FabricOptions::comm with more than one rank; ranks.cpp). Worker k runs on
+  // rank k; on every other rank it is a proxy whose bounds (lb_all, lb_first, lp_pub, hops_pub)
+  // arrive as messages. What crosses a boundary besides wakes -- the receiving buffers of the two
+  // boundary rows that face each other, which both sides change in the strict alternation of the
+  // ordering protocol (stripes.cpp) -- travels with the wakes: after its first row a worker sends
+  // the worker above the buffers of the routers it handled there (theirs and its own facing ones),
+  // after its last row the worker below likewise. Only the rank that owns a PE holds its SRAM.
+  RankComm* comm = nullptr;  // null: one process
+  int me = 0;
+  std::vector<int64_t> rank_cut;       // first row of each rank's stripe (plan_ranks, at load)
+  int64_t own_y0 = 0, own_y1 = INT64_MAX;  // this rank's rows
+  bool own_row(int64_t y) const { return y >= own_y0 && y < own_y1; }
+  int rank_of_row(int64_t y) const;
+  std::vector<int64_t> cut_rows(int n) const;  // stripes' first rows for n workers, balanced by work per row
+  void plan_ranks();
+  uint32_t epoch = 0;                  // partitioned runs so far: every message carries it
+  std::vector<uint32_t> touched_first, touched_last;  // boundary-row routers handled this cycle
+  std::vector<int64_t> sent_to, recv_from;             // messages per rank this run
+  int64_t work_sent = 0, work_recv = 0;                // of them, those with wakes (termination)
+  bool ended = false;                                  // every worker idle, nothing in flight
+  int64_t wave = 0;                                    // rank 0's termination waves (Mattern's double count)
+  int wave_acks = 0;
+  bool wave_open = false, wave_prev_ok = false;
+  std::vector<int64_t> wave_now, wave_prev;
+  bool work_all = false;                               // after a partitioned run: work_remains() over every rank
+  int64_t sram_pages_all = 0;
+  void send_msg(int to, std::vector<uint8_t> m);
+  void tell_workers(const std::vector<uint8_t>& m);    // every other rank with a worker
+  void pump(Worker& w);                                // take what arrived
+  void send_bound(Worker& w);
+  void ship(Worker& w, bool up);                       // wakes and facing buffers for the worker above (up) or below
+  bool term_check(Worker& w, bool idle);               // an idle worker: true once the run is over everywhere
+  bool gone = false;                                   // this rank's worker left its loop (it lingers: linger())
+  void linger(Worker& w);                              // after the loop: take messages, idle, until every rank is done
+  StripedEnd run_parts(int64_t c0);
+  void gather_parts(StripedEnd& se);                   // after the loops: results and per-PE state to every rank
+  bool work_remains_owned() const;
+  void report_parts(std::vector<StuckPe>& pes_out, std::vector<StuckRouter>& routers_out) const;
+
   void handle(Worker& w, int64_t cycle, uint32_t key);
   bool work_remains() const;
   void finish_stats(int64_t end);
-  void report(std::vector<StuckPe>& pes_out, std::vector<StuckRouter>& routers_out) const;
+  // Why a run stopped: PEs of rows [y0, y1), input ports, router buffers of rows [y0, y1).
+  void report(std::vector<StuckPe>& pes_out, std::vector<StuckRouter>& routers_out, int64_t y0 = 0, int64_t y1 = INT64_MAX, bool ports = true) const;
 
   uint32_t slot_of(int64_t x, int64_t y) const {
     return x < 0 || y < 0 || x >= W || y >= H ? kNone : pe_slot[static_cast<size_t>(y * W + x)];

@@ -57,6 +57,7 @@ void Fabric::Impl::store(Worker& wk, uint32_t s, uint32_t addr, int bytes, uint3
   Pe& P = pes[s];
   if (int64_t{addr} + bytes > cfg.data_area_bytes())
     throw Failure{pe_label(P.x, P.y) + ": SRAM write at byte " + std::to_string(addr) + " outside the data area (" + std::to_string(cfg.data_area_bytes()) + " bytes)"};
+  if (comm && !own_row(P.y)) return;  // (a partitioned fabric: the PE's rank holds its SRAM)
   const uint32_t pg = addr / kPage;
   uint32_t base = P.pg_base;
   if (pg != P.pg_last) {
@@ -713,9 +714,10 @@ std::string Fabric::Impl::op_wait(uint32_t s, const OpRun& op, int64_t) const {
   return o.str();
 }
 
-void Fabric::Impl::report(std::vector<StuckPe>& out, std::vector<StuckRouter>& routers) const {
+void Fabric::Impl::report(std::vector<StuckPe>& out, std::vector<StuckRouter>& routers, int64_t y0, int64_t y1, bool with_ports) const {
   for (uint32_t s = 0; s < pes.size(); ++s) {
     const Pe& P = pes[s];
+    if (P.y < y0 || P.y >= y1) continue;
     const Program& p = prog(s);
     std::ostringstream o;
     int64_t done = -1;
@@ -761,7 +763,7 @@ void Fabric::Impl::report(std::vector<StuckPe>& out, std::vector<StuckRouter>& r
     if (stuck) out.push_back({P.x, P.y, o.str(), done});
   }
   for (const auto& p : ports)
-    for (size_t i = 0; i < p.lanes.size(); ++i) {
+    for (size_t i = 0; i < p.lanes.size() && with_ports; ++i) {
       const PortLane& ln = p.lanes[i];
       if (ln.next >= ln.in.size()) continue;
       routers.push_back({static_cast<int32_t>(ln.router % W), static_cast<int32_t>(ln.router / W), ln.color,
@@ -770,6 +772,7 @@ void Fabric::Impl::report(std::vector<StuckPe>& out, std::vector<StuckRouter>& r
     }
   for (uint32_t sl = 0; sl < slot_pe.size(); ++sl)
     for (int d = 0; d < 4; ++d) {
+      if (const int64_t y = slot_pe[sl] / W; y < y0 || y >= y1) break;
       const int c = bcount[sl * 4 + static_cast<size_t>(d)];
       if (!c) continue;
       const SwitchPos& pos = slot_route[sl].pos[slot_pos[sl]];

@@ -65,13 +65,8 @@ Fabric::Impl::Worker& Fabric::Impl::worker_of_row(int64_t y) {
   return w0();
 }
 
-int Fabric::Impl::plan_workers(int threads) {
+std::vector<int64_t> Fabric::Impl::cut_rows(int n) const {
   const size_t npe = static_cast<size_t>(W * H);
-  int n = std::max(1, threads);
-  // A port reply fires from whichever worker counts its last wavelet, and its streams reach the
-  // lane's worker as a message: their first wavelet must be due after every worker's cycle then
-  // (workers run at most about two cycles apart a boundary): SwarmX's latency, in practice.
-  if (reply.fn && cfg.swarmx_latency * cfg.clock_hz < 4.0 * n + 2 * hop + 8) n = 1;
   // Work per row: route slots (a router's events) and program PEs (weighed as four).
   std::vector<int64_t> row(static_cast<size_t>(H), 0);
   for (size_t r = 0; r < npe; ++r) row[r / static_cast<size_t>(W)] += slot_begin[r + 1] - slot_begin[r];
@@ -86,8 +81,20 @@ int Fabric::Impl::plan_workers(int threads) {
       acc += row[static_cast<size_t>(y)];
       if (acc * n >= total * static_cast<int64_t>(cut.size()) && y + 1 < H && y + 1 > cut.back()) cut.push_back(y + 1);
     }
-    n = static_cast<int>(cut.size());
   }
+  return cut;
+}
+
+int Fabric::Impl::plan_workers(int threads) {
+  const size_t npe = static_cast<size_t>(W * H);
+  int n = std::max(1, threads);
+  // A port reply fires from whichever worker counts its last wavelet, and its streams reach the
+  // lane's worker as a message: their first wavelet must be due after every worker's cycle then
+  // (workers run at most about two cycles apart a boundary): SwarmX's latency, in practice.
+  if (reply.fn && cfg.swarmx_latency * cfg.clock_hz < 4.0 * n + 2 * hop + 8) n = 1;
+  // A partitioned fabric: a stripe a rank, as planned at load.
+  const std::vector<int64_t> cut = comm ? rank_cut : cut_rows(n);
+  n = static_cast<int>(cut.size());
   while (workers.size() > static_cast<size_t>(n)) workers.pop_back();
   while (workers.size() < static_cast<size_t>(n)) {
     auto w = std::make_unique<Worker>();
@@ -103,10 +110,11 @@ int Fabric::Impl::plan_workers(int threads) {
     workers.push_back(std::move(w));
   }
   // Records: the fabric's lists on one thread; per worker, tagged, on more (merge_records).
-  w0().tagged = n > 1;
-  w0().deliveries = n > 1 ? &w0().own_deliveries : &f.deliveries_;
-  w0().ops = n > 1 ? &w0().own_ops : &f.op_records_;
-  w0().tasks = n > 1 ? &w0().own_tasks : &f.task_records_;
+  const bool tag = n > 1 || comm;
+  w0().tagged = tag;
+  w0().deliveries = tag ? &w0().own_deliveries : &f.deliveries_;
+  w0().ops = tag ? &w0().own_ops : &f.op_records_;
+  w0().tasks = tag ? &w0().own_tasks : &f.task_records_;
   for (int i = 0; i < n; ++i) {
     Worker& w = *workers[static_cast<size_t>(i)];
     const int64_t y0 = cut[static_cast<size_t>(i)], y1 = i + 1 < n ? cut[static_cast<size_t>(i) + 1] : H;
@@ -129,6 +137,8 @@ int64_t Fabric::Impl::last_progress() const {
 Fabric::Impl::StripedEnd Fabric::Impl::run_striped(int64_t c0) {
   StripedEnd out;
   std::mutex mu;
+  run_end = &out;
+  run_end_mu = &mu;
   failure.reset();
   fail_cycle = INT64_MAX;
   fail_key = 0;
@@ -202,7 +212,7 @@ void Fabric::Impl::merge_workers() {
   st.events = 0;
   for (auto& wp : workers) {
     Worker& w = *wp;
-    st.events += static_cast<int64_t>(w.cal.consumed());
+    st.events += w.events_remote >= 0 ? w.events_remote : static_cast<int64_t>(w.cal.consumed());
     if (w.id == 0) continue;
     const FabricStats& o = w.own_st;
     st.stall_cycles += o.stall_cycles;
@@ -330,12 +340,44 @@ void Fabric::Impl::retire(Worker& w) {
   }
   w.lb_first.store(kInf);
   w.lb_all.store(kInf);
+  if (comm) send_bound(w);
   if (w.prev) ring(*w.prev);
   if (w.next) ring(*w.next);
 }
 
+void Fabric::Impl::note_stop(int64_t c, bool deadlock, std::string why) {
+  StripedEnd& out = *run_end;
+  std::lock_guard<std::mutex> g(*run_end_mu);
+  // The earliest stop wins (at one cycle the deadlock, which the sequential loop checks first).
+  if (c < out.stop_cycle || (c == out.stop_cycle && deadlock && !out.deadlock)) {
+    out.stop_cycle = c;
+    out.deadlock = deadlock;
+    out.stop = std::move(why);
+  }
+  if (deadlock) {
+    int64_t s = stop_at.load();
+    while (c < s && !stop_at.compare_exchange_weak(s, c)) {
+    }
+    ring_all();
+  }
+}
+
+void Fabric::Impl::note_fail(int64_t c, uint32_t key, std::string msg) {
+  {
+    std::lock_guard<std::mutex> g(*run_end_mu);
+    const int64_t fc = fail_cycle.load();
+    if (!failure || c < fc || (c == fc && key < fail_key)) {
+      failure = std::move(msg);
+      fail_key = key;
+      fail_cycle.store(c);
+    }
+  }
+  ring_all();
+}
+
 void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mutex& out_mu) {
   const FabricOptions& o = f.opt_;
+  (void)out;  // (note_stop writes it)
   Worker* const P = w.prev;
   Worker* const N = w.next;
   int64_t pub = INT64_MIN;  // the bound published last (bounds only grow)
@@ -345,6 +387,7 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
     w.lb_first.store(lb);
     w.lb_all.store(lb);
     pub = lb;
+    if (comm) send_bound(w);
     if (P) ring(*P);
     if (N) ring(*N);
   };
@@ -353,6 +396,12 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
   // run) -- so a worker waiting for one that has lost its core gives its own away. `changed` says
   // whether what it waits for has moved meanwhile. `n` counts the calls of one wait (0 first).
   auto doze = [&](int64_t& n, std::chrono::steady_clock::time_point& since, const auto& changed) {
+    if (comm) {  // ranks: what the neighbours publish arrives as messages (a process may be far behind on a shared core)
+      pump(w);
+      if (++n > 256) std::this_thread::sleep_for(std::chrono::microseconds(n > 65536 ? 200 : 20));
+      else if (n > 16) std::this_thread::yield();
+      return;
+    }
     if (++n < 2048) return;
     if (n == 2048) since = std::chrono::steady_clock::now();
     if (n % 16 != 0 || std::chrono::steady_clock::now() - since < std::chrono::milliseconds(2)) {
@@ -365,19 +414,12 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
     w.sleeping.store(false);
   };
   auto stop_run = [&](int64_t c, bool deadlock, std::string why) {
-    std::lock_guard<std::mutex> g(out_mu);
-    // The earliest stop wins (at one cycle the deadlock, which the sequential loop checks first).
-    if (c < out.stop_cycle || (c == out.stop_cycle && deadlock && !out.deadlock)) {
-      out.stop_cycle = c;
-      out.deadlock = deadlock;
-      out.stop = std::move(why);
+    if (comm) {  // every other rank takes it too
+      std::vector<uint8_t> m{kMsgStop};
+      put(m, epoch), put(m, c), put(m, static_cast<uint8_t>(deadlock)), put_str(m, why);
+      tell_workers(m);
     }
-    if (deadlock) {
-      int64_t s = stop_at.load();
-      while (c < s && !stop_at.compare_exchange_weak(s, c)) {
-      }
-      ring_all();
-    }
+    note_stop(c, deadlock, std::move(why));
   };
   auto halted = [&] { return halt_all.load(std::memory_order_relaxed); };
   // A Failure (an SRAM write outside the data area, a route missing, ...) ends the run with the
@@ -386,16 +428,12 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
   int64_t cur_c = -1;
   uint32_t cur_key = 0;
   auto fail = [&](std::string msg) {
-    {
-      std::lock_guard<std::mutex> g(out_mu);
-      const int64_t fc = fail_cycle.load();
-      if (!failure || cur_c < fc || (cur_c == fc && cur_key < fail_key)) {
-        failure = std::move(msg);
-        fail_key = cur_key;
-        fail_cycle.store(cur_c);
-      }
+    if (comm) {
+      std::vector<uint8_t> m{kMsgFail};
+      put(m, epoch), put(m, cur_c), put(m, cur_key), put_str(m, msg);
+      tell_workers(m);
     }
-    ring_all();
+    note_fail(cur_c, cur_key, std::move(msg));
   };
   auto past_failure = [&](int64_t c, uint32_t key) {  // the sequential run stops before (c, key)
     const int64_t fc = fail_cycle.load(std::memory_order_relaxed);
@@ -415,6 +453,11 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
     }
     if (o.stop && o.stop()) {
       stop_run(c, false, "interrupted at cycle " + std::to_string(std::max<int64_t>(0, std::min(c, kInf) - c0)));
+      if (comm) {
+        std::vector<uint8_t> m{kMsgHalt};
+        put(m, epoch);
+        tell_workers(m);
+      }
       halt_all = true;
       ring_all();
       return false;
@@ -439,6 +482,7 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
         const int64_t nf = N ? N->lb_first.load(std::memory_order_acquire) : kInf;
         apply_inbox(w);
         c = std::min(w.cal.peek(), kInf);
+        w.idle_now = c >= kInf;
         const int64_t lb = std::min({c, add1(pa), add1(nf)});
         if (lb > pub) publish(lb);
         if (c >= stop_at.load() || (c < kInf && c > fail_cycle.load())) {  // a deadlock decided at or before c; a failure before c
@@ -446,7 +490,12 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
           return;
         }
         if (c < kInf && c <= add1(pa) && c <= add1(nf)) break;
-        if (c >= kInf) {
+        if (c >= kInf && comm) {
+          if (term_check(w, !w.in_prev.n.load() && !w.in_next.n.load())) {  // nothing left on any rank
+            retire(w);
+            return;
+          }
+        } else if (c >= kInf) {
           if (w.live) {
             w.live = false;
             live_sub(1);
@@ -480,6 +529,7 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
               retire(w);
               return;
             }
+            if (comm) pump(w);
             wb.pause();
           }
         if (c < stop_at.load() && c > progress_view() + o.deadlock_window) stop_run(c, true, {});
@@ -521,8 +571,14 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
       };
       auto finish_first = [&] {
         first_done = true;
-        if (P) flush(w.out_prev, P->in_next);
+        if (comm) {
+          if (P) ship(w, true);
+          touched_first.clear();
+        } else if (P) {
+          flush(w.out_prev, P->in_next);
+        }
         w.lb_first.store(c + 1);
+        if (comm) send_bound(w);
         if (P) ring(*P);
       };
       for (;;) {
@@ -559,8 +615,17 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
         w.cal.next_key(key);
         cur_c = c, cur_key = key;
         handle(w, c, key);
+        if (comm && r != kNone) {  // a boundary row's router: its facing buffers go to the neighbour
+          if (r < w.first_end) touched_first.push_back(r);
+          if (r >= w.last_begin) touched_last.push_back(r);
+        }
       }
-      if (N) flush(w.out_next, N->in_prev);
+      if (comm) {
+        if (N) ship(w, false);
+        touched_last.clear();
+      } else if (N) {
+        flush(w.out_next, N->in_prev);
+      }
       w.done_through = c;
       if (o.summary) bin_hops(w, c);
     }

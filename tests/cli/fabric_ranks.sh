@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# fabric_ranks.sh TESSERA MPIRUN OUT: a wafer run under `mpirun -n N` is one fabric partitioned over
+# N ranks by stripes of PE rows (docs/wafer-model.md, "Ranks"). On 1, 2 and 4 ranks every shipped
+# scenario here gives the report, trace and output files of the plain run byte for byte (hand-written
+# layouts with 2-D reduces and switches that advance across stripes, a compiled MLP pipelined and
+# weight-streamed, a streamed layer; one traced at instruction detail); a run stopped by the
+# watchdog says the same; faults are refused with exit 2.
+set -euo pipefail
+tessera=$1 mpirun=$2 out=$3
+rm -rf "$out"
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+fail=0
+same() {  # same NAME A B: every report, trace and output file of run A is in run B, identical
+  local f
+  for f in report.json $(cd "$2" && ls *.pftrace 2>/dev/null) $(cd "$2" && ls outputs 2>/dev/null | sed 's|^|outputs/|'); do
+    cmp -s "$2/$f" "$3/$f" || { echo "FAIL $1: $f differs"; fail=1; }
+  done
+}
+check() {  # check NAME SCENARIO [ARGS...]
+  local name=$1 scen=$2 n
+  shift 2
+  "$tessera" run "$scen" --out "$out/$name/plain" -q "$@"
+  for n in 1 2 4; do
+    "$mpirun" -n $n "$tessera" run "$scen" --out "$out/$name/r$n" -q "$@"
+    same "$name at $n rank(s)" "$out/$name/plain" "$out/$name/r$n"
+    echo "$name: $n rank(s): $(grep -o '"ranks": [0-9]*' "$out/$name/r$n/host.json")"
+  done
+}
+check gemv scenarios/wafer/micro/gemv_8x8_run.json
+check gemv_traced scenarios/wafer/micro/gemv_8x8_run.json --set 'trace={"detail":"instruction"}'
+check allreduce_2d scenarios/wafer/validation/allreduce_2d_q8.json
+check reduce_auto_2d scenarios/wafer/validation/reduce_auto_2d_q8.json
+check summa scenarios/wafer/validation/gemm_summa_p8.json
+check stream_layer scenarios/wafer/stream/stream_layer_run.json
+check mlp_pipelined scenarios/wafer/mlp/mlp_pipelined.json
+check mlp_streaming scenarios/wafer/mlp/mlp_streaming.json
+# Every stripe on a rank of its own (8 rows, 4 ranks): the partition really happened.
+grep -q '"ranks": 4' "$out/gemv/r4/host.json" || { echo "FAIL: gemv on 4 ranks did not use 4"; fail=1; }
+# A run the watchdog stops: the same message, exit 2, nothing written.
+set +e
+"$tessera" run scenarios/wafer/micro/gemv_8x8_run.json --set run.max_time=100ns --out "$out/wd/plain" -q 2> "$out/wd_plain.err"
+rc1=$?
+"$mpirun" -n 4 "$tessera" run scenarios/wafer/micro/gemv_8x8_run.json --set run.max_time=100ns --out "$out/wd/r4" -q 2> "$out/wd_r4.err"
+rc2=$?
+"$mpirun" -n 2 "$tessera" run scenarios/wafer/micro/gemv_8x8_run.json --set 'run.faults=[{"kind":"drop_wavelets","pe":[3,2],"direction":"S","color":1}]' \
+  --out "$out/faults" -q 2> "$out/faults.err"
+rc3=$?
+set -e
+[ $rc1 = 2 ] && [ $rc2 != 0 ] || { echo "FAIL: watchdog exits $rc1 / $rc2"; fail=1; }
+head -14 "$out/wd_plain.err" > "$out/wd_plain.head"
+head -14 "$out/wd_r4.err" > "$out/wd_r4.head"
+cmp -s "$out/wd_plain.head" "$out/wd_r4.head" || { echo "FAIL: the watchdog's message differs"; diff "$out/wd_plain.head" "$out/wd_r4.head"; fail=1; }
+grep -q "watchdog" "$out/wd_r4.head" || { echo "FAIL: no watchdog message"; fail=1; }
+[ ! -e "$out/wd/r4" ] || { echo "FAIL: a stopped run wrote --out"; fail=1; }
+[ $rc3 != 0 ] && grep -q "does not inject faults yet" "$out/faults.err" || { echo "FAIL: faults on ranks not refused"; cat "$out/faults.err"; fail=1; }
+[ $fail = 0 ] && echo fabric-ranks-ok
