@@ -26,7 +26,7 @@ class MpiComm final : public wafer::RankComm {
     int done = 0;
     MPI_Finalized(&done);
     if (done) return;
-    for (auto& p : pending_) MPI_Wait(&p.req, MPI_STATUS_IGNORE);
+    for (auto& p : pending_) MPI_Request_free(&p.req);  // (an error may have ended the run: a receiver may be gone)
     MPI_Comm_free(&comm_);
   }
   int rank() const override { return rank_; }
@@ -58,6 +58,11 @@ class MpiComm final : public wafer::RankComm {
     bytes.resize(static_cast<size_t>(n));
     for (uint64_t at = 0; at < n; at += kChunk)
       MPI_Bcast(bytes.data() + at, static_cast<int>(std::min<uint64_t>(kChunk, n - at)), MPI_BYTE, root, comm_);
+  }
+  void barrier() override {
+    for (auto& p : pending_) MPI_Wait(&p.req, MPI_STATUS_IGNORE);  // (received: every rank has drained)
+    pending_.clear();
+    MPI_Barrier(comm_);
   }
   std::vector<std::vector<uint8_t>> allgather(const std::vector<uint8_t>& mine) override {
     std::vector<std::vector<uint8_t>> all(static_cast<size_t>(size_));

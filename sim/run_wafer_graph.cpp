@@ -321,7 +321,9 @@ int run_wafer_graph(const Scenario& s, const RunOptions& opt) {
     }
     if (!s.resolved["run"]["faults"].empty()) {  // faults name PEs, arrays and routes: armed on the loaded fabric (not run)
       models::set_fs_resolution();
-      wafer::Fabric fab("wafer", cfg, compiled_fabric_options(s, cfg));
+      wafer::FabricOptions fo = compiled_fabric_options(s, cfg);
+      fo.comm.reset();  // (checked, not run: no ranks)
+      wafer::Fabric fab("wafer", cfg, fo);
       fab.load(L);
       std::vector<std::string> what;
       arm_wafer_faults(s, fab, what);

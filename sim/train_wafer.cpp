@@ -338,7 +338,7 @@ class WaferTrainer : public TrainMachine {
       fab_->start();
       sc_core::sc_start();
       tessera::models::after_systemc();
-      host_note("threads", {{"requested", threads_requested_}, {"used", fab_->threads_used()}});
+      host_note("threads", {{"requested", threads_requested_}, {"used", fab_->threads_used()}, {"ranks", fab_->ranks_used()}});
       poll_interrupt();
       const bool faulted = steps_ == 0 && !faults_.empty();  // (armed for the first step: any of its runs)
       if (faulted && (fab_->error() || r + 1 == runs_)) {

@@ -50,6 +50,9 @@ class RankComm {
   // Collectives: every rank calls them in the same order.
   virtual void bcast(int root, std::vector<uint8_t>& bytes) = 0;
   virtual std::vector<std::vector<uint8_t>> allgather(const std::vector<uint8_t>& mine) = 0;
+  // Every rank waits for every other; messages sent before it have been received (each rank took
+  // what was sent to it), so sends may complete.
+  virtual void barrier() = 0;
 };
 
 struct FabricOptions {

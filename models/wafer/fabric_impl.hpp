@@ -312,8 +312,8 @@ struct Fabric::Impl {
     double t_wait_above = 0, t_wait_below = 0;  // seconds waited in cycles (TESSERA_STRIPE_STATS)
     Inbox in_prev, in_next;                // from the worker above, from the one below
     Inbox in_any;                          // from any worker (a port reply's streams: Msg::occ_slot = kInstall | lane)
-    int64_t events_remote = -1;
-    bool idle_now = false;                 // a partitioned run: waiting with no event of its own (termination waves)            // a partitioned run: the events another rank's worker handled (else its calendar counts)
+    int64_t events_remote = -1;            // a partitioned run: the events another rank's worker handled (else its calendar counts)
+    bool idle_now = false;                 // a partitioned run: waiting with no event of its own (termination waves)
     int64_t reply_t = -1;                  // the last event (cycle, key) of its wavelets a port reply counts
     uint32_t reply_key = 0;
     Worker* prev = nullptr;

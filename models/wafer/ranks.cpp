@@ -150,7 +150,7 @@ void Fabric::Impl::pump(Worker& w) {
     ++recv_from[static_cast<size_t>(from)];
     MsgReader rd{m};
     const auto type = rd.get<uint8_t>();
-    if (rd.get<uint32_t>() != epoch) continue;  // (cannot happen: every run drains its messages)
+    if (rd.get<uint32_t>() != epoch) throw std::logic_error("wafer fabric ranks: a message of another run from rank " + std::to_string(from));
     switch (type) {
       case kMsgBound: {
         Worker& x = *workers.at(static_cast<size_t>(from));
@@ -395,6 +395,9 @@ void Fabric::Impl::gather_parts(StripedEnd& se) {
     while (recv_from[static_cast<size_t>(j)] < sent[static_cast<size_t>(me)])
       if (comm->poll(from, late)) ++recv_from[static_cast<size_t>(from)];
   }
+  // ... and no rank starts the next run (its first messages would be taken for late ones here)
+  // before every rank has drained.
+  comm->barrier();
 
   // How the run ended: the earliest stop and failure over all ranks (as note_stop, note_fail).
   se = StripedEnd{};

@@ -56,7 +56,7 @@ struct Backoff {
 };
 }  // namespace
 
-int Fabric::threads_used() const { return static_cast<int>(impl_->workers.size()); }
+int Fabric::threads_used() const { return impl_->comm ? 1 : static_cast<int>(impl_->workers.size()); }
 
 Fabric::Impl::Worker& Fabric::Impl::worker_of_row(int64_t y) {
   const uint32_t r = static_cast<uint32_t>(y * W);

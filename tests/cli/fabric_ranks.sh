@@ -3,7 +3,8 @@
 # N ranks by stripes of PE rows (docs/wafer-model.md, "Ranks"). On 1, 2 and 4 ranks every shipped
 # scenario here gives the report, trace and output files of the plain run byte for byte (hand-written
 # layouts with 2-D reduces and switches that advance across stripes, a compiled MLP pipelined and
-# weight-streamed, a streamed layer; one traced at instruction detail); a run stopped by the
+# weight-streamed, a streamed layer; one traced at instruction detail; several runs a process: steps
+# with closures, SGD training with its checkpoint); a run stopped by the
 # watchdog says the same; faults are refused with exit 2.
 set -euo pipefail
 tessera=$1 mpirun=$2 out=$3
@@ -35,6 +36,8 @@ check summa scenarios/wafer/validation/gemm_summa_p8.json
 check stream_layer scenarios/wafer/stream/stream_layer_run.json
 check mlp_pipelined scenarios/wafer/mlp/mlp_pipelined.json
 check mlp_streaming scenarios/wafer/mlp/mlp_streaming.json
+check mlp_steps scenarios/wafer/mlp/mlp_steps.json
+check train_mlp_sgd scenarios/wafer/train/train_mlp_sgd.json
 # Every stripe on a rank of its own (8 rows, 4 ranks): the partition really happened.
 grep -q '"ranks": 4' "$out/gemv/r4/host.json" || { echo "FAIL: gemv on 4 ranks did not use 4"; fail=1; }
 # A run the watchdog stops: the same message, exit 2, nothing written.
