@@ -308,17 +308,60 @@ def from_torch(module, example_inputs, **kwargs):
     return _from_torch(module, example_inputs, **kwargs)
 
 
-def run(scenario, *, out=None, set=None, numerics=True, quiet=False):
+def run(scenario, *, out=None, set=None, numerics=True, quiet=False, ranks=1):
     """Runs a scenario (a path, or a dict in the scenario format) like `tessera run`.
 
     out: the output directory (default out/<name>); set: ["key.path=value", ...] overrides, validated
     like the file; numerics=False times without tensor values; quiet: print only results and errors.
+    ranks > 1: a wafer scenario's fabric split over that many MPI ranks by stripes of PE rows
+    (`mpirun -n RANKS tessera run`, --oversubscribe past this machine's cores; docs/sweep.md), with
+    the results of one process; a path only.
     Returns a Report (report.passed is False when an output, latency or loss check failed).
     """
+    if ranks > 1:
+        return _run_on_ranks(scenario, out, set, numerics, quiet, ranks)
     text, from_json, json_file, sets = _request(scenario, set, numerics)
     result = _tessera.run(text, from_json, json_file, _os.fspath(out) if out else "", sets, False, quiet, [], None)
     _raise_for(result)
     return Report(result["out_dir"])
+
+
+def _run_on_ranks(scenario, out, set, numerics, quiet, ranks):
+    """run(ranks=N): the CLI under mpirun (one run is N processes, which the forked child of
+    run() cannot be)."""
+    import shutil
+    import subprocess
+    import sys
+
+    def bad(message, hint):
+        raise InputError([{"where": "tessera.run", "message": message, "hint": hint, "text": f"tessera.run: {message} ({hint})"}])
+
+    if isinstance(scenario, dict):
+        bad("ranks > 1 takes a scenario file, not a dict", "write the scenario to a file")
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        bad("mpirun is not found", "install Open MPI (tools/bootstrap does: openmpi-bin)")
+    if out is None:
+        with open(scenario) as f:
+            name = _json.load(f).get("name") or _os.path.splitext(_os.path.basename(scenario))[0]
+        out = _os.path.join("out", name)
+    args = [mpirun, "-n", str(int(ranks))]
+    if int(ranks) > (_os.cpu_count() or 1):
+        args.append("--oversubscribe")
+    args += [_tessera_command(), "run", _os.fspath(scenario), "--out", _os.fspath(out)] + _run_options(None, False, set, numerics)
+    if quiet:
+        args.append("--quiet")
+    p = subprocess.run(args, stderr=subprocess.PIPE, text=True)
+    if not quiet or p.returncode not in (0, 1):
+        sys.stderr.write(p.stderr)
+    if p.returncode in (0, 1):
+        return Report(out)
+    if p.returncode == 130:
+        raise KeyboardInterrupt("tessera run was interrupted")
+    errors = [l[len("error: "):] for l in p.stderr.splitlines() if l.startswith("error: ")]
+    if p.returncode == 2 and errors:
+        raise InputError([{"where": "", "message": e, "hint": "", "text": e} for e in errors])
+    raise InternalError(f"mpirun -n {ranks} tessera run exited {p.returncode}: {p.stderr.strip()[-2000:]}")
 
 
 def validate(scenario, *, set=None, numerics=True, out=None):

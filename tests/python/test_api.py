@@ -65,6 +65,23 @@ class RunTest(unittest.TestCase):
         self.assertTrue(r.trace.endswith("trace.pftrace") and os.path.exists(r.trace))
         self.assertTrue(r.heatmap.endswith("heatmap.svg") and pathlib.Path(r.heatmap).read_text().startswith("<svg"))
 
+    @unittest.skipUnless(shutil.which("mpirun"), "Open MPI is not installed")
+    def test_a_wafer_run_on_two_mpi_ranks_is_the_plain_runs(self):
+        os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        scen = "scenarios/wafer/validation/allreduce_2d_q8.json"
+        one = tessera.run(scen, out=fresh("py_ranks1"), quiet=True)
+        two = tessera.run(scen, out=fresh("py_ranks2"), quiet=True, ranks=2)
+        self.assertTrue(two.passed)
+        a = (OUT / "py_ranks1" / "report.json").read_text().replace(str(OUT / "py_ranks1"), "OUT")
+        b = (OUT / "py_ranks2" / "report.json").read_text().replace(str(OUT / "py_ranks2"), "OUT")
+        self.assertEqual(a, b)
+        self.assertEqual(one.simulated_s, two.simulated_s)
+        host = json.loads((OUT / "py_ranks2" / "host.json").read_text())
+        self.assertEqual(host["threads"]["ranks"], 2)
+        with self.assertRaises(tessera.InputError):
+            tessera.run({"schema": "tessera.scenario/1"}, ranks=2)
+
     def test_many_runs_in_one_process_and_a_dict_scenario(self):
         # SystemC elaborates once per process: every run is a child of this one.
         doc = json.loads(pathlib.Path("scenarios/reference/mlp.json").read_text())
