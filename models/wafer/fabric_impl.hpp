@@ -518,6 +518,7 @@ struct Fabric::Impl {
   // the earliest in the sequential order wins.
   StripedEnd* run_end = nullptr;
   std::mutex* run_end_mu = nullptr;
+  void begin_run(StripedEnd& out, std::mutex& mu);  // a striped or partitioned run's shared state, reset
   void note_stop(int64_t c, bool deadlock, std::string why);
   void note_fail(int64_t c, uint32_t key, std::string msg);
 

@@ -275,12 +275,7 @@ void Fabric::Impl::linger(Worker& w) {
 Fabric::Impl::StripedEnd Fabric::Impl::run_parts(int64_t c0) {
   StripedEnd out;
   std::mutex mu;
-  run_end = &out;
-  run_end_mu = &mu;
-  failure.reset();
-  fail_cycle = INT64_MAX;
-  fail_key = 0;
-  live = 0;
+  begin_run(out, mu);
   ++epoch;
   ended = false;
   gone = false;
@@ -291,10 +286,7 @@ Fabric::Impl::StripedEnd Fabric::Impl::run_parts(int64_t c0) {
   recv_from.assign(static_cast<size_t>(comm->size()), 0);
   touched_first.clear();
   touched_last.clear();
-  for (auto& w : workers) {
-    w->idle_now = false;
-    for (Inbox* in : {&w->in_prev, &w->in_next, &w->in_any}) in->done = false, in->n = 0, in->box.clear();
-  }
+  for (auto& w : workers) w->idle_now = false;
   if (static_cast<size_t>(me) < workers.size()) {
     Worker& w = *workers[static_cast<size_t>(me)];
     w.live = !w.cal.empty();

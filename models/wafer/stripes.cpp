@@ -134,19 +134,24 @@ int64_t Fabric::Impl::last_progress() const {
   return lp;
 }
 
-Fabric::Impl::StripedEnd Fabric::Impl::run_striped(int64_t c0) {
-  StripedEnd out;
-  std::mutex mu;
+void Fabric::Impl::begin_run(StripedEnd& out, std::mutex& mu) {
   run_end = &out;
   run_end_mu = &mu;
   failure.reset();
   fail_cycle = INT64_MAX;
   fail_key = 0;
   live = 0;
+  for (auto& w : workers)
+    for (Inbox* in : {&w->in_prev, &w->in_next, &w->in_any}) in->done = false, in->n = 0, in->box.clear();
+}
+
+Fabric::Impl::StripedEnd Fabric::Impl::run_striped(int64_t c0) {
+  StripedEnd out;
+  std::mutex mu;
+  begin_run(out, mu);
   for (auto& w : workers) {
     w->live = !w->cal.empty();
     live += w->live ? 1 : 0;
-    for (Inbox* in : {&w->in_prev, &w->in_next, &w->in_any}) in->done = false, in->n = 0, in->box.clear();
   }
   std::vector<std::thread> th;
   for (size_t i = 1; i < workers.size(); ++i) th.emplace_back([this, i, c0, &out, &mu] { worker_loop(*workers[i], c0, out, mu); });
