@@ -194,16 +194,9 @@ void Fabric::run() {
 // ---------------------------------------------------------------------------------------------
 // Faults.
 
-namespace {
-void no_faults_on_ranks(bool partitioned) {
-  if (partitioned) throw InputError("faults", "a partitioned fabric (several MPI ranks) does not inject faults yet", "run fault studies without mpirun");
-}
-}  // namespace
-
 void Fabric::add_fault(const SramFlip& f) {
   Impl& m = *impl_;
   if (!m.L) throw std::logic_error("Fabric::add_fault: no layout loaded");
-  no_faults_on_ranks(m.comm != nullptr);
   const uint32_t s = m.slot_of(f.x, f.y);
   if (s == kNone) throw InputError(pe_label(f.x, f.y), "an SRAM fault needs a PE that runs a program (outside the fabric or routing only)");
   if (int64_t{f.addr} >= cfg_.data_area_bytes() || f.bit < 0 || f.bit > 7)
@@ -216,7 +209,6 @@ void Fabric::add_fault(const SramFlip& f) {
 void Fabric::add_fault(const WaveletDrop& f) {
   Impl& m = *impl_;
   if (!m.L) throw std::logic_error("Fabric::add_fault: no layout loaded");
-  no_faults_on_ranks(m.comm != nullptr);
   if (f.x < 0 || f.y < 0 || f.x >= W_ || f.y >= H_) throw InputError(pe_label(f.x, f.y), "a wavelet drop needs a router inside the fabric");
   const uint32_t r = static_cast<uint32_t>(f.y * W_ + f.x);
   const uint32_t sl = m.find_slot(r, f.color);

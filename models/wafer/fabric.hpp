@@ -87,7 +87,7 @@ struct FabricOptions {
   // (and holds only their SRAM); boundary state crosses as messages under the same ordering
   // protocol as threads, so every result is the sequential model's. Every rank must make the same
   // calls on the fabric (load, writes, start, reads: reads of SRAM are collective). Not with port
-  // replies or faults (InputError); `threads` is ignored (one stripe a rank).
+  // replies (InputError); `threads` is ignored (one stripe a rank).
   std::shared_ptr<RankComm> comm;
 };
 

@@ -20,7 +20,8 @@
 // After the loops every rank sends every other (one allgather) what the sequential run leaves in
 // the fabric for the driver to read: how the run ended, counters, summary, task logs and records
 // (merged as for threads), per-PE results (halted, halt cycle, busy cycles, registers, queue high
-// water, task ends, active bins), link counters, output ports. SRAM stays where it is: reads are
+// water, task ends, active bins), link counters, output ports, what each fault did (a flip fires on
+// its PE's rank, a drop on its router's). SRAM stays where it is: reads are
 // collective (the owner broadcasts).
 #include <algorithm>
 #include <array>
@@ -264,11 +265,12 @@ bool Fabric::Impl::term_check(Worker&, bool idle) {
 // and counts but no longer handles -- as threads drop messages for a retired worker.
 void Fabric::Impl::linger(Worker& w) {
   gone = true;
-  for (int64_t n = 0; !ended; ++n) {
+  const auto since = std::chrono::steady_clock::now();
+  while (!ended) {
     pump(w);
     if (me == 0 && term_check(w, true)) break;
-    if (n > 256) std::this_thread::sleep_for(std::chrono::microseconds(20));
-    else std::this_thread::yield();
+    if (std::chrono::steady_clock::now() - since < std::chrono::milliseconds(2)) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 
@@ -373,6 +375,7 @@ void Fabric::Impl::gather_parts(StripedEnd& se) {
     for (const auto& ln : p.lanes)
       if (own_row(ln.router / W)) put(m, static_cast<uint64_t>(ln.next)), put_pairs(m, ln.out);
   put(m, sram_pages.load()), put(m, static_cast<uint8_t>(work_remains_owned()));
+  put_vec(m, f.fired_);  // (a flip fires on its PE's rank, a drop on its router's)
 
   const std::vector<std::vector<uint8_t>> all = comm->allgather(m);
 
@@ -398,6 +401,7 @@ void Fabric::Impl::gather_parts(StripedEnd& se) {
   uint32_t fk = 0;
   sram_pages_all = 0;
   work_all = false;
+  std::vector<Fabric::FaultFired> fired(f.fired_.size());
   for (int j = 0; j < nr; ++j) {
     MsgReader rd{all[static_cast<size_t>(j)]};
     const auto sc = rd.get<int64_t>();
@@ -493,9 +497,18 @@ void Fabric::Impl::gather_parts(StripedEnd& se) {
         }
     sram_pages_all += rd.get<int64_t>();
     if (rd.get<uint8_t>() != 0) work_all = true;
+    const auto ff = rd.vec<Fabric::FaultFired>();
+    for (size_t i = 0; i < fired.size() && i < ff.size(); ++i) {
+      if (!ff[i].count) continue;
+      Fabric::FaultFired& sum = fired[i];
+      sum.first_cycle = sum.count ? std::min(sum.first_cycle, ff[i].first_cycle) : ff[i].first_cycle;
+      sum.last_cycle = std::max(sum.last_cycle, ff[i].last_cycle);
+      sum.count += ff[i].count;
+    }
     if (rd.at != all[static_cast<size_t>(j)].size()) throw std::logic_error("wafer fabric ranks: rank " + std::to_string(j) + "'s results do not parse (" + std::to_string(rd.at) + " of " + std::to_string(all[static_cast<size_t>(j)].size()) + " bytes)");
   }
   if (failure) fail_cycle = fc, fail_key = fk;
+  f.fired_ = std::move(fired);
   merge_workers();
 }
 

@@ -401,10 +401,12 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
   // run) -- so a worker waiting for one that has lost its core gives its own away. `changed` says
   // whether what it waits for has moved meanwhile. `n` counts the calls of one wait (0 first).
   auto doze = [&](int64_t& n, std::chrono::steady_clock::time_point& since, const auto& changed) {
-    if (comm) {  // ranks: what the neighbours publish arrives as messages (a process may be far behind on a shared core)
-      pump(w);
-      if (++n > 256) std::this_thread::sleep_for(std::chrono::microseconds(n > 65536 ? 200 : 20));
-      else if (n > 16) std::this_thread::yield();
+    if (comm) {  // ranks: what the neighbours publish arrives as messages -- poll, then yield the core
+      pump(w);   // for up to 2 ms, then sleep 50 us between polls
+      if (++n < 64) return;
+      if (n == 64) since = std::chrono::steady_clock::now();
+      if (std::chrono::steady_clock::now() - since < std::chrono::milliseconds(2)) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(50));
       return;
     }
     if (++n < 2048) return;

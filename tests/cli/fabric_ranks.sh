@@ -5,7 +5,8 @@
 # layouts with 2-D reduces and switches that advance across stripes, a compiled MLP pipelined and
 # weight-streamed, a streamed layer; one traced at instruction detail; several runs a process: steps
 # with closures, SGD training with its checkpoint); a run stopped by the
-# watchdog says the same; faults are refused with exit 2.
+# watchdog says the same; faults (a dropped wavelet that deadlocks the run, a flipped weight) give the
+# same reports.
 set -euo pipefail
 tessera=$1 mpirun=$2 out=$3
 rm -rf "$out"
@@ -46,15 +47,26 @@ set +e
 rc1=$?
 "$mpirun" -n 4 "$tessera" run scenarios/wafer/micro/gemv_8x8_run.json --set run.max_time=100ns --out "$out/wd/r4" -q 2> "$out/wd_r4.err"
 rc2=$?
-"$mpirun" -n 2 "$tessera" run scenarios/wafer/micro/gemv_8x8_run.json --set 'run.faults=[{"kind":"drop_wavelets","pe":[3,2],"direction":"S","color":1}]' \
-  --out "$out/faults" -q 2> "$out/faults.err"
+# A dropped wavelet across a stripe boundary deadlocks the run: the same report of stuck PEs and
+# routers (each rank's rows, gathered in order).
+drop='run.faults=[{"kind":"drop_wavelets","pe":[3,2],"direction":"S","color":1}]'
+"$tessera" run scenarios/wafer/micro/gemv_8x8_run.json --set "$drop" --out "$out/drop/plain" -q 2> "$out/drop_plain.err"
 rc3=$?
+"$mpirun" -n 4 "$tessera" run scenarios/wafer/micro/gemv_8x8_run.json --set "$drop" --out "$out/drop/r4" -q 2> "$out/drop_r4.err"
+rc4=$?
 set -e
+# A flipped bit of a weight changes y: the same report (its failed output check) and outputs.
+check flip scenarios/wafer/micro/gemv_8x8_run.json --set 'run.faults=[{"kind":"sram_bit_flip","pe":[3,2],"array":"A","element":13,"bit":30,"cycle":100}]' || true
 [ $rc1 = 2 ] && [ $rc2 != 0 ] || { echo "FAIL: watchdog exits $rc1 / $rc2"; fail=1; }
 head -14 "$out/wd_plain.err" > "$out/wd_plain.head"
 head -14 "$out/wd_r4.err" > "$out/wd_r4.head"
 cmp -s "$out/wd_plain.head" "$out/wd_r4.head" || { echo "FAIL: the watchdog's message differs"; diff "$out/wd_plain.head" "$out/wd_r4.head"; fail=1; }
 grep -q "watchdog" "$out/wd_r4.head" || { echo "FAIL: no watchdog message"; fail=1; }
 [ ! -e "$out/wd/r4" ] || { echo "FAIL: a stopped run wrote --out"; fail=1; }
-[ $rc3 != 0 ] && grep -q "does not inject faults yet" "$out/faults.err" || { echo "FAIL: faults on ranks not refused"; cat "$out/faults.err"; fail=1; }
+[ $rc3 = 2 ] && [ $rc4 != 0 ] || { echo "FAIL: the dropped wavelet exits $rc3 / $rc4"; fail=1; }
+grep -q "deadlock" "$out/drop_plain.err" || { echo "FAIL: the dropped wavelet did not deadlock"; fail=1; }
+tessera_lines() { grep -v "^--------\|mpirun\|Primary job\|a non-zero exit\|the job to be terminated\|Process name\|Exit code\|^ *$" "$1" || true; }
+tessera_lines "$out/drop_plain.err" > "$out/drop_plain.msg"
+tessera_lines "$out/drop_r4.err" > "$out/drop_r4.msg"
+cmp -s "$out/drop_plain.msg" "$out/drop_r4.msg" || { echo "FAIL: the deadlock report differs"; diff "$out/drop_plain.msg" "$out/drop_r4.msg"; fail=1; }
 [ $fail = 0 ] && echo fabric-ranks-ok
