@@ -519,6 +519,7 @@ struct Fabric::Impl {
   StripedEnd* run_end = nullptr;
   std::mutex* run_end_mu = nullptr;
   void begin_run(StripedEnd& out, std::mutex& mu);  // a striped or partitioned run's shared state, reset
+  void take_leftovers(Worker& w, StripedEnd& out);   // after the loop: its earliest event not handled (into out.next_cycle); inboxes emptied
   void note_stop(int64_t c, bool deadlock, std::string why);
   void note_fail(int64_t c, uint32_t key, std::string msg);
 
@@ -555,6 +556,7 @@ struct Fabric::Impl {
   void ship(Worker& w, bool up);                       // wakes and facing buffers for the worker above (up) or below
   bool term_check(Worker& w, bool idle);               // an idle worker: true once the run is over everywhere
   bool gone = false;                                   // this rank's worker left its loop (it lingers: linger())
+  static bool inbox_empty(const Worker& w) { return !w.in_prev.n.load() && !w.in_next.n.load(); }
   void linger(Worker& w);                              // after the loop: take messages, idle, until every rank is done
   StripedEnd run_parts(int64_t c0);
   void gather_parts(StripedEnd& se);                   // after the loops: results and per-PE state to every rank

@@ -120,7 +120,7 @@ void Fabric::Impl::ship(Worker& w, bool up) {
   const size_t count_at = m.size();
   put(m, uint32_t{0});
   uint32_t rings = 0;
-  auto ring = [&](uint32_t r, int d) {
+  auto put_buffers = [&](uint32_t r, int d) {
     for (uint32_t sl = slot_begin[r]; sl < slot_begin[r + 1]; ++sl) {
       if (!((slot_rx[sl] >> d) & 1u)) continue;
       const uint32_t bi = sl * 4 + static_cast<uint32_t>(d);
@@ -133,8 +133,8 @@ void Fabric::Impl::ship(Worker& w, bool up) {
     }
   };
   for (uint32_t r : routers) {
-    ring(r, mine);
-    ring(static_cast<uint32_t>(static_cast<int64_t>(r) + step), theirs);
+    put_buffers(r, mine);
+    put_buffers(static_cast<uint32_t>(static_cast<int64_t>(r) + step), theirs);
   }
   std::memcpy(m.data() + count_at, &rings, sizeof rings);
   routers.clear();
@@ -204,7 +204,7 @@ void Fabric::Impl::pump(Worker& w) {
       case kMsgProbe: {
         std::vector<uint8_t> a{kMsgAck};
         put(a, epoch), put(a, rd.get<int64_t>());
-        const bool idle = gone || (w.idle_now && !w.in_prev.n.load() && !w.in_next.n.load());
+        const bool idle = gone || (w.idle_now && inbox_empty(w));
         put(a, static_cast<int64_t>(idle)), put(a, work_sent), put(a, work_recv);
         send_msg(0, std::move(a));
         break;
@@ -294,10 +294,7 @@ Fabric::Impl::StripedEnd Fabric::Impl::run_parts(int64_t c0) {
     w.live = !w.cal.empty();
     worker_loop(w, c0, out, mu);
     linger(w);
-    const int64_t c = w.cal.peek();
-    if (c != INT64_MAX) out.next_cycle = std::min(out.next_cycle, c);
-    for (Inbox* in : {&w.in_prev, &w.in_next})
-      for (const Msg& m : in->box) out.next_cycle = std::min(out.next_cycle, m.cycle);
+    take_leftovers(w, out);
   }
   gather_parts(out);
   run_end = nullptr;
@@ -420,8 +417,8 @@ void Fabric::Impl::gather_parts(StripedEnd& se) {
     if (x) {
       const auto lp = rd.get<int64_t>();
       const auto events = rd.get<int64_t>();
-      FabricStats st;
-      get_counters(rd, st);
+      FabricStats unused;
+      get_counters(rd, mine ? unused : *x->st);  // (worker 0's are the fabric's own: zero on a rank that never ran it)
       FabricSummary sum;
       if (o.summary) {
         get_bins(rd, sum.busy), get_bins(rd, sum.delivered), get_bins(rd, sum.hops);
@@ -439,16 +436,6 @@ void Fabric::Impl::gather_parts(StripedEnd& se) {
       if (!mine) {
         x->last_progress = lp;
         x->events_remote = events;
-        // (worker 0's are the fabric's own: zero on this rank, which never ran it)
-        std::vector<int64_t> ch = std::move(st.color_hops);
-        FabricStats& xs = *x->st;
-        for (auto [to, from] : {std::pair{&xs.stall_cycles, st.stall_cycles}, {&xs.instructions, st.instructions}, {&xs.dsd_elements, st.dsd_elements},
-                                {&xs.tasks_run, st.tasks_run}, {&xs.wavelet_hops, st.wavelet_hops}, {&xs.ramp_deliveries, st.ramp_deliveries},
-                                {&xs.ramp_injections, st.ramp_injections}, {&xs.router_buffer_high_water, st.router_buffer_high_water},
-                                {&xs.port_in_wavelets, st.port_in_wavelets}, {&xs.port_out_wavelets, st.port_out_wavelets},
-                                {&xs.bank_conflict_cycles, st.bank_conflict_cycles}, {&xs.dropped_wavelets, st.dropped_wavelets}})
-          *to = from;
-        xs.color_hops = std::move(ch);
         if (o.summary) *x->sum = std::move(sum);
         *x->log = std::move(log);
       }

@@ -169,18 +169,19 @@ Fabric::Impl::StripedEnd Fabric::Impl::run_striped(int64_t c0) {
     throw fl;
   }
   if (out.deadlock) out.stop.reset();  // (Fabric::run words it, as for a run that ends with work left)
-  // The earliest event left: calendars and messages not taken (a stopped run's end).
-  for (auto& w : workers) {
-    const int64_t c = w->cal.peek();
-    if (c != INT64_MAX) out.next_cycle = std::min(out.next_cycle, c);
-    for (Inbox* in : {&w->in_prev, &w->in_next, &w->in_any}) {
-      for (const Msg& m : in->box) out.next_cycle = std::min(out.next_cycle, m.cycle);
-      in->box.clear();
-      in->n = 0;
-    }
-  }
+  for (auto& w : workers) take_leftovers(*w, out);
   merge_workers();
   return out;
+}
+
+void Fabric::Impl::take_leftovers(Worker& w, StripedEnd& out) {
+  const int64_t c = w.cal.peek();
+  if (c != INT64_MAX) out.next_cycle = std::min(out.next_cycle, c);
+  for (Inbox* in : {&w.in_prev, &w.in_next, &w.in_any}) {
+    for (const Msg& m : in->box) out.next_cycle = std::min(out.next_cycle, m.cycle);
+    in->box.clear();
+    in->n = 0;
+  }
 }
 
 namespace {
@@ -498,7 +499,7 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
         }
         if (c < kInf && c <= add1(pa) && c <= add1(nf)) break;
         if (c >= kInf && comm) {
-          if (term_check(w, !w.in_prev.n.load() && !w.in_next.n.load())) {  // nothing left on any rank
+          if (term_check(w, inbox_empty(w))) {  // nothing left on any rank
             retire(w);
             return;
           }
