@@ -279,9 +279,6 @@ void Fabric::set_port_stream(const std::string& port, int64_t lane, std::vector<
 
 void Fabric::set_port_reply(PortReply reply) {
   Impl& m = *impl_;
-  if (m.comm)
-    throw InputError("port reply", "a partitioned fabric (several MPI ranks) does not answer output ports yet (training with loss scaling)",
-                     "run this scenario without mpirun");
   auto index = [&](const std::string& name, bool input) {
     for (size_t i = 0; i < m.ports.size(); ++i)
       if (m.ports[i].spec->name == name) {
@@ -299,7 +296,7 @@ void Fabric::set_port_reply(PortReply reply) {
 }
 
 // The reply's streams into its input port, once the wavelets it answers have left (cycle t).
-void Fabric::Impl::fire_reply(Worker& w, int64_t t) {
+void Fabric::Impl::fire_reply(Worker* w, int64_t t) {
   std::vector<std::pair<std::vector<uint32_t>, int64_t>> streams;
   try {
     streams = reply.fn(t - start);
@@ -311,10 +308,25 @@ void Fabric::Impl::fire_reply(Worker& w, int64_t t) {
   for (size_t i = 0; i < streams.size(); ++i) {
     PortLane& ln = p.lanes[i];
     const int64_t at = std::max(streams[i].second, t + 1 - start);
+    if (comm) {  // every rank fires it: each keeps the lanes' streams; the owner wakes the router
+      ln.in = std::move(streams[i].first);
+      ln.ready.assign(ln.in.size(), at);
+      ln.next = 0;
+      ln.last = -1;
+      if (ln.in.empty() || !w) continue;
+      if (own_row(ln.router / W)) {
+        if (start + at <= w->cur_cycle)  // (reply_gate keeps every worker far enough behind)
+          throw std::logic_error("wafer fabric ranks: a port reply's stream for cycle " + std::to_string(start + at) + " reached rank " + std::to_string(me) +
+                                 " at cycle " + std::to_string(w->cur_cycle));
+        wake_router(*w, ln.router, start + at);
+      }
+      w->last_progress = std::max(w->last_progress, start + at);
+      continue;
+    }
     if (workers.size() > 1) {  // the lane's router's worker installs it (stripes.cpp, apply_inbox)
       ln.staged = std::move(streams[i].first);
       ln.staged_at = at;
-      if (!ln.staged.empty()) w.last_progress = std::max(w.last_progress, start + at);
+      if (!ln.staged.empty()) w->last_progress = std::max(w->last_progress, start + at);
       send_any(worker_of_row(ln.router / W), {start + at, ln.router, kInstall | static_cast<uint32_t>(i)});
       continue;
     }
@@ -323,8 +335,8 @@ void Fabric::Impl::fire_reply(Worker& w, int64_t t) {
     ln.next = 0;
     ln.last = -1;
     if (ln.in.empty()) continue;
-    wake_router(w, ln.router, start + at);
-    w.last_progress = std::max(w.last_progress, start + at);  // due: not a deadlock while it travels
+    wake_router(*w, ln.router, start + at);
+    w->last_progress = std::max(w->last_progress, start + at);  // due: not a deadlock while it travels
   }
 }
 
@@ -1262,7 +1274,7 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
         PortLane* ol = out_lane(r, d, wv.color);
         ol->out.push_back({wv.payload, at_link - start});
         ++st.port_out_wavelets;
-        if (int64_t fire = t; reply.fn && reply_from[ol->port] && reply_counted(wk, t, r, fire)) fire_reply(wk, fire + hop + ramp - 1);  // every counted wavelet has arrived by then, on any thread count
+        if (int64_t fire = t; reply.fn && reply_from[ol->port] && reply_counted(wk, t, r, *ol, fire)) fire_reply(&wk, fire + hop + ramp - 1);  // every counted wavelet has arrived by then, on any thread count
         if (f.opt_.summary) summary_received(wk, wk.sum->rects + static_cast<int32_t>(ol->port), wv.color, at_link);
       } else {
         const size_t bi = static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d]);

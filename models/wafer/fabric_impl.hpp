@@ -25,7 +25,7 @@ inline constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
 
 // Messages between the ranks of a partitioned fabric (ranks.cpp): a type byte, the run's epoch,
 // then fields in host byte order (the ranks run one build of tessera).
-enum : uint8_t { kMsgBound = 1, kMsgShip, kMsgStop, kMsgFail, kMsgHalt, kMsgProbe, kMsgAck, kMsgEnd };
+enum : uint8_t { kMsgBound = 1, kMsgShip, kMsgStop, kMsgFail, kMsgHalt, kMsgProbe, kMsgAck, kMsgEnd, kMsgReply };
 template <class T>
 void put(std::vector<uint8_t>& m, const T& v) {
   static_assert(std::is_trivially_copyable_v<T>);
@@ -367,9 +367,6 @@ struct Fabric::Impl {
   void post(Worker& w, const Msg& m) { (m.router < w.r_lo ? w.out_prev : w.out_next).push_back(m); }
   static constexpr uint32_t kInstall = 0x40000000u;  // Msg::occ_slot: install lane (occ_slot & 0xffff) of the reply's port
   std::atomic<int64_t> reply_count{0};  // wavelets the reply has seen this run, all workers
-  // A wavelet of the reply's from-ports left at cycle t in router r's event: true when it is the
-  // last; then `fire` is the cycle the sequential loop fires the reply at (the latest such event).
-  bool reply_counted(Worker& w, int64_t t, uint32_t r, int64_t& fire);
   void maybe_empty(uint32_t slot) {  // after a pop from one of its buffers
     uint32_t four;
     std::memcpy(&four, &bcount[static_cast<size_t>(slot) * 4], 4);
@@ -438,7 +435,10 @@ struct Fabric::Impl {
   Fabric::PortReply reply;
   std::vector<uint8_t> reply_from;  // per port
   uint32_t reply_to = 0;
-  void fire_reply(Worker& w, int64_t t);
+  // A wavelet of the reply's from-ports left at cycle t in router r's event: true when it is the
+  // last; then `fire` is the cycle the sequential loop fires the reply at (the latest such event).
+  bool reply_counted(Worker& w, int64_t t, uint32_t r, const PortLane& ln, int64_t& fire);
+  void fire_reply(Worker* w, int64_t t);  // (w null: a rank without a stripe, after its run)
   // PEs.
   std::vector<uint32_t> pe_slot;
   std::vector<Pe> pes;
@@ -562,6 +562,26 @@ struct Fabric::Impl {
   void gather_parts(StripedEnd& se);                   // after the loops: results and per-PE state to every rank
   bool work_remains_owned() const;
   void report_parts(std::vector<StuckPe>& pes_out, std::vector<StuckRouter>& routers_out) const;
+  // A port reply on ranks. Every rank sees every wavelet the reply counts: a worker sends what its
+  // routers counted (Reply: its count so far, its latest event, the wavelets) to every rank before
+  // each bound it publishes and after each cycle, and every rank fires the reply itself -- the same
+  // call with the same data, so that each rank's driver stays the same -- once the count is
+  // complete; the lanes' owners wake their routers. For the streams to arrive in time, a worker
+  // keeps within reply_lead cycles of the slowest worker while the reply is armed (reply_gate):
+  // the streams are due at least that long after the last counted wavelet.
+  struct ReplyWv {
+    uint32_t port, lane, payload, pad;
+    int64_t cycle;  // relative, as PortLane::out
+  };
+  std::vector<ReplyWv> reply_pending;             // counted here, not yet sent
+  std::vector<int64_t> reply_n, reply_t_of;       // per rank: wavelets counted, the latest event's cycle and key
+  std::vector<uint32_t> reply_key_of;
+  bool reply_fired = false;                       // this run
+  int64_t reply_lead = 0;
+  void flush_reply(Worker& w);
+  void take_reply(int from, MsgReader& rd, Worker* w);
+  bool reply_complete(int64_t& fire) const;       // every rank's count in: the cycle the sequential loop fires at
+  int64_t reply_gate(const Worker& w) const;      // the last cycle w may enter (INT64_MAX / 4: any)
 
   void handle(Worker& w, int64_t cycle, uint32_t key);
   bool work_remains() const;

@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -100,10 +101,63 @@ void Fabric::Impl::tell_workers(const std::vector<uint8_t>& m) {
 }
 
 void Fabric::Impl::send_bound(Worker& w) {
+  flush_reply(w);  // (before the bound that covers the events that counted them)
   std::vector<uint8_t> m{kMsgBound};
   put(m, epoch);
   put(m, w.lb_first.load()), put(m, w.lb_all.load()), put(m, w.lp_pub.load()), put(m, w.hops_pub.load());
   tell_workers(m);
+}
+
+void Fabric::Impl::flush_reply(Worker& w) {
+  if (reply_pending.empty()) return;
+  std::vector<uint8_t> m{kMsgReply};
+  put(m, epoch);
+  put(m, reply_count.load(std::memory_order_relaxed)), put(m, w.reply_t), put(m, w.reply_key);
+  put_vec(m, reply_pending);
+  reply_pending.clear();
+  // To every rank: each fires the reply (the ranks without a stripe after the run, gather_parts).
+  // A stripe's rank may have to wake a lane's router: for termination it is a message with work.
+  for (int k = 0; k < comm->size(); ++k)
+    if (k != me) {
+      if (static_cast<size_t>(k) < rank_cut.size()) ++work_sent;
+      send_msg(k, m);
+    }
+}
+
+void Fabric::Impl::take_reply(int from, MsgReader& rd, Worker* w) {
+  const auto k = static_cast<size_t>(from);
+  reply_n[k] = rd.get<int64_t>();
+  reply_t_of[k] = rd.get<int64_t>();
+  reply_key_of[k] = rd.get<uint32_t>();
+  for (const ReplyWv& v : rd.vec<ReplyWv>()) ports.at(v.port).lanes.at(v.lane).out.push_back({v.payload, v.cycle});
+  if (int64_t fire = 0; reply.fn && !reply_fired && reply_complete(fire)) {
+    reply_fired = true;
+    fire_reply(w, fire + hop + ramp - 1);
+  }
+}
+
+bool Fabric::Impl::reply_complete(int64_t& fire) const {
+  int64_t n = 0, ft = -1;
+  uint32_t fk = 0;
+  for (size_t k = 0; k < reply_n.size(); ++k) {
+    const bool mine = static_cast<int>(k) == me;
+    const Worker* x = mine && k < workers.size() ? workers[k].get() : nullptr;
+    if (mine && !x) continue;  // (a rank without a stripe counts nothing)
+    n += mine ? reply_count.load(std::memory_order_relaxed) : reply_n[k];
+    const int64_t t = mine ? x->reply_t : reply_t_of[k];
+    const uint32_t key = mine ? x->reply_key : reply_key_of[k];
+    if (t > ft || (t == ft && key > fk)) ft = t, fk = key;
+  }
+  fire = ft;
+  return n == reply.count;
+}
+
+int64_t Fabric::Impl::reply_gate(const Worker& w) const {
+  if (!reply.fn || reply_fired) return kInf;
+  int64_t g = kInf;
+  for (const auto& x : workers)
+    if (x.get() != &w) g = std::min(g, x->lb_all.load(std::memory_order_acquire));
+  return g >= kInf ? kInf : g + reply_lead + 1;
 }
 
 void Fabric::Impl::ship(Worker& w, bool up) {
@@ -219,6 +273,10 @@ void Fabric::Impl::pump(Worker& w) {
       case kMsgEnd:
         ended = true;
         break;
+      case kMsgReply:
+        ++work_recv;
+        take_reply(from, rd, &w);
+        break;
       default:
         throw std::logic_error("wafer fabric ranks: unknown message type " + std::to_string(type));
     }
@@ -288,7 +346,16 @@ Fabric::Impl::StripedEnd Fabric::Impl::run_parts(int64_t c0) {
   recv_from.assign(static_cast<size_t>(comm->size()), 0);
   touched_first.clear();
   touched_last.clear();
-  for (auto& w : workers) w->idle_now = false;
+  for (auto& w : workers) w->idle_now = false, w->reply_t = -1, w->reply_key = 0;
+  reply_pending.clear();
+  reply_n.assign(static_cast<size_t>(comm->size()), 0);
+  reply_t_of.assign(static_cast<size_t>(comm->size()), -1);
+  reply_key_of.assign(static_cast<size_t>(comm->size()), 0);
+  reply_fired = false;
+  // reply_gate: the streams come at least a hop and the ramp after the last counted wavelet
+  // (fire_reply), and -- as the driver answers through SwarmX -- its latency later (less two cycles
+  // for rounding); a worker further ahead of another than that could be past them.
+  reply_lead = hop + ramp - 2 + std::max<int64_t>(0, static_cast<int64_t>(std::floor(cfg.swarmx_latency * cfg.clock_hz)) - 2);
   if (static_cast<size_t>(me) < workers.size()) {
     Worker& w = *workers[static_cast<size_t>(me)];
     w.live = !w.cal.empty();
@@ -385,7 +452,12 @@ void Fabric::Impl::gather_parts(StripedEnd& se) {
     int from = 0;
     std::vector<uint8_t> late;
     while (recv_from[static_cast<size_t>(j)] < sent[static_cast<size_t>(me)])
-      if (comm->poll(from, late)) ++recv_from[static_cast<size_t>(from)];
+      if (comm->poll(from, late)) {
+        ++recv_from[static_cast<size_t>(from)];
+        MsgReader lr{late};
+        // A port reply's wavelets (all of them, on a rank without a stripe): its driver answers too.
+        if (lr.get<uint8_t>() == kMsgReply && lr.get<uint32_t>() == epoch) take_reply(from, lr, nullptr);
+      }
   }
   // ... and no rank starts the next run (its first messages would be taken for late ones here)
   // before every rank has drained.

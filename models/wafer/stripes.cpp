@@ -316,7 +316,17 @@ void Fabric::Impl::send_any(Worker& to, const Msg& m) {
   ring(to);
 }
 
-bool Fabric::Impl::reply_counted(Worker& w, int64_t t, uint32_t r, int64_t& fire) {
+bool Fabric::Impl::reply_counted(Worker& w, int64_t t, uint32_t r, const PortLane& ln, int64_t& fire) {
+  if (comm) {  // this rank's count; the others' arrive as Reply messages (ranks.cpp)
+    const uint32_t key = r | kRouterBit;
+    if (t > w.reply_t || (t == w.reply_t && key > w.reply_key)) w.reply_t = t, w.reply_key = key;
+    const auto& lanes = ports[ln.port].lanes;
+    reply_pending.push_back({ln.port, static_cast<uint32_t>(&ln - lanes.data()), ln.out.back().first, 0, ln.out.back().second});
+    reply_count.fetch_add(1, std::memory_order_relaxed);
+    if (reply_fired || !reply_complete(fire)) return false;
+    reply_fired = true;
+    return true;
+  }
   if (workers.size() == 1) {
     fire = t;
     return reply_count.fetch_add(1, std::memory_order_relaxed) + 1 == reply.count;
@@ -491,13 +501,14 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
         apply_inbox(w);
         c = std::min(w.cal.peek(), kInf);
         w.idle_now = c >= kInf;
-        const int64_t lb = std::min({c, add1(pa), add1(nf)});
+        const int64_t gate = comm ? reply_gate(w) : kInf;  // (ranks: a port reply's streams must find every worker before them)
+        const int64_t lb = std::min({c, add1(pa), add1(nf), gate});
         if (lb > pub) publish(lb);
         if (c >= stop_at.load() || (c < kInf && c > fail_cycle.load())) {  // a deadlock decided at or before c; a failure before c
           retire(w);
           return;
         }
-        if (c < kInf && c <= add1(pa) && c <= add1(nf)) break;
+        if (c < kInf && c <= add1(pa) && c <= add1(nf) && c <= gate) break;
         if (c >= kInf && comm) {
           if (term_check(w, inbox_empty(w))) {  // nothing left on any rank
             retire(w);
@@ -631,6 +642,7 @@ void Fabric::Impl::worker_loop(Worker& w, int64_t c0, StripedEnd& out, std::mute
       if (comm) {
         if (N) ship(w, false);
         touched_last.clear();
+        flush_reply(w);
       } else if (N) {
         flush(w.out_next, N->in_prev);
       }

@@ -4,7 +4,8 @@
 # scenario here gives the report, trace and output files of the plain run byte for byte (hand-written
 # layouts with 2-D reduces and switches that advance across stripes, a compiled MLP pipelined and
 # weight-streamed, a streamed layer; one traced at instruction detail; several runs a process: steps
-# with closures, SGD training with its checkpoint); a run stopped by the
+# with closures, SGD training with its checkpoint, loss-scaled training whose verdict is a port
+# reply); a run stopped by the
 # watchdog says the same; faults (a dropped wavelet that deadlocks the run, a flipped weight) give the
 # same reports.
 set -euo pipefail
@@ -39,6 +40,16 @@ check mlp_pipelined scenarios/wafer/mlp/mlp_pipelined.json
 check mlp_streaming scenarios/wafer/mlp/mlp_streaming.json
 check mlp_steps scenarios/wafer/mlp/mlp_steps.json
 check train_mlp_sgd scenarios/wafer/train/train_mlp_sgd.json
+# MemoryX's verdict, a port reply fired inside each run: at S = 2^18 the second step's gradients
+# overflow (skipped, S backs off to 2^17); the first and third apply.
+check train_loss_scaling scenarios/wafer/train/train_mlp_fp16_loss_scaling.json --set run.steps=3 --set training.loss_scaling.init_scale=262144
+# With SwarmX's latency 0 the verdict's streams come a hop and the ramp after the last gradient
+# wavelet: every worker keeps within 0 cycles of the slowest while the reply is armed (reply_gate).
+lsc=scenarios/wafer/train/train_mlp_fp16_loss_scaling.json
+lsargs=(--set run.steps=3 --set training.loss_scaling.init_scale=262144 --set target.params.swarmx.latency=0)
+"$tessera" run $lsc --out "$out/ls0/plain" -q "${lsargs[@]}"
+"$mpirun" -n 4 "$tessera" run $lsc --out "$out/ls0/r4" -q "${lsargs[@]}"
+same "loss scaling, SwarmX latency 0, on 4 ranks" "$out/ls0/plain" "$out/ls0/r4"
 # Every stripe on a rank of its own (8 rows, 4 ranks): the partition really happened.
 grep -q '"ranks": 4' "$out/gemv/r4/host.json" || { echo "FAIL: gemv on 4 ranks did not use 4"; fail=1; }
 # A run the watchdog stops: the same message, exit 2, nothing written.
