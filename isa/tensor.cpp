@@ -200,14 +200,14 @@ Tensor Tensor::reshaped(Shape s) const {
 namespace tessera {
 Tensor random_tensor(DType dtype, Shape shape, uint64_t seed, bool normal, double scale) {
   std::mt19937_64 rng(seed);
-  std::vector<float> vals(static_cast<size_t>(shape_numel(shape)));
+  Tensor t(DType::f32, std::move(shape));  // (drawn into its storage: no second copy of a large tensor)
+  const std::span<float> vals = t.as<float>();
   std::normal_distribution<double> nd(0.0, scale);
   std::uniform_real_distribution<double> ud(-scale, scale);
   for (size_t i = 0; i < vals.size(); ++i) {
     if ((i & 0xfffff) == 0) poll_interrupt();  // ~10 ms of draws between polls
     vals[i] = static_cast<float>(normal ? nd(rng) : ud(rng));
   }
-  Tensor t = Tensor::from_f32(std::move(shape), std::move(vals));
   return dtype == DType::f32 ? t : t.cast(dtype);
 }
 }  // namespace tessera

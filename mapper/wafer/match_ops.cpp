@@ -250,10 +250,14 @@ void add_row_bias(DenseKernel& k, const Shape& cs, const Shape& ts, const Tensor
 // A dense layer's weight w ([K, N], or [N, K] with transB) as the kernel's row-major W [K, N]; K,
 // N and the contraction counted for FLOPs set from it.
 void dense_weights(DenseKernel& k, const Tensor& w, bool trans_b) {
-  const auto wv = w.to_f32();
+  std::vector<float> wv = w.to_f32();
   k.K = trans_b ? w.shape()[1] : w.shape()[0];
   k.N = trans_b ? w.shape()[0] : w.shape()[1];
   k.kflops = k.K;
+  if (!trans_b) {  // (already [K, N]: no second copy of a large weight)
+    k.W = std::move(wv);
+    return;
+  }
   k.W.resize(static_cast<size_t>(k.K * k.N));
   for (int64_t a = 0; a < k.K; ++a)
     for (int64_t b = 0; b < k.N; ++b)

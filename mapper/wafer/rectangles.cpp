@@ -45,6 +45,25 @@ void place_pipelined_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
   if (opt.block > 0) cands = {opt.block};
   else
     for (int64_t b = 1; b <= 4096; b *= 2) cands.push_back(b);
+  // Each candidate block starts from a copy of the kernels. Only a fused attention's (qkv_weights),
+  // a pass-through pair's (pass_through) and recurrent layers' (rnn_pipelined, rnn_blocks: with
+  // one, every kernel is copied) weights change with the block; the others' W -- all of a large
+  // GEMV's or MLP's weights -- wait aside, not copied per candidate, and go back into the kernels
+  // chosen (or into c's when none fits).
+  std::vector<std::vector<float>> aside(c.kernels.size());
+  {
+    bool rnn = false;
+    for (const auto& k : c.kernels) rnn = rnn || k.rnn || k.rnn_slot >= 0;
+    std::vector<char> changes(c.kernels.size(), rnn);
+    for (size_t l = 0; l < c.kernels.size(); ++l) changes[l] = changes[l] || c.kernels[l].qkv;
+    for (const size_t l : passes) changes[l] = changes[static_cast<size_t>(c.kernels[l].residual)] = 1;
+    for (size_t l = 0; l < c.kernels.size(); ++l)
+      if (!changes[l]) aside[l] = std::move(c.kernels[l].W);
+  }
+  auto put_back = [&](std::vector<DenseKernel>& ks) {
+    for (size_t l = 0; l < ks.size(); ++l)
+      if (!aside[l].empty()) ks[l].W = std::move(aside[l]);
+  };
   std::string why;
   bool placed = false;
   for (const int64_t b : cands) {
@@ -94,6 +113,7 @@ void place_pipelined_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
             std::to_string(area);
       continue;
     }
+    put_back(ks);
     c.kernels = std::move(ks);
     c.fabric_width = W;
     c.fabric_height = H;
@@ -102,6 +122,7 @@ void place_pipelined_rect(Compiled& c, const WaferConfig& cfg, const MappingOpti
     break;
   }
   if (!placed) {
+    put_back(c.kernels);
     int64_t wbytes = 0;
     for (const auto& k : c.kernels) wbytes += k.K * k.N * (k.qkv ? 3 : 1) * wbytes_pe;  // (a fused kernel holds V's projection until its block is chosen)
     const int64_t sram = cfg.fabric_width * cfg.fabric_height * area;
