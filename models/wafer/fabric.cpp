@@ -319,6 +319,7 @@ void Fabric::Impl::fire_reply(Worker* w, int64_t t) {
           throw std::logic_error("wafer fabric ranks: a port reply's stream for cycle " + std::to_string(start + at) + " reached rank " + std::to_string(me) +
                                  " at cycle " + std::to_string(w->cur_cycle));
         wake_router(*w, ln.router, start + at);
+        w->idle_now = false;  // (a probe answered before the loop looks again must not say idle)
       }
       w->last_progress = std::max(w->last_progress, start + at);
       continue;

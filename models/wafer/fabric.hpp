@@ -244,6 +244,9 @@ class Fabric : public sc_core::sc_module {
   // run's start) the last of them left, and returns per lane of input port `to` its payloads and
   // the cycle (relative) from which they are at the port (not before the call's). A reply that is
   // due counts as progress: the deadlock check waits for it. Throws InputError for unknown ports.
+  // On a partitioned fabric (FabricOptions::comm) the streams must be due at least SwarmX's latency
+  // (WaferConfig::swarmx_latency) after the call's cycle, as MemoryX's verdict is: every rank fires
+  // the reply, and a rank may be that far ahead of the one that counted the last wavelet.
   struct PortReply {
     std::vector<std::string> from;
     int64_t count = 0;

@@ -132,7 +132,12 @@ void Fabric::Impl::take_reply(int from, MsgReader& rd, Worker* w) {
   for (const ReplyWv& v : rd.vec<ReplyWv>()) ports.at(v.port).lanes.at(v.lane).out.push_back({v.payload, v.cycle});
   if (int64_t fire = 0; reply.fn && !reply_fired && reply_complete(fire)) {
     reply_fired = true;
-    fire_reply(w, fire + hop + ramp - 1);
+    try {
+      fire_reply(w, fire + hop + ramp - 1);
+    } catch (const Failure& e) {  // the host's error: in the loop it ends the run there (worker_loop)
+      if (w && !gone) throw;
+      note_fail(fire, kRouterBit, e.msg);  // (after the loop, or without a stripe: gathered as the run's failure)
+    }
   }
 }
 
