@@ -581,6 +581,7 @@ struct Fabric::Impl {
   void flush_reply(Worker& w);
   void take_reply(int from, MsgReader& rd, Worker* w);
   bool reply_complete(int64_t& fire) const;       // every rank's count in: the cycle the sequential loop fires at
+  bool reply_now(int64_t& fire);                  // complete and not yet fired this run (then marked fired)
   int64_t reply_gate(const Worker& w) const;      // the last cycle w may enter (INT64_MAX / 4: any)
 
   void handle(Worker& w, int64_t cycle, uint32_t key);

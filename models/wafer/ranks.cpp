@@ -130,8 +130,7 @@ void Fabric::Impl::take_reply(int from, MsgReader& rd, Worker* w) {
   reply_t_of[k] = rd.get<int64_t>();
   reply_key_of[k] = rd.get<uint32_t>();
   for (const ReplyWv& v : rd.vec<ReplyWv>()) ports.at(v.port).lanes.at(v.lane).out.push_back({v.payload, v.cycle});
-  if (int64_t fire = 0; reply.fn && !reply_fired && reply_complete(fire)) {
-    reply_fired = true;
+  if (int64_t fire = 0; reply.fn && reply_now(fire)) {
     try {
       fire_reply(w, fire + hop + ramp - 1);
     } catch (const Failure& e) {  // the host's error: in the loop it ends the run there (worker_loop)
@@ -139,6 +138,11 @@ void Fabric::Impl::take_reply(int from, MsgReader& rd, Worker* w) {
       note_fail(fire, kRouterBit, e.msg);  // (after the loop, or without a stripe: gathered as the run's failure)
     }
   }
+}
+
+bool Fabric::Impl::reply_now(int64_t& fire) {
+  if (reply_fired || !reply_complete(fire)) return false;
+  return reply_fired = true;
 }
 
 bool Fabric::Impl::reply_complete(int64_t& fire) const {

@@ -323,9 +323,7 @@ bool Fabric::Impl::reply_counted(Worker& w, int64_t t, uint32_t r, const PortLan
     const auto& lanes = ports[ln.port].lanes;
     reply_pending.push_back({ln.port, static_cast<uint32_t>(&ln - lanes.data()), ln.out.back().first, 0, ln.out.back().second});
     reply_count.fetch_add(1, std::memory_order_relaxed);
-    if (reply_fired || !reply_complete(fire)) return false;
-    reply_fired = true;
-    return true;
+    return reply_now(fire);
   }
   if (workers.size() == 1) {
     fire = t;
