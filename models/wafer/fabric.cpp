@@ -213,7 +213,7 @@ void Fabric::add_fault(const WaveletDrop& f) {
   const uint32_t r = static_cast<uint32_t>(f.y * W_ + f.x);
   const uint32_t sl = m.find_slot(r, f.color);
   if (sl == kNone) throw InputError(pe_label(f.x, f.y), "the router has no route for color " + std::to_string(f.color), "drop wavelets on a color the layout routes there");
-  if (!(m.slot_route[sl].tx_any() & dir_bit(f.dir)))
+  if (!(m.slots[sl].route.tx_any() & dir_bit(f.dir)))
     throw InputError(pe_label(f.x, f.y), "color " + std::to_string(f.color) + " is never sent " + std::string(dir_name(f.dir)) + " from this router",
                      "name a direction in the route's tx set");
   if (f.count < 1 || f.from_cycle < 0) throw InputError(pe_label(f.x, f.y), "a wavelet drop needs count >= 1 and cycle >= 0");
@@ -468,7 +468,7 @@ int64_t Fabric::halt_cycle(int64_t x, int64_t y) const {
 const Route* Fabric::route(int64_t x, int64_t y, int color) const {
   if (!impl_->L || x < 0 || y < 0 || x >= W_ || y >= H_) return nullptr;
   const uint32_t sl = impl_->find_slot(static_cast<uint32_t>(y * W_ + x), color);
-  return sl == kNone ? nullptr : &impl_->slot_route[sl];
+  return sl == kNone ? nullptr : &impl_->slots[sl].route;
 }
 const LoadedLayout* Fabric::layout() const { return impl_->L; }
 
@@ -617,43 +617,37 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
   std::sort(tmp.begin(), tmp.end(), [](const Tmp& a, const Tmp& b) { return a.pe != b.pe ? a.pe < b.pe : a.color < b.color; });
   slot_begin.assign(npe + 1, 0);
   const size_t ns = tmp.size();
-  slot_pe.resize(ns);
+  slots.assign(ns, Slot{});
   slot_color.resize(ns);
-  slot_route.resize(ns);
-  slot_pos.assign(ns, 0);
   slot_buf.resize(ns);
-  bhead.assign(ns * 4, 0);
-  bcount.assign(ns * 4, 0);
   occ.assign(npe, 0);
   uint32_t nbuf = 0;
   for (size_t i = 0; i < ns; ++i) {
-    slot_pe[i] = tmp[i].pe;
+    slots[i].pe = tmp[i].pe;
     slot_color[i] = tmp[i].color;
-    slot_route[i] = *tmp[i].r;
+    slots[i].color = tmp[i].color;
+    slots[i].route = *tmp[i].r;
     slot_buf[i] = nbuf;
     nbuf += static_cast<uint32_t>(std::popcount(static_cast<unsigned>(tmp[i].r->rx_any() & 0xf)));
     ++slot_begin[tmp[i].pe + 1];
   }
   for (size_t i = 0; i < npe; ++i) slot_begin[i + 1] += slot_begin[i];
   bufs.resize(static_cast<size_t>(nbuf) * static_cast<size_t>(D));
-  slot_rx.resize(ns);
-  slot_ring.resize(ns * 4);
   for (size_t i = 0; i < ns; ++i) {
-    const unsigned rx = slot_route[i].rx_any() & 0xfu;
-    slot_rx[i] = static_cast<uint8_t>(rx);
+    const unsigned rx = slots[i].route.rx_any() & 0xfu;
+    slots[i].rx = static_cast<uint8_t>(rx);
     for (unsigned d = 0; d < 4; ++d)
-      slot_ring[i * 4 + d] = (slot_buf[i] + static_cast<uint32_t>(std::popcount(rx & ((1u << d) - 1u)))) * static_cast<uint32_t>(D);
+      slots[i].ring[d] = (slot_buf[i] + static_cast<uint32_t>(std::popcount(rx & ((1u << d) - 1u)))) * static_cast<uint32_t>(D);
   }
   for (int d = 0; d < 4; ++d) nb_delta[static_cast<size_t>(d)] = dir_dy(static_cast<Dir>(d)) * W + dir_dx(static_cast<Dir>(d));
-  slot_down.assign(ns * 4, kNone);
   for (size_t i = 0; i < ns; ++i) {
-    const int64_t x = slot_pe[i] % W, y = slot_pe[i] / W;
-    const DirSet tx = slot_route[i].tx_any();
+    const int64_t x = slots[i].pe % W, y = slots[i].pe / W;
+    const DirSet tx = slots[i].route.tx_any();
     for (int d = 0; d < 4; ++d) {
       if (!(tx & (1u << d))) continue;
       const int64_t nx = x + dir_dx(static_cast<Dir>(d)), ny = y + dir_dy(static_cast<Dir>(d));
       if (nx < 0 || ny < 0 || nx >= W || ny >= H) continue;
-      slot_down[i * 4 + static_cast<size_t>(d)] = find_slot(static_cast<uint32_t>(ny * W + nx), slot_color[i]);
+      slots[i].down[static_cast<size_t>(d)] = find_slot(static_cast<uint32_t>(ny * W + nx), slot_color[i]);
     }
   }
   has_port.assign(npe, 0);
@@ -683,24 +677,24 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
   for (size_t r = 0; r < npe; ++r) {
     if (pe_slot[r] != kNone || slot_begin[r + 1] != slot_begin[r] + 1 || has_port[r]) continue;
     const uint32_t sl = slot_begin[r];
-    const Route& rt = slot_route[sl];
+    const Route& rt = slots[sl].route;
     const unsigned rx = rt.pos[0].rx, tx = rt.pos[0].tx;
     if (rt.npos != 1 || std::popcount(rx) != 1 || std::popcount(tx) != 1 || rx > 8 || tx > 8) continue;
     Relay& f1 = relay[r];
     const int rd = std::countr_zero(rx), td = std::countr_zero(tx);
     f1.bi = sl * 4 + static_cast<uint32_t>(rd);
     f1.tx = static_cast<uint8_t>(td);
-    const uint32_t ds = slot_down[static_cast<size_t>(sl) * 4 + static_cast<size_t>(td)];
+    const uint32_t ds = sdown(static_cast<size_t>(sl) * 4 + static_cast<size_t>(td));
     if (ds != kNone) {
       f1.dbi = ds * 4 + static_cast<uint32_t>(opposite(static_cast<Dir>(td)));
-      f1.dr = slot_pe[ds];
+      f1.dr = slots[ds].pe;
     }
   }
   // Control tasks: a color delivered to a PE whose program has control tasks but no fabin or data
   // task for that color still needs an input queue for its control wavelets: the first free one.
   for (uint32_t sl = 0; sl < ns; ++sl) {
-    const uint32_t ps = pe_slot[slot_pe[sl]];
-    if (ps == kNone || !(slot_route[sl].tx_any() & dir_bit(Dir::RAMP))) continue;
+    const uint32_t ps = pe_slot[slots[sl].pe];
+    if (ps == kNone || !(slots[sl].route.tx_any() & dir_bit(Dir::RAMP))) continue;
     ProgInfo& pi = pinfo[pes[ps].prog];
     if (!pi.has_ctrl || pi.color_q[slot_color[sl]] >= 0) continue;
     for (int q = 0; q < 8; ++q)
@@ -885,10 +879,8 @@ void Fabric::Impl::reset(int64_t c0) {
       relay_saved.emplace_back(d.router, relay[d.router]);
       relay[d.router].bi = kNone;
     }
-  std::fill(bhead.begin(), bhead.end(), 0);
-  std::fill(bcount.begin(), bcount.end(), 0);
+  for (Slot& sl : slots) sl.cnt = {}, sl.head = {}, sl.pos = 0;
   std::fill(occ.begin(), occ.end(), 0);
-  std::fill(slot_pos.begin(), slot_pos.end(), 0);
   std::fill(link.begin(), link.end(), 0);
   std::fill(pwake_last.begin(), pwake_last.end(), -1);
   std::fill(pwake_push.begin(), pwake_push.end(), -1);
@@ -946,8 +938,9 @@ void Fabric::Impl::reset(int64_t c0) {
 }
 
 bool Fabric::Impl::work_remains() const {
-  for (const auto& c : bcount)
-    if (c) return true;
+  for (const Slot& sl : slots)
+    for (const uint8_t c : sl.cnt)
+      if (c) return true;
   for (const auto& p : ports)
     for (const auto& ln : p.lanes)
       if (ln.next < ln.in.size()) return true;
@@ -1092,30 +1085,28 @@ void Fabric::Impl::Calendar::advance() {
 
 // A plain relay (Impl::Relay): what router_step does for its single candidate and tx direction.
 void Fabric::Impl::relay_step(Worker& wk, const Relay& rl, uint32_t r, int64_t t) {
-  // Data pointers in locals: the uint8_t stores below may alias anything in memory.
-  uint8_t* const bc = bcount.data();
-  uint8_t* const bh = bhead.data();
-  Wv* const bf = bufs.data();
-  const uint32_t* const ring = slot_ring.data();
   const size_t bi = rl.bi, dbi = rl.dbi;
-  const int cnt = bc[bi];
+  Slot& S = slots[bi >> 2];
+  const int cnt = S.cnt[bi & 3];
   if (!cnt) return;
-  const int head = bh[bi];
-  const Wv w = bf[ring[bi] + static_cast<size_t>(head)];
+  const int head = S.head[bi & 3];
+  Wv* const bf = bufs.data();  // (in a local: the uint8_t stores below may alias anything in memory)
+  const Wv w = bf[S.ring[bi & 3] + static_cast<size_t>(head)];
   if (w.ready > t) {
     wake_router(wk, r, w.ready);
     return;
   }
   if (dbi == kNone) return;
-  const int dcnt = bc[dbi];
+  Slot& DS = slots[dbi >> 2];
+  const int dcnt = DS.cnt[dbi & 3];
   if (dcnt >= D) return;  // woken when space frees
   const int D_ = D;
-  int k2 = bh[dbi] + dcnt;
+  int k2 = DS.head[dbi & 3] + dcnt;
   if (k2 >= D_) k2 -= D_;
-  bf[ring[dbi] + static_cast<size_t>(k2)] = {w.payload, w.color, w.control, t + hop};
-  bc[dbi] = static_cast<uint8_t>(dcnt + 1);
-  bh[bi] = static_cast<uint8_t>(head + 1 == D_ ? 0 : head + 1);
-  bc[bi] = static_cast<uint8_t>(cnt - 1);
+  bf[DS.ring[dbi & 3] + static_cast<size_t>(k2)] = {w.payload, w.color, w.control, t + hop};
+  DS.cnt[dbi & 3] = static_cast<uint8_t>(dcnt + 1);
+  S.head[bi & 3] = static_cast<uint8_t>(head + 1 == D_ ? 0 : head + 1);
+  S.cnt[bi & 3] = static_cast<uint8_t>(cnt - 1);
   if (cnt == 1) maybe_empty(static_cast<uint32_t>(bi / 4));
   FabricStats& st = *wk.st;
   ++link[static_cast<size_t>(r) * kDirs + rl.tx];
@@ -1145,8 +1136,8 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
   if (has_port[r]) inject(wk, r, t);
   for (uint32_t om = occ[r]; om; om &= om - 1) {  // slots holding wavelets, ascending
     const uint32_t s = slot_begin[r] + static_cast<uint32_t>(std::countr_zero(om));
-    const uint8_t* bc = &bcount[static_cast<size_t>(s) * 4];
-    for (unsigned m = slot_rx[s]; m; m &= m - 1) {  // rx directions in ascending order
+    const uint8_t* bc = &bcnt(static_cast<size_t>(s) * 4);
+    for (unsigned m = slots[s].rx; m; m &= m - 1) {  // rx directions in ascending order
       const int d = std::countr_zero(m);
       if (bc[d]) cand[n++] = {s, static_cast<int8_t>(d), -1};
     }
@@ -1179,7 +1170,7 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
   for (int ci = 0; ci < n; ++ci) {
     Cand& c = cand[ci];
     if (c.dir >= 0) {
-      head[ci] = &bufs[slot_ring[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(c.dir)] + bhead[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(c.dir)]];
+      head[ci] = &bufs[bring(static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(c.dir)) + bhd(static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(c.dir))];
     } else {  // an output queue: its color's slot
       head[ci] = &qentry(ps, 8 + c.q, pes[ps].qhead[static_cast<size_t>(8 + c.q)]);
       c.slot = find_slot(r, head[ci]->color);
@@ -1192,25 +1183,25 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
       next = std::min(next, w->ready);
       continue;
     }
-    const SwitchPos& pos = slot_route[c.slot].pos[slot_pos[c.slot]];
+    const SwitchPos& pos = slots[c.slot].route.pos[slots[c.slot].pos];
     const unsigned from = c.dir >= 0 ? (1u << c.dir) : dir_bit(Dir::RAMP);
     if (!(pos.rx & from)) continue;  // the switch position does not take this input now
     const unsigned tx = pos.tx;
     bool room = tx != 0;
     for (unsigned m = tx; m && room; m &= m - 1) {
       const int d = std::countr_zero(m);
-      if (drop_at(r, d, slot_color[c.slot], t) >= 0) continue;  // lost on the link: needs no room
+      if (drop_at(r, d, slots[c.slot].color, t) >= 0) continue;  // lost on the link: needs no room
       if (d == static_cast<int>(Dir::RAMP)) {
         if (ps == kNone) {
           room = false;
           break;
         }
-        const int q = pinfo[pes[ps].prog].color_q[slot_color[c.slot]];
+        const int q = pinfo[pes[ps].prog].color_q[slots[c.slot].color];
         room = q >= 0 && pes[ps].qcount[static_cast<size_t>(q)] < in_depth[q];
       } else {
-        const uint32_t ds = slot_down[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(d)];
-        room = ds != kNone ? bcount[static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d])] < D
-                           : has_port[r] && out_lane(r, d, slot_color[c.slot]) != nullptr;  // an output port takes one per cycle
+        const uint32_t ds = sdown(static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(d));
+        room = ds != kNone ? bcnt(static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d])) < D
+                           : has_port[r] && out_lane(r, d, slots[c.slot].color) != nullptr;  // an output port takes one per cycle
       }
     }
     if (!room) continue;  // woken when space frees
@@ -1244,7 +1235,7 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
     const int64_t at_pe = t + ramp + up, at_link = t + hop + up;
     for (unsigned m = tx; m; m &= m - 1) {
       const int d = std::countr_zero(m);
-      if (const int di = drop_at(r, d, slot_color[c.slot], t); di >= 0) {  // an injected fault takes it
+      if (const int di = drop_at(r, d, slots[c.slot].color, t); di >= 0) {  // an injected fault takes it
         Fabric::FaultFired& fr = f.fired_[drops[static_cast<size_t>(di)].idx];
         if (!fr.count++) fr.first_cycle = t - start;
         fr.last_cycle = t - start;
@@ -1254,7 +1245,7 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
       ++link[static_cast<size_t>(r) * kDirs + static_cast<size_t>(d)];
       ++st.color_hops[wv.color];
       if (d == static_cast<int>(Dir::RAMP)) {
-        const int q = pinfo[pes[ps].prog].color_q[slot_color[c.slot]];
+        const int q = pinfo[pes[ps].prog].color_q[slots[c.slot].color];
         const Wv in{wv.payload, wv.color, wv.control, at_pe};
         // (drain only at ramp latency 1: a later store would be seen early by the PE's events between)
         if (at_pe != t + 1 || !drain(wk, ps, q, in, at_pe)) {
@@ -1271,7 +1262,7 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
         if (f.opt_.summary) summary_received(wk, pes[ps].rect, wv.color, at_pe);
         if (pes[ps].rec)
           record(wk, *wk.deliveries, wk.tag_d, t, r | kRouterBit, DeliveryRecord{pes[ps].x, pes[ps].y, wv.color, static_cast<uint8_t>(q), wv.payload, at_pe - start});
-      } else if (const uint32_t ds = slot_down[static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(d)]; ds == kNone) {
+      } else if (const uint32_t ds = sdown(static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(d)); ds == kNone) {
         PortLane* ol = out_lane(r, d, wv.color);
         ol->out.push_back({wv.payload, at_link - start});
         ++st.port_out_wavelets;
@@ -1279,28 +1270,28 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
         if (f.opt_.summary) summary_received(wk, wk.sum->rects + static_cast<int32_t>(ol->port), wv.color, at_link);
       } else {
         const size_t bi = static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d]);
-        int k2 = bhead[bi] + bcount[bi];
+        int k2 = bhd(bi) + bcnt(bi);
         if (k2 >= D) k2 -= D;
-        bufs[slot_ring[bi] + static_cast<size_t>(k2)] = {wv.payload, wv.color, wv.control, at_link};
-        const bool was_empty = !bcount[bi]++;
-        if (bcount[bi] > st.router_buffer_high_water) st.router_buffer_high_water = bcount[bi];
+        bufs[bring(bi) + static_cast<size_t>(k2)] = {wv.payload, wv.color, wv.control, at_link};
+        const bool was_empty = !bcnt(bi)++;
+        if (bcnt(bi) > st.router_buffer_high_water) st.router_buffer_high_water = bcnt(bi);
         ++st.wavelet_hops;
         pushed_down(wk, ds, was_empty, at_link);
       }
     }
     if (wv.control) {  // (kControl or kAdvance)
-      const uint8_t to = slot_route[c.slot].next(slot_pos[c.slot]);
+      const uint8_t to = slots[c.slot].route.next(slots[c.slot].pos);
       // A new position may take an input the old one held back (a star's farther stream, waiting in
       // a buffer): it moves in the next cycle, so look again then.
-      if (to != slot_pos[c.slot]) next = std::min(next, t + 1);
-      slot_pos[c.slot] = to;
+      if (to != slots[c.slot].pos) next = std::min(next, t + 1);
+      slots[c.slot].pos = to;
     }
     // Pop the input; wake whoever feeds it (room again).
     bool more;
     if (c.dir >= 0) {
       const size_t bi = static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(c.dir);
-      bhead[bi] = static_cast<uint8_t>(bhead[bi] + 1 == D ? 0 : bhead[bi] + 1);
-      more = --bcount[bi] > 0;
+      bhd(bi) = static_cast<uint8_t>(bhd(bi) + 1 == D ? 0 : bhd(bi) + 1);
+      more = --bcnt(bi) > 0;
       if (!more) maybe_empty(c.slot);
       // Room again: wake the upstream neighbour, or this router if an input port feeds the buffer.
       const int64_t ux = static_cast<int64_t>(r % W) + dir_dx(static_cast<Dir>(c.dir)), uy = static_cast<int64_t>(r / W) + dir_dy(static_cast<Dir>(c.dir));
@@ -1332,12 +1323,12 @@ void Fabric::Impl::inject(Worker& w, uint32_t r, int64_t t) {
       continue;
     }
     const size_t bi = static_cast<size_t>(ln.slot) * 4 + ln.dir;
-    if (bcount[bi] >= D) continue;  // woken when the router pops this buffer
-    int k2 = bhead[bi] + bcount[bi];
+    if (bcnt(bi) >= D) continue;  // woken when the router pops this buffer
+    int k2 = bhd(bi) + bcnt(bi);
     if (k2 >= D) k2 -= D;
-    bufs[slot_ring[bi] + static_cast<size_t>(k2)] = {ln.in[ln.next++], ln.color, kData, t + hop};
-    if (!bcount[bi]++) occupied(ln.slot);
-    if (bcount[bi] > st.router_buffer_high_water) st.router_buffer_high_water = bcount[bi];
+    bufs[bring(bi) + static_cast<size_t>(k2)] = {ln.in[ln.next++], ln.color, kData, t + hop};
+    if (!bcnt(bi)++) occupied(ln.slot);
+    if (bcnt(bi) > st.router_buffer_high_water) st.router_buffer_high_water = bcnt(bi);
     ln.last = t;
     ++st.port_in_wavelets;
     if (f.opt_.summary) summary_sent(w, w.sum->rects + static_cast<int32_t>(ln.port), ln.color, t);

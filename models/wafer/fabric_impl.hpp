@@ -214,7 +214,15 @@ struct Fabric::Impl {
     int16_t on_activate = -1, on_unblock = -1;
     uint8_t id = 0;
     bool fifo = false;  // it has a fifo operand (it may wait for the main thread's fifo pushes and pops)
+    // drain's plan, fixed at issue: a move from a fabin DSD into a memory DSD (kMvMove; kMvSrc16: a
+    // 16-bit source, its payload's low half; kMvOp16: a 16-bit move) and that destination DSD, kept
+    // equal to the PE's by dsd_off / dsd_len. drain reads it here instead of the PE's DSD copy (a
+    // cache miss per wavelet on large layouts).
+    uint8_t mv = 0;
+    int16_t dk = -1;  // the destination's DSD index
+    Dsd dst{};
   };
+  static constexpr uint8_t kMvMove = 1, kMvSrc16 = 2, kMvOp16 = 4;
   struct ProgInfo {
     std::array<int8_t, kMaxColors> color_q{};    // input queue a color is delivered to (-1: none)
     std::array<int8_t, kMaxColors> data_task{};  // task index fired by a color (-1: none)
@@ -341,12 +349,35 @@ struct Fabric::Impl {
   std::array<int, 8> in_depth{}, out_depth{};
 
   // Routers: route slots (PE, color), CSR by PE.
-  std::vector<uint32_t> slot_begin, slot_pe, slot_buf, slot_down;
-  std::vector<uint8_t> slot_color, slot_pos, bhead, bcount;
+  // A slot's state in one 64-byte line (a hop reads most of it: large layouts are bound by the cache
+  // misses of their routers' state, one per array before): its buffers' counts and heads, their
+  // rings in `bufs`, the downstream slots, the router, the route and its position.
+  struct alignas(64) Slot {
+    std::array<uint8_t, 4> cnt{};   // wavelets in the buffer of each rx direction (N/S/E/W)
+    std::array<uint8_t, 4> head{};  // their heads
+    std::array<uint32_t, 4> ring{}; // per rx direction: first index of its buffer in bufs
+    std::array<uint32_t, 4> down{kNone, kNone, kNone, kNone};  // per tx direction: the slot receiving there (kNone: off the fabric)
+    uint32_t pe = 0;                // its router
+    Route route{};
+    uint8_t pos = 0;                // the route's switch position
+    uint8_t rx = 0;                 // rx over all switch positions, N/S/E/W bits
+    uint8_t color = 0;
+  };
+  static_assert(sizeof(Slot) == 64, "a slot's state is one cache line");
+  std::vector<Slot> slots;
+  std::vector<uint32_t> slot_begin, slot_buf;
+  std::vector<uint8_t> slot_color;  // (also Slot::color: find_slot reads a router's slots' colors here, in one line)
+  // A buffer by index slot * 4 + direction: its count, head and ring start.
+  uint8_t& bcnt(size_t bi) { return slots[bi >> 2].cnt[bi & 3]; }
+  uint8_t bcnt(size_t bi) const { return slots[bi >> 2].cnt[bi & 3]; }
+  uint8_t& bhd(size_t bi) { return slots[bi >> 2].head[bi & 3]; }
+  uint8_t bhd(size_t bi) const { return slots[bi >> 2].head[bi & 3]; }
+  uint32_t bring(size_t bi) const { return slots[bi >> 2].ring[bi & 3]; }
+  uint32_t sdown(size_t bi) const { return slots[bi >> 2].down[bi & 3]; }
   // Per router: bit j set while slot slot_begin[r] + j has a wavelet in one of its buffers (a router
   // has at most one slot per color, kMaxColors = 32); router_step looks only at those.
   std::vector<uint32_t> occ;
-  void occupied(uint32_t slot) { occ[slot_pe[slot]] |= 1u << (slot - slot_begin[slot_pe[slot]]); }
+  void occupied(uint32_t slot) { occ[slots[slot].pe] |= 1u << (slot - slot_begin[slots[slot].pe]); }
   // A per-PE record (FabricOptions::record) made in the event (t, key).
   template <class R>
   static void record(Worker& w, std::vector<R>& v, std::vector<std::pair<int64_t, uint32_t>>& tags, int64_t t, uint32_t key, const R& r) {
@@ -355,8 +386,8 @@ struct Fabric::Impl {
   }
   // A wavelet went into slot ds's buffer (was_empty: its first), readable at c: the slot's router
   // is woken then; a router of another worker's stripe through a message.
-  void pushed_down(Worker& w, uint32_t ds, bool was_empty, int64_t c) { pushed_down(w, ds, slot_pe[ds], was_empty, c); }
-  void pushed_down(Worker& w, uint32_t ds, uint32_t r, bool was_empty, int64_t c) {  // r = slot_pe[ds]
+  void pushed_down(Worker& w, uint32_t ds, bool was_empty, int64_t c) { pushed_down(w, ds, slots[ds].pe, was_empty, c); }
+  void pushed_down(Worker& w, uint32_t ds, uint32_t r, bool was_empty, int64_t c) {  // r = slots[ds].pe
     if (w.owns(r)) {
       if (was_empty) occupied(ds);
       wake_router(w, r, c);
@@ -369,11 +400,9 @@ struct Fabric::Impl {
   std::atomic<int64_t> reply_count{0};  // wavelets the reply has seen this run, all workers
   void maybe_empty(uint32_t slot) {  // after a pop from one of its buffers
     uint32_t four;
-    std::memcpy(&four, &bcount[static_cast<size_t>(slot) * 4], 4);
-    if (!four) occ[slot_pe[slot]] &= ~(1u << (slot - slot_begin[slot_pe[slot]]));
+    std::memcpy(&four, slots[slot].cnt.data(), 4);
+    if (!four) occ[slots[slot].pe] &= ~(1u << (slot - slot_begin[slots[slot].pe]));
   }
-  std::vector<uint8_t> slot_rx;      // per slot: rx over all switch positions, N/S/E/W bits
-  std::vector<uint32_t> slot_ring;   // per slot and rx direction: first index of its buffer in bufs
   std::array<int64_t, 4> nb_delta{}; // PE index step to the neighbour in direction N/S/E/W
   // Per router: a plain relay -- no PE, one routed color, one switch position taking one of N/S/E/W
   // and sending to one of N/S/E/W -- is handled by relay_step, a fast path of router_step with the
@@ -403,7 +432,6 @@ struct Fabric::Impl {
   size_t faults = 0;
   void apply_flips(Worker& w, int64_t cycle);  // every flip of w's PEs due at or before `cycle` (w.next_flip: past every flip due by then)
   int drop_at(uint32_t r, int d, int color, int64_t t);  // index into drops of a rule taking this wavelet, -1: none
-  std::vector<Route> slot_route;
   std::vector<Wv> bufs;
   std::vector<int64_t> link;
   std::vector<uint8_t> turns;  // per router and tx direction: the input id whose turn it is (router_step)

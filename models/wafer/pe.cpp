@@ -327,13 +327,10 @@ bool Fabric::Impl::drain(Worker& wk, uint32_t s, int q, const Wv& w, int64_t t1)
   if (P.main.instr >= 0 && (P.main.inq & qbit)) return false;
   for (Mt& m : P.mts) {
     if (!(m.op.inq & qbit)) continue;
-    const Instr& in = p.instrs[static_cast<size_t>(m.op.instr)];
-    // The first microthread on this queue takes it (pe_step runs them in order).
-    if (in.op != Op::fmovs && in.op != Op::mov32 && in.op != Op::fmovh && in.op != Op::mov16) return false;
-    if (in.a[0].kind != OpndKind::dsd || in.a[1].kind != OpndKind::dsd || m.op.next > t1 || m.op.i >= m.op.len) return false;
-    const Dsd& dst = dsd(s, in.a[0].v);
-    const Dsd& src = dsd(s, in.a[1].v);
-    if (!dst.is_mem() || src.kind != DsdKind::fabin) return false;
+    // The first microthread on this queue takes it (pe_step runs them in order): a move from the
+    // fabric into memory (Mt::mv, set at issue).
+    if (!m.mv || m.op.next > t1 || m.op.i >= m.op.len) return false;
+    const Dsd& dst = m.dst;
     if (m.op.bpe && sram_cap(t1 - (m.op.start + cfg.setup_cycles) + 1, m.op.bpe, cfg) <= m.op.i) return false;  // pe.sram_bytes_per_cycle
     // Microthreads before this one run before it at t1: none of their memory operands may overlap
     // the destination (the store is early for them).
@@ -347,8 +344,8 @@ bool Fabric::Impl::drain(Worker& wk, uint32_t s, int q, const Wv& w, int64_t t1)
           if (lo < dhi && dlo < hi) return false;
         }
     }
-    const uint32_t v = elem_bytes(src.elem) == 2 ? (w.payload & 0xffffu) : w.payload;
-    const uint32_t r = in.op == Op::fmovh || in.op == Op::mov16 ? v & 0xffffu : v;
+    const uint32_t v = m.mv & kMvSrc16 ? (w.payload & 0xffffu) : w.payload;
+    const uint32_t r = m.mv & kMvOp16 ? v & 0xffffu : v;
     store(wk, s, mem_addr(s, dst, m.op.i), elem_bytes(dst.elem), r);
     ++m.op.i;
     m.op.drained_at = t1;
@@ -615,6 +612,13 @@ void Fabric::Impl::exec(Worker& wk, uint32_t s, int64_t t) {
         m.on_unblock = in.on_unblock;
         m.id = static_cast<uint8_t>(id);
         m.fifo = fifo;
+        if ((in.op == Op::fmovs || in.op == Op::mov32 || in.op == Op::fmovh || in.op == Op::mov16) && in.a[0].kind == OpndKind::dsd &&
+            in.a[1].kind == OpndKind::dsd && dsd(s, in.a[0].v).is_mem() && dsd(s, in.a[1].v).kind == DsdKind::fabin) {
+          m.mv = static_cast<uint8_t>(kMvMove | (elem_bytes(dsd(s, in.a[1].v).elem) == 2 ? kMvSrc16 : 0) |
+                                      (in.op == Op::fmovh || in.op == Op::mov16 ? kMvOp16 : 0));
+          m.dk = static_cast<int16_t>(in.a[0].v);
+          m.dst = dsd(s, in.a[0].v);
+        }
         P.mts.push_back(m);
         wake_pe(wk, s, op.next);
         ++P.pc;
@@ -669,6 +673,8 @@ void Fabric::Impl::exec(Worker& wk, uint32_t s, int64_t t) {
         } else {
           d.length = static_cast<uint32_t>(x);
         }
+        for (Mt& m : P.mts)  // a running move's plan sees the change, as its DSD reads would
+          if (m.dk == a[0].v) m.dst = d;
         break;
       }
       case Op::jmp: next = a[0].v; break;
@@ -770,17 +776,17 @@ void Fabric::Impl::report(std::vector<StuckPe>& out, std::vector<StuckRouter>& r
                          "input port '" + p.spec->name + "' lane " + std::to_string(i) + ": " + std::to_string(ln.in.size() - ln.next) +
                              " wavelet(s) not injected (the router's " + std::string(dir_name(static_cast<Dir>(ln.dir))) + " buffer is full)"});
     }
-  for (uint32_t sl = 0; sl < slot_pe.size(); ++sl)
+  for (uint32_t sl = 0; sl < slots.size(); ++sl)
     for (int d = 0; d < 4; ++d) {
-      if (const int64_t y = slot_pe[sl] / W; y < y0 || y >= y1) break;
-      const int c = bcount[sl * 4 + static_cast<size_t>(d)];
+      if (const int64_t y = slots[sl].pe / W; y < y0 || y >= y1) break;
+      const int c = bcnt(sl * 4 + static_cast<size_t>(d));
       if (!c) continue;
-      const SwitchPos& pos = slot_route[sl].pos[slot_pos[sl]];
+      const SwitchPos& pos = slots[sl].route.pos[slots[sl].pos];
       std::ostringstream o;
       o << c << " wavelet(s) from " << dir_name(static_cast<Dir>(d)) << " waiting for " << format_dirset(pos.tx);
-      if (!(pos.rx & (1u << d))) o << " (switch position " << int{slot_pos[sl]} << " does not take " << dir_name(static_cast<Dir>(d)) << ")";
+      if (!(pos.rx & (1u << d))) o << " (switch position " << int{slots[sl].pos} << " does not take " << dir_name(static_cast<Dir>(d)) << ")";
       else o << " (buffer or queue full downstream)";
-      routers.push_back({static_cast<int32_t>(slot_pe[sl] % W), static_cast<int32_t>(slot_pe[sl] / W), slot_color[sl], o.str()});
+      routers.push_back({static_cast<int32_t>(slots[sl].pe % W), static_cast<int32_t>(slots[sl].pe / W), slot_color[sl], o.str()});
     }
 }
 

@@ -185,11 +185,11 @@ void Fabric::Impl::ship(Worker& w, bool up) {
   uint32_t rings = 0;
   auto put_buffers = [&](uint32_t r, int d) {
     for (uint32_t sl = slot_begin[r]; sl < slot_begin[r + 1]; ++sl) {
-      if (!((slot_rx[sl] >> d) & 1u)) continue;
+      if (!((slots[sl].rx >> d) & 1u)) continue;
       const uint32_t bi = sl * 4 + static_cast<uint32_t>(d);
-      put(m, bi), put(m, bhead[bi]), put(m, bcount[bi]);
-      for (int k = 0; k < bcount[bi]; ++k) {
-        const Wv& v = bufs[slot_ring[bi] + static_cast<size_t>((bhead[bi] + k) % D)];
+      put(m, bi), put(m, bhd(bi)), put(m, bcnt(bi));
+      for (int k = 0; k < bcnt(bi); ++k) {
+        const Wv& v = bufs[bring(bi) + static_cast<size_t>((bhd(bi) + k) % D)];
         put(m, v.payload), put(m, v.color), put(m, v.control), put(m, v.ready);
       }
       ++rings;
@@ -237,10 +237,10 @@ void Fabric::Impl::pump(Worker& w) {
         const auto rings = rd.get<uint32_t>();
         for (uint32_t i = 0; i < rings; ++i) {
           const auto bi = rd.get<uint32_t>();
-          bhead[bi] = rd.get<uint8_t>();
-          bcount[bi] = rd.get<uint8_t>();
-          for (int k = 0; k < bcount[bi]; ++k) {
-            Wv& v = bufs[slot_ring[bi] + static_cast<size_t>((bhead[bi] + k) % D)];
+          bhd(bi) = rd.get<uint8_t>();
+          bcnt(bi) = rd.get<uint8_t>();
+          for (int k = 0; k < bcnt(bi); ++k) {
+            Wv& v = bufs[bring(bi) + static_cast<size_t>((bhd(bi) + k) % D)];
             v.payload = rd.get<uint32_t>();
             v.color = rd.get<uint8_t>();
             v.control = rd.get<uint8_t>();
@@ -388,7 +388,7 @@ bool Fabric::Impl::work_remains_owned() const {
   for (uint32_t r = static_cast<uint32_t>(own_y0 * W); r < static_cast<uint32_t>(std::min(own_y1, H) * W); ++r)
     for (uint32_t sl = slot_begin[r]; sl < slot_begin[r + 1]; ++sl)
       for (int d = 0; d < 4; ++d)
-        if (bcount[sl * 4 + static_cast<size_t>(d)]) return true;
+        if (bcnt(sl * 4 + static_cast<size_t>(d))) return true;
   for (const auto& p : ports)
     for (const auto& ln : p.lanes)
       if (own_row(ln.router / W) && ln.next < ln.in.size()) return true;
