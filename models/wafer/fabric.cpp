@@ -620,7 +620,7 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
   slots.assign(ns, Slot{});
   slot_color.resize(ns);
   slot_buf.resize(ns);
-  occ.assign(npe, 0);
+  routers.assign(npe, Router{});
   uint32_t nbuf = 0;
   for (size_t i = 0; i < ns; ++i) {
     slots[i].pe = tmp[i].pe;
@@ -632,6 +632,7 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
     ++slot_begin[tmp[i].pe + 1];
   }
   for (size_t i = 0; i < npe; ++i) slot_begin[i + 1] += slot_begin[i];
+  for (size_t i = 0; i < npe; ++i) routers[i].first = slot_begin[i];
   bufs.resize(static_cast<size_t>(nbuf) * static_cast<size_t>(D));
   for (size_t i = 0; i < ns; ++i) {
     const unsigned rx = slots[i].route.rx_any() & 0xfu;
@@ -650,7 +651,6 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
       slots[i].down[static_cast<size_t>(d)] = find_slot(static_cast<uint32_t>(ny * W + nx), slot_color[i]);
     }
   }
-  has_port.assign(npe, 0);
   ports.clear();
   for (const auto& ps : layout.layout.ports) {
     PortRt pr;
@@ -663,7 +663,7 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
       ln.color = ps.color;
       ln.port = static_cast<uint32_t>(ports.size());
       if (ln.slot == kNone) throw std::logic_error("port lane without a route (check_routes lets it through)");
-      has_port[ln.router] = 1;
+      routers[ln.router].has_port = 1;
       pr.lanes.push_back(std::move(ln));
     }
     ports.push_back(std::move(pr));
@@ -673,14 +673,13 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
     if (ports[pi].spec->input)
       for (size_t li = 0; li < ports[pi].lanes.size(); ++li) in_lanes.push_back({ports[pi].lanes[li].router, static_cast<uint32_t>(pi), static_cast<uint32_t>(li)});
   std::sort(in_lanes.begin(), in_lanes.end());
-  relay.assign(npe, Relay{});
   for (size_t r = 0; r < npe; ++r) {
-    if (pe_slot[r] != kNone || slot_begin[r + 1] != slot_begin[r] + 1 || has_port[r]) continue;
+    if (pe_slot[r] != kNone || slot_begin[r + 1] != slot_begin[r] + 1 || routers[r].has_port) continue;
     const uint32_t sl = slot_begin[r];
     const Route& rt = slots[sl].route;
     const unsigned rx = rt.pos[0].rx, tx = rt.pos[0].tx;
     if (rt.npos != 1 || std::popcount(rx) != 1 || std::popcount(tx) != 1 || rx > 8 || tx > 8) continue;
-    Relay& f1 = relay[r];
+    Relay& f1 = routers[r].relay;
     const int rd = std::countr_zero(rx), td = std::countr_zero(tx);
     f1.bi = sl * 4 + static_cast<uint32_t>(rd);
     f1.tx = static_cast<uint8_t>(td);
@@ -705,11 +704,8 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
       }
   }
   link.assign(npe * kDirs, 0);
-  turns.assign(npe * kDirs, 0);
   pwake_last.assign(pes.size(), -1);
   pwake_push.assign(pes.size(), -1);
-  rwake_last.assign(npe, -1);
-  rwake_push.assign(npe, -1);
   // One worker (a run on more threads makes more: plan_workers); SRAM slabs for every page the
   // PEs could write, so the slab table never moves.
   workers.clear();
@@ -774,9 +770,8 @@ int64_t Fabric::Impl::estimate_bytes(const LoadedLayout& layout, const WaferConf
       for (const auto& d : layout.programs[pr].data)
         if (d.has_fill && d.fill != 0) fill_pages += (d.bytes() + FabricStats::kPageBytes - 1) / FabricStats::kPageBytes + 1;
     }
-  const int64_t per_router = sizeof(uint32_t) * 2 + sizeof(Relay) + sizeof(int64_t) * (kDirs + 2) + kDirs + 2 +
-                             1;  // slot_begin, pe_slot, relay, link, rwake x2, turns, calendar bits, has_port
-  const int64_t per_slot = sizeof(uint32_t) * (3 + 8) + sizeof(uint8_t) * (3 + 8) + sizeof(Route) + 16;  // incl. the sort buffer
+  const int64_t per_router = sizeof(uint32_t) * 2 + sizeof(Router) + sizeof(int64_t) * kDirs + 2;  // slot_begin, pe_slot, Router, link, calendar bits
+  const int64_t per_slot = sizeof(Slot) + sizeof(uint32_t) + sizeof(uint8_t) + 16;  // Slot, slot_buf, slot_color; the sort buffer
   const int64_t per_pe = static_cast<int64_t>(sizeof(Pe)) + 16 * QD * static_cast<int64_t>(sizeof(Wv)) + 2 * sizeof(int64_t) +
                          (cfg.data_area_bytes() / FabricStats::kPageBytes + 1) * static_cast<int64_t>(sizeof(uint32_t));
   fill_bytes = fill_pages * FabricStats::kPageBytes;
@@ -872,20 +867,18 @@ void Fabric::Impl::reset(int64_t c0) {
   // Faults: flips in cycle order; routers that drop wavelets leave the relay fast path.
   f.fired_.assign(faults, Fabric::FaultFired{});
   std::stable_sort(flips.begin(), flips.end(), [](const Flip& a, const Flip& b) { return a.f.cycle < b.f.cycle; });
-  for (const auto& [r, rl] : relay_saved) relay[r] = rl;
+  for (const auto& [r, rl] : relay_saved) routers[r].relay = rl;
   relay_saved.clear();
   for (const Drop& d : drops)
-    if (relay[d.router].bi != kNone) {
-      relay_saved.emplace_back(d.router, relay[d.router]);
-      relay[d.router].bi = kNone;
+    if (routers[d.router].relay.bi != kNone) {
+      relay_saved.emplace_back(d.router, routers[d.router].relay);
+      routers[d.router].relay.bi = kNone;
     }
   for (Slot& sl : slots) sl.cnt = {}, sl.head = {}, sl.pos = 0;
-  std::fill(occ.begin(), occ.end(), 0);
   std::fill(link.begin(), link.end(), 0);
   std::fill(pwake_last.begin(), pwake_last.end(), -1);
   std::fill(pwake_push.begin(), pwake_push.end(), -1);
-  std::fill(rwake_last.begin(), rwake_last.end(), -1);
-  std::fill(rwake_push.begin(), rwake_push.end(), -1);
+  for (Router& R : routers) R.wake_last = R.wake_push = -1, R.occ = 0;  // (turns carry over, as before)
   reply_count = 0;
   if (reply.fn)  // (the last run's reply is not this run's)
     for (auto& ln : ports[reply_to].lanes) ln.in.clear(), ln.ready.clear();
@@ -956,9 +949,10 @@ bool Fabric::Impl::work_remains() const {
 void Fabric::Impl::handle(Worker& w, int64_t cycle, uint32_t key) {
   if (key & kRouterBit) {
     const uint32_t r = key & ~kRouterBit;
-    if (rwake_last[r] == cycle) return;
-    rwake_last[r] = cycle;
-    if (const Relay& rl = relay[r]; rl.bi != kNone) relay_step(w, rl, r, cycle);
+    Router& R = routers[r];
+    if (R.wake_last == cycle) return;
+    R.wake_last = cycle;
+    if (R.relay.bi != kNone) relay_step(w, R.relay, r, cycle);
     else router_step(w, r, cycle);
   } else {
     if (pwake_last[key] == cycle) return;
@@ -1133,9 +1127,10 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
   static constexpr int kOpp[4] = {1, 0, 3, 2};  // opposite(N, S, E, W)
   Cand cand[4 * kMaxColors + 8];
   int n = 0;
-  if (has_port[r]) inject(wk, r, t);
-  for (uint32_t om = occ[r]; om; om &= om - 1) {  // slots holding wavelets, ascending
-    const uint32_t s = slot_begin[r] + static_cast<uint32_t>(std::countr_zero(om));
+  Router& R = routers[r];
+  if (R.has_port) inject(wk, r, t);
+  for (uint32_t om = R.occ; om; om &= om - 1) {  // slots holding wavelets, ascending
+    const uint32_t s = R.first + static_cast<uint32_t>(std::countr_zero(om));
     const uint8_t* bc = &bcnt(static_cast<size_t>(s) * 4);
     for (unsigned m = slots[s].rx; m; m &= m - 1) {  // rx directions in ascending order
       const int d = std::countr_zero(m);
@@ -1165,7 +1160,7 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
   uint8_t best[kDirs];
   if (n > 1)
     for (int d = 0; d < kDirs; ++d) win[d] = -1, best[d] = 255;
-  uint8_t* const turn = &turns[static_cast<size_t>(r) * kDirs];
+  uint8_t* const turn = R.turns.data();
   int wanting = 0;
   for (int ci = 0; ci < n; ++ci) {
     Cand& c = cand[ci];
@@ -1178,7 +1173,7 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
     }
     Wv* const w = head[ci];
     want[ci] = 0;
-    id[ci] = static_cast<uint8_t>(c.dir >= 0 ? (c.slot - slot_begin[r]) * 4 + static_cast<uint32_t>(c.dir) : 4 * kMaxColors + static_cast<uint32_t>(c.q));
+    id[ci] = static_cast<uint8_t>(c.dir >= 0 ? (c.slot - R.first) * 4 + static_cast<uint32_t>(c.dir) : 4 * kMaxColors + static_cast<uint32_t>(c.q));
     if (w->ready > t) {
       next = std::min(next, w->ready);
       continue;
@@ -1201,7 +1196,7 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
       } else {
         const uint32_t ds = sdown(static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(d));
         room = ds != kNone ? bcnt(static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d])) < D
-                           : has_port[r] && out_lane(r, d, slots[c.slot].color) != nullptr;  // an output port takes one per cycle
+                           : R.has_port && out_lane(r, d, slots[c.slot].color) != nullptr;  // an output port takes one per cycle
       }
     }
     if (!room) continue;  // woken when space frees
