@@ -612,12 +612,15 @@ void Fabric::Impl::exec(Worker& wk, uint32_t s, int64_t t) {
         m.on_unblock = in.on_unblock;
         m.id = static_cast<uint8_t>(id);
         m.fifo = fifo;
-        if ((in.op == Op::fmovs || in.op == Op::mov32 || in.op == Op::fmovh || in.op == Op::mov16) && in.a[0].kind == OpndKind::dsd &&
-            in.a[1].kind == OpndKind::dsd && dsd(s, in.a[0].v).is_mem() && dsd(s, in.a[1].v).kind == DsdKind::fabin) {
-          m.mv = static_cast<uint8_t>(kMvMove | (elem_bytes(dsd(s, in.a[1].v).elem) == 2 ? kMvSrc16 : 0) |
-                                      (in.op == Op::fmovh || in.op == Op::mov16 ? kMvOp16 : 0));
-          m.dk = static_cast<int16_t>(in.a[0].v);
-          m.dst = dsd(s, in.a[0].v);
+        const bool half = in.op == Op::fmovh || in.op == Op::mov16;
+        if ((half || in.op == Op::fmovs || in.op == Op::mov32) && in.a[0].kind == OpndKind::dsd && in.a[1].kind == OpndKind::dsd) {
+          const Dsd& dst = dsd(s, in.a[0].v);
+          const Dsd& src = dsd(s, in.a[1].v);
+          if (dst.is_mem() && src.kind == DsdKind::fabin) {  // drain's plan
+            m.mv = static_cast<uint8_t>(kMvMove | (elem_bytes(src.elem) == 2 ? kMvSrc16 : 0) | (half ? kMvOp16 : 0));
+            m.dk = static_cast<int16_t>(in.a[0].v);
+            m.dst = dst;
+          }
         }
         P.mts.push_back(m);
         wake_pe(wk, s, op.next);
