@@ -433,6 +433,14 @@ void Fabric::Impl::pe_step(Worker& wk, uint32_t s, int64_t t) {
       ++k;
       continue;
     }
+    // A move from the fabric into memory (drain's kind) whose queue is empty, with no pause or
+    // memory-bandwidth limit pending, takes nothing this cycle: what run_group would find, without
+    // reading the op's instruction (a PE that fires a data task while its weight stream's move
+    // runs is stepped for the task; this check was most of those steps' microthread work).
+    if (m.mv && m.op.pause == 0 && m.op.bpe == 0 && m.op.i < m.op.len && !P.qcount[static_cast<size_t>(std::countr_zero(m.op.inq))]) {
+      ++k;
+      continue;
+    }
     const int r = run_group(wk, s, m.op, t);
     if (r) progress = true;
     if (r == 2) {
