@@ -224,6 +224,50 @@ struct Fabric::Impl {
     Dsd dst{};
   };
   static constexpr uint8_t kMvMove = 1, kMvSrc16 = 2, kMvOp16 = 4;
+  // A PE's running microthreads in issue order, like a vector: the first one inside the PE
+  // (drain and every step of a PE with a running move read it; on the heap it was a dependent
+  // cache miss more per wavelet on large layouts), two or more on the heap (rare: a stream's move
+  // beside another fabric op) until they are down to one again.
+  class alignas(64) MtList {
+   public:
+    bool empty() const { return n_ == 0; }
+    size_t size() const { return n_; }
+    Mt* begin() { return spill_ ? spill_->data() : &in_; }
+    Mt* end() { return begin() + n_; }
+    const Mt* begin() const { return spill_ ? spill_->data() : &in_; }
+    const Mt* end() const { return begin() + n_; }
+    Mt& operator[](size_t k) { return begin()[k]; }
+    void push_back(const Mt& m) {
+      if (!spill_ && n_ == 0) {
+        in_ = m;
+      } else {
+        if (!spill_) spill_ = std::make_unique<std::vector<Mt>>(1, in_);
+        spill_->push_back(m);
+      }
+      ++n_;
+    }
+    void erase(Mt* it) {  // (it in [begin, end))
+      std::copy(it + 1, end(), it);
+      --n_;
+      if (spill_) {
+        spill_->pop_back();
+        if (n_ <= 1) {
+          if (n_) in_ = spill_->front();
+          spill_.reset();
+        }
+      }
+    }
+    void clear() {
+      n_ = 0;
+      spill_.reset();
+    }
+
+   private:
+    uint32_t n_ = 0;
+    std::unique_ptr<std::vector<Mt>> spill_;  // while two or more run: all of them
+    Mt in_{};
+  };
+  static_assert(sizeof(MtList) == 128, "a PE's first microthread in two cache lines");
   struct ProgInfo {
     std::array<int8_t, kMaxColors> color_q{};    // input queue a color is delivered to (-1: none)
     std::array<int8_t, kMaxColors> data_task{};  // task index fired by a color (-1: none)
@@ -242,8 +286,9 @@ struct Fabric::Impl {
   }
   // A PE's state in 64-byte lines by use (large layouts are bound by the cache misses of their
   // PEs' state): line 0 what every PE event reads (pe_step, pick_task, the router's output queues),
-  // line 1 the microthreads, DSD copies and SRAM page table (drain, store), line 2 the main thread's op,
-  // line 3 queue heads and the colder rest, then registers.
+  // line 1 the DSD copies and SRAM page table (drain, store), lines 2-3 the first running
+  // microthread (MtList), line 4 the main thread's op, line 5 queue heads and the colder rest, then
+  // registers.
   struct alignas(64) Pe {
     uint32_t prog = 0;
     int32_t task = -1, pc = 0;
@@ -255,13 +300,13 @@ struct Fabric::Impl {
     std::array<uint8_t, 16> qcount{};  // input queues 0-7, output queues 8-15
     int32_t rect = 0;              // the layout rectangle it belongs to (FabricSummary groups)
     uint32_t wv = 0;
-    std::vector<Mt> mts;           // running microthreads (usually none)
     std::vector<Dsd> dsds;         // per-PE copies once dsd_off/dsd_len changed one (else the program's)
     std::unique_ptr<uint32_t[]> pages;  // SRAM page table, data area / kPage entries (lazily; kNone = never written)
     // The last page accessed and its base in `sram` (store, load_elem): a one-entry cache beside the
     // table's pointer, so a run of accesses to one page -- a weight stream's one-element junk array,
     // a block filled in order -- does not miss on the table (kNone: none yet).
     mutable uint32_t pg_last = kNone, pg_base = 0;
+    MtList mts;                    // running microthreads (usually none; lines 2 and 3)
     OpRun main;
     int64_t task_start = 0;
     std::array<uint8_t, 16> qhead{}, qhw{};
