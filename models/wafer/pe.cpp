@@ -162,6 +162,14 @@ int Fabric::Impl::run_group(Worker& wk, uint32_t s, OpRun& op, int64_t t) {
   if (op.pause > 0) return --op.pause == 0 && op.i >= op.len ? 2 : 1;
   if (op.len > 0 && op.i >= op.len) return op.drained_at > t ? 0 : 2;  // computed at issue (eager_memory_ops), or taken ahead (drain)
   Pe& P = pes[s];
+  // An op with elements left that reads an empty input queue takes nothing this cycle: what the
+  // operand check below finds for its first element, without reading the op's instruction (a PE
+  // stepped for a data task while its weight stream's move waits on the fabric). Not with a
+  // memory-bandwidth limit (it may idle the cycle first, returning 1) or a bank conflict to pay
+  // (counted before the operands).
+  if (op.inq && op.i < op.len && !op.bpe && !(cfg.bank_conflicts && !op.conflict_paid))
+    for (uint32_t b = op.inq; b; b &= b - 1)
+      if (!P.qcount[static_cast<size_t>(std::countr_zero(b))]) return 0;
   const Program& p = prog(s);
   const Instr& in = p.instrs[static_cast<size_t>(op.instr)];
   const OpInfo& info = op_info(in.op);
@@ -430,14 +438,6 @@ void Fabric::Impl::pe_step(Worker& wk, uint32_t s, int64_t t) {
     Mt& m = P.mts[k];
     if (m.op.next > t) {
       wake_pe(wk, s, m.op.next);
-      ++k;
-      continue;
-    }
-    // A move from the fabric into memory (drain's kind) whose queue is empty, with no pause or
-    // memory-bandwidth limit pending, takes nothing this cycle: what run_group would find, without
-    // reading the op's instruction (a PE that fires a data task while its weight stream's move
-    // runs is stepped for the task; this check was most of those steps' microthread work).
-    if (m.mv && m.op.pause == 0 && m.op.bpe == 0 && m.op.i < m.op.len && !P.qcount[static_cast<size_t>(std::countr_zero(m.op.inq))]) {
       ++k;
       continue;
     }
