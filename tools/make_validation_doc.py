@@ -141,9 +141,16 @@ NOTES = """
   WSE-3 silicon (its pipeline notes: a dependent FP op every 2 cycles). At 0.5 a B element costs
   16 + 88 + 8 = 112 cycles: `gemm-summa-p8-fmacs2` runs the 8 x 8 case with
   `simd.fmacs_interval` 2 (the parameter for that rate; the presets keep the SDK's 1) and is 7.0%
-  under the published figure. Not done: the full-size run (8.2 x 10^11 data-task firings and
-  ~1.6 x 10^12 wavelet hops: beyond per-wavelet simulation on this machine). The paper's own kernel is not in the public sources; SUMMA is the
-  SDK's GEMM example's algorithm.
+  under the published figure. The paper's own kernel is not in the public sources; SUMMA is the
+  SDK's GEMM example's algorithm. Not done, and not possible on this machine: the full-size run.
+  Its work grows as P^3 (P x P PEs, P steps): simulating the 4 x 4 run takes 0.25 s and the 8 x 8
+  run 2.19 s here (one thread; 8.6x for 8x the work), so 750 x 750 would take about
+  (750 / 8)^3 x 2.19 s = 1.8 x 10^6 s, three weeks, for its 6.6 x 10^12 PE instructions,
+  8.2 x 10^11 data-task firings and ~1.6 x 10^12 wavelet hops (the 8 x 8 run's counts per PE and
+  step, scaled), and its SRAM alone (31 KB of pages a PE at 8 x 8) would be 17.6 GB of the
+  machine's 24 GiB. Even at the simulation-speed issue's 50 M hops/s the hops alone are 9 hours.
+  (summa.pe also gives each step's A and B panels colors of their own, 2P of the 24, so it stops
+  at P = 11; a full-size kernel would reuse colors.)
 - Tree and two-phase reduces and AllReduces (`reduce-tree-p<P>`, `reduce-two-phase-p<P>`,
   `allreduce-...`: the paper's spcl/spatial-collectives modules/tree.csl and two_phase.csl over a
   row of P = 4 .. 256 PEs, written by tools/make_wafer_validation.py; the AllReduces add the
