@@ -718,6 +718,32 @@ struct Fabric::Impl {
   // SRAM (pe.cpp).
   void store(Worker& w, uint32_t s, uint32_t addr, int bytes, uint32_t bits);
   uint32_t load_elem(uint32_t s, uint32_t addr, int bytes) const;
+  // One memory operand's page within a call of run_group: its operands walk different arrays,
+  // which would take turns in the PE's one-entry cache (Pe::pg_last); a cursor per operand holds
+  // its own. Only pages that exist are held (pages never move or go during a run).
+  struct SramCursor {
+    uint32_t pg = kNone;
+    uint8_t* base = nullptr;
+  };
+  // Through a cursor: its page held, the access is a copy; else load_elem / store (the checks, the
+  // page table, a page's allocation: load_miss, store_miss), and the page is held from then on if
+  // it exists.
+  uint32_t load_at(uint32_t s, SramCursor& c, uint32_t addr, int bytes) const {
+    if (addr / static_cast<uint32_t>(FabricStats::kPageBytes) != c.pg || int64_t{addr} + bytes > cfg.data_area_bytes()) return load_miss(s, c, addr, bytes);
+    const uint8_t* p = c.base + addr % static_cast<uint32_t>(FabricStats::kPageBytes);
+    uint32_t v = 0;
+    if (bytes == 4) std::memcpy(&v, p, 4);
+    else std::memcpy(&v, p, 2);
+    return v;
+  }
+  void store_at(Worker& w, uint32_t s, SramCursor& c, uint32_t addr, int bytes, uint32_t bits) {
+    if (addr / static_cast<uint32_t>(FabricStats::kPageBytes) != c.pg || int64_t{addr} + bytes > cfg.data_area_bytes()) return store_miss(w, s, c, addr, bytes, bits);
+    uint8_t* p = c.base + addr % static_cast<uint32_t>(FabricStats::kPageBytes);
+    if (bytes == 4) std::memcpy(p, &bits, 4);
+    else std::memcpy(p, &bits, 2);
+  }
+  uint32_t load_miss(uint32_t s, SramCursor& c, uint32_t addr, int bytes) const;
+  void store_miss(Worker& w, uint32_t s, SramCursor& c, uint32_t addr, int bytes, uint32_t bits);
   static uint32_t encode(float v, Elem e);
   static float decode(uint32_t bits, Elem e);
 

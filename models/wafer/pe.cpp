@@ -12,12 +12,36 @@ namespace tessera::wafer {
 
 namespace {
 constexpr uint32_t kPage = static_cast<uint32_t>(FabricStats::kPageBytes);
+static_assert(std::endian::native == std::endian::little, "SRAM words are copied whole (load_at, store_at)");
 inline float F(uint32_t b) { return bits_float(b); }
 inline uint32_t Fb(float v) { return float_bits(v); }
 // A 16-bit float operand (f16, bf16 or cbf16: the instruction's instr_half) and back.
 inline float Hf(uint32_t b, Elem e) { return decode_elem(b, e); }
 inline uint32_t Hb(float v, Elem e) { return encode_elem(v, e); }
 bool is16(Want w) { return w == Want::f16 || w == Want::b16; }
+// One element of a DSD op: its result from the operand values v[1..3] (hf: the op's 16-bit format).
+inline uint32_t apply_op(Op op, const std::array<uint32_t, 4>& v, Elem hf) {
+  switch (op) {
+    case Op::fmacs: return Fb(std::fma(F(v[2]), F(v[3]), F(v[1])));
+    case Op::fmach: return Hb(std::fma(Hf(v[2], hf), Hf(v[3], hf), Hf(v[1], hf)), hf);
+    case Op::fmachs: return Fb(std::fma(Hf(v[2], hf), Hf(v[3], hf), F(v[1])));
+    case Op::fadds: return Fb(F(v[1]) + F(v[2]));
+    case Op::faddh: return Hb(Hf(v[1], hf) + Hf(v[2], hf), hf);
+    case Op::faddhs: return Fb(F(v[1]) + Hf(v[2], hf));
+    case Op::fsubs: return Fb(F(v[1]) - F(v[2]));
+    case Op::fsubh: return Hb(Hf(v[1], hf) - Hf(v[2], hf), hf);
+    case Op::fmuls: return Fb(F(v[1]) * F(v[2]));
+    case Op::fmulh: return Hb(Hf(v[1], hf) * Hf(v[2], hf), hf);
+    case Op::fmaxs: return Fb(std::fmax(F(v[1]), F(v[2])));
+    case Op::fnegs: return v[1] ^ 0x80000000u;
+    case Op::fmovs: case Op::mov32: return v[1];
+    case Op::fmovh: case Op::mov16: return v[1] & 0xffffu;
+    case Op::add16: return (v[1] + v[2]) & 0xffffu;
+    case Op::fh2s: return Fb(Hf(v[1], hf));
+    case Op::fs2h: return Hb(F(v[1]), hf);
+    default: return 0;
+  }
+}
 // Whether an op has an operand in a 16-bit float role (its format comes from instr_half).
 bool has_half(Op op) {
   static const std::array<bool, kOps> t = [] {
@@ -102,6 +126,22 @@ uint32_t Fabric::Impl::load_elem(uint32_t s, uint32_t addr, int bytes) const {
   else if (le && bytes == 2) std::memcpy(&v, p, 2);
   else for (int i = 0; i < bytes; ++i) v |= uint32_t{p[i]} << (8 * i);
   return v;
+}
+
+// A cursor's miss (fabric_impl.hpp: load_at, store_at).
+uint32_t Fabric::Impl::load_miss(uint32_t s, SramCursor& c, uint32_t addr, int bytes) const {
+  const uint32_t v = load_elem(s, addr, bytes);
+  const Pe& P = pes[s];
+  const uint32_t pg = addr / kPage;
+  if (P.pg_last == pg) c.pg = pg, c.base = page_ptr(P.pg_base);
+  return v;
+}
+
+void Fabric::Impl::store_miss(Worker& wk, uint32_t s, SramCursor& c, uint32_t addr, int bytes, uint32_t bits) {
+  store(wk, s, addr, bytes, bits);
+  const Pe& P = pes[s];
+  const uint32_t pg = addr / kPage;
+  if (P.pg_last == pg && !(comm && !own_row(P.y))) c.pg = pg, c.base = page_ptr(P.pg_base);
 }
 
 uint32_t Fabric::Impl::encode(float v, Elem e) { return encode_elem(v, e); }
@@ -197,7 +237,70 @@ int Fabric::Impl::run_group(Worker& wk, uint32_t s, OpRun& op, int64_t t) {
     }
   }
   const Elem hf = has_half(in.op) ? instr_half(p, in) : Elem::f16;
+  // An operand that is not a DSD: its value, the same for every element of a call (registers, wv
+  // and the PE's coordinates do not change while an op runs its elements). Scalars other than wv
+  // are fp32 values; 16-bit float operands round them to the op's format.
+  auto scalar = [&](size_t k) -> uint32_t {
+    const Operand& o = in.a[k];
+    const Want want = info.types.empty() ? Want::any : info.types[k];
+    uint32_t v = 0;
+    switch (o.kind) {
+      case OpndKind::imm_i: v = want == Want::f32 || want == Want::f16 || want == Want::any ? Fb(static_cast<float>(o.v)) : static_cast<uint32_t>(o.v); break;
+      case OpndKind::imm_f: v = static_cast<uint32_t>(o.v); break;
+      case OpndKind::reg: v = P.regs[static_cast<size_t>(o.v)]; break;
+      case OpndKind::px: v = want == Want::b16 || want == Want::b32 ? static_cast<uint32_t>(P.px) : Fb(static_cast<float>(P.px)); break;
+      case OpndKind::py: v = want == Want::b16 || want == Want::b32 ? static_cast<uint32_t>(P.py) : Fb(static_cast<float>(P.py)); break;
+      case OpndKind::wv: return is16(want) ? (P.wv & 0xffffu) : P.wv;
+      default: break;
+    }
+    if (want == Want::f16) v = Hb(F(v), hf);
+    if (k == 3 && (in.op == Op::fmach || in.op == Op::fmachs)) v = Hb(F(v), hf);
+    return v;
+  };
+  // A memory DSD's byte address for element i (mem_addr, its one-dimension case inline).
+  auto addr_of = [&](const Dsd& d, int64_t i) -> uint32_t {
+    if (d.ndims != 1 || i >= d.dims[0].len) return mem_addr(s, d, i);
+    const int64_t a = int64_t{d.base} + i * d.dims[0].stride * elem_bytes(d.elem);
+    return a < 0 ? 0xffffffffu : static_cast<uint32_t>(a);
+  };
+  std::array<SramCursor, 4> cur{};  // per operand: its page (memory DSDs)
   int64_t done = 0;
+  // Memory operands only (an op computed at issue, eager_memory_ops, or any op without fabric or
+  // fifo operands): nothing can hold an element back, so the operands are resolved once and the
+  // elements run in a tight loop -- the same loads, arithmetic and stores in the same order as
+  // the general loop below.
+  bool mem = n > 0 && in.a[0].kind == OpndKind::dsd;
+  for (size_t k = 0; k < nr && mem; ++k) mem = in.a[k].kind != OpndKind::dsd || dsd(s, in.a[k].v).is_mem();
+  if (mem) {
+    struct MemOpnd {
+      const Dsd* d = nullptr;
+      int eb = 0;
+      int64_t len1 = 0;    // a one-dimension walk's length (elements below it: base + i * step), else 0
+      int64_t base = 0, step = 0;
+    };
+    std::array<MemOpnd, 4> md{};
+    std::array<uint32_t, 4> v{};
+    for (size_t k = 0; k < nr; ++k) {
+      if (in.a[k].kind == OpndKind::dsd) {
+        const Dsd& d = dsd(s, in.a[k].v);
+        md[k] = {&d, elem_bytes(d.elem), d.ndims == 1 ? int64_t{d.dims[0].len} : 0, int64_t{d.base}, int64_t{d.dims[0].stride} * elem_bytes(d.elem)};
+      } else if (k > 0) {
+        v[k] = scalar(k);
+      }
+    }
+    auto at = [&](const MemOpnd& m, int64_t i) -> uint32_t {
+      if (i >= m.len1) return mem_addr(s, *m.d, i);
+      const int64_t a = m.base + i * m.step;
+      return a < 0 ? 0xffffffffu : static_cast<uint32_t>(a);
+    };
+    for (; done < n; ++done) {
+      const int64_t i = op.i;
+      for (size_t k = 1; k < nr; ++k)
+        if (md[k].d) v[k] = load_at(s, cur[k], at(md[k], i), md[k].eb);
+      store_at(wk, s, cur[0], at(md[0], i), md[0].eb, apply_op(in.op, v, hf));
+      ++op.i;
+    }
+  }
   for (; done < n; ++done) {
     // Every operand must be able to go for this element.
     bool ok = true;
@@ -223,66 +326,33 @@ int Fabric::Impl::run_group(Worker& wk, uint32_t s, OpRun& op, int64_t t) {
     std::array<uint32_t, 4> v{};
     for (size_t k = 1; k < nr; ++k) {
       const Operand& o = in.a[k];
-      const Want want = info.types.empty() ? Want::any : info.types[k];
-      const bool h = is16(want);
-      switch (o.kind) {
-        case OpndKind::dsd: {
-          const Dsd& d = dsd(s, o.v);
-          const int eb = elem_bytes(d.elem);
-          if (d.is_mem()) {
-            v[k] = load_elem(s, mem_addr(s, d, i), eb);
-          } else if (d.kind == DsdKind::fabin) {
-            const Wv& w = qentry(s, d.queue, P.qhead[d.queue]);
-            v[k] = eb == 2 ? (w.payload & 0xffffu) : w.payload;
-            pop_queue(s, d.queue);
-            wake_router(wk, pe_index(s), t + 1);
-          } else {  // fifo pop
-            if (P.fifo.empty()) P.fifo.assign(p.dsds.size() * 2, 0);
-            uint32_t& head = P.fifo[static_cast<size_t>(o.v) * 2];
-            v[k] = load_elem(s, d.base + head * static_cast<uint32_t>(eb), eb);
-            head = (head + 1) % d.length;
-            --P.fifo[static_cast<size_t>(o.v) * 2 + 1];
-          }
-          break;
-        }
-        case OpndKind::imm_i: v[k] = want == Want::f32 || want == Want::f16 || want == Want::any ? Fb(static_cast<float>(o.v)) : static_cast<uint32_t>(o.v); break;
-        case OpndKind::imm_f: v[k] = static_cast<uint32_t>(o.v); break;
-        case OpndKind::reg: v[k] = P.regs[static_cast<size_t>(o.v)]; break;
-        case OpndKind::px: v[k] = want == Want::b16 || want == Want::b32 ? static_cast<uint32_t>(P.px) : Fb(static_cast<float>(P.px)); break;
-        case OpndKind::py: v[k] = want == Want::b16 || want == Want::b32 ? static_cast<uint32_t>(P.py) : Fb(static_cast<float>(P.py)); break;
-        case OpndKind::wv: v[k] = h ? (P.wv & 0xffffu) : P.wv; break;
-        default: break;
+      if (o.kind != OpndKind::dsd) {
+        v[k] = scalar(k);
+        continue;
       }
-      // Scalars other than wv are fp32 values; 16-bit float operands round them to the op's format.
-      if (o.kind != OpndKind::dsd && o.kind != OpndKind::wv && want == Want::f16) v[k] = Hb(F(v[k]), hf);
-      if (k == 3 && o.kind != OpndKind::dsd && o.kind != OpndKind::wv && (in.op == Op::fmach || in.op == Op::fmachs)) v[k] = Hb(F(v[k]), hf);
+      const Dsd& d = dsd(s, o.v);
+      const int eb = elem_bytes(d.elem);
+      if (d.is_mem()) {
+        v[k] = load_at(s, cur[k], addr_of(d, i), eb);
+      } else if (d.kind == DsdKind::fabin) {
+        const Wv& w = qentry(s, d.queue, P.qhead[d.queue]);
+        v[k] = eb == 2 ? (w.payload & 0xffffu) : w.payload;
+        pop_queue(s, d.queue);
+        wake_router(wk, pe_index(s), t + 1);
+      } else {  // fifo pop
+        if (P.fifo.empty()) P.fifo.assign(p.dsds.size() * 2, 0);
+        uint32_t& head = P.fifo[static_cast<size_t>(o.v) * 2];
+        v[k] = load_elem(s, d.base + head * static_cast<uint32_t>(eb), eb);
+        head = (head + 1) % d.length;
+        --P.fifo[static_cast<size_t>(o.v) * 2 + 1];
+      }
     }
-    uint32_t r = 0;
-    switch (in.op) {
-      case Op::fmacs: r = Fb(std::fma(F(v[2]), F(v[3]), F(v[1]))); break;
-      case Op::fmach: r = Hb(std::fma(Hf(v[2], hf), Hf(v[3], hf), Hf(v[1], hf)), hf); break;
-      case Op::fmachs: r = Fb(std::fma(Hf(v[2], hf), Hf(v[3], hf), F(v[1]))); break;
-      case Op::fadds: r = Fb(F(v[1]) + F(v[2])); break;
-      case Op::faddh: r = Hb(Hf(v[1], hf) + Hf(v[2], hf), hf); break;
-      case Op::faddhs: r = Fb(F(v[1]) + Hf(v[2], hf)); break;
-      case Op::fsubs: r = Fb(F(v[1]) - F(v[2])); break;
-      case Op::fsubh: r = Hb(Hf(v[1], hf) - Hf(v[2], hf), hf); break;
-      case Op::fmuls: r = Fb(F(v[1]) * F(v[2])); break;
-      case Op::fmulh: r = Hb(Hf(v[1], hf) * Hf(v[2], hf), hf); break;
-      case Op::fmaxs: r = Fb(std::fmax(F(v[1]), F(v[2]))); break;
-      case Op::fnegs: r = v[1] ^ 0x80000000u; break;
-      case Op::fmovs: case Op::mov32: r = v[1]; break;
-      case Op::fmovh: case Op::mov16: r = v[1] & 0xffffu; break;
-      case Op::add16: r = (v[1] + v[2]) & 0xffffu; break;
-      case Op::fh2s: r = Fb(Hf(v[1], hf)); break;
-      case Op::fs2h: r = Hb(F(v[1]), hf); break;
-      default: break;
-    }
+    const uint32_t r = apply_op(in.op, v, hf);
     // The destination.
     const Dsd& d = dsd(s, in.a[0].v);
     const int eb = elem_bytes(d.elem);
     if (d.is_mem()) {
-      store(wk, s, mem_addr(s, d, i), eb, r);
+      store_at(wk, s, cur[0], addr_of(d, i), eb, r);
     } else if (d.kind == DsdKind::fabout) {
       uint32_t payload = r;
       if (eb == 2) payload = (r & 0xffffu) | (d.index ? static_cast<uint32_t>(i & 0xffff) << 16 : 0u);
