@@ -300,7 +300,7 @@ void estimate(Compiled& c, const WaferConfig& cfg) {
       const size_t ie = static_cast<size_t>(py * k.w + px);
       busy[ie] = {cend[ie] + 2, t_of[static_cast<size_t>(pn)]};  // (a chain of one PE too: the load step the x loop's end unblocks runs first)
     }
-    lm.record_busy(std::move(busy));
+    if (ws) lm.record_busy(std::move(busy));  // (read with weight streaming only, where every kernel spans the one rectangle)
     // The next load, final (it sees this kernel's reduce spans); then the later ones whose buffers
     // are free of kernel l + 1's x tasks, provisionally, for the steps before this kernel's hand-off.
     lm.loads_after(l, wready, wready_next);

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "mapper/wafer/internal.hpp"
 
@@ -57,6 +59,12 @@ int64_t LoadModel::x_wait(size_t i, int64_t t) const {
 }
 
 void LoadModel::record_busy(std::vector<std::pair<int64_t, int64_t>> busy) {
+  // Indexed by PE of the one rectangle every kernel spans (weight streaming). A pipelined model's
+  // kernels have rectangles of their own and different sizes: it records none (an earlier form
+  // read past the previous kernel's vector there).
+  if (!busy_of_.empty() && busy.size() != busy_of_.front().size())
+    throw std::logic_error("wafer estimate: reduce spans of a kernel with " + std::to_string(busy.size()) + " PEs after one with " +
+                           std::to_string(busy_of_.front().size()));
   std::vector<int64_t> bmax(busy.size(), 0);
   for (size_t i = 0; i < busy.size(); ++i) bmax[i] = std::max(busy[i].second, busy_max_.empty() ? INT64_MIN : busy_max_.back()[i]);
   busy_max_.push_back(std::move(bmax));
