@@ -24,8 +24,6 @@ Dir opposite(Dir d) {
     default: return Dir::RAMP;
   }
 }
-int dir_dx(Dir d) { return d == Dir::E ? 1 : d == Dir::W ? -1 : 0; }
-int dir_dy(Dir d) { return d == Dir::S ? 1 : d == Dir::N ? -1 : 0; }
 
 std::string format_dirset(DirSet s) {
   std::string out = "{";
@@ -159,7 +157,6 @@ const std::vector<OpInfo>& all_ops() {
   return t;
 }
 
-const OpInfo& op_info(Op op) { return all_ops()[static_cast<size_t>(op)]; }
 std::string_view op_name(Op op) { return op_info(op).name; }
 
 // ---------------------------------------------------------------------------------------------

@@ -51,8 +51,8 @@ constexpr DirSet dir_bit(Dir d) { return static_cast<DirSet>(1u << static_cast<u
 inline constexpr DirSet kAllDirs = 0x1f;
 std::string_view dir_name(Dir d);
 Dir opposite(Dir d);          // N<->S, E<->W, RAMP<->RAMP
-int dir_dx(Dir d);            // E +1, W -1
-int dir_dy(Dir d);            // S +1, N -1
+constexpr int dir_dx(Dir d) { return d == Dir::E ? 1 : d == Dir::W ? -1 : 0; }  // E +1, W -1
+constexpr int dir_dy(Dir d) { return d == Dir::S ? 1 : d == Dir::N ? -1 : 0; }  // S +1, N -1
 std::string format_dirset(DirSet s);  // "{E,RAMP}"
 
 // One switch position: where the color is accepted from (rx) and sent to (tx, several = multicast).
@@ -157,9 +157,12 @@ struct OpInfo {
   std::vector<Want> types;  // per role (any for non-DSD roles)
   std::string_view meaning;
 };
-const OpInfo& op_info(Op op);
-std::string_view op_name(Op op);
 const std::vector<OpInfo>& all_ops();
+inline const OpInfo& op_info(Op op) {  // (inline: the PE model asks at every instruction)
+  static const OpInfo* const table = all_ops().data();
+  return table[static_cast<size_t>(op)];
+}
+std::string_view op_name(Op op);
 
 // Operands. imm_f keeps fp32 bits (printing); reg/imm values are 32 bits; px/py are the PE's
 // coordinates within its rectangle, wv the payload (32-bit ops) or data half (16-bit ops) of the

@@ -30,8 +30,17 @@ void BinSeries::widen() {
 
 void BinSeries::add(int64_t cycle, int64_t v) {
   cycle = std::max<int64_t>(0, cycle);
-  while (static_cast<size_t>(cycle / width) >= kMaxBins) widen();  // merge neighbours: bins twice as wide
-  const size_t b = static_cast<size_t>(cycle / width);
+  // The bin: cycle / width, a shift while the width is a power of two, as it is from 64 on (every
+  // delivery and task of a run comes here: a 64-bit division's latency each).
+  const auto bin = [&] {
+    const auto u = static_cast<uint64_t>(width);
+    return static_cast<size_t>(std::has_single_bit(u) ? static_cast<uint64_t>(cycle) >> std::countr_zero(u) : static_cast<uint64_t>(cycle / width));
+  };
+  size_t b = bin();
+  while (b >= kMaxBins) {  // merge neighbours: bins twice as wide
+    widen();
+    b = bin();
+  }
   if (b >= count.size()) {
     count.resize(b + 1, 0);
     weight.resize(b + 1, 0);
@@ -243,8 +252,8 @@ void Fabric::Impl::apply_flips(Worker& w, int64_t cycle) {
   }
 }
 
-int Fabric::Impl::drop_at(uint32_t r, int d, int color, int64_t t) {
-  if (has_drop.empty() || !has_drop[r]) return -1;
+int Fabric::Impl::drop_rule(uint32_t r, int d, int color, int64_t t) {
+  if (!has_drop[r]) return -1;
   for (size_t i = 0; i < drops.size(); ++i) {
     const Drop& dr = drops[i];
     if (dr.router == r && static_cast<int>(dr.f.dir) == d && dr.f.color == color && t >= start + dr.f.from_cycle &&

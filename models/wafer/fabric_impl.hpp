@@ -495,7 +495,9 @@ struct Fabric::Impl {
   std::vector<std::pair<uint32_t, Relay>> relay_saved;  // relays disabled for drops, restored at reset
   size_t faults = 0;
   void apply_flips(Worker& w, int64_t cycle);  // every flip of w's PEs due at or before `cycle` (w.next_flip: past every flip due by then)
-  int drop_at(uint32_t r, int d, int color, int64_t t);  // index into drops of a rule taking this wavelet, -1: none
+  // The index into drops of a rule taking this wavelet, -1: none (inline: no drops, the common case).
+  int drop_at(uint32_t r, int d, int color, int64_t t) { return has_drop.empty() ? -1 : drop_rule(r, d, color, t); }
+  int drop_rule(uint32_t r, int d, int color, int64_t t);
   std::vector<Wv> bufs;
   std::vector<int64_t> link;
   // Edge ports: lanes by port; per router whether one ends there (those skip the relay fast path).
