@@ -720,32 +720,6 @@ struct Fabric::Impl {
   // SRAM (pe.cpp).
   void store(Worker& w, uint32_t s, uint32_t addr, int bytes, uint32_t bits);
   uint32_t load_elem(uint32_t s, uint32_t addr, int bytes) const;
-  // One memory operand's page within a call of run_group: its operands walk different arrays,
-  // which would take turns in the PE's one-entry cache (Pe::pg_last); a cursor per operand holds
-  // its own. Only pages that exist are held (pages never move or go during a run).
-  struct SramCursor {
-    uint32_t pg = kNone;
-    uint8_t* base = nullptr;
-  };
-  // Through a cursor: its page held, the access is a copy; else load_elem / store (the checks, the
-  // page table, a page's allocation: load_miss, store_miss), and the page is held from then on if
-  // it exists.
-  uint32_t load_at(uint32_t s, SramCursor& c, uint32_t addr, int bytes) const {
-    if (addr / static_cast<uint32_t>(FabricStats::kPageBytes) != c.pg || int64_t{addr} + bytes > cfg.data_area_bytes()) return load_miss(s, c, addr, bytes);
-    const uint8_t* p = c.base + addr % static_cast<uint32_t>(FabricStats::kPageBytes);
-    uint32_t v = 0;
-    if (bytes == 4) std::memcpy(&v, p, 4);
-    else std::memcpy(&v, p, 2);
-    return v;
-  }
-  void store_at(Worker& w, uint32_t s, SramCursor& c, uint32_t addr, int bytes, uint32_t bits) {
-    if (addr / static_cast<uint32_t>(FabricStats::kPageBytes) != c.pg || int64_t{addr} + bytes > cfg.data_area_bytes()) return store_miss(w, s, c, addr, bytes, bits);
-    uint8_t* p = c.base + addr % static_cast<uint32_t>(FabricStats::kPageBytes);
-    if (bytes == 4) std::memcpy(p, &bits, 4);
-    else std::memcpy(p, &bits, 2);
-  }
-  uint32_t load_miss(uint32_t s, SramCursor& c, uint32_t addr, int bytes) const;
-  void store_miss(Worker& w, uint32_t s, SramCursor& c, uint32_t addr, int bytes, uint32_t bits);
   static uint32_t encode(float v, Elem e);
   static float decode(uint32_t bits, Elem e);
 
@@ -766,7 +740,17 @@ struct Fabric::Impl {
     return P.dsds.empty() ? prog(s).dsds[static_cast<size_t>(k)] : P.dsds[static_cast<size_t>(k)];
   }
   int64_t op_length(uint32_t s, const Instr& in) const;
-  uint32_t mem_addr(uint32_t s, const Dsd& d, int64_t i) const;
+  // A memory DSD's byte address for element i (0xffffffff below the data area: refused by the
+  // access). Inline its common case, one dimension within its length (every element of most ops).
+  uint32_t mem_addr(uint32_t, const Dsd& d, int64_t i) const {
+    if (d.ndims == 1 && i < d.dims[0].len) return mem_byte(d, i * d.dims[0].stride);
+    return mem_addr_dims(d, i);
+  }
+  static uint32_t mem_byte(const Dsd& d, int64_t off) {  // off: elements from the base
+    const int64_t a = int64_t{d.base} + off * elem_bytes(d.elem);
+    return a < 0 ? 0xffffffffu : static_cast<uint32_t>(a);
+  }
+  static uint32_t mem_addr_dims(const Dsd& d, int64_t i);
   std::string where(uint32_t s, int32_t instr) const;
   std::string op_wait(uint32_t s, const OpRun& op, int64_t t) const;
 };

@@ -12,7 +12,6 @@ namespace tessera::wafer {
 
 namespace {
 constexpr uint32_t kPage = static_cast<uint32_t>(FabricStats::kPageBytes);
-static_assert(std::endian::native == std::endian::little, "SRAM words are copied whole (load_at, store_at)");
 inline float F(uint32_t b) { return bits_float(b); }
 inline uint32_t Fb(float v) { return float_bits(v); }
 // A 16-bit float operand (f16, bf16 or cbf16: the instruction's instr_half) and back.
@@ -128,30 +127,13 @@ uint32_t Fabric::Impl::load_elem(uint32_t s, uint32_t addr, int bytes) const {
   return v;
 }
 
-// A cursor's miss (fabric_impl.hpp: load_at, store_at).
-uint32_t Fabric::Impl::load_miss(uint32_t s, SramCursor& c, uint32_t addr, int bytes) const {
-  const uint32_t v = load_elem(s, addr, bytes);
-  const Pe& P = pes[s];
-  const uint32_t pg = addr / kPage;
-  if (P.pg_last == pg) c.pg = pg, c.base = page_ptr(P.pg_base);
-  return v;
-}
-
-void Fabric::Impl::store_miss(Worker& wk, uint32_t s, SramCursor& c, uint32_t addr, int bytes, uint32_t bits) {
-  store(wk, s, addr, bytes, bits);
-  const Pe& P = pes[s];
-  const uint32_t pg = addr / kPage;
-  if (P.pg_last == pg && !(comm && !own_row(P.y))) c.pg = pg, c.base = page_ptr(P.pg_base);
-}
-
 uint32_t Fabric::Impl::encode(float v, Elem e) { return encode_elem(v, e); }
 float Fabric::Impl::decode(uint32_t b, Elem e) { return decode_elem(b, e); }
 
-uint32_t Fabric::Impl::mem_addr(uint32_t, const Dsd& d, int64_t i) const {
+// mem_addr's walks other than one dimension within its length (fabric_impl.hpp).
+uint32_t Fabric::Impl::mem_addr_dims(const Dsd& d, int64_t i) {
   int64_t off = 0;
-  if (d.ndims == 1 && i < d.dims[0].len) {  // the common case, without a division
-    off = i * d.dims[0].stride;
-  } else if (i >= 0 && i <= 0xffffffff) {  // 32-bit divisions (a dimension's length is 16 bits)
+  if (i >= 0 && i <= 0xffffffff) {  // 32-bit divisions (a dimension's length is 16 bits)
     uint32_t u = static_cast<uint32_t>(i);
     for (int k = d.ndims - 1; k >= 0; --k) {
       const DsdDim& dm = d.dims[static_cast<size_t>(k)];
@@ -160,14 +142,13 @@ uint32_t Fabric::Impl::mem_addr(uint32_t, const Dsd& d, int64_t i) const {
       u /= len;
     }
   } else {
-  for (int k = d.ndims - 1; k >= 0; --k) {
-    const DsdDim& dm = d.dims[static_cast<size_t>(k)];
-    off += (i % dm.len) * dm.stride;
-    i /= dm.len;
+    for (int k = d.ndims - 1; k >= 0; --k) {
+      const DsdDim& dm = d.dims[static_cast<size_t>(k)];
+      off += (i % dm.len) * dm.stride;
+      i /= dm.len;
+    }
   }
-  }
-  const int64_t a = int64_t{d.base} + off * elem_bytes(d.elem);
-  return a < 0 ? 0xffffffffu : static_cast<uint32_t>(a);
+  return mem_byte(d, off);
 }
 
 int64_t Fabric::Impl::op_length(uint32_t s, const Instr& in) const {
@@ -257,13 +238,6 @@ int Fabric::Impl::run_group(Worker& wk, uint32_t s, OpRun& op, int64_t t) {
     if (k == 3 && (in.op == Op::fmach || in.op == Op::fmachs)) v = Hb(F(v), hf);
     return v;
   };
-  // A memory DSD's byte address for element i (mem_addr, its one-dimension case inline).
-  auto addr_of = [&](const Dsd& d, int64_t i) -> uint32_t {
-    if (d.ndims != 1 || i >= d.dims[0].len) return mem_addr(s, d, i);
-    const int64_t a = int64_t{d.base} + i * d.dims[0].stride * elem_bytes(d.elem);
-    return a < 0 ? 0xffffffffu : static_cast<uint32_t>(a);
-  };
-  std::array<SramCursor, 4> cur{};  // per operand: its page (memory DSDs)
   int64_t done = 0;
   // Memory operands only (an op computed at issue, eager_memory_ops, or any op without fabric or
   // fifo operands): nothing can hold an element back, so the operands are resolved once and the
@@ -272,32 +246,22 @@ int Fabric::Impl::run_group(Worker& wk, uint32_t s, OpRun& op, int64_t t) {
   bool mem = n > 0 && in.a[0].kind == OpndKind::dsd;
   for (size_t k = 0; k < nr && mem; ++k) mem = in.a[k].kind != OpndKind::dsd || dsd(s, in.a[k].v).is_mem();
   if (mem) {
-    struct MemOpnd {
-      const Dsd* d = nullptr;
-      int eb = 0;
-      int64_t len1 = 0;    // a one-dimension walk's length (elements below it: base + i * step), else 0
-      int64_t base = 0, step = 0;
-    };
-    std::array<MemOpnd, 4> md{};
+    std::array<const Dsd*, 4> md{};
+    std::array<int, 4> eb{};
     std::array<uint32_t, 4> v{};
     for (size_t k = 0; k < nr; ++k) {
       if (in.a[k].kind == OpndKind::dsd) {
-        const Dsd& d = dsd(s, in.a[k].v);
-        md[k] = {&d, elem_bytes(d.elem), d.ndims == 1 ? int64_t{d.dims[0].len} : 0, int64_t{d.base}, int64_t{d.dims[0].stride} * elem_bytes(d.elem)};
+        md[k] = &dsd(s, in.a[k].v);
+        eb[k] = elem_bytes(md[k]->elem);
       } else if (k > 0) {
         v[k] = scalar(k);
       }
     }
-    auto at = [&](const MemOpnd& m, int64_t i) -> uint32_t {
-      if (i >= m.len1) return mem_addr(s, *m.d, i);
-      const int64_t a = m.base + i * m.step;
-      return a < 0 ? 0xffffffffu : static_cast<uint32_t>(a);
-    };
     for (; done < n; ++done) {
       const int64_t i = op.i;
       for (size_t k = 1; k < nr; ++k)
-        if (md[k].d) v[k] = load_at(s, cur[k], at(md[k], i), md[k].eb);
-      store_at(wk, s, cur[0], at(md[0], i), md[0].eb, apply_op(in.op, v, hf));
+        if (md[k]) v[k] = load_elem(s, mem_addr(s, *md[k], i), eb[k]);
+      store(wk, s, mem_addr(s, *md[0], i), eb[0], apply_op(in.op, v, hf));
       ++op.i;
     }
   }
@@ -333,7 +297,7 @@ int Fabric::Impl::run_group(Worker& wk, uint32_t s, OpRun& op, int64_t t) {
       const Dsd& d = dsd(s, o.v);
       const int eb = elem_bytes(d.elem);
       if (d.is_mem()) {
-        v[k] = load_at(s, cur[k], addr_of(d, i), eb);
+        v[k] = load_elem(s, mem_addr(s, d, i), eb);
       } else if (d.kind == DsdKind::fabin) {
         const Wv& w = qentry(s, d.queue, P.qhead[d.queue]);
         v[k] = eb == 2 ? (w.payload & 0xffffu) : w.payload;
@@ -352,7 +316,7 @@ int Fabric::Impl::run_group(Worker& wk, uint32_t s, OpRun& op, int64_t t) {
     const Dsd& d = dsd(s, in.a[0].v);
     const int eb = elem_bytes(d.elem);
     if (d.is_mem()) {
-      store_at(wk, s, cur[0], addr_of(d, i), eb, r);
+      store(wk, s, mem_addr(s, d, i), eb, r);
     } else if (d.kind == DsdKind::fabout) {
       uint32_t payload = r;
       if (eb == 2) payload = (r & 0xffffu) | (d.index ? static_cast<uint32_t>(i & 0xffff) << 16 : 0u);

@@ -13,15 +13,23 @@
 using namespace tessera;
 using namespace tessera::wafer;
 
+namespace {
+// scenarios/models/transformer_layer.onnx as tessera run compiles it for the wafer.
+graph::Graph transformer_layer() {
+  graph::Graph g = frontend::load_onnx(std::string(TESSERA_SOURCE_DIR) + "/scenarios/models/transformer_layer.onnx");
+  passes::prepare(g);
+  passes::canonicalize(g, false);
+  return g;
+}
+}  // namespace
+
 // The reduce spans the load model keeps are indexed by PE of the one rectangle every kernel spans
 // under weight streaming. A pipelined model's kernels have rectangles of their own: the estimate
 // once built each span's running maximum over the previous kernel's vector, reading past its end
 // when a later rectangle was larger (AddressSanitizer reports it; here, under the core set's
 // sanitizers). Pipelined, it keeps none; the prediction is the same compile after compile.
 TEST_CASE("wafer-estimate: a pipelined model whose later rectangles are larger compiles and predicts the same twice", "[wafer-compiler]") {
-  graph::Graph g = frontend::load_onnx(std::string(TESSERA_SOURCE_DIR) + "/scenarios/models/transformer_layer.onnx");
-  passes::prepare(g);
-  passes::canonicalize(g, false);
+  const graph::Graph g = transformer_layer();
   MappingOptions mo;
   mo.mode = MapMode::pipelined;
   const Compiled a = compile(g, preset_config("wse2"), mo);
@@ -36,9 +44,7 @@ TEST_CASE("wafer-estimate: a pipelined model whose later rectangles are larger c
 
 // Weight streaming: every kernel spans the one rectangle, so its spans line up PE for PE.
 TEST_CASE("wafer-estimate: weight-streamed kernels share one rectangle", "[wafer-compiler]") {
-  graph::Graph g = frontend::load_onnx(std::string(TESSERA_SOURCE_DIR) + "/scenarios/models/transformer_layer.onnx");
-  passes::prepare(g);
-  passes::canonicalize(g, false);
+  const graph::Graph g = transformer_layer();
   MappingOptions mo;
   mo.mode = MapMode::weight_streaming;
   const Compiled c = compile(g, preset_config("wse2"), mo);
