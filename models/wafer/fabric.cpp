@@ -3,6 +3,7 @@
 #include "models/wafer/fabric.hpp"
 
 #include <cstdlib>
+#include <cstring>
 #include <algorithm>
 #include <bit>
 #include <map>
@@ -28,13 +29,13 @@ void BinSeries::widen() {
   width *= 2;
 }
 
-void BinSeries::add(int64_t cycle, int64_t v) {
+void BinSeries::add_new(int64_t cycle, int64_t v) {
   cycle = std::max<int64_t>(0, cycle);
   // The bin: cycle / width, a shift while the width is a power of two, as it is from 64 on (every
   // delivery and task of a run comes here: a 64-bit division's latency each).
   const auto bin = [&] {
     const auto u = static_cast<uint64_t>(width);
-    return static_cast<size_t>(std::has_single_bit(u) ? static_cast<uint64_t>(cycle) >> std::countr_zero(u) : static_cast<uint64_t>(cycle / width));
+    return static_cast<size_t>((u & (u - 1)) == 0 ? static_cast<uint64_t>(cycle) >> std::countr_zero(u) : static_cast<uint64_t>(cycle / width));
   };
   size_t b = bin();
   while (b >= kMaxBins) {  // merge neighbours: bins twice as wide
@@ -1122,6 +1123,133 @@ void Fabric::Impl::relay_step(Worker& wk, const Relay& rl, uint32_t r, int64_t t
   if (cnt > 1) wake_router(wk, r, t + 1);
 }
 
+namespace {
+constexpr int kOpp[4] = {1, 0, 3, 2};  // opposite(N, S, E, W)
+}  // namespace
+
+// Whether every tx direction of slot s's wavelet can take it this cycle: the PE's input queue for
+// its color (RAMP), the downstream buffer, or an output port's lane. A link an injected fault
+// drops the wavelet on needs no room.
+bool Fabric::Impl::has_room(const Router& R, uint32_t r, uint32_t ps, uint32_t s, unsigned tx, int64_t t) {
+  if (!tx) return false;
+  const Slot& S = slots[s];
+  for (unsigned m = tx; m; m &= m - 1) {
+    const int d = std::countr_zero(m);
+    if (drop_at(r, d, S.color, t) >= 0) continue;  // lost on the link: needs no room
+    if (d == static_cast<int>(Dir::RAMP)) {
+      if (ps == kNone) return false;
+      const int q = pinfo[pes[ps].prog].color_q[S.color];
+      if (!(q >= 0 && pes[ps].qcount[static_cast<size_t>(q)] < in_depth[q])) return false;
+    } else if (const uint32_t ds = S.down[static_cast<size_t>(d)]; ds != kNone) {
+      if (bcnt(static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d])) >= D) return false;
+    } else if (!(R.has_port && out_lane(r, d, S.color) != nullptr)) {  // an output port takes one per cycle
+      return false;
+    }
+  }
+  return true;
+}
+
+// Slot s's wavelet wv goes to every tx direction at cycle t (`up`: the cycles a wavelet from the
+// PE's output queue still has to the crossbar).
+void Fabric::Impl::forward(Worker& wk, uint32_t r, uint32_t ps, uint32_t s, const Wv& wv, unsigned tx, int64_t up, int64_t t) {
+  FabricStats& st = *wk.st;
+  // router.ramp_latency: a wavelet from the PE's output queue still has ramp - 1 cycles to the crossbar.
+  const int64_t at_pe = t + ramp + up, at_link = t + hop + up;
+  for (unsigned m = tx; m; m &= m - 1) {
+    const int d = std::countr_zero(m);
+    if (const int di = drop_at(r, d, slots[s].color, t); di >= 0) {  // an injected fault takes it
+      Fabric::FaultFired& fr = f.fired_[drops[static_cast<size_t>(di)].idx];
+      if (!fr.count++) fr.first_cycle = t - start;
+      fr.last_cycle = t - start;
+      ++st.dropped_wavelets;
+      continue;
+    }
+    ++link[static_cast<size_t>(r) * kDirs + static_cast<size_t>(d)];
+    ++st.color_hops[wv.color];
+    if (d == static_cast<int>(Dir::RAMP)) {
+      const int q = pinfo[pes[ps].prog].color_q[slots[s].color];
+      const Wv in{wv.payload, wv.color, wv.control, at_pe};
+      // (drain only at ramp latency 1: a later store would be seen early by the PE's events between)
+      if (at_pe != t + 1 || !drain(wk, ps, q, in, at_pe)) {
+        push_queue(ps, q, in);
+        // The PE takes it at at_pe (t + 1 at ramp latency 1) -- unless its main thread runs on to a later cycle and no
+        // microthread reads this queue: then nothing can take it before that cycle, when the
+        // PE is woken for it.
+        const Pe& P = pes[ps];
+        bool later = P.ready_at > at_pe && P.main.instr < 0 && !P.mt_wait;
+        for (const Mt& mt : P.mts) later = later && !(mt.op.inq & (1u << q));
+        wake_pe(wk, ps, later ? P.ready_at : at_pe);
+      }
+      ++st.ramp_deliveries;
+      if (f.opt_.summary) summary_received(wk, pes[ps].rect, wv.color, at_pe);
+      if (pes[ps].rec)
+        record(wk, *wk.deliveries, wk.tag_d, t, r | kRouterBit, DeliveryRecord{pes[ps].x, pes[ps].y, wv.color, static_cast<uint8_t>(q), wv.payload, at_pe - start});
+    } else if (const uint32_t ds = sdown(static_cast<size_t>(s) * 4 + static_cast<size_t>(d)); ds == kNone) {
+      PortLane* ol = out_lane(r, d, wv.color);
+      ol->out.push_back({wv.payload, at_link - start});
+      ++st.port_out_wavelets;
+      if (int64_t fire = t; reply.fn && reply_from[ol->port] && reply_counted(wk, t, r, *ol, fire)) fire_reply(&wk, fire + hop + ramp - 1);  // every counted wavelet has arrived by then, on any thread count
+      if (f.opt_.summary) summary_received(wk, wk.sum->rects + static_cast<int32_t>(ol->port), wv.color, at_link);
+    } else {
+      const size_t bi = static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d]);
+      int k2 = bhd(bi) + bcnt(bi);
+      if (k2 >= D) k2 -= D;
+      bufs[bring(bi) + static_cast<size_t>(k2)] = {wv.payload, wv.color, wv.control, at_link};
+      const bool was_empty = !bcnt(bi)++;
+      if (bcnt(bi) > st.router_buffer_high_water) st.router_buffer_high_water = bcnt(bi);
+      ++st.wavelet_hops;
+      pushed_down(wk, ds, was_empty, at_link);
+    }
+  }
+}
+
+// A control wavelet (kControl or kAdvance) has gone through slot s: its route's next switch
+// position. True when the position changed (it may take an input the old one held back).
+bool Fabric::Impl::switch_on(uint32_t s) {
+  Slot& S = slots[s];
+  const uint8_t to = S.route.next(S.pos);
+  const bool changed = to != S.pos;
+  S.pos = to;
+  return changed;
+}
+
+// Pop the head of slot s's buffer from direction d at router r and wake whoever feeds it (room
+// again): the upstream neighbour, or this router if an input port feeds the buffer. True when
+// the buffer holds more.
+bool Fabric::Impl::pop_buffer(Worker& wk, uint32_t r, uint32_t s, int d, int64_t t) {
+  const size_t bi = static_cast<size_t>(s) * 4 + static_cast<size_t>(d);
+  bhd(bi) = static_cast<uint8_t>(bhd(bi) + 1 == D ? 0 : bhd(bi) + 1);
+  const bool more = --bcnt(bi) > 0;
+  if (!more) maybe_empty(s);
+  const int64_t ux = static_cast<int64_t>(r % W) + dir_dx(static_cast<Dir>(d)), uy = static_cast<int64_t>(r / W) + dir_dy(static_cast<Dir>(d));
+  if (ux < 0 || uy < 0 || ux >= W || uy >= H) wake_router(wk, r, t + 1);
+  else wake_router(wk, static_cast<uint32_t>(static_cast<int64_t>(r) + nb_delta[static_cast<size_t>(d)]), t + 1);
+  return more;
+}
+
+// router_step with one input, the buffer of slot s's rx direction d (most calls on a compiled
+// layout: a multicast's wavelet at a router of its line): the same effects without the
+// arbitration -- a single input holds every link it wants.
+void Fabric::Impl::step_one(Worker& wk, Router& R, uint32_t r, uint32_t ps, uint32_t s, int d, int64_t t) {
+  const Slot& S = slots[s];
+  const Wv wv = bufs[S.ring[static_cast<size_t>(d)] + S.head[static_cast<size_t>(d)]];
+  if (wv.ready > t) {
+    wake_router(wk, r, wv.ready);
+    return;
+  }
+  const SwitchPos& pos = S.route.pos[S.pos];
+  if (!(pos.rx & (1u << d))) return;  // the switch position does not take this input now
+  const unsigned tx = pos.tx;
+  if (!has_room(R, r, ps, s, tx, t)) return;  // woken when space frees
+  const uint8_t after = static_cast<uint8_t>((s - R.first) * 4 + static_cast<uint32_t>(d) + 1);  // its input id + 1
+  for (unsigned m = tx; m; m &= m - 1) R.turns[static_cast<size_t>(std::countr_zero(m))] = after;
+  forward(wk, r, ps, s, wv, tx, 0, t);
+  bool again = wv.control && switch_on(s);
+  again |= pop_buffer(wk, r, s, d, t);
+  wk.last_progress = std::max(wk.last_progress, t + 1);
+  if (again) wake_router(wk, r, t + 1);
+}
+
 // One router at cycle t: every input (per color: a buffer per rx direction; the PE's output
 // queues as the RAMP input) whose head is ready and allowed by the color's switch position goes to
 // all its tx directions at once if each of those links is still free this cycle and each
@@ -1133,7 +1261,6 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
     int8_t dir;    // 0..3 buffer direction, -1: output queue `q`
     int8_t q;
   };
-  static constexpr int kOpp[4] = {1, 0, 3, 2};  // opposite(N, S, E, W)
   Cand cand[4 * kMaxColors + 8];
   int n = 0;
   Router& R = routers[r];
@@ -1149,11 +1276,14 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
   const uint32_t ps = pe_slot[r];
   if (ps != kNone) {
     const Pe& P = pes[ps];
-    for (int q = 0; q < 8; ++q)
-      if (P.qcount[static_cast<size_t>(8 + q)]) cand[n++] = {kNone, -1, static_cast<int8_t>(q)};
+    uint64_t out;  // the output queues' counts at once: most often all zero
+    std::memcpy(&out, &P.qcount[8], sizeof out);
+    if (out)
+      for (int q = 0; q < 8; ++q)
+        if (P.qcount[static_cast<size_t>(8 + q)]) cand[n++] = {kNone, -1, static_cast<int8_t>(q)};
   }
   if (n == 0) return;
-  FabricStats& st = *wk.st;
+  if (n == 1 && cand[0].dir >= 0) return step_one(wk, R, r, ps, cand[0].slot, cand[0].dir, t);
   int64_t next = INT64_MAX;
   bool moved = false;
   // Per-link round-robin (a separable allocator): every input whose head is ready, allowed by its
@@ -1191,24 +1321,7 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
     const unsigned from = c.dir >= 0 ? (1u << c.dir) : dir_bit(Dir::RAMP);
     if (!(pos.rx & from)) continue;  // the switch position does not take this input now
     const unsigned tx = pos.tx;
-    bool room = tx != 0;
-    for (unsigned m = tx; m && room; m &= m - 1) {
-      const int d = std::countr_zero(m);
-      if (drop_at(r, d, slots[c.slot].color, t) >= 0) continue;  // lost on the link: needs no room
-      if (d == static_cast<int>(Dir::RAMP)) {
-        if (ps == kNone) {
-          room = false;
-          break;
-        }
-        const int q = pinfo[pes[ps].prog].color_q[slots[c.slot].color];
-        room = q >= 0 && pes[ps].qcount[static_cast<size_t>(q)] < in_depth[q];
-      } else {
-        const uint32_t ds = sdown(static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(d));
-        room = ds != kNone ? bcnt(static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d])) < D
-                           : R.has_port && out_lane(r, d, slots[c.slot].color) != nullptr;  // an output port takes one per cycle
-      }
-    }
-    if (!room) continue;  // woken when space frees
+    if (!has_room(R, r, ps, c.slot, tx, t)) continue;  // woken when space frees
     want[ci] = tx;
     ++wanting;
     if (n > 1)  // (a single input holds every link it wants)
@@ -1228,80 +1341,19 @@ void Fabric::Impl::router_step(Worker& wk, uint32_t r, int64_t t) {
       next = std::min(next, t + 1);
       continue;
     }
-    Cand& c = cand[ci];
-    Wv* const w = head[ci];
+    const Cand& c = cand[ci];
     for (unsigned m = tx; m; m &= m - 1) turn[std::countr_zero(m)] = static_cast<uint8_t>(id[ci] + 1);
     // Forward to every tx direction in this cycle.
-    const Wv wv = *w;
+    const Wv wv = *head[ci];
     moved = true;
-    // router.ramp_latency: a wavelet from the PE's output queue still has ramp - 1 cycles to the crossbar.
-    const int64_t up = c.dir < 0 ? ramp - 1 : 0;
-    const int64_t at_pe = t + ramp + up, at_link = t + hop + up;
-    for (unsigned m = tx; m; m &= m - 1) {
-      const int d = std::countr_zero(m);
-      if (const int di = drop_at(r, d, slots[c.slot].color, t); di >= 0) {  // an injected fault takes it
-        Fabric::FaultFired& fr = f.fired_[drops[static_cast<size_t>(di)].idx];
-        if (!fr.count++) fr.first_cycle = t - start;
-        fr.last_cycle = t - start;
-        ++st.dropped_wavelets;
-        continue;
-      }
-      ++link[static_cast<size_t>(r) * kDirs + static_cast<size_t>(d)];
-      ++st.color_hops[wv.color];
-      if (d == static_cast<int>(Dir::RAMP)) {
-        const int q = pinfo[pes[ps].prog].color_q[slots[c.slot].color];
-        const Wv in{wv.payload, wv.color, wv.control, at_pe};
-        // (drain only at ramp latency 1: a later store would be seen early by the PE's events between)
-        if (at_pe != t + 1 || !drain(wk, ps, q, in, at_pe)) {
-          push_queue(ps, q, in);
-          // The PE takes it at at_pe (t + 1 at ramp latency 1) -- unless its main thread runs on to a later cycle and no
-          // microthread reads this queue: then nothing can take it before that cycle, when the
-          // PE is woken for it.
-          const Pe& P = pes[ps];
-          bool later = P.ready_at > at_pe && P.main.instr < 0 && !P.mt_wait;
-          for (const Mt& m : P.mts) later = later && !(m.op.inq & (1u << q));
-          wake_pe(wk, ps, later ? P.ready_at : at_pe);
-        }
-        ++st.ramp_deliveries;
-        if (f.opt_.summary) summary_received(wk, pes[ps].rect, wv.color, at_pe);
-        if (pes[ps].rec)
-          record(wk, *wk.deliveries, wk.tag_d, t, r | kRouterBit, DeliveryRecord{pes[ps].x, pes[ps].y, wv.color, static_cast<uint8_t>(q), wv.payload, at_pe - start});
-      } else if (const uint32_t ds = sdown(static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(d)); ds == kNone) {
-        PortLane* ol = out_lane(r, d, wv.color);
-        ol->out.push_back({wv.payload, at_link - start});
-        ++st.port_out_wavelets;
-        if (int64_t fire = t; reply.fn && reply_from[ol->port] && reply_counted(wk, t, r, *ol, fire)) fire_reply(&wk, fire + hop + ramp - 1);  // every counted wavelet has arrived by then, on any thread count
-        if (f.opt_.summary) summary_received(wk, wk.sum->rects + static_cast<int32_t>(ol->port), wv.color, at_link);
-      } else {
-        const size_t bi = static_cast<size_t>(ds) * 4 + static_cast<size_t>(kOpp[d]);
-        int k2 = bhd(bi) + bcnt(bi);
-        if (k2 >= D) k2 -= D;
-        bufs[bring(bi) + static_cast<size_t>(k2)] = {wv.payload, wv.color, wv.control, at_link};
-        const bool was_empty = !bcnt(bi)++;
-        if (bcnt(bi) > st.router_buffer_high_water) st.router_buffer_high_water = bcnt(bi);
-        ++st.wavelet_hops;
-        pushed_down(wk, ds, was_empty, at_link);
-      }
-    }
-    if (wv.control) {  // (kControl or kAdvance)
-      const uint8_t to = slots[c.slot].route.next(slots[c.slot].pos);
-      // A new position may take an input the old one held back (a star's farther stream, waiting in
-      // a buffer): it moves in the next cycle, so look again then.
-      if (to != slots[c.slot].pos) next = std::min(next, t + 1);
-      slots[c.slot].pos = to;
-    }
+    forward(wk, r, ps, c.slot, wv, tx, c.dir < 0 ? ramp - 1 : 0, t);
+    if (wv.control && switch_on(c.slot)) next = std::min(next, t + 1);  // a new position may take an input the old one held back: look again then
     // Pop the input; wake whoever feeds it (room again).
     bool more;
     if (c.dir >= 0) {
-      const size_t bi = static_cast<size_t>(c.slot) * 4 + static_cast<size_t>(c.dir);
-      bhd(bi) = static_cast<uint8_t>(bhd(bi) + 1 == D ? 0 : bhd(bi) + 1);
-      more = --bcnt(bi) > 0;
-      if (!more) maybe_empty(c.slot);
-      // Room again: wake the upstream neighbour, or this router if an input port feeds the buffer.
-      const int64_t ux = static_cast<int64_t>(r % W) + dir_dx(static_cast<Dir>(c.dir)), uy = static_cast<int64_t>(r / W) + dir_dy(static_cast<Dir>(c.dir));
-      if (ux < 0 || uy < 0 || ux >= W || uy >= H) wake_router(wk, r, t + 1);
-      else wake_router(wk, static_cast<uint32_t>(static_cast<int64_t>(r) + nb_delta[static_cast<size_t>(c.dir)]), t + 1);
+      more = pop_buffer(wk, r, c.slot, c.dir, t);
     } else {
+      FabricStats& st = *wk.st;
       pop_queue(ps, 8 + c.q);
       more = pes[ps].qcount[static_cast<size_t>(8 + c.q)] > 0;
       ++st.ramp_injections;

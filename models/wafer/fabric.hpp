@@ -16,6 +16,7 @@
 // One elaborated fabric serves many runs: load() a layout (once), write inputs, start(), run
 // SystemC until finished(), read outputs, start() again (SRAM keeps its contents; task state,
 // registers, DSDs and queues restart from the program's initial state).
+#include <bit>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -153,13 +154,25 @@ struct BinSeries {
   static constexpr size_t kMaxBins = 4096;
   int64_t width = 64;
   std::vector<int64_t> count, weight;  // weight[b]: the sum of v * (end of bin b - c)
-  void add(int64_t cycle, int64_t v);
+  void add(int64_t cycle, int64_t v) {  // (every delivery and task end: inline while the bin exists)
+    const auto u = static_cast<uint64_t>(width);
+    if (cycle >= 0 && (u & (u - 1)) == 0) {  // (not std::has_single_bit: without -mpopcnt a call into libgcc)
+      const auto b = static_cast<size_t>(static_cast<uint64_t>(cycle) >> std::countr_zero(u));
+      if (b < count.size()) {
+        count[b] += v;
+        weight[b] += v * ((static_cast<int64_t>(b) + 1) * width - cycle);
+        return;
+      }
+    }
+    add_new(cycle, v);
+  }
   void merge(const BinSeries& o);  // as if o's amounts had been added to this series
   std::vector<double> integrals() const;
   void clear() { *this = BinSeries{}; }
 
  private:
   void widen();  // bins twice as wide, neighbours merged
+  void add_new(int64_t cycle, int64_t v);  // add's general path: a new bin, wider bins, or a width not a power of two
 };
 // First and last relative cycle of something and how many times it happened (first = -1: never).
 struct Span {
