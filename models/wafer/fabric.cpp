@@ -529,6 +529,9 @@ void Fabric::Impl::load(const LoadedLayout& layout) {
     pi.color_q.fill(-1);
     pi.data_task.fill(-1);
     pi.ctrl_task.fill(-1);
+    pi.width.assign(p.instrs.size(), 0);
+    for (size_t k = 0; k < p.instrs.size(); ++k)
+      if (op_info(p.instrs[k].op).cls == OpClass::dsd) pi.width[k] = static_cast<int32_t>(instr_width(p, p.instrs[k], cfg));
     uint8_t used = 0;
     for (const auto& d : p.dsds)
       if (d.kind == DsdKind::fabin) {
@@ -1127,10 +1130,12 @@ namespace {
 constexpr int kOpp[4] = {1, 0, 3, 2};  // opposite(N, S, E, W)
 }  // namespace
 
+// router_step's parts below are inlined into it (used there only; as calls, their entries and
+// exits cost ~5% of a streamed layer's instructions).
 // Whether every tx direction of slot s's wavelet can take it this cycle: the PE's input queue for
 // its color (RAMP), the downstream buffer, or an output port's lane. A link an injected fault
 // drops the wavelet on needs no room.
-bool Fabric::Impl::has_room(const Router& R, uint32_t r, uint32_t ps, uint32_t s, unsigned tx, int64_t t) {
+[[gnu::always_inline]] inline bool Fabric::Impl::has_room(const Router& R, uint32_t r, uint32_t ps, uint32_t s, unsigned tx, int64_t t) {
   if (!tx) return false;
   const Slot& S = slots[s];
   for (unsigned m = tx; m; m &= m - 1) {
@@ -1151,7 +1156,7 @@ bool Fabric::Impl::has_room(const Router& R, uint32_t r, uint32_t ps, uint32_t s
 
 // Slot s's wavelet wv goes to every tx direction at cycle t (`up`: the cycles a wavelet from the
 // PE's output queue still has to the crossbar).
-void Fabric::Impl::forward(Worker& wk, uint32_t r, uint32_t ps, uint32_t s, const Wv& wv, unsigned tx, int64_t up, int64_t t) {
+[[gnu::always_inline]] inline void Fabric::Impl::forward(Worker& wk, uint32_t r, uint32_t ps, uint32_t s, const Wv& wv, unsigned tx, int64_t up, int64_t t) {
   FabricStats& st = *wk.st;
   // router.ramp_latency: a wavelet from the PE's output queue still has ramp - 1 cycles to the crossbar.
   const int64_t at_pe = t + ramp + up, at_link = t + hop + up;
@@ -1205,7 +1210,7 @@ void Fabric::Impl::forward(Worker& wk, uint32_t r, uint32_t ps, uint32_t s, cons
 
 // A control wavelet (kControl or kAdvance) has gone through slot s: its route's next switch
 // position. True when the position changed (it may take an input the old one held back).
-bool Fabric::Impl::switch_on(uint32_t s) {
+[[gnu::always_inline]] inline bool Fabric::Impl::switch_on(uint32_t s) {
   Slot& S = slots[s];
   const uint8_t to = S.route.next(S.pos);
   const bool changed = to != S.pos;
@@ -1216,7 +1221,7 @@ bool Fabric::Impl::switch_on(uint32_t s) {
 // Pop the head of slot s's buffer from direction d at router r and wake whoever feeds it (room
 // again): the upstream neighbour, or this router if an input port feeds the buffer. True when
 // the buffer holds more.
-bool Fabric::Impl::pop_buffer(Worker& wk, uint32_t r, uint32_t s, int d, int64_t t) {
+[[gnu::always_inline]] inline bool Fabric::Impl::pop_buffer(Worker& wk, uint32_t r, uint32_t s, int d, int64_t t) {
   const size_t bi = static_cast<size_t>(s) * 4 + static_cast<size_t>(d);
   bhd(bi) = static_cast<uint8_t>(bhd(bi) + 1 == D ? 0 : bhd(bi) + 1);
   const bool more = --bcnt(bi) > 0;
@@ -1230,7 +1235,7 @@ bool Fabric::Impl::pop_buffer(Worker& wk, uint32_t r, uint32_t s, int d, int64_t
 // router_step with one input, the buffer of slot s's rx direction d (most calls on a compiled
 // layout: a multicast's wavelet at a router of its line): the same effects without the
 // arbitration -- a single input holds every link it wants.
-void Fabric::Impl::step_one(Worker& wk, Router& R, uint32_t r, uint32_t ps, uint32_t s, int d, int64_t t) {
+[[gnu::always_inline]] inline void Fabric::Impl::step_one(Worker& wk, Router& R, uint32_t r, uint32_t ps, uint32_t s, int d, int64_t t) {
   const Slot& S = slots[s];
   const Wv wv = bufs[S.ring[static_cast<size_t>(d)] + S.head[static_cast<size_t>(d)]];
   if (wv.ready > t) {

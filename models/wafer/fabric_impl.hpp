@@ -278,6 +278,7 @@ struct Fabric::Impl {
     bool has_ctrl = false;
     uint8_t used_q = 0;                          // input queues bound to a color
     uint8_t data_q = 0;                          // input queues a data task takes its wavelets from
+    std::vector<int32_t> width;                  // per instruction: a DSD op's SIMD width (instr_width: the program's DSDs and the config)
   };
   // A control wavelet that names a control task of the PE's program (its index half = task id):
   // it fires that task and is neither data for a data task nor for a fabin DSD.

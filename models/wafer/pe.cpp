@@ -614,7 +614,7 @@ void Fabric::Impl::exec(Worker& wk, uint32_t s, int64_t t) {
       };
       if (lt > t && (!mem_only || P.rec)) return defer();
       const int64_t len = op_length(s, in);
-      const int32_t width = static_cast<int32_t>(instr_width(p, in, cfg));
+      const int32_t width = pinfo[P.prog].width[static_cast<size_t>(P.pc)];  // (instr_width, at load)
       const int16_t interval = static_cast<int16_t>(op_interval(in.op, cfg));
       const uint8_t bpe = cfg.sram_bw_q > 0 ? static_cast<uint8_t>(sram_limited_bytes(width, instr_mem_bytes(p, in), cfg)) : 0;
       const bool eager = mem_only && len > 0;
