@@ -723,6 +723,7 @@ struct Fabric::Impl {
   const Wv& qentry(uint32_t s, int q, int k) const { return qbuf[(static_cast<size_t>(s) * 16 + static_cast<size_t>(q)) * static_cast<size_t>(QD) + static_cast<size_t>(k)]; }
   void push_queue(uint32_t s, int q, const Wv& w);
   void pop_queue(uint32_t s, int q);
+  [[noreturn]] void sram_outside(uint32_t s, uint32_t addr, bool write) const;  // (store, load_elem)
   uint32_t pe_index(uint32_t s) const { return static_cast<uint32_t>(pes[s].y * W + pes[s].x); }
 
   // SRAM (pe.cpp).

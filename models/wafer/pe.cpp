@@ -76,10 +76,18 @@ uint32_t Fabric::Impl::new_page(Worker& w, uint32_t s) {
   return w.page_next++;
 }
 
+// The failures of store and load_elem, out of line (their message's strings made both functions
+// save and restore a large frame on every call).
+[[noreturn, gnu::cold, gnu::noinline]] void Fabric::Impl::sram_outside(uint32_t s, uint32_t addr, bool write) const {
+  const Pe& P = pes[s];
+  throw Failure{pe_label(P.x, P.y) + ": SRAM " + (write ? "write" : "read") + " at byte " + std::to_string(addr) + " outside the data area" +
+                (write ? " (" + std::to_string(cfg.data_area_bytes()) + " bytes)" : std::string())};
+}
+
 void Fabric::Impl::store(Worker& wk, uint32_t s, uint32_t addr, int bytes, uint32_t bits) {
   Pe& P = pes[s];
-  if (int64_t{addr} + bytes > cfg.data_area_bytes())
-    throw Failure{pe_label(P.x, P.y) + ": SRAM write at byte " + std::to_string(addr) + " outside the data area (" + std::to_string(cfg.data_area_bytes()) + " bytes)"};
+  if (int64_t{addr} + bytes > cfg.data_area_bytes()) [[unlikely]]
+    sram_outside(s, addr, true);
   if (comm && !own_row(P.y)) return;  // (a partitioned fabric: the PE's rank holds its SRAM)
   const uint32_t pg = addr / kPage;
   uint32_t base = P.pg_base;
@@ -107,8 +115,8 @@ void Fabric::Impl::store(Worker& wk, uint32_t s, uint32_t addr, int bytes, uint3
 
 uint32_t Fabric::Impl::load_elem(uint32_t s, uint32_t addr, int bytes) const {
   const Pe& P = pes[s];
-  if (int64_t{addr} + bytes > cfg.data_area_bytes())
-    throw Failure{pe_label(P.x, P.y) + ": SRAM read at byte " + std::to_string(addr) + " outside the data area"};
+  if (int64_t{addr} + bytes > cfg.data_area_bytes()) [[unlikely]]
+    sram_outside(s, addr, false);
   const uint32_t pg = addr / kPage;
   uint32_t base = P.pg_base;
   if (pg != P.pg_last) {
