@@ -172,7 +172,7 @@ struct BinSeries {
 
  private:
   void widen();  // bins twice as wide, neighbours merged
-  void add_new(int64_t cycle, int64_t v);  // add's general path: a new bin, wider bins, or a width not a power of two
+  void add_new(int64_t cycle, int64_t v);  // add's general path: a negative cycle (bin 0), a new bin, wider bins, or a width not a power of two
 };
 // First and last relative cycle of something and how many times it happened (first = -1: never).
 struct Span {

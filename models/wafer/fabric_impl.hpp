@@ -703,13 +703,14 @@ struct Fabric::Impl {
     w.cal.push(c, s);
   }
   void router_step(Worker& w, uint32_t r, int64_t t);
-  // Its parts (fabric.cpp): the room check, the send to every tx direction, a control wavelet's
-  // switch, a buffer's pop, and the path of a router with one input.
-  bool has_room(const Router& R, uint32_t r, uint32_t ps, uint32_t s, unsigned tx, int64_t t);
-  void forward(Worker& w, uint32_t r, uint32_t ps, uint32_t s, const Wv& wv, unsigned tx, int64_t up, int64_t t);
-  bool switch_on(uint32_t s);
-  bool pop_buffer(Worker& w, uint32_t r, uint32_t s, int d, int64_t t);
-  void step_one(Worker& w, Router& R, uint32_t r, uint32_t ps, uint32_t s, int d, int64_t t);
+  // Its parts (fabric.cpp, inline there: router_step is their only caller): the room check, the
+  // send to every tx direction, a control wavelet's switch, a buffer's pop, and the path of a
+  // router with one input.
+  inline bool has_room(const Router& R, uint32_t r, uint32_t ps, uint32_t s, unsigned tx, int64_t t);
+  inline void forward(Worker& w, uint32_t r, uint32_t ps, uint32_t s, const Wv& wv, unsigned tx, int64_t up, int64_t t);
+  inline bool switch_on(uint32_t s);
+  inline bool pop_buffer(Worker& w, uint32_t r, uint32_t s, int d, int64_t t);
+  inline void step_one(Worker& w, Router& R, uint32_t r, uint32_t ps, uint32_t s, int d, int64_t t);
   // FabricOptions::summary: the hops of the cycle just handled go to FabricSummary::hops (the run
   // loop calls it after each cycle; the hot paths only count wavelet_hops).
   void bin_hops(Worker& w, int64_t t) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 #include "isa/numeric.hpp"
@@ -418,8 +419,13 @@ bool Fabric::Impl::drain(Worker& wk, uint32_t s, int q, const Wv& w, int64_t t1)
 bool Fabric::Impl::may_pick(uint32_t s) const {
   const Pe& P = pes[s];
   const ProgInfo& pi = pinfo[P.prog];
-  uint8_t nonempty = 0;
-  for (int q = 0; q < 8; ++q) nonempty = static_cast<uint8_t>(nonempty | (P.qcount[static_cast<size_t>(q)] ? 1u << q : 0u));
+  // Bit q: input queue q holds a wavelet. The eight counts at once: the top bit of each nonzero
+  // byte (no carry leaves a byte: 0x7f + 0x7f < 0x100), gathered into one byte by a multiply whose
+  // partial products land on distinct bits.
+  uint64_t v;
+  std::memcpy(&v, &P.qcount[0], sizeof v);
+  const uint64_t top = (((v & 0x7f7f7f7f7f7f7f7fULL) + 0x7f7f7f7f7f7f7f7fULL) | v) & 0x8080808080808080ULL;
+  const auto nonempty = static_cast<uint8_t>(((top >> 7) * 0x0102040810204080ULL) >> 56);
   return (P.active & ~P.blocked) || (nonempty & pi.data_q) || (pi.has_ctrl && nonempty);
 }
 
