@@ -31,8 +31,8 @@ void BinSeries::widen() {
 
 void BinSeries::add_new(int64_t cycle, int64_t v) {
   cycle = std::max<int64_t>(0, cycle);
-  // The bin: cycle / width, a shift while the width is a power of two, as it is from 64 on (every
-  // delivery and task of a run comes here: a 64-bit division's latency each).
+  // The bin: cycle / width, a shift while the width is a power of two, as it is from 64 on (a
+  // 64-bit division's latency otherwise; add takes the common case inline before this).
   const auto bin = [&] {
     const auto u = static_cast<uint64_t>(width);
     return static_cast<size_t>((u & (u - 1)) == 0 ? static_cast<uint64_t>(cycle) >> std::countr_zero(u) : static_cast<uint64_t>(cycle / width));
@@ -1132,6 +1132,7 @@ constexpr int kOpp[4] = {1, 0, 3, 2};  // opposite(N, S, E, W)
 
 // router_step's parts below are inlined into it (used there only; as calls, their entries and
 // exits cost ~5% of a streamed layer's instructions).
+
 // Whether every tx direction of slot s's wavelet can take it this cycle: the PE's input queue for
 // its color (RAMP), the downstream buffer, or an output port's lane. A link an injected fault
 // drops the wavelet on needs no room.
